@@ -1,0 +1,134 @@
+/// @file algo/ring.hpp
+/// Ring algorithms: reduce-scatter then all-gather around the ring 0 -> 1 -> ... -> n-1 -> 0, as in
+/// Patarasuk & Yuan, "Bandwidth optimal all-reduce algorithms for clusters of workstations"
+/// (JPDC 2009) and NCCL's ring. Each rank sends 2(n-1)/n of the data: bandwidth-optimal, n-1
+/// latency steps per phase.
+///
+/// Order of combination: block c is reduced along the ring starting at rank c+1:
+/// op(...op(op(x_{c+1}, x_{c+2}), x_{c+3})..., x_c) (indices mod n). That order differs per block, so the
+/// ring needs a commutative op; it is fixed for a given (world size, count), so results are
+/// bit-identical from run to run and on every rank.
+#pragma once
+
+#include <collx/algo/schedule.hpp>
+
+namespace collx {
+inline namespace v0 {
+namespace algo {
+/// Ring algorithm tag (see algo/ring.hpp). Needs a commutative op.
+struct ring {
+  static constexpr algorithm kind = algorithm::ring;
+};
+}  // namespace algo
+
+namespace schedule {
+
+constexpr region in_block(const params& p, int c) {
+  const block& b = p.blocks[static_cast<std::size_t>(c)];
+  return {buffer::input, b.in, b.count};
+}
+constexpr region out_block(const params& p, int c) {
+  const block& b = p.blocks[static_cast<std::size_t>(c)];
+  return {buffer::output, b.out, b.count};
+}
+constexpr region tmp_block(const params& p, int c) {
+  const block& b = p.blocks[static_cast<std::size_t>(c)];
+  return {buffer::scratch, b.tmp, b.count};
+}
+
+/// Ring reduce-scatter phase: afterwards rank r's block r, fully reduced, is in `own_final`
+/// (a region of blocks[r].count elements). Partial sums travel in scratch (accumulator type).
+constexpr void ring_reduce_scatter(builder& b, const params& p, region own_final) {
+  const int n = p.world_size, r = p.rank, next = mod(r + 1, n), prev = mod(r - 1, n);
+  for (int s = 0; s + 1 < n; ++s) {
+    const int sc = mod(r - 1 - s, n), rc = mod(r - 2 - s, n);
+    b.send(next, s == 0 ? in_block(p, sc) : tmp_block(p, sc));
+    b.recv_reduce(prev, s == 0 ? buffer::input : buffer::scratch, in_block(p, rc),
+                  s + 2 == n ? own_final : tmp_block(p, rc), /*incoming_first=*/true);
+    b.wait_sends();
+  }
+}
+
+/// Ring all-gather phase: rank r's block r is already in output; afterwards every block is.
+constexpr void ring_all_gather(builder& b, const params& p) {
+  const int n = p.world_size, r = p.rank, next = mod(r + 1, n), prev = mod(r - 1, n);
+  for (int s = 0; s + 1 < n; ++s) {
+    b.send(next, out_block(p, mod(r - s, n)));
+    b.recv(prev, buffer::output, out_block(p, mod(r - 1 - s, n)));
+    b.wait_sends();
+  }
+}
+
+/// The ring schedule of rank p.rank (world size >= 2).
+constexpr steps build_ring(const params& p) {
+  builder b;
+  const int n = p.world_size, r = p.rank;
+  switch (p.coll) {
+    case collective::allreduce:
+      ring_reduce_scatter(b, p, out_block(p, r));
+      ring_all_gather(b, p);
+      break;
+    case collective::reduce_scatter:
+      ring_reduce_scatter(b, p, out_block(p, r));
+      break;
+    case collective::all_gather:
+      b.copy(in_block(p, r), out_block(p, r));
+      ring_all_gather(b, p);
+      break;
+    case collective::reduce:
+      // Reduce-scatter into scratch (non-roots never touch their output), then gather at the root.
+      ring_reduce_scatter(b, p, tmp_block(p, r));
+      if (r == p.root) {
+        for (int c = 0; c < n; ++c)
+          if (c != r) b.recv(c, buffer::scratch, out_block(p, c));
+        b.copy(tmp_block(p, r), out_block(p, r));
+      } else {
+        b.send(p.root, tmp_block(p, r));
+        b.wait_sends();
+      }
+      break;
+    case collective::broadcast: {
+      // Pipelined chain root -> root+1 -> ... -> root-1, in p.slices slices of the whole vector.
+      std::size_t total = 0;
+      for (const block& blk : p.blocks) total += blk.count;
+      const std::size_t in0 = p.blocks.front().in, out0 = p.blocks.front().out;
+      const int pos = mod(r - p.root, n);
+      const std::size_t k = p.slices ? p.slices : 1;
+      for (std::size_t j = 0; j < k; ++j) {
+        const std::size_t lo = chunk_begin(total, k, j), len = chunk_begin(total, k, j + 1) - lo;
+        if (pos == 0) {
+          b.send(mod(r + 1, n), {buffer::input, in0 + lo, len});
+          b.wait_sends();
+        } else {
+          b.recv(mod(r - 1, n), pos == 1 ? buffer::input : buffer::output, {buffer::output, out0 + lo, len});
+          b.wait_sends();  // the previous slice's forward
+          if (pos + 1 < n) b.send(mod(r + 1, n), {buffer::output, out0 + lo, len});
+        }
+      }
+      b.wait_sends();
+      if (pos == 0) b.copy({buffer::input, in0, total}, {buffer::output, out0, total});
+      break;
+    }
+    case collective::all_to_all:
+      b.keep_empty = p.keep_empty;
+      // Pairwise exchange: in step s, send to r+s and receive from r-s.
+      b.copy(in_block(p, r), {buffer::output, p.blocks[static_cast<std::size_t>(r)].out,
+                              p.blocks[static_cast<std::size_t>(r)].recv_count});
+      for (int s = 1; s < n; ++s) {
+        const int to = mod(r + s, n), from = mod(r - s, n);
+        b.send(to, in_block(p, to));
+        const block& fb = p.blocks[static_cast<std::size_t>(from)];
+        b.recv(from, buffer::input, {buffer::output, fb.out, fb.recv_count});
+        b.wait_sends();
+      }
+      break;
+    case collective::barrier:
+    case collective::send_recv:
+      break;
+  }
+  return std::move(b.out);
+}
+
+}  // namespace schedule
+}  // namespace v0
+}  // namespace collx

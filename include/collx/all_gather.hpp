@@ -1,0 +1,75 @@
+/// @file all_gather.hpp
+/// collx::all_gather and all_gather_v: every rank ends with all ranks' blocks, in rank order.
+#pragma once
+
+#include <span>
+#include <type_traits>
+#include <vector>
+
+#include <collx/algo/automatic.hpp>
+#include <collx/algo/direct.hpp>
+#include <collx/algo/ring.hpp>
+#include <collx/algo/tree.hpp>
+#include <collx/communicator.hpp>
+#include <collx/concepts.hpp>
+#include <collx/detail/dispatch.hpp>
+
+namespace collx {
+inline namespace v0 {
+
+namespace detail {
+template <class T, class Algo>
+void all_gather_impl(communicator& comm, std::span<const T> send, std::span<T> recv,
+                     std::span<const std::size_t> counts, bool varying) {
+  static_check_algorithm<Algo, no_op>();
+  const int n = comm.size(), r = comm.rank();
+  if (counts.size() != static_cast<std::size_t>(n))
+    invalid_call<T, no_op>(comm, collective::all_gather,
+                           "counts has " + std::to_string(counts.size()) + " entries for " + std::to_string(n) + " ranks");
+  std::size_t total = 0, mine = 0;
+  for (int c = 0; c < n; ++c) {
+    if (c == r) mine = total;
+    total += counts[static_cast<std::size_t>(c)];
+  }
+  if (send.size() != counts[static_cast<std::size_t>(r)])
+    invalid_call<T, no_op>(comm, collective::all_gather,
+                           "send has " + std::to_string(send.size()) + " elements; this rank's block has " +
+                               std::to_string(counts[static_cast<std::size_t>(r)]));
+  if (recv.size() != total)
+    invalid_call<T, no_op>(comm, collective::all_gather,
+                           "recv has " + std::to_string(recv.size()) + " elements; the blocks need " + std::to_string(total));
+  const bool in_place = static_cast<const void*>(recv.data() + mine) == send.data() && !send.empty();
+  if (!in_place && overlap(send.data(), send.size_bytes(), recv.data(), recv.size_bytes()))
+    invalid_call<T, no_op>(comm, collective::all_gather,
+                           "send overlaps recv but is not this rank's own block of it (in place means "
+                           "send.data() == recv.data() + offset of block rank)");
+  run_collective<T, no_op, Algo>(comm, collective::all_gather, send.data(), recv.data(), in_place, -1, no_op{},
+                                 call_layout::blocks(counts, varying));
+}
+}  // namespace detail
+
+/// All-gather: recv = send_0 | send_1 | ... | send_{n-1} on every rank.
+/// @param send this rank's block (same size on every rank; never written unless inside recv)
+/// @param recv n * send.size() elements. In place when send.data() == recv.data() + rank * send.size()
+///   (NCCL's convention); any other overlap is an error.
+/// @tparam Algo ring, tree (binomial gather + broadcast), direct, or automatic.
+/// @throws collx::error invalid_argument, mismatch, timeout, aborted.
+template <class Algo = algo::automatic, element T>
+void all_gather(communicator& comm, std::type_identity_t<std::span<const T>> send, std::span<T> recv) {
+  std::vector<std::size_t> counts(static_cast<std::size_t>(comm.size()), send.size());
+  detail::all_gather_impl<T, Algo>(comm, send, recv, counts, false);
+}
+
+/// All-gather with uneven blocks: rank c contributes counts[c] elements, packed in rank order in recv.
+/// @param counts world-size entries, identical on every rank (checked)
+/// @param send counts[rank] elements
+/// @param recv sum(counts) elements; in place when send is this rank's block of recv.
+/// @throws collx::error invalid_argument, mismatch, timeout, aborted.
+template <class Algo = algo::automatic, element T>
+void all_gather_v(communicator& comm, std::type_identity_t<std::span<const T>> send, std::span<T> recv,
+                  std::span<const std::size_t> counts) {
+  detail::all_gather_impl<T, Algo>(comm, send, recv, counts, true);
+}
+
+}  // namespace v0
+}  // namespace collx

@@ -1,0 +1,75 @@
+/// @file all_to_all.hpp
+/// collx::all_to_all and all_to_all_v: rank r's block c goes to rank c, landing in block r there.
+#pragma once
+
+#include <span>
+#include <type_traits>
+#include <vector>
+
+#include <collx/algo/automatic.hpp>
+#include <collx/algo/direct.hpp>
+#include <collx/algo/ring.hpp>
+#include <collx/communicator.hpp>
+#include <collx/concepts.hpp>
+#include <collx/detail/dispatch.hpp>
+
+namespace collx {
+inline namespace v0 {
+
+namespace detail {
+template <class T, class Algo>
+void all_to_all_impl(communicator& comm, std::span<const T> send, std::span<const std::size_t> send_counts,
+                     std::span<T> recv, std::span<const std::size_t> recv_counts, bool varying) {
+  static_assert(!std::is_same_v<Algo, algo::tree>,
+                "collx: all_to_all has no tree algorithm; use algo::direct, algo::ring (pairwise exchange) "
+                "or algo::automatic");
+  static_check_algorithm<Algo, no_op>();
+  const std::size_t n = static_cast<std::size_t>(comm.size());
+  if (send_counts.size() != n || recv_counts.size() != n)
+    invalid_call<T, no_op>(comm, collective::all_to_all, "send_counts and recv_counts need one entry per rank");
+  std::size_t st = 0, rt = 0;
+  for (std::size_t c = 0; c < n; ++c) st += send_counts[c], rt += recv_counts[c];
+  if (send.size() != st || recv.size() != rt)
+    invalid_call<T, no_op>(comm, collective::all_to_all,
+                           "send/recv have " + std::to_string(send.size()) + "/" + std::to_string(recv.size()) +
+                               " elements; the counts need " + std::to_string(st) + "/" + std::to_string(rt));
+  const std::size_t me = static_cast<std::size_t>(comm.rank());
+  if (send_counts[me] != recv_counts[me])
+    invalid_call<T, no_op>(comm, collective::all_to_all, "this rank sends itself a different count than it receives");
+  if (overlap(send.data(), send.size_bytes(), recv.data(), recv.size_bytes()))
+    invalid_call<T, no_op>(comm, collective::all_to_all, "send and recv overlap (all_to_all is never in place)");
+  run_collective<T, no_op, Algo>(comm, collective::all_to_all, send.data(), recv.data(), false, -1, no_op{},
+                                 call_layout::pairs(send_counts, recv_counts, varying));
+}
+}  // namespace detail
+
+/// All-to-all: send holds n blocks of send.size()/n elements; block c goes to rank c, which stores it
+/// as its block `rank`. send and recv must not overlap.
+/// @param send n * k elements (k the same on every rank)
+/// @param recv n * k elements
+/// @tparam Algo direct (all pairs at once), ring (n-1 pairwise exchange steps), or automatic.
+/// @throws collx::error invalid_argument, mismatch, timeout, aborted.
+template <class Algo = algo::automatic, element T>
+void all_to_all(communicator& comm, std::type_identity_t<std::span<const T>> send, std::span<T> recv) {
+  const std::size_t n = static_cast<std::size_t>(comm.size());
+  if (send.size() % n != 0 || recv.size() != send.size())
+    detail::invalid_call<T, detail::no_op>(comm, collective::all_to_all,
+                                           "send and recv need the same size, a multiple of the world size; got " +
+                                               std::to_string(send.size()) + " and " + std::to_string(recv.size()));
+  std::vector<std::size_t> counts(n, send.size() / n);
+  detail::all_to_all_impl<T, Algo>(comm, send, counts, recv, counts, false);
+}
+
+/// All-to-all with uneven blocks, packed in rank order: this rank sends send_counts[c] elements to
+/// rank c and receives recv_counts[c] from it. send_counts[c] on rank r must equal recv_counts[r] on
+/// rank c: a disagreement is reported as errc::mismatch on both ranks (zero-element pairs included).
+/// @throws collx::error invalid_argument, mismatch, timeout, aborted.
+template <class Algo = algo::automatic, element T>
+void all_to_all_v(communicator& comm, std::type_identity_t<std::span<const T>> send,
+                  std::span<const std::size_t> send_counts, std::span<T> recv,
+                  std::span<const std::size_t> recv_counts) {
+  detail::all_to_all_impl<T, Algo>(comm, send, send_counts, recv, recv_counts, true);
+}
+
+}  // namespace v0
+}  // namespace collx

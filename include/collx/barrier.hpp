@@ -1,0 +1,19 @@
+/// @file barrier.hpp
+/// collx::barrier: no rank leaves before every rank has entered.
+#pragma once
+
+#include <collx/communicator.hpp>
+#include <collx/detail/dispatch.hpp>
+
+namespace collx {
+inline namespace v0 {
+
+/// Blocks until every rank of `comm` has called barrier (dissemination barrier, ceil(log2 n) rounds).
+/// @throws collx::error mismatch (a rank called another collective), timeout, aborted.
+inline void barrier(communicator& comm) {
+  detail::run_collective<std::byte, detail::no_op, algo::direct>(comm, collective::barrier, nullptr, nullptr, false,
+                                                                 -1, detail::no_op{}, detail::call_layout::vector(0));
+}
+
+}  // namespace v0
+}  // namespace collx

@@ -1,0 +1,53 @@
+/// @file broadcast.hpp
+/// collx::broadcast: the root's vector, copied to every rank.
+#pragma once
+
+#include <span>
+#include <type_traits>
+
+#include <collx/algo/automatic.hpp>
+#include <collx/algo/direct.hpp>
+#include <collx/algo/ring.hpp>
+#include <collx/algo/tree.hpp>
+#include <collx/communicator.hpp>
+#include <collx/concepts.hpp>
+#include <collx/detail/dispatch.hpp>
+
+namespace collx {
+inline namespace v0 {
+
+/// Broadcast: recv = send of rank `root`, on every rank.
+/// @param send read on the root only (recv.size() elements there; ignored elsewhere, may be empty)
+/// @param recv recv.size() elements on every rank, the same count everywhere. On the root, in place
+///   when recv.data() == send.data(); any other overlap is an error.
+/// @param root in [0, world size); checked before any byte moves.
+/// @tparam Algo ring (pipelined chain), tree (binomial), direct (root to all), or automatic.
+/// @throws collx::error invalid_argument (bad root, sizes, overlap), mismatch, timeout, aborted.
+template <class Algo = algo::automatic, element T>
+void broadcast(communicator& comm, std::type_identity_t<std::span<const T>> send, std::span<T> recv, int root) {
+  using detail::no_op;
+  detail::static_check_algorithm<Algo, no_op>();
+  if (root < 0 || root >= comm.size())
+    detail::invalid_call<T, no_op>(comm, collective::broadcast,
+                                   "root " + std::to_string(root) + " is not a rank of this communicator (world size " +
+                                       std::to_string(comm.size()) + ")");
+  const bool is_root = comm.rank() == root;
+  const bool in_place = is_root && static_cast<const void*>(send.data()) == recv.data();
+  if (is_root && send.size() != recv.size())
+    detail::invalid_call<T, no_op>(comm, collective::broadcast,
+                                   "at the root send has " + std::to_string(send.size()) + " elements and recv " +
+                                       std::to_string(recv.size()) + "; they must be equal");
+  if (is_root && !in_place && detail::overlap(send.data(), send.size_bytes(), recv.data(), recv.size_bytes()))
+    detail::invalid_call<T, no_op>(comm, collective::broadcast, "send and recv overlap without being the same buffer");
+  detail::run_collective<T, no_op, Algo>(comm, collective::broadcast, is_root ? send.data() : nullptr, recv.data(),
+                                         in_place, root, no_op{}, detail::call_layout::vector(recv.size()));
+}
+
+/// In-place broadcast: buf becomes the root's buf on every rank.
+template <class Algo = algo::automatic, element T>
+void broadcast(communicator& comm, std::span<T> buf, int root) {
+  broadcast<Algo, T>(comm, std::span<const T>(buf), buf, root);
+}
+
+}  // namespace v0
+}  // namespace collx

@@ -1,0 +1,105 @@
+/// @file communicator.hpp
+/// collx::communicator: a rank's handle on a group of ranks (rank, world size, transport, options,
+/// scratch memory, call sequence numbers).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <collx/algo/automatic.hpp>
+#include <collx/error.hpp>
+#include <collx/transport/transport.hpp>
+
+namespace collx {
+inline namespace v0 {
+
+namespace detail {
+/// COLLX_TIMEOUT in seconds (a decimal number > 0), or 300 s when unset.
+inline std::chrono::milliseconds default_timeout() {
+  const char* v = std::getenv("COLLX_TIMEOUT");
+  if (!v || !*v) return std::chrono::seconds(300);
+  char* end = nullptr;
+  const double s = std::strtod(v, &end);
+  if (end == v || *end != '\0' || !(s > 0) || s > 1e9)
+    COLLX_THROW(errc::invalid_argument, std::string("COLLX_TIMEOUT='") + v +
+                                            "' is not a positive number of seconds (e.g. COLLX_TIMEOUT=30)");
+  return std::chrono::milliseconds(static_cast<long long>(s * 1000.0 + 0.5));
+}
+}  // namespace detail
+
+/// Per-communicator settings. Aggregate: `collx::communicator_options{.timeout = 5s}`.
+struct communicator_options {
+  /// Deadline of every wait inside a call; past it the call fails with errc::timeout and the
+  /// communicator is failed for every rank. Default: COLLX_TIMEOUT seconds, else 300 s.
+  std::chrono::milliseconds timeout = detail::default_timeout();
+  /// Scratch memory bound per rank, bytes. Larger reductions run in segments of this size, so the
+  /// staging memory does not grow with the message.
+  std::size_t max_segment_bytes = std::size_t{8} << 20;
+  /// Replaces algo::automatic's choice; empty: collx::cost_model{}.choose. Must return the same
+  /// answer on every rank for the same query.
+  std::function<algorithm(const selection_query&)> selector;
+};
+
+/// One rank's view of a group of ranks. Collectives take it as their first argument and must be
+/// called by every rank in the same order with matching arguments. A communicator is used by one
+/// thread at a time, except abort(), which any thread may call.
+class communicator {
+ public:
+  /// Wraps a transport (see transport/threads.hpp for ready-made ones).
+  explicit communicator(std::shared_ptr<transport> t, communicator_options opt = {})
+      : transport_(std::move(t)), options_(std::move(opt)) {
+    if (!transport_) COLLX_THROW(errc::invalid_argument, "communicator: null transport");
+    transport_->set_timeout(options_.timeout);
+  }
+
+  /// This rank, in [0, size()).
+  int rank() const noexcept { return transport_->rank(); }
+  /// Number of ranks (world size).
+  int size() const noexcept { return transport_->size(); }
+  /// The settings.
+  const communicator_options& options() const noexcept { return options_; }
+  /// The transport underneath.
+  transport& get_transport() noexcept { return *transport_; }
+
+  /// Fails the communicator for every rank: waiters wake within milliseconds with errc::aborted and
+  /// every later call on it fails at once. Safe from any thread; never throws.
+  void abort() noexcept { transport_->fail(errc::aborted, "communicator aborted by rank " + std::to_string(rank())); }
+
+  /// The algorithm algo::automatic resolves to for `q`.
+  algorithm select(const selection_query& q) const {
+    algorithm a = options_.selector ? options_.selector(q) : cost_model{}.choose(q);
+    if (a == algorithm::ring && !q.commutative) a = algorithm::direct;
+    if (a == algorithm::tree && q.coll == collective::all_to_all) a = algorithm::direct;
+    return a;
+  }
+
+  /// Advances and returns this communicator's call sequence number (first call: 1).
+  std::uint64_t next_sequence() noexcept { return ++sequence_; }
+
+  /// Scratch memory of at least `bytes` bytes, 64-byte aligned, owned by the communicator.
+  std::byte* scratch(std::size_t bytes) {
+    if (bytes > scratch_bytes_) {
+      scratch_.reset(static_cast<std::byte*>(::operator new(bytes, std::align_val_t{64})));
+      scratch_bytes_ = bytes;
+    }
+    return scratch_.get();
+  }
+
+ private:
+  struct aligned_delete {
+    void operator()(std::byte* p) const noexcept { ::operator delete(p, std::align_val_t{64}); }
+  };
+  std::shared_ptr<transport> transport_;
+  communicator_options options_;
+  std::uint64_t sequence_ = 0;
+  std::unique_ptr<std::byte, aligned_delete> scratch_;
+  std::size_t scratch_bytes_ = 0;
+};
+
+}  // namespace v0
+}  // namespace collx

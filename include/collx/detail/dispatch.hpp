@@ -1,0 +1,242 @@
+/// @file detail/dispatch.hpp
+/// The middle layer of every collective: resolves the algorithm, builds the call signature, cuts the
+/// call into segments that fit the scratch bound, builds each segment's schedule and runs it, and
+/// names rank, world size and call in every error.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <collx/algo/automatic.hpp>
+#include <collx/algo/build.hpp>
+#include <collx/communicator.hpp>
+#include <collx/concepts.hpp>
+#include <collx/detail/executor.hpp>
+#include <collx/detail/reduction.hpp>
+#include <collx/detail/type_name.hpp>
+#include <collx/error.hpp>
+#include <collx/ops.hpp>
+
+namespace collx {
+inline namespace v0 {
+namespace detail {
+
+/// How a call's data is laid out (elements).
+struct call_layout {
+  std::size_t count = 0;                     ///< vector collectives: the vector's length
+  std::span<const std::size_t> counts;       ///< reduce_scatter / all_gather: every rank's block size
+  std::span<const std::size_t> send_counts;  ///< all_to_all: elements this rank sends to each peer
+  std::span<const std::size_t> recv_counts;  ///< all_to_all: elements this rank receives from each peer
+  bool varying = false;                      ///< a v-form (counts are the user's, not uniform)
+
+  static call_layout vector(std::size_t count) {
+    call_layout l;
+    l.count = count;
+    return l;
+  }
+  static call_layout blocks(std::span<const std::size_t> counts, bool varying) {
+    call_layout l;
+    l.counts = counts;
+    l.varying = varying;
+    return l;
+  }
+  static call_layout pairs(std::span<const std::size_t> send, std::span<const std::size_t> recv, bool varying) {
+    call_layout l;
+    l.send_counts = send;
+    l.recv_counts = recv;
+    l.varying = varying;
+    return l;
+  }
+};
+
+/// "rank 3/8 allreduce#42<float32,sum,ring>"
+template <class T, class Op>
+std::string call_name(const communicator& comm, collective c, std::uint64_t seq, std::string_view algo) {
+  std::string s = "rank " + std::to_string(comm.rank()) + "/" + std::to_string(comm.size()) + " " +
+                  std::string(collective_name(c)) + "#" + std::to_string(seq) + "<" + std::string(type_name<T>());
+  if constexpr (!std::is_same_v<Op, no_op>) s += std::string(",") + op_traits<Op>::name;
+  if (!algo.empty()) s += "," + std::string(algo);
+  return s + ">";
+}
+
+/// Raises errc::invalid_argument for this call before any byte moves, and fails the communicator so
+/// that the other ranks get an error too instead of waiting for this one.
+template <class T, class Op>
+[[noreturn]] void invalid_call(communicator& comm, collective c, const std::string& what) {
+  const std::string msg = call_name<T, Op>(comm, c, 0, "") + ": " + what;
+  comm.get_transport().fail(errc::invalid_argument, "peer failed on invalid arguments: " + msg);
+  COLLX_THROW(errc::invalid_argument, msg);
+}
+
+/// True if byte ranges [a, a + an) and [b, b + bn) share a byte.
+inline bool overlap(const void* a, std::size_t an, const void* b, std::size_t bn) noexcept {
+  if (!an || !bn) return false;
+  const auto pa = reinterpret_cast<std::uintptr_t>(a), pb = reinterpret_cast<std::uintptr_t>(b);
+  return pa < pb + bn && pb < pa + an;
+}
+
+inline std::uint64_t hash_counts(std::span<const std::size_t> c) noexcept {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (std::size_t v : c)
+    for (int i = 0; i < 8; ++i) h = (h ^ ((v >> (8 * i)) & 0xff)) * 0x100000001b3ull;
+  return h;
+}
+
+/// Resolves an algorithm tag to a concrete algorithm for this call.
+template <class Algo>
+algorithm resolve_algorithm(const communicator& comm, const selection_query& q) {
+  if constexpr (std::is_same_v<Algo, algo::automatic>) return comm.select(q);
+  else return Algo::kind;
+}
+
+/// Compile-time checks shared by every front.
+template <class Algo, class Op>
+constexpr void static_check_algorithm() {
+  static_assert(std::is_same_v<Algo, algo::automatic> || std::is_same_v<Algo, algo::ring> ||
+                    std::is_same_v<Algo, algo::tree> || std::is_same_v<Algo, algo::direct>,
+                "collx: the algorithm must be algo::ring, algo::tree, algo::direct or algo::automatic");
+  if constexpr (!std::is_same_v<Op, no_op>)
+    static_assert(!std::is_same_v<Algo, algo::ring> || op_traits<Op>::commutative,
+                  "collx: algo::ring combines each block in a rotated rank order, so it needs a commutative op. "
+                  "Use algo::tree or algo::direct (both combine in rank order), or declare the op commutative "
+                  "with collx::commutative_op{...} or `static constexpr bool commutative = true;`.");
+}
+
+/// Runs one collective call on this rank. `in`/`out` are the user's buffers (either may be null
+/// where the collective does not use it on this rank).
+template <class T, class Op, class Algo>
+void run_collective(communicator& comm, collective coll, const T* in, T* out, bool in_place, int root,
+                    const Op& op, const call_layout& lay) {
+  using red = reduction<T, Op>;
+  using acc = typename red::acc;
+  constexpr bool reduces = !std::is_same_v<Op, no_op>;
+  transport& tp = comm.get_transport();
+  const int n = comm.size(), r = comm.rank();
+
+  // The element count that all ranks agree on, and the bytes the selector sees.
+  std::size_t sig_count = lay.count, total = lay.count;
+  if (!lay.counts.empty()) {
+    total = 0;
+    for (std::size_t c : lay.counts) total += c;
+    sig_count = lay.varying ? total : lay.counts.front();
+  }
+  if (coll == collective::all_to_all) {
+    total = 0;
+    for (std::size_t c : lay.send_counts) total += c;
+    sig_count = lay.varying ? 0 : lay.send_counts.front();
+  }
+  selection_query q{coll, n, total * sizeof(T), op_traits<Op>::commutative || !reduces};
+  const algorithm alg = resolve_algorithm<Algo>(comm, q);
+
+  call_signature sig;
+  sig.seq = comm.next_sequence();
+  sig.coll = coll;
+  sig.count = sig_count;
+  sig.type_size = sizeof(T);
+  sig.type_hash = fnv1a(type_name<T>());
+  sig.op_hash = reduces ? fnv1a(op_traits<Op>::name) : 0;
+  sig.root = root;
+  sig.algo = static_cast<std::uint8_t>(alg);
+  sig.layout_hash = lay.varying && coll != collective::all_to_all ? hash_counts(lay.counts) : 0;
+
+  try {
+    tp.check();
+    if (total == 0 && coll != collective::all_to_all && coll != collective::barrier) return;  // all ranks know
+
+    schedule::params p;
+    p.coll = coll;
+    p.world_size = n;
+    p.rank = r;
+    p.root = root < 0 ? 0 : root;
+    p.blocks.resize(static_cast<std::size_t>(n));
+    exec_context<T, Op> cx;
+    cx.in = in;
+    cx.out = out;
+    cx.op = &op;
+    cx.world_size = n;
+    const std::size_t seg_elems = std::max<std::size_t>(1, comm.options().max_segment_bytes / sizeof(acc));
+
+    auto run_segment = [&](std::size_t scratch_elems) {
+      cx.tmp = reduces && scratch_elems ? reinterpret_cast<acc*>(comm.scratch(scratch_elems * sizeof(acc))) : nullptr;
+      execute(tp, sig, schedule::make_schedule(alg, p, in_place), cx);
+    };
+    // Per-rank block offsets: prefix sums of the counts.
+    std::vector<std::size_t> prefix;
+    if (!lay.counts.empty()) {
+      prefix.resize(lay.counts.size() + 1);
+      for (std::size_t c = 0; c < lay.counts.size(); ++c) prefix[c + 1] = prefix[c] + lay.counts[c];
+    }
+
+    switch (coll) {
+      case collective::allreduce:
+      case collective::reduce:
+      case collective::broadcast: {
+        const std::size_t step = reduces ? seg_elems : total;
+        for (std::size_t base = 0; base < total; base += step) {
+          const std::size_t len = std::min(step, total - base);
+          p.blocks = schedule::vector_blocks(len, n);
+          for (auto& b : p.blocks) b.in += base, b.out += base;
+          p.one_shot = cost_model::direct_allreduce_one_shot({coll, n, len * sizeof(T), true});
+          p.slices = std::clamp<std::size_t>(len * sizeof(T) / (64 * 1024), 1, 256);
+          run_segment(len);
+        }
+        break;
+      }
+      case collective::reduce_scatter:
+        if (alg == algorithm::tree) {
+          // Contiguous segments of the whole input (the tree reduces whole vectors).
+          for (std::size_t lo = 0; lo < total; lo += seg_elems) {
+            const std::size_t hi = std::min(total, lo + seg_elems);
+            for (int c = 0; c < n; ++c) {
+              const std::size_t s = std::clamp(prefix[c], lo, hi), e = std::clamp(prefix[c + 1], lo, hi);
+              p.blocks[c] = {s, s - std::min(s, prefix[c]), s - lo, e - s, e - s};
+            }
+            run_segment(hi - lo);
+          }
+        } else {
+          // The same slice of every block, so that every rank works in every segment.
+          const std::size_t per_block = std::max<std::size_t>(1, seg_elems / static_cast<std::size_t>(n));
+          const std::size_t longest = *std::max_element(lay.counts.begin(), lay.counts.end());
+          for (std::size_t lo = 0; lo < longest; lo += per_block) {
+            std::size_t t = 0;
+            for (int c = 0; c < n; ++c) {
+              const std::size_t cnt = lay.counts[c], s = std::min(cnt, lo), e = std::min(cnt, lo + per_block);
+              p.blocks[c] = {prefix[c] + s, s, t, e - s, e - s};
+              t += e - s;
+            }
+            run_segment(t);
+          }
+        }
+        break;
+      case collective::all_gather:
+        for (int c = 0; c < n; ++c) p.blocks[c] = {0, prefix[c], 0, lay.counts[c], lay.counts[c]};
+        run_segment(0);
+        break;
+      case collective::all_to_all: {
+        std::size_t sp = 0, rp = 0;
+        for (int c = 0; c < n; ++c) {
+          p.blocks[c] = {sp, rp, 0, lay.send_counts[c], lay.recv_counts[c]};
+          sp += lay.send_counts[c];
+          rp += lay.recv_counts[c];
+        }
+        p.keep_empty = lay.varying;
+        run_segment(0);
+        break;
+      }
+      case collective::barrier:
+      case collective::send_recv:
+        run_segment(0);
+        break;
+    }
+  } catch (const error& e) {
+    COLLX_THROW(e.code(), call_name<T, Op>(comm, coll, sig.seq, algorithm_name(alg)) + ": " + e.what());
+  }
+}
+
+}  // namespace detail
+}  // namespace v0
+}  // namespace collx

@@ -1,0 +1,81 @@
+/// @file detail/futex.hpp
+/// Sleeping waits on a 32-bit word (Linux futex), usable between threads and, with shared = true,
+/// between processes mapping the same memory. Ranks outnumber cores in tests and small jobs, so a
+/// wait spins briefly and then sleeps instead of burning a core.
+#pragma once
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cstdint>
+#include <ctime>
+
+namespace collx {
+inline namespace v0 {
+namespace detail {
+
+/// Sleeps while *word == expected, at most `timeout` (returns early on a wake or a signal).
+inline void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected,
+                       std::chrono::nanoseconds timeout, bool shared) noexcept {
+  if (timeout.count() <= 0) return;
+  timespec ts;
+  ts.tv_sec = static_cast<time_t>(timeout.count() / 1000000000);
+  ts.tv_nsec = static_cast<long>(timeout.count() % 1000000000);
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), shared ? FUTEX_WAIT : FUTEX_WAIT_PRIVATE,
+            expected, &ts, nullptr, 0);
+}
+
+/// Wakes every sleeper on `word`.
+inline void futex_wake_all(std::atomic<std::uint32_t>& word, bool shared) noexcept {
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), shared ? FUTEX_WAKE : FUTEX_WAKE_PRIVATE,
+            INT_MAX, nullptr, nullptr, 0);
+}
+
+/// A rank's doorbell: whoever changes state the rank may wait on rings it afterwards. Lives in
+/// memory all parties map (for processes: shared memory), so it is a standard-layout pair of words.
+struct doorbell {
+  std::atomic<std::uint32_t> seq{0};
+  std::atomic<std::uint32_t> sleepers{0};
+
+  /// Wakes the owner if it sleeps.
+  void ring(bool shared) noexcept {
+    seq.fetch_add(1, std::memory_order_seq_cst);
+    if (sleepers.load(std::memory_order_seq_cst) != 0) futex_wake_all(seq, shared);
+  }
+};
+
+/// Outcome of wait_until.
+enum class wait_status { ready, timed_out, interrupted };
+
+/// Waits until ready() holds, spinning `spins` checks first, then sleeping on `bell`.
+/// interrupted() is checked on every wake-up (abort, peer failure) and ends the wait.
+template <class Ready, class Interrupted>
+wait_status wait_until(doorbell& bell, bool shared, std::chrono::steady_clock::time_point deadline,
+                       unsigned spins, Ready ready, Interrupted interrupted) {
+  for (unsigned i = 0; i < spins; ++i) {
+    if (ready()) return wait_status::ready;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  }
+  for (;;) {
+    const std::uint32_t v = bell.seq.load(std::memory_order_seq_cst);
+    if (ready()) return wait_status::ready;
+    if (interrupted()) return wait_status::interrupted;
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) return wait_status::timed_out;
+    bell.sleepers.fetch_add(1, std::memory_order_seq_cst);
+    if (bell.seq.load(std::memory_order_seq_cst) == v && !ready())
+      futex_wait(bell.seq, v, deadline - now, shared);
+    bell.sleepers.fetch_sub(1, std::memory_order_seq_cst);
+  }
+}
+
+}  // namespace detail
+}  // namespace v0
+}  // namespace collx

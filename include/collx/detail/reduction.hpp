@@ -1,0 +1,59 @@
+/// @file detail/reduction.hpp
+/// How an (element type, op) pair is reduced: accumulator type, widening, combining, finalising.
+#pragma once
+
+#include <cstddef>
+#include <cstring>
+
+#include <collx/concepts.hpp>
+#include <collx/numeric.hpp>
+#include <collx/ops.hpp>
+
+namespace collx {
+inline namespace v0 {
+namespace detail {
+
+template <class Op>
+inline constexpr bool is_builtin_arith_op_v =
+    std::is_same_v<Op, ops::sum> || std::is_same_v<Op, ops::prod> || std::is_same_v<Op, ops::min> ||
+    std::is_same_v<Op, ops::max> || std::is_same_v<Op, ops::avg>;
+
+/// Reduction of T with Op. Partial results have type `acc` (fp32 for narrow floats under built-in
+/// ops, T otherwise); `finalize` turns a complete result into the value written to the user.
+template <class T, class Op>
+struct reduction {
+  static constexpr bool widened = is_narrow_float_v<T> && is_builtin_arith_op_v<Op>;
+  using acc = std::conditional_t<widened, float, T>;
+  /// Whether results need more than a copy when written (rounding or the avg division).
+  static constexpr bool needs_finalize = widened || op_traits<Op>::is_avg;
+
+  static constexpr acc widen(const T& x) noexcept {
+    if constexpr (widened) return narrow_float<T>::widen(x);
+    else return x;
+  }
+  static constexpr acc combine(const Op& op, const acc& a, const acc& b) {
+    if constexpr (widened) {
+      if constexpr (std::is_same_v<Op, ops::avg>) return ops::sum{}(a, b);
+      else return op(a, b);
+    } else {
+      return static_cast<T>(op(a, b));
+    }
+  }
+  static constexpr T finalize(const acc& a, int world_size) noexcept {
+    acc v = a;
+    if constexpr (op_traits<Op>::is_avg) {
+      if constexpr (std::signed_integral<acc>)
+        v = static_cast<acc>(static_cast<long long>(v) / static_cast<long long>(world_size));
+      else if constexpr (std::unsigned_integral<acc>)
+        v = static_cast<acc>(static_cast<unsigned long long>(v) / static_cast<unsigned long long>(world_size));
+      else
+        v = static_cast<acc>(v / static_cast<acc>(world_size));
+    }
+    if constexpr (widened) return narrow_float<T>::narrow(v);
+    else return v;
+  }
+};
+
+}  // namespace detail
+}  // namespace v0
+}  // namespace collx

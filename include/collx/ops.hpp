@@ -1,0 +1,198 @@
+/// @file ops.hpp
+/// Built-in reduction ops, op traits (commutativity, name), and the wrapper that declares a user's
+/// op commutative.
+///
+/// Semantics, the same on every rank, algorithm and transport:
+/// - Integer sum/prod wrap modulo 2^bits (computed in unsigned arithmetic: no undefined behaviour).
+/// - Unsigned types compare as unsigned in min/max.
+/// - Floating min/max: if either operand is NaN the result is the canonical quiet NaN
+///   (std::numeric_limits<T>::quiet_NaN()); -0.0 orders below +0.0. So the result does not depend on
+///   the order in which operands meet.
+/// - Narrow floats (collx::half, collx::bfloat16, CUDA's __half/__nv_bfloat16 via cuda_types.hpp) are
+///   widened to fp32 when first read; every partial result, including those sent between ranks, is fp32;
+///   the result is rounded to the element type once, to nearest even, when it is written to the
+///   user's output.
+/// - avg = sum, then divided by the world size n when written: floats divide in the accumulator
+///   type; integers divide the wrapped sum by n with C++ truncation toward zero
+///   (sum 7, n 2 -> 3; sum -3, n 2 -> -1).
+/// - Bitwise ops (band, bor, bxor) exist for integer types only.
+#pragma once
+
+#include <cmath>
+#include <concepts>
+#include <limits>
+#include <type_traits>
+
+#include <collx/numeric.hpp>
+
+namespace collx {
+inline namespace v0 {
+
+namespace detail {
+/// Unsigned type at least as wide as unsigned int, so that narrow types do not promote to int.
+template <class T>
+using wrap_unsigned_t =
+    std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
+
+template <std::integral T>
+constexpr T wrapping_add(T a, T b) noexcept {
+  using U = std::make_unsigned_t<T>;
+  using W = wrap_unsigned_t<T>;
+  return static_cast<T>(static_cast<U>(static_cast<W>(static_cast<U>(a)) + static_cast<W>(static_cast<U>(b))));
+}
+
+template <std::integral T>
+constexpr T wrapping_mul(T a, T b) noexcept {
+  using U = std::make_unsigned_t<T>;
+  using W = wrap_unsigned_t<T>;
+  return static_cast<T>(static_cast<U>(static_cast<W>(static_cast<U>(a)) * static_cast<W>(static_cast<U>(b))));
+}
+
+/// Arithmetic types the built-in arithmetic ops accept directly (bool is not one).
+template <class T>
+concept builtin_arithmetic = (std::integral<T> && !std::same_as<T, bool>) || std::floating_point<T>;
+
+template <class T>
+concept builtin_integer = std::integral<T> && !std::same_as<T, bool>;
+
+template <std::floating_point T>
+constexpr T ordered_min(T a, T b) noexcept {
+  if (a != a || b != b) return std::numeric_limits<T>::quiet_NaN();
+  if (a == b) return std::signbit(a) ? a : b;  // -0 < +0
+  return a < b ? a : b;
+}
+
+template <std::floating_point T>
+constexpr T ordered_max(T a, T b) noexcept {
+  if (a != a || b != b) return std::numeric_limits<T>::quiet_NaN();
+  if (a == b) return std::signbit(a) ? b : a;
+  return a > b ? a : b;
+}
+
+/// Applies a float function to narrow-float operands: widen, apply, round once.
+template <class T, class F>
+constexpr T via_float(T a, T b, F f) noexcept {
+  return narrow_float<T>::narrow(f(narrow_float<T>::widen(a), narrow_float<T>::widen(b)));
+}
+}  // namespace detail
+
+/// Built-in reduction ops. Each is an empty, trivially copyable function object with a templated
+/// call operator, `static constexpr bool commutative = true` and a `name`.
+namespace ops {
+
+/// Addition (integers wrap; narrow floats widen to fp32).
+struct sum {
+  static constexpr bool commutative = true;
+  static constexpr const char* name = "sum";
+  template <detail::builtin_arithmetic T>
+  constexpr T operator()(T a, T b) const noexcept {
+    if constexpr (std::integral<T>) return detail::wrapping_add(a, b);
+    else return a + b;
+  }
+  template <class T> requires is_narrow_float_v<T>
+  constexpr T operator()(T a, T b) const noexcept { return detail::via_float(a, b, *this); }
+};
+
+/// Multiplication (integers wrap; narrow floats widen to fp32).
+struct prod {
+  static constexpr bool commutative = true;
+  static constexpr const char* name = "prod";
+  template <detail::builtin_arithmetic T>
+  constexpr T operator()(T a, T b) const noexcept {
+    if constexpr (std::integral<T>) return detail::wrapping_mul(a, b);
+    else return a * b;
+  }
+  template <class T> requires is_narrow_float_v<T>
+  constexpr T operator()(T a, T b) const noexcept { return detail::via_float(a, b, *this); }
+};
+
+/// Minimum (NaN wins as the canonical quiet NaN; -0 < +0).
+struct min {
+  static constexpr bool commutative = true;
+  static constexpr const char* name = "min";
+  template <detail::builtin_arithmetic T>
+  constexpr T operator()(T a, T b) const noexcept {
+    if constexpr (std::floating_point<T>) return detail::ordered_min(a, b);
+    else return b < a ? b : a;
+  }
+  template <class T> requires is_narrow_float_v<T>
+  constexpr T operator()(T a, T b) const noexcept { return detail::via_float(a, b, *this); }
+};
+
+/// Maximum (NaN wins as the canonical quiet NaN; +0 > -0).
+struct max {
+  static constexpr bool commutative = true;
+  static constexpr const char* name = "max";
+  template <detail::builtin_arithmetic T>
+  constexpr T operator()(T a, T b) const noexcept {
+    if constexpr (std::floating_point<T>) return detail::ordered_max(a, b);
+    else return a < b ? b : a;
+  }
+  template <class T> requires is_narrow_float_v<T>
+  constexpr T operator()(T a, T b) const noexcept { return detail::via_float(a, b, *this); }
+};
+
+/// Average: combines as sum; the result is divided by the world size when written (see file docs).
+struct avg : sum {
+  static constexpr const char* name = "avg";
+};
+
+/// Bitwise and (integers only).
+struct band {
+  static constexpr bool commutative = true;
+  static constexpr const char* name = "band";
+  template <detail::builtin_integer T>
+  constexpr T operator()(T a, T b) const noexcept { return static_cast<T>(a & b); }
+};
+
+/// Bitwise or (integers only).
+struct bor {
+  static constexpr bool commutative = true;
+  static constexpr const char* name = "bor";
+  template <detail::builtin_integer T>
+  constexpr T operator()(T a, T b) const noexcept { return static_cast<T>(a | b); }
+};
+
+/// Bitwise exclusive or (integers only).
+struct bxor {
+  static constexpr bool commutative = true;
+  static constexpr const char* name = "bxor";
+  template <detail::builtin_integer T>
+  constexpr T operator()(T a, T b) const noexcept { return static_cast<T>(a ^ b); }
+};
+
+}  // namespace ops
+
+/// Declares a user's op commutative: `collx::commutative_op{my_lambda}`. Without it (or a
+/// `static constexpr bool commutative = true` member) collx treats a user op as non-commutative
+/// and combines operands strictly in rank order.
+template <class F>
+struct commutative_op {
+  static constexpr bool commutative = true;
+  F f;  ///< the wrapped op
+  template <class T>
+  constexpr auto operator()(const T& a, const T& b) const -> decltype(f(a, b)) { return f(a, b); }
+};
+template <class F>
+commutative_op(F) -> commutative_op<F>;
+
+/// Compile-time facts about an op. Specialise it to declare a third-party op commutative.
+template <class Op>
+struct op_traits {
+  /// True when op(a, b) == op(b, a) may be assumed. Associativity is always assumed (as in MPI) and
+  /// never checked.
+  static constexpr bool commutative = [] {
+    if constexpr (requires { Op::commutative; }) return static_cast<bool>(Op::commutative);
+    else return false;
+  }();
+  /// The op's name in messages and benchmark output ("custom" for user ops).
+  static constexpr const char* name = [] {
+    if constexpr (requires { Op::name; }) return static_cast<const char*>(Op::name);
+    else return "custom";
+  }();
+  /// True for ops::avg: the result is divided by the world size.
+  static constexpr bool is_avg = std::is_same_v<Op, ops::avg>;
+};
+
+}  // namespace v0
+}  // namespace collx

@@ -1,0 +1,57 @@
+/// @file reduce.hpp
+/// collx::reduce: op over all ranks' vectors, delivered to the root only.
+#pragma once
+
+#include <span>
+#include <type_traits>
+
+#include <collx/algo/automatic.hpp>
+#include <collx/algo/direct.hpp>
+#include <collx/algo/ring.hpp>
+#include <collx/algo/tree.hpp>
+#include <collx/communicator.hpp>
+#include <collx/concepts.hpp>
+#include <collx/detail/dispatch.hpp>
+#include <collx/ops.hpp>
+
+namespace collx {
+inline namespace v0 {
+
+/// Reduce: on the root, recv[i] = op over ranks of send_r[i]. Non-roots' recv is never touched.
+/// @param send send.size() elements on every rank, the same count everywhere; never written unless it
+///   is the root's recv.
+/// @param recv on the root send.size() elements (in place when recv.data() == send.data()); ignored
+///   on other ranks (may be empty).
+/// @param root in [0, world size); checked before any byte moves.
+/// @tparam Algo ring (commutative ops only), tree (rank order, to rank 0 then to the root), direct
+///   (the root folds in rank order: bitwise reproducible), or automatic.
+/// @throws collx::error invalid_argument, mismatch, timeout, aborted.
+template <class Algo = algo::automatic, element T, class Op = ops::sum>
+  requires reduction_op<Op, T>
+void reduce(communicator& comm, std::type_identity_t<std::span<const T>> send, std::span<T> recv, int root, Op op = {}) {
+  detail::static_check_algorithm<Algo, Op>();
+  if (root < 0 || root >= comm.size())
+    detail::invalid_call<T, Op>(comm, collective::reduce,
+                                "root " + std::to_string(root) + " is not a rank of this communicator (world size " +
+                                    std::to_string(comm.size()) + ")");
+  const bool is_root = comm.rank() == root;
+  const bool in_place = is_root && static_cast<const void*>(send.data()) == recv.data();
+  if (is_root && send.size() != recv.size())
+    detail::invalid_call<T, Op>(comm, collective::reduce,
+                                "at the root send has " + std::to_string(send.size()) + " elements and recv " +
+                                    std::to_string(recv.size()) + "; they must be equal");
+  if (is_root && !in_place && detail::overlap(send.data(), send.size_bytes(), recv.data(), recv.size_bytes()))
+    detail::invalid_call<T, Op>(comm, collective::reduce, "send and recv overlap without being the same buffer");
+  detail::run_collective<T, Op, Algo>(comm, collective::reduce, send.data(), is_root ? recv.data() : nullptr,
+                                      in_place, root, op, detail::call_layout::vector(send.size()));
+}
+
+/// In-place reduce: on the root buf becomes the result; elsewhere buf is only read.
+template <class Algo = algo::automatic, element T, class Op = ops::sum>
+  requires reduction_op<Op, T>
+void reduce(communicator& comm, std::span<T> buf, int root, Op op = {}) {
+  reduce<Algo, T, Op>(comm, std::span<const T>(buf), buf, root, op);
+}
+
+}  // namespace v0
+}  // namespace collx

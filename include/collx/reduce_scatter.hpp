@@ -1,0 +1,83 @@
+/// @file reduce_scatter.hpp
+/// collx::reduce_scatter and reduce_scatter_v: the reduced vector, cut into per-rank blocks; rank r
+/// keeps block r.
+#pragma once
+
+#include <numeric>
+#include <span>
+#include <type_traits>
+
+#include <collx/algo/automatic.hpp>
+#include <collx/algo/direct.hpp>
+#include <collx/algo/ring.hpp>
+#include <collx/algo/tree.hpp>
+#include <collx/communicator.hpp>
+#include <collx/concepts.hpp>
+#include <collx/detail/dispatch.hpp>
+#include <collx/ops.hpp>
+
+namespace collx {
+inline namespace v0 {
+
+namespace detail {
+template <class T, class Op, class Algo>
+void reduce_scatter_impl(communicator& comm, std::span<const T> send, std::span<T> recv,
+                         std::span<const std::size_t> counts, bool varying, const Op& op) {
+  static_check_algorithm<Algo, Op>();
+  const int n = comm.size(), r = comm.rank();
+  if (counts.size() != static_cast<std::size_t>(n))
+    invalid_call<T, Op>(comm, collective::reduce_scatter,
+                        "recv_counts has " + std::to_string(counts.size()) + " entries for " + std::to_string(n) + " ranks");
+  std::size_t total = 0, mine = 0;
+  for (int c = 0; c < n; ++c) {
+    if (c == r) mine = total;
+    total += counts[static_cast<std::size_t>(c)];
+  }
+  if (send.size() != total)
+    invalid_call<T, Op>(comm, collective::reduce_scatter,
+                        "send has " + std::to_string(send.size()) + " elements; the blocks need " + std::to_string(total));
+  if (recv.size() != counts[static_cast<std::size_t>(r)])
+    invalid_call<T, Op>(comm, collective::reduce_scatter,
+                        "recv has " + std::to_string(recv.size()) + " elements; this rank's block has " +
+                            std::to_string(counts[static_cast<std::size_t>(r)]));
+  const bool in_place = static_cast<const void*>(send.data() + mine) == recv.data() && !recv.empty();
+  if (!in_place && overlap(send.data(), send.size_bytes(), recv.data(), recv.size_bytes()))
+    invalid_call<T, Op>(comm, collective::reduce_scatter,
+                        "recv overlaps send but is not this rank's own block of it (in place means "
+                        "recv.data() == send.data() + offset of block rank)");
+  run_collective<T, Op, Algo>(comm, collective::reduce_scatter, send.data(), recv.data(), in_place, -1, op,
+                              call_layout::blocks(counts, varying));
+}
+}  // namespace detail
+
+/// Reduce-scatter: recv = block `rank` of (op over ranks of send), blocks of recv.size() elements.
+///
+/// @param send n * recv.size() elements on every rank (n = world size); never written unless recv is
+///   inside it.
+/// @param recv recv.size() elements, the same on every rank. In place when recv.data() ==
+///   send.data() + rank * recv.size() (NCCL's convention: the result lands in the rank's own block of
+///   send); any other overlap is an error.
+/// @throws collx::error invalid_argument (sizes, overlap), mismatch, timeout, aborted.
+/// Order of combination and determinism as for allreduce with the same algorithm.
+template <class Algo = algo::automatic, element T, class Op = ops::sum>
+  requires reduction_op<Op, T>
+void reduce_scatter(communicator& comm, std::type_identity_t<std::span<const T>> send, std::span<T> recv, Op op = {}) {
+  std::vector<std::size_t> counts(static_cast<std::size_t>(comm.size()), recv.size());
+  detail::reduce_scatter_impl<T, Op, Algo>(comm, send, recv, counts, false, op);
+}
+
+/// Reduce-scatter with uneven blocks: block c has recv_counts[c] elements, packed in rank order in
+/// send (block c starts at recv_counts[0] + ... + recv_counts[c-1]).
+/// @param recv_counts world-size entries, identical on every rank (checked: a mismatch is an error)
+/// @param send sum(recv_counts) elements
+/// @param recv recv_counts[rank] elements; in place when it is this rank's block of send.
+/// @throws collx::error invalid_argument, mismatch, timeout, aborted.
+template <class Algo = algo::automatic, element T, class Op = ops::sum>
+  requires reduction_op<Op, T>
+void reduce_scatter_v(communicator& comm, std::type_identity_t<std::span<const T>> send, std::span<T> recv,
+                      std::span<const std::size_t> recv_counts, Op op = {}) {
+  detail::reduce_scatter_impl<T, Op, Algo>(comm, send, recv, recv_counts, true, op);
+}
+
+}  // namespace v0
+}  // namespace collx

@@ -1,0 +1,74 @@
+/// @file send_recv.hpp
+/// Point-to-point send and recv between two ranks (pipeline-parallel stages).
+#pragma once
+
+#include <cstring>
+#include <span>
+#include <string>
+
+#include <collx/communicator.hpp>
+#include <collx/concepts.hpp>
+#include <collx/detail/dispatch.hpp>
+#include <collx/detail/type_name.hpp>
+
+namespace collx {
+inline namespace v0 {
+
+namespace detail {
+template <class T>
+call_signature p2p_signature(std::size_t count) {
+  call_signature sig;  // seq stays 0: point-to-point messages are ordered per pair, not per call
+  sig.coll = collective::send_recv;
+  sig.count = count;
+  sig.type_size = sizeof(T);
+  sig.type_hash = fnv1a(type_name<T>());
+  return sig;
+}
+template <class T>
+void check_peer(communicator& comm, int peer, const char* what) {
+  if (peer < 0 || peer >= comm.size() || peer == comm.rank())
+    invalid_call<T, no_op>(comm, collective::send_recv,
+                           std::string(what) + " rank " + std::to_string(peer) +
+                               " is not another rank of this communicator (world size " + std::to_string(comm.size()) + ")");
+}
+}  // namespace detail
+
+/// Sends `data` to rank `dest` and returns once dest has received it (synchronous, like MPI_Ssend).
+/// Messages between two ranks arrive in the order sent. The receiver must call recv with the same
+/// count and type (checked: errc::mismatch on both ranks).
+/// @throws collx::error invalid_argument (bad dest), mismatch, timeout, aborted.
+template <element T>
+void send(communicator& comm, std::type_identity_t<std::span<const T>> data, int dest) {
+  detail::check_peer<T>(comm, dest, "destination");
+  transport& t = comm.get_transport();
+  const call_signature sig = detail::p2p_signature<T>(data.size());
+  try {
+    t.check();
+    t.post_send(dest, data.data(), data.size_bytes(), sig);
+    t.wait_sends();
+  } catch (const error& e) {
+    COLLX_THROW(e.code(), "rank " + std::to_string(comm.rank()) + "/" + std::to_string(comm.size()) + " send<" +
+                              std::string(detail::type_name<T>()) + "> to " + std::to_string(dest) + ": " + e.what());
+  }
+}
+
+/// Receives data.size() elements from rank `src` into `data`.
+/// @throws collx::error invalid_argument (bad src), mismatch (count or type differs), timeout, aborted.
+template <element T>
+void recv(communicator& comm, std::span<T> data, int src) {
+  detail::check_peer<T>(comm, src, "source");
+  transport& t = comm.get_transport();
+  const call_signature sig = detail::p2p_signature<T>(data.size());
+  std::byte* d = reinterpret_cast<std::byte*>(data.data());
+  auto consume = [&](const std::byte* s, std::size_t off, std::size_t len) { std::memcpy(d + off, s, len); };
+  try {
+    t.check();
+    t.recv(src, data.size_bytes(), sizeof(T), sig, consume);
+  } catch (const error& e) {
+    COLLX_THROW(e.code(), "rank " + std::to_string(comm.rank()) + "/" + std::to_string(comm.size()) + " recv<" +
+                              std::string(detail::type_name<T>()) + "> from " + std::to_string(src) + ": " + e.what());
+  }
+}
+
+}  // namespace v0
+}  // namespace collx

@@ -1,0 +1,225 @@
+/// @file transport/threads.hpp
+/// Ranks as threads of one process. A send publishes a pointer; the receiver reads (and reduces)
+/// straight from the sender's memory, so every transfer is a single copy. Waits spin briefly and then
+/// sleep on a futex, so many more ranks than cores still make progress.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <collx/communicator.hpp>
+#include <collx/detail/futex.hpp>
+#include <collx/error.hpp>
+#include <collx/transport/transport.hpp>
+
+namespace collx {
+inline namespace v0 {
+namespace transport_impl {
+
+/// State shared by the threads of one in-process world: a mailbox per ordered pair of ranks, a
+/// doorbell per rank, and the world's failure.
+class thread_world {
+ public:
+  /// Sends a rank may have posted to one peer and not yet seen consumed.
+  static constexpr std::uint64_t mailbox_capacity = 16;
+
+  struct message {
+    const void* data = nullptr;
+    std::size_t bytes = 0;
+    call_signature sig{};
+  };
+  struct alignas(64) mailbox {
+    std::atomic<std::uint64_t> posted{0};
+    alignas(64) std::atomic<std::uint64_t> consumed{0};
+    message slots[mailbox_capacity];
+  };
+  struct alignas(64) padded_bell {
+    detail::doorbell bell;
+  };
+
+  explicit thread_world(int world_size)
+      : size_(world_size),
+        boxes_(new mailbox[static_cast<std::size_t>(world_size) * static_cast<std::size_t>(world_size)]),
+        bells_(new padded_bell[static_cast<std::size_t>(world_size)]) {}
+
+  int size() const noexcept { return size_; }
+  mailbox& box(int from, int to) noexcept {
+    return boxes_[static_cast<std::size_t>(from) * static_cast<std::size_t>(size_) + static_cast<std::size_t>(to)];
+  }
+  detail::doorbell& bell(int r) noexcept { return bells_[static_cast<std::size_t>(r)].bell; }
+
+  bool failed() const noexcept { return failed_.load(std::memory_order_acquire); }
+  void fail(errc code, const std::string& why) noexcept {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (failed_.load(std::memory_order_relaxed)) return;
+      try {
+        reason_ = why;
+      } catch (...) {
+      }
+      code_ = code;
+      failed_.store(true, std::memory_order_release);
+    }
+    for (int r = 0; r < size_; ++r) bell(r).ring(false);
+  }
+  [[noreturn]] void raise_failure() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    COLLX_THROW(code_, reason_);
+  }
+
+ private:
+  int size_;
+  std::unique_ptr<mailbox[]> boxes_;
+  std::unique_ptr<padded_bell[]> bells_;
+  std::atomic<bool> failed_{false};
+  std::mutex mutex_;
+  errc code_ = errc::internal;
+  std::string reason_;
+};
+
+/// One rank's end of a thread_world.
+class threads_transport final : public transport {
+ public:
+  threads_transport(std::shared_ptr<thread_world> world, int rank)
+      : world_(std::move(world)), rank_(rank), posted_(static_cast<std::size_t>(world_->size()), 0) {
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    spins_ = static_cast<unsigned>(world_->size()) <= cores ? 20000u : 64u;
+  }
+
+  int rank() const noexcept override { return rank_; }
+  int size() const noexcept override { return world_->size(); }
+  std::string_view name() const noexcept override { return "threads"; }
+  void set_timeout(std::chrono::milliseconds t) noexcept override { timeout_ = t; }
+  void check() override {
+    if (world_->failed()) world_->raise_failure();
+  }
+  void fail(errc code, const std::string& why) noexcept override { world_->fail(code, why); }
+
+  void post_send(int peer, const void* data, std::size_t bytes, const call_signature& sig) override {
+    auto& box = world_->box(rank_, peer);
+    const std::uint64_t k = posted_[static_cast<std::size_t>(peer)];
+    wait("a free mailbox slot towards", peer, [&] {
+      return k - box.consumed.load(std::memory_order_acquire) < thread_world::mailbox_capacity;
+    });
+    box.slots[k % thread_world::mailbox_capacity] = {data, bytes, sig};
+    box.posted.store(k + 1, std::memory_order_release);
+    posted_[static_cast<std::size_t>(peer)] = k + 1;
+    world_->bell(peer).ring(false);
+  }
+
+  void recv(int peer, std::size_t bytes, std::size_t granularity, const call_signature& sig,
+            consumer_ref consume) override {
+    (void)granularity;  // delivered whole
+    auto& box = world_->box(peer, rank_);
+    const std::uint64_t k = box.consumed.load(std::memory_order_relaxed);
+    wait("a message from", peer, [&] { return box.posted.load(std::memory_order_acquire) > k; });
+    const thread_world::message& m = box.slots[k % thread_world::mailbox_capacity];
+    if (!(m.sig == sig)) {
+      const std::string why = describe_mismatch(sig, rank_, m.sig, peer);
+      world_->fail(errc::mismatch, why);
+      COLLX_THROW(errc::mismatch, why);
+    }
+    if (m.bytes != bytes) {
+      const std::string why = "message size differs: rank " + std::to_string(peer) + " sends " +
+                              std::to_string(m.bytes) + " bytes, rank " + std::to_string(rank_) + " expects " +
+                              std::to_string(bytes) + " (per-rank counts disagree)";
+      world_->fail(errc::mismatch, why);
+      COLLX_THROW(errc::mismatch, why);
+    }
+    if (bytes) consume(static_cast<const std::byte*>(m.data), 0, bytes);
+    box.consumed.store(k + 1, std::memory_order_release);
+    world_->bell(peer).ring(false);
+  }
+
+  void wait_sends() override {
+    for (int p = 0; p < world_->size(); ++p) {
+      const std::uint64_t k = posted_[static_cast<std::size_t>(p)];
+      if (!k) continue;
+      auto& box = world_->box(rank_, p);
+      wait("its message to be consumed by", p,
+           [&] { return box.consumed.load(std::memory_order_acquire) == k; });
+    }
+  }
+
+ private:
+  template <class Ready>
+  void wait(const char* what, int peer, Ready ready) {
+    if (ready()) return;
+    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    const auto st = detail::wait_until(world_->bell(rank_), false, deadline, spins_, ready,
+                                       [&] { return world_->failed(); });
+    if (st == detail::wait_status::ready) return;
+    if (st == detail::wait_status::timed_out) {
+      const std::string why = "timed out after " + std::to_string(timeout_.count()) + " ms waiting for " + what +
+                              " rank " + std::to_string(peer) + " (rank " + std::to_string(rank_) +
+                              "; the peer is late, stuck, or called something else)";
+      world_->fail(errc::timeout, why);
+      COLLX_THROW(errc::timeout, why);
+    }
+    world_->raise_failure();
+  }
+
+  std::shared_ptr<thread_world> world_;
+  int rank_;
+  std::vector<std::uint64_t> posted_;
+  unsigned spins_ = 64;
+  std::chrono::milliseconds timeout_{std::chrono::seconds(300)};
+};
+
+}  // namespace transport_impl
+
+/// Creates the communicators of an in-process world of `world_size` ranks (one per thread the
+/// caller runs). Throws errc::invalid_argument if world_size < 1.
+inline std::vector<communicator> make_thread_communicators(int world_size, const communicator_options& opt = {}) {
+  if (world_size < 1) COLLX_THROW(errc::invalid_argument, "make_thread_communicators: world size must be >= 1");
+  auto world = std::make_shared<transport_impl::thread_world>(world_size);
+  std::vector<communicator> comms;
+  comms.reserve(static_cast<std::size_t>(world_size));
+  for (int r = 0; r < world_size; ++r)
+    comms.emplace_back(std::make_shared<transport_impl::threads_transport>(world, r), opt);
+  return comms;
+}
+
+/// Runs fn(communicator&) on `world_size` threads, one rank each, and joins them. If any rank
+/// throws, the world is failed (so the other ranks' calls fail fast instead of hanging) and the
+/// first exception thrown is rethrown here after every thread ended.
+template <class F>
+void run_threads(int world_size, F&& fn, const communicator_options& opt = {}) {
+  std::vector<communicator> comms = make_thread_communicators(world_size, opt);
+  std::mutex m;
+  std::exception_ptr first;
+  std::vector<std::thread> threads;
+  threads.reserve(comms.size());
+  for (auto& c : comms)
+    threads.emplace_back([&, comm = &c] {
+      try {
+        fn(*comm);
+      } catch (...) {
+        {
+          std::lock_guard<std::mutex> lock(m);
+          if (!first) first = std::current_exception();
+        }
+        std::string why = "rank " + std::to_string(comm->rank()) + " failed";
+        try {
+          throw;
+        } catch (const std::exception& e) {
+          why += ": ";
+          why += e.what();
+        } catch (...) {
+        }
+        comm->get_transport().fail(errc::aborted, why);
+      }
+    });
+  for (auto& t : threads) t.join();
+  if (first) std::rethrow_exception(first);
+}
+
+}  // namespace v0
+}  // namespace collx

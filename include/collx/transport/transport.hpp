@@ -1,0 +1,111 @@
+/// @file transport/transport.hpp
+/// The message transport interface every executor talks to, and the call signature that travels
+/// with each message so that ranks which disagree fail cleanly instead of hanging.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include <collx/algo/schedule.hpp>
+#include <collx/error.hpp>
+
+namespace collx {
+inline namespace v0 {
+
+/// What every rank must agree on for one call. Sent with every message; the receiver compares.
+struct call_signature {
+  std::uint64_t seq = 0;          ///< the call's sequence number on this communicator (from 1)
+  std::uint64_t count = 0;        ///< elements: the vector (allreduce/reduce/broadcast), per-rank block
+                                  ///< (reduce_scatter/all_gather/all_to_all), total for v-forms
+  std::uint64_t type_hash = 0;    ///< hash of the element type's name
+  std::uint64_t op_hash = 0;      ///< hash of the op's name (0: no op)
+  std::uint64_t layout_hash = 0;  ///< hash of per-rank counts (v-forms), else 0
+  std::uint32_t type_size = 0;    ///< sizeof(element)
+  std::int32_t root = -1;         ///< broadcast/reduce root, else -1
+  collective coll = collective::allreduce;
+  std::uint8_t algo = 0;          ///< the resolved algorithm (collx::algorithm)
+  constexpr bool operator==(const call_signature&) const = default;
+};
+
+/// Names the first field in which rank `peer`'s signature `theirs` differs from rank `me`'s `mine`,
+/// or "" if they agree.
+inline std::string describe_mismatch(const call_signature& mine, int me, const call_signature& theirs, int peer) {
+  const std::string rp = "rank " + std::to_string(peer), rm = "rank " + std::to_string(me);
+  auto field = [&](const char* name, auto b, auto a) {
+    return std::string(name) + " differs: " + rp + " has " + std::to_string(b) + ", " + rm + " has " +
+           std::to_string(a);
+  };
+  if (mine.seq != theirs.seq)
+    return "call sequence differs: " + rp + " is at call #" + std::to_string(theirs.seq) + " (" +
+           std::string(collective_name(theirs.coll)) + "), " + rm + " at #" + std::to_string(mine.seq) + " (" +
+           std::string(collective_name(mine.coll)) +
+           "): a rank skipped or added a call, or passed a count of zero where others did not";
+  if (mine.coll != theirs.coll)
+    return "collective differs: " + rp + " called " + std::string(collective_name(theirs.coll)) + ", " + rm +
+           " called " + std::string(collective_name(mine.coll));
+  if (mine.count != theirs.count) return field("count", theirs.count, mine.count);
+  if (mine.type_size != theirs.type_size || mine.type_hash != theirs.type_hash)
+    return "element type differs: " + rp + " passes a " + std::to_string(theirs.type_size) + "-byte type, " + rm +
+           " a " + std::to_string(mine.type_size) + "-byte type (or another type of that size)";
+  if (mine.op_hash != theirs.op_hash) return "reduction op differs between " + rp + " and " + rm;
+  if (mine.root != theirs.root) return field("root", theirs.root, mine.root);
+  if (mine.algo != theirs.algo)
+    return "algorithm differs: " + rp + " runs " + std::string(algorithm_name(static_cast<algorithm>(theirs.algo))) +
+           ", " + rm + " runs " + std::string(algorithm_name(static_cast<algorithm>(mine.algo)));
+  if (mine.layout_hash != theirs.layout_hash) return "per-rank counts differ between " + rp + " and " + rm;
+  return {};
+}
+
+/// Receives bytes [offset, offset + len) of a message, readable at `src` until it returns.
+/// A transport may deliver one message in several pieces, each a whole number of elements.
+class consumer_ref {
+ public:
+  template <class F>
+  consumer_ref(F& f) noexcept  // NOLINT: implicit by design, like std::function_ref
+      : obj_(&f), fn_([](void* o, const std::byte* s, std::size_t off, std::size_t len) {
+          (*static_cast<F*>(o))(s, off, len);
+        }) {}
+  void operator()(const std::byte* src, std::size_t offset, std::size_t len) const { fn_(obj_, src, offset, len); }
+
+ private:
+  void* obj_;
+  void (*fn_)(void*, const std::byte*, std::size_t, std::size_t);
+};
+
+/// A message transport between the ranks of one communicator. Implementations: threads of one
+/// process (transport/threads.hpp); processes over shared memory and MPI come in their own headers.
+/// All functions but abort() are called by the owning rank's thread only. Errors are collx::error
+/// with errc::timeout, aborted, mismatch or transport; after one, the transport is failed for every
+/// rank and every later call fails at once.
+class transport {
+ public:
+  virtual ~transport() = default;
+  /// This rank, in [0, size()).
+  virtual int rank() const noexcept = 0;
+  /// The world size.
+  virtual int size() const noexcept = 0;
+  /// Short name ("threads", "shm", "mpi").
+  virtual std::string_view name() const noexcept = 0;
+  /// Posts a send of `bytes` bytes at `data` to `peer`; returns at once. `data` stays readable and
+  /// unchanged until wait_sends() returns.
+  virtual void post_send(int peer, const void* data, std::size_t bytes, const call_signature& sig) = 0;
+  /// Blocks until the next message from `peer` arrives, checks its signature and size against the
+  /// expected ones, and hands its bytes to `consume` in pieces that are multiples of `granularity`.
+  virtual void recv(int peer, std::size_t bytes, std::size_t granularity, const call_signature& sig,
+                    consumer_ref consume) = 0;
+  /// Blocks until every posted send has been consumed.
+  virtual void wait_sends() = 0;
+  /// Throws the communicator's failure, if any (aborted, a peer's error).
+  virtual void check() = 0;
+  /// Fails the communicator for every rank with `code` and `why`, waking every waiter. Callable from
+  /// any thread; idempotent (the first reason is kept).
+  virtual void fail(errc code, const std::string& why) noexcept = 0;
+  /// Sets the deadline applied to each wait from now on.
+  virtual void set_timeout(std::chrono::milliseconds t) noexcept = 0;
+};
+
+}  // namespace v0
+}  // namespace collx
