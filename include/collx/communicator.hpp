@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <collx/algo/automatic.hpp>
+#include <collx/environment.hpp>
 #include <collx/error.hpp>
 #include <collx/transport/transport.hpp>
 
@@ -19,16 +20,24 @@ namespace collx {
 inline namespace v0 {
 
 namespace detail {
-/// COLLX_TIMEOUT in seconds (a decimal number > 0), or 300 s when unset.
+/// COLLX_TIMEOUT seconds, or 300 s when unset.
 inline std::chrono::milliseconds default_timeout() {
-  const char* v = std::getenv("COLLX_TIMEOUT");
-  if (!v || !*v) return std::chrono::seconds(300);
-  char* end = nullptr;
-  const double s = std::strtod(v, &end);
-  if (end == v || *end != '\0' || !(s > 0) || s > 1e9)
-    COLLX_THROW(errc::invalid_argument, std::string("COLLX_TIMEOUT='") + v +
-                                            "' is not a positive number of seconds (e.g. COLLX_TIMEOUT=30)");
-  return std::chrono::milliseconds(static_cast<long long>(s * 1000.0 + 0.5));
+  const auto v = env::get("COLLX_TIMEOUT");
+  if (!v) return std::chrono::seconds(300);
+  return std::chrono::milliseconds(static_cast<long long>(env::parse_seconds("COLLX_TIMEOUT", *v) * 1000.0 + 0.5));
+}
+/// COLLX_SEGMENT_BYTES, or 8 MiB when unset.
+inline std::size_t default_segment_bytes() {
+  const auto v = env::get("COLLX_SEGMENT_BYTES");
+  if (!v) return std::size_t{8} << 20;
+  const std::size_t b = env::parse_size("COLLX_SEGMENT_BYTES", *v);
+  if (b < 64) env::reject("COLLX_SEGMENT_BYTES", *v, "at least 64 bytes");
+  return b;
+}
+/// COLLX_ALGO parsed, or no overrides when unset.
+inline env::algorithm_overrides default_algorithm_overrides() {
+  const auto v = env::get("COLLX_ALGO");
+  return v ? env::parse_algorithms("COLLX_ALGO", *v) : env::algorithm_overrides{};
 }
 }  // namespace detail
 
@@ -39,10 +48,12 @@ struct communicator_options {
   std::chrono::milliseconds timeout = detail::default_timeout();
   /// Scratch memory bound per rank, bytes. Larger reductions run in segments of this size, so the
   /// staging memory does not grow with the message.
-  std::size_t max_segment_bytes = std::size_t{8} << 20;
+  std::size_t max_segment_bytes = detail::default_segment_bytes();
   /// Replaces algo::automatic's choice; empty: collx::cost_model{}.choose. Must return the same
   /// answer on every rank for the same query.
   std::function<algorithm(const selection_query&)> selector;
+  /// Per-collective algorithms for algo::automatic that win over the selector (default: COLLX_ALGO).
+  env::algorithm_overrides algorithm_overrides = detail::default_algorithm_overrides();
 };
 
 /// One rank's view of a group of ranks. Collectives take it as their first argument and must be
@@ -54,6 +65,7 @@ class communicator {
   explicit communicator(std::shared_ptr<transport> t, communicator_options opt = {})
       : transport_(std::move(t)), options_(std::move(opt)) {
     if (!transport_) COLLX_THROW(errc::invalid_argument, "communicator: null transport");
+    env::warn_unknown_variables_once();
     transport_->set_timeout(options_.timeout);
   }
 
@@ -72,7 +84,8 @@ class communicator {
 
   /// The algorithm algo::automatic resolves to for `q`.
   algorithm select(const selection_query& q) const {
-    algorithm a = options_.selector ? options_.selector(q) : cost_model{}.choose(q);
+    const auto forced = options_.algorithm_overrides.for_collective(q.coll);
+    algorithm a = forced ? *forced : options_.selector ? options_.selector(q) : cost_model{}.choose(q);
     if (a == algorithm::ring && !q.commutative) a = algorithm::direct;
     if (a == algorithm::tree && q.coll == collective::all_to_all) a = algorithm::direct;
     return a;

@@ -44,7 +44,7 @@ void send(communicator& comm, std::type_identity_t<std::span<const T>> data, int
   const call_signature sig = detail::p2p_signature<T>(data.size());
   try {
     t.check();
-    t.post_send(dest, data.data(), data.size_bytes(), sig);
+    t.post_send(dest, data.data(), data.size_bytes(), sizeof(T), sig);
     t.wait_sends();
   } catch (const error& e) {
     COLLX_THROW(e.code(), "rank " + std::to_string(comm.rank()) + "/" + std::to_string(comm.size()) + " send<" +

@@ -119,7 +119,7 @@ void execute(transport& t, const call_signature& sig, const schedule::steps& ste
   for (const schedule::step& s : steps) {
     switch (s.kind) {
       case step_kind::send:
-        t.post_send(s.peer, cx.cptr(s.a), s.a.count * C::elem_size(s.a.buf), sig);
+        t.post_send(s.peer, cx.cptr(s.a), s.a.count * C::elem_size(s.a.buf), C::elem_size(s.a.buf), sig);
         break;
       case step_kind::recv: {
         const std::size_t ws = C::elem_size(s.wire);

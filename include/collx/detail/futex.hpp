@@ -8,6 +8,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -53,10 +54,12 @@ struct doorbell {
 enum class wait_status { ready, timed_out, interrupted };
 
 /// Waits until ready() holds, spinning `spins` checks first, then sleeping on `bell`.
-/// interrupted() is checked on every wake-up (abort, peer failure) and ends the wait.
+/// interrupted() is checked on every wake-up and at least every `slice` (abort, peer failure, dead
+/// peer) and ends the wait.
 template <class Ready, class Interrupted>
 wait_status wait_until(doorbell& bell, bool shared, std::chrono::steady_clock::time_point deadline,
-                       unsigned spins, Ready ready, Interrupted interrupted) {
+                       unsigned spins, Ready ready, Interrupted interrupted,
+                       std::chrono::nanoseconds slice = std::chrono::hours(24)) {
   for (unsigned i = 0; i < spins; ++i) {
     if (ready()) return wait_status::ready;
 #if defined(__x86_64__) || defined(__i386__)
@@ -71,7 +74,7 @@ wait_status wait_until(doorbell& bell, bool shared, std::chrono::steady_clock::t
     if (now >= deadline) return wait_status::timed_out;
     bell.sleepers.fetch_add(1, std::memory_order_seq_cst);
     if (bell.seq.load(std::memory_order_seq_cst) == v && !ready())
-      futex_wait(bell.seq, v, deadline - now, shared);
+      futex_wait(bell.seq, v, std::min<std::chrono::nanoseconds>(deadline - now, slice), shared);
     bell.sleepers.fetch_sub(1, std::memory_order_seq_cst);
   }
 }

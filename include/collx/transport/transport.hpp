@@ -90,8 +90,10 @@ class transport {
   /// Short name ("threads", "shm", "mpi").
   virtual std::string_view name() const noexcept = 0;
   /// Posts a send of `bytes` bytes at `data` to `peer`; returns at once. `data` stays readable and
-  /// unchanged until wait_sends() returns.
-  virtual void post_send(int peer, const void* data, std::size_t bytes, const call_signature& sig) = 0;
+  /// unchanged until wait_sends() returns. `granularity` is the element size: a transport that cuts
+  /// the message into pieces cuts at multiples of it.
+  virtual void post_send(int peer, const void* data, std::size_t bytes, std::size_t granularity,
+                         const call_signature& sig) = 0;
   /// Blocks until the next message from `peer` arrives, checks its signature and size against the
   /// expected ones, and hands its bytes to `consume` in pieces that are multiples of `granularity`.
   virtual void recv(int peer, std::size_t bytes, std::size_t granularity, const call_signature& sig,

@@ -1,0 +1,136 @@
+/// @file bootstrap/env.hpp
+/// Rank, world size, local rank and a job id from the launcher's environment: collx-run, torchrun,
+/// Open MPI, MPICH (Hydra) or Slurm.
+#pragma once
+
+#include <unistd.h>
+
+#include <cctype>
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <collx/environment.hpp>
+#include <collx/error.hpp>
+
+namespace collx {
+inline namespace v0 {
+
+/// Where a process sits in a job.
+struct launch_info {
+  int rank = 0;              ///< global rank, in [0, world_size)
+  int world_size = 1;        ///< number of ranks in the job
+  int local_rank = 0;        ///< rank among the processes of this node
+  int local_world_size = 1;  ///< processes on this node
+  std::string job_id;        ///< the same for every rank of one job, different between concurrent jobs
+  std::string source;        ///< the launcher the values came from ("collx-run", "torchrun", ...)
+};
+
+namespace bootstrap {
+
+namespace detail {
+struct launcher_vars {
+  const char* source;
+  const char* rank;
+  const char* size;
+  const char* local_rank;
+  const char* local_size;
+};
+inline constexpr launcher_vars launchers[] = {
+    {"collx-run", "COLLX_RANK", "COLLX_WORLD_SIZE", "COLLX_LOCAL_RANK", "COLLX_LOCAL_WORLD_SIZE"},
+    {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"},
+    {"Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+     "OMPI_COMM_WORLD_LOCAL_SIZE"},
+    {"MPICH", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
+    {"Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", nullptr},
+};
+
+/// Slurm's SLURM_STEP_TASKS_PER_NODE ("4(x2),3") expanded for node `node`.
+inline std::optional<int> slurm_tasks_on_node(std::string_view spec, int node) {
+  int seen = 0;
+  std::size_t pos = 0;
+  while (pos < spec.size()) {
+    std::size_t comma = spec.find(',', pos);
+    if (comma == std::string_view::npos) comma = spec.size();
+    const std::string item(spec.substr(pos, comma - pos));
+    int tasks = 0, repeat = 1;
+    if (std::sscanf(item.c_str(), "%d(x%d)", &tasks, &repeat) < 1) return std::nullopt;
+    if (node < seen + repeat) return tasks;
+    seen += repeat;
+    pos = comma + 1;
+  }
+  return std::nullopt;
+}
+
+inline std::string sanitize_job_id(std::string s) {
+  for (char& c : s)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-')) c = '_';
+  return s.substr(0, 64);
+}
+}  // namespace detail
+
+/// Reads the launcher's environment. The first launcher whose rank variable is set wins; another
+/// launcher's variables that contradict it (a different rank or world size) are an error, as are
+/// missing or malformed variables; every message names the variables.
+/// @throws collx::error(errc::invalid_argument)
+inline launch_info from_environment() {
+  const detail::launcher_vars* found = nullptr;
+  launch_info info;
+  for (const auto& l : detail::launchers) {
+    const auto r = env::get(l.rank);
+    if (!r) continue;
+    const auto s = env::get(l.size);
+    if (!s)
+      COLLX_THROW(errc::invalid_argument, std::string(l.rank) + " is set (" + l.source + ") but " + l.size + " is not");
+    const int size = static_cast<int>(env::parse_int(l.size, *s, 1, 1 << 24));
+    const int rank = static_cast<int>(env::parse_int(l.rank, *r, 0, size - 1));
+    if (!found) {
+      found = &l;
+      info.rank = rank;
+      info.world_size = size;
+    } else if (rank != info.rank || size != info.world_size) {
+      COLLX_THROW(errc::invalid_argument, std::string("launcher variables contradict each other: ") + found->rank + "=" +
+                                              std::to_string(info.rank) + " " + found->size + "=" +
+                                              std::to_string(info.world_size) + " but " + l.rank + "=" + *r + " " +
+                                              l.size + "=" + *s);
+    }
+  }
+  if (!found)
+    COLLX_THROW(errc::invalid_argument,
+                "no launcher environment found: set COLLX_RANK and COLLX_WORLD_SIZE (or start the program with "
+                "collx-run -n N, torchrun, mpirun or srun)");
+  info.source = found->source;
+  // Local rank and size: default to a single node.
+  info.local_rank = info.rank;
+  info.local_world_size = info.world_size;
+  if (const auto lr = env::get(found->local_rank))
+    info.local_rank = static_cast<int>(env::parse_int(found->local_rank, *lr, 0, info.world_size - 1));
+  if (found->local_size) {
+    if (const auto ls = env::get(found->local_size))
+      info.local_world_size = static_cast<int>(env::parse_int(found->local_size, *ls, 1, info.world_size));
+  } else if (const auto spec = env::get("SLURM_STEP_TASKS_PER_NODE")) {
+    const int node = static_cast<int>(env::parse_int("SLURM_NODEID", env::get("SLURM_NODEID").value_or("0"), 0, 1 << 20));
+    const auto t = detail::slurm_tasks_on_node(*spec, node);
+    if (!t) env::reject("SLURM_STEP_TASKS_PER_NODE", *spec, "Slurm's format such as 4(x2),3");
+    info.local_world_size = *t;
+  }
+  if (info.local_rank >= info.local_world_size)
+    COLLX_THROW(errc::invalid_argument, "local rank " + std::to_string(info.local_rank) +
+                                            " is not below the local world size " + std::to_string(info.local_world_size));
+  // Job id: collx's own, else the launcher's, else the parent process (all local ranks share it).
+  std::string job;
+  if (auto v = env::get("COLLX_JOB_ID")) job = *v;
+  else if (auto t = env::get("TORCHELASTIC_RUN_ID")) job = "torch-" + *t + "-" + env::get("MASTER_PORT").value_or("");
+  else if (auto o = env::get("OMPI_MCA_ess_base_jobid")) job = "ompi-" + *o;
+  else if (auto p = env::get("PMIX_NAMESPACE")) job = "pmix-" + *p;
+  else if (auto sj = env::get("SLURM_JOB_ID")) job = "slurm-" + *sj + "." + env::get("SLURM_STEP_ID").value_or("0");
+  else job = "ppid-" + std::to_string(::getppid());
+  info.job_id = detail::sanitize_job_id(job);
+  return info;
+}
+
+}  // namespace bootstrap
+}  // namespace v0
+}  // namespace collx

@@ -1,0 +1,215 @@
+/// @file environment.hpp
+/// The COLLX_* environment variables: one table of names, parsers that reject bad values with a
+/// message naming the variable, and a check that warns about unknown COLLX_* names.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <collx/algo/schedule.hpp>
+#include <collx/error.hpp>
+
+extern char** environ;
+
+namespace collx {
+inline namespace v0 {
+
+/// One documented environment variable.
+struct env_var_doc {
+  std::string_view name;
+  std::string_view values;
+  std::string_view meaning;
+};
+
+/// Every COLLX_* variable collx reads (the README's table is this one).
+inline constexpr std::array<env_var_doc, 11> environment_variables{{
+    {"COLLX_TIMEOUT", "seconds > 0 (decimal), default 300", "deadline of every wait inside a call"},
+    {"COLLX_ALGO", "ring|tree|direct, or per collective: allreduce:ring,broadcast:tree",
+     "what algo::automatic picks (names are case-insensitive; ring falls back to direct for "
+     "non-commutative ops)"},
+    {"COLLX_SEGMENT_BYTES", "size (4096, 64K, 4M, 0x1000), default 8M", "scratch memory per rank per call segment"},
+    {"COLLX_SHM_BYTES_PER_PEER", "size, default 1M (less for > 8 ranks)", "shared-memory staging per ordered pair of ranks"},
+    {"COLLX_CMA", "auto|0|1, default auto", "single-copy transfers with process_vm_readv between processes"},
+    {"COLLX_JOB_ID", "string of [A-Za-z0-9_.-]", "keeps concurrent jobs on one machine apart (set by collx-run)"},
+    {"COLLX_RANK", "integer in [0, COLLX_WORLD_SIZE)", "this process's rank (set by collx-run)"},
+    {"COLLX_WORLD_SIZE", "integer >= 1", "number of ranks (set by collx-run)"},
+    {"COLLX_LOCAL_RANK", "integer", "rank among the processes of this node (set by collx-run)"},
+    {"COLLX_LOCAL_WORLD_SIZE", "integer >= 1", "processes on this node (set by collx-run)"},
+    {"COLLX_NODE_ID", "string", "overrides the node name, to test several 'nodes' on one machine"},
+}};
+
+namespace env {
+
+/// The variable's value, or nothing when unset or empty.
+inline std::optional<std::string> get(std::string_view name) {
+  const char* v = std::getenv(std::string(name).c_str());
+  if (!v || !*v) return std::nullopt;
+  return std::string(v);
+}
+
+[[noreturn]] inline void reject(std::string_view name, std::string_view value, std::string_view expected) {
+  COLLX_THROW(errc::invalid_argument,
+              std::string(name) + "='" + std::string(value) + "' is not valid: expected " + std::string(expected));
+}
+
+/// Parses a non-negative integer: decimal or 0x hexadecimal, optional binary suffix K, M, G
+/// (also KB/KiB...). "4M" = 4194304. Rejects signs, garbage and overflow.
+inline std::size_t parse_size(std::string_view name, std::string_view v) {
+  const std::string s(v);
+  if (s.empty() || !std::isdigit(static_cast<unsigned char>(s[0]))) reject(name, v, "a size such as 4096, 64K, 4M or 0x1000");
+  errno = 0;
+  char* end = nullptr;
+  const unsigned long long base = std::strtoull(s.c_str(), &end, 0);
+  if (errno == ERANGE) reject(name, v, "a size that fits in 64 bits");
+  std::string suffix(end);
+  for (char& c : suffix) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  unsigned long long mult = 1;
+  if (suffix.empty() || suffix == "B") mult = 1;
+  else if (suffix == "K" || suffix == "KB" || suffix == "KIB") mult = 1ull << 10;
+  else if (suffix == "M" || suffix == "MB" || suffix == "MIB") mult = 1ull << 20;
+  else if (suffix == "G" || suffix == "GB" || suffix == "GIB") mult = 1ull << 30;
+  else reject(name, v, "a size such as 4096, 64K, 4M or 0x1000");
+  if (base > ~0ull / mult) reject(name, v, "a size that fits in 64 bits");
+  return static_cast<std::size_t>(base * mult);
+}
+
+/// Parses an integer in [lo, hi] (decimal only).
+inline long long parse_int(std::string_view name, std::string_view v, long long lo, long long hi) {
+  const std::string s(v);
+  errno = 0;
+  char* end = nullptr;
+  const long long x = std::strtoll(s.c_str(), &end, 10);
+  if (s.empty() || *end != '\0' || errno == ERANGE || x < lo || x > hi)
+    reject(name, v, "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  return x;
+}
+
+/// Parses a positive number of seconds (decimal, e.g. 30 or 0.5).
+inline double parse_seconds(std::string_view name, std::string_view v) {
+  const std::string s(v);
+  char* end = nullptr;
+  const double x = std::strtod(s.c_str(), &end);
+  if (s.empty() || *end != '\0' || !(x > 0) || x > 1e9) reject(name, v, "a positive number of seconds, e.g. 30 or 0.5");
+  return x;
+}
+
+/// Lower-cases ASCII.
+inline std::string lower(std::string_view s) {
+  std::string r(s);
+  for (char& c : r) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return r;
+}
+
+/// Parses an algorithm name (case-insensitive).
+inline std::optional<algorithm> parse_algorithm_name(std::string_view s) {
+  const std::string l = lower(s);
+  for (algorithm a : {algorithm::ring, algorithm::tree, algorithm::direct})
+    if (l == algorithm_name(a)) return a;
+  return std::nullopt;
+}
+
+/// Every collective, in enum order (a test keeps this table and the enum in step).
+inline constexpr std::array<collective, 8> all_collectives{
+    collective::allreduce, collective::reduce_scatter, collective::all_gather, collective::broadcast,
+    collective::reduce,    collective::all_to_all,     collective::barrier,    collective::send_recv};
+
+/// Parses a collective name (case-insensitive; "-" and "_" are the same).
+inline std::optional<collective> parse_collective_name(std::string_view s) {
+  std::string l = lower(s);
+  for (char& c : l)
+    if (c == '-') c = '_';
+  for (collective c : all_collectives)
+    if (l == collective_name(c)) return c;
+  return std::nullopt;
+}
+
+/// COLLX_ALGO parsed: an optional algorithm per collective.
+struct algorithm_overrides {
+  std::array<std::optional<algorithm>, all_collectives.size()> per{};
+  std::optional<algorithm> for_collective(collective c) const { return per[static_cast<std::size_t>(c)]; }
+};
+
+/// Parses "ring" (all collectives) or "allreduce:ring,broadcast:tree" (per collective; later
+/// entries win). Unknown collective or algorithm names are errors naming the variable.
+inline algorithm_overrides parse_algorithms(std::string_view name, std::string_view v) {
+  algorithm_overrides o;
+  std::size_t pos = 0;
+  while (pos <= v.size()) {
+    std::size_t comma = v.find(',', pos);
+    if (comma == std::string_view::npos) comma = v.size();
+    std::string_view item = v.substr(pos, comma - pos);
+    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+    while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+    const std::size_t colon = item.find(':');
+    const std::string_view algo_part = colon == std::string_view::npos ? item : item.substr(colon + 1);
+    const auto a = parse_algorithm_name(algo_part);
+    if (!a) reject(name, v, "ring, tree or direct, optionally per collective as allreduce:ring,broadcast:tree");
+    if (colon == std::string_view::npos) {
+      for (auto& slot : o.per) slot = a;
+    } else {
+      const auto c = parse_collective_name(item.substr(0, colon));
+      if (!c)
+        reject(name, v, "collective names from allreduce, reduce_scatter, all_gather, broadcast, reduce, all_to_all");
+      o.per[static_cast<std::size_t>(*c)] = a;
+    }
+    pos = comma + 1;
+  }
+  return o;
+}
+
+/// Edit distance, for "did you mean".
+inline std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+/// Warnings for every COLLX_* variable of `envp` that collx does not know, each naming the closest
+/// known one ("COLLX_TIMEOUTS is not a collx variable; did you mean COLLX_TIMEOUT?").
+inline std::vector<std::string> unknown_variable_warnings(char** envp = environ) {
+  std::vector<std::string> out;
+  for (char** e = envp; e && *e; ++e) {
+    std::string_view kv(*e);
+    if (kv.substr(0, 6) != "COLLX_") continue;
+    const std::string_view key = kv.substr(0, kv.find('='));
+    std::string_view best;
+    std::size_t best_d = ~std::size_t{0};
+    bool known = false;
+    for (const auto& d : environment_variables) {
+      if (d.name == key) known = true;
+      const std::size_t dist = edit_distance(key, d.name);
+      if (dist < best_d) best_d = dist, best = d.name;
+    }
+    if (!known)
+      out.push_back("collx warning: " + std::string(key) + " is not a collx variable; did you mean " + std::string(best) +
+                    "?");
+  }
+  return out;
+}
+
+/// Prints unknown_variable_warnings() to stderr once per process.
+inline void warn_unknown_variables_once() {
+  static const bool done = [] {
+    for (const std::string& w : unknown_variable_warnings()) std::fprintf(stderr, "%s\n", w.c_str());
+    return true;
+  }();
+  (void)done;
+}
+
+}  // namespace env
+}  // namespace v0
+}  // namespace collx

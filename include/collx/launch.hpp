@@ -1,0 +1,162 @@
+/// @file launch.hpp
+/// Starting ranks as local processes: run_processes (a function per rank, for tests and tools) and
+/// launch_program (the engine of the collx-run launcher).
+#pragma once
+
+#include <signal.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include <collx/communicator.hpp>
+#include <collx/error.hpp>
+#include <collx/transport/shm.hpp>
+
+namespace collx {
+inline namespace v0 {
+
+/// How one rank's process ended.
+struct process_exit {
+  int rank = -1;
+  pid_t pid = -1;
+  int exit_code = -1;    ///< exit status, or -1 if killed by a signal
+  int term_signal = 0;   ///< the signal that killed it, or 0
+  /// True if it exited with status 0.
+  bool ok() const noexcept { return exit_code == 0 && term_signal == 0; }
+};
+
+namespace detail {
+/// A job id no other job on this machine has: parent pid, a counter, and the time.
+inline std::string fresh_job_id(const char* prefix) {
+  static std::atomic<unsigned> counter{0};
+  const auto t = std::chrono::steady_clock::now().time_since_epoch().count();
+  return std::string(prefix) + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + "-" +
+         std::to_string(static_cast<unsigned long long>(t) % 1000000007ull);
+}
+
+inline process_exit wait_for(int rank, pid_t pid) {
+  process_exit e;
+  e.rank = rank;
+  e.pid = pid;
+  int st = 0;
+  while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(st)) e.exit_code = WEXITSTATUS(st);
+  else if (WIFSIGNALED(st)) e.term_signal = WTERMSIG(st);
+  return e;
+}
+}  // namespace detail
+
+/// Forks `world_size` processes; process r connects to the others over shared memory as rank r and
+/// runs fn(communicator&). fn may return void (exit status 0) or an int (the exit status). An
+/// exception in fn is printed to stderr with the rank and gives exit status 1. Returns how every
+/// process ended, in rank order, after all ended. The caller should have no other threads running.
+/// @throws collx::error(errc::system) if fork fails (processes already started are killed).
+template <class F>
+std::vector<process_exit> run_processes(int world_size, F&& fn, const communicator_options& opt = {},
+                                        const shm_options& shm = {}) {
+  if (world_size < 1) COLLX_THROW(errc::invalid_argument, "run_processes: world size must be >= 1");
+  const std::string job = detail::fresh_job_id("rp");
+  std::vector<pid_t> pids;
+  std::fflush(nullptr);
+  for (int r = 0; r < world_size; ++r) {
+    const pid_t pid = ::fork();
+    if (pid < 0) {
+      for (pid_t p : pids) ::kill(p, SIGKILL);
+      for (std::size_t i = 0; i < pids.size(); ++i) detail::wait_for(static_cast<int>(i), pids[i]);
+      COLLX_THROW(errc::system, "run_processes: fork failed");
+    }
+    if (pid == 0) {
+      int code = 0;
+      try {
+        launch_info info{r, world_size, r, world_size, job, "run_processes"};
+        communicator comm = connect_shm(info, opt, shm);
+        if constexpr (std::is_convertible_v<std::invoke_result_t<F&, communicator&>, int>) code = fn(comm);
+        else fn(comm);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "rank %d: %s\n", r, e.what());
+        code = 1;
+      } catch (...) {
+        std::fprintf(stderr, "rank %d: unknown exception\n", r);
+        code = 1;
+      }
+      std::fflush(nullptr);
+      ::_exit(code);
+    }
+    pids.push_back(pid);
+  }
+  std::vector<process_exit> out;
+  for (int r = 0; r < world_size; ++r) out.push_back(detail::wait_for(r, pids[static_cast<std::size_t>(r)]));
+  return out;
+}
+
+/// Runs `argv` as `world_size` local processes with COLLX_RANK, COLLX_WORLD_SIZE, COLLX_LOCAL_RANK,
+/// COLLX_LOCAL_WORLD_SIZE and COLLX_JOB_ID set (the job id is kept if already set). When a process
+/// fails (non-zero status or a signal), the others get SIGTERM, then SIGKILL after `grace`.
+/// Returns the first failure's status (128 + signal for a signal), or 0.
+inline int launch_program(int world_size, char* const argv[], std::chrono::milliseconds grace = std::chrono::seconds(3)) {
+  if (world_size < 1 || !argv || !argv[0]) COLLX_THROW(errc::invalid_argument, "launch_program: need N >= 1 and a program");
+  const std::string job = env::get("COLLX_JOB_ID").value_or(detail::fresh_job_id("run"));
+  std::vector<pid_t> pids;
+  std::fflush(nullptr);
+  for (int r = 0; r < world_size; ++r) {
+    const pid_t pid = ::fork();
+    if (pid < 0) {
+      for (pid_t p : pids) ::kill(p, SIGKILL);
+      COLLX_THROW(errc::system, "launch_program: fork failed");
+    }
+    if (pid == 0) {
+      ::setenv("COLLX_RANK", std::to_string(r).c_str(), 1);
+      ::setenv("COLLX_WORLD_SIZE", std::to_string(world_size).c_str(), 1);
+      ::setenv("COLLX_LOCAL_RANK", std::to_string(r).c_str(), 1);
+      ::setenv("COLLX_LOCAL_WORLD_SIZE", std::to_string(world_size).c_str(), 1);
+      ::setenv("COLLX_JOB_ID", job.c_str(), 1);
+      ::execvp(argv[0], argv);
+      std::fprintf(stderr, "collx-run: cannot run %s: %s\n", argv[0], std::strerror(errno));
+      ::_exit(127);
+    }
+    pids.push_back(pid);
+  }
+  int first_failure = 0;
+  std::size_t alive = pids.size();
+  auto deadline = std::chrono::steady_clock::time_point::max();
+  while (alive) {
+    int st = 0;
+    const pid_t pid = ::waitpid(-1, &st, first_failure ? WNOHANG : 0);
+    if (pid < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    if (pid == 0) {  // someone failed and others still run: escalate after the grace period
+      if (std::chrono::steady_clock::now() > deadline) {
+        for (pid_t p : pids) ::kill(p, SIGKILL);
+        deadline = std::chrono::steady_clock::time_point::max();
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      continue;
+    }
+    for (pid_t& p : pids)
+      if (p == pid) p = -1, --alive;
+    const int status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    if (status != 0 && !first_failure) {
+      first_failure = status;
+      for (pid_t p : pids)
+        if (p > 0) ::kill(p, SIGTERM);
+      deadline = std::chrono::steady_clock::now() + grace;
+    }
+  }
+  return first_failure;
+}
+
+}  // namespace v0
+}  // namespace collx

@@ -1,0 +1,585 @@
+/// @file transport/shm.hpp
+/// Processes of one node over POSIX shared memory.
+///
+/// One segment per job holds, for every ordered pair of ranks, a ring of message slots with their
+/// staging memory, plus a doorbell per rank and the job's failure state. A message is either staged
+/// (the sender copies it through the ring in slot-sized pieces, streaming: staging stays bounded
+/// however large the message) or, from COLLX_CMA's size threshold up and where the kernel allows,
+/// read by the receiver straight from the sender's memory with process_vm_readv (single copy).
+/// Waits spin briefly, then sleep on a process-shared futex, and look at the peers' liveness every
+/// 50 ms: a dead peer, a timeout or abort() fails the segment for every rank.
+///
+/// Lifecycle: the segment is named "/collx-<uid>-<job id>"; rank 0 creates it, every rank maps it,
+/// and the last rank to map it unlinks it, so a crash after start-up leaves nothing in /dev/shm.
+/// Segments of this user whose creator died (a crash during start-up) are reclaimed at the next
+/// start. A full /dev/shm is reported as such.
+#pragma once
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/uio.h>
+#include <unistd.h>
+#include <dirent.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <collx/bootstrap/env.hpp>
+#include <collx/communicator.hpp>
+#include <collx/detail/futex.hpp>
+#include <collx/detail/process.hpp>
+#include <collx/environment.hpp>
+#include <collx/error.hpp>
+#include <collx/transport/transport.hpp>
+
+namespace collx {
+inline namespace v0 {
+
+/// Settings of the shared-memory transport (defaults from the environment).
+struct shm_options {
+  /// Staging bytes per ordered pair of ranks (COLLX_SHM_BYTES_PER_PEER; default 1 MiB, shrunk for
+  /// more than 8 ranks so that the segment stays near 64 MiB).
+  std::size_t bytes_per_peer = 0;
+  /// Single-copy reads with process_vm_readv: -1 auto (used when every rank can), 0 off, 1 required.
+  int cma = -1;
+  /// Messages of at least this many bytes go single-copy when CMA is on.
+  std::size_t cma_min_bytes = 64 * 1024;
+  /// How long start-up waits for all ranks to attach.
+  std::chrono::milliseconds connect_timeout = std::chrono::seconds(60);
+};
+
+namespace transport_impl {
+
+/// The shared segment's layout. Everything in it is plain data and lock-free atomics.
+struct shm_segment {
+  static constexpr std::uint64_t magic_ready = 0x636f6c6c78736d31ull;  // "collxsm1"
+  static constexpr std::uint32_t layout_version = 1;
+
+  enum class slot_kind : std::uint32_t { staged = 1, cma = 2 };
+  struct slot {
+    call_signature sig;
+    std::uint64_t total_bytes;  ///< size of the whole message
+    std::uint64_t offset;       ///< where this piece starts within the message
+    std::uint64_t len;          ///< bytes in this piece (staged) or the whole message (cma)
+    std::uint64_t addr;         ///< cma: the sender's address of the message
+    slot_kind kind;
+    std::int32_t pid;           ///< cma: the sender's pid
+  };
+  struct alignas(64) mailbox {
+    std::atomic<std::uint64_t> posted{0};
+    alignas(64) std::atomic<std::uint64_t> consumed{0};
+  };
+  struct alignas(64) peer_info {
+    std::atomic<std::int32_t> pid{0};
+    std::atomic<std::uint32_t> attached{0};
+    std::uint64_t start_time = 0;
+    std::uint64_t probe_addr = 0;             ///< address of a value peers read to test CMA
+    std::atomic<std::uint32_t> cma_state{0};  ///< 0 unknown, 1 can read its neighbour, 2 cannot
+    std::atomic<std::uint32_t> departed{0};   ///< set when the rank closed its communicator
+    detail::doorbell bell;
+  };
+  struct header {
+    std::atomic<std::uint64_t> magic{0};
+    std::uint32_t version = 0;
+    std::int32_t world_size = 0;
+    std::uint64_t total_bytes = 0;
+    std::uint64_t slot_bytes = 0;
+    std::uint32_t slots = 0;
+    std::int32_t creator_pid = 0;
+    std::uint64_t creator_start = 0;
+    std::atomic<std::uint32_t> attached{0};
+    std::atomic<std::uint32_t> cma_enabled{0};  ///< decided once all ranks probed
+    std::atomic<std::uint32_t> failed{0};
+    std::atomic<std::uint32_t> fail_lock{0};
+    std::uint32_t fail_code = 0;
+    char fail_reason[1024] = {};
+  };
+
+  struct layout {
+    std::size_t peers = 0, boxes = 0, slots = 0, data = 0, total = 0;
+  };
+  static constexpr std::size_t align_up(std::size_t x, std::size_t a) { return (x + a - 1) / a * a; }
+  static layout compute(int n, std::size_t slot_bytes, std::size_t slots) {
+    const std::size_t pairs = static_cast<std::size_t>(n) * static_cast<std::size_t>(n);
+    layout l;
+    l.peers = align_up(sizeof(header), 4096);
+    l.boxes = align_up(l.peers + sizeof(peer_info) * static_cast<std::size_t>(n), 64);
+    l.slots = align_up(l.boxes + sizeof(mailbox) * pairs, 64);
+    l.data = align_up(l.slots + sizeof(slot) * slots * pairs, 4096);
+    l.total = align_up(l.data + slot_bytes * slots * pairs, 4096);
+    return l;
+  }
+};
+
+/// One rank's end of the shared segment.
+class shm_transport final : public transport {
+ public:
+  shm_transport(const launch_info& info, const shm_options& opt, std::chrono::milliseconds timeout)
+      : rank_(info.rank), n_(info.world_size), timeout_(timeout), cma_min_(opt.cma_min_bytes) {
+    if (info.local_world_size != info.world_size)
+      COLLX_THROW(errc::invalid_argument,
+                  "the shared-memory transport needs every rank on one node, but " + std::to_string(info.world_size) +
+                      " ranks run " + std::to_string(info.local_world_size) + " per node");
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    spins_ = static_cast<unsigned>(n_) <= cores ? 20000u : 64u;
+    name_ = segment_name(info.job_id);
+    connect(opt);
+  }
+
+  ~shm_transport() override {
+    if (!base_) return;
+    peer(rank_).departed.store(1, std::memory_order_release);
+    for (int r = 0; r < n_; ++r) peer(r).bell.ring(true);
+    ::munmap(base_, bytes_);
+  }
+
+  int rank() const noexcept override { return rank_; }
+  int size() const noexcept override { return n_; }
+  std::string_view name() const noexcept override { return "shm"; }
+  void set_timeout(std::chrono::milliseconds t) noexcept override { timeout_ = t; }
+  /// Whether single-copy (process_vm_readv) transfers are on for this job.
+  bool cma_enabled() const noexcept { return cma_; }
+  /// The segment's name in /dev/shm (already unlinked once every rank attached).
+  const std::string& segment() const noexcept { return name_; }
+
+  void check() override {
+    if (hdr()->failed.load(std::memory_order_acquire)) raise_failure();
+  }
+
+  void fail(errc code, const std::string& why) noexcept override {
+    shm_segment::header* h = hdr();
+    std::uint32_t expected = 0;
+    if (h->fail_lock.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
+      h->fail_code = static_cast<std::uint32_t>(code);
+      std::snprintf(h->fail_reason, sizeof h->fail_reason, "%s", why.c_str());
+      h->failed.store(1, std::memory_order_release);
+    }
+    for (int r = 0; r < n_; ++r) peer(r).bell.ring(true);
+  }
+
+  void post_send(int peer_rank, const void* data, std::size_t bytes, std::size_t granularity,
+                 const call_signature& sig) override {
+    granularity = std::max<std::size_t>(1, granularity);
+    if (granularity > slot_bytes_)
+      COLLX_THROW(errc::invalid_argument, "element of " + std::to_string(granularity) +
+                                              " bytes is larger than a shared-memory staging slot (" +
+                                              std::to_string(slot_bytes_) + " bytes); raise COLLX_SHM_BYTES_PER_PEER");
+    // Queued, not sent: what does not fit in the ring now is pushed by every later wait.
+    out_[static_cast<std::size_t>(peer_rank)].push_back(
+        {static_cast<const std::byte*>(data), bytes, granularity, 0, sig, cma_ && bytes >= cma_min_});
+    progress(peer_rank);
+  }
+
+  void recv(int peer_rank, std::size_t bytes, std::size_t granularity, const call_signature& sig,
+            consumer_ref consume) override {
+    shm_segment::mailbox& box = mbox(peer_rank, rank_);
+    std::size_t delivered = 0;
+    bool first = true;
+    do {
+      const std::uint64_t k = box.consumed.load(std::memory_order_relaxed);
+      wait("a message from", peer_rank, [&] { return box.posted.load(std::memory_order_acquire) > k; });
+      const shm_segment::slot& s = slot_at(peer_rank, rank_, k);
+      if (first) {
+        if (!(s.sig == sig)) mismatch(describe_mismatch(sig, rank_, s.sig, peer_rank));
+        if (s.total_bytes != bytes)
+          mismatch("message size differs: rank " + std::to_string(peer_rank) + " sends " + std::to_string(s.total_bytes) +
+                   " bytes, rank " + std::to_string(rank_) + " expects " + std::to_string(bytes) +
+                   " (per-rank counts disagree)");
+        first = false;
+      }
+      if (s.kind == shm_segment::slot_kind::cma) {
+        read_remote(peer_rank, s, granularity, consume);
+        delivered += s.len;
+      } else {
+        if (s.len) consume(slot_data(peer_rank, rank_, k), s.offset, s.len);
+        delivered += s.len;
+      }
+      box.consumed.store(k + 1, std::memory_order_release);
+      peer(peer_rank).bell.ring(true);
+    } while (delivered < bytes);
+  }
+
+  void wait_sends() override {
+    for (int p = 0; p < n_; ++p) {
+      auto& q = out_[static_cast<std::size_t>(p)];
+      shm_segment::mailbox& box = mbox(rank_, p);
+      if (q.empty() && box.consumed.load(std::memory_order_acquire) == box.posted.load(std::memory_order_relaxed))
+        continue;
+      wait("its messages to be consumed by", p, [&] {
+        return q.empty() && box.consumed.load(std::memory_order_acquire) == box.posted.load(std::memory_order_relaxed);
+      });
+    }
+  }
+
+  /// The name a job's segment gets: "/collx-<uid>-<job id>".
+  static std::string segment_name(const std::string& job_id) {
+    return "/collx-" + std::to_string(::getuid()) + "-" + job_id;
+  }
+
+  /// Unlinks this user's collx segments whose creator died (left by a crash during start-up).
+  /// Returns how many were removed.
+  static int reclaim_stale_segments() {
+    int removed = 0;
+    const std::string prefix = "collx-" + std::to_string(::getuid()) + "-";
+    DIR* d = ::opendir("/dev/shm");
+    if (!d) return 0;
+    while (dirent* e = ::readdir(d)) {
+      const std::string nm = e->d_name;
+      if (nm.compare(0, prefix.size(), prefix) != 0) continue;
+      if (segment_is_stale("/" + nm)) removed += ::shm_unlink(("/" + nm).c_str()) == 0;
+    }
+    ::closedir(d);
+    return removed;
+  }
+
+ private:
+  struct outgoing {
+    const std::byte* data;
+    std::size_t bytes;
+    std::size_t granularity;
+    std::size_t sent;
+    call_signature sig;
+    bool cma;
+  };
+
+  shm_segment::header* hdr() const noexcept { return reinterpret_cast<shm_segment::header*>(base_); }
+  shm_segment::peer_info& peer(int r) const noexcept {
+    return reinterpret_cast<shm_segment::peer_info*>(base_ + lay_.peers)[r];
+  }
+  std::size_t pair(int from, int to) const noexcept {
+    return static_cast<std::size_t>(from) * static_cast<std::size_t>(n_) + static_cast<std::size_t>(to);
+  }
+  shm_segment::mailbox& mbox(int from, int to) const noexcept {
+    return reinterpret_cast<shm_segment::mailbox*>(base_ + lay_.boxes)[pair(from, to)];
+  }
+  shm_segment::slot& slot_at(int from, int to, std::uint64_t k) const noexcept {
+    return reinterpret_cast<shm_segment::slot*>(base_ + lay_.slots)[pair(from, to) * slots_ + k % slots_];
+  }
+  std::byte* slot_data(int from, int to, std::uint64_t k) const noexcept {
+    return base_ + lay_.data + (pair(from, to) * slots_ + k % slots_) * slot_bytes_;
+  }
+
+  /// Pushes as much of the pending messages to `p` into free slots as fits; never blocks.
+  void progress(int p) {
+    auto& q = out_[static_cast<std::size_t>(p)];
+    shm_segment::mailbox& box = mbox(rank_, p);
+    bool rang = false;
+    while (!q.empty()) {
+      const std::uint64_t k = box.posted.load(std::memory_order_relaxed);
+      if (k - box.consumed.load(std::memory_order_acquire) >= slots_) break;
+      outgoing& m = q.front();
+      shm_segment::slot& s = slot_at(rank_, p, k);
+      s.sig = m.sig;
+      s.total_bytes = m.bytes;
+      s.offset = m.sent;
+      if (m.cma) {
+        s.kind = shm_segment::slot_kind::cma;
+        s.len = m.bytes;
+        s.addr = reinterpret_cast<std::uint64_t>(m.data);
+        s.pid = static_cast<std::int32_t>(::getpid());
+        m.sent = m.bytes;
+      } else {
+        const std::size_t piece = std::max(m.granularity, slot_bytes_ / m.granularity * m.granularity);
+        const std::size_t len = std::min(piece, m.bytes - m.sent);
+        s.kind = shm_segment::slot_kind::staged;
+        s.len = len;
+        if (len) std::memcpy(slot_data(rank_, p, k), m.data + m.sent, len);
+        m.sent += len;
+      }
+      box.posted.store(k + 1, std::memory_order_release);
+      rang = true;
+      if (m.sent == m.bytes) q.pop_front();
+    }
+    if (rang) peer(p).bell.ring(true);
+  }
+  void progress_all() {
+    for (int p = 0; p < n_; ++p)
+      if (!out_[static_cast<std::size_t>(p)].empty()) progress(p);
+  }
+
+  void read_remote(int from, const shm_segment::slot& s, std::size_t granularity, consumer_ref consume) {
+    const std::size_t piece = std::max(granularity, bounce_.size() / granularity * granularity);
+    for (std::size_t off = 0; off < s.len; off += piece) {
+      const std::size_t len = std::min(piece, s.len - off);
+      iovec local{bounce_.data(), len};
+      iovec remote{reinterpret_cast<void*>(s.addr + off), len};
+      const ssize_t got = ::process_vm_readv(s.pid, &local, 1, &remote, 1, 0);
+      if (got != static_cast<ssize_t>(len)) {
+        const std::string why = "process_vm_readv from rank " + std::to_string(from) + " failed (" +
+                                std::string(std::strerror(errno)) + "); set COLLX_CMA=0 to stage through shared memory";
+        fail(errc::transport, why);
+        COLLX_THROW(errc::transport, why);
+      }
+      consume(bounce_.data(), off, len);
+    }
+  }
+
+  [[noreturn]] void mismatch(const std::string& why) {
+    fail(errc::mismatch, why);
+    COLLX_THROW(errc::mismatch, why);
+  }
+
+  [[noreturn]] void raise_failure() {
+    shm_segment::header* h = hdr();
+    COLLX_THROW(static_cast<errc>(h->fail_code), std::string(h->fail_reason));
+  }
+
+  /// True once the job failed, or when `watched` (a rank, or -1 for all) has died or left: a dead
+  /// peer fails the job. Liveness is looked at most every 50 ms.
+  bool interrupted(int watched) {
+    if (hdr()->failed.load(std::memory_order_acquire)) return true;
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_liveness_ < std::chrono::milliseconds(50)) return false;
+    last_liveness_ = now;
+    for (int r = 0; r < n_; ++r) {
+      if (r == rank_ || (watched >= 0 && r != watched)) continue;
+      shm_segment::peer_info& pi = peer(r);
+      const bool left = pi.departed.load(std::memory_order_acquire) != 0;
+      if (left || detail::process_dead(pi.pid.load(std::memory_order_acquire), pi.start_time)) {
+        fail(errc::transport, "rank " + std::to_string(r) + " (pid " + std::to_string(pi.pid.load()) + ") " +
+                                  (left ? "closed its communicator" : "died") + " while rank " + std::to_string(rank_) +
+                                  " waits for it; the job cannot continue");
+        return true;
+      }
+    }
+    return false;
+  }
+
+  template <class Ready>
+  void wait(const char* what, int peer_rank, Ready ready) {
+    auto ready_with_progress = [&] {
+      progress_all();
+      return ready();
+    };
+    if (ready_with_progress()) return;
+    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    const auto st = detail::wait_until(peer(rank_).bell, true, deadline, spins_, ready_with_progress,
+                                       [&] { return interrupted(peer_rank) && !ready(); },
+                                       std::chrono::milliseconds(50));
+    if (st == detail::wait_status::ready) return;
+    if (st == detail::wait_status::timed_out) {
+      const std::string why = "timed out after " + std::to_string(timeout_.count()) + " ms waiting for " + what +
+                              " rank " + std::to_string(peer_rank) + " (rank " + std::to_string(rank_) +
+                              "; the peer is late, stuck, or called something else)";
+      fail(errc::timeout, why);
+      COLLX_THROW(errc::timeout, why);
+    }
+    raise_failure();
+  }
+
+  static bool segment_is_stale(const std::string& name) {
+    const int fd = ::shm_open(name.c_str(), O_RDONLY, 0);
+    if (fd < 0) return false;
+    struct stat st{};
+    bool stale = false;
+    if (::fstat(fd, &st) == 0 && st.st_uid == ::getuid()) {
+      if (static_cast<std::size_t>(st.st_size) < sizeof(shm_segment::header)) {
+        stale = std::time(nullptr) - st.st_mtime > 10;  // never initialised
+      } else if (void* p = ::mmap(nullptr, sizeof(shm_segment::header), PROT_READ, MAP_SHARED, fd, 0); p != MAP_FAILED) {
+        const auto* h = static_cast<const shm_segment::header*>(p);
+        stale = h->creator_pid == 0 ? std::time(nullptr) - st.st_mtime > 10
+                                    : detail::process_dead(h->creator_pid, h->creator_start);
+        ::munmap(p, sizeof(shm_segment::header));
+      }
+    }
+    ::close(fd);
+    return stale;
+  }
+
+  [[noreturn]] void system_error(const std::string& what, int err) {
+    COLLX_THROW(errc::system, "rank " + std::to_string(rank_) + "/" + std::to_string(n_) + " shared memory " + name_ +
+                                  ": " + what + ": " + std::strerror(err));
+  }
+
+  void connect(const shm_options& opt) {
+    // Staging geometry: the same on every rank (derived from the world size and the environment).
+    std::size_t per_peer = opt.bytes_per_peer;
+    if (!per_peer) {
+      if (const auto v = env::get("COLLX_SHM_BYTES_PER_PEER")) per_peer = env::parse_size("COLLX_SHM_BYTES_PER_PEER", *v);
+      else per_peer = std::clamp<std::size_t>((std::size_t{64} << 20) / (static_cast<std::size_t>(n_) * n_), 64 << 10, 1 << 20);
+    }
+    if (per_peer < 4096) COLLX_THROW(errc::invalid_argument, "COLLX_SHM_BYTES_PER_PEER must be at least 4096 bytes");
+    slots_ = 8;
+    slot_bytes_ = per_peer / slots_ / 64 * 64;
+    lay_ = shm_segment::compute(n_, slot_bytes_, slots_);
+    bytes_ = lay_.total;
+    int cma_pref = opt.cma;
+    if (const auto v = env::get("COLLX_CMA")) {
+      const std::string l = env::lower(*v);
+      if (l == "auto") cma_pref = -1;
+      else if (l == "0" || l == "off" || l == "false") cma_pref = 0;
+      else if (l == "1" || l == "on" || l == "true") cma_pref = 1;
+      else env::reject("COLLX_CMA", *v, "auto, 0 or 1");
+    }
+
+    const auto deadline = std::chrono::steady_clock::now() + opt.connect_timeout;
+    int fd = -1;
+    if (rank_ == 0) {
+      reclaim_stale_segments();
+      for (;;) {
+        fd = ::shm_open(name_.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+        if (fd >= 0) break;
+        if (errno != EEXIST) system_error("cannot create the segment", errno);
+        if (!segment_is_stale(name_))
+          COLLX_THROW(errc::system, "shared memory " + name_ +
+                                        " already belongs to a running job with the same job id; give each job its own "
+                                        "COLLX_JOB_ID");
+        ::shm_unlink(name_.c_str());
+      }
+      if (const int e = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes_)); e != 0) {
+        ::close(fd);
+        ::shm_unlink(name_.c_str());
+        struct statvfs vfs{};
+        std::string space;
+        if (::statvfs("/dev/shm", &vfs) == 0)
+          space = " (/dev/shm has " + std::to_string(vfs.f_bavail * vfs.f_frsize >> 20) + " MiB free, collx needs " +
+                  std::to_string(bytes_ >> 20) + " MiB; lower COLLX_SHM_BYTES_PER_PEER or free /dev/shm)";
+        if (e == ENOSPC) COLLX_THROW(errc::system, "shared memory is full: cannot reserve " + name_ + space);
+        system_error("cannot size the segment", e);
+      }
+    } else {
+      // Wait for rank 0's segment; skip one left by a dead job until rank 0 replaces it.
+      for (;;) {
+        fd = ::shm_open(name_.c_str(), O_RDWR, 0);
+        if (fd >= 0) {
+          struct stat st{};
+          if (::fstat(fd, &st) == 0 && static_cast<std::size_t>(st.st_size) == bytes_) {
+            void* p = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+            if (p != MAP_FAILED) {
+              auto* h = static_cast<shm_segment::header*>(p);
+              if (h->magic.load(std::memory_order_acquire) == shm_segment::magic_ready &&
+                  !detail::process_dead(h->creator_pid, h->creator_start) && h->world_size == n_) {
+                base_ = static_cast<std::byte*>(p);
+                break;
+              }
+              ::munmap(p, bytes_);
+            }
+          }
+          ::close(fd);
+          fd = -1;
+        } else if (errno != ENOENT) {
+          system_error("cannot open the segment", errno);
+        }
+        if (std::chrono::steady_clock::now() > deadline)
+          COLLX_THROW(errc::timeout, "rank " + std::to_string(rank_) + "/" + std::to_string(n_) + ": shared memory " +
+                                         name_ + " did not appear within the connect timeout (is rank 0 running, with "
+                                         "the same job id and world size?)");
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    }
+    if (!base_) {
+      void* p = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      if (p == MAP_FAILED) {
+        const int e = errno;
+        ::close(fd);
+        system_error("cannot map the segment", e);
+      }
+      base_ = static_cast<std::byte*>(p);
+      auto* h = new (base_) shm_segment::header();
+      h->version = shm_segment::layout_version;
+      h->world_size = n_;
+      h->total_bytes = bytes_;
+      h->slot_bytes = slot_bytes_;
+      h->slots = static_cast<std::uint32_t>(slots_);
+      h->creator_pid = static_cast<std::int32_t>(::getpid());
+      h->creator_start = detail::own_start_time();
+      for (int r = 0; r < n_; ++r) new (&peer(r)) shm_segment::peer_info();
+      for (std::size_t i = 0; i < static_cast<std::size_t>(n_) * n_; ++i)
+        new (&reinterpret_cast<shm_segment::mailbox*>(base_ + lay_.boxes)[i]) shm_segment::mailbox();
+      h->magic.store(shm_segment::magic_ready, std::memory_order_release);
+    }
+    ::close(fd);
+
+    // Announce ourselves; the last rank to attach unlinks the name.
+    static const std::uint64_t probe_value = 0x636f6c6c78ull;
+    shm_segment::peer_info& me = peer(rank_);
+    me.start_time = detail::own_start_time();
+    me.probe_addr = reinterpret_cast<std::uint64_t>(&probe_value);
+    me.pid.store(static_cast<std::int32_t>(::getpid()), std::memory_order_release);
+    if (me.attached.exchange(1) != 0)
+      COLLX_THROW(errc::invalid_argument, "rank " + std::to_string(rank_) + " attached twice to " + name_ +
+                                              " (two processes with the same rank and job id?)");
+    if (hdr()->attached.fetch_add(1) + 1 == static_cast<std::uint32_t>(n_)) ::shm_unlink(name_.c_str());
+    for (int r = 0; r < n_; ++r) peer(r).bell.ring(true);
+    const auto all_attached = [&] { return hdr()->attached.load(std::memory_order_acquire) == static_cast<std::uint32_t>(n_); };
+    const auto connect_wait = [&](auto ready) {
+      const auto st = detail::wait_until(me.bell, true, deadline, 0, ready, [&] { return interrupted(-1); },
+                                         std::chrono::milliseconds(50));
+      if (st == detail::wait_status::timed_out)
+        COLLX_THROW(errc::timeout, "rank " + std::to_string(rank_) + "/" + std::to_string(n_) + ": only " +
+                                       std::to_string(hdr()->attached.load()) + " of " + std::to_string(n_) +
+                                       " ranks attached to " + name_ + " within the connect timeout");
+      if (st == detail::wait_status::interrupted) raise_failure();
+    };
+    connect_wait(all_attached);
+
+    // Can this process read its neighbour's memory? (Yama or seccomp may forbid it.)
+    if (cma_pref != 0) ::prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+    std::uint32_t mine = 2;
+    if (cma_pref != 0 && n_ > 1) {
+      const int nb = (rank_ + 1) % n_;
+      std::uint64_t v = 0;
+      iovec local{&v, sizeof v};
+      iovec remote{reinterpret_cast<void*>(peer(nb).probe_addr), sizeof v};
+      if (::process_vm_readv(peer(nb).pid.load(), &local, 1, &remote, 1, 0) == sizeof v && v == probe_value) mine = 1;
+    }
+    me.cma_state.store(mine, std::memory_order_release);
+    for (int r = 0; r < n_; ++r) peer(r).bell.ring(true);
+    connect_wait([&] {
+      for (int r = 0; r < n_; ++r)
+        if (peer(r).cma_state.load(std::memory_order_acquire) == 0) return false;
+      return true;
+    });
+    bool all_can = n_ > 1;
+    for (int r = 0; r < n_; ++r) all_can = all_can && peer(r).cma_state.load() == 1;
+    if (cma_pref == 1 && !all_can && n_ > 1)
+      COLLX_THROW(errc::system, "COLLX_CMA=1 but process_vm_readv between the ranks is not permitted here "
+                                "(ptrace restrictions); use COLLX_CMA=auto or 0");
+    cma_ = all_can && cma_pref != 0;
+    bounce_.resize(256 * 1024);
+    out_.resize(static_cast<std::size_t>(n_));
+  }
+
+  int rank_, n_;
+  std::chrono::milliseconds timeout_;
+  std::size_t cma_min_;
+  std::string name_;
+  std::byte* base_ = nullptr;
+  std::size_t bytes_ = 0;
+  shm_segment::layout lay_{};
+  std::size_t slots_ = 8, slot_bytes_ = 0;
+  bool cma_ = false;
+  unsigned spins_ = 64;
+  std::vector<std::byte> bounce_;
+  std::vector<std::deque<outgoing>> out_;
+  std::chrono::steady_clock::time_point last_liveness_{};
+};
+
+}  // namespace transport_impl
+
+/// Connects this process to the other ranks of its job over shared memory (all ranks on one node).
+/// Every rank calls it with the same world size and job id (see bootstrap::from_environment).
+/// @throws collx::error invalid_argument (ranks on several nodes, bad settings), timeout (ranks did
+///   not all arrive within shm_options::connect_timeout), system (shared memory full or unusable).
+inline communicator connect_shm(const launch_info& info, const communicator_options& opt = {},
+                                const shm_options& shm = {}) {
+  return communicator(std::make_shared<transport_impl::shm_transport>(info, shm, opt.timeout), opt);
+}
+
+/// connect_shm with the launcher's environment (collx-run, torchrun, mpirun, srun).
+inline communicator connect_shm_from_environment(const communicator_options& opt = {}, const shm_options& shm = {}) {
+  return connect_shm(bootstrap::from_environment(), opt, shm);
+}
+
+}  // namespace v0
+}  // namespace collx
