@@ -71,5 +71,18 @@ void all_gather_v(communicator& comm, std::type_identity_t<std::span<const T>> s
   detail::all_gather_impl<T, Algo>(comm, send, recv, counts, true);
 }
 
+/// Starts all_gather on the progress thread; see allreduce_async.
+template <class Algo = algo::automatic, element T>
+request all_gather_async(communicator& comm, std::type_identity_t<std::span<const T>> send, std::span<T> recv) {
+  return detail::start_async(comm, [=](communicator& c) { all_gather<Algo, T>(c, send, recv); });
+}
+
+/// Starts all_gather_v on the progress thread; counts must stay alive until it finished.
+template <class Algo = algo::automatic, element T>
+request all_gather_v_async(communicator& comm, std::type_identity_t<std::span<const T>> send, std::span<T> recv,
+                           std::span<const std::size_t> counts) {
+  return detail::start_async(comm, [=](communicator& c) { all_gather_v<Algo, T>(c, send, recv, counts); });
+}
+
 }  // namespace v0
 }  // namespace collx

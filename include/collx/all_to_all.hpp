@@ -71,5 +71,11 @@ void all_to_all_v(communicator& comm, std::type_identity_t<std::span<const T>> s
   detail::all_to_all_impl<T, Algo>(comm, send, send_counts, recv, recv_counts, true);
 }
 
+/// Starts all_to_all on the progress thread; see allreduce_async.
+template <class Algo = algo::automatic, element T>
+request all_to_all_async(communicator& comm, std::type_identity_t<std::span<const T>> send, std::span<T> recv) {
+  return detail::start_async(comm, [=](communicator& c) { all_to_all<Algo, T>(c, send, recv); });
+}
+
 }  // namespace v0
 }  // namespace collx

@@ -54,5 +54,21 @@ void allreduce(communicator& comm, std::span<T> buf, Op op = {}) {
   allreduce<Algo, T, Op>(comm, std::span<const T>(buf), buf, op);
 }
 
+/// Starts allreduce on the communicator's progress thread and returns at once; the request's wait()
+/// returns when it finished (and rethrows its error). Buffers must stay alive until then.
+template <class Algo = algo::automatic, element T, class Op = ops::sum>
+  requires reduction_op<Op, T>
+request allreduce_async(communicator& comm, std::type_identity_t<std::span<const T>> send, std::span<T> recv,
+                        Op op = {}) {
+  return detail::start_async(comm, [=](communicator& c) { allreduce<Algo, T, Op>(c, send, recv, op); });
+}
+
+/// In-place allreduce_async.
+template <class Algo = algo::automatic, element T, class Op = ops::sum>
+  requires reduction_op<Op, T>
+request allreduce_async(communicator& comm, std::span<T> buf, Op op = {}) {
+  return detail::start_async(comm, [=](communicator& c) { allreduce<Algo, T, Op>(c, buf, op); });
+}
+
 }  // namespace v0
 }  // namespace collx

@@ -15,5 +15,10 @@ inline void barrier(communicator& comm) {
                                                                  -1, detail::no_op{}, detail::call_layout::vector(0));
 }
 
+/// Starts a barrier on the progress thread; wait() returns once every rank entered it.
+inline request barrier_async(communicator& comm) {
+  return detail::start_async(comm, [](communicator& c) { barrier(c); });
+}
+
 }  // namespace v0
 }  // namespace collx

@@ -49,5 +49,11 @@ void broadcast(communicator& comm, std::span<T> buf, int root) {
   broadcast<Algo, T>(comm, std::span<const T>(buf), buf, root);
 }
 
+/// Starts an in-place broadcast on the progress thread; see allreduce_async.
+template <class Algo = algo::automatic, element T>
+request broadcast_async(communicator& comm, std::span<T> buf, int root) {
+  return detail::start_async(comm, [=](communicator& c) { broadcast<Algo, T>(c, buf, root); });
+}
+
 }  // namespace v0
 }  // namespace collx

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <collx/algo/automatic.hpp>
+#include <collx/detail/async_engine.hpp>
 #include <collx/environment.hpp>
 #include <collx/error.hpp>
 #include <collx/transport/transport.hpp>
@@ -59,8 +60,28 @@ struct communicator_options {
 /// One rank's view of a group of ranks. Collectives take it as their first argument and must be
 /// called by every rank in the same order with matching arguments. A communicator is used by one
 /// thread at a time, except abort(), which any thread may call.
+///
+/// Ordering of async calls: calls run in the order they are made, *_async or blocking: a blocking
+/// call first waits until every earlier *_async call on the communicator has finished. Moving a
+/// communicator waits for its pending *_async calls too.
 class communicator {
  public:
+  communicator(communicator&& o) noexcept { *this = std::move(o); }
+  communicator& operator=(communicator&& o) noexcept {
+    if (this != &o) {
+      o.drain_async();
+      drain_async();
+      engine_ = std::move(o.engine_);
+      transport_ = std::move(o.transport_);
+      options_ = std::move(o.options_);
+      sequence_ = o.sequence_;
+      scratch_ = std::move(o.scratch_);
+      scratch_bytes_ = o.scratch_bytes_;
+    }
+    return *this;
+  }
+  ~communicator() { engine_.reset(); }  // finishes pending async calls while the rest still exists
+
   /// Wraps a transport (see transport/threads.hpp for ready-made ones).
   explicit communicator(std::shared_ptr<transport> t, communicator_options opt = {})
       : transport_(std::move(t)), options_(std::move(opt)) {
@@ -91,6 +112,18 @@ class communicator {
     return a;
   }
 
+  /// Runs fn on this communicator's progress thread after every earlier call; the request completes
+  /// when fn returns (with its exception, if any).
+  request submit_async(std::function<void()> fn) {
+    if (!engine_) engine_ = std::make_unique<detail::async_engine>();
+    return request(engine_->submit(std::move(fn)));
+  }
+
+  /// Waits until every *_async call made so far has finished (a no-op on the progress thread).
+  void drain_async() noexcept {
+    if (engine_ && !detail::on_progress_thread) engine_->drain();
+  }
+
   /// Advances and returns this communicator's call sequence number (first call: 1).
   std::uint64_t next_sequence() noexcept { return ++sequence_; }
 
@@ -112,6 +145,7 @@ class communicator {
   std::uint64_t sequence_ = 0;
   std::unique_ptr<std::byte, aligned_delete> scratch_;
   std::size_t scratch_bytes_ = 0;
+  std::unique_ptr<detail::async_engine> engine_;  // last: destroyed first, after draining
 };
 
 }  // namespace v0

@@ -53,5 +53,13 @@ void reduce(communicator& comm, std::span<T> buf, int root, Op op = {}) {
   reduce<Algo, T, Op>(comm, std::span<const T>(buf), buf, root, op);
 }
 
+/// Starts reduce on the progress thread; see allreduce_async.
+template <class Algo = algo::automatic, element T, class Op = ops::sum>
+  requires reduction_op<Op, T>
+request reduce_async(communicator& comm, std::type_identity_t<std::span<const T>> send, std::span<T> recv, int root,
+                     Op op = {}) {
+  return detail::start_async(comm, [=](communicator& c) { reduce<Algo, T, Op>(c, send, recv, root, op); });
+}
+
 }  // namespace v0
 }  // namespace collx

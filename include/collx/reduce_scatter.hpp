@@ -79,5 +79,22 @@ void reduce_scatter_v(communicator& comm, std::type_identity_t<std::span<const T
   detail::reduce_scatter_impl<T, Op, Algo>(comm, send, recv, recv_counts, true, op);
 }
 
+/// Starts reduce_scatter on the progress thread; see allreduce_async.
+template <class Algo = algo::automatic, element T, class Op = ops::sum>
+  requires reduction_op<Op, T>
+request reduce_scatter_async(communicator& comm, std::type_identity_t<std::span<const T>> send, std::span<T> recv,
+                             Op op = {}) {
+  return detail::start_async(comm, [=](communicator& c) { reduce_scatter<Algo, T, Op>(c, send, recv, op); });
+}
+
+/// Starts reduce_scatter_v on the progress thread; recv_counts must stay alive until it finished.
+template <class Algo = algo::automatic, element T, class Op = ops::sum>
+  requires reduction_op<Op, T>
+request reduce_scatter_v_async(communicator& comm, std::type_identity_t<std::span<const T>> send, std::span<T> recv,
+                               std::span<const std::size_t> recv_counts, Op op = {}) {
+  return detail::start_async(comm,
+                             [=](communicator& c) { reduce_scatter_v<Algo, T, Op>(c, send, recv, recv_counts, op); });
+}
+
 }  // namespace v0
 }  // namespace collx

@@ -33,13 +33,16 @@ void check_peer(communicator& comm, int peer, const char* what) {
 }
 }  // namespace detail
 
-/// Sends `data` to rank `dest` and returns once dest has received it (synchronous, like MPI_Ssend).
+/// Sends `data` (a span of T or const T) to rank `dest` and returns once dest has received it (synchronous, like MPI_Ssend).
 /// Messages between two ranks arrive in the order sent. The receiver must call recv with the same
 /// count and type (checked: errc::mismatch on both ranks).
 /// @throws collx::error invalid_argument (bad dest), mismatch, timeout, aborted.
-template <element T>
-void send(communicator& comm, std::type_identity_t<std::span<const T>> data, int dest) {
+template <class U>
+  requires element<std::remove_const_t<U>>
+void send(communicator& comm, std::span<U> data, int dest) {
+  using T = std::remove_const_t<U>;
   detail::check_peer<T>(comm, dest, "destination");
+  comm.drain_async();
   transport& t = comm.get_transport();
   const call_signature sig = detail::p2p_signature<T>(data.size());
   try {
@@ -57,6 +60,7 @@ void send(communicator& comm, std::type_identity_t<std::span<const T>> data, int
 template <element T>
 void recv(communicator& comm, std::span<T> data, int src) {
   detail::check_peer<T>(comm, src, "source");
+  comm.drain_async();
   transport& t = comm.get_transport();
   const call_signature sig = detail::p2p_signature<T>(data.size());
   std::byte* d = reinterpret_cast<std::byte*>(data.data());
@@ -68,6 +72,19 @@ void recv(communicator& comm, std::span<T> data, int src) {
     COLLX_THROW(e.code(), "rank " + std::to_string(comm.rank()) + "/" + std::to_string(comm.size()) + " recv<" +
                               std::string(detail::type_name<T>()) + "> from " + std::to_string(src) + ": " + e.what());
   }
+}
+
+/// Starts send on the progress thread (like MPI_Isend); see allreduce_async.
+template <class U>
+  requires element<std::remove_const_t<U>>
+request send_async(communicator& comm, std::span<U> data, int dest) {
+  return detail::start_async(comm, [=](communicator& c) { send(c, data, dest); });
+}
+
+/// Starts recv on the progress thread (like MPI_Irecv); data is valid once the request completed.
+template <element T>
+request recv_async(communicator& comm, std::span<T> data, int src) {
+  return detail::start_async(comm, [=](communicator& c) { recv<T>(c, data, src); });
 }
 
 }  // namespace v0

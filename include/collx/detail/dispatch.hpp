@@ -86,6 +86,13 @@ inline std::uint64_t hash_counts(std::span<const std::size_t> c) noexcept {
   return h;
 }
 
+/// Starts fn(comm) on comm's progress thread (see communicator::submit_async).
+template <class F>
+request start_async(communicator& comm, F fn) {
+  communicator* c = &comm;  // stays valid: moving or destroying comm first drains its queue
+  return comm.submit_async([c, fn]() mutable { fn(*c); });
+}
+
 /// Resolves an algorithm tag to a concrete algorithm for this call.
 template <class Algo>
 algorithm resolve_algorithm(const communicator& comm, const selection_query& q) {
@@ -114,6 +121,7 @@ void run_collective(communicator& comm, collective coll, const T* in, T* out, bo
   using red = reduction<T, Op>;
   using acc = typename red::acc;
   constexpr bool reduces = !std::is_same_v<Op, no_op>;
+  comm.drain_async();  // calls run in the order made: earlier *_async ones first
   transport& tp = comm.get_transport();
   const int n = comm.size(), r = comm.rank();
 

@@ -62,7 +62,8 @@ namespace transport_impl {
 
 /// The shared segment's layout. Everything in it is plain data and lock-free atomics.
 struct shm_segment {
-  static constexpr std::uint64_t magic_ready = 0x636f6c6c78736d31ull;  // "collxsm1"
+  static constexpr std::uint64_t magic_ready = 0x636f6c6c78736d31ull;   // "collxsm1"
+  static constexpr std::uint64_t magic_failed = 0x636f6c6c78666169ull;  // rank 0 could not set up
   static constexpr std::uint32_t layout_version = 1;
 
   enum class slot_kind : std::uint32_t { staged = 1, cma = 2 };
@@ -396,6 +397,29 @@ class shm_transport final : public transport {
     return stale;
   }
 
+  /// Turns the segment into a one-page failure marker that the other ranks read (the last of them
+  /// unlinks it; if they never come, the next start reclaims it once this process is gone).
+  void publish_setup_failure(int fd, const std::string& why) {
+    const std::size_t marker = shm_segment::align_up(sizeof(shm_segment::header), 4096);
+    if (::ftruncate(fd, static_cast<off_t>(marker)) != 0) {
+      ::shm_unlink(name_.c_str());
+      return;
+    }
+    void* p = ::mmap(nullptr, marker, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+      ::shm_unlink(name_.c_str());
+      return;
+    }
+    auto* h = new (p) shm_segment::header();
+    h->creator_pid = static_cast<std::int32_t>(::getpid());
+    h->creator_start = detail::own_start_time();
+    std::snprintf(h->fail_reason, sizeof h->fail_reason, "%s", why.c_str());
+    h->failed.store(1);
+    h->magic.store(shm_segment::magic_failed, std::memory_order_release);
+    ::munmap(p, marker);
+    if (n_ == 1) ::shm_unlink(name_.c_str());
+  }
+
   [[noreturn]] void system_error(const std::string& what, int err) {
     COLLX_THROW(errc::system, "rank " + std::to_string(rank_) + "/" + std::to_string(n_) + " shared memory " + name_ +
                                   ": " + what + ": " + std::strerror(err));
@@ -437,15 +461,15 @@ class shm_transport final : public transport {
         ::shm_unlink(name_.c_str());
       }
       if (const int e = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes_)); e != 0) {
-        ::close(fd);
-        ::shm_unlink(name_.c_str());
         struct statvfs vfs{};
-        std::string space;
-        if (::statvfs("/dev/shm", &vfs) == 0)
-          space = " (/dev/shm has " + std::to_string(vfs.f_bavail * vfs.f_frsize >> 20) + " MiB free, collx needs " +
-                  std::to_string(bytes_ >> 20) + " MiB; lower COLLX_SHM_BYTES_PER_PEER or free /dev/shm)";
-        if (e == ENOSPC) COLLX_THROW(errc::system, "shared memory is full: cannot reserve " + name_ + space);
-        system_error("cannot size the segment", e);
+        std::string why = "rank 0: cannot reserve " + std::to_string(bytes_ >> 20) + " MiB of shared memory for " + name_ +
+                          ": " + std::strerror(e);
+        if (e == ENOSPC && ::statvfs("/dev/shm", &vfs) == 0)
+          why = "shared memory is full: " + why + " (/dev/shm has " + std::to_string(vfs.f_bavail * vfs.f_frsize >> 20) +
+                " MiB free; lower COLLX_SHM_BYTES_PER_PEER or free /dev/shm)";
+        publish_setup_failure(fd, why);  // so the other ranks fail now instead of at the connect timeout
+        ::close(fd);
+        COLLX_THROW(errc::system, why);
       }
     } else {
       // Wait for rank 0's segment; skip one left by a dead job until rank 0 replaces it.
@@ -453,16 +477,27 @@ class shm_transport final : public transport {
         fd = ::shm_open(name_.c_str(), O_RDWR, 0);
         if (fd >= 0) {
           struct stat st{};
-          if (::fstat(fd, &st) == 0 && static_cast<std::size_t>(st.st_size) == bytes_) {
-            void* p = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+          const std::size_t marker = shm_segment::align_up(sizeof(shm_segment::header), 4096);
+          if (::fstat(fd, &st) == 0 && (static_cast<std::size_t>(st.st_size) == bytes_ ||
+                                         static_cast<std::size_t>(st.st_size) == marker)) {
+            const std::size_t map_bytes = static_cast<std::size_t>(st.st_size);
+            void* p = ::mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
             if (p != MAP_FAILED) {
               auto* h = static_cast<shm_segment::header*>(p);
+              if (h->magic.load(std::memory_order_acquire) == shm_segment::magic_failed) {  // rank 0 gave up
+                const std::string why(h->fail_reason);
+                if (h->attached.fetch_add(1) + 2 == static_cast<std::uint32_t>(n_)) ::shm_unlink(name_.c_str());
+                ::munmap(p, map_bytes);
+                ::close(fd);
+                COLLX_THROW(errc::system, "rank " + std::to_string(rank_) + ": rank 0 failed to set up: " + why);
+              }
               if (h->magic.load(std::memory_order_acquire) == shm_segment::magic_ready &&
-                  !detail::process_dead(h->creator_pid, h->creator_start) && h->world_size == n_) {
+                  map_bytes == bytes_ && !detail::process_dead(h->creator_pid, h->creator_start) &&
+                  h->world_size == n_) {
                 base_ = static_cast<std::byte*>(p);
                 break;
               }
-              ::munmap(p, bytes_);
+              ::munmap(p, map_bytes);
             }
           }
           ::close(fd);

@@ -1,0 +1,136 @@
+/// @file detail/async_engine.hpp
+/// The progress thread behind the *_async calls: one per communicator, started on first use, running
+/// queued calls in order so that communication overlaps the caller's computation without polling.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+namespace collx {
+inline namespace v0 {
+
+namespace detail {
+/// Completion state shared by a request and the task it stands for.
+struct request_state {
+  std::mutex m;
+  std::condition_variable cv;
+  bool done = false;
+  std::exception_ptr error;
+};
+
+/// True on a progress thread (so a call it runs does not wait for its own queue).
+inline thread_local bool on_progress_thread = false;
+
+/// Runs tasks on one thread, in submission order.
+class async_engine {
+ public:
+  async_engine() : thread_([this] { run(); }) {}
+  ~async_engine() {
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  async_engine(const async_engine&) = delete;
+  async_engine& operator=(const async_engine&) = delete;
+
+  /// Queues fn; the returned state completes when it has run.
+  std::shared_ptr<request_state> submit(std::function<void()> fn) {
+    auto st = std::make_shared<request_state>();
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      queue_.push_back({std::move(fn), st});
+      ++pending_;
+    }
+    cv_.notify_all();
+    return st;
+  }
+
+  /// Blocks until every task submitted so far has finished.
+  void drain() {
+    std::unique_lock<std::mutex> lock(m_);
+    idle_cv_.wait(lock, [&] { return pending_ == 0; });
+  }
+
+ private:
+  struct task {
+    std::function<void()> fn;
+    std::shared_ptr<request_state> state;
+  };
+  void run() {
+    on_progress_thread = true;
+    std::unique_lock<std::mutex> lock(m_);
+    for (;;) {
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stop requested and nothing left
+      task t = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      std::exception_ptr err;
+      try {
+        t.fn();
+      } catch (...) {
+        err = std::current_exception();
+      }
+      {
+        std::lock_guard<std::mutex> sl(t.state->m);
+        t.state->error = err;
+        t.state->done = true;
+      }
+      t.state->cv.notify_all();
+      t.fn = nullptr;
+      lock.lock();
+      if (--pending_ == 0) idle_cv_.notify_all();
+    }
+  }
+
+  std::mutex m_;
+  std::condition_variable cv_, idle_cv_;
+  std::deque<task> queue_;
+  std::size_t pending_ = 0;
+  bool stop_ = false;
+  std::thread thread_;
+};
+}  // namespace detail
+
+/// A collective started by an *_async call. Its buffers must stay alive and untouched (send: not
+/// written; recv: not read or written) until wait() returns or test() returns true.
+class request {
+ public:
+  request() = default;
+  explicit request(std::shared_ptr<detail::request_state> s) : state_(std::move(s)) {}
+  /// Blocks until the call finished; rethrows its collx::error if it failed. A default-constructed
+  /// or already waited request returns at once.
+  void wait() {
+    if (!state_) return;
+    std::unique_lock<std::mutex> lock(state_->m);
+    state_->cv.wait(lock, [&] { return state_->done; });
+    auto err = state_->error;
+    lock.unlock();
+    state_.reset();
+    if (err) std::rethrow_exception(err);
+  }
+  /// True if the call finished (then like wait(): rethrows its error, once).
+  bool test() {
+    if (!state_) return true;
+    {
+      std::lock_guard<std::mutex> lock(state_->m);
+      if (!state_->done) return false;
+    }
+    wait();
+    return true;
+  }
+
+ private:
+  std::shared_ptr<detail::request_state> state_;
+};
+
+}  // namespace v0
+}  // namespace collx

@@ -1,0 +1,192 @@
+// COLLX_* variables (edge case F3) and launcher environments (torchrun, Open MPI, MPICH, Slurm,
+// collx-run): values parsed or rejected with the variable's name, never turned into garbage.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <collx/bootstrap/env.hpp>
+#include <collx/communicator.hpp>
+#include <collx/environment.hpp>
+#include <collx/transport/threads.hpp>
+
+namespace {
+/// Sets variables for one scope and restores the previous environment afterwards.
+struct scoped_env {
+  std::vector<std::pair<std::string, std::string>> saved;
+  std::vector<std::string> unset_after;
+  scoped_env(std::initializer_list<std::pair<const char*, const char*>> vars) {
+    for (auto [k, v] : vars) {
+      if (const char* old = std::getenv(k)) saved.emplace_back(k, old);
+      else unset_after.emplace_back(k);
+      if (v) ::setenv(k, v, 1);
+      else ::unsetenv(k);
+    }
+  }
+  ~scoped_env() {
+    for (auto& [k, v] : saved) ::setenv(k.c_str(), v.c_str(), 1);
+    for (auto& k : unset_after) ::unsetenv(k.c_str());
+  }
+};
+
+/// Clears every launcher variable collx reads.
+scoped_env no_launcher() {
+  return scoped_env{{"COLLX_RANK", nullptr}, {"COLLX_WORLD_SIZE", nullptr}, {"COLLX_LOCAL_RANK", nullptr},
+                    {"COLLX_LOCAL_WORLD_SIZE", nullptr}, {"COLLX_JOB_ID", nullptr}, {"RANK", nullptr},
+                    {"WORLD_SIZE", nullptr}, {"LOCAL_RANK", nullptr}, {"LOCAL_WORLD_SIZE", nullptr},
+                    {"OMPI_COMM_WORLD_RANK", nullptr}, {"OMPI_COMM_WORLD_SIZE", nullptr},
+                    {"OMPI_COMM_WORLD_LOCAL_RANK", nullptr}, {"OMPI_COMM_WORLD_LOCAL_SIZE", nullptr},
+                    {"PMI_RANK", nullptr}, {"PMI_SIZE", nullptr}, {"SLURM_PROCID", nullptr}, {"SLURM_NTASKS", nullptr},
+                    {"SLURM_LOCALID", nullptr}, {"SLURM_STEP_TASKS_PER_NODE", nullptr}, {"SLURM_NODEID", nullptr},
+                    {"SLURM_JOB_ID", nullptr}, {"TORCHELASTIC_RUN_ID", nullptr}, {"OMPI_MCA_ess_base_jobid", nullptr},
+                    {"PMIX_NAMESPACE", nullptr}, {"MPI_LOCALRANKID", nullptr}, {"MPI_LOCALNRANKS", nullptr}};
+}
+
+std::string error_of(auto&& f) {
+  try {
+    f();
+  } catch (const collx::error& e) {
+    CHECK(e.code() == collx::errc::invalid_argument);
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST_CASE("F3: sizes are parsed or rejected with the variable's name", "[env][F3]") {
+  using collx::env::parse_size;
+  CHECK(parse_size("COLLX_SEGMENT_BYTES", "4M") == 4194304);
+  CHECK(parse_size("COLLX_SEGMENT_BYTES", "64k") == 65536);
+  CHECK(parse_size("COLLX_SEGMENT_BYTES", "0x10") == 16);
+  CHECK(parse_size("COLLX_SEGMENT_BYTES", "4096") == 4096);
+  CHECK(parse_size("COLLX_SEGMENT_BYTES", "1GiB") == (std::size_t{1} << 30));
+  for (const char* bad : {"-1", "abc", "4X", "", " 4", "99999999999999999999", "16777216T"}) {
+    INFO(bad);
+    const std::string msg = error_of([&] { parse_size("COLLX_SEGMENT_BYTES", bad); });
+    CHECK(msg.find("COLLX_SEGMENT_BYTES") != std::string::npos);
+  }
+  CHECK(error_of([] { collx::env::parse_seconds("COLLX_TIMEOUT", "-1"); }).find("COLLX_TIMEOUT") != std::string::npos);
+  CHECK(error_of([] { collx::env::parse_seconds("COLLX_TIMEOUT", "abc"); }).find("COLLX_TIMEOUT") != std::string::npos);
+  CHECK(collx::env::parse_seconds("COLLX_TIMEOUT", "0.5") == 0.5);
+}
+
+TEST_CASE("F3: a bad COLLX_TIMEOUT or COLLX_SEGMENT_BYTES stops communicator creation with its name", "[env][F3]") {
+  {
+    scoped_env e{{"COLLX_TIMEOUT", "abc"}};
+    CHECK(error_of([] { collx::communicator_options o; }).find("COLLX_TIMEOUT='abc'") != std::string::npos);
+  }
+  {
+    scoped_env e{{"COLLX_SEGMENT_BYTES", "-1"}};
+    CHECK(error_of([] { collx::communicator_options o; }).find("COLLX_SEGMENT_BYTES='-1'") != std::string::npos);
+  }
+  {
+    scoped_env e{{"COLLX_TIMEOUT", "2.5"}, {"COLLX_SEGMENT_BYTES", "4M"}};
+    collx::communicator_options o;
+    CHECK(o.timeout == std::chrono::milliseconds(2500));
+    CHECK(o.max_segment_bytes == 4194304);
+  }
+}
+
+TEST_CASE("F3: per-collective algorithm overrides apply to that collective only", "[env][F3]") {
+  using collx::collective;
+  const auto o = collx::env::parse_algorithms("COLLX_ALGO", "Broadcast:RING");
+  CHECK(o.for_collective(collective::broadcast) == collx::algorithm::ring);
+  CHECK(!o.for_collective(collective::allreduce));
+  const auto all = collx::env::parse_algorithms("COLLX_ALGO", "tree,allreduce:direct");
+  CHECK(all.for_collective(collective::allreduce) == collx::algorithm::direct);
+  CHECK(all.for_collective(collective::reduce) == collx::algorithm::tree);
+  CHECK(error_of([] { collx::env::parse_algorithms("COLLX_ALGO", "bcast:ring"); }).find("COLLX_ALGO") != std::string::npos);
+  CHECK(error_of([] { collx::env::parse_algorithms("COLLX_ALGO", "allreduce:fast"); }).find("COLLX_ALGO") !=
+        std::string::npos);
+  // The override reaches algo::automatic: a communicator told broadcast:ring picks ring for it only.
+  scoped_env e{{"COLLX_ALGO", "broadcast:ring"}};
+  auto comms = collx::make_thread_communicators(2);
+  CHECK(comms[0].select({collective::broadcast, 2, 1 << 20, true}) == collx::algorithm::ring);
+  CHECK(comms[0].select({collective::allreduce, 2, 8, true}) == collx::cost_model{}.choose({collective::allreduce, 2, 8, true}));
+}
+
+TEST_CASE("F3: the table of collective names and the enum stay in step", "[env][F3]") {
+  using collx::collective;
+  CHECK(collx::env::all_collectives.size() == static_cast<std::size_t>(collective::send_recv) + 1);
+  for (std::size_t i = 0; i < collx::env::all_collectives.size(); ++i) {
+    const collective c = collx::env::all_collectives[i];
+    CHECK(static_cast<std::size_t>(c) == i);
+    CHECK(collx::env::parse_collective_name(collx::collective_name(c)) == c);
+    CHECK(collx::collective_name(c) != "?");
+  }
+  CHECK(collx::env::parse_collective_name("ALL-GATHER") == collective::all_gather);
+  CHECK(!collx::env::parse_collective_name("allgatherv"));
+}
+
+TEST_CASE("F3: unknown COLLX_ variables warn with the closest valid name", "[env][F3]") {
+  std::string a = "COLLX_TIMEOUTS=3", b = "COLLX_ALGORITHM=ring", c = "COLLX_TIMEOUT=3", d = "PATH=/bin";
+  char* envp[] = {a.data(), b.data(), c.data(), d.data(), nullptr};
+  const auto w = collx::env::unknown_variable_warnings(envp);
+  REQUIRE(w.size() == 2);
+  CHECK(w[0].find("COLLX_TIMEOUTS") != std::string::npos);
+  CHECK(w[0].find("did you mean COLLX_TIMEOUT?") != std::string::npos);
+  CHECK(w[1].find("did you mean COLLX_ALGO?") != std::string::npos);
+}
+
+TEST_CASE("launchers: torchrun, Open MPI, MPICH, Slurm and collx-run environments", "[env][bootstrap]") {
+  auto clean = no_launcher();
+  SECTION("none") {
+    CHECK(error_of([] { collx::bootstrap::from_environment(); }).find("COLLX_RANK") != std::string::npos);
+  }
+  SECTION("torchrun") {
+    scoped_env e{{"RANK", "3"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"},
+                 {"TORCHELASTIC_RUN_ID", "abc"}, {"MASTER_PORT", "29500"}};
+    const auto i = collx::bootstrap::from_environment();
+    CHECK(i.source == "torchrun");
+    CHECK((i.rank == 3 && i.world_size == 8 && i.local_rank == 1 && i.local_world_size == 2));
+    CHECK(i.job_id == "torch-abc-29500");
+  }
+  SECTION("Open MPI") {
+    scoped_env e{{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "4"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                 {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"}, {"OMPI_MCA_ess_base_jobid", "12345"}};
+    const auto i = collx::bootstrap::from_environment();
+    CHECK(i.source == "Open MPI");
+    CHECK((i.rank == 1 && i.world_size == 4 && i.job_id == "ompi-12345"));
+  }
+  SECTION("MPICH") {
+    scoped_env e{{"PMI_RANK", "0"}, {"PMI_SIZE", "2"}, {"MPI_LOCALRANKID", "0"}, {"MPI_LOCALNRANKS", "2"}};
+    const auto i = collx::bootstrap::from_environment();
+    CHECK(i.source == "MPICH");
+    CHECK(i.job_id.rfind("ppid-", 0) == 0);
+  }
+  SECTION("Slurm") {
+    scoped_env e{{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "7"}, {"SLURM_LOCALID", "1"},
+                 {"SLURM_STEP_TASKS_PER_NODE", "4,3"}, {"SLURM_NODEID", "1"}, {"SLURM_JOB_ID", "99"}};
+    const auto i = collx::bootstrap::from_environment();
+    CHECK((i.source == "Slurm" && i.local_world_size == 3 && i.job_id == "slurm-99.0"));
+    CHECK(collx::bootstrap::detail::slurm_tasks_on_node("4(x2),3", 1) == 4);
+    CHECK(collx::bootstrap::detail::slurm_tasks_on_node("4(x2),3", 2) == 3);
+  }
+  SECTION("collx-run") {
+    scoped_env e{{"COLLX_RANK", "0"}, {"COLLX_WORLD_SIZE", "1"}, {"COLLX_JOB_ID", "my job/1"}};
+    const auto i = collx::bootstrap::from_environment();
+    CHECK((i.source == "collx-run" && i.job_id == "my_job_1"));
+  }
+  SECTION("missing and malformed variables are named") {
+    {
+      scoped_env e{{"RANK", "1"}};
+      CHECK(error_of([] { collx::bootstrap::from_environment(); }).find("WORLD_SIZE") != std::string::npos);
+    }
+    {
+      scoped_env e{{"RANK", "4"}, {"WORLD_SIZE", "4"}};
+      CHECK(error_of([] { collx::bootstrap::from_environment(); }).find("RANK='4'") != std::string::npos);
+    }
+    {
+      scoped_env e{{"RANK", "x"}, {"WORLD_SIZE", "4"}};
+      CHECK(error_of([] { collx::bootstrap::from_environment(); }).find("RANK='x'") != std::string::npos);
+    }
+  }
+  SECTION("contradicting launchers") {
+    scoped_env e{{"COLLX_RANK", "1"}, {"COLLX_WORLD_SIZE", "2"}, {"OMPI_COMM_WORLD_RANK", "0"},
+                 {"OMPI_COMM_WORLD_SIZE", "2"}};
+    const std::string msg = error_of([] { collx::bootstrap::from_environment(); });
+    CHECK(msg.find("COLLX_RANK=1") != std::string::npos);
+    CHECK(msg.find("OMPI_COMM_WORLD_RANK=0") != std::string::npos);
+  }
+}

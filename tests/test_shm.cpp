@@ -1,0 +1,398 @@
+// Processes on one node over the shared-memory transport: every collective against closed-form
+// references over 2, 3, 4 and 8 processes (staged and single-copy paths), and the failure cases of
+// ../shared/cases/edge-cases.md that need real processes (F1 over shm, F2, B6 with a guard page).
+#include <catch2/catch.hpp>
+
+#include <dirent.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <collx/collx.hpp>
+#include <collx/launch.hpp>
+#include <collx/transport/shm.hpp>
+
+using namespace std::chrono_literals;
+
+namespace {
+
+void require_all_ok(const std::vector<collx::process_exit>& res) {
+  for (const auto& e : res) {
+    INFO("rank " << e.rank << " exit " << e.exit_code << " signal " << e.term_signal);
+    CHECK(e.ok());
+  }
+}
+
+/// Number of entries in /dev/shm whose name starts with "collx-".
+int collx_shm_entries() {
+  int n = 0;
+  if (DIR* d = ::opendir("/dev/shm")) {
+    while (dirent* e = ::readdir(d)) n += std::strncmp(e->d_name, "collx-", 6) == 0;
+    ::closedir(d);
+  }
+  return n;
+}
+
+// A 2x2 integer matrix product modulo 2^32: associative, not commutative.
+struct mat2 {
+  std::uint32_t a, b, c, d;
+};
+struct mat_mul {
+  mat2 operator()(const mat2& x, const mat2& y) const {
+    return {x.a * y.a + x.b * y.c, x.a * y.b + x.b * y.d, x.c * y.a + x.d * y.c, x.c * y.b + x.d * y.d};
+  }
+};
+mat2 mat_of(int r, std::size_t i) {
+  return {static_cast<std::uint32_t>(r + 1), static_cast<std::uint32_t>(i % 5), static_cast<std::uint32_t>(r * 3 + 1),
+          static_cast<std::uint32_t>(i % 3 + 2)};
+}
+
+/// Runs every collective with several algorithms and counts; returns the number of wrong results.
+template <class Algo>
+int sweep(collx::communicator& comm, std::size_t count) {
+  using namespace collx;
+  const int n = comm.size(), r = comm.rank();
+  int wrong = 0;
+  auto expect = [&](bool ok, const char* what, std::size_t i) {
+    if (!ok && wrong++ < 5) std::fprintf(stderr, "rank %d/%d %s count %zu: wrong at %zu\n", r, n, what, count, i);
+  };
+  // allreduce, float sum (exact: small integers), in place and out of place
+  std::vector<float> fs(count), fr(count, -1.0f);
+  for (std::size_t i = 0; i < count; ++i) fs[i] = static_cast<float>((i % 1024) + static_cast<std::size_t>(r));
+  allreduce<Algo>(comm, std::span{fs}, std::span{fr}, ops::sum{});
+  for (std::size_t i = 0; i < count; ++i)
+    expect(fr[i] == static_cast<float>(n * (i % 1024) + n * (n - 1) / 2), "allreduce", i);
+  allreduce<Algo>(comm, std::span{fs}, ops::max{});
+  for (std::size_t i = 0; i < count; ++i) expect(fs[i] == static_cast<float>((i % 1024) + n - 1), "allreduce max in place", i);
+  // half sum: partial sums travel as fp32
+  std::vector<half> hs(count, half(static_cast<float>(r == 0 ? 256 : 1))), hr(count);
+  allreduce<Algo>(comm, std::span{hs}, std::span{hr}, ops::sum{});
+  for (std::size_t i = 0; i < count; ++i) expect(hr[i] == half(static_cast<float>(255 + n)), "allreduce half", i);
+  // reduce_scatter and all_gather, int64
+  std::vector<std::int64_t> rs(count * n), rr(count, -1), ag(count * n, -1);
+  for (std::size_t i = 0; i < rs.size(); ++i) rs[i] = static_cast<std::int64_t>(i) * 7 + r;
+  reduce_scatter<Algo>(comm, std::span{rs}, std::span{rr}, ops::sum{});
+  for (std::size_t i = 0; i < count; ++i)
+    expect(rr[i] == static_cast<std::int64_t>(r * count + i) * 7 * n + n * (n - 1) / 2, "reduce_scatter", i);
+  all_gather<Algo>(comm, std::span{rr}, std::span{ag});
+  for (std::size_t i = 0; i < ag.size(); ++i)
+    expect(ag[i] == static_cast<std::int64_t>(i) * 7 * n + n * (n - 1) / 2, "all_gather", i);
+  // broadcast and reduce at the last rank
+  const int root = n - 1;
+  std::vector<std::int32_t> b(count, r == root ? 0 : -1);
+  if (r == root)
+    for (std::size_t i = 0; i < count; ++i) b[i] = static_cast<std::int32_t>(i * 3 + 1);
+  broadcast<Algo>(comm, std::span{b}, root);
+  for (std::size_t i = 0; i < count; ++i) expect(b[i] == static_cast<std::int32_t>(i * 3 + 1), "broadcast", i);
+  std::vector<std::int32_t> red(count, -9);
+  reduce<Algo>(comm, std::span<const std::int32_t>(b), std::span{red}, root, ops::sum{});
+  for (std::size_t i = 0; i < count; ++i)
+    expect(red[i] == (r == root ? static_cast<std::int32_t>(i * 3 + 1) * n : -9), "reduce", i);
+  // non-commutative op in rank order (not with ring)
+  if constexpr (!std::is_same_v<Algo, algo::ring>) {
+    std::vector<mat2> ms(count), mr(count);
+    for (std::size_t i = 0; i < count; ++i) ms[i] = mat_of(r, i);
+    allreduce<Algo>(comm, std::span{ms}, std::span{mr}, mat_mul{});
+    for (std::size_t i = 0; i < count; ++i) {
+      mat2 e = mat_of(0, i);
+      for (int k = 1; k < n; ++k) e = mat_mul{}(e, mat_of(k, i));
+      expect(std::memcmp(&e, &mr[i], sizeof e) == 0, "matrix product", i);
+    }
+  }
+  // all_to_all
+  if constexpr (!std::is_same_v<Algo, algo::tree>) {
+    std::vector<std::int32_t> as(count * n), ar(count * n, -1);
+    for (std::size_t i = 0; i < as.size(); ++i) as[i] = r * 1000000 + static_cast<std::int32_t>(i);
+    all_to_all<Algo>(comm, std::span{as}, std::span{ar});
+    for (int c = 0; c < n; ++c)
+      for (std::size_t i = 0; i < count; ++i)
+        expect(ar[c * count + i] == c * 1000000 + static_cast<std::int32_t>(r * count + i), "all_to_all", i);
+  }
+  return wrong;
+}
+
+int full_sweep(collx::communicator& comm) {
+  const std::size_t n = static_cast<std::size_t>(comm.size());
+  int wrong = 0;
+  for (std::size_t count : {std::size_t{0}, std::size_t{1}, n - 1, n + 1, std::size_t{1009}, std::size_t{65537},
+                            std::size_t{300007}}) {
+    wrong += sweep<collx::algo::ring>(comm, count);
+    wrong += sweep<collx::algo::tree>(comm, count);
+    wrong += sweep<collx::algo::direct>(comm, count);
+  }
+  // uneven forms and point-to-point
+  const int r = comm.rank(), w = comm.size();
+  std::vector<std::size_t> counts(n);
+  std::size_t total = 0;
+  for (std::size_t c = 0; c < n; ++c) total += counts[c] = (c * 37) % 11 + (c == 1 ? 70000 : 0);
+  std::vector<double> vs(total), vr(counts[r], -1), vg(total, -1);
+  for (std::size_t i = 0; i < total; ++i) vs[i] = static_cast<double>(i) + r;
+  collx::reduce_scatter_v(comm, std::span{vs}, std::span{vr}, counts, collx::ops::sum{});
+  std::size_t off = 0;
+  for (int c = 0; c < r; ++c) off += counts[c];
+  for (std::size_t i = 0; i < vr.size(); ++i) wrong += vr[i] != static_cast<double>(off + i) * w + w * (w - 1) / 2;
+  collx::all_gather_v(comm, std::span<const double>(vr), std::span{vg}, counts);
+  for (std::size_t i = 0; i < total; ++i) wrong += vg[i] != static_cast<double>(i) * w + w * (w - 1) / 2;
+  std::vector<int> token(100000, r), got(100000, -1);
+  if (r % 2 == 0) {
+    collx::send(comm, std::span<const int>(token), (r + 1) % w);
+    collx::recv(comm, std::span{got}, (r + w - 1) % w);
+  } else {
+    collx::recv(comm, std::span{got}, (r + w - 1) % w);
+    collx::send(comm, std::span<const int>(token), (r + 1) % w);
+  }
+  wrong += got[99999] != (r + w - 1) % w;
+  return wrong;
+}
+
+}  // namespace
+
+TEST_CASE("shm: every collective against closed-form references on 2, 3, 4 and 8 processes", "[shm]") {
+  for (int cma : {0, -1}) {
+    for (int n : {2, 3, 4, 8}) {
+      INFO("processes " << n << (cma ? " (single-copy where permitted)" : " (staged)"));
+      collx::shm_options shm;
+      shm.cma = cma;
+      require_all_ok(collx::run_processes(n, full_sweep, {}, shm));
+    }
+  }
+}
+
+TEST_CASE("shm: tiny staging slots stream large messages in many pieces", "[shm]") {
+  collx::shm_options shm;
+  shm.cma = 0;
+  shm.bytes_per_peer = 4096;  // 8 slots of 512 bytes
+  require_all_ok(collx::run_processes(3, [](collx::communicator& c) { return sweep<collx::algo::ring>(c, 10007); }, {}, shm));
+}
+
+TEST_CASE("shm: 8 ranks on 2 cores finish a small allreduce quickly", "[shm]") {
+  require_all_ok(collx::run_processes(8, [](collx::communicator& comm) -> int {
+    std::vector<float> x(2, static_cast<float>(comm.rank()));
+    collx::allreduce(comm, std::span{x}, collx::ops::max{});  // warm-up
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 100; ++i) collx::allreduce(comm, std::span{x}, collx::ops::max{});
+    const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / 100;
+    std::fprintf(stderr, "rank %d: 8-byte allreduce over 8 processes: %.1f us\n", comm.rank(), us);
+    return x[0] == 7.0f && x[1] == 7.0f ? 0 : 1;
+  }));
+}
+
+TEST_CASE("F1 over shm: a rank that never calls gives a timeout within twice the timeout", "[shm][F1]") {
+  collx::communicator_options opt;
+  opt.timeout = 2s;
+  require_all_ok(collx::run_processes(2, [](collx::communicator& comm) -> int {
+    std::vector<float> x(1024, 1.0f);
+    if (comm.rank() == 1) {  // never calls: waits until rank 0's timeout has failed the job, then leaves
+      for (;;) {
+        try {
+          comm.get_transport().check();
+        } catch (const collx::error& e) {
+          return e.code() == collx::errc::timeout ? 0 : 17;
+        }
+        std::this_thread::sleep_for(20ms);
+      }
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      collx::allreduce(comm, std::span{x});
+    } catch (const collx::error& e) {
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::fprintf(stderr, "rank 0 after %.2f s: %s\n", s, e.what());
+      return e.code() == collx::errc::timeout && s < 4.0 ? 0 : 2;
+    }
+    return 3;
+  }, opt));
+}
+
+TEST_CASE("F1 over shm: abort from another thread wakes the waiter; later calls fail at once", "[shm][F1]") {
+  require_all_ok(collx::run_processes(2, [](collx::communicator& comm) -> int {
+    std::vector<float> x(1024, 1.0f);
+    if (comm.rank() == 1) {
+      std::this_thread::sleep_for(1500ms);
+      const auto t0 = std::chrono::steady_clock::now();
+      try {
+        collx::allreduce(comm, std::span{x});
+      } catch (const collx::error& e) {
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        return e.code() == collx::errc::aborted && s < 0.5 ? 0 : 4;
+      }
+      return 5;
+    }
+    std::thread killer([&] {
+      std::this_thread::sleep_for(300ms);
+      comm.abort();
+    });
+    const auto t0 = std::chrono::steady_clock::now();
+    int rc = 6;
+    try {
+      collx::allreduce(comm, std::span{x});
+    } catch (const collx::error& e) {
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      rc = e.code() == collx::errc::aborted && s < 1.3 ? 0 : 7;
+    }
+    killer.join();
+    try {
+      collx::barrier(comm);
+      rc = 8;
+    } catch (const collx::error& e) {
+      if (e.code() != collx::errc::aborted) rc = 9;
+    }
+    return rc;
+  }));
+}
+
+TEST_CASE("F1 over shm: count 2048 against count 1024 is a mismatch on both ranks", "[shm][F1]") {
+  require_all_ok(collx::run_processes(2, [](collx::communicator& comm) -> int {
+    std::vector<float> x(comm.rank() == 0 ? 2048 : 1024, 1.0f);
+    try {
+      collx::allreduce<collx::algo::ring>(comm, std::span{x});
+    } catch (const collx::error& e) {
+      std::fprintf(stderr, "rank %d: %s\n", comm.rank(), e.what());
+      return e.code() == collx::errc::mismatch && std::string(e.what()).find("count") != std::string::npos ? 0 : 10;
+    }
+    return 11;
+  }));
+}
+
+TEST_CASE("shm: a peer killed with SIGKILL is reported, not waited for", "[shm][F2]") {
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto res = collx::run_processes(2, [](collx::communicator& comm) -> int {
+    std::vector<float> x(1 << 18, 1.0f);
+    collx::allreduce(comm, std::span{x});
+    if (comm.rank() == 1) ::raise(SIGKILL);
+    try {
+      collx::allreduce(comm, std::span{x});
+    } catch (const collx::error& e) {
+      std::fprintf(stderr, "survivor: %s\n", e.what());
+      return e.code() == collx::errc::transport && std::string(e.what()).find("died") != std::string::npos ? 0 : 12;
+    }
+    return 13;
+  });
+  CHECK(res[0].ok());
+  CHECK(res[1].term_signal == SIGKILL);
+  CHECK(std::chrono::steady_clock::now() - t0 < 10s);
+}
+
+TEST_CASE("F2: 50 crash cycles leave no collx entry in /dev/shm and the next start succeeds", "[shm][F2]") {
+  const int baseline = collx_shm_entries();
+  const int signals[] = {SIGKILL, SIGINT};
+  for (int cycle = 0; cycle < 50; ++cycle) {
+    const int sig = signals[cycle % 2];
+    const bool both = cycle % 3 != 2;
+    const auto res = collx::run_processes(2, [&](collx::communicator& comm) -> int {
+      std::vector<float> x(1 << 18, 1.0f);  // 1 MiB
+      collx::allreduce(comm, std::span{x});
+      if (both || comm.rank() == 1) {
+        ::signal(sig, SIG_DFL);  // the test framework's handler was inherited through fork
+        ::raise(sig);
+      }
+      try {
+        collx::allreduce(comm, std::span{x});  // the survivor must get an error
+      } catch (const collx::error&) {
+        return 0;
+      }
+      return 14;
+    });
+    for (const auto& e : res) CHECK((e.term_signal == sig || e.ok()));
+    REQUIRE(collx_shm_entries() == baseline);
+  }
+  require_all_ok(collx::run_processes(2, [](collx::communicator& comm) -> int {
+    std::vector<int> x(5, 1);
+    collx::allreduce(comm, std::span{x});
+    return x[4] == 2 ? 0 : 15;
+  }));
+  CHECK(collx_shm_entries() == baseline);
+}
+
+TEST_CASE("F2: a segment left by a dead job's start-up is reclaimed; names say collx and owner", "[shm][F2]") {
+  const std::string name = collx::transport_impl::shm_transport::segment_name("test-stale");
+  CHECK(name.rfind("/collx-" + std::to_string(::getuid()) + "-", 0) == 0);
+  // A creator that has exited: fork a child and reap it.
+  const pid_t dead = ::fork();
+  if (dead == 0) ::_exit(0);
+  int st = 0;
+  ::waitpid(dead, &st, 0);
+  const int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
+  REQUIRE(fd >= 0);
+  REQUIRE(::ftruncate(fd, 8192) == 0);
+  void* p = ::mmap(nullptr, 8192, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  REQUIRE(p != MAP_FAILED);
+  auto* h = new (p) collx::transport_impl::shm_segment::header();
+  h->creator_pid = dead;
+  ::munmap(p, 8192);
+  ::close(fd);
+  const int before = collx_shm_entries();
+  CHECK(collx::transport_impl::shm_transport::reclaim_stale_segments() >= 1);
+  CHECK(collx_shm_entries() == before - 1);
+}
+
+TEST_CASE("shm: a full /dev/shm is reported as such", "[shm]") {
+  const int baseline = collx_shm_entries();
+  collx::shm_options shm;
+  shm.connect_timeout = 20s;
+  shm.bytes_per_peer = std::size_t{1} << 40;  // far more than any machine has
+  const auto res = collx::run_processes(2, [](collx::communicator&) { return 0; }, {}, shm);
+  // Rank 0 reports "full"; rank 1 reads rank 0's failure at once instead of waiting for the connect timeout.
+  CHECK(res[0].exit_code == 1);
+  CHECK(res[1].exit_code == 1);
+  CHECK(collx_shm_entries() == baseline);
+}
+
+TEST_CASE("B6 over shm: unaligned buffers and a buffer that ends at a guard page", "[shm][B6]") {
+  for (int cma : {0, -1}) {
+    collx::shm_options shm;
+    shm.cma = cma;
+    require_all_ok(collx::run_processes(2, [](collx::communicator& comm) -> int {
+      const int r = comm.rank();
+      int wrong = 0;
+      const long page = ::sysconf(_SC_PAGESIZE);
+      auto* base = static_cast<unsigned char*>(
+          ::mmap(nullptr, static_cast<std::size_t>(page) * 2, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+      ::mprotect(base + page, static_cast<std::size_t>(page), PROT_NONE);  // guard page
+      // int32 count 1 whose last byte ends the page
+      auto* last = reinterpret_cast<std::int32_t*>(base + page - 4);
+      *last = r + 0;
+      collx::allreduce(comm, std::span<std::int32_t>(last, 1));
+      wrong += *last != 1;
+      // int8 count 33 at base + 1; float32 at +4, +8, +12; bf16 count 8 at +2
+      std::vector<unsigned char> raw(256 + 64);
+      auto* i8 = reinterpret_cast<std::int8_t*>(raw.data() + 1);
+      for (int i = 0; i < 33; ++i) i8[i] = static_cast<std::int8_t>(r + i);
+      collx::allreduce(comm, std::span<std::int8_t>(i8, 33));
+      for (int i = 0; i < 33; ++i) wrong += i8[i] != 2 * i + 1;
+      for (int off : {4, 8, 12}) {
+        std::vector<unsigned char> fb(64 * 4 + 16);
+        auto* f = reinterpret_cast<float*>(fb.data() + off);
+        for (int i = 0; i < 50; ++i) f[i] = static_cast<float>(r + i);
+        collx::allreduce(comm, std::span<float>(f, 50));
+        for (int i = 0; i < 50; ++i) wrong += f[i] != static_cast<float>(2 * i + 1);
+      }
+      auto* bf = reinterpret_cast<collx::bfloat16*>(raw.data() + 2);
+      for (int i = 0; i < 8; ++i) bf[i] = collx::bfloat16(static_cast<float>(r + i));
+      collx::allreduce(comm, std::span<collx::bfloat16>(bf, 8));
+      for (int i = 0; i < 8; ++i) wrong += !(bf[i] == collx::bfloat16(static_cast<float>(2 * i + 1)));
+      ::munmap(base, static_cast<std::size_t>(page) * 2);
+      return wrong;
+    }, {}, shm));
+  }
+}
+
+TEST_CASE("shm: async calls overlap and keep their order with blocking calls", "[shm][async]") {
+  require_all_ok(collx::run_processes(3, [](collx::communicator& comm) -> int {
+    const int r = comm.rank();
+    std::vector<double> a(100000, r), b(100000, 1.0);
+    collx::request ra = collx::allreduce_async(comm, std::span{a});
+    collx::request rb = collx::allreduce_async<collx::algo::direct>(comm, std::span{b}, collx::ops::max{});
+    collx::allreduce(comm, std::span{b});  // runs after both async calls
+    ra.wait();
+    rb.wait();
+    return a[99999] == 3.0 && b[0] == 3.0 ? 0 : 16;
+  }));
+}

@@ -1,0 +1,49 @@
+// collx-run: starts N local processes of a program as the ranks of one collx job.
+//   collx-run -n N [--] program [args...]
+// Each process gets COLLX_RANK, COLLX_WORLD_SIZE, COLLX_LOCAL_RANK, COLLX_LOCAL_WORLD_SIZE and one
+// COLLX_JOB_ID. If a rank fails, the others are terminated; the exit status is the first failure's.
+#include <collx/launch.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+static int usage(const char* why) {
+  std::fprintf(stderr,
+               "collx-run: %s\nusage: collx-run -n N [--] program [args...]\n"
+               "  runs N processes of program as ranks 0..N-1 of one job (COLLX_RANK, COLLX_WORLD_SIZE, ...)\n",
+               why);
+  return 2;
+}
+
+int main(int argc, char** argv) {
+  int n = -1, i = 1;
+  for (; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--") {
+      ++i;
+      break;
+    }
+    if (a == "-h" || a == "--help") return usage("help"), 0;
+    if (a == "-n" || a == "-np" || a == "--np") {
+      if (i + 1 >= argc) return usage("-n needs a number");
+      try {
+        n = static_cast<int>(collx::env::parse_int("-n", argv[++i], 1, 4096));
+      } catch (const collx::error& e) {
+        return usage(e.what());
+      }
+      continue;
+    }
+    if (a.size() > 1 && a[0] == '-') return usage(("unknown option " + a).c_str());
+    break;
+  }
+  if (n < 1) return usage("missing -n N");
+  if (i >= argc) return usage("missing program");
+  try {
+    return collx::launch_program(n, argv + i);
+  } catch (const collx::error& e) {
+    std::fprintf(stderr, "collx-run: %s\n", e.what());
+    return 1;
+  }
+}
