@@ -53,18 +53,22 @@ struct doorbell {
 /// Outcome of wait_until.
 enum class wait_status { ready, timed_out, interrupted };
 
-/// Waits until ready() holds, spinning `spins` checks first, then sleeping on `bell`.
-/// interrupted() is checked on every wake-up and at least every `slice` (abort, peer failure, dead
-/// peer) and ends the wait.
+/// Waits until ready() holds: polls for up to `spin` first (cheap when the peer is running on
+/// another core), then sleeps on `bell`. interrupted() is checked on every wake-up and at least every
+/// `slice` (abort, peer failure, dead peer) and ends the wait.
 template <class Ready, class Interrupted>
 wait_status wait_until(doorbell& bell, bool shared, std::chrono::steady_clock::time_point deadline,
-                       unsigned spins, Ready ready, Interrupted interrupted,
+                       std::chrono::nanoseconds spin, Ready ready, Interrupted interrupted,
                        std::chrono::nanoseconds slice = std::chrono::hours(24)) {
-  for (unsigned i = 0; i < spins; ++i) {
-    if (ready()) return wait_status::ready;
+  if (spin.count() > 0) {
+    const auto spin_end = std::chrono::steady_clock::now() + spin;
+    for (unsigned i = 1;; ++i) {
+      if (ready()) return wait_status::ready;
 #if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
+      __builtin_ia32_pause();
 #endif
+      if (i % 32 == 0 && std::chrono::steady_clock::now() >= spin_end) break;
+    }
   }
   for (;;) {
     const std::uint32_t v = bell.seq.load(std::memory_order_seq_cst);

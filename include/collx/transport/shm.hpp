@@ -29,13 +29,18 @@
 #include <chrono>
 #include <cstring>
 #include <deque>
+#include <functional>
+#include <span>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include <collx/bootstrap/env.hpp>
+#include <collx/all_gather.hpp>
+#include <collx/barrier.hpp>
 #include <collx/communicator.hpp>
+#include <collx/concepts.hpp>
 #include <collx/detail/futex.hpp>
 #include <collx/detail/process.hpp>
 #include <collx/environment.hpp>
@@ -66,15 +71,15 @@ struct shm_segment {
   static constexpr std::uint64_t magic_failed = 0x636f6c6c78666169ull;  // rank 0 could not set up
   static constexpr std::uint32_t layout_version = 1;
 
-  enum class slot_kind : std::uint32_t { staged = 1, cma = 2 };
+  enum class slot_kind : std::uint32_t { staged = 1, cma = 2, window = 3 };
   struct slot {
     call_signature sig;
     std::uint64_t total_bytes;  ///< size of the whole message
     std::uint64_t offset;       ///< where this piece starts within the message
     std::uint64_t len;          ///< bytes in this piece (staged) or the whole message (cma)
-    std::uint64_t addr;         ///< cma: the sender's address of the message
+    std::uint64_t addr;         ///< cma: the sender's address; window: offset in the sender's window
     slot_kind kind;
-    std::int32_t pid;           ///< cma: the sender's pid
+    std::int32_t pid;           ///< cma: the sender's pid; window: the window's id
   };
   struct alignas(64) mailbox {
     std::atomic<std::uint64_t> posted{0};
@@ -132,12 +137,15 @@ class shm_transport final : public transport {
                   "the shared-memory transport needs every rank on one node, but " + std::to_string(info.world_size) +
                       " ranks run " + std::to_string(info.local_world_size) + " per node");
     const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-    spins_ = static_cast<unsigned>(n_) <= cores ? 20000u : 64u;
+    spin_ = static_cast<unsigned>(n_) <= cores ? std::chrono::microseconds(50) : std::chrono::microseconds(0);
     name_ = segment_name(info.job_id);
     connect(opt);
   }
 
   ~shm_transport() override {
+    for (window& w : windows_)
+      for (std::size_t r = 0; r < w.peers.size(); ++r)
+        if (w.peers[r]) ::munmap(w.peers[r], std::max<std::size_t>(w.bytes[r], 1));
     if (!base_) return;
     peer(rank_).departed.store(1, std::memory_order_release);
     for (int r = 0; r < n_; ++r) peer(r).bell.ring(true);
@@ -201,6 +209,9 @@ class shm_transport final : public transport {
       if (s.kind == shm_segment::slot_kind::cma) {
         read_remote(peer_rank, s, granularity, consume);
         delivered += s.len;
+      } else if (s.kind == shm_segment::slot_kind::window) {
+        if (s.len) consume(window_of(s.pid).peers[static_cast<std::size_t>(peer_rank)] + s.addr, 0, s.len);
+        delivered += s.len;
       } else {
         if (s.len) consume(slot_data(peer_rank, rank_, k), s.offset, s.len);
         delivered += s.len;
@@ -221,6 +232,64 @@ class shm_transport final : public transport {
       });
     }
   }
+
+  /// Memory every rank maps (see collx::shm_buffer). peers[r] is rank r's buffer in this process.
+  struct window {
+    std::uint32_t id = 0;
+    std::vector<std::byte*> peers;
+    std::vector<std::size_t> bytes;
+  };
+
+  /// Maps `bytes` of shared memory for this rank and every peer's buffer of the same window id.
+  /// Collective: every rank calls it in the same order (ids must agree). Returns this rank's memory.
+  std::byte* map_window(std::uint32_t id, std::size_t bytes, std::span<const std::size_t> all_bytes,
+                        const std::function<void()>& barrier) {
+    window w;
+    w.id = id;
+    w.bytes.assign(all_bytes.begin(), all_bytes.end());
+    w.peers.assign(static_cast<std::size_t>(n_), nullptr);
+    auto name_of = [&](int r) { return name_ + "-w" + std::to_string(id) + "-r" + std::to_string(r); };
+    auto map_one = [&](int r, bool create) {
+      const std::size_t len = std::max<std::size_t>(all_bytes[static_cast<std::size_t>(r)], 1);
+      const int fd = ::shm_open(name_of(r).c_str(), create ? O_RDWR | O_CREAT | O_EXCL : O_RDONLY, 0600);
+      if (fd < 0) system_error("cannot open shared buffer " + name_of(r), errno);
+      if (create) {
+        if (const int e = ::posix_fallocate(fd, 0, static_cast<off_t>(len)); e != 0) {
+          ::close(fd);
+          ::shm_unlink(name_of(r).c_str());
+          system_error("cannot reserve " + std::to_string(len) + " bytes for a shared buffer (is /dev/shm full?)", e);
+        }
+      }
+      void* p = ::mmap(nullptr, len, create ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
+      const int e = errno;
+      ::close(fd);
+      if (p == MAP_FAILED) system_error("cannot map shared buffer " + name_of(r), e);
+      w.peers[static_cast<std::size_t>(r)] = static_cast<std::byte*>(p);
+    };
+    (void)bytes;
+    map_one(rank_, true);
+    barrier();  // every rank created its buffer
+    for (int r = 0; r < n_; ++r)
+      if (r != rank_) map_one(r, false);
+    barrier();  // every rank mapped every buffer: the names can go
+    ::shm_unlink(name_of(rank_).c_str());
+    windows_.push_back(std::move(w));
+    return windows_.back().peers[static_cast<std::size_t>(rank_)];
+  }
+
+  /// Unmaps window `id` (after the ranks synchronised: no message refers to it any more).
+  void unmap_window(std::uint32_t id) noexcept {
+    for (auto it = windows_.begin(); it != windows_.end(); ++it) {
+      if (it->id != id) continue;
+      for (std::size_t r = 0; r < it->peers.size(); ++r)
+        if (it->peers[r]) ::munmap(it->peers[r], std::max<std::size_t>(it->bytes[r], 1));
+      windows_.erase(it);
+      return;
+    }
+  }
+
+  /// Id for the next window (the same sequence on every rank).
+  std::uint32_t next_window_id() noexcept { return next_window_id_++; }
 
   /// The name a job's segment gets: "/collx-<uid>-<job id>".
   static std::string segment_name(const std::string& job_id) {
@@ -283,7 +352,13 @@ class shm_transport final : public transport {
       s.sig = m.sig;
       s.total_bytes = m.bytes;
       s.offset = m.sent;
-      if (m.cma) {
+      if (const window* w = find_window(m.data, m.bytes)) {  // the receiver reads it in place
+        s.kind = shm_segment::slot_kind::window;
+        s.len = m.bytes;
+        s.addr = static_cast<std::uint64_t>(m.data - w->peers[static_cast<std::size_t>(rank_)]);
+        s.pid = static_cast<std::int32_t>(w->id);
+        m.sent = m.bytes;
+      } else if (m.cma) {
         s.kind = shm_segment::slot_kind::cma;
         s.len = m.bytes;
         s.addr = reinterpret_cast<std::uint64_t>(m.data);
@@ -303,6 +378,19 @@ class shm_transport final : public transport {
     }
     if (rang) peer(p).bell.ring(true);
   }
+  const window* find_window(const std::byte* p, std::size_t len) const noexcept {
+    for (const window& w : windows_) {
+      const std::byte* b = w.peers[static_cast<std::size_t>(rank_)];
+      if (p >= b && p + len <= b + w.bytes[static_cast<std::size_t>(rank_)]) return &w;
+    }
+    return nullptr;
+  }
+  const window& window_of(std::int32_t id) const {
+    for (const window& w : windows_)
+      if (w.id == static_cast<std::uint32_t>(id)) return w;
+    COLLX_THROW(errc::internal, "message refers to shared buffer " + std::to_string(id) + ", which this rank does not map");
+  }
+
   void progress_all() {
     for (int p = 0; p < n_; ++p)
       if (!out_[static_cast<std::size_t>(p)].empty()) progress(p);
@@ -364,7 +452,7 @@ class shm_transport final : public transport {
     };
     if (ready_with_progress()) return;
     const auto deadline = std::chrono::steady_clock::now() + timeout_;
-    const auto st = detail::wait_until(peer(rank_).bell, true, deadline, spins_, ready_with_progress,
+    const auto st = detail::wait_until(peer(rank_).bell, true, deadline, spin_, ready_with_progress,
                                        [&] { return interrupted(peer_rank) && !ready(); },
                                        std::chrono::milliseconds(50));
     if (st == detail::wait_status::ready) return;
@@ -548,7 +636,7 @@ class shm_transport final : public transport {
     for (int r = 0; r < n_; ++r) peer(r).bell.ring(true);
     const auto all_attached = [&] { return hdr()->attached.load(std::memory_order_acquire) == static_cast<std::uint32_t>(n_); };
     const auto connect_wait = [&](auto ready) {
-      const auto st = detail::wait_until(me.bell, true, deadline, 0, ready, [&] { return interrupted(-1); },
+      const auto st = detail::wait_until(me.bell, true, deadline, std::chrono::nanoseconds(0), ready, [&] { return interrupted(-1); },
                                          std::chrono::milliseconds(50));
       if (st == detail::wait_status::timed_out)
         COLLX_THROW(errc::timeout, "rank " + std::to_string(rank_) + "/" + std::to_string(n_) + ": only " +
@@ -594,10 +682,12 @@ class shm_transport final : public transport {
   shm_segment::layout lay_{};
   std::size_t slots_ = 8, slot_bytes_ = 0;
   bool cma_ = false;
-  unsigned spins_ = 64;
+  std::chrono::nanoseconds spin_{0};  // poll this long before sleeping (0 when ranks outnumber cores)
   std::vector<std::byte> bounce_;
   std::vector<std::deque<outgoing>> out_;
   std::chrono::steady_clock::time_point last_liveness_{};
+  std::vector<window> windows_;
+  std::uint32_t next_window_id_ = 0;
 };
 
 }  // namespace transport_impl
@@ -615,6 +705,50 @@ inline communicator connect_shm(const launch_info& info, const communicator_opti
 inline communicator connect_shm_from_environment(const communicator_options& opt = {}, const shm_options& shm = {}) {
   return connect_shm(bootstrap::from_environment(), opt, shm);
 }
+
+/// Memory of `count` elements of T that every rank of a shared-memory communicator maps, so that
+/// collectives whose buffers lie in it are read by peers in place (no staging, no process_vm_readv):
+/// NCCL's registered/symmetric buffers, for processes. Counts may differ between ranks.
+/// Creating and destroying it are collective (every rank, same order, like MPI_Win_allocate and
+/// MPI_Win_free): both synchronise the ranks. Contents start zeroed.
+/// @throws collx::error invalid_argument (the communicator is not a shared-memory one), system
+///   (shared memory full), and what barrier/all_gather throw.
+template <element T>
+class shm_buffer {
+ public:
+  shm_buffer(communicator& comm, std::size_t count) : comm_(&comm), count_(count) {
+    tp_ = dynamic_cast<transport_impl::shm_transport*>(&comm.get_transport());
+    if (!tp_)
+      COLLX_THROW(errc::invalid_argument, "shm_buffer needs a shared-memory communicator (connect_shm), not " +
+                                              std::string(comm.get_transport().name()));
+    std::vector<std::size_t> mine{count * sizeof(T)}, all(static_cast<std::size_t>(comm.size()));
+    all_gather(comm, std::span<const std::size_t>(mine), std::span<std::size_t>(all));
+    id_ = tp_->next_window_id();
+    data_ = reinterpret_cast<T*>(tp_->map_window(id_, count * sizeof(T), all, [&] { barrier(comm); }));
+  }
+  ~shm_buffer() {
+    if (!tp_) return;
+    try {
+      barrier(*comm_);  // no peer still reads this rank's buffer, nor this rank theirs
+    } catch (...) {  // a failed communicator: nobody reads any more either
+    }
+    tp_->unmap_window(id_);
+  }
+  shm_buffer(const shm_buffer&) = delete;
+  shm_buffer& operator=(const shm_buffer&) = delete;
+
+  /// This rank's elements.
+  std::span<T> span() const noexcept { return {data_, count_}; }
+  T* data() const noexcept { return data_; }
+  std::size_t size() const noexcept { return count_; }
+
+ private:
+  communicator* comm_;
+  transport_impl::shm_transport* tp_ = nullptr;
+  std::uint32_t id_ = 0;
+  T* data_ = nullptr;
+  std::size_t count_;
+};
 
 }  // namespace v0
 }  // namespace collx

@@ -90,7 +90,7 @@ class threads_transport final : public transport {
   threads_transport(std::shared_ptr<thread_world> world, int rank)
       : world_(std::move(world)), rank_(rank), posted_(static_cast<std::size_t>(world_->size()), 0) {
     const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-    spins_ = static_cast<unsigned>(world_->size()) <= cores ? 20000u : 64u;
+    spin_ = static_cast<unsigned>(world_->size()) <= cores ? std::chrono::microseconds(50) : std::chrono::microseconds(0);
   }
 
   int rank() const noexcept override { return rank_; }
@@ -155,7 +155,7 @@ class threads_transport final : public transport {
   void wait(const char* what, int peer, Ready ready) {
     if (ready()) return;
     const auto deadline = std::chrono::steady_clock::now() + timeout_;
-    const auto st = detail::wait_until(world_->bell(rank_), false, deadline, spins_, ready,
+    const auto st = detail::wait_until(world_->bell(rank_), false, deadline, spin_, ready,
                                        [&] { return world_->failed(); });
     if (st == detail::wait_status::ready) return;
     if (st == detail::wait_status::timed_out) {
@@ -171,7 +171,7 @@ class threads_transport final : public transport {
   std::shared_ptr<thread_world> world_;
   int rank_;
   std::vector<std::uint64_t> posted_;
-  unsigned spins_ = 64;
+  std::chrono::nanoseconds spin_{0};  // poll this long before sleeping (0 when ranks outnumber cores)
   std::chrono::milliseconds timeout_{std::chrono::seconds(300)};
 };
 
