@@ -1,0 +1,236 @@
+// Helpers shared by collx's workload examples (train_digits, reductions, fsdp, tensor_parallel,
+// pipeline): command-line options, starting the ranks, checksums, checks.
+//
+// Every example runs the same way:
+//   - under a launcher (collx-run -n N prog, mpirun, torchrun, srun): this process is one rank and
+//     connects to the others over shared memory (collx::connect_shm_from_environment);
+//   - otherwise it starts its own ranks: `prog --ranks N` forks N local processes with
+//     collx::run_processes (default: the example's own rank count), so ctest needs no launcher.
+// The exit status is 0 only if every rank's checks passed.
+#pragma once
+
+#include <collx/collx.hpp>
+#include <collx/launch.hpp>
+#include <collx/transport/shm.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace collx_examples {
+
+/// `--name value` and `--flag` options; anything else is an error.
+class options {
+ public:
+  options(int argc, char** argv, std::string usage) : usage_(std::move(usage)) {
+    program_ = argc > 0 ? argv[0] : "example";
+    for (int i = 1; i < argc; ++i) {
+      std::string a = argv[i];
+      if (a == "-h" || a == "--help") {
+        std::printf("usage: %s %s\n", program_.c_str(), usage_.c_str());
+        std::exit(0);
+      }
+      if (a.rfind("--", 0) != 0) fail("unexpected argument '" + a + "'");
+      const auto eq = a.find('=');
+      if (eq != std::string::npos) {
+        items_.push_back({a.substr(0, eq), a.substr(eq + 1)});
+      } else if (i + 1 < argc && std::string_view(argv[i + 1]).rfind("--", 0) != 0) {
+        items_.push_back({a, argv[++i]});
+      } else {
+        items_.push_back({a, ""});
+      }
+    }
+  }
+  /// The value of --name (which must then have one), or `def` if the option is absent.
+  std::string get(const std::string& name, const std::string& def) const {
+    used_.push_back(name);
+    for (auto it = items_.rbegin(); it != items_.rend(); ++it)
+      if (it->first == name) {
+        if (it->second.empty()) fail(name + " needs a value");
+        return it->second;
+      }
+    return def;
+  }
+  long long get_int(const std::string& name, long long def) const {
+    const std::string v = get(name, "");
+    if (v.empty()) return def;
+    char* end = nullptr;
+    const long long x = std::strtoll(v.c_str(), &end, 10);
+    if (*end != '\0') fail(name + " wants an integer, got '" + v + "'");
+    return x;
+  }
+  double get_double(const std::string& name, double def) const {
+    const std::string v = get(name, "");
+    if (v.empty()) return def;
+    char* end = nullptr;
+    const double x = std::strtod(v.c_str(), &end);
+    if (*end != '\0') fail(name + " wants a number, got '" + v + "'");
+    return x;
+  }
+  bool has(const std::string& name) const {
+    used_.push_back(name);
+    for (const auto& it : items_)
+      if (it.first == name) return true;
+    return false;
+  }
+  /// Fails on options that no get()/has() asked for (call after reading them all).
+  void reject_unknown() const {
+    for (const auto& it : items_) {
+      bool known = false;
+      for (const auto& u : used_) known = known || u == it.first;
+      if (!known) fail("unknown option " + it.first);
+    }
+  }
+  [[noreturn]] void fail(const std::string& why) const {
+    std::fprintf(stderr, "%s: %s\nusage: %s %s\n", program_.c_str(), why.c_str(), program_.c_str(), usage_.c_str());
+    std::exit(2);
+  }
+
+ private:
+  std::string program_, usage_;
+  std::vector<std::pair<std::string, std::string>> items_;
+  mutable std::vector<std::string> used_;
+};
+
+/// True when a launcher started this process as one rank of a job (the variables collx's
+/// bootstrap reads: collx-run, torchrun, Open MPI, MPICH, Slurm).
+inline bool started_by_launcher() {
+  for (const char* v : {"COLLX_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"})
+    if (std::getenv(v)) return true;
+  return false;
+}
+
+/// Runs fn(comm) -> int (0: this rank's checks passed) on every rank, and returns main's exit status.
+/// Under a launcher this process is one rank; otherwise `ranks` processes are forked
+/// (`ranks` < 1: the example's default). A rank that throws prints the error and fails.
+template <class F>
+int run_ranks(int ranks, F&& fn) {
+  auto guarded = [&](collx::communicator& comm) -> int {
+    try {
+      return fn(comm);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "rank %d: error: %s\n", comm.rank(), e.what());
+      return 1;
+    }
+  };
+  try {
+    if (started_by_launcher()) {
+      collx::communicator comm = collx::connect_shm_from_environment();
+      if (ranks > 0 && ranks != comm.size()) {
+        std::fprintf(stderr, "--ranks %d contradicts the launcher's world size %d\n", ranks, comm.size());
+        return 2;
+      }
+      const int code = guarded(comm);
+      std::fflush(nullptr);
+      return code;
+    }
+    const auto exits = collx::run_processes(ranks, guarded);
+    int code = 0;
+    for (const auto& e : exits) {
+      if (e.ok()) continue;
+      if (e.term_signal) std::fprintf(stderr, "rank %d (pid %d) killed by signal %d\n", e.rank, int(e.pid), e.term_signal);
+      else std::fprintf(stderr, "rank %d (pid %d) exited with status %d\n", e.rank, int(e.pid), e.exit_code);
+      if (!code) code = e.term_signal ? 128 + e.term_signal : e.exit_code;
+    }
+    return code;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}
+
+/// FNV-1a over the bytes of a vector of trivially copyable values: equal iff bit-identical (for
+/// practical purposes); printed so that runs can be compared by eye.
+template <class T>
+std::uint64_t fnv1a(std::span<const T> v) {
+  std::uint64_t h = 1469598103934665603ull;
+  const auto* p = reinterpret_cast<const unsigned char*>(v.data());
+  for (std::size_t i = 0; i < v.size_bytes(); ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+/// True when a and b hold the same bits.
+template <class T>
+bool same_bits(std::span<const T> a, std::span<const T> b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size_bytes()) == 0);
+}
+
+/// Largest |a[i] - b[i]|.
+template <class T>
+double max_abs_diff(std::span<const T> a, std::span<const T> b) {
+  double m = 0;
+  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    const double d = static_cast<double>(a[i]) - static_cast<double>(b[i]);
+    m = d < 0 ? (-d > m ? -d : m) : (d > m ? d : m);
+  }
+  return m;
+}
+
+/// splitmix64: a small, fast, portable generator (the same numbers on every platform, unlike the
+/// distributions of <random>), so every rank and every run builds the same data.
+struct rng {
+  std::uint64_t s;
+  explicit rng(std::uint64_t seed) : s(seed) {}
+  std::uint64_t next() {
+    std::uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  /// Uniform in [0, 1), 24 random bits (exact in float).
+  float uniform() { return static_cast<float>(next() >> 40) * (1.0f / 16777216.0f); }
+  /// Uniform in [lo, hi).
+  float uniform(float lo, float hi) { return lo + (hi - lo) * uniform(); }
+  /// Uniform integer in [0, n).
+  std::uint64_t below(std::uint64_t n) { return next() % n; }
+};
+
+/// Block `part` of `count` items cut into `parts` nearly equal contiguous blocks (the first
+/// count % parts blocks are one longer): [first, first + size).
+struct block {
+  std::size_t first, size;
+};
+inline block split(std::size_t count, int parts, int part) {
+  const std::size_t p = static_cast<std::size_t>(parts), i = static_cast<std::size_t>(part);
+  const std::size_t base = count / p, extra = count % p;
+  return {i * base + (i < extra ? i : extra), base + (i < extra ? 1 : 0)};
+}
+/// The sizes of all blocks of split(count, parts, .), for the *_v collectives.
+inline std::vector<std::size_t> split_counts(std::size_t count, int parts) {
+  std::vector<std::size_t> c;
+  for (int i = 0; i < parts; ++i) c.push_back(split(count, parts, i).size);
+  return c;
+}
+
+/// Seconds since `t0`.
+inline double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+/// Counts failed checks; prints each one (with the rank) as it happens.
+struct checker {
+  int rank = 0;
+  int failures = 0;
+  bool operator()(bool ok, const std::string& what) {
+    if (!ok) {
+      ++failures;
+      std::fprintf(stderr, "rank %d: CHECK FAILED: %s\n", rank, what.c_str());
+    }
+    return ok;
+  }
+  /// Combines every rank's failures (sum over ranks) so that all ranks agree on the outcome.
+  int total(collx::communicator& comm) {
+    int f = failures;
+    collx::allreduce(comm, std::span<int>(&f, 1));
+    return f;
+  }
+};
+
+}  // namespace collx_examples
