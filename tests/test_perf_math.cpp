@@ -1,0 +1,94 @@
+// Case P1 of ../shared/cases/edge-cases.md: the bandwidth arithmetic of collx-perf (and of the MPI
+// peers, which share bench/perf_math.hpp) is nccl-tests' doc/PERFORMANCE.md to the last digit.
+#include <catch2/catch.hpp>
+
+#include <perf_math.hpp>
+
+using namespace collx_perf;
+
+namespace {
+// P1: time 1000 us, n = 8, float32, count 1048576 per rank, GB = 1e9 B.
+constexpr double t_s = 1000e-6;
+constexpr int n = 8;
+constexpr std::size_t per_rank = 1048576;
+constexpr std::size_t fs = sizeof(float);
+
+// The benchmark is driven by total sizes, as nccl-tests is: the count a rank passes comes out of
+// counts_for(). Check that it yields the P1 per-rank count and return the bandwidths.
+bandwidth p1(coll c, std::size_t total_count, int ranks = n) {
+  const call_counts k = counts_for(c, total_count, ranks);
+  REQUIRE(k.param_count == (ranks == n ? per_rank : total_count / ranks));
+  return bandwidth_for(c, k.param_count, fs, ranks, t_s);
+}
+}  // namespace
+
+TEST_CASE("P1 all-reduce: S = count * 4, busbw = algbw * 2(n-1)/n") {
+  REQUIRE(algbw_bytes(coll::allreduce, per_rank, fs, n) == 4194304.0);
+  const bandwidth b = p1(coll::allreduce, per_rank);
+  CHECK(b.algbw == Approx(4.194304).epsilon(1e-12));
+  CHECK(b.busbw == Approx(7.340032).epsilon(1e-12));
+  CHECK(size_column_bytes(counts_for(coll::allreduce, per_rank, n), fs) == 4194304);
+}
+
+TEST_CASE("P1 all-gather and reduce-scatter: S = n * count * 4, busbw = algbw * (n-1)/n") {
+  for (coll c : {coll::all_gather, coll::reduce_scatter}) {
+    INFO(coll_name(c));
+    REQUIRE(algbw_bytes(c, per_rank, fs, n) == 33554432.0);
+    const bandwidth b = p1(c, per_rank * n);  // the sweep's size is the total, n * count * 4
+    CHECK(b.algbw == Approx(33.554432).epsilon(1e-12));
+    CHECK(b.busbw == Approx(29.360128).epsilon(1e-12));
+    // The size column is the total, the count column the per-rank count (as nccl-tests prints them).
+    const call_counts k = counts_for(c, per_rank * n, n);
+    CHECK(size_column_bytes(k, fs) == 33554432);
+    CHECK(k.param_count == per_rank);
+  }
+}
+
+TEST_CASE("P1 broadcast and reduce: algbw = busbw = S / t") {
+  for (coll c : {coll::broadcast, coll::reduce}) {
+    INFO(coll_name(c));
+    const bandwidth b = p1(c, per_rank);
+    CHECK(b.algbw == Approx(4.194304).epsilon(1e-12));
+    CHECK(b.busbw == Approx(4.194304).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("P1 one rank: busbw 0 for all-reduce, all-gather and reduce-scatter") {
+  for (coll c : {coll::allreduce, coll::all_gather, coll::reduce_scatter}) {
+    INFO(coll_name(c));
+    const bandwidth b = p1(c, per_rank, 1);
+    CHECK(b.algbw == Approx(4.194304).epsilon(1e-12));
+    CHECK(b.busbw == 0.0);
+  }
+  CHECK(p1(coll::broadcast, per_rank, 1).busbw == Approx(4.194304).epsilon(1e-12));
+}
+
+TEST_CASE("all_to_all and sendrecv follow nccl-tests too") {
+  const bandwidth a = p1(coll::all_to_all, per_rank * n);
+  CHECK(a.algbw == Approx(33.554432).epsilon(1e-12));
+  CHECK(a.busbw == Approx(29.360128).epsilon(1e-12));
+  const bandwidth s = p1(coll::sendrecv, per_rank);
+  CHECK(s.algbw == Approx(4.194304).epsilon(1e-12));
+  CHECK(s.busbw == Approx(4.194304).epsilon(1e-12));
+}
+
+TEST_CASE("counts: sizes that do not divide by n are truncated per rank, in-place offsets") {
+  const call_counts rs = counts_for(coll::reduce_scatter, 10, 4);
+  CHECK(rs.send_count == 8);
+  CHECK(rs.recv_count == 2);
+  CHECK(rs.recv_inplace_offset == 2);
+  const call_counts ag = counts_for(coll::all_gather, 10, 4);
+  CHECK(ag.send_count == 2);
+  CHECK(ag.recv_count == 8);
+  CHECK(ag.send_inplace_offset == 2);
+  const call_counts tiny = counts_for(coll::all_gather, 1, 2);  // 4 bytes of float over 2 ranks
+  CHECK(tiny.param_count == 0);
+  CHECK(algbw_GBps(1e9, 0.0) == 0.0);  // no division by zero for an unmeasured row
+}
+
+TEST_CASE("names round-trip, nccl-tests' names accepted") {
+  for (coll c : all_colls) CHECK(parse_coll(coll_name(c)) == c);
+  CHECK(parse_coll("all_reduce") == coll::allreduce);
+  CHECK(parse_coll("alltoall") == coll::all_to_all);
+  CHECK_FALSE(parse_coll("gather").has_value());
+}
