@@ -1,0 +1,136 @@
+/// @file topo/nccl_tests.hpp
+/// Reads the result table of an nccl-tests benchmark (all_reduce_perf and friends) as printed or
+/// pasted: `#` header lines, data rows `size count type redop root time algbw busbw #wrong time
+/// algbw busbw #wrong` (older versions without the root column), an optional `N: ` rank prefix from
+/// srun, the command line above the table (CUDA_VISIBLE_DEVICES=..., NCCL_P2P_DISABLE=1, -g N), CRLF.
+/// A line that is none of these throws collx::error(invalid_argument) naming source:line:col.
+#pragma once
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <collx/topo/detail/xml.hpp>
+
+namespace collx {
+inline namespace v0 {
+namespace topo {
+
+/// One row of an nccl-tests table.
+struct nccl_tests_row {
+  std::size_t bytes = 0;        ///< size column, bytes
+  std::size_t count = 0;        ///< elements
+  std::string type;             ///< float, half, ...
+  std::string redop;            ///< sum, ...
+  double time_us[2] = {0, 0};   ///< out-of-place, in-place, microseconds
+  double algbw[2] = {0, 0};     ///< GB/s
+  double busbw[2] = {0, 0};     ///< GB/s
+};
+
+/// An nccl-tests table.
+struct nccl_tests_table {
+  std::string command;               ///< the command line, if the paste has one
+  std::string visible_devices;       ///< CUDA_VISIBLE_DEVICES from the command line ("" if absent)
+  bool p2p_disabled = false;         ///< NCCL_P2P_DISABLE=1 on the command line
+  int gpus_flag = 0;                 ///< -g N from the command line (0 if absent)
+  double avg_busbw = 0;              ///< "# Avg bus bandwidth" (0 if absent)
+  std::vector<nccl_tests_row> rows;
+
+  /// The largest busbw of any row, in- or out-of-place, GB/s (0 for no rows).
+  double peak_busbw() const noexcept {
+    double b = 0;
+    for (const nccl_tests_row& r : rows) b = std::max({b, r.busbw[0], r.busbw[1]});
+    return b;
+  }
+};
+
+/// Reads an nccl-tests table. @throws collx::error(invalid_argument) naming source:line:col for a
+/// line that is neither a comment, the command line, nor a well-formed data row, and for text with
+/// no data row at all.
+inline nccl_tests_table read_nccl_tests(std::string_view text, std::string_view source = "<nccl-tests>") {
+  using detail::fail_at;
+  nccl_tests_table t;
+  int no = 0;
+  std::size_t b = 0;
+  while (b <= text.size()) {
+    std::size_t e = text.find('\n', b);
+    if (e == std::string_view::npos) e = text.size();
+    std::string line(text.substr(b, e - b));
+    b = e + 1;
+    ++no;
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) line.pop_back();
+    std::size_t i = 0;
+    while (i < line.size() && (line[i] == ' ' || line[i] == '\t')) ++i;
+    {  // "0: " rank prefix
+      std::size_t d = i;
+      while (d < line.size() && std::isdigit(static_cast<unsigned char>(line[d]))) ++d;
+      if (d > i && d < line.size() && line[d] == ':') {
+        i = d + 1;
+        while (i < line.size() && (line[i] == ' ' || line[i] == '\t')) ++i;
+      }
+    }
+    if (i >= line.size()) continue;
+    if (line[i] == '#') {
+      const std::string_view rest = std::string_view(line).substr(i);
+      const std::size_t k = rest.find("Avg bus bandwidth");
+      if (k != std::string_view::npos) {
+        const std::size_t colon = rest.find(':', k);
+        if (colon != std::string_view::npos) t.avg_busbw = std::strtod(std::string(rest.substr(colon + 1)).c_str(), nullptr);
+      }
+      continue;
+    }
+    // Tokens with columns.
+    std::vector<std::pair<std::string, int>> tk;
+    for (std::size_t k = i; k < line.size();) {
+      while (k < line.size() && (line[k] == ' ' || line[k] == '\t')) ++k;
+      if (k >= line.size()) break;
+      const std::size_t s = k;
+      while (k < line.size() && line[k] != ' ' && line[k] != '\t') ++k;
+      tk.emplace_back(line.substr(s, k - s), static_cast<int>(s) + 1);
+    }
+    if (!std::isdigit(static_cast<unsigned char>(tk[0].first[0]))) {
+      // The command line: env assignments, a *_perf binary, flags.
+      bool is_cmd = false;
+      for (std::size_t k = 0; k < tk.size(); ++k) {
+        const std::string& w = tk[k].first;
+        if (w.find("_perf") != std::string::npos) is_cmd = true;
+        if (w.rfind("CUDA_VISIBLE_DEVICES=", 0) == 0) t.visible_devices = w.substr(21);
+        if (w == "NCCL_P2P_DISABLE=1") t.p2p_disabled = true;
+        if (w == "-g" && k + 1 < tk.size()) t.gpus_flag = std::atoi(tk[k + 1].first.c_str());
+      }
+      if (!is_cmd) fail_at(source, {no, tk[0].second}, "expected a data row or an *_perf command line, found '" + tk[0].first + "'");
+      t.command = line.substr(i);
+      continue;
+    }
+    const bool with_root = tk.size() == 13;
+    if (tk.size() != 13 && tk.size() != 12)
+      fail_at(source, {no, tk.back().second}, "data row has " + std::to_string(tk.size()) + " columns, expected 13 (or 12 without root)");
+    auto num = [&](std::size_t k) {
+      char* end = nullptr;
+      const double v = std::strtod(tk[k].first.c_str(), &end);
+      if (end == tk[k].first.c_str() || *end != '\0') fail_at(source, {no, tk[k].second}, "'" + tk[k].first + "' is not a number");
+      return v;
+    };
+    nccl_tests_row r;
+    r.bytes = static_cast<std::size_t>(num(0));
+    r.count = static_cast<std::size_t>(num(1));
+    r.type = tk[2].first;
+    r.redop = tk[3].first;
+    const std::size_t o = with_root ? 5 : 4;
+    for (int p = 0; p < 2; ++p) {
+      r.time_us[p] = num(o + 4 * static_cast<std::size_t>(p));
+      r.algbw[p] = num(o + 1 + 4 * static_cast<std::size_t>(p));
+      r.busbw[p] = num(o + 2 + 4 * static_cast<std::size_t>(p));
+    }
+    t.rows.push_back(std::move(r));
+  }
+  if (t.rows.empty()) fail_at(source, {no, 1}, "no nccl-tests data row found");
+  return t;
+}
+
+}  // namespace topo
+}  // namespace v0
+}  // namespace collx

@@ -1,0 +1,400 @@
+/// @file topo/nccl_xml.hpp
+/// Readers for NCCL's XML files: the topology (NCCL_TOPO_FILE, or what NCCL_TOPO_DUMP_FILE writes:
+/// `<system><cpu><pci><gpu><nvlink/></gpu></pci><nic><net/></nic></cpu></system>`) and the graph
+/// dump (NCCL_GRAPH_DUMP_FILE / NCCL_GRAPH_FILE: `<graphs><graph ...><channel><net/><gpu dev/>...`),
+/// which records the rings and trees NCCL chose.
+///
+/// Strict: an element this reader does not know, a missing required attribute, a number that is
+/// not a number, an NVLink to a device that is not in the file, throw collx::error(invalid_argument)
+/// naming `source:line:col`. Attributes it does not use are skipped. Every assumption it has to
+/// make (a GPU model taken from a PCI id, an unknown PCIe speed, an NVLink to the GPU itself as the
+/// Azure NC A100 v4 file has) is written to topology::notes.
+#pragma once
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <collx/topo/detail/xml.hpp>
+#include <collx/topo/topology.hpp>
+
+namespace collx {
+inline namespace v0 {
+namespace topo {
+
+/// Options for the topology readers.
+struct read_options {
+  /// GPU model to use for every GPU, overriding what the file says or implies (nullptr: from the
+  /// file: NCCL `sm=`, the PCI device id, or for `nvidia-smi` text the NVLink pattern).
+  const gpu_arch* gpu = nullptr;
+};
+
+namespace detail {
+
+inline long parse_long(const xml_attribute& a, std::string_view src, int base = 10) {
+  const std::string& v = a.value;
+  if (v.empty()) fail_at(src, a.pos, "attribute '" + a.name + "' is empty, expected a number");
+  char* end = nullptr;
+  const long r = std::strtol(v.c_str(), &end, base);
+  if (end == v.c_str() || *end != '\0') fail_at(src, a.pos, "attribute '" + a.name + "'=\"" + v + "\" is not a number");
+  return r;
+}
+
+inline double parse_double(const xml_attribute& a, std::string_view src) {
+  const std::string& v = a.value;
+  char* end = nullptr;
+  const double r = std::strtod(v.c_str(), &end);
+  if (v.empty() || end == v.c_str() || *end != '\0') fail_at(src, a.pos, "attribute '" + a.name + "'=\"" + v + "\" is not a number");
+  return r;
+}
+
+inline const xml_attribute& required(const xml_element& e, std::string_view n, std::string_view src) {
+  const xml_attribute* a = e.find(n);
+  if (!a) fail_at(src, e.pos, "<" + e.name + "> needs attribute '" + std::string(n) + "'");
+  return *a;
+}
+
+inline std::string lower(std::string s) {
+  for (char& c : s)
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  return s;
+}
+
+/// PCIe generation from an NCCL link_speed ("8 GT/s", "16.0 GT/s PCIe"); 0 when empty.
+inline int pcie_gen_from_speed(const xml_attribute& a, std::string_view src) {
+  if (a.value.empty()) return 0;
+  char* end = nullptr;
+  const double gt = std::strtod(a.value.c_str(), &end);
+  if (end == a.value.c_str()) fail_at(src, a.pos, "link_speed \"" + a.value + "\" is not a PCIe rate");
+  if (gt < 3) return 1;
+  if (gt < 6) return 2;
+  if (gt < 12) return 3;
+  if (gt < 24) return 4;
+  if (gt < 48) return 5;
+  return 6;
+}
+
+}  // namespace detail
+
+/// Reads an NCCL topology XML file (text) into a one-machine topology. GPUs are named GPU<dev> by
+/// their `<gpu dev=>` (or, for a GPU listed only as a PCI device, by order of appearance, noted);
+/// NICs are NIC0, NIC1, ... in order of appearance with their OS name in vertex::device.
+/// @param source name used in messages (the file name)
+/// @throws collx::error(invalid_argument) naming source:line:col for input outside the format.
+inline topology read_nccl_topology(std::string_view text, std::string_view source = "<nccl-topo>", read_options opt = {}) {
+  using namespace detail;
+  const xml_element root = parse_xml(text, source);
+  if (root.name != "system")
+    fail_at(source, root.pos, "expected <system> (an NCCL topology file), found <" + root.name + ">" +
+                                  (root.name == "graphs" ? ": this is an NCCL graph file (read_nccl_graph)" : ""));
+  topology t;
+  t.source = std::string(source);
+  struct pending_nvlink {
+    int gpu;
+    std::string target;
+    int count;
+    unsigned long tclass;
+    text_pos pos;
+  };
+  std::vector<pending_nvlink> nvlinks;
+  std::map<std::string, int> by_busid;
+  int next_gpu_index = 0, nic_index = 0;
+  bool gpu_index_assigned = false;
+
+  auto add_nic = [&](int parent, const xml_element* net, const std::string& busid, link up) {
+    vertex v;
+    v.kind = vertex_kind::nic;
+    v.index = nic_index++;
+    v.name = "NIC" + std::to_string(v.index);
+    v.busid = busid;
+    v.parent = parent;
+    if (net) {
+      if (const xml_attribute* a = net->find("name")) v.device = a->value;
+      if (const xml_attribute* a = net->find("speed")) v.nic_Gbps = static_cast<double>(parse_long(*a, source)) / 1000.0;
+    }
+    const int id = t.add_vertex(v);
+    up.a = id, up.b = parent;
+    t.add_link(up);
+    return id;
+  };
+
+  // Walks one <pci> element under `parent`.
+  auto walk_pci = [&](auto& self, const xml_element& e, int parent) -> void {
+    const xml_attribute& bus = required(e, "busid", source);
+    const std::string busid = lower(bus.value);
+    int gen = 0, width = 0;
+    if (const xml_attribute* a = e.find("link_speed")) gen = pcie_gen_from_speed(*a, source);
+    if (const xml_attribute* a = e.find("link_width")) width = a->value.empty() ? 0 : static_cast<int>(parse_long(*a, source));
+    const xml_attribute* cls_attr = e.find("class");
+    const unsigned long cls = cls_attr ? static_cast<unsigned long>(parse_long(*cls_attr, source, 16)) : 0;
+    const unsigned long base = cls >> 8;
+    link up = make_pcie(-1, -1, gen, width);
+    const bool speed_known = gen > 0 && width > 0;
+
+    if (!cls_attr) {
+      if (!e.children.empty()) fail_at(source, e.pos, "<pci busid=\"" + busid + "\"> without class has children");
+      t.notes.push_back("PCI device " + busid + " has no class: ignored");
+      return;
+    }
+    if (base == 0x0604) {  // PCI bridge: a switch
+      vertex v;
+      v.kind = vertex_kind::pci_switch, v.name = "PCI " + busid, v.busid = busid, v.parent = parent;
+      const int id = t.add_vertex(v);
+      by_busid[busid] = id;
+      if (!speed_known) t.notes.push_back("PCIe speed of " + busid + " not given: Gen" + std::to_string(up.generation) + " x" + std::to_string(up.width) + " assumed");
+      up.a = id, up.b = parent;
+      t.add_link(up);
+      for (const xml_element& c : e.children) {
+        if (c.name != "pci") fail_at(source, c.pos, "unexpected <" + c.name + "> inside a PCI bridge");
+        self(self, c, id);
+      }
+      return;
+    }
+    if (base == 0x0302 || base == 0x0300) {  // GPU
+      vertex v;
+      v.kind = vertex_kind::gpu, v.busid = busid, v.parent = parent;
+      const xml_element* g = nullptr;
+      for (const xml_element& c : e.children) {
+        if (c.name != "gpu") fail_at(source, c.pos, "unexpected <" + c.name + "> inside a GPU's <pci>");
+        if (g) fail_at(source, c.pos, "second <gpu> in one <pci>");
+        g = &c;
+      }
+      const gpu_arch* arch = opt.gpu;
+      if (!arch && g) {
+        if (const xml_attribute* sm = g->find("sm")) {
+          arch = gpu_arch_for_sm(static_cast<int>(parse_long(*sm, source)));
+          if (!arch) t.notes.push_back("GPU " + busid + ": sm " + sm->value + " not known; generic figures used");
+        }
+      }
+      if (!arch) {
+        if (const xml_attribute* dev = e.find("device")) {
+          arch = gpu_arch_for_pci_device(static_cast<unsigned>(parse_long(*dev, source, 16)));
+          if (arch) t.notes.push_back("GPU " + busid + ": model " + std::string(arch->name) + " from PCI device id " + dev->value);
+        }
+      }
+      if (!arch) {
+        arch = &unknown_gpu_arch;
+        t.notes.push_back("GPU " + busid + ": model unknown (no sm, no known device id): " + std::string(unknown_gpu_arch.source));
+      }
+      v.arch = arch;
+      if (g && g->find("dev")) {
+        v.index = static_cast<int>(parse_long(required(*g, "dev", source), source));
+      } else {
+        v.index = next_gpu_index;
+        gpu_index_assigned = true;
+      }
+      next_gpu_index = std::max(next_gpu_index, v.index + 1);
+      v.name = "GPU" + std::to_string(v.index);
+      for (int other : t.gpus())
+        if (t.vertices[static_cast<std::size_t>(other)].index == v.index)
+          fail_at(source, g ? g->pos : e.pos, "GPU dev " + std::to_string(v.index) + " appears twice");
+      const int id = t.add_vertex(v);
+      by_busid[busid] = id;
+      if (!speed_known) {
+        up = make_pcie(-1, -1, arch->pcie_gen, 16);
+        t.notes.push_back("PCIe speed of GPU " + busid + " not given: Gen" + std::to_string(up.generation) + " x16 assumed from its model");
+      }
+      up.a = id, up.b = parent;
+      t.add_link(up);
+      if (g) {
+        for (const xml_element& nv : g->children) {
+          if (nv.name != "nvlink") fail_at(source, nv.pos, "unexpected <" + nv.name + "> inside <gpu>");
+          const xml_attribute& tc = required(nv, "tclass", source);
+          nvlinks.push_back({id, lower(required(nv, "target", source).value),
+                             static_cast<int>(parse_long(required(nv, "count", source), source)),
+                             static_cast<unsigned long>(parse_long(tc, source, 16)), nv.pos});
+          if (nvlinks.back().count < 1) fail_at(source, nv.pos, "nvlink count must be >= 1");
+        }
+      }
+      return;
+    }
+    if (base >> 8 == 0x02) {  // network controller (Ethernet 0x0200, InfiniBand 0x0207, ...)
+      if (!speed_known) t.notes.push_back("PCIe speed of NIC " + busid + " not given: Gen" + std::to_string(up.generation) + " x" + std::to_string(up.width) + " assumed");
+      bool any = false;
+      for (const xml_element& c : e.children) {
+        if (c.name != "nic") fail_at(source, c.pos, "unexpected <" + c.name + "> inside a NIC's <pci>");
+        for (const xml_element& n : c.children) {
+          if (n.name != "net") fail_at(source, n.pos, "unexpected <" + n.name + "> inside <nic>");
+          add_nic(parent, &n, busid, up);
+          any = true;
+        }
+      }
+      if (!any) {
+        add_nic(parent, nullptr, busid, up);
+        t.notes.push_back("NIC " + busid + " has no <net>: port speed unknown");
+      }
+      return;
+    }
+    if (!e.children.empty()) fail_at(source, e.pos, "PCI device " + busid + " of class " + cls_attr->value + " has children");
+    t.notes.push_back("PCI device " + busid + " of class " + cls_attr->value + " is neither GPU, NIC nor bridge: ignored");
+  };
+
+  std::vector<int> cpus;
+  for (const xml_element& c : root.children) {
+    if (c.name != "cpu") fail_at(source, c.pos, "unexpected <" + c.name + "> inside <system> (expected <cpu>)");
+    vertex v;
+    v.kind = vertex_kind::cpu;
+    v.index = c.find("numaid") ? static_cast<int>(parse_long(*c.find("numaid"), source)) : static_cast<int>(cpus.size());
+    v.name = "CPU" + std::to_string(v.index);
+    if (const xml_attribute* a = c.find("affinity")) {
+      v.cpu_affinity = cpulist_from_mask(a->value);
+      if (v.cpu_affinity.empty() && !a->value.empty()) fail_at(source, a->pos, "affinity \"" + a->value + "\" is not a CPU mask");
+    }
+    if (const xml_attribute* a = c.find("vendor")) v.cpu_vendor = a->value;
+    if (const xml_attribute* a = c.find("familyid")) v.cpu_family = static_cast<int>(parse_long(*a, source));
+    if (const xml_attribute* a = c.find("modelid")) v.cpu_model = static_cast<int>(parse_long(*a, source));
+    const int id = t.add_vertex(v);
+    cpus.push_back(id);
+    for (const xml_element& k : c.children) {
+      if (k.name == "pci") {
+        walk_pci(walk_pci, k, id);
+      } else if (k.name == "nic") {
+        for (const xml_element& n : k.children) {
+          if (n.name != "net") fail_at(source, n.pos, "unexpected <" + n.name + "> inside <nic>");
+          add_nic(id, &n, "", make_internal(-1, -1));
+          t.notes.push_back("NIC " + t.vertices.back().device + " has no PCI device (virtual?): attached to " + v.name);
+        }
+      } else {
+        fail_at(source, k.pos, "unexpected <" + k.name + "> inside <cpu>");
+      }
+    }
+  }
+  if (cpus.empty()) fail_at(source, root.pos, "<system> has no <cpu>");
+  for (std::size_t i = 0; i < cpus.size(); ++i)
+    for (std::size_t j = i + 1; j < cpus.size(); ++j) {
+      const vertex& c = t.vertices[static_cast<std::size_t>(cpus[i])];
+      t.add_link(make_smp(cpus[i], cpus[j], smp_GBps(c.cpu_vendor, c.cpu_family, c.cpu_model)));
+    }
+  if (gpu_index_assigned) t.notes.push_back("GPUs listed only as PCI devices were numbered in order of appearance");
+
+  // NVLinks: each side lists the other; one link per pair (the larger count if the sides differ).
+  std::map<std::pair<int, int>, int> pair_count;
+  std::map<int, int> to_switch;
+  for (const pending_nvlink& n : nvlinks) {
+    const vertex& g = t.vertices[static_cast<std::size_t>(n.gpu)];
+    const unsigned long tbase = n.tclass >> 8;
+    if (tbase == 0x0302 || tbase == 0x0300) {
+      if (n.target == g.busid) {
+        t.notes.push_back(g.name + " lists an NVLink to itself (count " + std::to_string(n.count) + "): ignored");
+        continue;
+      }
+      const auto it = by_busid.find(n.target);
+      if (it == by_busid.end() || t.vertices[static_cast<std::size_t>(it->second)].kind != vertex_kind::gpu)
+        fail_at(source, n.pos, "nvlink target " + n.target + " is not a GPU in this file");
+      const std::pair<int, int> key{std::min(n.gpu, it->second), std::max(n.gpu, it->second)};
+      int& c = pair_count[key];
+      if (c && c != n.count) t.notes.push_back("NVLink count between " + g.name + " and " + t.vertices[static_cast<std::size_t>(it->second)].name + " differs per side: the larger used");
+      c = std::max(c, n.count);
+    } else if (n.tclass == 0x068000) {
+      to_switch[n.gpu] += n.count;
+    } else if (tbase == 0x0600) {
+      const int cpu = t.cpu_of(n.gpu);
+      if (cpu < 0) fail_at(source, n.pos, "nvlink to a CPU from a GPU outside every CPU");
+      t.add_link(make_nvlink(n.gpu, cpu, *g.arch, n.count));
+    } else {
+      fail_at(source, n.pos, "nvlink target class 0x" + [&] {
+        char b[16];
+        std::snprintf(b, sizeof b, "%06lx", n.tclass);
+        return std::string(b);
+      }() + " is not a GPU, NVSwitch or CPU");
+    }
+  }
+  for (const auto& [key, count] : pair_count)
+    t.add_link(make_nvlink(key.first, key.second, *t.vertices[static_cast<std::size_t>(key.first)].arch, count));
+  if (!to_switch.empty()) {
+    vertex s;
+    s.kind = vertex_kind::nvswitch, s.name = "NVSwitch";
+    const int sw = t.add_vertex(s);
+    for (const auto& [gpu, count] : to_switch)
+      t.add_link(make_nvlink(gpu, sw, *t.vertices[static_cast<std::size_t>(gpu)].arch, count));
+  }
+  return t;
+}
+
+/// One channel of an NCCL graph: the GPUs in order (a ring's order, or a tree's chain) and the
+/// network devices it enters and leaves by.
+struct nccl_channel {
+  std::vector<int> gpus;      ///< GPU dev numbers in order
+  std::vector<int> nets;      ///< <net dev> in order of appearance (empty on one machine)
+};
+
+/// One `<graph>` of an NCCL graph file.
+struct nccl_graph {
+  int id = 0;                 ///< graph id
+  int pattern = 0;            ///< NCCL pattern: 1 balanced tree, 2 split tree, 3 tree, 4 ring, 5 NVLS, 6 CollNet direct
+  int nchannels = 0;          ///< channel count as written (checked against the channels)
+  double speed_intra = 0;     ///< GB/s per channel NCCL planned inside a machine
+  double speed_inter = 0;     ///< GB/s per channel NCCL planned between machines
+  std::string type_intra;     ///< link class NCCL used inside a machine (NVL, PIX, SYS, ...)
+  std::string type_inter;     ///< link class NCCL used between machines
+  bool same_channels = false; ///< samechannels attribute
+  std::vector<nccl_channel> channels;
+  detail::text_pos pos;       ///< where the <graph> starts
+};
+
+/// Name of an NCCL graph pattern ("ring", "tree", "balanced tree", ...).
+constexpr std::string_view nccl_pattern_name(int p) noexcept {
+  switch (p) {
+    case 1: return "balanced tree";
+    case 2: return "split tree";
+    case 3: return "tree";
+    case 4: return "ring";
+    case 5: return "nvls";
+    case 6: return "collnet direct";
+    default: return "unknown";
+  }
+}
+
+/// Reads an NCCL graph dump (`<graphs>`). @throws collx::error(invalid_argument) naming
+/// source:line:col for anything outside the format, a GPU twice in one channel, or an `nchannels`
+/// that disagrees with the channels listed.
+inline std::vector<nccl_graph> read_nccl_graph(std::string_view text, std::string_view source = "<nccl-graph>") {
+  using namespace detail;
+  const xml_element root = parse_xml(text, source);
+  if (root.name != "graphs") fail_at(source, root.pos, "expected <graphs> (an NCCL graph file), found <" + root.name + ">");
+  std::vector<nccl_graph> out;
+  for (const xml_element& g : root.children) {
+    if (g.name != "graph") fail_at(source, g.pos, "unexpected <" + g.name + "> inside <graphs>");
+    nccl_graph r;
+    r.pos = g.pos;
+    r.id = static_cast<int>(parse_long(required(g, "id", source), source));
+    r.pattern = static_cast<int>(parse_long(required(g, "pattern", source), source));
+    r.nchannels = static_cast<int>(parse_long(required(g, "nchannels", source), source));
+    if (const xml_attribute* a = g.find("speedintra")) r.speed_intra = parse_double(*a, source);
+    if (const xml_attribute* a = g.find("speedinter")) r.speed_inter = parse_double(*a, source);
+    if (const xml_attribute* a = g.find("typeintra")) r.type_intra = a->value;
+    if (const xml_attribute* a = g.find("typeinter")) r.type_inter = a->value;
+    if (const xml_attribute* a = g.find("samechannels")) r.same_channels = parse_long(*a, source) != 0;
+    for (const xml_element& c : g.children) {
+      if (c.name != "channel") fail_at(source, c.pos, "unexpected <" + c.name + "> inside <graph>");
+      nccl_channel ch;
+      for (const xml_element& d : c.children) {
+        const int dev = static_cast<int>(parse_long(required(d, "dev", source), source));
+        if (d.name == "gpu") {
+          for (int x : ch.gpus)
+            if (x == dev) fail_at(source, d.pos, "GPU " + std::to_string(dev) + " twice in one channel");
+          ch.gpus.push_back(dev);
+        } else if (d.name == "net") {
+          ch.nets.push_back(dev);
+        } else {
+          fail_at(source, d.pos, "unexpected <" + d.name + "> inside <channel>");
+        }
+      }
+      if (ch.gpus.empty()) fail_at(source, c.pos, "channel without GPUs");
+      r.channels.push_back(std::move(ch));
+    }
+    if (static_cast<int>(r.channels.size()) != r.nchannels)
+      fail_at(source, g.pos, "nchannels=\"" + std::to_string(r.nchannels) + "\" but " + std::to_string(r.channels.size()) + " channels are listed");
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+}  // namespace topo
+}  // namespace v0
+}  // namespace collx

@@ -1,0 +1,82 @@
+/// @file topo/placement.hpp
+/// Host-side placement of the ranks of one machine, from the same topology model: which GPU a
+/// local rank drives, which NUMA node it should allocate its memory on, which CPUs to run on.
+///
+/// Why it matters: a rank that writes a shared-memory slot which peers then read should allocate
+/// that slot on its own NUMA node (Linux places a page on the node of the CPU that first touches
+/// it), so the writes stay local and only the peers' reads cross the SMP link; a rank that drives a
+/// GPU should sit on the NUMA node the GPU's PCIe tree hangs from, so host-device copies do not
+/// cross it either. collx's shm transport can ask place_local_rank() for the node (wiring it into
+/// shm.hpp is left to the transport).
+#pragma once
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include <collx/topo/topology.hpp>
+
+namespace collx {
+inline namespace v0 {
+namespace topo {
+
+/// Where one local rank should live.
+struct rank_placement {
+  int numa_node = -1;     ///< NUMA node id to allocate on (the CPU vertex's index); -1 if the topology has no CPU
+  std::vector<int> cpus;  ///< logical CPUs of that node (empty if not known)
+  int gpu = -1;           ///< GPU vertex id the rank drives, -1 when ranks are not GPU ranks
+};
+
+/// Placement of `local_rank` of `local_size` ranks on host 0 of `t`:
+/// - if the machine has at least local_size GPUs, rank r drives the r-th GPU (by index) and lives on
+///   the NUMA node at the root of that GPU's PCIe tree;
+/// - otherwise ranks are spread over NUMA nodes in contiguous blocks proportional to each node's
+///   CPU count (equal shares when counts are unknown): 8 ranks on two 16-core nodes -> 0-3 on the
+///   first, 4-7 on the second.
+/// @throws collx::error(invalid_argument) unless 0 <= local_rank < local_size.
+inline rank_placement place_local_rank(const topology& t, int local_rank, int local_size) {
+  if (local_size < 1 || local_rank < 0 || local_rank >= local_size)
+    COLLX_THROW(errc::invalid_argument, "place_local_rank: rank " + std::to_string(local_rank) + " of " + std::to_string(local_size));
+  rank_placement p;
+  auto cpus_of = [&](int cpu) {
+    const vertex& c = t.vertices[static_cast<std::size_t>(cpu)];
+    return !c.cores.empty() ? c.cores : parse_cpulist(c.cpu_affinity);
+  };
+  const std::vector<int> gpus = t.gpus(0);
+  if (static_cast<int>(gpus.size()) >= local_size) {
+    p.gpu = gpus[static_cast<std::size_t>(local_rank)];
+    const int cpu = t.cpu_of(p.gpu);
+    if (cpu >= 0) p.numa_node = t.vertices[static_cast<std::size_t>(cpu)].index, p.cpus = cpus_of(cpu);
+    return p;
+  }
+  const std::vector<int> cpus = t.of_kind(vertex_kind::cpu, 0);
+  if (cpus.empty()) return p;
+  std::vector<double> weight;
+  double total = 0;
+  for (int c : cpus) weight.push_back(std::max<double>(1.0, static_cast<double>(cpus_of(c).size()))), total += weight.back();
+  // Node k takes ranks [floor(W_k / W * size), floor(W_{k+1} / W * size)), W_k the weight before k.
+  double before = 0;
+  for (std::size_t k = 0; k < cpus.size(); ++k) {
+    const int lo = static_cast<int>(before / total * local_size + 1e-9);
+    before += weight[k];
+    const int hi = k + 1 == cpus.size() ? local_size : static_cast<int>(before / total * local_size + 1e-9);
+    if (local_rank >= lo && local_rank < hi) {
+      p.numa_node = t.vertices[static_cast<std::size_t>(cpus[k])].index;
+      p.cpus = cpus_of(cpus[k]);
+      return p;
+    }
+  }
+  p.numa_node = t.vertices[static_cast<std::size_t>(cpus.back())].index;
+  p.cpus = cpus_of(cpus.back());
+  return p;
+}
+
+/// The NUMA node local rank `local_rank` of `local_size` should allocate on (see place_local_rank);
+/// -1 if the topology has no CPU. @throws collx::error(invalid_argument) for a bad rank.
+inline int numa_node_for_local_rank(const topology& t, int local_rank, int local_size) {
+  return place_local_rank(t, local_rank, local_size).numa_node;
+}
+
+}  // namespace topo
+}  // namespace v0
+}  // namespace collx

@@ -1,0 +1,316 @@
+/// @file topo/ring_search.hpp
+/// Rings and trees built from the topology.
+///
+/// Rings: several channels (rings that run at once, each carrying an equal share of the data), as
+/// NCCL builds them. For each candidate per-channel speed s (every link's bandwidth divided by
+/// 1..max_channels, fastest first) a depth-first search packs as many Hamiltonian rings as the links
+/// hold: a ring may take a hop only if every directed link on the hop's route (see routing.hpp) still
+/// has s GB/s left after the ring's own earlier hops; taking it uses them up. Hops with the most
+/// bandwidth left are tried first, so load spreads over distinct links; a few trials with shuffled
+/// ties recover from unlucky greedy choices. The set with the most total bandwidth (channels x s)
+/// wins; on a tie, the faster channels (fewer of them). NCCL's search (src/graph/search.cc) works
+/// the same way in spirit: fixed speed per channel, fewest links shared.
+///
+/// Trees: NCCL's double binary tree (Sanders, Speck, Traeff, Parallel Computing 2009) over machines,
+/// with a chain inside each machine; the second tree mirrors (odd machine count) or shifts (even) the
+/// first so that most machines are a leaf in one tree and inside the other, and its chains run the
+/// other way.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <collx/topo/routing.hpp>
+#include <collx/topo/topology.hpp>
+
+namespace collx {
+inline namespace v0 {
+namespace topo {
+
+/// How the ring search works (see the file comment).
+struct ring_search_options {
+  int max_channels = 16;       ///< most rings
+  int min_channels = 1;        ///< at least this many: rings are repeated, each at a share of the speed
+  int trials = 6;              ///< greedy attempts per candidate speed (the first one unshuffled)
+  std::size_t budget = 20000;  ///< depth-first steps per ring attempt
+};
+
+/// Rings of GPU vertex ids, one per channel.
+struct ring_set {
+  std::vector<std::vector<int>> rings;  ///< per channel, GPU vertex ids in ring order (each sends to the next)
+  double channel_GBps = 0;              ///< bandwidth every channel reaches with all of them running, GB/s
+  double total_GBps = 0;                ///< channel_GBps x channels: a ring all-reduce's bus bandwidth
+};
+
+/// What a set of rings reaches on a topology with every channel running at once.
+struct ring_evaluation {
+  std::vector<double> channel_GBps;  ///< each channel's own bottleneck: min over its links of bandwidth / channels crossing
+  double min_channel_GBps = 0;       ///< the slowest channel
+  double total_GBps = 0;             ///< channels x slowest (equal shares, as NCCL splits data)
+  std::string bottleneck;            ///< the link (or GPU pair) that limits the slowest channel
+};
+
+/// Evaluates rings (GPU vertex ids per channel) with sharing counted: every resource a hop uses
+/// (directed links, host-staging engines; see route::load) is shared by all channel-hops that use it,
+/// so a link crossed by k channels gives each 1/k of its bandwidth.
+/// @throws collx::error(invalid_argument) for an empty ring list or a ring with a repeated GPU.
+inline ring_evaluation evaluate_rings(router& r, const std::vector<std::vector<int>>& rings) {
+  if (rings.empty()) COLLX_THROW(errc::invalid_argument, "evaluate_rings: no rings");
+  std::map<long, double> util;  // utilisation per resource with every channel at 1 GB/s
+  for (const auto& ring : rings) {
+    for (std::size_t i = 0; i < ring.size(); ++i)
+      for (std::size_t j = i + 1; j < ring.size(); ++j)
+        if (ring[i] == ring[j]) COLLX_THROW(errc::invalid_argument, "evaluate_rings: a GPU appears twice in a ring");
+    if (ring.size() < 2) continue;
+    for (std::size_t i = 0; i < ring.size(); ++i)
+      for (const auto& [res, w] : r.between(ring[i], ring[(i + 1) % ring.size()]).load) util[res] += w;
+  }
+  ring_evaluation e;
+  e.min_channel_GBps = std::numeric_limits<double>::infinity();
+  for (const auto& ring : rings) {
+    double bw = std::numeric_limits<double>::infinity();
+    std::string why;
+    for (std::size_t i = 0; ring.size() >= 2 && i < ring.size(); ++i)
+      for (const auto& [res, w] : r.between(ring[i], ring[(i + 1) % ring.size()]).load) {
+        const double x = 1.0 / util[res];
+        if (x < bw) bw = x, why = r.resource_name(res);
+      }
+    e.channel_GBps.push_back(bw);
+    if (bw < e.min_channel_GBps) e.min_channel_GBps = bw, e.bottleneck = why;
+  }
+  e.total_GBps = e.min_channel_GBps * static_cast<double>(rings.size());
+  return e;
+}
+
+/// Searches rings over `gpus` (GPU vertex ids, one machine) as the file comment describes.
+/// One GPU gives one ring of one GPU and infinite bandwidth (nothing moves).
+/// @throws collx::error(invalid_argument) for no GPUs, a repeated GPU, or GPUs no ring can join.
+inline ring_set search_rings(router& r, const std::vector<int>& gpus, ring_search_options opt = {}) {
+  const std::size_t n = gpus.size();
+  if (n == 0) COLLX_THROW(errc::invalid_argument, "search_rings: no GPUs");
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = i + 1; j < n; ++j)
+      if (gpus[i] == gpus[j]) COLLX_THROW(errc::invalid_argument, "search_rings: a GPU is listed twice");
+  ring_set out;
+  if (n == 1) {
+    out.rings = {gpus};
+    out.channel_GBps = out.total_GBps = std::numeric_limits<double>::infinity();
+    return out;
+  }
+  opt.max_channels = std::max(1, opt.max_channels);
+  // Routes; a GPU's sending capacity (its first links, plus host staging) bounds the channels.
+  std::vector<std::vector<const route*>> R(n, std::vector<const route*>(n, nullptr));
+  std::vector<double> out_cap(n, 0);
+  for (std::size_t i = 0; i < n; ++i) {
+    std::map<int, double> first;
+    double staged = 0;
+    bool any_staged = false;
+    for (std::size_t j = 0; j < n; ++j) {
+      if (i == j) continue;
+      R[i][j] = &r.between(gpus[i], gpus[j]);
+      if (!R[i][j]->hops.empty()) first[R[i][j]->hops.front().first] = r.GBps(R[i][j]->hops.front().first);
+      if (R[i][j]->host_staged) any_staged = true, staged = std::max(staged, R[i][j]->pair_cap_GBps);
+    }
+    for (const auto& [d, c] : first) out_cap[i] += c;
+    if (any_staged) out_cap[i] += staged;  // loose but safe: staged hops also share those links
+  }
+  std::map<long, double> residual;  // utilisation left per resource
+  auto hop_bw = [&](std::size_t i, std::size_t j) {
+    double bw = std::numeric_limits<double>::infinity();
+    for (const auto& [res, w] : R[i][j]->load) {
+      const auto it = residual.find(res);
+      bw = std::min(bw, (it == residual.end() ? 1.0 : it->second) / w);
+    }
+    return bw;
+  };
+  auto use = [&](std::size_t i, std::size_t j, double s) {
+    for (const auto& [res, w] : R[i][j]->load) {
+      auto it = residual.find(res);
+      if (it == residual.end()) it = residual.emplace(res, 1.0).first;
+      it->second -= s * w;
+    }
+  };
+  // Candidate speeds: what each hop reaches alone, divided by 1..max_channels.
+  std::vector<double> base;
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = 0; j < n; ++j) {
+      if (i == j) continue;
+      double alone = std::numeric_limits<double>::infinity();
+      for (const auto& [res, w] : R[i][j]->load) alone = std::min(alone, 1.0 / w);
+      base.push_back(alone);
+    }
+  std::sort(base.begin(), base.end());
+  base.erase(std::unique(base.begin(), base.end(), [](double a, double b) { return std::abs(a - b) <= 1e-9 * b; }), base.end());
+  std::vector<double> speeds;
+  for (double b : base)
+    for (int k = 1; k <= opt.max_channels; ++k) speeds.push_back(b / k);
+  std::sort(speeds.begin(), speeds.end(), std::greater<>());
+  speeds.erase(std::unique(speeds.begin(), speeds.end(), [](double a, double b) { return std::abs(a - b) <= 1e-9 * a; }), speeds.end());
+
+  const double eps = 1e-9;
+  std::uint64_t rng = 0x9E3779B97F4A7C15ull;
+  auto next_rand = [&] {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return rng;
+  };
+  // One ring at speed s (its resources taken); empty if none within the budget.
+  auto one_ring = [&](double s, int trial) {
+    std::vector<std::size_t> path{0};
+    std::vector<bool> seen(n, false);
+    seen[0] = true;
+    std::size_t steps = 0;
+    std::vector<std::uint64_t> tie(n);
+    for (auto& x : tie) x = trial == 0 ? 0 : next_rand();
+    std::vector<std::vector<std::size_t>> cands;  // per depth: hops still to try, best last
+    auto make_cands = [&](std::size_t at) {
+      std::vector<std::size_t> c;
+      for (std::size_t j = 0; j < n; ++j)
+        if (!seen[j] && hop_bw(at, j) >= s * (1 - eps)) c.push_back(j);
+      std::sort(c.begin(), c.end(), [&](std::size_t x, std::size_t y) {
+        const double bx = hop_bw(at, x), by = hop_bw(at, y);
+        if (std::abs(bx - by) > eps * std::max(bx, by)) return bx > by;
+        return tie[x] != tie[y] ? tie[x] < tie[y] : x < y;
+      });
+      std::reverse(c.begin(), c.end());
+      return c;
+    };
+    auto pop_hop = [&] {
+      const std::size_t last = path.back();
+      path.pop_back();
+      seen[last] = false;
+      use(path.back(), last, -s);
+    };
+    cands.push_back(make_cands(0));
+    while (!cands.empty() && steps++ < opt.budget) {
+      if (path.size() == n) {
+        if (hop_bw(path.back(), 0) >= s * (1 - eps)) {
+          use(path.back(), 0, s);
+          std::vector<int> ring;
+          for (std::size_t k : path) ring.push_back(gpus[k]);
+          return ring;
+        }
+        cands.pop_back();
+        pop_hop();
+        continue;
+      }
+      auto& c = cands.back();
+      if (c.empty()) {
+        cands.pop_back();
+        if (path.size() > 1) pop_hop();
+        continue;
+      }
+      const std::size_t j = c.back();
+      c.pop_back();
+      if (hop_bw(path.back(), j) < s * (1 - eps)) continue;
+      use(path.back(), j, s);
+      path.push_back(j);
+      seen[j] = true;
+      cands.push_back(path.size() == n ? std::vector<std::size_t>{} : make_cands(j));
+    }
+    while (path.size() > 1) pop_hop();
+    return std::vector<int>{};
+  };
+
+  double best_total = 0;
+  std::vector<std::vector<int>> best;
+  for (double s : speeds) {
+    int bound = opt.max_channels;
+    for (double oc : out_cap) bound = std::min(bound, static_cast<int>(std::floor(oc / s + 1e-6)));
+    if (bound < 1 || s * bound <= best_total * (1 + 1e-9)) continue;
+    std::vector<std::vector<int>> got;
+    for (int trial = 0; trial < std::max(1, opt.trials); ++trial) {
+      residual.clear();
+      std::vector<std::vector<int>> rings;
+      while (static_cast<int>(rings.size()) < bound) {
+        std::vector<int> ring = one_ring(s, trial);
+        if (ring.empty()) break;
+        rings.push_back(std::move(ring));
+      }
+      if (rings.size() > got.size()) got = std::move(rings);
+      if (static_cast<int>(got.size()) == bound) break;
+    }
+    const double total = s * static_cast<double>(got.size());
+    if (!got.empty() && total > best_total * (1 + 1e-9)) best_total = total, best = std::move(got);
+  }
+  if (best.empty()) COLLX_THROW(errc::invalid_argument, "search_rings: no ring joins these GPUs");
+  const int have = static_cast<int>(best.size());
+  if (have < opt.min_channels) {
+    const int k = (opt.min_channels + have - 1) / have;
+    std::vector<std::vector<int>> split;
+    for (int c = 0; c < k; ++c)
+      for (const auto& ring : best) split.push_back(ring);
+    best = std::move(split);
+  }
+  out.rings = std::move(best);
+  const ring_evaluation e = evaluate_rings(r, out.rings);
+  out.channel_GBps = e.min_channel_GBps;
+  out.total_GBps = e.total_GBps;
+  return out;
+}
+
+/// Parent of `rank` in NCCL-style in-order binary tree over n ranks rooted at 0 (-1 for the root).
+constexpr int btree_parent(int rank, int n) noexcept {
+  if (rank <= 0 || rank >= n) return -1;
+  const int bit = rank & -rank;
+  int up = (rank ^ bit) | (bit << 1);
+  if (up >= n) up = rank ^ bit;
+  return up;
+}
+
+/// Parent of `rank` in the second tree of the double binary tree: the first tree mirrored (n odd)
+/// or shifted by one (n even), so that leaves of one tree are inner nodes of the other.
+constexpr int dtree_parent(int rank, int n) noexcept {
+  if (n % 2 == 1) {
+    const int p = btree_parent(n - 1 - rank, n);
+    return p < 0 ? -1 : n - 1 - p;
+  }
+  const int p = btree_parent((rank - 1 + n) % n, n);
+  return p < 0 ? -1 : (p + 1) % n;
+}
+
+/// Two spanning trees over the same GPUs (each carries half the data).
+struct double_tree {
+  std::vector<int> gpus;        ///< GPU vertex ids
+  std::vector<int> parent[2];   ///< per tree: parent's index into gpus, -1 at the root
+};
+
+/// NCCL's double binary tree: `chains` lists each machine's GPUs in chain order (head first, e.g. a
+/// ring order). Tree 0: chains head-first, machines joined by btree_parent between heads; tree 1:
+/// chains reversed (the tail is the head), machines joined by dtree_parent. With one machine the two
+/// trees are the chain and the reversed chain.
+/// @throws collx::error(invalid_argument) for no machines or an empty chain.
+inline double_tree build_double_tree(const std::vector<std::vector<int>>& chains) {
+  if (chains.empty()) COLLX_THROW(errc::invalid_argument, "build_double_tree: no machines");
+  double_tree t;
+  std::vector<std::size_t> start;
+  for (const auto& c : chains) {
+    if (c.empty()) COLLX_THROW(errc::invalid_argument, "build_double_tree: a machine without GPUs");
+    start.push_back(t.gpus.size());
+    t.gpus.insert(t.gpus.end(), c.begin(), c.end());
+  }
+  const int m = static_cast<int>(chains.size());
+  for (int k = 0; k < 2; ++k) {
+    t.parent[k].assign(t.gpus.size(), -1);
+    for (int h = 0; h < m; ++h) {
+      const std::size_t len = chains[static_cast<std::size_t>(h)].size();
+      auto idx = [&](std::size_t pos) { return static_cast<int>(start[static_cast<std::size_t>(h)] + (k == 0 ? pos : len - 1 - pos)); };
+      for (std::size_t p = 1; p < len; ++p) t.parent[k][static_cast<std::size_t>(idx(p))] = idx(p - 1);
+      const int up = k == 0 ? btree_parent(h, m) : dtree_parent(h, m);
+      if (up >= 0) {
+        const std::size_t ulen = chains[static_cast<std::size_t>(up)].size();
+        const int head = static_cast<int>(start[static_cast<std::size_t>(up)] + (k == 0 ? 0 : ulen - 1));
+        t.parent[k][static_cast<std::size_t>(idx(0))] = head;
+      }
+    }
+  }
+  return t;
+}
+
+}  // namespace topo
+}  // namespace v0
+}  // namespace collx
