@@ -1,0 +1,336 @@
+// Semantics of the built-in reduction ops (ops.hpp) and of detail::reduction (accumulator type,
+// widening, combining, finalising), as documented at the top of ops.hpp.
+// Integer cases are also static_asserts: a constant expression may not contain undefined
+// behaviour, so they prove the wrap-around is computed without signed overflow.
+#include <catch2/catch.hpp>
+
+#include <collx/concepts.hpp>
+#include <collx/detail/reduction.hpp>
+#include <collx/numeric.hpp>
+#include <collx/ops.hpp>
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+using collx::bfloat16;
+using collx::half;
+namespace ops = collx::ops;
+template <class T, class Op>
+using red = collx::detail::reduction<T, Op>;
+
+// ---------------------------------------------------------------------------------------------
+// Integer sum/prod wrap modulo 2^bits (edge-cases.md A1), without undefined behaviour.
+static_assert(ops::sum{}(std::int8_t{100}, std::int8_t{100}) == std::int8_t{-56});
+static_assert(ops::sum{}(std::uint8_t{200}, std::uint8_t{100}) == std::uint8_t{44});
+static_assert(ops::sum{}(std::int16_t{16384}, std::int16_t{16384}) == std::int16_t{-32768});
+static_assert(ops::sum{}(std::int32_t{INT_MAX}, std::int32_t{1}) == INT_MIN);
+static_assert(ops::sum{}(std::int64_t{INT64_MAX}, std::int64_t{1}) == INT64_MIN);
+static_assert(ops::sum{}(std::uint32_t{UINT32_MAX}, std::uint32_t{2}) == 1u);
+static_assert(ops::sum{}(std::int32_t{INT_MIN}, std::int32_t{-1}) == INT_MAX);
+// uint16 * uint16 promotes to int in plain C++, and 65535 * 65535 overflows int: UB. collx must not.
+static_assert(ops::prod{}(std::uint16_t{65535}, std::uint16_t{65535}) == std::uint16_t{1});
+static_assert(ops::prod{}(std::int16_t{-32768}, std::int16_t{-1}) == std::int16_t{-32768});
+static_assert(ops::prod{}(std::int8_t{-128}, std::int8_t{-1}) == std::int8_t{-128});
+static_assert(ops::prod{}(std::int32_t{INT_MIN}, std::int32_t{-1}) == INT_MIN);
+static_assert(ops::prod{}(std::int32_t{65536}, std::int32_t{65536}) == 0);
+static_assert(ops::prod{}(std::uint32_t{UINT32_MAX}, std::uint32_t{UINT32_MAX}) == 1u);
+static_assert(ops::prod{}(std::int64_t{INT64_MIN}, std::int64_t{-1}) == INT64_MIN);
+static_assert(ops::prod{}(std::uint64_t{UINT64_MAX}, std::uint64_t{UINT64_MAX}) == 1u);
+static_assert(ops::prod{}(char{100}, char{3}) == static_cast<char>(300 & 0xff));
+// The result type is the element type.
+static_assert(std::is_same_v<decltype(ops::sum{}(std::int8_t{}, std::int8_t{})), std::int8_t>);
+static_assert(std::is_same_v<decltype(ops::prod{}(std::uint16_t{}, std::uint16_t{})), std::uint16_t>);
+
+// Unsigned types compare as unsigned.
+static_assert(ops::min{}(std::uint32_t{0xffffffffu}, std::uint32_t{1}) == 1u);
+static_assert(ops::max{}(std::uint32_t{0xffffffffu}, std::uint32_t{1}) == 0xffffffffu);
+static_assert(ops::min{}(std::uint8_t{200}, std::uint8_t{100}) == 100);
+static_assert(ops::max{}(std::uint8_t{200}, std::uint8_t{100}) == 200);
+static_assert(ops::max{}(std::uint64_t{1} << 63, std::uint64_t{1}) == std::uint64_t{1} << 63);
+static_assert(ops::min{}(-1, 1) == -1 && ops::max{}(std::int8_t{-128}, std::int8_t{127}) == 127);
+
+// Bitwise ops: integers.
+static_assert(ops::band{}(0b1100, 0b1010) == 0b1000 && ops::bor{}(0b1100, 0b1010) == 0b1110 &&
+              ops::bxor{}(0b1100, 0b1010) == 0b0110);
+static_assert(ops::bxor{}(std::int8_t{-1}, std::int8_t{0x0f}) == std::int8_t{-16});
+static_assert(ops::band{}(std::uint64_t{~0ull}, std::uint64_t{0x8000000000000001ull}) == 0x8000000000000001ull);
+static_assert(std::is_same_v<decltype(ops::bor{}(std::uint8_t{}, std::uint8_t{})), std::uint8_t>);
+
+// ---------------------------------------------------------------------------------------------
+// Concepts: what an op accepts.
+namespace {
+struct S {
+  int v;
+};
+struct not_trivially_copyable_op {
+  std::string state;
+  int operator()(int a, int b) const { return a + b; }
+};
+struct void_op {
+  void operator()(int, int) const {}
+};
+struct declared_commutative {
+  static constexpr bool commutative = true;
+  int operator()(int a, int b) const { return a + b; }
+};
+struct declared_non_commutative {
+  static constexpr bool commutative = false;
+  static constexpr const char* name = "mine";
+  int operator()(int a, int b) const { return a - b; }
+};
+inline constexpr auto plain_lambda = [](const S& a, const S& b) { return S{a.v + b.v}; };
+}  // namespace
+
+static_assert(!collx::reduction_op<ops::sum, S>, "sum on a struct is rejected");
+static_assert(!collx::reduction_op<ops::max, S>);
+static_assert(collx::reduction_op<decltype(plain_lambda), S>);
+static_assert(collx::reduction_op<ops::sum, int> && collx::reduction_op<ops::sum, double>);
+static_assert(collx::reduction_op<ops::sum, half> && collx::reduction_op<ops::avg, bfloat16>);
+static_assert(collx::reduction_op<ops::min, half> && collx::reduction_op<ops::prod, bfloat16>);
+static_assert(!collx::reduction_op<ops::sum, bool>, "bool is not arithmetic for the built-ins");
+static_assert(!collx::reduction_op<not_trivially_copyable_op, int>, "ops must be trivially copyable");
+static_assert(!collx::reduction_op<void_op, int>);
+static_assert(!collx::reduction_op<ops::sum, const int>, "not an element");
+// Bitwise ops on integers only.
+static_assert(collx::reduction_op<ops::band, int> && collx::reduction_op<ops::bxor, std::uint8_t> &&
+              collx::reduction_op<ops::bor, std::int64_t>);
+static_assert(!collx::reduction_op<ops::band, float> && !collx::reduction_op<ops::bor, double> &&
+              !collx::reduction_op<ops::bxor, half> && !collx::reduction_op<ops::band, bfloat16> &&
+              !collx::reduction_op<ops::bxor, bool>);
+
+// op_traits: built-ins are commutative, user ops are not unless they say so.
+static_assert(collx::op_traits<ops::sum>::commutative && collx::op_traits<ops::prod>::commutative &&
+              collx::op_traits<ops::min>::commutative && collx::op_traits<ops::max>::commutative &&
+              collx::op_traits<ops::avg>::commutative && collx::op_traits<ops::band>::commutative &&
+              collx::op_traits<ops::bor>::commutative && collx::op_traits<ops::bxor>::commutative);
+static_assert(!collx::op_traits<decltype(plain_lambda)>::commutative);
+static_assert(collx::op_traits<decltype(collx::commutative_op{plain_lambda})>::commutative);
+static_assert(collx::op_traits<declared_commutative>::commutative);
+static_assert(!collx::op_traits<declared_non_commutative>::commutative);
+static_assert(collx::reduction_op<decltype(collx::commutative_op{plain_lambda}), S>);
+static_assert(std::is_trivially_copyable_v<decltype(collx::commutative_op{plain_lambda})>);
+static_assert(collx::op_traits<ops::avg>::is_avg && !collx::op_traits<ops::sum>::is_avg);
+
+// detail::reduction: accumulator types.
+static_assert(std::is_same_v<red<half, ops::sum>::acc, float> && std::is_same_v<red<bfloat16, ops::max>::acc, float>);
+static_assert(std::is_same_v<red<bfloat16, ops::avg>::acc, float> && std::is_same_v<red<half, ops::prod>::acc, float>);
+static_assert(std::is_same_v<red<half, decltype(plain_lambda)>::acc, half>, "user ops see the element type");
+static_assert(std::is_same_v<red<std::int8_t, ops::sum>::acc, std::int8_t>);
+static_assert(std::is_same_v<red<float, ops::sum>::acc, float> && std::is_same_v<red<double, ops::avg>::acc, double>);
+static_assert(red<half, ops::sum>::needs_finalize && red<int, ops::avg>::needs_finalize);
+static_assert(!red<int, ops::sum>::needs_finalize && !red<float, ops::max>::needs_finalize);
+
+// ---------------------------------------------------------------------------------------------
+
+TEST_CASE("ops: names", "[ops]") {
+  CHECK(std::string(collx::op_traits<ops::sum>::name) == "sum");
+  CHECK(std::string(collx::op_traits<ops::avg>::name) == "avg");
+  CHECK(std::string(collx::op_traits<ops::bxor>::name) == "bxor");
+  CHECK(std::string(collx::op_traits<decltype(plain_lambda)>::name) == "custom");
+  CHECK(std::string(collx::op_traits<declared_non_commutative>::name) == "mine");
+}
+
+TEST_CASE("ops: integer wrap-around at run time, every width (edge-cases.md A1)", "[ops]") {
+  // The same as the static_asserts, but through the run-time path (UBSan watches it in the
+  // sanitizer build), and exhaustively for 8-bit types against modular arithmetic.
+  volatile int big = INT_MAX;
+  CHECK(ops::sum{}(static_cast<int>(big), 1) == INT_MIN);
+  for (int a = -128; a < 128; ++a)
+    for (int b = -128; b < 128; ++b) {
+      const auto s8 = ops::sum{}(static_cast<std::int8_t>(a), static_cast<std::int8_t>(b));
+      const auto p8 = ops::prod{}(static_cast<std::int8_t>(a), static_cast<std::int8_t>(b));
+      const auto su = ops::sum{}(static_cast<std::uint8_t>(a), static_cast<std::uint8_t>(b));
+      const auto pu = ops::prod{}(static_cast<std::uint8_t>(a), static_cast<std::uint8_t>(b));
+      if (s8 != static_cast<std::int8_t>(static_cast<std::uint8_t>((a + b) & 0xff)) ||
+          p8 != static_cast<std::int8_t>(static_cast<std::uint8_t>((a * b) & 0xff)) ||
+          su != static_cast<std::uint8_t>((a + b) & 0xff) ||
+          pu != static_cast<std::uint8_t>(static_cast<unsigned>(static_cast<std::uint8_t>(a)) *
+                                          static_cast<std::uint8_t>(b) & 0xffu))
+        FAIL("8-bit wrap wrong at " << a << ", " << b);
+    }
+  for (std::uint32_t a : {0u, 1u, 255u, 32767u, 32768u, 65535u})
+    for (std::uint32_t b : {0u, 1u, 2u, 255u, 32768u, 65535u}) {
+      CHECK(ops::prod{}(static_cast<std::uint16_t>(a), static_cast<std::uint16_t>(b)) ==
+            static_cast<std::uint16_t>((a * b) & 0xffffu));
+      CHECK(ops::prod{}(static_cast<std::int16_t>(a), static_cast<std::int16_t>(b)) ==
+            static_cast<std::int16_t>(static_cast<std::uint16_t>((a * b) & 0xffffu)));
+    }
+  // Through detail::reduction: combine keeps T.
+  using r8 = red<std::int8_t, ops::sum>;
+  CHECK(r8::finalize(r8::combine({}, 100, 100), 2) == -56);
+}
+
+namespace {
+template <class T>
+std::uint64_t bits_of(T v) {
+  if constexpr (sizeof(T) == 8) return std::bit_cast<std::uint64_t>(v);
+  else if constexpr (sizeof(T) == 4) return std::bit_cast<std::uint32_t>(v);
+  else return std::bit_cast<std::uint16_t>(v);
+}
+
+/// Folds `v` left to right with op in every order (all permutations) and returns the set of result bits.
+template <class T, class Op>
+std::vector<std::uint64_t> all_orders(std::vector<T> v, Op op) {
+  std::vector<std::size_t> idx(v.size());
+  for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+  std::vector<std::uint64_t> out;
+  do {
+    T acc = v[idx[0]];
+    for (std::size_t i = 1; i < idx.size(); ++i) acc = op(acc, v[idx[i]]);
+    out.push_back(bits_of(acc));
+  } while (std::next_permutation(idx.begin(), idx.end()));
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+template <class T>
+void check_min_max_policy() {
+  using L = std::numeric_limits<T>;
+  const T qnan = L::quiet_NaN(), neg_nan = -L::quiet_NaN(), snan = L::signaling_NaN();
+  T payload_nan;
+  if constexpr (sizeof(T) == 4) payload_nan = std::bit_cast<T>(0x7fc12345u);
+  else payload_nan = std::bit_cast<T>(0xfff0000000abcdefull);
+  const std::uint64_t canonical = bits_of(qnan);
+  const T others[] = {T(0), -T(0), T(1), T(-1), L::infinity(), -L::infinity(), L::max(), L::denorm_min(), qnan};
+  for (T nan : {qnan, neg_nan, snan, payload_nan})
+    for (T x : others) {
+      INFO("NaN bits " << bits_of(nan) << " with " << double(x));
+      CHECK(bits_of(ops::min{}(nan, x)) == canonical);
+      CHECK(bits_of(ops::min{}(x, nan)) == canonical);
+      CHECK(bits_of(ops::max{}(nan, x)) == canonical);
+      CHECK(bits_of(ops::max{}(x, nan)) == canonical);
+    }
+  // -0 < +0, in both orders
+  CHECK(bits_of(ops::min{}(T(0), -T(0))) == bits_of(-T(0)));
+  CHECK(bits_of(ops::min{}(-T(0), T(0))) == bits_of(-T(0)));
+  CHECK(bits_of(ops::max{}(T(0), -T(0))) == bits_of(T(0)));
+  CHECK(bits_of(ops::max{}(-T(0), T(0))) == bits_of(T(0)));
+  // The result does not depend on the order operands meet.
+  const std::vector<T> with_nan = {T(3), -T(0), snan, T(0), -L::infinity()};
+  CHECK(all_orders(with_nan, ops::min{}) == std::vector<std::uint64_t>{canonical});
+  CHECK(all_orders(with_nan, ops::max{}) == std::vector<std::uint64_t>{canonical});
+  const std::vector<T> zeros = {T(0), -T(0), T(0), -T(0), T(2)};
+  CHECK(all_orders(zeros, ops::min{}) == std::vector<std::uint64_t>{bits_of(-T(0))});
+  CHECK(all_orders(std::vector<T>{T(0), -T(0), -T(0), T(-5)}, ops::max{}) == std::vector<std::uint64_t>{bits_of(T(0))});
+  CHECK(ops::min{}(T(-2), L::infinity()) == T(-2));
+  CHECK(ops::max{}(-L::infinity(), L::lowest()) == L::lowest());
+}
+}  // namespace
+
+TEST_CASE("ops: float min/max: NaN wins as the canonical quiet NaN, -0 < +0, order does not matter", "[ops]") {
+  SECTION("float") { check_min_max_policy<float>(); }
+  SECTION("double") { check_min_max_policy<double>(); }
+  SECTION("half and bfloat16 (widened to fp32, rounded once)") {
+    const half hnan = half::from_bits(0x7e00), hsnan = half::from_bits(0x7c01), hneg = half::from_bits(0xfe01);
+    const std::uint16_t hcanon = half(std::numeric_limits<float>::quiet_NaN()).bits;
+    for (half nan : {hnan, hsnan, hneg})
+      for (half x : {half(0.0f), half(-0.0f), half(1.0f), half::from_bits(0x7c00), nan}) {
+        CHECK(ops::min{}(nan, x).bits == hcanon);
+        CHECK(ops::min{}(x, nan).bits == hcanon);
+        CHECK(ops::max{}(nan, x).bits == hcanon);
+        CHECK(ops::max{}(x, nan).bits == hcanon);
+      }
+    CHECK(ops::min{}(half(0.0f), half(-0.0f)).bits == 0x8000);
+    CHECK(ops::min{}(half(-0.0f), half(0.0f)).bits == 0x8000);
+    CHECK(ops::max{}(half(-0.0f), half(0.0f)).bits == 0x0000);
+    CHECK(ops::max{}(half(0.0f), half(-0.0f)).bits == 0x0000);
+    const bfloat16 bnan = bfloat16::from_bits(0xffc1);
+    CHECK(ops::max{}(bfloat16(2.0f), bnan).bits == bfloat16(std::numeric_limits<float>::quiet_NaN()).bits);
+    CHECK(ops::min{}(bfloat16(-0.0f), bfloat16(0.0f)).bits == 0x8000);
+    CHECK(ops::max{}(bfloat16(-0.0f), bfloat16(0.0f)).bits == 0x0000);
+    // Through detail::reduction: the accumulator is fp32 and the NaN stays canonical when rounded.
+    using rh = red<half, ops::min>;
+    CHECK(rh::finalize(rh::combine({}, rh::widen(half(1.0f)), rh::widen(hsnan)), 4).bits == hcanon);
+  }
+}
+
+TEST_CASE("ops: avg divides the (wrapped) sum by the world size when finalised (edge-cases.md A4)", "[ops]") {
+  SECTION("int32: C++ truncation toward zero") {
+    using r = red<std::int32_t, ops::avg>;
+    const std::int32_t x0[] = {3, 4, 5, -3}, x1[] = {4, 4, 4, 0}, want[] = {3, 4, 4, -1};  // sums 7, 8, 9, -3
+    for (int i = 0; i < 4; ++i) {
+      const std::int32_t s = r::combine({}, r::widen(x0[i]), r::widen(x1[i]));
+      CHECK(s == x0[i] + x1[i]);
+      CHECK(r::finalize(s, 2) == want[i]);
+    }
+    CHECK(r::finalize(-7, 2) == -3);
+    CHECK(r::finalize(INT_MIN, 1) == INT_MIN);
+    CHECK(r::finalize(r::combine({}, INT_MAX, 1), 2) == INT_MIN / 2);  // the wrapped sum is divided
+  }
+  SECTION("narrow and unsigned integers divide the wrapped sum") {
+    using r8 = red<std::int8_t, ops::avg>;
+    using u8 = red<std::uint8_t, ops::avg>;
+    CHECK(r8::finalize(r8::combine({}, 100, 100), 2) == -28);  // -56 / 2
+    CHECK(u8::finalize(u8::combine({}, 200, 100), 2) == 22);   // 44 / 2
+    using u64 = red<std::uint64_t, ops::avg>;
+    CHECK(u64::finalize(UINT64_MAX, 3) == UINT64_MAX / 3);
+  }
+  SECTION("float and double divide in the accumulator type") {
+    using r = red<float, ops::avg>;
+    const float x0[] = {1, 2, 3, 4}, x1[] = {3, 4, 5, 6}, want[] = {2, 3, 4, 5};
+    for (int i = 0; i < 4; ++i) CHECK(r::finalize(r::combine({}, x0[i], x1[i]), 2) == want[i]);
+    // n = 3, rank r holds [3(r+1), 1] -> [6, 1]: the divisor is n, not the count
+    float a = 3, b = 1;
+    for (int k = 1; k < 3; ++k) a = r::combine({}, a, 3.0f * static_cast<float>(k + 1)), b = r::combine({}, b, 1.0f);
+    CHECK(r::finalize(a, 3) == 6.0f);
+    CHECK(r::finalize(b, 3) == 1.0f);
+    using rd = red<double, ops::avg>;
+    CHECK(rd::finalize(1.0, 3) == 1.0 / 3.0);
+  }
+  SECTION("half and bfloat16: sum in fp32, divide, round once") {
+    using rh = red<half, ops::avg>;
+    // 65504 + 65504 overflows binary16 but not fp32: the average is 65504, not inf.
+    CHECK(rh::finalize(rh::combine({}, rh::widen(half(65504.0f)), rh::widen(half(65504.0f))), 2).bits == half(65504.0f).bits);
+    using rb = red<bfloat16, ops::avg>;
+    float acc = rb::widen(bfloat16(256.0f));
+    for (int i = 0; i < 7; ++i) acc = rb::combine({}, acc, rb::widen(bfloat16(1.0f)));
+    CHECK(rb::finalize(acc, 8).bits == bfloat16(263.0f / 8.0f).bits);
+    CHECK(static_cast<float>(rb::finalize(acc, 8)) == 33.0f);  // 32.875 rounds to 33 (bf16 step 0.25)
+  }
+  SECTION("non-avg ops do not divide") {
+    CHECK(red<int, ops::sum>::finalize(7, 2) == 7);
+    CHECK(red<float, ops::max>::finalize(7.0f, 4) == 7.0f);
+  }
+}
+
+TEST_CASE("ops: bfloat16/half sums accumulate in fp32 and round once (edge-cases.md A3)", "[ops]") {
+  using rb = red<bfloat16, ops::sum>;
+  float acc = rb::widen(bfloat16(256.0f));
+  for (int i = 0; i < 7; ++i) acc = rb::combine({}, acc, rb::widen(bfloat16(1.0f)));
+  CHECK(acc == 263.0f);
+  CHECK(static_cast<float>(rb::finalize(acc, 8)) == 264.0f);
+  // The same chain started anywhere gives 263 exactly before the one rounding.
+  for (int start = 0; start < 8; ++start) {
+    float a = 0.0f;
+    for (int k = 0; k < 8; ++k) a = rb::combine({}, a, rb::widen(bfloat16((start + k) % 8 == 0 ? 256.0f : 1.0f)));
+    CHECK(static_cast<float>(rb::finalize(a, 8)) == 264.0f);
+  }
+  // Element-wise op on narrow floats (no reduction layer): one rounding per call, 256 + 1 -> 256.
+  CHECK(static_cast<float>(ops::sum{}(bfloat16(256.0f), bfloat16(1.0f))) == 256.0f);
+  // prod widens too: 1.0078125^2 = 1.01568603515625 -> bf16 1.015625
+  CHECK(static_cast<float>(ops::prod{}(bfloat16(1.0078125f), bfloat16(1.0078125f))) == 1.015625f);
+  using rh = red<half, ops::sum>;
+  float h = 0;
+  for (int i = 0; i < 4096; ++i) h = rh::combine({}, h, rh::widen(half(1.0f)));
+  CHECK(static_cast<float>(rh::finalize(h, 1)) == 4096.0f);  // in fp16 the running sum would stick at 2048
+}
+
+TEST_CASE("ops: user ops: commutative_op forwards, reduction keeps T", "[ops]") {
+  const auto minus = [](int a, int b) { return a - b; };
+  const collx::commutative_op c{minus};
+  CHECK(c(7, 3) == 4);
+  CHECK(c(3, 7) == -4);  // declaring commutativity changes nothing about what the op computes
+  using r = red<S, decltype(plain_lambda)>;
+  CHECK(r::finalize(r::combine(plain_lambda, S{2}, S{5}), 3).v == 7);
+  using rh = red<half, decltype(collx::commutative_op{[](const half& a, const half&) { return a; }})>;
+  static_assert(std::is_same_v<rh::acc, half>);
+}
