@@ -476,7 +476,7 @@ int main(int argc, char** argv) {
 
     if (lead) {
       const double acc = accuracy(m, params, data, test);
-      std::printf("trained in %.3f s on %d rank%s; backward %.3f s, exposed all-reduce wait %.3f s per rank 0\n",
+      std::printf("trained in %.3f s on %d rank%s (rank 0: %.3f s in backward, %.3f s waiting for bucket all-reduces)\n",
                   train_seconds, world, world == 1 ? "" : "s", backward_time, exposed_wait);
       std::printf("final weights: fnv1a64 %016llx, held-out accuracy %.2f%% (%zu test samples)\n",
                   static_cast<unsigned long long>(sum), 100.0 * acc, test.size());
