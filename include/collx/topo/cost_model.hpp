@@ -185,7 +185,12 @@ class model {
     prediction out;
     out.coll = c, out.method = a, out.proto = p, out.bytes = bytes, out.ranks = ranks(), out.nodes = nodes();
     const int n = ranks(), m = nodes();
-    const double S = static_cast<double>(bytes);
+    // Flows are built for a reference size; bandwidth time is linear in the size (and inversely in
+    // the efficiency), so each (collective, algorithm) is routed once and cached.
+    const double S = 1e9, scale = static_cast<double>(bytes) / S;
+    const bool one_shot = c == collective::allreduce && bytes <= cost_model::one_shot_max_bytes;
+    const int key = static_cast<int>(c) * 64 + static_cast<int>(a) * 2 + (a == algo::direct && one_shot ? 1 : 0);
+    const auto cached = unit_.find(key);
     const int pi = p == protocol::ll ? 0 : p == protocol::ll128 ? 1 : 2;
     const latency_figures& L = o_.latency;
     const int intra = intra_class_;
@@ -252,7 +257,6 @@ class model {
         break;
       }
       case algo::direct: {
-        const bool one_shot = c == collective::allreduce && bytes <= cost_model::one_shot_max_bytes;
         double per_pair;
         int steps = 1;
         switch (c) {
@@ -289,23 +293,37 @@ class model {
         }
         out.valid = true;
         out.latency_s = L.ring_base[pi];
-        double worst = 0;
-        for (const auto& rf : rounds) {
-          std::string why;
-          const double bt = bandwidth_time(rf, pf, why);
-          int cls = 0;
-          for (const flow& x : rf) cls = std::max(cls, static_cast<int>(r_.between(x.src, x.dst).cls));
-          out.latency_s += L.ring_step[cls][pi];
-          out.bandwidth_s += bt;
-          if (bt > worst) worst = bt, out.bottleneck = why;
+        if (cached == unit_.end()) {
+          unit_cost u;
+          double worst = 0;
+          for (const auto& rf : rounds) {
+            std::string why;
+            const double bt = bandwidth_time(rf, 1.0, why);
+            int cls = 0;
+            for (const flow& x : rf) cls = std::max(cls, static_cast<int>(r_.between(x.src, x.dst).cls));
+            u.step_latency.push_back(cls);
+            u.seconds += bt;
+            if (bt > worst) worst = bt, u.bottleneck = why;
+          }
+          unit_[key] = u;
         }
+        const unit_cost& u = unit_[key];
+        for (int cls : u.step_latency) out.latency_s += L.ring_step[cls][pi];
+        out.bandwidth_s = u.seconds * scale / pf;
+        out.bottleneck = u.bottleneck;
         finish(out);
         return out;
       }
     }
     out.valid = true;
     out.latency_s = lat;
-    out.bandwidth_s = bandwidth_time(f, eff, out.bottleneck);
+    if (cached == unit_.end()) {
+      unit_cost u;
+      u.seconds = bandwidth_time(f, 1.0, u.bottleneck);
+      unit_[key] = u;
+    }
+    out.bandwidth_s = unit_[key].seconds * scale / eff;
+    out.bottleneck = unit_[key].bottleneck;
     finish(out);
     return out;
   }
@@ -352,6 +370,12 @@ class model {
   std::vector<std::vector<int>> rings_;
   std::vector<double_tree> trees_;
   int intra_class_ = 0;
+  struct unit_cost {
+    double seconds = 0;              // bandwidth time of 1e9 bytes at efficiency 1
+    std::string bottleneck;
+    std::vector<int> step_latency;   // binomial: transport class of each round
+  };
+  std::map<int, unit_cost> unit_;
 
   void finish(prediction& out) const {
     out.time_s = out.latency_s + out.bandwidth_s;
@@ -420,6 +444,15 @@ class model {
     intra_class_ = std::min(intra_class_, 1);
   }
 };
+
+/// The all-reduce algorithms NCCL chooses among, in the model's terms: on one machine only its ring
+/// (NCCL's tuning model rates its tree there -- a chain -- at half the bus bandwidth of its graph,
+/// below the ring's 2(n-1)/n, so large messages go to the ring); across machines ring, tree, and the
+/// hierarchical path that stands in for NCCL's NVLS/CollNet-style intra/inter splits.
+inline std::vector<algo> nccl_allreduce_algos(int nodes) {
+  if (nodes <= 1) return {algo::ring};
+  return {algo::ring, algo::double_tree, algo::hierarchical};
+}
 
 /// Settings of make_selector.
 struct selector_options {

@@ -1,0 +1,106 @@
+// Discovery from sysfs, on a fake sysfs tree written here (so the result is known) and on the live
+// machine (which must at least give a CPU-only topology without throwing).
+#include <catch2/catch.hpp>
+
+#include <collx/topo/discover.hpp>
+#include <collx/topo/placement.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <unistd.h>
+
+using namespace collx::topo;
+namespace fs = std::filesystem;
+
+namespace {
+
+void write(const fs::path& p, const std::string& s) {
+  fs::create_directories(p.parent_path());
+  std::ofstream(p) << s << "\n";
+}
+
+// Two NUMA nodes (CPUs 0-3 on package 0, 4-7 on package 1); on node 0, root port 0000:00:01.0 leads
+// to a PCIe switch (upstream 0000:01:00.0, downstream 0000:02:00.0 and 0000:02:01.0) with GPU
+// 0000:03:00.0 and NIC 0000:04:00.0 (mlx5_0, 200 Gb/s); on node 1, GPU 0000:81:00.0 sits on its own
+// root port 0000:80:01.0.
+fs::path fake_sysfs() {
+  const fs::path root = fs::temp_directory_path() / ("collx-fake-sysfs-" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  write(root / "sys/devices/system/node/node0/cpulist", "0-3");
+  write(root / "sys/devices/system/node/node1/cpulist", "4-7");
+  for (int c = 0; c < 8; ++c) write(root / "sys/devices/system/cpu" / ("cpu" + std::to_string(c)) / "topology/physical_package_id", c < 4 ? "0" : "1");
+  write(root / "proc/cpuinfo", "processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 143\n");
+  const fs::path pci0 = root / "sys/devices/pci0000:00/0000:00:01.0";
+  const fs::path sw_up = pci0 / "0000:01:00.0";
+  const fs::path gpu0 = sw_up / "0000:02:00.0/0000:03:00.0";
+  const fs::path nic0 = sw_up / "0000:02:01.0/0000:04:00.0";
+  const fs::path gpu1 = root / "sys/devices/pci0000:80/0000:80:01.0/0000:81:00.0";
+  auto device = [&](const fs::path& d, const std::string& cls, const std::string& vendor, const std::string& dev, const std::string& node) {
+    write(d / "class", cls);
+    write(d / "vendor", vendor);
+    write(d / "device", dev);
+    write(d / "numa_node", node);
+    write(d / "current_link_speed", "16.0 GT/s PCIe");
+    write(d / "current_link_width", "16");
+    fs::create_directories(root / "sys/bus/pci/devices");
+    fs::create_directory_symlink(d, root / "sys/bus/pci/devices" / d.filename());
+  };
+  write(sw_up / "current_link_speed", "16.0 GT/s PCIe");
+  write(sw_up / "current_link_width", "16");
+  device(gpu0, "0x030200", "0x10de", "0x20b2", "0");
+  device(nic0, "0x020700", "0x15b3", "0x101b", "0");
+  write(nic0 / "infiniband/mlx5_0/ports/1/rate", "200 Gb/sec (4X HDR)");
+  device(gpu1, "0x030200", "0x10de", "0x20b2", "1");
+  return root;
+}
+
+}  // namespace
+
+TEST_CASE("discovery on a fake sysfs: NUMA nodes, sockets, GPUs behind switches, NIC speed") {
+  const fs::path root = fake_sysfs();
+  discover_options o;
+  o.sysfs = (root / "sys").string();
+  o.procfs = (root / "proc").string();
+  o.nvml = false;
+  const topology t = discover(o);
+  const std::vector<int> cpus = t.of_kind(vertex_kind::cpu);
+  REQUIRE(cpus.size() == 2);
+  CHECK(t.vertices[static_cast<std::size_t>(cpus[1])].cores == std::vector<int>{4, 5, 6, 7});
+  CHECK(t.vertices[static_cast<std::size_t>(cpus[1])].socket == 1);
+  CHECK(t.links[static_cast<std::size_t>(t.link_between(cpus[0], cpus[1], link_kind::smp))].GBps == Approx(22.0));  // Sapphire Rapids
+  REQUIRE(t.gpus().size() == 2);
+  REQUIRE(t.nics().size() == 1);
+  CHECK(t.vertices[static_cast<std::size_t>(t.gpu(0))].arch == find_gpu_arch("A100"));
+  CHECK(t.classify(t.gpu(0), t.nics()[0]).cell() == "PIX");  // one switch, its ports folded in
+  CHECK(t.classify(t.gpu(0), t.gpu(1)).cell() == "SYS");
+  CHECK(t.vertices[static_cast<std::size_t>(t.nics()[0])].device == "mlx5_0");
+  CHECK(t.vertices[static_cast<std::size_t>(t.nics()[0])].nic_Gbps == Approx(200.0));
+  CHECK(t.links[static_cast<std::size_t>(t.parent_link(t.gpu(0)))].generation == 4);
+  // Placement follows the GPUs.
+  CHECK(numa_node_for_local_rank(t, 0, 2) == 0);
+  CHECK(numa_node_for_local_rank(t, 1, 2) == 1);
+  // Without PCI scanning it is CPU-only, and 4 ranks split 2 + 2.
+  o.pci = false;
+  const topology c = discover(o);
+  CHECK(c.gpus().empty());
+  CHECK(numa_node_for_local_rank(c, 1, 4) == 0);
+  CHECK(numa_node_for_local_rank(c, 2, 4) == 1);
+  fs::remove_all(root);
+}
+
+TEST_CASE("discovery: a sysfs without CPU information is an error; NVML absent is a note") {
+  discover_options o;
+  o.sysfs = "/nonexistent-collx-sysfs";
+  CHECK_THROWS_AS(discover_cpus(o), collx::error);
+  topology t;
+  const int added = discover_nvlinks_nvml(t);  // no GPU here: NVML absent (or nothing to link)
+  CHECK(added == 0);
+}
+
+TEST_CASE("discovery on this machine gives at least its CPUs") {
+  const topology t = discover();
+  CHECK_FALSE(t.of_kind(vertex_kind::cpu).empty());
+  for (int c : t.of_kind(vertex_kind::cpu)) CHECK_FALSE(t.vertices[static_cast<std::size_t>(c)].cores.empty());
+  CHECK(numa_node_for_local_rank(t, 0, 1) >= 0);
+}

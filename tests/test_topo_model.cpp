@@ -1,0 +1,266 @@
+// Ring search, trees, the cost model and the selector, checked against what real machines did:
+// the rings NCCL chose on a DGX-1 and the bus bandwidth nccl-tests measured on eight machines
+// (tests/data/topologies/SOURCES.md).
+#include <catch2/catch.hpp>
+
+#include <collx/topo/cost_model.hpp>
+#include <collx/topo/nccl_tests.hpp>
+#include <collx/topo/nvidia_smi.hpp>
+#include <collx/topo/placement.hpp>
+
+#include <cstdio>
+#include <set>
+
+#include "topo_fixtures.hpp"
+
+using namespace collx::topo;
+using collx::algorithm;
+using collx::collective;
+using collx::selection_query;
+
+namespace {
+
+// A ring is a cycle through every GPU once.
+bool is_ring_over(const std::vector<int>& ring, std::vector<int> gpus) {
+  std::vector<int> r = ring;
+  std::sort(r.begin(), r.end());
+  std::sort(gpus.begin(), gpus.end());
+  return r == gpus;
+}
+
+}  // namespace
+
+TEST_CASE("DGX-1: collx's rings reach NCCL's bottleneck bandwidth per channel and in total") {
+  const topology t = read_nccl_topology(topo_fixture("dgx1-v100-como-nccl-topo.xml"), "dgx1");
+  const std::vector<nccl_graph> graphs = read_nccl_graph(topo_fixture("dgx1-v100-como-8gpu-nccl-graph.xml"));
+  router r(t);
+  std::vector<std::vector<int>> nccl;
+  for (const nccl_channel& ch : graphs.at(0).channels) {
+    std::vector<int> ring;
+    for (int dev : ch.gpus) ring.push_back(t.gpu(dev));
+    nccl.push_back(ring);
+  }
+  const ring_evaluation theirs = evaluate_rings(r, nccl);
+  const ring_set ours_set = search_rings(r, t.gpus());
+  const ring_evaluation ours = evaluate_rings(r, ours_set.rings);
+  std::printf("DGX-1 rings (V100 NVLink: 25 GB/s per link per direction, 20 reachable)\n");
+  std::printf("  NCCL : %zu channels, slowest %.2f GB/s, total %.2f GB/s (limited by %s)\n", nccl.size(), theirs.min_channel_GBps,
+              theirs.total_GBps, theirs.bottleneck.c_str());
+  std::printf("  collx: %zu channels, slowest %.2f GB/s, total %.2f GB/s (limited by %s)\n", ours_set.rings.size(), ours.min_channel_GBps,
+              ours.total_GBps, ours.bottleneck.c_str());
+  for (const auto& ring : ours_set.rings) {
+    CHECK(is_ring_over(ring, t.gpus()));
+    std::printf("   ");
+    for (int v : ring) std::printf(" %d", t.vertices[static_cast<std::size_t>(v)].index);
+    std::printf("\n");
+  }
+  // With sharing counted NCCL's six rings give every channel one NVLink: 6 x 20 GB/s.
+  CHECK(theirs.min_channel_GBps == Approx(20.0));
+  CHECK(theirs.total_GBps == Approx(120.0));
+  CHECK(ours.min_channel_GBps >= theirs.min_channel_GBps * (1 - 1e-9));
+  CHECK(ours.total_GBps >= theirs.total_GBps * (1 - 1e-9));
+  // Every one of a GPU's six NVLinks is used in each direction: nothing is left on the table.
+  CHECK(ours.total_GBps == Approx(6 * 20.0));
+}
+
+TEST_CASE("ring search spreads channels over distinct links and counts sharing") {
+  // Four GPUs on one PCIe switch: one ring; its bottleneck is a GPU's own link.
+  const topology sw = read_nvidia_smi(
+      "\tGPU0\tGPU1\tGPU2\tGPU3\n"
+      "GPU0\t X \tPIX\tPIX\tPIX\n"
+      "GPU1\tPIX\t X \tPIX\tPIX\n"
+      "GPU2\tPIX\tPIX\t X \tPIX\n"
+      "GPU3\tPIX\tPIX\tPIX\t X \n");
+  router r(sw);
+  const ring_set rs = search_rings(r, sw.gpus());
+  CHECK(rs.total_GBps == Approx(pcie_lane_GBps(4) * 16 * pcie_efficiency));
+  // Two rings in the same direction share every link: each gets half.
+  const ring_evaluation two = evaluate_rings(r, {rs.rings[0], rs.rings[0]});
+  CHECK(two.min_channel_GBps == Approx(rs.total_GBps / 2));
+  // A rejected ring: a GPU twice.
+  CHECK_THROWS_AS(evaluate_rings(r, {{sw.gpu(0), sw.gpu(1), sw.gpu(0)}}), collx::error);
+}
+
+TEST_CASE("double binary tree: every GPU in both trees, machines mostly a leaf in one of them") {
+  for (int m : {2, 3, 4, 5, 8, 16}) {
+    std::vector<std::vector<int>> chains;
+    for (int h = 0; h < m; ++h) chains.push_back({4 * h, 4 * h + 1, 4 * h + 2, 4 * h + 3});
+    const double_tree t = build_double_tree(chains);
+    for (int k = 0; k < 2; ++k) {
+      int roots = 0;
+      for (std::size_t i = 0; i < t.gpus.size(); ++i) {
+        roots += t.parent[k][i] < 0;
+        // Following parents reaches the root (no cycles).
+        int v = static_cast<int>(i), steps = 0;
+        while (t.parent[k][static_cast<std::size_t>(v)] >= 0 && steps++ < 1000) v = t.parent[k][static_cast<std::size_t>(v)];
+        CHECK(steps < 1000);
+      }
+      CHECK(roots == 1);
+    }
+    // Machine-level: count machines whose head has machine children in each tree.
+    int inner_both = 0;
+    for (int h = 0; h < m; ++h) {
+      bool inner[2] = {false, false};
+      for (int c = 0; c < m; ++c) {
+        if (btree_parent(c, m) == h) inner[0] = true;
+        if (dtree_parent(c, m) == h) inner[1] = true;
+      }
+      inner_both += inner[0] && inner[1];
+    }
+    // Mirroring (odd counts) cannot make every machine a leaf somewhere; shifting (even) nearly can.
+    INFO("machines " << m);
+    CHECK(inner_both <= (m % 2 ? (m + 1) / 2 : 1));
+  }
+}
+
+TEST_CASE("cost model against nccl-tests: predicted peak busbw within 25% of the measured one") {
+  struct fixture {
+    const char* perf;
+    const char* topo;
+    std::vector<int> gpus;  // empty: all
+    int nodes;
+    bool p2p;
+    int nvswitch_links;     // NCCL files without NVLink elements: HGX A100 12, HGX H100 18
+    double nic_Gbps;        // NICs listed without speed (p4de: 4 x 100 Gb/s EFA, AWS's p4de spec)
+    const char* basis;
+  };
+  const fixture cases[] = {
+      {"a40x8-nvlink-pair-gpu01-allreduce-perf.txt", "a40x8-nvlink-bridged-pairs-llminsights-topo-m-abbrev.txt", {0, 1}, 1, true, 0, 0, "datasheet x NCCL"},
+      {"a40x8-gpus12-node-p2pdisabled-allreduce-perf.txt", "a40x8-nvlink-bridged-pairs-llminsights-topo-m-abbrev.txt", {1, 2}, 1, false, 0, 0, "calibrated"},
+      {"a40x8-gpus0167-sys-p2pdisabled-allreduce-perf.txt", "a40x8-nvlink-bridged-pairs-llminsights-topo-m-abbrev.txt", {0, 1, 6, 7}, 1, false, 0, 0, "calibrated"},
+      {"dgx-a100-640gb-4gpu-allreduce-perf.txt", "dgx-a100-640gb-llminsights-topo-m-abbrev.txt", {4, 5, 6, 7}, 1, true, 0, 0, "datasheet x NCCL"},
+      {"dgx-a100-640gb-4gpu-p2pdisabled-allreduce-perf.txt", "dgx-a100-640gb-llminsights-topo-m-abbrev.txt", {4, 5, 6, 7}, 1, false, 0, 0, "calibrated"},
+      {"dgx-h100-640gb-4gpu-allreduce-perf.txt", "dgx-h100-640gb-llminsights-topo-m-abbrev.txt", {0, 1, 2, 3}, 1, true, 0, 0, "datasheet x NCCL"},
+      {"dgx-h100-640gb-4gpu-p2pdisabled-allreduce-perf.txt", "dgx-h100-640gb-llminsights-topo-m-abbrev.txt", {0, 1, 2, 3}, 1, false, 0, 0, "calibrated"},
+      {"aws-p4de-24xlarge-2node-allreduce-perf.txt", "aws-p4de-24xlarge-nccl-topo.xml", {}, 2, true, 12, 100, "datasheet x NCCL"},
+      {"aws-p5-48xlarge-2node-allreduce-perf.txt", "aws-p5-48xlarge-nccl-topo.xml", {}, 2, true, 18, 0, "datasheet x NCCL"},
+  };
+  std::printf("\n%-52s %9s %9s %6s  %-13s %-18s %s\n", "nccl-tests fixture (all_reduce_perf)", "measured", "predicted", "ratio", "algorithm", "basis", "bottleneck");
+  for (const fixture& f : cases) {
+    INFO(f.perf);
+    topology node = read_topology(topo_fixture(f.topo), f.topo);
+    if (f.nvswitch_links) add_nvswitch(node, f.nvswitch_links);
+    if (f.nic_Gbps > 0) set_unknown_nic_speed(node, f.nic_Gbps);
+    const topology t = make_cluster(node, f.nodes);
+    std::vector<int> gpus;
+    if (f.gpus.empty()) gpus = t.gpus();
+    for (int i : f.gpus) gpus.push_back(t.gpu(i));
+    model_options o;
+    o.routing.p2p = f.p2p;
+    model m(t, gpus, o);
+    const nccl_tests_table table = read_nccl_tests(topo_fixture(f.perf), f.perf);
+    prediction peak;
+    for (const nccl_tests_row& row : table.rows) {
+      const prediction p = m.best(collective::allreduce, row.bytes, nccl_allreduce_algos(m.nodes()));
+      if (p.busbw_GBps > peak.busbw_GBps) peak = p;
+    }
+    const double ratio = peak.busbw_GBps / table.peak_busbw();
+    std::printf("%-52s %9.2f %9.2f %6.2f  %-13s %-18s %s\n", f.perf, table.peak_busbw(), peak.busbw_GBps, ratio,
+                (std::string(algo_name(peak.method)) + "/" + std::string(protocol_name(peak.proto))).c_str(), f.basis, peak.bottleneck.c_str());
+    CHECK(ratio >= 0.75);
+    CHECK(ratio <= 1.25);
+  }
+  std::printf("(ratio = predicted / measured; 'calibrated': host-staged rates were fitted to these P2P-disabled tables)\n\n");
+}
+
+TEST_CASE("cost model: latency decides small messages, bandwidth large ones, and the selector follows") {
+  const topology h100 = read_nvidia_smi(topo_fixture("dgx-h100-640gb-llminsights-topo-m-abbrev.txt"));
+  model m(h100, h100.gpus());
+  const prediction small_ring = m.predict(collective::allreduce, algo::ring, protocol::ll, 1024);
+  const prediction small_simple = m.predict(collective::allreduce, algo::ring, protocol::simple, 1024);
+  CHECK(small_ring.time_s < small_simple.time_s);  // LL's lower latency wins for 1 KiB
+  const prediction big = m.best(collective::allreduce, std::size_t{1} << 32);
+  CHECK(big.proto == protocol::simple);
+  CHECK(big.busbw_GBps == Approx(18 * 25.0 * 20.6 / 25.0).epsilon(0.01));  // NCCL's 20.6 GB/s per H100 link
+  // The model's time grows with size and a larger message never gets less bus bandwidth (Simple ring).
+  double last_t = 0, last_bw = 0;
+  for (std::size_t b = 1024; b <= (std::size_t{1} << 32); b *= 4) {
+    const prediction p = m.predict(collective::allreduce, algo::ring, b);
+    CHECK(p.time_s > last_t);
+    CHECK(p.busbw_GBps >= last_bw);
+    last_t = p.time_s, last_bw = p.busbw_GBps;
+  }
+  // The selector for algo::automatic. On NVSwitch every pair has a full-speed path, so collx's
+  // two-shot direct moves what the ring moves in 2 steps instead of 14: direct at every size.
+  const auto select = make_selector(h100);
+  CHECK(select({collective::allreduce, 8, 256, true}) == algorithm::direct);
+  CHECK(select({collective::allreduce, 8, std::size_t{1} << 28, true}) == algorithm::direct);
+  // On the DGX-1 cube mesh collx's ring in rank order crosses GPU3->GPU4 and GPU7->GPU0, which have
+  // no NVLink (SYS: host-staged), while its binomial tree (1->0, 3->2, 2->0, 4->0, ...) stays on
+  // NVLink (and direct sends 2/8 of the data over each SYS pair): the topology-aware choice is the
+  // tree where the alpha-beta default says otherwise.
+  const auto select_v100 = make_selector(read_nvidia_smi(topo_fixture("v100-sxm2-8gpu-dgx1-like-oneflow-topo-m.txt")));
+  const selection_query big_q{collective::allreduce, 8, std::size_t{1} << 28, true};
+  CHECK(collx::cost_model{}.choose(big_q) != algorithm::tree);
+  CHECK(select_v100(big_q) == algorithm::tree);
+  CHECK(select_v100({collective::allreduce, 8, std::size_t{1} << 28, false}) != algorithm::ring);
+  CHECK(select({collective::all_to_all, 8, 1024, true}) != algorithm::tree);
+  CHECK(select({collective::allreduce, 1, 1024, true}) == algorithm::direct);
+  // 16 ranks on a one-machine topology whose NICs have no speed: the alpha-beta fallback answers.
+  CHECK_NOTHROW(select({collective::allreduce, 16, 1 << 20, true}));
+  // A CPU-only topology falls back to collx::cost_model (same answers for one NUMA node).
+  topology cpu;
+  vertex c;
+  c.kind = vertex_kind::cpu, c.index = 0, c.name = "CPU0", c.cpu_affinity = "0-7";
+  cpu.add_vertex(c);
+  const auto cpu_select = make_selector(cpu);
+  for (std::size_t b : {std::size_t{64}, std::size_t{1} << 16, std::size_t{1} << 24}) {
+    const selection_query q{collective::allreduce, 4, b, true};
+    CHECK(cpu_select(q) == collx::cost_model{}.choose(q));
+  }
+}
+
+TEST_CASE("cost model: sharing a link slows both transfers") {
+  const topology t = read_nvidia_smi(
+      "\tGPU0\tGPU1\tGPU2\n"
+      "GPU0\t X \tPIX\tPIX\n"
+      "GPU1\tPIX\t X \tPIX\n"
+      "GPU2\tPIX\tPIX\t X \n");
+  model m(t, t.gpus());
+  std::string why;
+  const double one = m.bandwidth_time({{t.gpu(0), t.gpu(1), 1e9}}, 1.0, why);
+  const double two_same_sender = m.bandwidth_time({{t.gpu(0), t.gpu(1), 1e9}, {t.gpu(0), t.gpu(2), 1e9}}, 1.0, why);
+  const double two_disjoint = m.bandwidth_time({{t.gpu(0), t.gpu(1), 1e9}, {t.gpu(1), t.gpu(2), 1e9}}, 1.0, why);
+  CHECK(two_same_sender == Approx(2 * one));  // GPU0's uplink carries both
+  CHECK(two_disjoint == Approx(one));         // different directions of different links
+  CHECK(why.find("PCIe") != std::string::npos);
+}
+
+TEST_CASE("scaling: tree wins latency-bound sizes at scale, ring/hierarchical bandwidth-bound ones") {
+  const topology node = make_hgx_node(*find_gpu_arch("H100"), 8, 18, 1, 400);
+  const topology t = make_cluster(node, 64);  // 512 GPUs
+  model m(t, t.gpus());
+  const prediction small_ring = m.predict(collective::allreduce, algo::ring, protocol::ll, 64 * 1024);
+  const prediction small_tree = m.predict(collective::allreduce, algo::double_tree, protocol::ll, 64 * 1024);
+  CHECK(small_tree.time_s < small_ring.time_s);
+  const std::size_t big = std::size_t{8} << 30;
+  const prediction ring = m.predict(collective::allreduce, algo::ring, big);
+  const prediction hier = m.predict(collective::allreduce, algo::hierarchical, big);
+  const prediction tree = m.predict(collective::allreduce, algo::double_tree, big);
+  CHECK(std::max(ring.busbw_GBps, hier.busbw_GBps) > tree.busbw_GBps);
+  // At 8 GiB the way out of a machine limits the ring: 400 Gb/s NICs x 0.96 = 48 GB/s, and the
+  // GPU's PCIe Gen5 x16 link to it reaches the same; NVLink (370.8 GB/s per GPU) has room to spare.
+  CHECK(ring.bottleneck.find("NVLink") == std::string::npos);
+  CHECK(ring.busbw_GBps == Approx(8 * 48.0).epsilon(0.15));  // less the ring's 1022 network steps of latency
+}
+
+TEST_CASE("placement: local ranks go to their GPU's NUMA node, or spread over nodes by core count") {
+  const topology a800 = read_nvidia_smi(topo_fixture("a800-sxm4-8gpu-nv8-4nic-topo-m.txt"));
+  CHECK(numa_node_for_local_rank(a800, 0, 8) == 0);
+  CHECK(numa_node_for_local_rank(a800, 5, 8) == 1);
+  const rank_placement p = place_local_rank(a800, 6, 8);
+  CHECK(p.gpu == a800.gpu(6));
+  CHECK(p.cpus.size() == 64);
+  // CPU-only: two NUMA nodes of 16 and 48 CPUs; 8 ranks split 2 + 6.
+  topology cpu;
+  for (int n = 0; n < 2; ++n) {
+    vertex c;
+    c.kind = vertex_kind::cpu, c.index = n, c.name = "CPU" + std::to_string(n);
+    c.cpu_affinity = n == 0 ? "0-15" : "16-63";
+    cpu.add_vertex(c);
+  }
+  std::vector<int> nodes;
+  for (int r = 0; r < 8; ++r) nodes.push_back(numa_node_for_local_rank(cpu, r, 8));
+  CHECK(nodes == std::vector<int>{0, 0, 1, 1, 1, 1, 1, 1});
+  CHECK_THROWS_AS(place_local_rank(cpu, 8, 8), collx::error);
+}

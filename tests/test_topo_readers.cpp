@@ -1,0 +1,289 @@
+// Topology readers on the real fixtures (tests/data/topologies/SOURCES.md): nvidia-smi topo -m text
+// as pasted, NCCL topology and graph XML, nccl-tests tables; and their errors, which name line:col.
+#include <catch2/catch.hpp>
+
+#include <collx/topo/nccl_tests.hpp>
+#include <collx/topo/nccl_xml.hpp>
+#include <collx/topo/nvidia_smi.hpp>
+
+#include <regex>
+
+#include "topo_fixtures.hpp"
+
+using namespace collx::topo;
+
+namespace {
+
+std::string cell(const topology& t, int a, int b) { return t.classify(a, b).cell(); }
+std::string gg(const topology& t, int i, int j) { return cell(t, t.gpu(i), t.gpu(j)); }
+std::string gn(const topology& t, int i, int nic) { return cell(t, t.gpu(i), t.nics()[static_cast<std::size_t>(nic)]); }
+
+// Every cell of the GPU+NIC matrix, row by row.
+std::vector<std::string> all_cells(const topology& t) {
+  std::vector<int> d = t.gpus(0);
+  for (int n : t.nics(0)) d.push_back(n);
+  std::vector<std::string> out;
+  for (int a : d)
+    for (int b : d) out.push_back(cell(t, a, b));
+  return out;
+}
+
+// Expects collx::error(invalid_argument) whose message contains `where` (e.g. "x.txt:3:17:").
+template <class F>
+void expect_error(F&& f, const std::string& where, const std::string& what = "") {
+  try {
+    f();
+    FAIL("no error; expected one at " << where);
+  } catch (const collx::error& e) {
+    INFO(e.what());
+    CHECK(e.code() == collx::errc::invalid_argument);
+    CHECK(std::string(e.what()).find(where) != std::string::npos);
+    if (!what.empty()) CHECK(std::string(e.what()).find(what) != std::string::npos);
+  }
+}
+
+const char* const text_fixtures[] = {
+    "a40x8-nvlink-bridged-pairs-llminsights-topo-m-abbrev.txt", "a800-sxm4-8gpu-nv8-4nic-topo-m.txt",
+    "dgx-a100-640gb-llminsights-topo-m-abbrev.txt",             "dgx-h100-640gb-llminsights-topo-m-abbrev.txt",
+    "v100-sxm2-8gpu-dgx1-like-oneflow-topo-m.txt",
+};
+const char* const xml_fixtures[] = {
+    "dgx1-v100-como-nccl-topo.xml", "aws-p4d-24xlarge-nccl-topo.xml", "aws-p4de-24xlarge-nccl-topo.xml",
+    "aws-p5-48xlarge-nccl-topo.xml", "azure-ndv2-nccl-topo.xml",     "azure-ndv4-nccl-topo.xml",
+    "azure-ndv5-nccl-topo.xml",      "azure-ncv4-nccl-topo.xml",
+};
+
+}  // namespace
+
+TEST_CASE("nvidia-smi: A800 with CRLF, a prompt line, NIC columns, NIC legend and affinity columns") {
+  const topology t = read_nvidia_smi(topo_fixture("a800-sxm4-8gpu-nv8-4nic-topo-m.txt"), "a800");
+  REQUIRE(t.gpus().size() == 8);
+  REQUIRE(t.nics().size() == 4);
+  CHECK(gg(t, 0, 7) == "NV8");
+  CHECK(t.classify(t.gpu(0), t.gpu(7)).via_nvswitch);  // 7 peers x NV8 is more than any GPU has
+  CHECK(gn(t, 1, 0) == "PIX");
+  CHECK(gn(t, 0, 0) == "NODE");
+  CHECK(gn(t, 7, 2) == "PIX");
+  CHECK(gn(t, 7, 3) == "PIX");
+  CHECK(gn(t, 0, 2) == "SYS");
+  CHECK(cell(t, t.nics()[2], t.nics()[3]) == "PIX");
+  CHECK(t.vertices[static_cast<std::size_t>(t.nics()[3])].device == "mlx5_3");
+  CHECK(t.vertices[static_cast<std::size_t>(t.cpu_of(t.gpu(4)))].index == 1);  // NUMA Affinity column
+  CHECK(t.vertices[static_cast<std::size_t>(t.cpu_of(t.gpu(4)))].cpu_affinity == "32-63,96-127");
+  CHECK(std::string(t.vertices[static_cast<std::size_t>(t.gpu(0))].arch->name) == "A800");
+}
+
+TEST_CASE("nvidia-smi: DGX-1 cube mesh (V100) with an old-style mlx5_0 column and CPU Affinity") {
+  const topology t = read_nvidia_smi(topo_fixture("v100-sxm2-8gpu-dgx1-like-oneflow-topo-m.txt"));
+  REQUIRE(t.gpus().size() == 8);
+  CHECK(gg(t, 0, 1) == "NV1");
+  CHECK(gg(t, 0, 3) == "NV2");
+  CHECK(gg(t, 0, 5) == "SYS");
+  CHECK(gn(t, 2, 0) == "PIX");
+  CHECK(gn(t, 0, 0) == "NODE");
+  CHECK(gn(t, 4, 0) == "SYS");
+  CHECK_FALSE(t.classify(t.gpu(0), t.gpu(3)).via_nvswitch);
+  CHECK(std::string(t.vertices[static_cast<std::size_t>(t.gpu(0))].arch->name) == "V100");
+  // The NVLink bond carries 2 x 25 GB/s per direction (V100 datasheet) and 80% of it is reachable.
+  const int l = t.link_between(t.gpu(0), t.gpu(3), link_kind::nvlink);
+  REQUIRE(l >= 0);
+  CHECK(t.links[static_cast<std::size_t>(l)].spec_GBps == Approx(50.0));
+  CHECK(t.links[static_cast<std::size_t>(l)].GBps == Approx(40.0));
+}
+
+TEST_CASE("nvidia-smi: abbreviated matrices ('...') and the GPU model hint") {
+  const topology a100 = read_nvidia_smi(topo_fixture("dgx-a100-640gb-llminsights-topo-m-abbrev.txt"));
+  CHECK(gg(a100, 2, 5) == "NV12");
+  CHECK(a100.classify(a100.gpu(2), a100.gpu(5)).via_nvswitch);
+  CHECK(std::string(a100.vertices[static_cast<std::size_t>(a100.gpu(0))].arch->name) == "A100");
+  const topology a40 = read_nvidia_smi(topo_fixture("a40x8-nvlink-bridged-pairs-llminsights-topo-m-abbrev.txt"));
+  CHECK(gg(a40, 0, 1) == "NV4");
+  CHECK(gg(a40, 0, 2) == "NODE");
+  CHECK(gg(a40, 0, 4) == "SYS");
+  CHECK(std::string(a40.vertices[static_cast<std::size_t>(a40.gpu(0))].arch->name) == "A40");
+  // The model can be given instead of inferred, and then no inference note is written.
+  read_options o;
+  o.gpu = find_gpu_arch("H100");
+  const topology h = read_nvidia_smi(topo_fixture("dgx-h100-640gb-llminsights-topo-m-abbrev.txt"), "h100", o);
+  CHECK(h.vertices[static_cast<std::size_t>(h.gpu(3))].arch == find_gpu_arch("H100"));
+  for (const std::string& n : h.notes) CHECK(n.find("assumed from") == std::string::npos);
+}
+
+TEST_CASE("nvidia-smi: the same matrix pasted differently reads the same") {
+  const std::string crlf = topo_fixture("a800-sxm4-8gpu-nv8-4nic-topo-m.txt");
+  const std::vector<std::string> ref = all_cells(read_nvidia_smi(crlf));
+  std::string lf = std::regex_replace(crlf, std::regex("\r"), "");
+  std::string spaces = std::regex_replace(lf, std::regex("\t"), "  ");
+  std::string hashed = std::regex_replace(lf, std::regex("(^|\n)"), "$1# ");
+  std::string dollar = "$ nvidia-smi topo -m\n" + lf.substr(lf.find('\n') + 1);
+  std::string ranked = std::regex_replace(lf, std::regex("(^|\n)"), "$010: ");
+  for (const std::string* v : {&lf, &spaces, &hashed, &dollar, &ranked}) CHECK(all_cells(read_nvidia_smi(*v)) == ref);
+}
+
+TEST_CASE("nvidia-smi: writing a topology and reading it back gives the same cells") {
+  for (const char* f : text_fixtures) {
+    INFO(f);
+    const topology t = read_topology(topo_fixture(f), f);
+    const std::string text = format_nvidia_smi(t);
+    CHECK(all_cells(read_nvidia_smi(text)) == all_cells(t));
+  }
+  for (const char* f : xml_fixtures) {
+    INFO(f);
+    const topology t = read_topology(topo_fixture(f), f);
+    CHECK(all_cells(read_nvidia_smi(format_nvidia_smi(t))) == all_cells(t));
+  }
+}
+
+TEST_CASE("nvidia-smi: text it cannot understand is an error naming line and column") {
+  const std::string good =
+      "\tGPU0\tGPU1\tNIC0\n"
+      "GPU0\t X \tNV2\tPIX\n"
+      "GPU1\tNV2\t X \tPHB\n"
+      "NIC0\tPIX\tPHB\t X \n";
+  REQUIRE_NOTHROW(read_nvidia_smi(good, "m.txt"));
+  expect_error([] { read_nvidia_smi("\tGPU0\tGPU1\nGPU0\t X \tNVX\nGPU1\tNV2\t X \n", "m.txt"); }, "m.txt:2:10:", "NVX");
+  expect_error([] { read_nvidia_smi("\tGPU0\tGPU1\nGPU0\t X \tNV2\nGPU1\tNV1\t X \n", "m.txt"); }, "m.txt:3:6:", "not symmetric");
+  expect_error([] { read_nvidia_smi("\tGPU0\tGPU1\nGPU0\t X \tNV2\n", "m.txt"); }, "m.txt:", "rows");
+  expect_error([] { read_nvidia_smi("\tGPU0\tGPU1\nGPU0\t X \tX\nGPU1\tX\t X \n", "m.txt"); }, "m.txt:2:10:", "X off the diagonal");
+  expect_error([] { read_nvidia_smi("\tGPU0\tGPU1\nGPU0\t X \tNV2\tSYS\nGPU1\tNV2\t X \n", "m.txt"); }, "m.txt:2:14:", "extra cell");
+  expect_error([] { read_nvidia_smi("hello\n", "m.txt"); }, "m.txt:1:1:", "header");
+  expect_error([] { read_nvidia_smi("\tGPU0\tGPU1\nGPU1\t X \tNV2\n", "m.txt"); }, "m.txt:2:1:", "expected row 'GPU0'");
+  // PIX, PIX and PXB cannot all hold in one PCIe tree.
+  expect_error(
+      [] {
+        read_nvidia_smi("\tGPU0\tGPU1\tGPU2\nGPU0\t X \tPIX\tPXB\nGPU1\tPIX\t X \tPIX\nGPU2\tPXB\tPIX\t X \n", "m.txt");
+      },
+      "m.txt:2:14:", "no PCIe tree");
+  // SYS between devices that other cells put on one NUMA node.
+  expect_error(
+      [] {
+        read_nvidia_smi("\tGPU0\tGPU1\tGPU2\nGPU0\t X \tNODE\tSYS\nGPU1\tNODE\t X \tNODE\nGPU2\tSYS\tNODE\t X \n", "m.txt");
+      },
+      "m.txt:2:15:", "SYS");
+  expect_error([&] { read_nvidia_smi(good + "\nsomething else\n", "m.txt"); }, "m.txt:6:1:", "unexpected text");
+}
+
+TEST_CASE("NCCL topology XML: DGX-1 with NVLink counts, PLX switches, NICs with and without PCI") {
+  const topology t = read_nccl_topology(topo_fixture("dgx1-v100-como-nccl-topo.xml"), "dgx1");
+  REQUIRE(t.gpus().size() == 8);
+  REQUIRE(t.nics().size() == 3);
+  CHECK(gg(t, 0, 1) == "NV1");
+  CHECK(gg(t, 0, 3) == "NV2");
+  CHECK(gg(t, 0, 4) == "NV2");
+  CHECK(gg(t, 0, 5) == "SYS");
+  CHECK(gg(t, 0, 6) == "SYS");
+  CHECK(t.pcie_class(t.gpu(0), t.gpu(1)) == path_type::pix);   // same PLX 8764
+  CHECK(t.pcie_class(t.gpu(0), t.gpu(2)) == path_type::node);  // other switch, same CPU
+  CHECK(gn(t, 0, 0) == "NODE");
+  CHECK(t.vertices[static_cast<std::size_t>(t.nics()[0])].device == "enp1s0f0");
+  CHECK(t.vertices[static_cast<std::size_t>(t.nics()[0])].nic_Gbps == Approx(1.0));
+  CHECK(t.vertices[static_cast<std::size_t>(t.cpu_of(t.gpu(0)))].cpu_affinity == "0-19,40-59");
+  // Each GPU has 6 NVLinks (2 x NV1 + 2 x NV2).
+  for (int g : t.gpus()) {
+    int links = 0;
+    for (int l : t.incident(g))
+      if (t.links[static_cast<std::size_t>(l)].kind == link_kind::nvlink) links += t.links[static_cast<std::size_t>(l)].count;
+    CHECK(links == 6);
+  }
+  // Broadwell (model 79) QPI: NCCL's 6 GB/s.
+  const int smp = t.link_between(t.cpu_of(t.gpu(0)), t.cpu_of(t.gpu(5)), link_kind::smp);
+  REQUIRE(smp >= 0);
+  CHECK(t.links[static_cast<std::size_t>(smp)].GBps == Approx(6.0));
+}
+
+TEST_CASE("NCCL topology XML: static cloud files and their edge cases") {
+  const topology p5 = read_nccl_topology(topo_fixture("aws-p5-48xlarge-nccl-topo.xml"));
+  CHECK(p5.gpus().size() == 8);
+  CHECK(p5.nics().size() == 32);
+  CHECK(gn(p5, 0, 3) == "PIX");
+  CHECK(gn(p5, 0, 4) == "NODE");
+  CHECK(p5.vertices[static_cast<std::size_t>(p5.nics()[0])].nic_Gbps == Approx(100.0));
+  CHECK(p5.links[static_cast<std::size_t>(p5.parent_link(p5.gpu(0)))].generation == 5);  // "32.0 GT/s PCIe"
+  const topology p4 = read_nccl_topology(topo_fixture("aws-p4d-24xlarge-nccl-topo.xml"));
+  CHECK(gg(p4, 0, 1) == "PIX");
+  CHECK(gg(p4, 1, 2) == "NODE");
+  CHECK(gg(p4, 3, 4) == "SYS");
+  CHECK(p4.vertices[static_cast<std::size_t>(p4.gpu(0))].arch == find_gpu_arch("A100"));  // PCI id 0x20b0
+  // NC A100 v4: each GPU lists an NVLink to itself (count 12) and link_speed="": noted, not linked.
+  const topology nc = read_nccl_topology(topo_fixture("azure-ncv4-nccl-topo.xml"));
+  CHECK(gg(nc, 0, 1) == "SYS");
+  bool noted = false;
+  for (const std::string& n : nc.notes) noted |= n.find("NVLink to itself") != std::string::npos;
+  CHECK(noted);
+  // g5: a skeleton without any GPU or class: read, with notes, and no GPU.
+  const topology g5 = read_nccl_topology(topo_fixture("aws-g5-48xlarge-nccl-topo.xml"));
+  CHECK(g5.gpus().empty());
+  CHECK_FALSE(g5.notes.empty());
+}
+
+TEST_CASE("NCCL XML: input it cannot understand is an error naming line and column") {
+  expect_error([] { read_nccl_topology("<system>\n  <cpu numaid=\"0\">\n</system>\n", "t.xml"); }, "t.xml:3:1:", "closes <cpu>");
+  expect_error([] { read_nccl_topology("<system>\n  <gpu/>\n</system>\n", "t.xml"); }, "t.xml:2:3:", "unexpected <gpu>");
+  expect_error([] { read_nccl_topology("<system>\n <cpu numaid=\"x1\"/>\n</system>", "t.xml"); }, "t.xml:2:7:", "not a number");
+  expect_error([] { read_nccl_topology("<system><cpu numaid=\"0\" numaid=\"1\"/></system>", "t.xml"); }, "t.xml:1:25:", "duplicate");
+  expect_error([] { read_nccl_topology("<system>text</system>", "t.xml"); }, "t.xml:1:9:", "text");
+  expect_error(
+      [] {
+        read_nccl_topology(
+            "<system><cpu numaid=\"0\">\n<pci busid=\"0000:01:00.0\" class=\"0x030200\">\n"
+            "  <gpu dev=\"0\" sm=\"80\"><nvlink target=\"0000:02:00.0\" count=\"2\" tclass=\"0x030200\"/></gpu>\n"
+            "</pci></cpu></system>",
+            "t.xml");
+      },
+      "t.xml:3:24:", "not a GPU in this file");
+  expect_error([] { read_nccl_graph("<graphs><graph id=\"0\" pattern=\"4\" nchannels=\"2\"><channel><gpu dev=\"0\"/></channel></graph></graphs>", "g.xml"); },
+               "g.xml:1:9:", "nchannels");
+  expect_error([] { read_nccl_graph("<graphs><graph id=\"0\" pattern=\"4\" nchannels=\"1\">\n<channel><gpu dev=\"0\"/><gpu dev=\"0\"/></channel></graph></graphs>", "g.xml"); },
+               "g.xml:2:24:", "twice");
+  expect_error([] { read_topology("<graphs/>", "g.xml"); }, "g.xml:1:1:", "graph file");
+}
+
+TEST_CASE("NCCL graph XML: the DGX-1's six rings and NC A100 v4's rings and trees") {
+  const std::vector<nccl_graph> g = read_nccl_graph(topo_fixture("dgx1-v100-como-8gpu-nccl-graph.xml"));
+  REQUIRE(g.size() == 3);
+  CHECK(g[0].pattern == 4);
+  CHECK(nccl_pattern_name(g[0].pattern) == "ring");
+  CHECK(g[0].speed_intra == 22);
+  CHECK(g[0].type_intra == "NVL");
+  REQUIRE(g[0].channels.size() == 6);
+  CHECK(g[0].channels[0].gpus == std::vector<int>{0, 3, 2, 1, 5, 6, 7, 4});
+  CHECK(g[0].channels[5].gpus == std::vector<int>{0, 2, 6, 4, 5, 7, 3, 1});
+  const std::vector<nccl_graph> nc = read_nccl_graph(topo_fixture("azure-ncv4-nccl-graph.xml"));
+  REQUIRE(nc.size() == 3);
+  CHECK(nc[0].channels.size() == 2);
+  CHECK(nc[1].channels.size() == 4);
+  CHECK(nc[1].channels[1].gpus == std::vector<int>{1, 0, 3, 2});
+}
+
+TEST_CASE("nccl-tests tables: every fixture's peak busbw and command line") {
+  struct expect_t {
+    const char* file;
+    double peak;
+    std::string devices;
+    bool p2p_off;
+  };
+  const expect_t cases[] = {
+      {"a40x8-nvlink-pair-gpu01-allreduce-perf.txt", 47.49, "0,1", false},
+      {"a40x8-gpus12-node-p2pdisabled-allreduce-perf.txt", 4.02, "1,2", true},
+      {"a40x8-gpus0167-sys-p2pdisabled-allreduce-perf.txt", 1.44, "0,1,6,7", true},
+      {"dgx-a100-640gb-4gpu-allreduce-perf.txt", 234.74, "", false},
+      {"dgx-a100-640gb-4gpu-p2pdisabled-allreduce-perf.txt", 5.20, "", true},
+      {"dgx-h100-640gb-4gpu-allreduce-perf.txt", 370.75, "", false},
+      {"dgx-h100-640gb-4gpu-p2pdisabled-allreduce-perf.txt", 24.27, "", false},
+      {"aws-p4de-24xlarge-2node-allreduce-perf.txt", 78.33, "", false},
+      {"aws-p5-48xlarge-2node-allreduce-perf.txt", 487.26, "", false},
+  };
+  for (const expect_t& c : cases) {
+    INFO(c.file);
+    const nccl_tests_table t = read_nccl_tests(topo_fixture(c.file), c.file);
+    CHECK(t.peak_busbw() == Approx(c.peak));
+    CHECK(t.visible_devices == c.devices);
+    CHECK(t.p2p_disabled == c.p2p_off);  // the H100 P2P-disabled paste has no command line
+  }
+  const nccl_tests_table p5 = read_nccl_tests(topo_fixture("aws-p5-48xlarge-2node-allreduce-perf.txt"));
+  CHECK(p5.rows.size() == 32);
+  CHECK(p5.rows.back().bytes == 17179869184ull);
+  expect_error([] { read_nccl_tests("# size\n  1024  256  float  sum  -1  10.0  0.10\n", "p.txt"); }, "p.txt:2:", "columns");
+  expect_error([] { read_nccl_tests("  1024  256  float  sum  -1  1x0  0.1  0.1  0  10  0.1  0.1  0\n", "p.txt"); }, "p.txt:1:30:", "not a number");
+  expect_error([] { read_nccl_tests("hello world\n", "p.txt"); }, "p.txt:1:1:");
+}

@@ -1,0 +1,406 @@
+// collx-topo: show a machine's topology as collx sees it, the rings and trees it builds there, and
+// the bandwidth it predicts; or simulate all-reduce on many such machines.
+//
+//   collx-topo [show] [FILE] [options]     FILE: nvidia-smi topo -m text or NCCL topology XML
+//                                          (detected); no FILE: this machine (sysfs, NVML)
+//   collx-topo simulate [options]          all-reduce on 8..4096 GPUs, nodes of 8 over NVLink
+//   collx-topo check PERF.txt FILE [opts]  an nccl-tests table against the model's prediction
+//
+// Run `collx-topo --help` for the options.
+#include <collx/topo/cost_model.hpp>
+#include <collx/topo/discover.hpp>
+#include <collx/topo/nccl_tests.hpp>
+#include <collx/topo/nccl_xml.hpp>
+#include <collx/topo/nvidia_smi.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+using namespace collx::topo;
+using collx::collective;
+
+namespace {
+
+const char* const usage =
+    "usage: collx-topo [show] [FILE] [options]\n"
+    "       collx-topo simulate [options]\n"
+    "       collx-topo check PERF.txt FILE [options]\n"
+    "\n"
+    "show      print the GPU/NIC matrix (as nvidia-smi topo -m), the notes (every assumption made),\n"
+    "          the rings and trees collx builds with each hop's link, and predicted all-reduce busbw\n"
+    "          per algorithm and size. FILE is nvidia-smi topo -m text or an NCCL topology XML\n"
+    "          (detected); without FILE, this machine is discovered (sysfs; NVML for NVLink).\n"
+    "simulate  predicted all-reduce time and busbw for 8..4096 GPUs: nodes of --gpus-per-node GPUs on\n"
+    "          NVSwitch, joined by a non-blocking network of --net-gbps per NIC; ring, tree and\n"
+    "          hierarchical, and which wins at each size.\n"
+    "check     predicted vs measured peak busbw for an nccl-tests all_reduce_perf table.\n"
+    "\n"
+    "options:\n"
+    "  --gpu NAME         GPU model (A100, H100, V100, A40, ...) instead of inferring it\n"
+    "  --graph FILE       also evaluate the rings of an NCCL graph dump (NCCL_GRAPH_DUMP_FILE)\n"
+    "  --gpus LIST        only these GPU indices (e.g. 0,1,6,7)\n"
+    "  --nodes N          N copies of the machine joined by a network (needs NIC speeds)\n"
+    "  --nvswitch LINKS   add an NVSwitch fabric with LINKS NVLinks per GPU (files without NVLink)\n"
+    "  --nic-gbps G       speed of NICs whose speed the file does not give\n"
+    "  --p2p off          GPU peer access disabled (NCCL_P2P_DISABLE=1)\n"
+    "  --json             machine-readable output\n"
+    "simulate only:\n"
+    "  --node FILE        node topology from a file instead of a synthetic HGX node\n"
+    "  --nvlinks N        NVLinks per GPU to the NVSwitch (default 18)\n"
+    "  --gpus-per-node N  default 8\n"
+    "  --net-gbps G       per NIC (default 400); --nics-per-gpu N (default 1)\n"
+    "  --max-gpus N       default 4096\n";
+
+[[noreturn]] void die(const std::string& m) {
+  std::fprintf(stderr, "collx-topo: %s\n", m.c_str());
+  std::exit(2);
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) die("cannot read " + path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::string json_str(const std::string& s) {
+  std::string o = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') o += '\\', o += c;
+    else if (c == '\n') o += "\\n";
+    else if (static_cast<unsigned char>(c) < 0x20) o += ' ';
+    else o += c;
+  }
+  return o + "\"";
+}
+
+std::string size_name(std::size_t b) {
+  const char* u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int k = 0;
+  double v = static_cast<double>(b);
+  while (v >= 1024 && k < 4) v /= 1024, ++k;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g %s", v, u[k]);
+  return buf;
+}
+
+struct opts {
+  std::string cmd = "show", file, graph, perf, node_file;
+  const gpu_arch* gpu = nullptr;
+  std::vector<int> gpus;
+  int nodes = 1, nvswitch = 0, nvlinks = 18, per_node = 8, nics_per_gpu = 1, max_gpus = 4096;
+  double nic_gbps = 0, net_gbps = 400;
+  bool p2p = true, json = false;
+};
+
+opts parse(int argc, char** argv) {
+  opts o;
+  std::vector<std::string> pos;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto val = [&]() -> std::string {
+      if (i + 1 >= argc) die(a + " needs a value");
+      return argv[++i];
+    };
+    auto num = [&](const std::string& v) {
+      char* end = nullptr;
+      const double x = std::strtod(v.c_str(), &end);
+      if (end == v.c_str() || *end) die(a + ": '" + v + "' is not a number");
+      return x;
+    };
+    if (a == "-h" || a == "--help") std::fputs(usage, stdout), std::exit(0);
+    else if (a == "--gpu") {
+      const std::string n = val();
+      o.gpu = find_gpu_arch(n);
+      if (!o.gpu) die("unknown GPU model " + n);
+    } else if (a == "--graph") o.graph = val();
+    else if (a == "--gpus") {
+      std::stringstream ss(val());
+      std::string x;
+      while (std::getline(ss, x, ',')) o.gpus.push_back(static_cast<int>(num(x)));
+    } else if (a == "--nodes") o.nodes = static_cast<int>(num(val()));
+    else if (a == "--nvswitch") o.nvswitch = static_cast<int>(num(val()));
+    else if (a == "--nic-gbps") o.nic_gbps = num(val());
+    else if (a == "--p2p") {
+      const std::string v = val();
+      if (v != "on" && v != "off") die("--p2p takes on or off");
+      o.p2p = v == "on";
+    } else if (a == "--json") o.json = true;
+    else if (a == "--node") o.node_file = val();
+    else if (a == "--nvlinks") o.nvlinks = static_cast<int>(num(val()));
+    else if (a == "--gpus-per-node") o.per_node = static_cast<int>(num(val()));
+    else if (a == "--net-gbps") o.net_gbps = num(val());
+    else if (a == "--nics-per-gpu") o.nics_per_gpu = static_cast<int>(num(val()));
+    else if (a == "--max-gpus") o.max_gpus = static_cast<int>(num(val()));
+    else if (!a.empty() && a[0] == '-') die("unknown option " + a + " (see --help)");
+    else pos.push_back(a);
+  }
+  std::size_t k = 0;
+  if (k < pos.size() && (pos[k] == "show" || pos[k] == "simulate" || pos[k] == "check")) o.cmd = pos[k++];
+  if (o.cmd == "check") {
+    if (pos.size() - k != 2) die("check needs PERF.txt and a topology FILE");
+    o.perf = pos[k++];
+  }
+  if (k < pos.size()) o.file = pos[k++];
+  if (k < pos.size()) die("unexpected argument " + pos[k]);
+  if (o.nodes < 1 || o.per_node < 1 || o.max_gpus < 1) die("counts must be >= 1");
+  return o;
+}
+
+topology load(const opts& o, const std::string& file) {
+  read_options ro;
+  ro.gpu = o.gpu;
+  topology t = file.empty() ? discover() : read_topology(slurp(file), file, ro);
+  if (o.nvswitch) add_nvswitch(t, o.nvswitch);
+  if (o.nic_gbps > 0) set_unknown_nic_speed(t, o.nic_gbps);
+  return t;
+}
+
+std::string hop_label(router& r, int a, int b) {
+  const route& rt = r.between(a, b);
+  std::string s = rt.path.cell();
+  if (rt.path.via_nvswitch) s += " via NVSwitch";
+  if (rt.host_staged) s += ", host-staged";
+  if (rt.path.type != path_type::nvlink || !r.options().p2p) s += " (" + std::string(transport_class_name(rt.cls)) + ")";
+  return s;
+}
+
+std::string vname(const topology& t, int v) {
+  const vertex& x = t.vertices[static_cast<std::size_t>(v)];
+  return (t.hosts > 1 ? "h" + std::to_string(x.host) + ":" : std::string()) + x.name;
+}
+
+const std::vector<std::size_t> show_sizes = {1024, 64 << 10, 1 << 20, 16 << 20, 256 << 20, std::size_t{1} << 30, std::size_t{4} << 30};
+
+int show(const opts& o) {
+  const topology node = load(o, o.file);
+  const topology t = make_cluster(node, o.nodes);
+  std::vector<int> gpus;
+  if (o.gpus.empty()) gpus = t.gpus();
+  for (int h = 0; h < t.hosts; ++h)
+    for (int i : o.gpus) gpus.push_back(t.gpu(i, h));
+  model_options mo;
+  mo.routing.p2p = o.p2p;
+  std::unique_ptr<model> m;
+  if (!gpus.empty()) m = std::make_unique<model>(t, gpus, mo);
+  std::vector<std::vector<int>> nccl_rings;
+  if (!o.graph.empty()) {
+    for (const nccl_graph& g : read_nccl_graph(slurp(o.graph), o.graph))
+      if (g.pattern == 4) {
+        for (const nccl_channel& ch : g.channels) {
+          std::vector<int> ring;
+          for (int d : ch.gpus) ring.push_back(node.gpu(d));
+          nccl_rings.push_back(ring);
+        }
+        break;
+      }
+  }
+  if (o.json) {
+    std::printf("{\"source\":%s,\"hosts\":%d,\"notes\":[", json_str(t.source).c_str(), t.hosts);
+    for (std::size_t i = 0; i < t.notes.size(); ++i) std::printf("%s%s", i ? "," : "", json_str(t.notes[i]).c_str());
+    std::printf("],\"devices\":[");
+    std::vector<int> dev = node.gpus();
+    for (int n : node.nics()) dev.push_back(n);
+    for (std::size_t i = 0; i < dev.size(); ++i) {
+      const vertex& v = node.vertices[static_cast<std::size_t>(dev[i])];
+      std::printf("%s{\"name\":%s,\"kind\":%s,\"model\":%s,\"row\":[", i ? "," : "", json_str(v.name).c_str(), json_str(std::string(vertex_kind_name(v.kind))).c_str(),
+                  json_str(v.arch ? std::string(v.arch->name) : v.device).c_str());
+      for (std::size_t j = 0; j < dev.size(); ++j) std::printf("%s%s", j ? "," : "", json_str(node.classify(dev[i], dev[j]).cell()).c_str());
+      std::printf("]}");
+    }
+    std::printf("]");
+    if (m) {
+      std::printf(",\"rings\":{\"channel_GBps\":%.4f,\"total_GBps\":%.4f,\"channels\":[", m->node_rings().channel_GBps, m->node_rings().total_GBps);
+      for (std::size_t c = 0; c < m->rings().size(); ++c) {
+        std::printf("%s[", c ? "," : "");
+        const auto& ring = m->rings()[c];
+        for (std::size_t i = 0; i < ring.size(); ++i)
+          std::printf("%s{\"gpu\":%s,\"next\":%s}", i ? "," : "", json_str(vname(t, ring[i])).c_str(),
+                      json_str(ring.size() > 1 ? hop_label(m->routes(), ring[i], ring[(i + 1) % ring.size()]) : "").c_str());
+        std::printf("]");
+      }
+      std::printf("]}");
+      if (!nccl_rings.empty()) {
+        router r(node, mo.routing);
+        const ring_evaluation e = evaluate_rings(r, nccl_rings);
+        std::printf(",\"nccl_rings\":{\"channels\":%zu,\"min_channel_GBps\":%.4f,\"total_GBps\":%.4f}", nccl_rings.size(), e.min_channel_GBps, e.total_GBps);
+      }
+      std::printf(",\"allreduce\":[");
+      bool first = true;
+      for (std::size_t b : show_sizes)
+        for (algo a : {algo::ring, algo::double_tree, algo::hierarchical, algo::direct}) {
+          const prediction p = m->best(collective::allreduce, b, {a});
+          if (!p.valid) continue;
+          std::printf("%s{\"bytes\":%zu,\"algorithm\":%s,\"protocol\":%s,\"time_s\":%.9g,\"busbw_GBps\":%.4f,\"bottleneck\":%s}", first ? "" : ",", b,
+                      json_str(std::string(algo_name(a))).c_str(), json_str(std::string(protocol_name(p.proto))).c_str(), p.time_s, p.busbw_GBps,
+                      json_str(p.bottleneck).c_str());
+          first = false;
+        }
+      std::printf("]");
+    }
+    std::printf("}\n");
+    return 0;
+  }
+  std::printf("Topology: %s\n\n%s", t.source.c_str(), format_nvidia_smi(node).c_str());
+  if (!t.notes.empty()) {
+    std::printf("\nNotes (what was assumed):\n");
+    for (const std::string& n : t.notes) std::printf("  - %s\n", n.c_str());
+  }
+  std::printf("\nLinks (GB/s per direction: datasheet / reachable):\n");
+  for (const collx::topo::link& l : node.links) {
+    if (l.kind == link_kind::internal) continue;
+    std::string what(link_kind_name(l.kind));
+    if (l.kind == link_kind::nvlink) what += " gen" + std::to_string(l.generation) + " x" + std::to_string(l.count);
+    if (l.kind == link_kind::pcie) what += " Gen" + std::to_string(l.generation) + " x" + std::to_string(l.width);
+    std::printf("  %-22s %-22s %-16s %7.2f / %7.2f\n", node.vertices[static_cast<std::size_t>(l.a)].name.c_str(),
+                node.vertices[static_cast<std::size_t>(l.b)].name.c_str(), what.c_str(), l.spec_GBps, l.GBps);
+  }
+  if (!m) {
+    std::printf("\nNo GPU: nothing to build rings over.\n");
+    return 0;
+  }
+  std::printf("\nRings: %zu channel(s) over %d GPU(s) on %d node(s); per node %.2f GB/s per channel, %.2f GB/s in all\n", m->rings().size(),
+              m->ranks(), m->nodes(), m->node_rings().channel_GBps, m->node_rings().total_GBps);
+  for (std::size_t c = 0; c < m->rings().size(); ++c) {
+    const auto& ring = m->rings()[c];
+    std::printf("  channel %zu: ", c);
+    for (std::size_t i = 0; i < ring.size(); ++i) {
+      std::printf("%s", vname(t, ring[i]).c_str());
+      if (ring.size() > 1) std::printf(" -[%s]-> ", hop_label(m->routes(), ring[i], ring[(i + 1) % ring.size()]).c_str());
+    }
+    std::printf("%s\n", ring.size() > 1 ? vname(t, ring[0]).c_str() : "");
+  }
+  if (!nccl_rings.empty()) {
+    router r(node, mo.routing);
+    const ring_evaluation e = evaluate_rings(r, nccl_rings);
+    std::printf("  NCCL's rings (%s): %zu channels, slowest %.2f GB/s, %.2f GB/s in all (limited by %s)\n", o.graph.c_str(), nccl_rings.size(),
+                e.min_channel_GBps, e.total_GBps, e.bottleneck.c_str());
+  }
+  if (!m->trees().empty()) {
+    const double_tree& dt = m->trees().front();
+    for (int k = 0; k < 2; ++k) {
+      std::printf("  tree %d (channel 0): ", k);
+      for (std::size_t i = 0; i < dt.gpus.size(); ++i) {
+        const int p = dt.parent[k][i];
+        if (p < 0) continue;
+        std::printf("%s->%s [%s]  ", vname(t, dt.gpus[i]).c_str(), vname(t, dt.gpus[static_cast<std::size_t>(p)]).c_str(),
+                    hop_label(m->routes(), dt.gpus[i], dt.gpus[static_cast<std::size_t>(p)]).c_str());
+      }
+      std::printf("\n");
+    }
+  }
+  std::printf("\nPredicted all-reduce (busbw GB/s, best protocol per algorithm; time in us):\n  %-10s", "size");
+  const std::vector<algo> algos = {algo::ring, algo::double_tree, algo::hierarchical, algo::direct};
+  for (algo a : algos) std::printf(" %22s", algo_name(a).data());
+  std::printf("  best\n");
+  for (std::size_t b : show_sizes) {
+    std::printf("  %-10s", size_name(b).c_str());
+    const prediction best = m->best(collective::allreduce, b, algos);
+    for (algo a : algos) {
+      const prediction p = m->best(collective::allreduce, b, {a});
+      if (!p.valid) std::printf(" %22s", "-");
+      else std::printf(" %8.2f %-6s %6.0fus", p.busbw_GBps, protocol_name(p.proto).data(), p.time_s * 1e6);
+    }
+    std::printf("  %s\n", algo_name(best.method).data());
+  }
+  const prediction big = m->best(collective::allreduce, show_sizes.back(), algos);
+  std::printf("  bottleneck at %s: %s\n", size_name(show_sizes.back()).c_str(), big.bottleneck.c_str());
+  return 0;
+}
+
+int simulate(const opts& o) {
+  topology node;
+  if (!o.node_file.empty()) {
+    node = load(o, o.node_file);
+  } else {
+    const gpu_arch* a = o.gpu ? o.gpu : find_gpu_arch("H100");
+    node = make_hgx_node(*a, o.per_node, a->nvlink_generation ? o.nvlinks : 0, o.nics_per_gpu, o.net_gbps);
+  }
+  const int per = static_cast<int>(node.gpus().size());
+  if (per < 1) die("the node has no GPU");
+  const std::vector<std::size_t> sizes = {8 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20, std::size_t{4} << 30};
+  const std::vector<algo> algos = {algo::ring, algo::double_tree, algo::hierarchical};
+  if (o.json) std::printf("{\"node\":%s,\"gpus_per_node\":%d,\"net_gbps\":%g,\"results\":[", json_str(node.source).c_str(), per, o.net_gbps);
+  else
+    std::printf("All-reduce on %s nodes (%d GPUs each), network %g Gb/s per NIC, %d NIC(s) per GPU\n"
+                "busbw GB/s (time us) per algorithm, best protocol each; * marks the fastest\n\n",
+                node.source.c_str(), per, o.net_gbps, o.nics_per_gpu);
+  bool first = true;
+  for (int gpus = per; gpus <= o.max_gpus; gpus *= 2) {
+    if (gpus % per) continue;
+    const topology t = make_cluster(node, gpus / per);
+    model m(t, t.gpus());
+    if (!o.json) std::printf("%5d GPUs %4d nodes\n", gpus, gpus / per);
+    for (std::size_t b : sizes) {
+      std::vector<prediction> ps;
+      for (algo a : algos) ps.push_back(m.best(collective::allreduce, b, {a}));
+      std::size_t win = 0;
+      for (std::size_t k = 0; k < ps.size(); ++k)
+        if (ps[k].valid && (!ps[win].valid || ps[k].time_s < ps[win].time_s)) win = k;
+      if (o.json) {
+        for (std::size_t k = 0; k < ps.size(); ++k) {
+          if (!ps[k].valid) continue;
+          std::printf("%s{\"gpus\":%d,\"nodes\":%d,\"bytes\":%zu,\"algorithm\":%s,\"protocol\":%s,\"time_s\":%.9g,\"busbw_GBps\":%.4f,\"winner\":%s}",
+                      first ? "" : ",", gpus, gpus / per, b, json_str(std::string(algo_name(algos[k]))).c_str(),
+                      json_str(std::string(protocol_name(ps[k].proto))).c_str(), ps[k].time_s, ps[k].busbw_GBps, k == win ? "true" : "false");
+          first = false;
+        }
+      } else {
+        std::printf("  %-9s", size_name(b).c_str());
+        for (std::size_t k = 0; k < ps.size(); ++k) {
+          if (!ps[k].valid) std::printf("   %-13s %20s", algo_name(algos[k]).data(), "-");
+          else std::printf("   %-13s%c%8.2f (%9.1f us)", algo_name(algos[k]).data(), k == win ? '*' : ' ', ps[k].busbw_GBps, ps[k].time_s * 1e6);
+        }
+        std::printf("\n");
+      }
+    }
+  }
+  if (o.json) std::printf("]}\n");
+  return 0;
+}
+
+int check(const opts& o) {
+  const topology node = load(o, o.file);
+  const topology t = make_cluster(node, o.nodes);
+  const nccl_tests_table table = read_nccl_tests(slurp(o.perf), o.perf);
+  std::vector<int> gpus;
+  if (o.gpus.empty()) gpus = t.gpus();
+  for (int h = 0; h < t.hosts; ++h)
+    for (int i : o.gpus) gpus.push_back(t.gpu(i, h));
+  model_options mo;
+  mo.routing.p2p = o.p2p && !table.p2p_disabled;
+  model m(t, gpus, mo);
+  prediction peak;
+  for (const nccl_tests_row& row : table.rows) {
+    const prediction p = m.best(collective::allreduce, row.bytes, nccl_allreduce_algos(m.nodes()));
+    if (p.busbw_GBps > peak.busbw_GBps) peak = p;
+  }
+  const double ratio = peak.busbw_GBps / table.peak_busbw();
+  if (o.json)
+    std::printf("{\"measured_GBps\":%.4f,\"predicted_GBps\":%.4f,\"ratio\":%.4f,\"algorithm\":%s,\"bottleneck\":%s}\n", table.peak_busbw(), peak.busbw_GBps,
+                ratio, json_str(std::string(algo_name(peak.method))).c_str(), json_str(peak.bottleneck).c_str());
+  else
+    std::printf("measured peak busbw %.2f GB/s, predicted %.2f GB/s (%s/%s), ratio %.2f\nbottleneck: %s\n", table.peak_busbw(), peak.busbw_GBps,
+                algo_name(peak.method).data(), protocol_name(peak.proto).data(), ratio, peak.bottleneck.c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const opts o = parse(argc, argv);
+  try {
+    if (o.cmd == "simulate") return simulate(o);
+    if (o.cmd == "check") return check(o);
+    return show(o);
+  } catch (const collx::error& e) {
+    die(e.what());
+  }
+}
