@@ -1,0 +1,221 @@
+// collx-perf: nccl-tests-compatible benchmark of collx's collectives.
+//
+//   collx-perf COLLECTIVE [nccl-tests options] [--algo ring|tree|direct|auto] [--transport shm|threads]
+//              [--ranks N] [--json FILE] [--csv FILE]
+//
+// COLLECTIVE: allreduce reduce_scatter all_gather broadcast reduce all_to_all sendrecv.
+// With --transport shm (the default) and no launcher environment (COLLX_RANK, OMPI_COMM_WORLD_RANK,
+// PMI_RANK), collx-perf re-executes itself as --ranks N processes through collx::launch_program;
+// under collx-run, mpirun or another launcher it connects to the job it is part of. With --transport
+// threads it runs --ranks N threads of this process. The harness (timing, checking, output) is
+// bench/perf_common.hpp, shared with the MPI peers in bench/peers/.
+#include <unistd.h>
+
+#include <collx/collx.hpp>
+#include <collx/launch.hpp>
+#include <collx/transport/shm.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "collx_perf_backend.hpp"
+#include "perf_common.hpp"
+
+namespace cp = collx_perf;
+using collx_perf_backend::collx_backend;
+
+namespace {
+
+/// The communicator's options: defaults (from the environment), with --algo forcing one algorithm.
+collx::communicator_options comm_options(const cp::options& o) {
+  collx::communicator_options c;
+  if (o.algo != "auto") {
+    const collx::algorithm a = o.algo == "ring" ? collx::algorithm::ring
+                               : o.algo == "tree" ? collx::algorithm::tree
+                                                  : collx::algorithm::direct;
+    for (auto& slot : c.algorithm_overrides.per) slot = a;
+  }
+  return c;
+}
+
+std::string pretty_bytes(std::size_t b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB"};
+  int u = 0;
+  while (u < 3 && b >= 1024 && b % 1024 == 0) b /= 1024, ++u;
+  return std::to_string(b) + " " + units[u];
+}
+
+int bench(collx::communicator& comm, const cp::options& o, const std::string& launcher) {
+  collx_backend be{comm};
+  cp::run_info info;
+  info.tool = "collx-perf";
+  info.library = std::string("collx ") + COLLX_VERSION_STRING;
+  info.ranks = comm.size();
+  info.launcher = launcher;
+  info.machine = cp::describe_machine();
+  std::string tr(comm.get_transport().name());
+  if (auto* shm = dynamic_cast<collx::transport_impl::shm_transport*>(&comm.get_transport()))
+    tr += std::string(" (single-copy process_vm_readv for messages >= 64 KiB: ") + (shm->cma_enabled() ? "on" : "off") +
+          "; COLLX_CMA=" + collx::env::get("COLLX_CMA").value_or("auto") + ")";
+  else if (tr == "threads")
+    tr += " (ranks are threads of one process; receivers read the sender's buffer directly)";
+  info.transport = tr;
+  {
+    // Where each rank may run (the launcher's binding; collx binds nothing).
+    std::string mine = cp::affinity();
+    mine.resize(64, '\0');
+    std::vector<char> all(64 * static_cast<std::size_t>(comm.size()));
+    collx::all_gather<collx::algo::direct, char>(comm, std::span<const char>(mine.data(), 64), std::span<char>(all));
+    std::string line = "CPU affinity per rank:";
+    for (int r = 0; r < comm.size(); ++r)
+      line.append(" ").append(std::to_string(r)).append(":{").append(all.data() + 64 * static_cast<std::size_t>(r)).append("}");
+    info.notes.push_back(line);
+  }
+  info.notes.push_back(cp::malloc_env_note());
+  info.notes.push_back("max_segment_bytes " + std::to_string(comm.options().max_segment_bytes) +
+                       " (COLLX_SEGMENT_BYTES), timeout " + std::to_string(comm.options().timeout.count() / 1000) +
+                       " s (COLLX_TIMEOUT)");
+
+  // The algorithm line: what was asked, and what each size resolves to.
+  const std::size_t ts = cp::with_type(o.type, [](auto tag) { return sizeof(typename decltype(tag)::type); });
+  std::string resolved;
+  std::string cur;
+  std::size_t lo = 0, hi = 0;
+  auto flush = [&] {
+    if (cur.empty()) return;
+    if (!resolved.empty()) resolved += ", ";
+    resolved += cur + " for " + pretty_bytes(lo) + (lo == hi ? "" : ".." + pretty_bytes(hi));
+  };
+  for (std::size_t s : o.sizes()) {
+    const cp::call_counts k = cp::counts_for(o.collective, s / ts, comm.size());
+    const std::size_t col = cp::size_column_bytes(k, ts);
+    const std::string a = be.algorithm_for(o.collective, k, ts);
+    if (a != cur) flush(), cur = a, lo = col;
+    hi = col;
+  }
+  flush();
+  if (o.collective == cp::coll::sendrecv) info.algorithm = "point-to-point (collx::send / collx::recv; --algo does not apply)";
+  else if (o.algo == "auto") info.algorithm = "auto (algo::automatic, resolved by communicator::select): " + resolved;
+  else
+    info.algorithm = o.algo + " for every call (communicator_options::algorithm_overrides, as COLLX_ALGO=" + o.algo +
+                     " does): " + resolved;
+
+  cp::reporter rep(o, info, comm.rank() == 0);
+  rep.header();
+  cp::with_type(o.type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    collx_perf_backend::sweep_collx<T>(be, o, rep);
+  });
+  return rep.footer();
+}
+
+bool launched_by_a_launcher() {
+  for (const char* v : {"COLLX_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"})
+    if (std::getenv(v)) return true;
+  return false;
+}
+
+int usage(const char* why) {
+  if (why) {
+    std::fprintf(stderr, "collx-perf: %s\n(collx-perf --help lists the options)\n", why);
+    return 2;
+  }
+  std::fprintf(stdout,
+               "usage: collx-perf COLLECTIVE [options]\n"
+               "  COLLECTIVE: allreduce reduce_scatter all_gather broadcast reduce all_to_all sendrecv\n"
+               "nccl-tests options:\n%s"
+               "collx options:\n"
+               "      --algo A             ring, tree, direct or auto (default auto: algo::automatic)\n"
+               "      --transport T        shm (processes, default) or threads (cuda, nccl, mpi: not in this build)\n"
+               "      --ranks N            number of ranks: shm re-executes collx-perf as N processes when not\n"
+               "                           started by a launcher (collx-run, mpirun); threads runs N threads\n"
+               "Environment: COLLX_CMA, COLLX_SHM_BYTES_PER_PEER, COLLX_SEGMENT_BYTES, COLLX_TIMEOUT, COLLX_ALGO\n"
+               "(see README.md), NCCL_TESTS_MIN_BW (fail when the average busbw is below 90%% of it).\n",
+               cp::common_usage);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) return usage("missing the collective");
+  const std::string first = argv[1];
+  if (first == "-h" || first == "--help") return usage(nullptr);
+  const auto c = cp::parse_coll(first);
+  if (!c) return usage(("unknown collective '" + first + "'").c_str());
+  cp::options o;
+  try {
+    for (int i = 2; i < argc; ++i)
+      if (std::string(argv[i]) == "-h" || std::string(argv[i]) == "--help") return usage(nullptr);
+    o = cp::parse_options(argc, argv, 2);
+  } catch (const cp::usage_error& e) {
+    return usage(e.what());
+  }
+  o.collective = *c;
+
+  if (o.transport == "cuda" || o.transport == "nccl" || o.transport == "mpi") {
+    std::fprintf(stderr,
+                 "collx-perf: transport '%s' is not available in this build (available: shm, threads). "
+                 "For MPI itself as a peer see bench/peers (mpi-perf-openmpi, mpi-perf-mpich).\n",
+                 o.transport.c_str());
+    return 2;
+  }
+  if (o.transport != "shm" && o.transport != "threads")
+    return usage(("unknown transport '" + o.transport + "' (shm, threads)").c_str());
+  if (o.collective == cp::coll::all_to_all && o.algo == "tree")
+    return usage("all_to_all has no tree algorithm (ring, direct or auto)");
+
+  try {
+    if (o.transport == "threads") {
+      if (launched_by_a_launcher())
+        return usage("--transport threads runs all ranks in this process; do not start it with a launcher");
+      const int n = o.ranks ? o.ranks : 1;
+      if (o.collective == cp::coll::sendrecv && n < 2) return usage("sendrecv needs --ranks 2 or more");
+      if (o.root >= n) return usage("-r: the root must be below the number of ranks");
+      int status = 0;
+      collx::run_threads(
+          n,
+          [&](collx::communicator& comm) {
+            const int s = bench(comm, o, std::to_string(n) + " threads of one process (collx::run_threads)");
+            if (comm.rank() == 0) status = s;
+          },
+          comm_options(o));
+      return status;
+    }
+
+    // Shared memory: either we are a rank of a launched job, or we launch one.
+    if (!launched_by_a_launcher()) {
+      const int n = o.ranks ? o.ranks : 1;
+      if (o.collective == cp::coll::sendrecv && n < 2) return usage("sendrecv needs --ranks 2 or more");
+      if (o.root >= n) return usage("-r: the root must be below the number of ranks");
+      std::vector<char> self(4096, '\0');
+      const ssize_t len = ::readlink("/proc/self/exe", self.data(), self.size() - 1);
+      std::vector<char*> args(argv, argv + argc);
+      if (len > 0) args[0] = self.data();
+      args.push_back(nullptr);
+      ::setenv("CXPERF_LAUNCHED_BY", "collx-perf --ranks", 1);
+      return collx::launch_program(n, args.data());
+    }
+    const collx::launch_info info = collx::bootstrap::from_environment();
+    if (o.ranks && o.ranks != info.world_size)
+      return usage(("--ranks " + std::to_string(o.ranks) + " but the launcher started " +
+                    std::to_string(info.world_size) + " ranks")
+                       .c_str());
+    if (o.collective == cp::coll::sendrecv && info.world_size < 2) return usage("sendrecv needs 2 or more ranks");
+    if (o.root >= info.world_size) return usage("-r: the root must be below the number of ranks");
+    collx::communicator comm = collx::connect_shm(info, comm_options(o));
+    const char* by = std::getenv("CXPERF_LAUNCHED_BY");
+    const std::string launcher = std::to_string(info.world_size) + " processes over shared memory, started by " +
+                                 (by ? std::string(by) + " (collx::launch_program)" : info.source);
+    return bench(comm, o, launcher);
+  } catch (const collx::error& e) {
+    std::fprintf(stderr, "collx-perf: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "collx-perf: %s\n", e.what());
+    return 1;
+  }
+}
