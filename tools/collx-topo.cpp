@@ -50,6 +50,7 @@ const char* const usage =
     "  --nic-gbps G       speed of NICs whose speed the file does not give\n"
     "  --p2p off          GPU peer access disabled (NCCL_P2P_DISABLE=1)\n"
     "  --json             machine-readable output\n"
+    "  --hwloc            discover CPUs with hwloc (builds with COLLX_TOPO_HWLOC=ON)\n"
     "simulate only:\n"
     "  --node FILE        node topology from a file instead of a synthetic HGX node\n"
     "  --nvlinks N        NVLinks per GPU to the NVSwitch (default 18)\n"
@@ -97,7 +98,7 @@ struct opts {
   std::vector<int> gpus;
   int nodes = 1, nvswitch = 0, nvlinks = 18, per_node = 8, nics_per_gpu = 1, max_gpus = 4096;
   double nic_gbps = 0, net_gbps = 400;
-  bool p2p = true, json = false;
+  bool p2p = true, json = false, hwloc = false;
 };
 
 opts parse(int argc, char** argv) {
@@ -133,6 +134,7 @@ opts parse(int argc, char** argv) {
       if (v != "on" && v != "off") die("--p2p takes on or off");
       o.p2p = v == "on";
     } else if (a == "--json") o.json = true;
+    else if (a == "--hwloc") o.hwloc = true;
     else if (a == "--node") o.node_file = val();
     else if (a == "--nvlinks") o.nvlinks = static_cast<int>(num(val()));
     else if (a == "--gpus-per-node") o.per_node = static_cast<int>(num(val()));
@@ -157,7 +159,19 @@ opts parse(int argc, char** argv) {
 topology load(const opts& o, const std::string& file) {
   read_options ro;
   ro.gpu = o.gpu;
-  topology t = file.empty() ? discover() : read_topology(slurp(file), file, ro);
+  topology t;
+  if (!file.empty()) {
+    t = read_topology(slurp(file), file, ro);
+  } else if (o.hwloc) {
+#if defined(COLLX_TOPO_HAVE_HWLOC)
+    t = discover_cpus_hwloc();
+    if (discover_pci(t) > 0) discover_nvlinks_nvml(t);
+#else
+    die("--hwloc: collx-topo was built without COLLX_TOPO_HWLOC");
+#endif
+  } else {
+    t = discover();
+  }
   if (o.nvswitch) add_nvswitch(t, o.nvswitch);
   if (o.nic_gbps > 0) set_unknown_nic_speed(t, o.nic_gbps);
   return t;
@@ -168,7 +182,8 @@ std::string hop_label(router& r, int a, int b) {
   std::string s = rt.path.cell();
   if (rt.path.via_nvswitch) s += " via NVSwitch";
   if (rt.host_staged) s += ", host-staged";
-  if (rt.path.type != path_type::nvlink || !r.options().p2p) s += " (" + std::string(transport_class_name(rt.cls)) + ")";
+  if (rt.path.type != path_type::net && (rt.path.type != path_type::nvlink || !r.options().p2p))
+    s += " (" + std::string(transport_class_name(rt.cls)) + ")";
   return s;
 }
 
@@ -259,8 +274,10 @@ int show(const opts& o) {
     std::string what(link_kind_name(l.kind));
     if (l.kind == link_kind::nvlink) what += " gen" + std::to_string(l.generation) + " x" + std::to_string(l.count);
     if (l.kind == link_kind::pcie) what += " Gen" + std::to_string(l.generation) + " x" + std::to_string(l.width);
-    std::printf("  %-22s %-22s %-16s %7.2f / %7.2f\n", node.vertices[static_cast<std::size_t>(l.a)].name.c_str(),
-                node.vertices[static_cast<std::size_t>(l.b)].name.c_str(), what.c_str(), l.spec_GBps, l.GBps);
+    char spec[32] = "      -";
+    if (l.spec_GBps > 0) std::snprintf(spec, sizeof spec, "%7.2f", l.spec_GBps);
+    std::printf("  %-22s %-22s %-16s %s / %7.2f\n", node.vertices[static_cast<std::size_t>(l.a)].name.c_str(),
+                node.vertices[static_cast<std::size_t>(l.b)].name.c_str(), what.c_str(), spec, l.GBps);
   }
   if (!m) {
     std::printf("\nNo GPU: nothing to build rings over.\n");
@@ -325,11 +342,12 @@ int simulate(const opts& o) {
   }
   const int per = static_cast<int>(node.gpus().size());
   if (per < 1) die("the node has no GPU");
-  const std::vector<std::size_t> sizes = {8 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20, std::size_t{4} << 30};
+  std::vector<std::size_t> sizes;
+  for (std::size_t b = 8 << 10; b <= (std::size_t{8} << 30); b *= 4) sizes.push_back(b);
   const std::vector<algo> algos = {algo::ring, algo::double_tree, algo::hierarchical};
   if (o.json) std::printf("{\"node\":%s,\"gpus_per_node\":%d,\"net_gbps\":%g,\"results\":[", json_str(node.source).c_str(), per, o.net_gbps);
   else
-    std::printf("All-reduce on %s nodes (%d GPUs each), network %g Gb/s per NIC, %d NIC(s) per GPU\n"
+    std::printf("All-reduce on nodes like: %s (%d GPUs each), network %g Gb/s per NIC, %d NIC(s) per GPU\n"
                 "busbw GB/s (time us) per algorithm, best protocol each; * marks the fastest\n\n",
                 node.source.c_str(), per, o.net_gbps, o.nics_per_gpu);
   bool first = true;
