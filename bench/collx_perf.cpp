@@ -53,6 +53,9 @@ int bench(collx::communicator& comm, const cp::options& o, const std::string& la
   cp::run_info info;
   info.tool = "collx-perf";
   info.library = std::string("collx ") + COLLX_VERSION_STRING;
+#ifdef COLLX_PERF_GIT_REVISION
+  info.library += " (git " COLLX_PERF_GIT_REVISION ")";
+#endif
   info.ranks = comm.size();
   info.launcher = launcher;
   info.machine = cp::describe_machine();

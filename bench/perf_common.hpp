@@ -181,6 +181,7 @@ struct options {
   int root = 0;
   int blocking = 1;
   int average = 1;  ///< -a: 0 rank 0, 1 mean, 2 min, 3 max
+  int registered = 0;  ///< -R 1: buffers the library registers (collx: collx::shm_buffer)
   // collx-perf's own
   std::string algo = "auto";       ///< ring | tree | direct | auto
   std::string transport = "shm";   ///< threads | shm (cuda, nccl, mpi: not in this build)
@@ -215,6 +216,7 @@ inline const char* common_usage =
     "  -r, --root R             root of broadcast and reduce (default 0)\n"
     "  -z, --blocking 0|1       1: blocking calls (default); 0: start the -n calls back to back, wait once\n"
     "  -a, --average 0|1|2|3    time reported: rank 0's, mean (default), min or max over ranks\n"
+    "  -R, --local_register 0|1 1: buffers registered with the library (collx: collx::shm_buffer, shm only)\n"
     "      --json FILE          also write the results as JSON\n"
     "      --csv FILE           also write the results as CSV\n"
     "      --label NAME         the name of this run in JSON/CSV (default: the library)\n";
@@ -280,8 +282,10 @@ inline options parse_options(int argc, char** argv, int first) {
       if (s != "1")
         throw usage_error(a + " " + s + ": not applicable (one rank per process or thread; use --ranks N" +
                           (a == "-t" || a == "--nthreads" ? " --transport threads" : "") + ")");
-    } else if (is("-G", "--cudagraph") || is("-y", "--stream_null") || is("-R", "--local_register") ||
-               is("-p", "--parallel_init") || is("-C", "--report_cputime")) {
+    } else if (is("-R", "--local_register")) {
+      o.registered = static_cast<int>(parse_integer(a, value(), 0, 1));
+    } else if (is("-G", "--cudagraph") || is("-y", "--stream_null") || is("-p", "--parallel_init") ||
+               is("-C", "--report_cputime")) {
       const std::string s = value();
       if (s != "0") throw usage_error(a + " " + s + ": a GPU option, not applicable to this benchmark");
     } else if (a == "-T" || a == "--timeout") {
@@ -579,12 +583,14 @@ class reporter {
     std::printf("# %s %s: nccl-tests-compatible benchmark\n", info_.tool.c_str(), std::string(coll_name(o_.collective)).c_str());
     if (o_.step_factor > 1)
       std::printf("# nRanks %d minBytes %zu maxBytes %zu step: %g(factor) warmup iters: %d iters: %d agg iters: 1 "
-                  "validation: %d blocking: %d\n",
-                  info_.ranks, o_.min_bytes, o_.max_bytes, o_.step_factor, o_.warmup, o_.iters, o_.check, o_.blocking);
+                  "validation: %d blocking: %d registered: %d\n",
+                  info_.ranks, o_.min_bytes, o_.max_bytes, o_.step_factor, o_.warmup, o_.iters, o_.check, o_.blocking,
+                  o_.registered);
     else
       std::printf("# nRanks %d minBytes %zu maxBytes %zu step: %zu(bytes) warmup iters: %d iters: %d agg iters: 1 "
-                  "validation: %d blocking: %d\n",
-                  info_.ranks, o_.min_bytes, o_.max_bytes, o_.step_bytes, o_.warmup, o_.iters, o_.check, o_.blocking);
+                  "validation: %d blocking: %d registered: %d\n",
+                  info_.ranks, o_.min_bytes, o_.max_bytes, o_.step_bytes, o_.warmup, o_.iters, o_.check, o_.blocking,
+                  o_.registered);
     std::printf("#\n");
     std::printf("# library   : %s\n", info_.library.c_str());
     std::printf("# compiler  : %s\n", m.compiler.c_str());
@@ -662,6 +668,7 @@ class reporter {
       << "\", \"cpu\": \"" << json_escape(m.cpu_model) << "\", \"cores\": " << m.cores << ", \"compiler\": \""
       << json_escape(m.compiler) << "\"},\n  \"options\": {\"iters\": " << o_.iters << ", \"warmup\": " << o_.warmup
       << ", \"check\": " << o_.check << ", \"blocking\": " << o_.blocking << ", \"average\": " << o_.average
+      << ", \"registered\": " << o_.registered
       << ", \"type\": \"" << dtype_name(o_.type) << "\", \"op\": \"" << redop_name(o_.op) << "\", \"root\": " << o_.root
       << "},\n  \"rows\": [";
     char buf[64];
@@ -748,6 +755,7 @@ struct buffer {
 ///   template <class T> const T* result_of(const call_args<T>&);  // where the result is on this rank
 ///   std::string algorithm_for(coll, const call_counts&, std::size_t type_size);
 ///   optionally bool in_place_supported(coll, int root);   // false: the in-place column is N/A
+///   optionally std::shared_ptr<T> registered_buffer<T>(std::size_t count);  // -R 1 (collective call)
 template <class T, class B>
 void sweep(B& be, const options& o, reporter& rep) {
   const int n = be.size(), rank = be.rank();
@@ -757,7 +765,23 @@ void sweep(B& be, const options& o, reporter& rep) {
     const call_counts k = counts_for(o.collective, s / sizeof(T), n);
     cap = std::max({cap, k.send_count, k.recv_count});
   }
-  buffer<T> sendbuf(cap), recvbuf(cap);
+  // Plain page-aligned memory, or with -R 1 memory the library registers (both ranks' buffers
+  // created in the same order: the registration is collective).
+  std::shared_ptr<T> reg_send, reg_recv;
+  if constexpr (requires { be.template registered_buffer<T>(cap); }) {
+    if (o.registered) {
+      reg_send = be.template registered_buffer<T>(cap);
+      reg_recv = be.template registered_buffer<T>(cap);
+    }
+  }
+  if (o.registered && !reg_send) throw std::runtime_error("-R 1: this library has no registered buffers");
+  buffer<T> plain_send(reg_send ? 0 : cap), plain_recv(reg_recv ? 0 : cap);
+  T* const send_base = reg_send ? reg_send.get() : plain_send.get();
+  T* const recv_base = reg_recv ? reg_recv.get() : plain_recv.get();
+  struct {
+    T* p;
+    T* get() const noexcept { return p; }
+  } sendbuf{send_base}, recvbuf{recv_base};
   for (std::size_t i = 0; i < cap; ++i) sendbuf.get()[i] = gen<T>(rank, i, o.op);
   std::memset(static_cast<void*>(recvbuf.get()), 0xA5, cap * sizeof(T));
 
