@@ -135,6 +135,8 @@ int usage(const char* why) {
                "      --transport T        shm (processes, default) or threads (cuda, nccl, mpi: not in this build)\n"
                "      --ranks N            number of ranks: shm re-executes collx-perf as N processes when not\n"
                "                           started by a launcher (collx-run, mpirun); threads runs N threads\n"
+               "      --bind none|core     core: rank i runs on the i-th CPU it may use (as mpirun --bind-to core);\n"
+               "                           default none (collx-run and launch_program bind nothing)\n"
                "Environment: COLLX_CMA, COLLX_SHM_BYTES_PER_PEER, COLLX_SEGMENT_BYTES, COLLX_TIMEOUT, COLLX_ALGO\n"
                "(see README.md), NCCL_TESTS_MIN_BW (fail when the average busbw is below 90%% of it).\n",
                cp::common_usage);
@@ -182,6 +184,7 @@ int main(int argc, char** argv) {
       collx::run_threads(
           n,
           [&](collx::communicator& comm) {
+            if (o.bind == "core") cp::bind_to_core(comm.rank());
             const int s = bench(comm, o, std::to_string(n) + " threads of one process (collx::run_threads)");
             if (comm.rank() == 0) status = s;
           },
@@ -209,6 +212,7 @@ int main(int argc, char** argv) {
                        .c_str());
     if (o.collective == cp::coll::sendrecv && info.world_size < 2) return usage("sendrecv needs 2 or more ranks");
     if (o.root >= info.world_size) return usage("-r: the root must be below the number of ranks");
+    if (o.bind == "core") cp::bind_to_core(info.local_rank);  // before connecting: the first touch happens there
     collx::communicator comm = collx::connect_shm(info, comm_options(o));
     const char* by = std::getenv("CXPERF_LAUNCHED_BY");
     const std::string launcher = std::to_string(info.world_size) + " processes over shared memory, started by " +

@@ -12,7 +12,9 @@
 //   rmw     b[i] += a[i]           3 streams (24: read a, read b, write b: an in-place reduction)
 //   reduce  c[i] = a[i] + b[i]     3 streams (24: an out-of-place reduction)
 // Bandwidth = bytes counted / time, GB = 1e9 B; the best of R repetitions (as STREAM reports) and the
-// median. Threads start together after a barrier; the time is the slowest thread's.
+// median. Threads start together after a barrier; the time runs from the first thread's start to
+// the last thread's end. On a loaded machine the median says more about the load than about the
+// memory: read the best, and rerun when the machine is quiet (`uptime`).
 #include <algorithm>
 #include <atomic>
 #include <barrier>
@@ -106,20 +108,22 @@ int main(int argc, char** argv) {
       std::vector<double> times;
       for (int r = 0; r < reps; ++r) {
         std::barrier sync(t + 1);
-        std::vector<double> t_end(static_cast<std::size_t>(t));
+        std::vector<double> t_start(static_cast<std::size_t>(t)), t_end(static_cast<std::size_t>(t));
         std::vector<std::thread> th;
         for (int w = 0; w < t; ++w)
           th.emplace_back([&, w] {
             const std::size_t lo = n * static_cast<std::size_t>(w) / static_cast<std::size_t>(t);
             const std::size_t hi = n * static_cast<std::size_t>(w + 1) / static_cast<std::size_t>(t);
             sync.arrive_and_wait();
+            t_start[static_cast<std::size_t>(w)] = now();
             kernel(k, a, b, c, lo, hi);
             t_end[static_cast<std::size_t>(w)] = now();
           });
         sync.arrive_and_wait();
-        const double t0 = now();
         for (auto& x : th) x.join();
-        times.push_back(*std::max_element(t_end.begin(), t_end.end()) - t0);
+        // From the first thread's start to the last one's end (each thread reads the clock itself:
+        // the main thread may be descheduled right after the barrier).
+        times.push_back(*std::max_element(t_end.begin(), t_end.end()) - *std::min_element(t_start.begin(), t_start.end()));
       }
       std::sort(times.begin(), times.end());
       const double bytes = static_cast<double>(n) * sizeof(double) * streams(k);

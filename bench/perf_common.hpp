@@ -186,6 +186,7 @@ struct options {
   std::string algo = "auto";       ///< ring | tree | direct | auto
   std::string transport = "shm";   ///< threads | shm (cuda, nccl, mpi: not in this build)
   int ranks = 0;                   ///< --ranks N (0: from the launcher, else 1)
+  std::string bind = "none";       ///< --bind none|core: pin rank i to the i-th allowed CPU
   std::string json_path, csv_path;
   std::string label;               ///< --label: a name for this run in the JSON/CSV (default: the library)
   bool algo_given = false, transport_given = false;
@@ -276,6 +277,10 @@ inline options parse_options(int argc, char** argv, int first) {
       o.transport = value();
       o.transport_given = true;
     } else if (a == "--ranks" || a == "--np") o.ranks = static_cast<int>(parse_integer(a, value(), 1, 4096));
+    else if (a == "--bind") {
+      o.bind = value();
+      if (o.bind != "none" && o.bind != "core") throw usage_error("--bind: expected none or core, got '" + o.bind + "'");
+    }
     // nccl-tests options that have no meaning here: accepted at their neutral value only.
     else if (is("-t", "--nthreads") || is("-g", "--ngpus") || is("-m", "--agg_iters")) {
       const std::string s = value();
@@ -514,6 +519,23 @@ inline std::string affinity() {
       s += std::to_string(c);
     }
   return s;
+}
+
+/// Pins the calling thread to the (index mod count)-th CPU it may run on (what mpirun's default
+/// --bind-to core does for rank `index`). Returns the CPU, or -1.
+inline int bind_to_core(int index) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) != 0) return -1;
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  if (cpus.empty()) return -1;
+  const int cpu = cpus[static_cast<std::size_t>(index) % cpus.size()];
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  return ::sched_setaffinity(0, sizeof one, &one) == 0 ? cpu : -1;
 }
 
 /// The glibc malloc tunables in the environment (bench/compare runs the MPI peers with and without).

@@ -235,8 +235,9 @@ int main(int argc, char** argv) {
     return fail_usage(be.me, e.what());
   }
   o.collective = *c;
-  if (o.algo_given || o.transport_given || o.ranks)
-    return fail_usage(be.me, "--algo, --transport and --ranks are collx-perf's; start mpi-perf with mpirun -np N");
+  if (o.algo_given || o.transport_given || o.ranks || o.bind != "none")
+    return fail_usage(be.me, "--algo, --transport, --ranks and --bind are collx-perf's; start mpi-perf with mpirun -np N "
+                             "(and bind with mpirun's options)");
   if (o.registered) return fail_usage(be.me, "-R 1: MPI collectives take plain memory (no registration here)");
   if (o.type == cp::dtype::half || o.type == cp::dtype::bfloat16)
     return fail_usage(be.me, std::string("-d ") + std::string(cp::dtype_name(o.type)) +
