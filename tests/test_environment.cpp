@@ -3,6 +3,8 @@
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -127,6 +129,17 @@ TEST_CASE("F3: unknown COLLX_ variables warn with the closest valid name", "[env
   CHECK(w[0].find("COLLX_TIMEOUTS") != std::string::npos);
   CHECK(w[0].find("did you mean COLLX_TIMEOUT?") != std::string::npos);
   CHECK(w[1].find("did you mean COLLX_ALGO?") != std::string::npos);
+}
+
+TEST_CASE("README's table of environment variables lists every variable collx reads", "[env][F3]") {
+  std::ifstream f(COLLX_README);
+  REQUIRE(f.good());
+  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  for (const auto& v : collx::environment_variables) {
+    INFO(v.name);
+    CHECK(text.find("| `" + std::string(v.name) + "` | " + std::string(v.values) + " | " + std::string(v.meaning) +
+                    " |") != std::string::npos);
+  }
 }
 
 TEST_CASE("launchers: torchrun, Open MPI, MPICH, Slurm and collx-run environments", "[env][bootstrap]") {

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The main job: builds everything (library checks, tests, examples) in build/, runs an all-reduce
+# benchmark, then the data-parallel training of examples/train_digits (an MLP on the UCI handwritten
+# digits) over local processes, which checks its held-out accuracy (> 90%) and that its weights are
+# bit-identical to the 1-process reference.
+# Usage: scripts/run-main.sh [ranks (default 4)] [elements]     Environment: BUILD_DIR (default build), CXX.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+scripts/deps.sh
+build=${BUILD_DIR:-build}
+ranks=${1:-4}
+args=(-DCMAKE_BUILD_TYPE="${BUILD_TYPE:-Release}" -DCOLLX_BUILD_EXAMPLES=ON)
+[[ -n "${CXX:-}" ]] && args+=("-DCMAKE_CXX_COMPILER=$CXX")
+cmake -S . -B "$build" "${args[@]}" >/dev/null
+cmake --build "$build" -j2
+
+# ---- 1. all-reduce benchmark ------------------------------------------------------------------
+# BENCHMARK: the collx-perf line goes here (benchmark engineer). Until then, a small all-reduce
+# over thread ranks that checks and prints its result.
+"$build/examples/allreduce_threads" "$ranks" ${2:+"$2"}
+
+# ---- 2. data-parallel training on the digits over $ranks local processes ---------------------
+echo
+"$build/examples/train_digits" --ranks "$ranks"

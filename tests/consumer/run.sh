@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Builds and runs the three downstream consumer projects against the collx checkout SRC_DIR:
+#   find_package     after `cmake --install` of SRC_DIR into a temporary prefix
+#   add_subdirectory of SRC_DIR
+#   fetchcontent     of SRC_DIR's git repository (file:// URL) at its HEAD commit: works offline,
+#                    but sees committed changes only (uncommitted ones are reported below).
+# Usage: tests/consumer/run.sh SRC_DIR      (honours $CXX; KEEP=1 keeps the temporary directory)
+set -euo pipefail
+
+if [[ $# -ne 1 ]]; then
+  echo "usage: $0 SRC_DIR" >&2
+  exit 2
+fi
+src=$(cd "$1" && pwd)
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+work=$(mktemp -d "${TMPDIR:-/tmp}/collx-consumer.XXXXXX")
+if [[ "${KEEP:-0}" == 1 ]]; then
+  echo "keeping $work"
+else
+  trap 'rm -rf "$work"' EXIT
+fi
+
+cmake_args=(-DCMAKE_BUILD_TYPE=Release)
+[[ -n "${CXX:-}" ]] && cmake_args+=("-DCMAKE_CXX_COMPILER=$CXX")
+
+step() { printf '\n--- consumer: %s\n' "$*"; }
+
+build_and_run() {  # name, extra cmake args...
+  local name=$1
+  shift
+  cmake -S "$here/$name" -B "$work/$name" "${cmake_args[@]}" "$@" >"$work/$name.configure.log" 2>&1 || {
+    cat "$work/$name.configure.log"
+    echo "consumer $name: configure failed" >&2
+    return 1
+  }
+  cmake --build "$work/$name" -j2
+  "$work/$name/consumer"
+}
+
+step "find_package (install into $work/prefix)"
+cmake -S "$src" -B "$work/collx-build" "${cmake_args[@]}" -DCOLLX_BUILD_TESTS=OFF -DCOLLX_BUILD_EXAMPLES=OFF \
+  -DCOLLX_BUILD_BENCH=OFF -DCOLLX_BUILD_TOOLS=OFF >"$work/collx-build.log" 2>&1 || {
+  cat "$work/collx-build.log"
+  exit 1
+}
+cmake --install "$work/collx-build" --prefix "$work/prefix" >/dev/null
+build_and_run find_package -DCMAKE_PREFIX_PATH="$work/prefix"
+
+step "add_subdirectory ($src)"
+build_and_run add_subdirectory -DCOLLX_SOURCE_DIR="$src"
+
+step "fetchcontent (git)"
+if ! git -C "$src" rev-parse --git-dir >/dev/null 2>&1; then
+  echo "consumer fetchcontent: $src is not a git checkout" >&2
+  exit 1
+fi
+commit=$(git -C "$src" rev-parse HEAD)
+if [[ -n "$(git -C "$src" status --porcelain --untracked-files=no -- CMakeLists.txt cmake include)" ]]; then
+  echo "note: $src has uncommitted changes to CMakeLists.txt, cmake/ or include/; FetchContent tests commit $commit without them"
+fi
+echo "collx commit $commit"
+build_and_run fetchcontent -DCOLLX_GIT_REPO="file://$src" -DCOLLX_GIT_TAG="$commit"
+
+printf '\nconsumer projects: all three passed\n'

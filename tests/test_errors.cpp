@@ -1,0 +1,613 @@
+// collx's error contract over the threads transport: bad arguments are errc::invalid_argument
+// before any byte moves; ranks that disagree get errc::mismatch on every rank with the differing
+// field named; messages name rank, world size and call; a failed communicator fails every later
+// call at once; collx::error is a std::error_code of category "collx".
+#include <catch2/catch.hpp>
+
+#include "reference.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <system_error>
+#include <vector>
+
+namespace {
+
+using collx::errc;
+using std::size_t;
+using opts_t = collx::communicator_options;
+
+inline size_t uz(int x) { return static_cast<size_t>(x); }
+
+/// What one rank saw.
+struct outcome {
+  std::optional<errc> code;  ///< empty: no error
+  std::string what;
+  double seconds = 0;  ///< how long the failing call took
+};
+
+/// Runs fn(comm) on n ranks; every rank records the collx::error it gets (run_ranks must not see it).
+std::vector<outcome> run_expecting(int n, const std::function<void(collx::communicator&)>& fn,
+                                   const opts_t& o = ref::test_options()) {
+  std::vector<outcome> out(uz(n));
+  ref::run_ranks(
+      n,
+      [&](collx::communicator& c) {
+        const auto t = ref::clock::now();
+        try {
+          fn(c);
+        } catch (const collx::error& e) {
+          out[uz(c.rank())] = {e.code(), e.what(), ref::seconds_since(t)};
+        }
+      },
+      o);
+  return out;
+}
+
+std::string describe(const std::vector<outcome>& v) {
+  std::string s;
+  for (size_t r = 0; r < v.size(); ++r)
+    s += "\n  rank " + std::to_string(r) + ": " +
+         (v[r].code ? std::to_string(static_cast<int>(*v[r].code)) + " " + v[r].what : std::string("no error"));
+  return s;
+}
+
+/// Every rank got `code`.
+void require_all(const std::vector<outcome>& v, errc code) {
+  INFO(describe(v));
+  for (const auto& o : v) REQUIRE(o.code == code);
+}
+
+/// Every rank got `code` and its message contains `text`.
+void require_all(const std::vector<outcome>& v, errc code, const std::string& text) {
+  require_all(v, code);
+  INFO(describe(v));
+  for (const auto& o : v) REQUIRE(o.what.find(text) != std::string::npos);
+}
+
+std::vector<std::pair<std::string, opts_t>> forced_algorithms() {
+  return {{"ring", ref::forcing(collx::algorithm::ring)},
+          {"tree", ref::forcing(collx::algorithm::tree)},
+          {"direct", ref::forcing(collx::algorithm::direct)}};
+}
+
+}  // namespace
+
+// =============================================================================================
+// invalid_argument
+
+TEST_CASE("bad root: invalid_argument on every rank before any byte moves", "[errors][invalid]") {
+  for (const auto& fa : forced_algorithms()) {
+    const opts_t& o = fa.second;
+    for (int n : {1, 2, 3, 5})
+      for (int root : {-1, n, n + 7}) {
+        INFO(fa.first << " n=" << n << " root " << root);
+        std::vector<std::vector<float>> bc(uz(n)), rd(uz(n));
+        auto v = run_expecting(
+            n,
+            [&](collx::communicator& c) {
+              const size_t r = uz(c.rank());
+              bc[r] = ref::poisoned<float>(8);
+              rd[r] = ref::poisoned<float>(8);
+              const auto send = ref::gen_vec<float>(c.rank(), 8, ref::flavor::general);
+              try {
+                collx::broadcast(c, std::span<const float>(send), std::span<float>(bc[r]), root);
+              } catch (const collx::error& e) {
+                if (e.code() != errc::invalid_argument) throw;
+                collx::reduce(c, std::span<const float>(send), std::span<float>(rd[r]), root);
+              }
+            },
+            o);
+        require_all(v, errc::invalid_argument, "root " + std::to_string(root));
+        for (int r = 0; r < n; ++r) {
+          REQUIRE(ref::bytes_equal<float>(bc[uz(r)], ref::poisoned<float>(8)));  // untouched
+          REQUIRE(ref::bytes_equal<float>(rd[uz(r)], ref::poisoned<float>(8)));
+        }
+      }
+  }
+  SECTION("one rank alone with a bad root: it gets invalid_argument, the others an error, not a hang") {
+    const int n = 3;
+    auto v = run_expecting(n, [&](collx::communicator& c) {
+      std::vector<float> buf(8, 1.f);
+      collx::broadcast(c, std::span<float>(buf), c.rank() == 1 ? 3 : 0);
+    });
+    INFO(describe(v));
+    REQUIRE(v[1].code == errc::invalid_argument);
+    for (const auto& o : v) REQUIRE(o.code.has_value());
+  }
+  SECTION("send/recv to itself or outside the world") {
+    auto v = run_expecting(2, [](collx::communicator& c) {
+      std::vector<float> x(4);
+      collx::send(c, std::span<const float>(x), c.rank() == 0 ? 0 : 2);
+    });
+    require_all(v, errc::invalid_argument, "not another rank");
+    v = run_expecting(2, [](collx::communicator& c) {
+      std::vector<float> x(4);
+      collx::recv(c, std::span<float>(x), -1);
+    });
+    require_all(v, errc::invalid_argument);
+  }
+  SECTION("a world of no ranks") {
+    REQUIRE_THROWS_AS(collx::make_thread_communicators(0), collx::error);
+    try {
+      collx::make_thread_communicators(-3);
+    } catch (const collx::error& e) {
+      REQUIRE(e.code() == errc::invalid_argument);
+    }
+  }
+}
+
+TEST_CASE("overlapping buffers that are not the exact in-place alias: invalid_argument, nothing written",
+          "[errors][invalid]") {
+  const int n = 3;
+  constexpr size_t k = 4;  // elements per block
+  // Each case gets one buffer of 4 n k elements per rank (pre-filled) and calls a collective with
+  // send and recv carved from it so that they overlap wrongly.
+  struct overlap_case {
+    const char* name;
+    std::function<void(collx::communicator&, std::vector<std::int32_t>&)> call;
+  };
+  using I = std::int32_t;
+  const std::vector<overlap_case> cases{
+      {"allreduce recv = send + 1",
+       [](collx::communicator& c, std::vector<I>& b) {
+         collx::allreduce(c, std::span<const I>(b.data(), k), std::span<I>(b.data() + 1, k));
+       }},
+      {"allreduce recv = send - 3",
+       [](collx::communicator& c, std::vector<I>& b) {
+         collx::allreduce(c, std::span<const I>(b.data() + 3, k), std::span<I>(b.data(), k));
+       }},
+      {"reduce_scatter recv inside send, not the own block",
+       [](collx::communicator& c, std::vector<I>& b) {
+         const size_t r = uz(c.rank());
+         collx::reduce_scatter(c, std::span<const I>(b.data(), n * k), std::span<I>(b.data() + r * k + 1, k));
+       }},
+      {"reduce_scatter recv = another rank's block",
+       [](collx::communicator& c, std::vector<I>& b) {
+         const size_t r = uz((c.rank() + 1) % n);
+         collx::reduce_scatter(c, std::span<const I>(b.data(), n * k), std::span<I>(b.data() + r * k, k));
+       }},
+      {"reduce_scatter_v recv overlapping the end of send",
+       [](collx::communicator& c, std::vector<I>& b) {
+         const std::vector<size_t> counts{k, k, k};
+         collx::reduce_scatter_v(c, std::span<const I>(b.data(), n * k), std::span<I>(b.data() + n * k - 1, counts[uz(c.rank())]),
+                                 std::span<const size_t>(counts));
+       }},
+      {"all_gather send inside recv, not the own slot",
+       [](collx::communicator& c, std::vector<I>& b) {
+         const size_t r = uz(c.rank());
+         collx::all_gather(c, std::span<const I>(b.data() + r * k + 2, k), std::span<I>(b.data(), n * k));
+       }},
+      {"all_gather_v send = the previous rank's slot",
+       [](collx::communicator& c, std::vector<I>& b) {
+         const std::vector<size_t> counts{k, k, k};
+         const size_t r = uz((c.rank() + n - 1) % n);
+         collx::all_gather_v(c, std::span<const I>(b.data() + r * k, k), std::span<I>(b.data(), n * k),
+                             std::span<const size_t>(counts));
+       }},
+      {"broadcast at the root: recv = send + 2",
+       [](collx::communicator& c, std::vector<I>& b) {
+         collx::broadcast(c, std::span<const I>(b.data(), k), std::span<I>(b.data() + 2, k), c.rank());
+       }},
+      {"reduce at the root: recv = send + 1",
+       [](collx::communicator& c, std::vector<I>& b) {
+         collx::reduce(c, std::span<const I>(b.data(), k), std::span<I>(b.data() + 1, k), c.rank());
+       }},
+      {"all_to_all send == recv (never in place)",
+       [](collx::communicator& c, std::vector<I>& b) {
+         collx::all_to_all(c, std::span<const I>(b.data(), n * k), std::span<I>(b.data(), n * k));
+       }},
+      {"all_to_all_v recv overlapping send",
+       [](collx::communicator& c, std::vector<I>& b) {
+         const std::vector<size_t> counts{k, k, k};
+         collx::all_to_all_v(c, std::span<const I>(b.data(), n * k), std::span<const size_t>(counts),
+                             std::span<I>(b.data() + k, n * k), std::span<const size_t>(counts));
+       }},
+  };
+  for (const auto& fa : forced_algorithms())
+    for (const auto& oc : cases) {
+      INFO(fa.first << ": " << oc.name);
+      std::vector<std::vector<I>> buf(uz(n));
+      for (int r = 0; r < n; ++r) buf[uz(r)] = ref::gen_vec<I>(r, 4 * n * k, ref::flavor::general);
+      const auto before = buf;
+      // (broadcast/reduce: every rank names itself the root, so every rank checks its own overlap)
+      auto v = run_expecting(
+          n, [&](collx::communicator& c) { oc.call(c, buf[uz(c.rank())]); }, fa.second);
+      require_all(v, errc::invalid_argument, "overlap");
+      for (size_t r = 0; r < v.size(); ++r) REQUIRE(buf[r] == before[r]);
+    }
+}
+
+TEST_CASE("size mismatches within a call: invalid_argument on every rank", "[errors][invalid]") {
+  const int n = 3;
+  using F = float;
+  struct size_case {
+    const char* name;
+    std::function<void(collx::communicator&)> call;
+  };
+  const std::vector<size_case> cases{
+      {"allreduce send 8, recv 7",
+       [](collx::communicator& c) {
+         std::vector<F> s(8), r(7);
+         collx::allreduce(c, std::span<const F>(s), std::span<F>(r));
+       }},
+      {"reduce_scatter send != n * recv",
+       [](collx::communicator& c) {
+         std::vector<F> s(3 * 4 + 1), r(4);
+         collx::reduce_scatter(c, std::span<const F>(s), std::span<F>(r));
+       }},
+      {"reduce_scatter_v counts of the wrong length",
+       [](collx::communicator& c) {
+         std::vector<F> s(6), r(2);
+         const std::vector<size_t> counts{2, 2, 2, 0};
+         collx::reduce_scatter_v(c, std::span<const F>(s), std::span<F>(r), std::span<const size_t>(counts));
+       }},
+      {"reduce_scatter_v recv != own count",
+       [](collx::communicator& c) {
+         std::vector<F> s(6), r(3);
+         const std::vector<size_t> counts{1, 2, 3};
+         collx::reduce_scatter_v(c, std::span<const F>(s), std::span<F>(r.data(), 3 - (c.rank() == 2)),
+                                 std::span<const size_t>(counts));
+       }},
+      {"all_gather recv != n * send",
+       [](collx::communicator& c) {
+         std::vector<F> s(4), r(11);
+         collx::all_gather(c, std::span<const F>(s), std::span<F>(r));
+       }},
+      {"all_gather_v send != own count",
+       [](collx::communicator& c) {
+         std::vector<F> s(5), r(6);
+         const std::vector<size_t> counts{2, 2, 2};
+         collx::all_gather_v(c, std::span<const F>(s), std::span<F>(r), std::span<const size_t>(counts));
+       }},
+      {"broadcast at the root send 4, recv 5",
+       [](collx::communicator& c) {
+         std::vector<F> s(4), r(5);
+         collx::broadcast(c, std::span<const F>(s), std::span<F>(r), c.rank());
+       }},
+      {"reduce at the root send 4, recv 3",
+       [](collx::communicator& c) {
+         std::vector<F> s(4), r(3);
+         collx::reduce(c, std::span<const F>(s), std::span<F>(r), c.rank());
+       }},
+      {"all_to_all send not a multiple of n",
+       [](collx::communicator& c) {
+         std::vector<F> s(7), r(7);
+         collx::all_to_all(c, std::span<const F>(s), std::span<F>(r));
+       }},
+      {"all_to_all recv != send",
+       [](collx::communicator& c) {
+         std::vector<F> s(6), r(9);
+         collx::all_to_all(c, std::span<const F>(s), std::span<F>(r));
+       }},
+      {"all_to_all_v send shorter than send_counts",
+       [](collx::communicator& c) {
+         std::vector<F> s(5), r(6);
+         const std::vector<size_t> counts{2, 2, 2};
+         collx::all_to_all_v(c, std::span<const F>(s), std::span<const size_t>(counts), std::span<F>(r),
+                             std::span<const size_t>(counts));
+       }},
+      {"all_to_all_v self count differs",
+       [](collx::communicator& c) {
+         std::vector<F> s(6), r(7);
+         std::vector<size_t> sc{2, 2, 2}, rc{2, 2, 2};
+         rc[uz(c.rank())] = 3;
+         collx::all_to_all_v(c, std::span<const F>(s), std::span<const size_t>(sc), std::span<F>(r),
+                             std::span<const size_t>(rc));
+       }},
+  };
+  for (const auto& sc : cases) {
+    INFO(sc.name);
+    require_all(run_expecting(n, sc.call), errc::invalid_argument);
+  }
+}
+
+// =============================================================================================
+// mismatch
+
+namespace {
+/// n = 2 ranks making different calls: both must get errc::mismatch naming `field`.
+void require_mismatch(const std::function<void(collx::communicator&)>& rank0,
+                      const std::function<void(collx::communicator&)>& rank1, const std::string& field,
+                      const opts_t& o = ref::test_options()) {
+  auto v = run_expecting(
+      2, [&](collx::communicator& c) { c.rank() == 0 ? rank0(c) : rank1(c); }, o);
+  require_all(v, errc::mismatch, field);
+}
+
+template <class T>
+std::function<void(collx::communicator&)> allreduce_of(size_t count) {
+  return [count](collx::communicator& c) {
+    std::vector<T> x(count, T{});
+    collx::allreduce(c, std::span<T>(x));
+  };
+}
+}  // namespace
+
+TEST_CASE("ranks that disagree: mismatch on every rank, the differing field named", "[errors][mismatch]") {
+  for (const auto& fa : forced_algorithms()) {
+    INFO("forced " << fa.first);
+    const opts_t& o = fa.second;
+    SECTION("element type of the same size: float32 vs int32 (" + fa.first + ")") {
+      require_mismatch(allreduce_of<float>(16), allreduce_of<std::int32_t>(16), "element type differs", o);
+    }
+    SECTION("element type of another size: float32 vs float64 (" + fa.first + ")") {
+      require_mismatch(allreduce_of<float>(16), allreduce_of<double>(16), "element type differs", o);
+    }
+    SECTION("op: sum vs max (" + fa.first + ")") {
+      require_mismatch(
+          allreduce_of<float>(16),
+          [](collx::communicator& c) {
+            std::vector<float> x(16);
+            collx::allreduce(c, std::span<float>(x), collx::ops::max{});
+          },
+          "reduction op differs", o);
+    }
+    SECTION("collective: allreduce vs broadcast (" + fa.first + ")") {
+      require_mismatch(
+          allreduce_of<float>(16),
+          [](collx::communicator& c) {
+            std::vector<float> x(16);
+            collx::broadcast(c, std::span<float>(x), 1);
+          },
+          "collective differs", o);
+    }
+    SECTION("count: 16 vs 17 (" + fa.first + ")") {
+      require_mismatch(allreduce_of<float>(16), allreduce_of<float>(17), "count differs", o);
+    }
+    SECTION("reduce_scatter_v counts: same total, different split (" + fa.first + ")") {
+      auto rs = [](std::vector<size_t> counts) {
+        return [counts](collx::communicator& c) {
+          std::vector<float> s(6), r(counts[uz(c.rank())]);
+          collx::reduce_scatter_v(c, std::span<const float>(s), std::span<float>(r), std::span<const size_t>(counts));
+        };
+      };
+      require_mismatch(rs({2, 4}), rs({3, 3}), "per-rank counts differ", o);
+    }
+  }
+  SECTION("algorithm: explicit ring vs explicit direct") {
+    require_mismatch(
+        [](collx::communicator& c) {
+          std::vector<float> x(64);
+          collx::allreduce<collx::algo::ring>(c, std::span<float>(x));
+        },
+        [](collx::communicator& c) {
+          std::vector<float> x(64);
+          collx::allreduce<collx::algo::direct>(c, std::span<float>(x));
+        },
+        "algorithm differs");
+  }
+  SECTION("algorithm: explicit tree vs automatic forced to direct") {
+    require_mismatch(
+        [](collx::communicator& c) {
+          std::vector<float> x(64);
+          collx::allreduce<collx::algo::tree>(c, std::span<float>(x));
+        },
+        [](collx::communicator& c) {
+          std::vector<float> x(64);
+          collx::allreduce(c, std::span<float>(x));
+        },
+        "algorithm differs", ref::forcing(collx::algorithm::direct));
+  }
+  SECTION("a rank skipped a call: sequence differs") {
+    require_mismatch(
+        [](collx::communicator& c) {
+          std::vector<float> x(8);
+          collx::allreduce(c, std::span<float>(x));
+          collx::allreduce(c, std::span<float>(x));
+        },
+        [](collx::communicator& c) {
+          std::vector<float> x(8), y(8);
+          collx::allreduce(c, std::span<float>(x));
+          collx::allreduce(c, std::span<float>(y.data(), 0));  // a zero-count call others did not make
+          collx::allreduce(c, std::span<float>(x));
+        },
+        "call sequence differs");
+  }
+  SECTION("send/recv count and type") {
+    require_mismatch(
+        [](collx::communicator& c) {
+          std::vector<float> x(8);
+          collx::send(c, std::span<const float>(x), 1);
+        },
+        [](collx::communicator& c) {
+          std::vector<float> x(9);
+          collx::recv(c, std::span<float>(x), 0);
+        },
+        "count differs");
+    require_mismatch(
+        [](collx::communicator& c) {
+          std::vector<float> x(8);
+          collx::send(c, std::span<const float>(x), 1);
+        },
+        [](collx::communicator& c) {
+          std::vector<std::int32_t> x(8);
+          collx::recv(c, std::span<std::int32_t>(x), 0);
+        },
+        "element type differs");
+  }
+  SECTION("broadcast roots differ: an error on every rank (timeout or mismatch), not a hang") {
+    // Both ranks think they are the root: each sends and waits for its send to be consumed, so no
+    // message is ever received and compared; the disagreement ends at the deadline.
+    opts_t o = ref::test_options();
+    o.timeout = std::chrono::seconds(1);
+    auto v = run_expecting(
+        2,
+        [](collx::communicator& c) {
+          std::vector<float> x(8);
+          collx::broadcast(c, std::span<float>(x), c.rank());
+        },
+        o);
+    INFO(describe(v));
+    for (const auto& oc : v) {
+      REQUIRE((oc.code == errc::timeout || oc.code == errc::mismatch || oc.code == errc::aborted));
+      REQUIRE(oc.seconds < 5);
+    }
+  }
+}
+
+// =============================================================================================
+// Messages, failure state, error codes
+
+TEST_CASE("error messages name rank, world size and the call", "[errors][messages]") {
+  SECTION("mismatch on the first call") {
+    auto v = run_expecting(2, [](collx::communicator& c) {
+      std::vector<float> x(c.rank() == 0 ? 8 : 9);
+      collx::allreduce<collx::algo::ring>(c, std::span<float>(x));
+    });
+    INFO(describe(v));
+    REQUIRE(v[0].what.rfind("rank 0/2 allreduce#1<float32,sum,ring>: ", 0) == 0);
+    REQUIRE(v[1].what.rfind("rank 1/2 allreduce#1<float32,sum,ring>: ", 0) == 0);
+  }
+  SECTION("the call's sequence number, op and type") {
+    auto v = run_expecting(3, [](collx::communicator& c) {
+      std::vector<double> x(5);
+      collx::allreduce<collx::algo::direct>(c, std::span<double>(x));
+      collx::barrier(c);
+      std::vector<double> y(c.rank() == 1 ? 6 : 5);
+      collx::reduce<collx::algo::tree>(c, std::span<double>(y), 0, collx::ops::max{});
+    });
+    INFO(describe(v));
+    for (int r = 0; r < 3; ++r)
+      REQUIRE(v[uz(r)].what.rfind("rank " + std::to_string(r) + "/3 reduce#3<float64,max,tree>: ", 0) == 0);
+  }
+  SECTION("invalid arguments name rank, world size, collective, type and op") {
+    auto v = run_expecting(2, [](collx::communicator& c) {
+      std::vector<std::int16_t> s(4), r(5);
+      collx::allreduce(c, std::span<const std::int16_t>(s), std::span<std::int16_t>(r), collx::ops::bxor{});
+    });
+    INFO(describe(v));
+    for (int r = 0; r < 2; ++r) {
+      REQUIRE(v[uz(r)].what.rfind("rank " + std::to_string(r) + "/2 allreduce", 0) == 0);
+      REQUIRE(v[uz(r)].what.find("<int16,bxor") != std::string::npos);
+    }
+  }
+  SECTION("timeouts name the call too") {
+    opts_t o = ref::test_options();
+    o.timeout = std::chrono::milliseconds(200);
+    auto v = run_expecting(
+        2,
+        [](collx::communicator& c) {
+          if (c.rank() == 1) return;  // never calls
+          std::vector<float> x(4);
+          collx::allreduce<collx::algo::direct>(c, std::span<float>(x));
+        },
+        o);
+    INFO(describe(v));
+    REQUIRE(v[0].code == errc::timeout);
+    REQUIRE(v[0].what.rfind("rank 0/2 allreduce#1<float32,sum,direct>: ", 0) == 0);
+    REQUIRE(v[0].what.find("timed out") != std::string::npos);
+  }
+}
+
+TEST_CASE("after a failure every later call fails at once", "[errors][failed]") {
+  auto later_calls = [](collx::communicator& c, std::vector<outcome>& later) {
+    const std::function<void()> calls[] = {
+        [&] {
+          std::vector<float> x(8);
+          collx::allreduce(c, std::span<float>(x));
+        },
+        [&] { collx::barrier(c); },
+        [&] {
+          std::vector<float> x(8);
+          collx::broadcast(c, std::span<float>(x), 0);
+        },
+        [&] {
+          std::vector<float> x(8 * uz(c.size())), y(8 * uz(c.size()));
+          collx::all_to_all(c, std::span<const float>(x), std::span<float>(y));
+        },
+        [&] {
+          std::vector<float> x(8);
+          if (c.rank() == 0) collx::send(c, std::span<const float>(x), 1);
+          else collx::recv(c, std::span<float>(x), 0);
+        },
+    };
+    for (const auto& call : calls) {
+      const auto t = ref::clock::now();
+      outcome o;
+      try {
+        call();
+      } catch (const collx::error& e) {
+        o = {e.code(), e.what(), 0};
+      }
+      o.seconds = ref::seconds_since(t);
+      later.push_back(o);
+    }
+  };
+  struct first_failure {
+    const char* name;
+    std::function<void(collx::communicator&)> call;
+  };
+  const std::vector<first_failure> failures{
+      {"mismatch",
+       [](collx::communicator& c) {
+         std::vector<float> x(c.rank() == 0 ? 8 : 16);
+         collx::allreduce(c, std::span<float>(x));
+       }},
+      {"invalid argument on one rank",
+       [](collx::communicator& c) {
+         std::vector<float> x(8), y(c.rank() == 0 ? 7 : 8);
+         collx::allreduce(c, std::span<const float>(x), std::span<float>(y));
+       }},
+      {"abort", [](collx::communicator& c) {
+         if (c.rank() == 1) c.abort();
+         collx::barrier(c);
+       }}};
+  for (const auto& f : failures) {
+    INFO("first failure: " << f.name);
+    std::vector<std::vector<outcome>> later(2);
+    std::vector<int> failed(2, 0);  // not vector<bool>: ranks write their own element concurrently
+    ref::run_ranks(2, [&](collx::communicator& c) {
+      try {
+        f.call(c);
+      } catch (const collx::error&) {
+        failed[uz(c.rank())] = 1;
+      }
+      later_calls(c, later[uz(c.rank())]);
+    });
+    for (int r = 0; r < 2; ++r) {
+      INFO("rank " << r);
+      REQUIRE(failed[uz(r)] == 1);
+      for (const auto& o : later[uz(r)]) {
+        INFO(o.what);
+        REQUIRE(o.code.has_value());
+        CHECK(o.seconds < 0.5);
+      }
+    }
+  }
+}
+
+TEST_CASE("collx::error: std::runtime_error with a std::error_code of category \"collx\"", "[errors][code]") {
+  auto v = run_expecting(2, [](collx::communicator& c) {
+    std::vector<float> x(c.rank() == 0 ? 1 : 2);
+    collx::allreduce(c, std::span<float>(x));
+  });
+  REQUIRE(v[0].code == errc::mismatch);
+  try {
+    std::vector<float> x(1);
+    auto comms = collx::make_thread_communicators(1);
+    collx::broadcast(comms[0], std::span<float>(x), 5);
+    FAIL("no error");
+  } catch (const std::runtime_error& re) {
+    const auto* e = dynamic_cast<const collx::error*>(&re);
+    REQUIRE(e != nullptr);
+    const std::error_code ec = e->error_code();
+    REQUIRE(std::string(ec.category().name()) == "collx");
+    REQUIRE(ec.value() == static_cast<int>(errc::invalid_argument));
+    REQUIRE(ec == errc::invalid_argument);
+    REQUIRE(ec != errc::mismatch);
+    REQUIRE(&ec.category() == &collx::error_category());
+  }
+  for (errc c : {errc::invalid_argument, errc::mismatch, errc::timeout, errc::aborted, errc::transport, errc::cuda,
+                 errc::system, errc::internal}) {
+    const std::error_code ec = c;  // is_error_code_enum
+    REQUIRE(std::string(ec.category().name()) == "collx");
+    REQUIRE_FALSE(ec.message().empty());
+    REQUIRE(ec.message() != "unknown collx error");
+    REQUIRE(static_cast<bool>(ec));
+  }
+}
