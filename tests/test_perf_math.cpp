@@ -2,7 +2,7 @@
 // peers, which share bench/perf_math.hpp) is nccl-tests' doc/PERFORMANCE.md to the last digit.
 #include <catch2/catch.hpp>
 
-#include <perf_math.hpp>
+#include "perf_math.hpp"  // found with -iquote bench (tests/CMakeLists.txt)
 
 using namespace collx_perf;
 
