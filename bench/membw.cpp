@@ -11,10 +11,15 @@
 //   copyloop b[i] = a[i]           2 streams (16; ordinary stores: the CPU also reads b first)
 //   rmw     b[i] += a[i]           3 streams (24: read a, read b, write b: an in-place reduction)
 //   reduce  c[i] = a[i] + b[i]     3 streams (24: an out-of-place reduction)
+// and, with 2 CPUs, the core-to-core hand-off (c2c below): reading lines the other core just wrote,
+// and writing lines the other core just read (an in-place output its peer has read), against the
+// same on lines only this core touched.
 // Bandwidth = bytes counted / time, GB = 1e9 B; the best of R repetitions (as STREAM reports) and the
 // median. Threads start together after a barrier; the time runs from the first thread's start to
 // the last thread's end. On a loaded machine the median says more about the load than about the
 // memory: read the best, and rerun when the machine is quiet (`uptime`).
+#include <sched.h>
+
 #include <algorithm>
 #include <atomic>
 #include <barrier>
@@ -60,6 +65,60 @@ void kernel(const std::string& k, double* a, double* b, double* c, std::size_t l
 }
 
 int streams(const std::string& k) { return k == "read" ? 1 : (k == "copy" || k == "copyloop") ? 2 : 3; }
+
+void pin(int cpu) {
+  cpu_set_t s;
+  CPU_ZERO(&s);
+  CPU_SET(cpu, &s);
+  ::sched_setaffinity(0, sizeof s, &s);
+}
+
+struct c2c_result {
+  std::size_t bytes;
+  double read_after_remote_write, read_local, write_after_remote_read, write_local;  // GB/s, medians
+};
+
+/// Core-to-core hand-off, what a collective between two ranks pays besides DRAM: thread B (CPU 1)
+/// memcpys `bytes` out of a buffer thread A (CPU 0) has just written (dirty lines in A's cache) or
+/// that B itself wrote last; and B writes a buffer A has just read (B must invalidate A's copies:
+/// an in-place output the peer read) or one only B touches. Medians of `reps` hand-offs.
+c2c_result c2c(std::size_t bytes, int reps) {
+  std::vector<char> buf(bytes, 1), src(bytes, 2), sink_a(bytes), sink_b(bytes);
+  std::atomic<int> turn{0};
+  std::vector<double> t[4];
+  const int phases = 4;
+  std::thread a([&] {
+    pin(0);
+    for (int r = 0; r < reps * phases; ++r) {
+      while (turn.load(std::memory_order_acquire) != 0) {
+      }
+      const int ph = r % phases;
+      if (ph == 0) std::memset(buf.data(), r & 0x7f, bytes);          // A writes: B reads dirty lines
+      else if (ph == 2) std::memcpy(sink_a.data(), buf.data(), bytes);  // A reads: B writes shared lines
+      turn.store(1, std::memory_order_release);
+    }
+  });
+  std::thread b([&] {
+    pin(1);
+    for (int r = 0; r < reps * phases; ++r) {
+      while (turn.load(std::memory_order_acquire) != 1) {
+      }
+      const int ph = r % phases;
+      const double t0 = now();
+      if (ph < 2) std::memcpy(sink_b.data(), buf.data(), bytes);  // 0: after A wrote, 1: B's own last write
+      else std::memcpy(buf.data(), src.data(), bytes);             // 2: after A read, 3: only B has it
+      t[ph].push_back(now() - t0);
+      turn.store(0, std::memory_order_release);
+    }
+  });
+  a.join();
+  b.join();
+  auto gbps = [&](std::vector<double>& v) {
+    std::sort(v.begin(), v.end());
+    return static_cast<double>(bytes) / v[v.size() / 2] / 1e9;
+  };
+  return {bytes, gbps(t[0]), gbps(t[1]), gbps(t[2]), gbps(t[3])};
+}
 
 }  // namespace
 
@@ -134,6 +193,19 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
   }
+  // Core-to-core: only with 2 or more CPUs.
+  std::vector<c2c_result> cc;
+  if (std::thread::hardware_concurrency() >= 2) {
+    std::printf("# core-to-core (CPU 0 -> CPU 1), memcpy GB/s, medians of 300 hand-offs:\n");
+    std::printf("# %9s %14s %14s %14s %14s\n", "bytes", "read dirty", "read own", "write shared", "write own");
+    for (std::size_t bytes : {std::size_t{32} << 10, std::size_t{128} << 10, std::size_t{1} << 20}) {
+      cc.push_back(c2c(bytes, 300));
+      const auto& x = cc.back();
+      std::printf("  %9zu %14.2f %14.2f %14.2f %14.2f\n", bytes, x.read_after_remote_write, x.read_local,
+                  x.write_after_remote_read, x.write_local);
+    }
+    std::printf("# read dirty: lines the other core just wrote; write shared: lines the other core just read\n");
+  }
   if (!json.empty()) {
     std::ofstream f(json);
     f << "{\n  \"mib_per_array\": " << mib << ",\n  \"reps\": " << reps << ",\n  \"results\": [";
@@ -142,6 +214,16 @@ int main(int argc, char** argv) {
       std::snprintf(line, sizeof line, "%s\n    {\"kernel\": \"%s\", \"threads\": %d, \"best_GBps\": %.3f, \"median_GBps\": %.3f}",
                     i ? "," : "", results[i].kernel.c_str(), results[i].threads, results[i].best_GBps,
                     results[i].median_GBps);
+      f << line;
+    }
+    f << "\n  ],\n  \"c2c\": [";
+    for (std::size_t i = 0; i < cc.size(); ++i) {
+      char line[256];
+      std::snprintf(line, sizeof line,
+                    "%s\n    {\"bytes\": %zu, \"read_dirty_GBps\": %.3f, \"read_own_GBps\": %.3f, "
+                    "\"write_shared_GBps\": %.3f, \"write_own_GBps\": %.3f}",
+                    i ? "," : "", cc[i].bytes, cc[i].read_after_remote_write, cc[i].read_local,
+                    cc[i].write_after_remote_read, cc[i].write_local);
       f << line;
     }
     f << "\n  ]\n}\n";
