@@ -16,9 +16,8 @@ cmake -S . -B "$build" "${args[@]}" >/dev/null
 cmake --build "$build" -j2
 
 # ---- 1. all-reduce benchmark ------------------------------------------------------------------
-# BENCHMARK: the collx-perf line goes here (benchmark engineer). Until then, a small all-reduce
-# over thread ranks that checks and prints its result.
-"$build/examples/allreduce_threads" "$ranks" ${2:+"$2"}
+# nccl-tests' table for collx's all-reduce over 2 processes on shared memory (checked: -c 1).
+"$build/bench/collx-perf" allreduce -b 8 -e 16M -f 4 -n 20 -w 5 -c 1 --ranks 2
 
 # ---- 2. data-parallel training on the digits over $ranks local processes ---------------------
 echo
