@@ -38,6 +38,8 @@ class thread_world {
   struct alignas(64) mailbox {
     std::atomic<std::uint64_t> posted{0};
     alignas(64) std::atomic<std::uint64_t> consumed{0};
+    /// 1 while the receiver copies out of the sender's memory (see threads_transport::recv).
+    std::atomic<std::uint32_t> reading{0};
     message slots[mailbox_capacity];
   };
   struct alignas(64) padded_bell {
@@ -98,7 +100,7 @@ class threads_transport final : public transport {
   std::string_view name() const noexcept override { return "threads"; }
   void set_timeout(std::chrono::milliseconds t) noexcept override { timeout_ = t; }
   void check() override {
-    if (world_->failed()) world_->raise_failure();
+    if (world_->failed()) rethrow_failure();
   }
   void fail(errc code, const std::string& why) noexcept override { world_->fail(code, why); }
 
@@ -123,18 +125,25 @@ class threads_transport final : public transport {
     const std::uint64_t k = box.consumed.load(std::memory_order_relaxed);
     wait("a message from", peer, [&] { return box.posted.load(std::memory_order_acquire) > k; });
     const thread_world::message& m = box.slots[k % thread_world::mailbox_capacity];
-    if (!(m.sig == sig)) {
-      const std::string why = describe_mismatch(sig, rank_, m.sig, peer);
-      world_->fail(errc::mismatch, why);
-      COLLX_THROW(errc::mismatch, why);
+    if (!(m.sig == sig)) fail_out(errc::mismatch, describe_mismatch(sig, rank_, m.sig, peer));
+    if (m.bytes != bytes)
+      fail_out(errc::mismatch, "message size differs: rank " + std::to_string(peer) + " sends " +
+                                   std::to_string(m.bytes) + " bytes, rank " + std::to_string(rank_) + " expects " +
+                                   std::to_string(bytes) + " (per-rank counts disagree)");
+    // The message is the sender's own memory, valid only while the sender is inside the call. A
+    // sender that fails leaves the call at once, so announce the read and then re-check the
+    // failure: a sender failing after this point waits in quiesce() until the read is over; one
+    // that failed before is never read.
+    box.reading.store(1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (world_->failed()) {
+      box.reading.store(0, std::memory_order_release);
+      rethrow_failure();
     }
-    if (m.bytes != bytes) {
-      const std::string why = "message size differs: rank " + std::to_string(peer) + " sends " +
-                              std::to_string(m.bytes) + " bytes, rank " + std::to_string(rank_) + " expects " +
-                              std::to_string(bytes) + " (per-rank counts disagree)";
-      world_->fail(errc::mismatch, why);
-      COLLX_THROW(errc::mismatch, why);
-    }
+    struct end_read {
+      std::atomic<std::uint32_t>& flag;
+      ~end_read() { flag.store(0, std::memory_order_release); }
+    } reading{box.reading};
     if (bytes) consume(static_cast<const std::byte*>(m.data), 0, bytes);
     box.consumed.store(k + 1, std::memory_order_release);
     world_->bell(peer).ring(false);
@@ -158,14 +167,31 @@ class threads_transport final : public transport {
     const auto st = detail::wait_until(world_->bell(rank_), false, deadline, spin_, ready,
                                        [&] { return world_->failed(); });
     if (st == detail::wait_status::ready) return;
-    if (st == detail::wait_status::timed_out) {
-      const std::string why = "timed out after " + std::to_string(timeout_.count()) + " ms waiting for " + what +
-                              " rank " + std::to_string(peer) + " (rank " + std::to_string(rank_) +
-                              "; the peer is late, stuck, or called something else)";
-      world_->fail(errc::timeout, why);
-      COLLX_THROW(errc::timeout, why);
-    }
+    if (st == detail::wait_status::timed_out)
+      fail_out(errc::timeout, "timed out after " + std::to_string(timeout_.count()) + " ms waiting for " + what +
+                                  " rank " + std::to_string(peer) + " (rank " + std::to_string(rank_) +
+                                  "; the peer is late, stuck, or called something else)");
+    rethrow_failure();
+  }
+
+  // Every error leaves the call through one of these two, with the world failed: they first wait
+  // until no peer is still copying out of a message this rank posted, because the caller may free
+  // that buffer as soon as the exception is caught.
+  [[noreturn]] void fail_out(errc code, const std::string& why) {
+    world_->fail(code, why);
+    quiesce();
+    COLLX_THROW(code, why);
+  }
+  [[noreturn]] void rethrow_failure() {
+    quiesce();
     world_->raise_failure();
+  }
+  /// Waits out peers' reads of this rank's messages that started before the failure was visible
+  /// to them (recv announces a read, then checks the failure; the fences order the two sides).
+  void quiesce() noexcept {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    for (int p = 0; p < world_->size(); ++p)
+      while (world_->box(rank_, p).reading.load(std::memory_order_acquire) != 0) std::this_thread::yield();
   }
 
   std::shared_ptr<thread_world> world_;
