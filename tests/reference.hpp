@@ -692,6 +692,19 @@ inline std::vector<size_t> prefix(const std::vector<size_t>& counts) {
   return p;
 }
 
+/// True in sanitizer builds (ASan, TSan), which run 5-20x slower: the largest repeat counts shrink.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+inline constexpr bool sanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+inline constexpr bool sanitized = true;
+#else
+inline constexpr bool sanitized = false;
+#endif
+#else
+inline constexpr bool sanitized = false;
+#endif
+
 using clock = std::chrono::steady_clock;
 inline double seconds_since(clock::time_point t0) {
   return std::chrono::duration<double>(clock::now() - t0).count();
