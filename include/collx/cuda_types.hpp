@@ -1,6 +1,7 @@
 /// @file cuda_types.hpp
-/// Lets CUDA's own __half and __nv_bfloat16 be collx elements in host code: they are widened to fp32
-/// for built-in reductions exactly like collx::half / collx::bfloat16 (same bits, same rounding).
+/// Lets CUDA's own __half and __nv_bfloat16 be collx elements in host code and in collx's kernels:
+/// they are widened to fp32 for built-in reductions exactly like collx::half / collx::bfloat16 (same
+/// bits, same rounding, on the host and on the device).
 /// Needs the CUDA toolkit's include directory; compiles with plain g++ or clang++.
 #pragma once
 
@@ -18,16 +19,16 @@ static_assert(sizeof(__nv_bfloat16) == 2 && std::is_trivially_copyable_v<__nv_bf
 
 template <>
 struct narrow_float<__half> : std::true_type {
-  static float widen(__half h) noexcept { return detail::half_bits_to_float(std::bit_cast<std::uint16_t>(h)); }
-  static __half narrow(float f) noexcept { return std::bit_cast<__half>(detail::float_to_half_bits(f)); }
+  COLLX_HOST_DEVICE static float widen(__half h) noexcept { return detail::half_bits_to_float(std::bit_cast<std::uint16_t>(h)); }
+  COLLX_HOST_DEVICE static __half narrow(float f) noexcept { return std::bit_cast<__half>(detail::float_to_half_bits(f)); }
 };
 
 template <>
 struct narrow_float<__nv_bfloat16> : std::true_type {
-  static float widen(__nv_bfloat16 h) noexcept {
+  COLLX_HOST_DEVICE static float widen(__nv_bfloat16 h) noexcept {
     return detail::bfloat16_bits_to_float(std::bit_cast<std::uint16_t>(h));
   }
-  static __nv_bfloat16 narrow(float f) noexcept {
+  COLLX_HOST_DEVICE static __nv_bfloat16 narrow(float f) noexcept {
     return std::bit_cast<__nv_bfloat16>(detail::float_to_bfloat16_bits(f));
   }
 };

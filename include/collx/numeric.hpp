@@ -1,11 +1,14 @@
 /// @file numeric.hpp
-/// Narrow floating-point element types (IEEE binary16 and bfloat16) for host code, and the trait
-/// that tells collx a type is a narrow float to be accumulated in fp32.
+/// Narrow floating-point element types (IEEE binary16 and bfloat16), and the trait that tells collx
+/// a type is a narrow float to be accumulated in fp32. The conversions are COLLX_HOST_DEVICE, so
+/// collx's CUDA kernels round exactly as the host does (including NaN payloads).
 #pragma once
 
 #include <bit>
 #include <cstdint>
 #include <type_traits>
+
+#include <collx/detail/host_device.hpp>
 
 namespace collx {
 inline namespace v0 {
@@ -13,7 +16,7 @@ inline namespace v0 {
 namespace detail {
 /// float -> IEEE binary16 bits, round to nearest, ties to even; overflow gives inf; NaN stays NaN
 /// (quiet, payload's top bits kept).
-constexpr std::uint16_t float_to_half_bits(float f) noexcept {
+COLLX_HOST_DEVICE constexpr std::uint16_t float_to_half_bits(float f) noexcept {
   const std::uint32_t x = std::bit_cast<std::uint32_t>(f);
   const std::uint32_t sign = (x >> 16) & 0x8000u;
   const std::uint32_t ax = x & 0x7fffffffu;
@@ -36,7 +39,7 @@ constexpr std::uint16_t float_to_half_bits(float f) noexcept {
 }
 
 /// IEEE binary16 bits -> float (exact).
-constexpr float half_bits_to_float(std::uint16_t h) noexcept {
+COLLX_HOST_DEVICE constexpr float half_bits_to_float(std::uint16_t h) noexcept {
   const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
   const std::uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
   if (exp == 0) {
@@ -48,14 +51,14 @@ constexpr float half_bits_to_float(std::uint16_t h) noexcept {
 }
 
 /// float -> bfloat16 bits, round to nearest, ties to even; NaN stays a quiet NaN.
-constexpr std::uint16_t float_to_bfloat16_bits(float f) noexcept {
+COLLX_HOST_DEVICE constexpr std::uint16_t float_to_bfloat16_bits(float f) noexcept {
   const std::uint32_t x = std::bit_cast<std::uint32_t>(f);
   if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((x >> 16) | 0x40u);
   return static_cast<std::uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
 }
 
 /// bfloat16 bits -> float (exact).
-constexpr float bfloat16_bits_to_float(std::uint16_t b) noexcept {
+COLLX_HOST_DEVICE constexpr float bfloat16_bits_to_float(std::uint16_t b) noexcept {
   return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16);
 }
 }  // namespace detail
@@ -66,13 +69,13 @@ struct half {
   std::uint16_t bits = 0;  ///< the raw encoding
   constexpr half() = default;
   /// Rounds f to the nearest binary16 (ties to even; beyond 65520 in magnitude becomes inf).
-  constexpr explicit half(float f) noexcept : bits(detail::float_to_half_bits(f)) {}
+  COLLX_HOST_DEVICE constexpr explicit half(float f) noexcept : bits(detail::float_to_half_bits(f)) {}
   /// Exact conversion to float.
-  constexpr explicit operator float() const noexcept { return detail::half_bits_to_float(bits); }
+  COLLX_HOST_DEVICE constexpr explicit operator float() const noexcept { return detail::half_bits_to_float(bits); }
   /// The value with encoding b.
-  static constexpr half from_bits(std::uint16_t b) noexcept { half h; h.bits = b; return h; }
+  COLLX_HOST_DEVICE static constexpr half from_bits(std::uint16_t b) noexcept { half h; h.bits = b; return h; }
   /// Bitwise equality (so +0 != -0 and a NaN equals itself): what "bit-identical" means.
-  friend constexpr bool operator==(half a, half b) noexcept { return a.bits == b.bits; }
+  COLLX_HOST_DEVICE friend constexpr bool operator==(half a, half b) noexcept { return a.bits == b.bits; }
 };
 
 /// bfloat16 (1+8+7 bits: the top half of an IEEE binary32) as a plain 2-byte value.
@@ -81,13 +84,13 @@ struct bfloat16 {
   std::uint16_t bits = 0;  ///< the raw encoding
   constexpr bfloat16() = default;
   /// Rounds f to the nearest bfloat16 (ties to even).
-  constexpr explicit bfloat16(float f) noexcept : bits(detail::float_to_bfloat16_bits(f)) {}
+  COLLX_HOST_DEVICE constexpr explicit bfloat16(float f) noexcept : bits(detail::float_to_bfloat16_bits(f)) {}
   /// Exact conversion to float.
-  constexpr explicit operator float() const noexcept { return detail::bfloat16_bits_to_float(bits); }
+  COLLX_HOST_DEVICE constexpr explicit operator float() const noexcept { return detail::bfloat16_bits_to_float(bits); }
   /// The value with encoding b.
-  static constexpr bfloat16 from_bits(std::uint16_t b) noexcept { bfloat16 h; h.bits = b; return h; }
+  COLLX_HOST_DEVICE static constexpr bfloat16 from_bits(std::uint16_t b) noexcept { bfloat16 h; h.bits = b; return h; }
   /// Bitwise equality, as for half.
-  friend constexpr bool operator==(bfloat16 a, bfloat16 b) noexcept { return a.bits == b.bits; }
+  COLLX_HOST_DEVICE friend constexpr bool operator==(bfloat16 a, bfloat16 b) noexcept { return a.bits == b.bits; }
 };
 
 /// Trait: T is a narrow float that collx widens to fp32 for arithmetic (sum, prod, avg, min, max).
@@ -98,14 +101,14 @@ struct narrow_float : std::false_type {};
 
 template <>
 struct narrow_float<half> : std::true_type {
-  static constexpr float widen(half h) noexcept { return static_cast<float>(h); }
-  static constexpr half narrow(float f) noexcept { return half(f); }
+  COLLX_HOST_DEVICE static constexpr float widen(half h) noexcept { return static_cast<float>(h); }
+  COLLX_HOST_DEVICE static constexpr half narrow(float f) noexcept { return half(f); }
 };
 
 template <>
 struct narrow_float<bfloat16> : std::true_type {
-  static constexpr float widen(bfloat16 h) noexcept { return static_cast<float>(h); }
-  static constexpr bfloat16 narrow(float f) noexcept { return bfloat16(f); }
+  COLLX_HOST_DEVICE static constexpr float widen(bfloat16 h) noexcept { return static_cast<float>(h); }
+  COLLX_HOST_DEVICE static constexpr bfloat16 narrow(float f) noexcept { return bfloat16(f); }
 };
 
 /// True when T is a narrow float (see narrow_float).

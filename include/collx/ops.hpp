@@ -16,6 +16,8 @@
 ///   type; integers divide the wrapped sum by n with C++ truncation toward zero
 ///   (sum 7, n 2 -> 3; sum -3, n 2 -> -1).
 /// - Bitwise ops (band, bor, bxor) exist for integer types only.
+/// The ops are COLLX_HOST_DEVICE: collx's CUDA kernels (collx/cuda/) call the same code and get the
+/// same bits. A user op for device buffers needs a `__host__ __device__` call operator.
 #pragma once
 
 #include <cmath>
@@ -23,6 +25,7 @@
 #include <limits>
 #include <type_traits>
 
+#include <collx/detail/host_device.hpp>
 #include <collx/numeric.hpp>
 
 namespace collx {
@@ -35,14 +38,14 @@ using wrap_unsigned_t =
     std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
 
 template <std::integral T>
-constexpr T wrapping_add(T a, T b) noexcept {
+COLLX_HOST_DEVICE constexpr T wrapping_add(T a, T b) noexcept {
   using U = std::make_unsigned_t<T>;
   using W = wrap_unsigned_t<T>;
   return static_cast<T>(static_cast<U>(static_cast<W>(static_cast<U>(a)) + static_cast<W>(static_cast<U>(b))));
 }
 
 template <std::integral T>
-constexpr T wrapping_mul(T a, T b) noexcept {
+COLLX_HOST_DEVICE constexpr T wrapping_mul(T a, T b) noexcept {
   using U = std::make_unsigned_t<T>;
   using W = wrap_unsigned_t<T>;
   return static_cast<T>(static_cast<U>(static_cast<W>(static_cast<U>(a)) * static_cast<W>(static_cast<U>(b))));
@@ -56,14 +59,14 @@ template <class T>
 concept builtin_integer = std::integral<T> && !std::same_as<T, bool>;
 
 template <std::floating_point T>
-constexpr T ordered_min(T a, T b) noexcept {
+COLLX_HOST_DEVICE constexpr T ordered_min(T a, T b) noexcept {
   if (a != a || b != b) return std::numeric_limits<T>::quiet_NaN();
   if (a == b) return std::signbit(a) ? a : b;  // -0 < +0
   return a < b ? a : b;
 }
 
 template <std::floating_point T>
-constexpr T ordered_max(T a, T b) noexcept {
+COLLX_HOST_DEVICE constexpr T ordered_max(T a, T b) noexcept {
   if (a != a || b != b) return std::numeric_limits<T>::quiet_NaN();
   if (a == b) return std::signbit(a) ? b : a;
   return a > b ? a : b;
@@ -71,7 +74,7 @@ constexpr T ordered_max(T a, T b) noexcept {
 
 /// Applies a float function to narrow-float operands: widen, apply, round once.
 template <class T, class F>
-constexpr T via_float(T a, T b, F f) noexcept {
+COLLX_HOST_DEVICE constexpr T via_float(T a, T b, F f) noexcept {
   return narrow_float<T>::narrow(f(narrow_float<T>::widen(a), narrow_float<T>::widen(b)));
 }
 }  // namespace detail
@@ -85,12 +88,12 @@ struct sum {
   static constexpr bool commutative = true;
   static constexpr const char* name = "sum";
   template <detail::builtin_arithmetic T>
-  constexpr T operator()(T a, T b) const noexcept {
+  COLLX_HOST_DEVICE constexpr T operator()(T a, T b) const noexcept {
     if constexpr (std::integral<T>) return detail::wrapping_add(a, b);
     else return a + b;
   }
   template <class T> requires is_narrow_float_v<T>
-  constexpr T operator()(T a, T b) const noexcept { return detail::via_float(a, b, *this); }
+  COLLX_HOST_DEVICE constexpr T operator()(T a, T b) const noexcept { return detail::via_float(a, b, *this); }
 };
 
 /// Multiplication (integers wrap; narrow floats widen to fp32).
@@ -98,12 +101,12 @@ struct prod {
   static constexpr bool commutative = true;
   static constexpr const char* name = "prod";
   template <detail::builtin_arithmetic T>
-  constexpr T operator()(T a, T b) const noexcept {
+  COLLX_HOST_DEVICE constexpr T operator()(T a, T b) const noexcept {
     if constexpr (std::integral<T>) return detail::wrapping_mul(a, b);
     else return a * b;
   }
   template <class T> requires is_narrow_float_v<T>
-  constexpr T operator()(T a, T b) const noexcept { return detail::via_float(a, b, *this); }
+  COLLX_HOST_DEVICE constexpr T operator()(T a, T b) const noexcept { return detail::via_float(a, b, *this); }
 };
 
 /// Minimum (NaN wins as the canonical quiet NaN; -0 < +0).
@@ -111,12 +114,12 @@ struct min {
   static constexpr bool commutative = true;
   static constexpr const char* name = "min";
   template <detail::builtin_arithmetic T>
-  constexpr T operator()(T a, T b) const noexcept {
+  COLLX_HOST_DEVICE constexpr T operator()(T a, T b) const noexcept {
     if constexpr (std::floating_point<T>) return detail::ordered_min(a, b);
     else return b < a ? b : a;
   }
   template <class T> requires is_narrow_float_v<T>
-  constexpr T operator()(T a, T b) const noexcept { return detail::via_float(a, b, *this); }
+  COLLX_HOST_DEVICE constexpr T operator()(T a, T b) const noexcept { return detail::via_float(a, b, *this); }
 };
 
 /// Maximum (NaN wins as the canonical quiet NaN; +0 > -0).
@@ -124,12 +127,12 @@ struct max {
   static constexpr bool commutative = true;
   static constexpr const char* name = "max";
   template <detail::builtin_arithmetic T>
-  constexpr T operator()(T a, T b) const noexcept {
+  COLLX_HOST_DEVICE constexpr T operator()(T a, T b) const noexcept {
     if constexpr (std::floating_point<T>) return detail::ordered_max(a, b);
     else return a < b ? b : a;
   }
   template <class T> requires is_narrow_float_v<T>
-  constexpr T operator()(T a, T b) const noexcept { return detail::via_float(a, b, *this); }
+  COLLX_HOST_DEVICE constexpr T operator()(T a, T b) const noexcept { return detail::via_float(a, b, *this); }
 };
 
 /// Average: combines as sum; the result is divided by the world size when written (see file docs).
@@ -142,7 +145,7 @@ struct band {
   static constexpr bool commutative = true;
   static constexpr const char* name = "band";
   template <detail::builtin_integer T>
-  constexpr T operator()(T a, T b) const noexcept { return static_cast<T>(a & b); }
+  COLLX_HOST_DEVICE constexpr T operator()(T a, T b) const noexcept { return static_cast<T>(a & b); }
 };
 
 /// Bitwise or (integers only).
@@ -150,7 +153,7 @@ struct bor {
   static constexpr bool commutative = true;
   static constexpr const char* name = "bor";
   template <detail::builtin_integer T>
-  constexpr T operator()(T a, T b) const noexcept { return static_cast<T>(a | b); }
+  COLLX_HOST_DEVICE constexpr T operator()(T a, T b) const noexcept { return static_cast<T>(a | b); }
 };
 
 /// Bitwise exclusive or (integers only).
@@ -158,7 +161,7 @@ struct bxor {
   static constexpr bool commutative = true;
   static constexpr const char* name = "bxor";
   template <detail::builtin_integer T>
-  constexpr T operator()(T a, T b) const noexcept { return static_cast<T>(a ^ b); }
+  COLLX_HOST_DEVICE constexpr T operator()(T a, T b) const noexcept { return static_cast<T>(a ^ b); }
 };
 
 }  // namespace ops
@@ -171,7 +174,7 @@ struct commutative_op {
   static constexpr bool commutative = true;
   F f;  ///< the wrapped op
   template <class T>
-  constexpr auto operator()(const T& a, const T& b) const -> decltype(f(a, b)) { return f(a, b); }
+  COLLX_HOST_DEVICE constexpr auto operator()(const T& a, const T& b) const -> decltype(f(a, b)) { return f(a, b); }
 };
 template <class F>
 commutative_op(F) -> commutative_op<F>;

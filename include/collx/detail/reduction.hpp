@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include <collx/concepts.hpp>
+#include <collx/detail/host_device.hpp>
 #include <collx/numeric.hpp>
 #include <collx/ops.hpp>
 
@@ -27,11 +28,11 @@ struct reduction {
   /// Whether results need more than a copy when written (rounding or the avg division).
   static constexpr bool needs_finalize = widened || op_traits<Op>::is_avg;
 
-  static constexpr acc widen(const T& x) noexcept {
+  COLLX_HOST_DEVICE static constexpr acc widen(const T& x) noexcept {
     if constexpr (widened) return narrow_float<T>::widen(x);
     else return x;
   }
-  static constexpr acc combine(const Op& op, const acc& a, const acc& b) {
+  COLLX_HOST_DEVICE static constexpr acc combine(const Op& op, const acc& a, const acc& b) {
     if constexpr (widened) {
       if constexpr (std::is_same_v<Op, ops::avg>) return ops::sum{}(a, b);
       else return op(a, b);
@@ -39,7 +40,7 @@ struct reduction {
       return static_cast<T>(op(a, b));
     }
   }
-  static constexpr T finalize(const acc& a, int world_size) noexcept {
+  COLLX_HOST_DEVICE static constexpr T finalize(const acc& a, int world_size) noexcept {
     acc v = a;
     if constexpr (op_traits<Op>::is_avg) {
       if constexpr (std::signed_integral<acc>)
