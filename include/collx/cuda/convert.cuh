@@ -1,0 +1,57 @@
+/// @file cuda/convert.cuh
+/// Copy and convert between the value roles of a reduction on the device: elements -> partials
+/// (widen), partials -> elements (finalise: round once, divide for avg), same role (copy).
+/// For .cu files (nvcc, with collx::cuda's --expt-relaxed-constexpr).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cub/device/device_transform.cuh>
+
+#include <cstddef>
+#include <string>
+
+#include <collx/cuda/reduce_kernel.cuh>  // ranges_overlap
+#include <collx/cuda/reduce_step.hpp>
+#include <collx/cuda/runtime.hpp>
+#include <collx/cuda_types.hpp>
+#include <collx/error.hpp>
+
+namespace collx {
+inline namespace v0 {
+namespace gpu {
+
+/// Enqueues dst[i] = convert(src[i]) for i in [0, count) on `stream` and returns. Counts are
+/// elements. S and D are the roles of src and dst (see values): S == D copies the bytes
+/// (cudaMemcpyAsync; nothing when dst == src); otherwise cub::DeviceTransform applies
+/// convert_step<T, Op, S, D> (it picks vector widths and bulk copies itself), and D == elements
+/// finalises with world_size. Only [src, src + count) is read and [dst, dst + count) written.
+/// Preconditions: device pointers on the stream's device; no overlap except dst == src with S == D.
+/// @throws collx::error (errc::invalid_argument) for a null pointer with count > 0, world_size < 1
+///         or overlapping buffers; (errc::cuda) when CUDA refuses the copy or the launch.
+template <class T, values S, values D, class Op>
+void convert(value_t<T, Op, D>* dst, const value_t<T, Op, S>* src, std::size_t count, const Op& /*op*/,
+             int world_size, cudaStream_t stream) {
+  using VS = value_t<T, Op, S>;
+  using VD = value_t<T, Op, D>;
+  if (world_size < 1)
+    COLLX_THROW(errc::invalid_argument, "gpu::convert: world_size " + std::to_string(world_size) + " < 1");
+  if (count == 0) return;
+  if (dst == nullptr || src == nullptr)
+    COLLX_THROW(errc::invalid_argument, "gpu::convert: null buffer with count " + std::to_string(count));
+  if constexpr (S == D) {
+    if (static_cast<const void*>(dst) == static_cast<const void*>(src)) return;
+  }
+  if (ranges_overlap(dst, count * sizeof(VD), src, count * sizeof(VS)))
+    COLLX_THROW(errc::invalid_argument, "gpu::convert: dst and src overlap");
+  if constexpr (S == D) {
+    check(cudaMemcpyAsync(dst, src, count * sizeof(VD), cudaMemcpyDefault, stream), "gpu::convert: cudaMemcpyAsync");
+  } else {
+    check(cub::DeviceTransform::Transform(src, dst, count, convert_step<T, Op, S, D>{world_size}, stream),
+          "gpu::convert: cub::DeviceTransform::Transform");
+  }
+}
+
+}  // namespace gpu
+}  // namespace v0
+}  // namespace collx

@@ -1,0 +1,45 @@
+/// @file cuda/runtime.hpp
+/// Calls into the CUDA runtime that collx's device code needs on the host: error checking and the
+/// device figures that launch geometry depends on. Host C++ with cudart (no nvcc needed).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <string>
+
+#include <collx/cuda/launch_geometry.hpp>
+#include <collx/error.hpp>
+
+namespace collx {
+inline namespace v0 {
+namespace gpu {
+
+/// Throws collx::error (errc::cuda) naming `what` and CUDA's error name and text unless
+/// `status` is cudaSuccess.
+inline void check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess)
+    COLLX_THROW(errc::cuda, std::string(what) + " failed: " + cudaGetErrorName(status) + " (" +
+                                cudaGetErrorString(status) + ")");
+}
+
+/// The launch limits of device `device` (a CUDA device ordinal).
+/// @throws collx::error (errc::cuda) when the device cannot be queried.
+inline device_limits device_limits_of(int device) {
+  int sms = 0, threads = 0, grid_x = 0;
+  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute(MultiProcessorCount)");
+  check(cudaDeviceGetAttribute(&threads, cudaDevAttrMaxThreadsPerBlock, device), "cudaDeviceGetAttribute(MaxThreadsPerBlock)");
+  check(cudaDeviceGetAttribute(&grid_x, cudaDevAttrMaxGridDimX, device), "cudaDeviceGetAttribute(MaxGridDimX)");
+  return {sms, static_cast<unsigned>(threads), static_cast<unsigned long long>(grid_x)};
+}
+
+/// The launch limits of the calling thread's current device (cudaGetDevice).
+/// @throws collx::error (errc::cuda) when there is no usable device.
+inline device_limits current_device_limits() {
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  return device_limits_of(device);
+}
+
+}  // namespace gpu
+}  // namespace v0
+}  // namespace collx
