@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds and runs the three downstream consumer projects against the collx checkout SRC_DIR:
 #   find_package     after `cmake --install` of SRC_DIR into a temporary prefix
+#                    (and find_package_cuda, COMPONENTS cuda, when the install has collx::cuda)
 #   add_subdirectory of SRC_DIR
 #   fetchcontent     of SRC_DIR's git repository (file:// URL) at its HEAD commit: works offline,
 #                    but sees committed changes only (uncommitted ones are reported below).
@@ -46,6 +47,13 @@ cmake -S "$src" -B "$work/collx-build" "${cmake_args[@]}" -DCOLLX_BUILD_TESTS=OF
 cmake --install "$work/collx-build" --prefix "$work/prefix" >/dev/null
 build_and_run find_package -DCMAKE_PREFIX_PATH="$work/prefix"
 
+if [[ -f "$work/prefix/share/cmake/collx/collxCudaTargets.cmake" ]]; then
+  step "find_package COMPONENTS cuda (collx::cuda from a .cu file)"
+  build_and_run find_package_cuda -DCMAKE_PREFIX_PATH="$work/prefix"
+else
+  echo "note: collx was installed without collx::cuda (COLLX_CUDA=AUTO found no CUDA toolkit); CUDA consumer not built"
+fi
+
 step "add_subdirectory ($src)"
 build_and_run add_subdirectory -DCOLLX_SOURCE_DIR="$src"
 
@@ -61,4 +69,4 @@ fi
 echo "collx commit $commit"
 build_and_run fetchcontent -DCOLLX_GIT_REPO="file://$src" -DCOLLX_GIT_TAG="$commit"
 
-printf '\nconsumer projects: all three passed\n'
+printf '\nconsumer projects: all passed\n'
