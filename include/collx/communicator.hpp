@@ -20,6 +20,8 @@
 namespace collx {
 inline namespace v0 {
 
+struct hierarchy;  // hierarchy.hpp
+
 namespace detail {
 /// COLLX_TIMEOUT seconds, or 300 s when unset.
 inline std::chrono::milliseconds default_timeout() {
@@ -77,6 +79,8 @@ class communicator {
       sequence_ = o.sequence_;
       scratch_ = std::move(o.scratch_);
       scratch_bytes_ = o.scratch_bytes_;
+      hierarchy_ = std::move(o.hierarchy_);
+      linked_ = std::move(o.linked_);
     }
     return *this;
   }
@@ -101,7 +105,24 @@ class communicator {
 
   /// Fails the communicator for every rank: waiters wake within milliseconds with errc::aborted and
   /// every later call on it fails at once. Safe from any thread; never throws.
-  void abort() noexcept { transport_->fail(errc::aborted, "communicator aborted by rank " + std::to_string(rank())); }
+  /// With a hierarchy attached, its node and cross-node communicators are aborted too.
+  void abort() noexcept {
+    const std::string why = "communicator aborted by rank " + std::to_string(rank());
+    transport_->fail(errc::aborted, why);
+    for (const auto& t : linked_) t->fail(errc::aborted, why);
+  }
+
+  /// The node-local and cross-node communicators algo::hierarchical runs on (hierarchy.hpp), or
+  /// null when none is attached.
+  hierarchy* get_hierarchy() const noexcept { return hierarchy_.get(); }
+  /// Attaches a hierarchy; `parts` are its communicators' transports, failed with this one on
+  /// abort(). Use collx::attach_hierarchy (hierarchy.hpp) rather than this.
+  void set_hierarchy(std::shared_ptr<hierarchy> h, std::vector<std::shared_ptr<transport>> parts) noexcept {
+    hierarchy_ = std::move(h);
+    linked_ = std::move(parts);
+  }
+  /// The transport, shared (for linking communicators).
+  const std::shared_ptr<transport>& shared_transport() const noexcept { return transport_; }
 
   /// The algorithm algo::automatic resolves to for `q`.
   algorithm select(const selection_query& q) const {
@@ -145,6 +166,8 @@ class communicator {
   std::uint64_t sequence_ = 0;
   std::unique_ptr<std::byte, aligned_delete> scratch_;
   std::size_t scratch_bytes_ = 0;
+  std::shared_ptr<hierarchy> hierarchy_;
+  std::vector<std::shared_ptr<transport>> linked_;
   std::unique_ptr<detail::async_engine> engine_;  // last: destroyed first, after draining
 };
 

@@ -30,7 +30,7 @@ struct env_var_doc {
 };
 
 /// Every COLLX_* variable collx reads (the README's table is this one).
-inline constexpr std::array<env_var_doc, 11> environment_variables{{
+inline constexpr std::array<env_var_doc, 12> environment_variables{{
     {"COLLX_TIMEOUT", "seconds > 0 (decimal), default 300", "deadline of every wait inside a call"},
     {"COLLX_ALGO", "ring, tree or direct; or per collective: allreduce:ring,broadcast:tree",
      "what algo::automatic picks (names are case-insensitive; ring falls back to direct for "
@@ -39,6 +39,8 @@ inline constexpr std::array<env_var_doc, 11> environment_variables{{
     {"COLLX_SHM_BYTES_PER_PEER", "size, default 1M (less for > 8 ranks)", "shared-memory staging per ordered pair of ranks"},
     {"COLLX_CMA", "auto, 0 or 1; default auto", "single-copy transfers with process_vm_readv between processes"},
     {"COLLX_BIND", "core or none; default core", "collx-run and run_processes pin rank i to the i-th allowed CPU when the ranks fit"},
+    {"COLLX_NODE_ID", "printable string, default the host name",
+     "which node a rank is on, for algo::hierarchical (set it to run several \"nodes\" on one machine)"},
     {"COLLX_JOB_ID", "string of [A-Za-z0-9_.-]", "keeps concurrent jobs on one machine apart (set by collx-run)"},
     {"COLLX_RANK", "integer in [0, COLLX_WORLD_SIZE)", "this process's rank (set by collx-run)"},
     {"COLLX_WORLD_SIZE", "integer >= 1", "number of ranks (set by collx-run)"},

@@ -13,12 +13,14 @@
 
 #include <collx/algo/automatic.hpp>
 #include <collx/algo/build.hpp>
+#include <collx/algo/hierarchical.hpp>
 #include <collx/communicator.hpp>
 #include <collx/concepts.hpp>
 #include <collx/detail/executor.hpp>
 #include <collx/detail/reduction.hpp>
 #include <collx/detail/type_name.hpp>
 #include <collx/error.hpp>
+#include <collx/hierarchy.hpp>
 #include <collx/ops.hpp>
 
 namespace collx {
@@ -96,21 +98,49 @@ request start_async(communicator& comm, F fn) {
 /// Resolves an algorithm tag to a concrete algorithm for this call.
 template <class Algo>
 algorithm resolve_algorithm(const communicator& comm, const selection_query& q) {
-  if constexpr (std::is_same_v<Algo, algo::automatic>) return comm.select(q);
+  // (algo::hierarchical never gets here: run_collective hands it to run_hierarchical first.)
+  if constexpr (std::is_same_v<Algo, algo::automatic> || is_hierarchical_v<Algo>) return comm.select(q);
   else return Algo::kind;
 }
 
 /// Compile-time checks shared by every front.
 template <class Algo, class Op>
 constexpr void static_check_algorithm() {
-  static_assert(std::is_same_v<Algo, algo::automatic> || std::is_same_v<Algo, algo::ring> ||
-                    std::is_same_v<Algo, algo::tree> || std::is_same_v<Algo, algo::direct>,
-                "collx: the algorithm must be algo::ring, algo::tree, algo::direct or algo::automatic");
-  if constexpr (!std::is_same_v<Op, no_op>)
-    static_assert(!std::is_same_v<Algo, algo::ring> || op_traits<Op>::commutative,
-                  "collx: algo::ring combines each block in a rotated rank order, so it needs a commutative op. "
-                  "Use algo::tree or algo::direct (both combine in rank order), or declare the op commutative "
-                  "with collx::commutative_op{...} or `static constexpr bool commutative = true;`.");
+  if constexpr (is_hierarchical_v<Algo>) {
+    static_assert(!is_hierarchical_v<typename Algo::intra> && !is_hierarchical_v<typename Algo::inter>,
+                  "collx: algo::hierarchical<Intra, Inter> takes flat algorithms (ring, tree, direct, automatic)");
+    static_check_algorithm<typename Algo::intra, Op>();
+    static_check_algorithm<typename Algo::inter, Op>();
+  } else {
+    static_assert(std::is_same_v<Algo, algo::automatic> || std::is_same_v<Algo, algo::ring> ||
+                      std::is_same_v<Algo, algo::tree> || std::is_same_v<Algo, algo::direct>,
+                  "collx: the algorithm must be algo::ring, algo::tree, algo::direct, algo::automatic or "
+                  "algo::hierarchical<Intra, Inter>");
+    if constexpr (!std::is_same_v<Op, no_op>)
+      static_assert(!std::is_same_v<Algo, algo::ring> || op_traits<Op>::commutative,
+                    "collx: algo::ring combines each block in a rotated rank order, so it needs a commutative op. "
+                    "Use algo::tree or algo::direct (both combine in rank order), or declare the op commutative "
+                    "with collx::commutative_op{...} or `static constexpr bool commutative = true;`.");
+  }
+}
+
+/// Runs a call with algo::hierarchical<Intra, Inter> (detail/hierarchical.hpp).
+template <class T, class Op, class Intra, class Inter>
+void run_hierarchical(communicator& comm, collective coll, const T* in, T* out, bool in_place, int root,
+                      const Op& op, const call_layout& lay);
+
+/// Whether algo::automatic runs this call hierarchically: a hierarchy of several nodes with
+/// several ranks each is attached, the layout suits the op, and COLLX_ALGO does not force a flat
+/// algorithm for the collective.
+template <class Op>
+bool automatic_goes_hierarchical(const communicator& comm, collective coll) {
+  const hierarchy* h = comm.get_hierarchy();
+  if (!h || comm.options().algorithm_overrides.for_collective(coll)) return false;
+  const node_layout& l = h->layout;
+  if (l.node_count < 2 || l.local_size < 2 || !l.uniform) return false;
+  if (!op_traits<Op>::commutative && !std::is_same_v<Op, no_op> && !l.contiguous) return false;
+  return coll == collective::allreduce || coll == collective::reduce_scatter || coll == collective::all_gather ||
+         coll == collective::broadcast || coll == collective::reduce;
 }
 
 /// Runs one collective call on this rank. `in`/`out` are the user's buffers (either may be null
@@ -118,6 +148,15 @@ constexpr void static_check_algorithm() {
 template <class T, class Op, class Algo>
 void run_collective(communicator& comm, collective coll, const T* in, T* out, bool in_place, int root,
                     const Op& op, const call_layout& lay) {
+  if constexpr (is_hierarchical_v<Algo>) {
+    run_hierarchical<T, Op, typename Algo::intra, typename Algo::inter>(comm, coll, in, out, in_place, root, op, lay);
+    return;
+  } else if constexpr (std::is_same_v<Algo, algo::automatic>) {
+    if (automatic_goes_hierarchical<Op>(comm, coll)) {
+      run_hierarchical<T, Op, algo::automatic, algo::automatic>(comm, coll, in, out, in_place, root, op, lay);
+      return;
+    }
+  }
   using red = reduction<T, Op>;
   using acc = typename red::acc;
   constexpr bool reduces = !std::is_same_v<Op, no_op>;
@@ -248,3 +287,5 @@ void run_collective(communicator& comm, collective coll, const T* in, T* out, bo
 }  // namespace detail
 }  // namespace v0
 }  // namespace collx
+
+#include <collx/detail/hierarchical.hpp>  // run_hierarchical's definition

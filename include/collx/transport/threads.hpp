@@ -15,6 +15,7 @@
 #include <vector>
 
 #include <collx/communicator.hpp>
+#include <collx/hierarchy.hpp>
 #include <collx/detail/futex.hpp>
 #include <collx/error.hpp>
 #include <collx/transport/transport.hpp>
@@ -215,12 +216,38 @@ inline std::vector<communicator> make_thread_communicators(int world_size, const
   return comms;
 }
 
-/// Runs fn(communicator&) on `world_size` threads, one rank each, and joins them. If any rank
-/// throws, the world is failed (so the other ranks' calls fail fast instead of hanging) and the
-/// first exception thrown is rethrown here after every thread ended.
+/// Creates an in-process world of node_ids.size() ranks grouped into nodes (rank r on the node
+/// named node_ids[r]), each communicator with a hierarchy attached (hierarchy.hpp), so that
+/// algo::hierarchical runs on threads as it does across machines.
+/// @throws collx::error invalid_argument (no ranks, an empty id)
+inline std::vector<communicator> make_hierarchical_thread_communicators(const std::vector<std::string>& node_ids,
+                                                                        const communicator_options& opt = {}) {
+  const int n = static_cast<int>(node_ids.size());
+  std::vector<communicator> comms = make_thread_communicators(n, opt);
+  const node_layout shape = node_layout::from_ids(node_ids, 0);
+  std::vector<std::shared_ptr<transport_impl::thread_world>> nodes, crosses;
+  for (const auto& ranks : shape.ranks) nodes.push_back(std::make_shared<transport_impl::thread_world>(static_cast<int>(ranks.size())));
+  for (int local = 0; !shape.cross_ranks(local).empty(); ++local)
+    crosses.push_back(std::make_shared<transport_impl::thread_world>(static_cast<int>(shape.cross_ranks(local).size())));
+  for (int r = 0; r < n; ++r) {
+    node_layout lay = node_layout::from_ids(node_ids, r);
+    const auto members = lay.cross_ranks(lay.local_rank);
+    const int cross_rank = static_cast<int>(std::find(members.begin(), members.end(), r) - members.begin());
+    communicator node(std::make_shared<transport_impl::threads_transport>(nodes[static_cast<std::size_t>(lay.node_index)],
+                                                                          lay.local_rank), opt);
+    communicator cross(std::make_shared<transport_impl::threads_transport>(crosses[static_cast<std::size_t>(lay.local_rank)],
+                                                                           cross_rank), opt);
+    attach_hierarchy(comms[static_cast<std::size_t>(r)], std::move(lay), std::move(node), std::move(cross));
+  }
+  return comms;
+}
+
+/// Runs fn(communicator&) on one thread per communicator of `comms` (from make_thread_communicators
+/// or make_hierarchical_thread_communicators) and joins them. If any rank throws, its
+/// communicator is aborted (so the other ranks' calls fail fast instead of hanging) and the first
+/// exception thrown is rethrown here after every thread ended.
 template <class F>
-void run_threads(int world_size, F&& fn, const communicator_options& opt = {}) {
-  std::vector<communicator> comms = make_thread_communicators(world_size, opt);
+void run_threads(std::vector<communicator>& comms, F&& fn) {
   std::mutex m;
   std::exception_ptr first;
   std::vector<std::thread> threads;
@@ -243,10 +270,23 @@ void run_threads(int world_size, F&& fn, const communicator_options& opt = {}) {
         } catch (...) {
         }
         comm->get_transport().fail(errc::aborted, why);
+        if (hierarchy* h = comm->get_hierarchy()) {
+          h->node.get_transport().fail(errc::aborted, why);
+          h->cross.get_transport().fail(errc::aborted, why);
+        }
       }
     });
   for (auto& t : threads) t.join();
   if (first) std::rethrow_exception(first);
+}
+
+/// Runs fn(communicator&) on `world_size` threads, one rank each, and joins them. If any rank
+/// throws, the world is failed (so the other ranks' calls fail fast instead of hanging) and the
+/// first exception thrown is rethrown here after every thread ended.
+template <class F>
+void run_threads(int world_size, F&& fn, const communicator_options& opt = {}) {
+  std::vector<communicator> comms = make_thread_communicators(world_size, opt);
+  run_threads(comms, fn);
 }
 
 }  // namespace v0

@@ -1,0 +1,369 @@
+// algo::hierarchical over threads grouped into "nodes" (make_hierarchical_thread_communicators):
+// every collective against the sequential rank-order reference of tests/reference.hpp, with
+// layouts that are contiguous, interleaved and uneven, segmenting forced by a small scratch bound,
+// in place and out of place. Values are chosen so that the order of combination cannot change the
+// exact result (integers, small dyadic floats), except for the non-commutative matrix product,
+// whose result proves the rank order on contiguous nodes. Also: the layout errors, node_layout,
+// failure propagation between the levels, and algo::automatic choosing hierarchical.
+#include <catch2/catch.hpp>
+
+#include "reference.hpp"
+
+#include <numeric>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <collx/transport/threads.hpp>
+
+namespace {
+
+using std::size_t;
+
+std::vector<std::string> ids_of(std::initializer_list<const char*> l) { return {l.begin(), l.end()}; }
+
+// Node layouts: contiguous 2x2 and 3x2, interleaved 2x3 (ranks a b a b a b).
+const std::vector<std::vector<std::string>>& layouts() {
+  static const std::vector<std::vector<std::string>> l{
+      ids_of({"n0", "n0", "n1", "n1"}),
+      ids_of({"x", "x", "y", "y", "z", "z"}),
+      ids_of({"a", "b", "a", "b", "a", "b"}),
+  };
+  return l;
+}
+
+collx::communicator_options small_segments() {
+  collx::communicator_options o;
+  o.max_segment_bytes = 96;  // forces several segments at the counts below
+  o.timeout = std::chrono::seconds(60);
+  return o;
+}
+
+template <class T, class Op>
+T fold(const std::vector<std::vector<T>>& in, size_t i, const Op& op) {
+  return ref::fold_left<T, Op>(static_cast<int>(in.size()), [&](int r) { return in[static_cast<size_t>(r)][i]; }, op);
+}
+
+// Catch2's assertions are not thread-safe: ranks record what they found wrong, one string per
+// rank, and the test thread asserts after joining (expect_clean).
+struct findings {
+  explicit findings(size_t n) : per_rank(n) {}
+  std::vector<std::string> per_rank;
+  void expect(int rank, bool ok, const std::string& what) {
+    if (!ok) per_rank[static_cast<size_t>(rank)] += what + "; ";
+  }
+  template <class T>
+  void expect_same(int rank, std::span<const T> got, std::span<const T> want, const std::string& what) {
+    const size_t d = ref::first_difference(got, want);
+    if (d != ref::npos)
+      expect(rank, false, what + ": first difference at " + std::to_string(d) +
+                              (d < got.size() && d < want.size() ? ": got " + ref::show(got[d]) + ", want " + ref::show(want[d]) : ""));
+  }
+  void expect_clean() const {
+    for (size_t r = 0; r < per_rank.size(); ++r) {
+      INFO("rank " << r << ": " << per_rank[r]);
+      REQUIRE(per_rank[r].empty());
+    }
+  }
+};
+
+template <class T, class Op, class Algo>
+void check_allreduce(const std::vector<std::string>& ids, size_t count, bool in_place, ref::flavor fl, const Op& op = {}) {
+  const int n = static_cast<int>(ids.size());
+  const auto in = ref::gen_ranks<T>(n, count, fl, 11);
+  std::vector<T> want(count);
+  for (size_t i = 0; i < count; ++i) want[i] = fold<T, Op>(in, i, op);
+  auto comms = collx::make_hierarchical_thread_communicators(ids, small_segments());
+  findings f(ids.size());
+  collx::run_threads(comms, [&](collx::communicator& c) {
+    const auto& mine = in[static_cast<size_t>(c.rank())];
+    std::vector<T> buf = in_place ? mine : ref::poisoned<T>(count + 1);
+    if (in_place) buf.emplace_back(), ref::poison(std::span<T>(&buf.back(), 1));
+    const std::vector<T> guard(buf.end() - 1, buf.end());
+    if (in_place) collx::allreduce<Algo, T, Op>(c, std::span<T>(buf.data(), count), op);
+    else collx::allreduce<Algo, T, Op>(c, std::span<const T>(mine), std::span<T>(buf.data(), count), op);
+    f.expect_same<T>(c.rank(), std::span<const T>(buf.data(), count), want, "allreduce");
+    f.expect(c.rank(), ref::bytes_equal<T>(std::span<const T>(buf.end() - 1, buf.end()), guard), "guard overwritten");
+  });
+  f.expect_clean();
+}
+
+TEST_CASE("node_layout from node ids", "[hierarchical]") {
+  const auto ids = ids_of({"b", "a", "b", "a", "c", "c"});
+  const auto l = collx::node_layout::from_ids(ids, 3);
+  CHECK(l.node_count == 3);
+  CHECK(l.node_index == 1);  // nodes numbered by their lowest rank: b=0, a=1, c=2
+  CHECK(l.local_rank == 1);
+  CHECK(l.local_size == 2);
+  CHECK(l.uniform);
+  CHECK_FALSE(l.contiguous);
+  CHECK(l.world_rank(2, 1) == 5);
+  CHECK(l.cross_ranks(0) == std::vector<int>{0, 1, 4});
+  const auto c = collx::node_layout::from_ids(ids_of({"p", "p", "q", "q"}), 2);
+  CHECK(c.contiguous);
+  const auto u = collx::node_layout::from_ids(ids_of({"p", "p", "p", "q"}), 3);
+  CHECK_FALSE(u.uniform);
+  CHECK(u.cross_ranks(1) == std::vector<int>{1});
+  CHECK_THROWS_AS(collx::node_layout::from_ids(ids_of({"p", ""}), 0), collx::error);
+  CHECK_THROWS_AS(collx::node_layout::from_ids(ids_of({"p"}), 1), collx::error);
+}
+
+TEST_CASE("hierarchical allreduce: types, ops, layouts, counts, in place", "[hierarchical]") {
+  using H = collx::algo::hierarchical<collx::algo::ring, collx::algo::tree>;
+  using D = collx::algo::hierarchical<collx::algo::direct, collx::algo::direct>;
+  for (const auto& ids : layouts())
+    for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{100}, size_t{1001}})
+      for (bool in_place : {false, true}) {
+        INFO("nodes " << ids.size() << " ranks, count " << count << (in_place ? " in place" : ""));
+        check_allreduce<std::int32_t, collx::ops::sum, H>(ids, count, in_place, ref::flavor::general);
+        check_allreduce<float, collx::ops::sum, D>(ids, count, in_place, ref::flavor::exact);
+        check_allreduce<collx::half, collx::ops::sum, H>(ids, count, in_place, ref::flavor::exact);
+        check_allreduce<std::int64_t, collx::ops::avg, D>(ids, count, in_place, ref::flavor::general);
+        check_allreduce<collx::bfloat16, collx::ops::avg, H>(ids, count, in_place, ref::flavor::exact);
+        check_allreduce<double, collx::ops::min, collx::algo::hierarchical<>>(ids, count, in_place, ref::flavor::special);
+      }
+}
+
+TEST_CASE("hierarchical allreduce with a non-commutative op folds in rank order on contiguous nodes", "[hierarchical]") {
+  using H = collx::algo::hierarchical<collx::algo::tree, collx::algo::direct>;
+  for (size_t count : {size_t{1}, size_t{33}, size_t{500}}) {
+    check_allreduce<ref::mat2, ref::mat_mul, H>(layouts()[0], count, false, ref::flavor::general);
+    check_allreduce<ref::mat2, ref::mat_mul, H>(layouts()[1], count, true, ref::flavor::general);
+  }
+}
+
+template <class T, class Op, class Algo>
+void check_reduce_scatter(const std::vector<std::string>& ids, const std::vector<size_t>& counts, bool varying,
+                          bool in_place, const Op& op = {}) {
+  const int n = static_cast<int>(ids.size());
+  const size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
+  std::vector<size_t> off(counts.size() + 1);
+  std::partial_sum(counts.begin(), counts.end(), off.begin() + 1);
+  const auto in = ref::gen_ranks<T>(n, total, ref::flavor::general, 23);
+  auto comms = collx::make_hierarchical_thread_communicators(ids, small_segments());
+  findings f(ids.size());
+  collx::run_threads(comms, [&](collx::communicator& c) {
+    const size_t r = static_cast<size_t>(c.rank());
+    std::vector<T> send = in[r];
+    std::vector<T> out = ref::poisoned<T>(counts[r] + 1);
+    std::span<T> recv = in_place ? std::span<T>(send.data() + off[r], counts[r]) : std::span<T>(out.data(), counts[r]);
+    if (varying) collx::reduce_scatter_v<Algo, T, Op>(c, std::span<const T>(send), recv, counts, op);
+    else collx::reduce_scatter<Algo, T, Op>(c, std::span<const T>(send), recv, op);
+    std::vector<T> want(counts[r]);
+    for (size_t i = 0; i < counts[r]; ++i) want[i] = fold<T, Op>(in, off[r] + i, op);
+    f.expect_same<T>(c.rank(), std::span<const T>(recv.data(), recv.size()), want, "reduce_scatter");
+    if (!in_place) f.expect(c.rank(), ref::bytes_equal<T>(std::span<const T>(send), in[r]), "send written");
+    else
+      f.expect(c.rank(), ref::bytes_equal<T>(std::span<const T>(send.data(), off[r]), std::span<const T>(in[r].data(), off[r])),
+               "send outside the rank's block written");
+  });
+  f.expect_clean();
+}
+
+TEST_CASE("hierarchical reduce_scatter and reduce_scatter_v", "[hierarchical]") {
+  using H = collx::algo::hierarchical<collx::algo::ring, collx::algo::direct>;
+  for (const auto& ids : layouts()) {
+    const size_t n = ids.size();
+    for (size_t block : {size_t{1}, size_t{5}, size_t{64}})
+      for (bool in_place : {false, true}) {
+        check_reduce_scatter<std::uint32_t, collx::ops::sum, H>(ids, std::vector<size_t>(n, block), false, in_place);
+        check_reduce_scatter<std::int32_t, collx::ops::avg, collx::algo::hierarchical<>>(ids, std::vector<size_t>(n, block),
+                                                                                          false, in_place);
+      }
+    std::vector<size_t> uneven(n);
+    for (size_t r = 0; r < n; ++r) uneven[r] = (r * 7) % 5;  // zeros included
+    check_reduce_scatter<std::int64_t, collx::ops::bxor, H>(ids, uneven, true, false);
+    check_reduce_scatter<std::int64_t, collx::ops::max, H>(ids, uneven, true, true);
+  }
+  using T = collx::algo::hierarchical<collx::algo::tree, collx::algo::tree>;
+  check_reduce_scatter<ref::mat2, ref::mat_mul, T>(layouts()[1], {3, 0, 2, 9, 1, 4}, true, false);
+}
+
+template <class T, class Algo>
+void check_all_gather(const std::vector<std::string>& ids, const std::vector<size_t>& counts, bool varying, bool in_place) {
+  const int n = static_cast<int>(ids.size());
+  std::vector<size_t> off(counts.size() + 1);
+  std::partial_sum(counts.begin(), counts.end(), off.begin() + 1);
+  std::vector<std::vector<T>> in;
+  for (int r = 0; r < n; ++r) in.push_back(ref::gen_vec<T>(r, counts[static_cast<size_t>(r)], ref::flavor::general, 5));
+  auto comms = collx::make_hierarchical_thread_communicators(ids, small_segments());
+  findings f(ids.size());
+  collx::run_threads(comms, [&](collx::communicator& c) {
+    const size_t r = static_cast<size_t>(c.rank());
+    std::vector<T> out = ref::poisoned<T>(off.back() + 1);
+    std::span<T> recv(out.data(), off.back());
+    std::vector<T> own = in[r];
+    std::span<const T> send(own);
+    if (in_place) {
+      std::copy(own.begin(), own.end(), out.begin() + static_cast<std::ptrdiff_t>(off[r]));
+      send = std::span<const T>(out.data() + off[r], counts[r]);
+    }
+    if (varying) collx::all_gather_v<Algo, T>(c, send, recv, counts);
+    else collx::all_gather<Algo, T>(c, send, recv);
+    std::vector<T> want;
+    for (const auto& v : in) want.insert(want.end(), v.begin(), v.end());
+    f.expect_same<T>(c.rank(), std::span<const T>(recv.data(), recv.size()), want, "all_gather");
+    f.expect(c.rank(), ref::bytes_equal<T>(std::span<const T>(out.end() - 1, out.end()), std::span<const T>(ref::poisoned<T>(1))),
+             "guard overwritten");
+  });
+  f.expect_clean();
+}
+
+TEST_CASE("hierarchical all_gather and all_gather_v", "[hierarchical]") {
+  using H = collx::algo::hierarchical<collx::algo::ring, collx::algo::ring>;
+  for (const auto& ids : layouts()) {
+    const size_t n = ids.size();
+    for (size_t block : {size_t{1}, size_t{3}, size_t{50}})
+      for (bool in_place : {false, true}) {
+        check_all_gather<std::int16_t, H>(ids, std::vector<size_t>(n, block), false, in_place);
+        check_all_gather<double, collx::algo::hierarchical<>>(ids, std::vector<size_t>(n, block), false, in_place);
+      }
+    std::vector<size_t> uneven(n);
+    for (size_t r = 0; r < n; ++r) uneven[r] = (r * 5 + 2) % 7;
+    check_all_gather<ref::loc64, H>(ids, uneven, true, false);
+    check_all_gather<ref::loc64, H>(ids, uneven, true, true);
+  }
+}
+
+TEST_CASE("hierarchical broadcast and reduce from every root", "[hierarchical]") {
+  using H = collx::algo::hierarchical<collx::algo::tree, collx::algo::ring>;
+  for (const auto& ids : layouts()) {
+    const int n = static_cast<int>(ids.size());
+    for (int root = 0; root < n; ++root)
+      for (size_t count : {size_t{0}, size_t{9}, size_t{300}}) {
+        INFO("root " << root << " count " << count << " ranks " << n);
+        const auto in = ref::gen_ranks<std::int32_t>(n, count, ref::flavor::general, 77);
+        std::vector<std::int32_t> want(count);
+        for (size_t i = 0; i < count; ++i) want[i] = fold<std::int32_t, collx::ops::sum>(in, i, {});
+        auto comms = collx::make_hierarchical_thread_communicators(ids, small_segments());
+        findings f(ids.size());
+        collx::run_threads(comms, [&](collx::communicator& c) {
+          const size_t r = static_cast<size_t>(c.rank());
+          std::vector<std::int32_t> b = c.rank() == root ? in[r] : ref::poisoned<std::int32_t>(count);
+          collx::broadcast<H, std::int32_t>(c, std::span<std::int32_t>(b), root);
+          f.expect_same<std::int32_t>(c.rank(), b, in[static_cast<size_t>(root)], "broadcast");
+          std::vector<std::int32_t> out = ref::poisoned<std::int32_t>(count);
+          collx::reduce<H, std::int32_t>(c, std::span<const std::int32_t>(in[r]), std::span<std::int32_t>(out), root);
+          if (c.rank() == root) f.expect_same<std::int32_t>(c.rank(), out, want, "reduce at the root");
+          else f.expect(c.rank(), ref::bytes_equal<std::int32_t>(out, ref::poisoned<std::int32_t>(count)), "reduce wrote off the root");
+        });
+        f.expect_clean();
+      }
+  }
+  // Rank order for a non-commutative op, root in the second node.
+  const auto& ids = layouts()[1];
+  const auto in = ref::gen_ranks<ref::mat2>(6, 40, ref::flavor::general, 3);
+  auto comms = collx::make_hierarchical_thread_communicators(ids, small_segments());
+  findings f(ids.size());
+  collx::run_threads(comms, [&](collx::communicator& c) {
+    std::vector<ref::mat2> out = ref::poisoned<ref::mat2>(40);
+    collx::reduce<collx::algo::hierarchical<collx::algo::direct, collx::algo::tree>, ref::mat2, ref::mat_mul>(
+        c, std::span<const ref::mat2>(in[static_cast<size_t>(c.rank())]), std::span<ref::mat2>(out), 3);
+    if (c.rank() == 3)
+      for (size_t i = 0; i < 40; ++i) f.expect(3, out[i] == fold<ref::mat2, ref::mat_mul>(in, i, {}), "mat_mul reduce");
+  });
+  f.expect_clean();
+}
+
+TEST_CASE("hierarchical all_to_all and barrier run on the whole communicator", "[hierarchical]") {
+  const auto& ids = layouts()[2];
+  auto comms = collx::make_hierarchical_thread_communicators(ids, small_segments());
+  findings f(ids.size());
+  collx::run_threads(comms, [&](collx::communicator& c) {
+    const int n = c.size();
+    std::vector<int> send(static_cast<size_t>(n) * 3), recv(send.size(), -1);
+    for (size_t i = 0; i < send.size(); ++i) send[i] = c.rank() * 1000 + static_cast<int>(i);
+    collx::all_to_all<collx::algo::hierarchical<>, int>(c, std::span<const int>(send), std::span<int>(recv));
+    for (int p = 0; p < n; ++p)
+      for (int k = 0; k < 3; ++k)
+        f.expect(c.rank(), recv[static_cast<size_t>(p * 3 + k)] == p * 1000 + c.rank() * 3 + k, "all_to_all");
+    collx::barrier(c);
+  });
+  f.expect_clean();
+}
+
+TEST_CASE("algo::automatic goes hierarchical when several nodes hold several ranks", "[hierarchical]") {
+  auto comms = collx::make_hierarchical_thread_communicators(layouts()[0], small_segments());
+  findings f(4);
+  collx::run_threads(comms, [&](collx::communicator& c) {
+    const auto seq_node = c.get_hierarchy()->node.next_sequence();
+    std::vector<float> v(10, 1.0f);
+    collx::allreduce(c, std::span<float>(v));
+    f.expect(c.rank(), v[9] == 4.0f, "sum");
+    // The node communicator ran the reduce-scatter and the all-gather (2 calls, then this one).
+    f.expect(c.rank(), c.get_hierarchy()->node.next_sequence() == seq_node + 3, "not hierarchical");
+  });
+  f.expect_clean();
+  // Forced flat by COLLX_ALGO-style overrides: the node communicator stays idle.
+  auto opt = small_segments();
+  opt.algorithm_overrides = collx::env::parse_algorithms("COLLX_ALGO", "ring");
+  auto flat = collx::make_hierarchical_thread_communicators(layouts()[0], opt);
+  findings g(4);
+  collx::run_threads(flat, [&](collx::communicator& c) {
+    const auto seq_node = c.get_hierarchy()->node.next_sequence();
+    std::vector<float> v(10, 1.0f);
+    collx::allreduce(c, std::span<float>(v));
+    g.expect(c.rank(), v[9] == 4.0f, "sum");
+    g.expect(c.rank(), c.get_hierarchy()->node.next_sequence() == seq_node + 1, "not flat");
+  });
+  g.expect_clean();
+}
+
+TEST_CASE("hierarchical layout errors are reported, not hung", "[hierarchical][errors]") {
+  // Uneven nodes.
+  auto uneven = collx::make_hierarchical_thread_communicators(ids_of({"p", "p", "p", "q"}), small_segments());
+  REQUIRE_THROWS_WITH(collx::run_threads(uneven,
+                                         [](collx::communicator& c) {
+                                           std::vector<int> v(4, 1);
+                                           collx::allreduce<collx::algo::hierarchical<>>(c, std::span<int>(v));
+                                         }),
+                      Catch::Contains("same number of ranks on every node"));
+  // A non-commutative op on interleaved nodes.
+  auto inter = collx::make_hierarchical_thread_communicators(layouts()[2], small_segments());
+  REQUIRE_THROWS_WITH(collx::run_threads(inter,
+                                         [](collx::communicator& c) {
+                                           std::vector<ref::mat2> v(4, ref::mat2{1, 0, 0, 1});
+                                           collx::allreduce<collx::algo::hierarchical<collx::algo::tree, collx::algo::tree>,
+                                                            ref::mat2, ref::mat_mul>(c, std::span<ref::mat2>(v));
+                                         }),
+                      Catch::Contains("contiguous nodes"));
+  // No hierarchy attached.
+  REQUIRE_THROWS_WITH(collx::run_threads(2,
+                                         [](collx::communicator& c) {
+                                           std::vector<int> v(4, 1);
+                                           collx::allreduce<collx::algo::hierarchical<>>(c, std::span<int>(v));
+                                         }),
+                      Catch::Contains("needs a communicator with a hierarchy"));
+}
+
+TEST_CASE("a mismatch on one node reaches the ranks of the other node", "[hierarchical][errors]") {
+  auto opt = small_segments();
+  opt.timeout = std::chrono::seconds(20);
+  auto comms = collx::make_hierarchical_thread_communicators(layouts()[0], opt);
+  std::atomic<int> mismatches{0}, others{0};
+  std::vector<collx::errc> codes(4, collx::errc::internal);
+  std::vector<std::thread> threads;
+  for (auto& c : comms)
+    threads.emplace_back([&, comm = &c] {
+      // Rank 1 passes a different count: node 0 sees the mismatch; node 1 must learn of it through
+      // the cross-node communicator rather than time out.
+      std::vector<int> v(comm->rank() == 1 ? 50 : 40, 1);
+      try {
+        collx::allreduce<collx::algo::hierarchical<collx::algo::direct, collx::algo::direct>>(*comm, std::span<int>(v));
+      } catch (const collx::error& e) {
+        codes[static_cast<size_t>(comm->rank())] = e.code();
+        (e.code() == collx::errc::mismatch ? mismatches : others)++;
+      }
+    });
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto& t : threads) t.join();
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));
+  for (int r = 0; r < 4; ++r) {
+    INFO("rank " << r);
+    CHECK(codes[static_cast<size_t>(r)] != collx::errc::internal);   // every rank failed
+    CHECK(codes[static_cast<size_t>(r)] != collx::errc::timeout);    // and none by timing out
+  }
+  CHECK(mismatches.load() >= 2);
+}
+
+}  // namespace
