@@ -1,6 +1,7 @@
 /// @file cuda/reduce_kernel.cuh
 /// The element-wise reduction kernel, dst[i] = op(a[i], b[i]), for any element type and op, and its
-/// host-side launcher. For .cu files (nvcc, with collx::cuda's --expt-relaxed-constexpr).
+/// host-side launcher. The per-thread work is reduce_thread.hpp's (plain C++, also run on the CPU).
+/// For .cu files (nvcc, with collx::cuda's --expt-relaxed-constexpr).
 ///
 /// Hand-written rather than cub::DeviceTransform (which collx uses for plain conversions, see
 /// convert.cuh): its per-thread body is what the device collectives will fuse with peer loads and
@@ -19,8 +20,8 @@
 #include <collx/concepts.hpp>
 #include <collx/cuda/launch_geometry.hpp>
 #include <collx/cuda/reduce_step.hpp>
+#include <collx/cuda/reduce_thread.hpp>
 #include <collx/cuda/runtime.hpp>
-#include <collx/cuda/vector_access.cuh>
 #include <collx/cuda/vector_plan.hpp>
 #include <collx/cuda_types.hpp>
 #include <collx/error.hpp>
@@ -29,51 +30,17 @@ namespace collx {
 inline namespace v0 {
 namespace gpu {
 
-/// The vector width, in elements, reduce_kernel uses for buffers holding A, B and D: 16 bytes of
-/// the widest, or 1 (scalar only) when a value type cannot be vectorised (size not a power of two
-/// dividing 16, or not default-constructible).
-template <class T, class Op, values A, values B, values D>
-inline constexpr unsigned reduce_vector_width = [] {
-  using VA = value_t<T, Op, A>;
-  using VB = value_t<T, Op, B>;
-  using VD = value_t<T, Op, D>;
-  constexpr std::size_t widest = std::max({sizeof(VA), sizeof(VB), sizeof(VD)});
-  constexpr auto fits = [](std::size_t s) { return (s & (s - 1)) == 0 && s <= max_vector_bytes; };
-  if constexpr (!fits(sizeof(VA)) || !fits(sizeof(VB)) || !fits(sizeof(VD)) ||
-                !std::is_default_constructible_v<VD>)
-    return 1u;
-  else
-    return static_cast<unsigned>(max_vector_bytes / widest);
-}();
-
-/// dst[i] = op(a[i], b[i]) for i in [0, plan.count()), `a` the left operand, by a grid-stride loop.
-/// Width > 1: elements [plan.head, plan.tail_begin()) move as `plan.vectors` aligned vectors of
-/// Width values, grid thread t handles head element t (t < plan.head) and tail element
-/// plan.tail_begin() + t (t < plan.tail). Width == 1: plan must be the scalar plan.
-/// Reads and writes only indices below plan.count(). dst may be a or b (same index, same type);
-/// no other overlap. Launch with a geometry from plan_launch(max(vectors, head, tail)).
+/// dst[i] = op(a[i], b[i]) for i in [0, plan.count()), `a` the left operand: each grid thread does
+/// reduce_thread's share (head and tail elements one at a time, aligned vectors of Width values by a
+/// grid-stride loop; Width == 1 needs the scalar plan). Reads and writes only indices below
+/// plan.count(). dst may be a or b (same index, same type); no other overlap. Launch with a geometry
+/// from plan_launch(max(vectors, head, tail)).
 template <class T, class Op, values A, values B, values D, unsigned Width>
 __global__ void reduce_kernel(value_t<T, Op, D>* dst, const value_t<T, Op, A>* a, const value_t<T, Op, B>* b,
                               vector_plan plan, Op op, int world_size) {
   const std::size_t thread = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
-  const auto one = [&](std::size_t i) { dst[i] = reduce_step<T, Op, A, B, D>(op, a[i], b[i], world_size); };
-  if constexpr (Width == 1) {
-    for (std::size_t i = thread; i < plan.vectors; i += stride) one(i);
-  } else {
-    if (thread < plan.head) one(thread);
-    if (thread < plan.tail) one(plan.tail_begin() + thread);
-    for (std::size_t v = thread; v < plan.vectors; v += stride) {
-      const std::size_t i = plan.vector_begin(v);
-      const auto va = load_vector<Width>(a + i);
-      const auto vb = load_vector<Width>(b + i);
-      aligned_vector<value_t<T, Op, D>, Width> vd;
-#pragma unroll
-      for (unsigned k = 0; k < Width; ++k)
-        vd.values[k] = reduce_step<T, Op, A, B, D>(op, va.values[k], vb.values[k], world_size);
-      store_vector<Width>(dst + i, vd);
-    }
-  }
+  reduce_thread<T, Op, A, B, D, Width>(thread, stride, dst, a, b, plan, op, world_size);
 }
 
 /// True when the byte ranges [p, p + n) and [q, q + m) share a byte (empty ranges share none).
@@ -94,9 +61,11 @@ inline bool ranges_overlap(const void* p, std::size_t n, const void* q, std::siz
 ///         or overlapping buffers; (errc::cuda) when the launch fails. Kernel faults surface at the
 ///         next synchronising CUDA call, as for any kernel.
 template <class T, values A = values::elements, values B = values::elements, values D = values::elements, class Op>
-void reduce_elementwise(value_t<T, Op, D>* dst, const value_t<T, Op, A>* a, const value_t<T, Op, B>* b, std::size_t count,
-            const Op& op, int world_size, cudaStream_t stream, const device_limits& limits) {
-  static_assert(reduction_op<Op, T>, "collx::gpu::reduce_elementwise: Op must be a reduction op on T (see collx/concepts.hpp)");
+void reduce_elementwise(value_t<T, Op, D>* dst, const value_t<T, Op, A>* a, const value_t<T, Op, B>* b,
+                        std::size_t count, const Op& op, int world_size, cudaStream_t stream,
+                        const device_limits& limits) {
+  static_assert(reduction_op<Op, T>,
+                "collx::gpu::reduce_elementwise: Op must be a reduction op on T (see collx/concepts.hpp)");
   using VA = value_t<T, Op, A>;
   using VB = value_t<T, Op, B>;
   using VD = value_t<T, Op, D>;
@@ -114,12 +83,11 @@ void reduce_elementwise(value_t<T, Op, D>* dst, const value_t<T, Op, A>* a, cons
   aliases(b, sizeof(VB));
 
   constexpr unsigned width = reduce_vector_width<T, Op, A, B, D>;
-  const vector_plan plan = width == 1 ? scalar_plan(count)
-                                      : plan_vectors(count, {buffer_ref::of(dst), buffer_ref::of(a), buffer_ref::of(b)});
-  const launch_geometry g = plan_launch(std::max({plan.vectors, plan.head, plan.tail}), limits);
+  const auto [plan, g] = plan_reduce<T, Op, A, B, D>(dst, a, b, count, limits);
   if constexpr (width > 1) {
     if (!plan.scalar()) {
-      if (plan.width != width) COLLX_THROW(errc::internal, "gpu::reduce_elementwise: plan width differs from the kernel's");
+      if (plan.width != width)
+        COLLX_THROW(errc::internal, "gpu::reduce_elementwise: plan width differs from the kernel's");
       reduce_kernel<T, Op, A, B, D, width><<<g.blocks, g.threads_per_block, 0, stream>>>(dst, a, b, plan, op, world_size);
       check(cudaGetLastError(), "gpu::reduce_elementwise: reduce_kernel launch");
       return;
@@ -131,8 +99,8 @@ void reduce_elementwise(value_t<T, Op, D>* dst, const value_t<T, Op, A>* a, cons
 
 /// As above, on the current device's limits.
 template <class T, values A = values::elements, values B = values::elements, values D = values::elements, class Op>
-void reduce_elementwise(value_t<T, Op, D>* dst, const value_t<T, Op, A>* a, const value_t<T, Op, B>* b, std::size_t count,
-            const Op& op, int world_size, cudaStream_t stream) {
+void reduce_elementwise(value_t<T, Op, D>* dst, const value_t<T, Op, A>* a, const value_t<T, Op, B>* b,
+                        std::size_t count, const Op& op, int world_size, cudaStream_t stream) {
   // No device query for an empty call (the other overload still checks the arguments).
   reduce_elementwise<T, A, B, D>(dst, a, b, count, op, world_size, stream,
                                  count == 0 ? device_limits{1} : current_device_limits());
