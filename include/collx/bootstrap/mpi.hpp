@@ -1,0 +1,97 @@
+/// @file bootstrap/mpi.hpp
+/// Builds collx communicators from an MPI communicator: all ranks over MPI (collx::mpi::connect,
+/// in transport/mpi.hpp), or with a hierarchy attached (connect_hierarchical): the ranks of each
+/// node over shared memory, the ranks with the same local rank across nodes over MPI. MPI carries
+/// the bootstrap exchange (node ids, the shared-memory job id). Needs <mpi.h> (CMake: collx::mpi).
+#pragma once
+
+#include <mpi.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <collx/bootstrap/env.hpp>
+#include <collx/hierarchy.hpp>
+#include <collx/transport/mpi.hpp>
+#include <collx/transport/shm.hpp>
+
+namespace collx {
+inline namespace v0 {
+namespace mpi {
+
+/// How connect_hierarchical connects the ranks inside a node.
+enum class intra_node { shm, mpi };
+
+/// Every rank's node id (node_id_from_environment: COLLX_NODE_ID or the host name), gathered over
+/// `comm`. Collective over comm.
+/// @throws collx::error invalid_argument (a bad COLLX_NODE_ID), transport (an MPI error)
+inline std::vector<std::string> gather_node_ids(MPI_Comm comm) {
+  constexpr int width = 256;  // node_id_from_environment allows at most 255 bytes
+  std::string mine = node_id_from_environment();
+  mine.resize(width, '\0');
+  int n = 0;
+  check_mpi(MPI_Comm_size(comm, &n), "MPI_Comm_size");
+  std::vector<char> all(static_cast<std::size_t>(n) * width);
+  check_mpi(MPI_Allgather(mine.data(), width, MPI_CHAR, all.data(), width, MPI_CHAR, comm), "MPI_Allgather(node ids)");
+  std::vector<std::string> ids;
+  for (int r = 0; r < n; ++r) ids.emplace_back(all.data() + static_cast<std::size_t>(r) * width);
+  return ids;
+}
+
+/// A communicator over every rank of `comm` (MPI transport) with a hierarchy attached: the node
+/// communicator runs over shared memory (or MPI with intra = intra_node::mpi) among the ranks with
+/// the same node id, the cross-node communicator over MPI among the ranks with the same local rank.
+/// algo::hierarchical then keeps node-local traffic off the network, and algo::automatic uses it
+/// when there are several nodes with several ranks each. Collective over comm.
+/// Node ids: COLLX_NODE_ID, else the host name; setting COLLX_NODE_ID per rank runs several
+/// "nodes" on one machine (e.g. `mpirun -np 2 -x COLLX_NODE_ID=a prog : -np 2 -x COLLX_NODE_ID=b prog`).
+/// @throws collx::error invalid_argument (bad COLLX_NODE_ID), transport (an MPI error), and what
+///   connect_shm throws (shared memory full, ranks not arriving in time).
+inline communicator connect_hierarchical(MPI_Comm comm, const communicator_options& opt = {},
+                                         intra_node intra = intra_node::shm, const mpi_options& mopt = {},
+                                         const shm_options& sopt = {}) {
+  int rank = 0;
+  check_mpi(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
+  node_layout layout = node_layout::from_ids(gather_node_ids(comm), rank);
+
+  MPI_Comm node_comm = MPI_COMM_NULL, cross_comm = MPI_COMM_NULL;
+  check_mpi(MPI_Comm_split(comm, layout.node_index, layout.local_rank, &node_comm), "MPI_Comm_split(node)");
+  check_mpi(MPI_Comm_split(comm, layout.local_rank, layout.node_index, &cross_comm), "MPI_Comm_split(cross-node)");
+  struct comm_guard {
+    MPI_Comm& c;
+    ~comm_guard() {
+      if (c != MPI_COMM_NULL) MPI_Comm_free(&c);
+    }
+  } free_node{node_comm}, free_cross{cross_comm};
+
+  communicator world = connect(comm, opt, mopt);
+  communicator cross = connect(cross_comm, opt, mopt);
+  communicator node = [&] {
+    if (intra == intra_node::mpi) return connect(node_comm, opt, mopt);
+    // A job id for this node's segment: made by the node's first rank, unique per job and node.
+    char job[64] = {};
+    if (layout.local_rank == 0) {
+      std::random_device rd;
+      const auto t = std::chrono::steady_clock::now().time_since_epoch().count();
+      std::snprintf(job, sizeof job, "mpi-%d-%llx-%x-n%d", static_cast<int>(::getpid()), static_cast<unsigned long long>(t),
+                    rd(), layout.node_index);
+    }
+    check_mpi(MPI_Bcast(job, sizeof job, MPI_CHAR, 0, node_comm), "MPI_Bcast(shared-memory job id)");
+    launch_info info;
+    info.rank = info.local_rank = layout.local_rank;
+    info.world_size = info.local_world_size = layout.local_size;
+    info.job_id = job;
+    info.source = "MPI";
+    return connect_shm(info, opt, sopt);
+  }();
+  attach_hierarchy(world, std::move(layout), std::move(node), std::move(cross));
+  return world;
+}
+
+}  // namespace mpi
+}  // namespace v0
+}  // namespace collx

@@ -1,0 +1,395 @@
+/// @file transport/mpi.hpp
+/// A collx transport over MPI point-to-point messages: runs any collx schedule between ranks that
+/// MPI connects (other nodes over the network, or any ranks of an MPI job). Needs <mpi.h> and an
+/// MPI library (CMake: target collx::mpi).
+///
+/// Wire protocol, per message of a schedule (one MPI tag on a private duplicate of the user's
+/// communicator, so nothing collx sends can match the application's receives):
+///   1. a first MPI message: a header {call signature, total bytes, piece bytes} followed by the
+///      first piece of the payload (at most piece bytes);
+///   2. the rest of the payload in pieces of `piece` bytes (the last may be shorter), sent straight
+///      from the sender's buffer (no copy) and received into two bounded staging buffers, so a
+///      receiver holds at most 2 pieces plus one first message however long the message is.
+/// MPI's non-overtaking rule (messages between one pair with one tag arrive in order) keeps the
+/// pieces in order. A receiver whose expected signature or size differs still drains the pieces
+/// the header announces, so the sender's requests complete, and then fails the communicator.
+///
+/// Failures reach every rank: a rank that fails (mismatch, timeout, abort(), an invalid call) sends
+/// a control message with the error code and text to every peer on a second tag; every wait polls
+/// for it. MPI itself offers no liveness check: a peer that dies is seen by the launcher (mpirun
+/// ends the job) or by the timeout.
+///
+/// Threads: the transport calls MPI from the thread that runs the collective (the caller, or the
+/// communicator's progress thread for *_async calls). MPI must therefore be initialised with
+/// MPI_THREAD_MULTIPLE when *_async calls are used or the application calls MPI while a collective
+/// runs in another thread, and at least MPI_THREAD_SERIALIZED otherwise (checked at construction).
+#pragma once
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <collx/communicator.hpp>
+#include <collx/error.hpp>
+#include <collx/transport/transport.hpp>
+
+namespace collx {
+inline namespace v0 {
+namespace mpi {
+
+/// Settings of the MPI transport.
+struct mpi_options {
+  /// Payload bytes per MPI message after the first (rounded down to whole elements). Bounds the
+  /// receiver's staging memory (2 pieces per communicator) and sets the pipelining grain.
+  std::size_t piece_bytes = std::size_t{1} << 20;
+};
+
+/// Throws errc::transport naming `what` if an MPI call returned an error code.
+inline void check_mpi(int rc, const char* what) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  COLLX_THROW(errc::transport, std::string(what) + " failed: " + std::string(text, static_cast<std::size_t>(len)));
+}
+
+/// The thread support MPI was initialised with (MPI_THREAD_SINGLE ... MPI_THREAD_MULTIPLE).
+inline int thread_level() {
+  int level = MPI_THREAD_SINGLE;
+  check_mpi(MPI_Query_thread(&level), "MPI_Query_thread");
+  return level;
+}
+
+namespace detail {
+/// What travels in front of every message's first piece.
+struct wire_header {
+  call_signature sig;
+  std::uint64_t bytes = 0;  ///< the whole payload
+  std::uint64_t piece = 0;  ///< payload bytes per later MPI message
+};
+/// Pieces after the first: how many and how long the k-th is (k from 0).
+inline std::size_t later_pieces(std::uint64_t bytes, std::uint64_t piece) noexcept {
+  if (bytes <= piece) return 0;
+  return static_cast<std::size_t>((bytes - piece + piece - 1) / piece);
+}
+inline std::size_t later_piece_bytes(std::uint64_t bytes, std::uint64_t piece, std::size_t k) noexcept {
+  const std::uint64_t start = piece * (k + 1);
+  return static_cast<std::size_t>(std::min<std::uint64_t>(piece, bytes - start));
+}
+/// The piece size for elements of `granularity` bytes: whole elements, at least one.
+inline std::size_t piece_for(std::size_t piece_bytes, std::size_t granularity) noexcept {
+  const std::size_t g = std::max<std::size_t>(1, granularity);
+  const std::size_t p = std::min<std::size_t>(piece_bytes, INT_MAX / 2);
+  return std::max(g, p / g * g);
+}
+}  // namespace detail
+
+/// The MPI transport of one rank. Construct it on every rank of `comm` (collective, like
+/// MPI_Comm_dup); it works on a private duplicate, freed when the transport is destroyed.
+/// @throws collx::error transport (MPI not initialised, too little thread support, an MPI error)
+class mpi_transport final : public transport {
+ public:
+  static constexpr int data_tag = 7001;     ///< schedule messages
+  static constexpr int control_tag = 7002;  ///< failure notices
+
+  explicit mpi_transport(MPI_Comm comm, const mpi_options& opt = {}) : opt_(opt) {
+    int initialised = 0;
+    MPI_Initialized(&initialised);
+    if (!initialised) COLLX_THROW(errc::transport, "collx::mpi: MPI is not initialised (call MPI_Init_thread first)");
+    level_ = thread_level();
+    if (level_ < MPI_THREAD_SERIALIZED)
+      COLLX_THROW(errc::transport,
+                  "collx::mpi: MPI was initialised with thread level " + std::to_string(level_) +
+                      "; collx needs at least MPI_THREAD_SERIALIZED (MPI_THREAD_MULTIPLE for *_async calls): use "
+                      "MPI_Init_thread");
+    check_mpi(MPI_Comm_dup(comm, &comm_), "MPI_Comm_dup");
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+    owner_ = std::this_thread::get_id();
+  }
+  ~mpi_transport() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized) return;
+    for (MPI_Request& r : piece_recvs_)
+      if (r != MPI_REQUEST_NULL) {
+        MPI_Cancel(&r);
+        MPI_Request_free(&r);
+      }
+    if (!failed_.load(std::memory_order_acquire)) {
+      MPI_Comm_free(&comm_);
+      return;
+    }
+    // After a failure, messages of the failed call may still be in flight or unreceived (the
+    // data of a call the peers gave up on, failure notices from several ranks). Freeing the
+    // duplicate would let MPI hand its context id to a later communicator, where a stale message
+    // could match a receive; so it is kept, and so are the buffers of unfinished sends. A failed
+    // communicator is rare and these are small.
+    for (MPI_Request& r : sends_)
+      if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
+    for (MPI_Request& r : control_sends_)
+      if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
+    for (auto& b : first_buffers_) (void)b.release();
+    (void)notice_.release();
+  }
+  mpi_transport(const mpi_transport&) = delete;
+  mpi_transport& operator=(const mpi_transport&) = delete;
+
+  int rank() const noexcept override { return rank_; }
+  int size() const noexcept override { return size_; }
+  std::string_view name() const noexcept override { return "mpi"; }
+  void set_timeout(std::chrono::milliseconds t) noexcept override { timeout_ = t; }
+  /// The duplicate communicator collx sends on.
+  MPI_Comm mpi_comm() const noexcept { return comm_; }
+
+  void check() override {
+    enter();
+    poll_control();
+    if (failed_.load(std::memory_order_acquire)) rethrow_failure();
+  }
+
+  void fail(errc code, const std::string& why) noexcept override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (failed_.load(std::memory_order_relaxed)) return;
+      code_ = code;
+      why_ = why;
+      failed_.store(true, std::memory_order_release);
+      notice_pending_ = true;
+    }
+    // MPI may be called here only from the thread that owns the transport, unless MPI allows any.
+    if (level_ == MPI_THREAD_MULTIPLE || std::this_thread::get_id() == owner_) send_notices();
+  }
+
+  void post_send(int peer, const void* data, std::size_t bytes, std::size_t granularity,
+                 const call_signature& sig) override {
+    enter();
+    const std::size_t piece = detail::piece_for(opt_.piece_bytes, granularity);
+    const std::size_t first = std::min(bytes, piece);
+    auto buf = std::make_unique<std::byte[]>(sizeof(detail::wire_header) + first);
+    const detail::wire_header h{sig, bytes, piece};
+    std::memcpy(buf.get(), &h, sizeof h);
+    if (first) std::memcpy(buf.get() + sizeof h, data, first);
+    isend(buf.get(), sizeof h + first, peer, data_tag);
+    first_buffers_.push_back(std::move(buf));
+    const auto* p = static_cast<const std::byte*>(data);
+    const std::size_t later = detail::later_pieces(bytes, piece);
+    for (std::size_t k = 0; k < later; ++k)
+      isend(p + piece * (k + 1), detail::later_piece_bytes(bytes, piece, k), peer, data_tag);
+  }
+
+  void recv(int peer, std::size_t bytes, std::size_t granularity, const call_signature& sig,
+            consumer_ref consume) override {
+    enter();
+    // 1. The first message: probe for its size, then receive it whole.
+    MPI_Message msg = MPI_MESSAGE_NULL;
+    MPI_Status st;
+    wait("a message from", peer, [&] {
+      int found = 0;
+      check_rc(MPI_Improbe(peer, data_tag, comm_, &found, &msg, &st), "MPI_Improbe", peer);
+      return found != 0;
+    });
+    int len = 0;
+    MPI_Get_count(&st, MPI_BYTE, &len);
+    if (static_cast<std::size_t>(len) < sizeof(detail::wire_header)) {
+      MPI_Mrecv(nullptr, 0, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
+      fail_out(errc::transport, "malformed message of " + std::to_string(len) + " bytes from rank " + std::to_string(peer) +
+                                    " (is another program sending on collx's communicator?)");
+    }
+    first_.resize(static_cast<std::size_t>(len));
+    check_rc(MPI_Mrecv(first_.data(), len, MPI_BYTE, &msg, MPI_STATUS_IGNORE), "MPI_Mrecv", peer);
+    detail::wire_header h;
+    std::memcpy(&h, first_.data(), sizeof h);
+    const std::size_t later = detail::later_pieces(h.bytes, h.piece);
+
+    std::string mismatch;
+    if (!(h.sig == sig)) mismatch = describe_mismatch(sig, rank_, h.sig, peer);
+    else if (h.bytes != bytes)
+      mismatch = "message size differs: rank " + std::to_string(peer) + " sends " + std::to_string(h.bytes) +
+                 " bytes, rank " + std::to_string(rank_) + " expects " + std::to_string(bytes) +
+                 " (per-rank counts disagree)";
+    else if (h.piece % std::max<std::size_t>(1, granularity) != 0)
+      mismatch = "rank " + std::to_string(peer) + " cuts messages into " + std::to_string(h.piece) +
+                 "-byte pieces, not whole " + std::to_string(granularity) + "-byte elements";
+    const bool ok = mismatch.empty();
+    if (ok && len > static_cast<int>(sizeof h)) consume(first_.data() + sizeof h, 0, static_cast<std::size_t>(len) - sizeof h);
+
+    // 2. The later pieces, double-buffered: piece k+1 is on its way while piece k is consumed.
+    // On a mismatch they are still received (and dropped) so that the sender's sends complete.
+    for (auto& s : staging_)
+      if (s.size() < h.piece) s.resize(static_cast<std::size_t>(std::min<std::uint64_t>(h.piece, INT_MAX)));
+    auto post = [&](std::size_t k) {
+      irecv(staging_[k % 2].data(), detail::later_piece_bytes(h.bytes, h.piece, k), peer, &piece_recvs_[k % 2]);
+    };
+    if (later > 0) post(0);
+    for (std::size_t k = 0; k < later; ++k) {
+      if (k + 1 < later) post(k + 1);
+      MPI_Request& r = piece_recvs_[k % 2];
+      wait("the rest of a message from", peer, [&] {
+        int done = 0;
+        check_rc(MPI_Test(&r, &done, MPI_STATUS_IGNORE), "MPI_Test", peer);
+        return done != 0;
+      });
+      if (ok) consume(staging_[k % 2].data(), h.piece * (k + 1), detail::later_piece_bytes(h.bytes, h.piece, k));
+    }
+    if (!ok) fail_out(errc::mismatch, mismatch);
+  }
+
+  void wait_sends() override {
+    enter();
+    wait("its sends to be delivered; last peer", -1, [&] {
+      int done = 0;
+      check_rc(MPI_Testall(static_cast<int>(sends_.size()), sends_.data(), &done, MPI_STATUSES_IGNORE), "MPI_Testall",
+               -1);
+      return done != 0;
+    });
+    sends_.clear();
+    first_buffers_.clear();
+  }
+
+ private:
+  void enter() noexcept { owner_ = std::this_thread::get_id(); }
+
+  void isend(const void* p, std::size_t n, int peer, int tag) {
+    MPI_Request r = MPI_REQUEST_NULL;
+    check_rc(MPI_Isend(p, static_cast<int>(n), MPI_BYTE, peer, tag, comm_, &r), "MPI_Isend", peer);
+    sends_.push_back(r);
+  }
+  void irecv(void* p, std::size_t n, int peer, MPI_Request* r) {
+    check_rc(MPI_Irecv(p, static_cast<int>(n), MPI_BYTE, peer, data_tag, comm_, r), "MPI_Irecv", peer);
+  }
+  void check_rc(int rc, const char* what, int peer) {
+    if (rc == MPI_SUCCESS) return;
+    try {
+      check_mpi(rc, what);
+    } catch (const error& e) {
+      fail_out(errc::transport, std::string(e.what()) + (peer >= 0 ? " (peer rank " + std::to_string(peer) + ")" : ""));
+    }
+  }
+
+  /// Polls `ready` until it returns true; between polls looks for failure notices and the deadline,
+  /// and backs off from spinning to yielding to short sleeps, so oversubscribed ranks progress.
+  template <class Ready>
+  void wait(const char* what, int peer, Ready ready) {
+    const auto start = std::chrono::steady_clock::now();
+    const auto deadline = start + timeout_;
+    for (unsigned polls = 0;; ++polls) {
+      if (ready()) return;
+      if (polls % 64 == 0) {
+        poll_control();
+        if (failed_.load(std::memory_order_acquire)) rethrow_failure();
+        const auto now = std::chrono::steady_clock::now();
+        if (now > deadline)
+          fail_out(errc::timeout, "timed out after " + std::to_string(timeout_.count()) + " ms waiting for " + what +
+                                      (peer >= 0 ? " rank " + std::to_string(peer) : std::string()) + " (rank " +
+                                      std::to_string(rank_) + "; the peer is late, stuck, dead, or called something else)");
+        const auto waited = now - start;
+        if (waited > std::chrono::milliseconds(5)) std::this_thread::sleep_for(std::chrono::microseconds(50));
+        else if (waited > std::chrono::microseconds(100)) std::this_thread::yield();
+      }
+    }
+  }
+
+  /// Takes in a failure notice from any peer, if one arrived.
+  void poll_control() {
+    int found = 0;
+    MPI_Message msg = MPI_MESSAGE_NULL;
+    MPI_Status st;
+    if (MPI_Improbe(MPI_ANY_SOURCE, control_tag, comm_, &found, &msg, &st) != MPI_SUCCESS || !found) {
+      if (notice_pending_) send_notices();
+      return;
+    }
+    int len = 0;
+    MPI_Get_count(&st, MPI_BYTE, &len);
+    std::string text(static_cast<std::size_t>(std::max(len, 0)), '\0');
+    MPI_Mrecv(text.data(), len, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
+    errc code = errc::aborted;
+    if (text.size() >= sizeof(int)) {
+      int c = 0;
+      std::memcpy(&c, text.data(), sizeof c);
+      code = static_cast<errc>(c);
+      text.erase(0, sizeof c);
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (failed_.load(std::memory_order_relaxed)) return;
+    code_ = code;
+    why_ = text;
+    failed_.store(true, std::memory_order_release);  // a peer's failure: it told everyone already
+  }
+
+  /// Tells every peer this rank failed (once).
+  void send_notices() noexcept {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!notice_pending_.exchange(false)) return;
+    const int c = static_cast<int>(code_);
+    notice_ = std::make_unique<std::string>(sizeof c, '\0');
+    std::memcpy(notice_->data(), &c, sizeof c);
+    *notice_ += "rank " + std::to_string(rank_) + " failed: " + why_;
+    for (int p = 0; p < size_; ++p) {
+      if (p == rank_) continue;
+      MPI_Request r = MPI_REQUEST_NULL;
+      if (MPI_Isend(notice_->data(), static_cast<int>(notice_->size()), MPI_BYTE, p, control_tag, comm_, &r) ==
+          MPI_SUCCESS)
+        control_sends_.push_back(r);
+    }
+  }
+
+  [[noreturn]] void fail_out(errc code, const std::string& why) {
+    fail(code, why);
+    rethrow_failure();
+  }
+  [[noreturn]] void rethrow_failure() {
+    if (notice_pending_) send_notices();
+    errc code;
+    std::string why;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      code = code_;
+      why = why_;
+    }
+    COLLX_THROW(code, why);
+  }
+
+  mpi_options opt_;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1, level_ = MPI_THREAD_SINGLE;
+  std::chrono::milliseconds timeout_{std::chrono::seconds(300)};
+  std::atomic<std::thread::id> owner_{};
+
+  std::vector<MPI_Request> sends_;                          // posted since the last wait_sends
+  std::vector<std::unique_ptr<std::byte[]>> first_buffers_;  // header + first piece of each send
+  std::vector<std::byte> first_;                             // the received first message
+  std::vector<std::byte> staging_[2];                        // later pieces, double-buffered
+  MPI_Request piece_recvs_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+
+  std::mutex mu_;  // guards the failure state below (fail() may come from any thread)
+  std::atomic<bool> failed_{false};
+  std::atomic<bool> notice_pending_{false};
+  errc code_ = errc::aborted;
+  std::string why_;
+  std::unique_ptr<std::string> notice_;  // the control message; stays alive while it is being sent
+  std::vector<MPI_Request> control_sends_;
+};
+
+/// A communicator over every rank of `comm` whose messages go over MPI (a private duplicate of
+/// `comm`; rank and world size are comm's). Collective over comm.
+/// @throws collx::error transport (see mpi_transport)
+inline communicator connect(MPI_Comm comm, const communicator_options& opt = {}, const mpi_options& mopt = {}) {
+  return communicator(std::make_shared<mpi_transport>(comm, mopt), opt);
+}
+
+}  // namespace mpi
+}  // namespace v0
+}  // namespace collx

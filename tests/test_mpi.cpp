@@ -1,0 +1,280 @@
+// collx over MPI, run by Open MPI's mpirun with TCP between ranks (see tests/CMakeLists.txt):
+//   1. the MPI transport alone (collx::mpi::connect): every collective and algorithm, many pieces
+//      per message, custom and non-commutative ops, send/recv, async calls;
+//   2. the hierarchy (collx::mpi::connect_hierarchical): shared memory inside a "node"
+//      (COLLX_NODE_ID per rank), MPI across nodes, algo::hierarchical and algo::automatic;
+//   3. failures: a count mismatch reaches every rank as errc::mismatch, abort() from another
+//      thread wakes a waiting rank and its peers, both within seconds, not at the timeout.
+// Every result is compared with the sequential rank-order reference of tests/reference.hpp
+// (every rank generates every rank's inputs). A plain program, not Catch2: each rank checks, all
+// ranks keep making the same calls, and the exit status says whether any check failed.
+// argv[1] (optional): the number of nodes the launcher set up with COLLX_NODE_ID.
+#include "reference.hpp"
+
+#include <mpi.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <numeric>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <collx/bootstrap/mpi.hpp>
+#include <collx/collx.hpp>
+#include <collx/transport/mpi.hpp>
+
+namespace {
+
+using std::size_t;
+int g_rank = 0, g_failures = 0, g_checks = 0;
+
+void check(bool ok, const std::string& what) {
+  ++g_checks;
+  if (ok) return;
+  ++g_failures;
+  std::fprintf(stderr, "rank %d: FAILED: %s\n", g_rank, what.c_str());
+}
+
+template <class T>
+void check_same(std::span<const T> got, std::span<const T> want, const std::string& what) {
+  const size_t d = ref::first_difference(got, want);
+  check(d == ref::npos, what + (d == ref::npos ? "" : ": first difference at " + std::to_string(d) +
+                                                         (d < got.size() && d < want.size()
+                                                              ? ", got " + ref::show(got[d]) + ", want " + ref::show(want[d])
+                                                              : std::string(" (sizes differ)"))));
+}
+
+template <class T, class Op>
+std::vector<T> folded(const std::vector<std::vector<T>>& in, size_t from, size_t count, const Op& op = {}) {
+  std::vector<T> out(count);
+  for (size_t i = 0; i < count; ++i)
+    out[i] = ref::fold_left<T, Op>(static_cast<int>(in.size()), [&](int r) { return in[static_cast<size_t>(r)][from + i]; }, op);
+  return out;
+}
+
+// Every collective with algorithm Algo on comm, against the reference.
+template <class Algo>
+void sweep(collx::communicator& c, const std::string& tag) {
+  const int n = c.size(), r = c.rank();
+  const size_t ur = static_cast<size_t>(r);
+  for (size_t count : {size_t{0}, size_t{1}, size_t{13}, size_t{4099}, size_t{300001}}) {
+    const std::string at = tag + " count " + std::to_string(count);
+    {  // allreduce, int32 sum, out of place and in place
+      const auto in = ref::gen_ranks<std::int32_t>(n, count, ref::flavor::general, 1);
+      const auto want = folded<std::int32_t, collx::ops::sum>(in, 0, count);
+      std::vector<std::int32_t> out = ref::poisoned<std::int32_t>(count);
+      collx::allreduce<Algo>(c, std::span<const std::int32_t>(in[ur]), std::span<std::int32_t>(out));
+      check_same<std::int32_t>(out, want, at + " allreduce");
+      std::vector<std::int32_t> buf = in[ur];
+      collx::allreduce<Algo>(c, std::span<std::int32_t>(buf));
+      check_same<std::int32_t>(buf, want, at + " allreduce in place");
+    }
+    {  // allreduce, half avg (fp32 partials, rounded once)
+      const auto in = ref::gen_ranks<collx::half>(n, count, ref::flavor::exact, 2);
+      const auto want = folded<collx::half, collx::ops::avg>(in, 0, count);
+      std::vector<collx::half> out = ref::poisoned<collx::half>(count);
+      collx::allreduce<Algo>(c, std::span<const collx::half>(in[ur]), std::span<collx::half>(out), collx::ops::avg{});
+      check_same<collx::half>(out, want, at + " allreduce half avg");
+    }
+    {  // broadcast and reduce from the last rank
+      const int root = n - 1;
+      const auto in = ref::gen_ranks<double>(n, count, ref::flavor::exact, 3);
+      std::vector<double> b = r == root ? in[ur] : ref::poisoned<double>(count);
+      collx::broadcast<Algo, double>(c, std::span<double>(b), root);
+      check_same<double>(b, in[static_cast<size_t>(root)], at + " broadcast");
+      std::vector<double> out = ref::poisoned<double>(count);
+      collx::reduce<Algo, double>(c, std::span<const double>(in[ur]), std::span<double>(out), root, collx::ops::max{});
+      if (r == root) check_same<double>(out, folded<double, collx::ops::max>(in, 0, count), at + " reduce max");
+    }
+  }
+  // reduce_scatter_v and all_gather_v with uneven blocks (zeros included).
+  std::vector<size_t> counts(static_cast<size_t>(n));
+  for (int k = 0; k < n; ++k) counts[static_cast<size_t>(k)] = static_cast<size_t>((k * 37 + 11) % 53) * (k % 3 == 1 ? 0 : 1) + 1000 * static_cast<size_t>(k);
+  std::vector<size_t> off(counts.size() + 1);
+  std::partial_sum(counts.begin(), counts.end(), off.begin() + 1);
+  {
+    const auto in = ref::gen_ranks<std::uint64_t>(n, off.back(), ref::flavor::general, 4);
+    std::vector<std::uint64_t> out = ref::poisoned<std::uint64_t>(counts[ur]);
+    collx::reduce_scatter_v<Algo>(c, std::span<const std::uint64_t>(in[ur]), std::span<std::uint64_t>(out),
+                                  std::span<const size_t>(counts), collx::ops::bxor{});
+    check_same<std::uint64_t>(out, folded<std::uint64_t, collx::ops::bxor>(in, off[ur], counts[ur]), tag + " reduce_scatter_v");
+  }
+  {
+    std::vector<std::vector<float>> in;
+    for (int k = 0; k < n; ++k) in.push_back(ref::gen_vec<float>(k, counts[static_cast<size_t>(k)], ref::flavor::general, 5));
+    std::vector<float> out = ref::poisoned<float>(off.back()), want;
+    for (const auto& v : in) want.insert(want.end(), v.begin(), v.end());
+    collx::all_gather_v<Algo>(c, std::span<const float>(in[ur]), std::span<float>(out), std::span<const size_t>(counts));
+    check_same<float>(out, want, tag + " all_gather_v");
+  }
+}
+
+void transport_only(collx::communicator& c) {
+  sweep<collx::algo::ring>(c, "mpi ring");
+  sweep<collx::algo::tree>(c, "mpi tree");
+  sweep<collx::algo::direct>(c, "mpi direct");
+  const int n = c.size(), r = c.rank();
+  const size_t ur = static_cast<size_t>(r);
+  {  // a non-commutative op, rank order
+    const auto in = ref::gen_ranks<ref::mat2>(n, 777, ref::flavor::general, 6);
+    std::vector<ref::mat2> out(777);
+    collx::allreduce<collx::algo::tree, ref::mat2, ref::mat_mul>(c, std::span<const ref::mat2>(in[ur]), std::span<ref::mat2>(out));
+    check_same<ref::mat2>(out, folded<ref::mat2, ref::mat_mul>(in, 0, 777), "mpi mat_mul allreduce");
+  }
+  {  // all_to_all_v
+    std::vector<size_t> sc(static_cast<size_t>(n)), rc(static_cast<size_t>(n));
+    for (int p = 0; p < n; ++p) {
+      sc[static_cast<size_t>(p)] = static_cast<size_t>(r * 3 + p + 1);
+      rc[static_cast<size_t>(p)] = static_cast<size_t>(p * 3 + r + 1);
+    }
+    std::vector<int> send(std::accumulate(sc.begin(), sc.end(), size_t{0})), recv(std::accumulate(rc.begin(), rc.end(), size_t{0}), -1);
+    for (size_t i = 0, p = 0, k = 0; i < send.size(); ++i, ++k) {
+      while (k >= sc[p]) k = 0, ++p;
+      send[i] = r * 1000000 + static_cast<int>(p) * 1000 + static_cast<int>(k);
+    }
+    collx::all_to_all_v(c, std::span<const int>(send), std::span<const size_t>(sc), std::span<int>(recv), std::span<const size_t>(rc));
+    bool ok = true;
+    for (size_t i = 0, p = 0, k = 0; i < recv.size(); ++i, ++k) {
+      while (k >= rc[p]) k = 0, ++p;
+      ok = ok && recv[i] == static_cast<int>(p) * 1000000 + r * 1000 + static_cast<int>(k);
+    }
+    check(ok, "mpi all_to_all_v");
+  }
+  {  // send/recv around a ring, a message of many pieces
+    std::vector<double> out = ref::gen_vec<double>(r, 200000, ref::flavor::general, 7), in(200000);
+    const int next = (r + 1) % n, prev = (r + n - 1) % n;
+    if (r % 2 == 0) {
+      collx::send(c, std::span<const double>(out), next);
+      collx::recv(c, std::span<double>(in), prev);
+    } else {
+      collx::recv(c, std::span<double>(in), prev);
+      collx::send(c, std::span<const double>(out), next);
+    }
+    check_same<double>(in, ref::gen_vec<double>(prev, 200000, ref::flavor::general, 7), "mpi send/recv");
+  }
+  {  // async: two all-reduces in flight, then a blocking one
+    std::vector<long> a(5000, r + 1), b(7000, 2 * r);
+    auto qa = collx::allreduce_async(c, std::span<long>(a));
+    auto qb = collx::allreduce_async(c, std::span<long>(b));
+    collx::barrier(c);
+    qa.wait();
+    qb.wait();
+    const long s = static_cast<long>(n) * (n + 1) / 2;
+    check(a[4999] == s && b[6999] == 2 * (s - n), "mpi async allreduce");
+  }
+}
+
+void hierarchical(collx::communicator& c, int expected_nodes) {
+  collx::hierarchy* h = c.get_hierarchy();
+  check(h != nullptr, "connect_hierarchical attaches a hierarchy");
+  if (!h) return;
+  if (expected_nodes > 0)
+    check(h->layout.node_count == expected_nodes, "node count " + std::to_string(h->layout.node_count) + ", launcher set up " +
+                                                     std::to_string(expected_nodes));
+  check(h->node.get_transport().name() == "shm", "node communicator over shared memory");
+  check(h->cross.get_transport().name() == "mpi", "cross-node communicator over MPI");
+  using H = collx::algo::hierarchical<collx::algo::ring, collx::algo::direct>;
+  sweep<H>(c, "hierarchical<ring,direct>");
+  sweep<collx::algo::automatic>(c, "automatic (hierarchical)");
+  const int n = c.size();
+  const size_t ur = static_cast<size_t>(c.rank());
+  if (h->layout.contiguous) {  // custom non-commutative op across nodes, rank order
+    const auto in = ref::gen_ranks<ref::mat2>(n, 5001, ref::flavor::general, 8);
+    std::vector<ref::mat2> out(5001);
+    collx::allreduce<collx::algo::hierarchical<collx::algo::tree, collx::algo::direct>, ref::mat2, ref::mat_mul>(
+        c, std::span<const ref::mat2>(in[ur]), std::span<ref::mat2>(out));
+    check_same<ref::mat2>(out, folded<ref::mat2, ref::mat_mul>(in, 0, 5001), "hierarchical mat_mul allreduce");
+  }
+  {  // a custom commutative struct reduction (min-loc) across nodes
+    using L = ref::loc64;
+    const auto in = ref::gen_ranks<L>(n, 3001, ref::flavor::general, 9);
+    std::vector<L> out(3001);
+    collx::allreduce<collx::algo::hierarchical<>, L, ref::min_loc>(c, std::span<const L>(in[ur]), std::span<L>(out));
+    check_same<L>(out, folded<L, ref::min_loc>(in, 0, 3001), "hierarchical min_loc allreduce");
+  }
+}
+
+// Rank 1 passes another count: every rank must fail with errc::mismatch, quickly.
+void mismatch(collx::communicator& c) {
+  std::vector<int> v(c.rank() == 1 ? 100 : 64, 1);
+  const auto t0 = std::chrono::steady_clock::now();
+  collx::errc code = collx::errc::internal;
+  try {
+    collx::allreduce<collx::algo::direct>(c, std::span<int>(v));
+  } catch (const collx::error& e) {
+    code = e.code();
+    if (g_rank == 0) std::printf("mismatch as reported on rank 0: %s\n", e.what());
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  check(code == collx::errc::mismatch, "count mismatch reported as errc::mismatch (got " + std::to_string(static_cast<int>(code)) + ")");
+  check(s < 10.0, "mismatch reported in " + std::to_string(s) + " s (timeout is 60 s)");
+}
+
+// Rank 0 waits for a message nobody sends; another thread aborts its communicator.
+void abort_wakes(collx::communicator& c) {
+  const auto t0 = std::chrono::steady_clock::now();
+  collx::errc code = collx::errc::internal;
+  std::thread aborter;
+  if (c.rank() == 0) aborter = std::thread([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      c.abort();
+    });
+  try {
+    std::vector<int> v(10);
+    if (c.rank() == 0) collx::recv(c, std::span<int>(v), 1);  // rank 1 never sends
+    else collx::barrier(c);                                    // waits for rank 0, forever
+  } catch (const collx::error& e) {
+    code = e.code();
+  }
+  if (aborter.joinable()) aborter.join();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  check(code == collx::errc::aborted, "abort() reported as errc::aborted (got " + std::to_string(static_cast<int>(code)) + ")");
+  check(s < 10.0, "abort seen in " + std::to_string(s) + " s");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+  const int expected_nodes = argc > 1 ? std::atoi(argv[1]) : 0;
+  try {
+    check(provided == MPI_THREAD_MULTIPLE, "MPI_THREAD_MULTIPLE provided");
+    {
+      collx::mpi::mpi_options small;
+      small.piece_bytes = 5000;  // many pieces per message, and pieces that are not powers of two
+      collx::communicator c = collx::mpi::connect(MPI_COMM_WORLD, {}, small);
+      check(c.get_transport().name() == "mpi", "transport name");
+      transport_only(c);
+    }
+    {
+      collx::communicator c = collx::mpi::connect_hierarchical(MPI_COMM_WORLD);
+      hierarchical(c, expected_nodes);
+    }
+    {
+      collx::communicator c = collx::mpi::connect(MPI_COMM_WORLD);
+      mismatch(c);
+    }
+    {
+      collx::communicator c = collx::mpi::connect_hierarchical(MPI_COMM_WORLD);
+      mismatch(c);
+    }
+    {
+      collx::communicator c = collx::mpi::connect(MPI_COMM_WORLD);
+      abort_wakes(c);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %d: unexpected exception: %s\n", g_rank, e.what());
+    ++g_failures;
+  }
+  int failures = 0;
+  MPI_Allreduce(&g_failures, &failures, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (g_rank == 0) std::printf("test_mpi: %d checks per rank, %d failed in total\n", g_checks, failures);
+  MPI_Finalize();
+  return failures == 0 ? 0 : 1;
+}
