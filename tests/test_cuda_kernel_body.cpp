@@ -41,7 +41,6 @@ struct triple {
   std::int32_t x, y, z;
 };
 struct triple_op {
-  static constexpr bool commutative = true;
   triple operator()(const triple& p, const triple& q) const {
     return {p.x < q.x ? p.x : q.x, static_cast<std::int32_t>(static_cast<std::uint32_t>(p.y) ^ static_cast<std::uint32_t>(q.y)),
             p.z > q.z ? p.z : q.z};
@@ -77,8 +76,12 @@ struct guarded {
   std::size_t begin_byte() const { return guard + offset * sizeof(V); }
   std::size_t bytes() const { return begin_byte() + count * sizeof(V) + guard; }
   V* data() const { return reinterpret_cast<V*>(base + begin_byte()); }
-  void fill(const std::vector<V>& v) { std::memcpy(base + begin_byte(), v.data(), count * sizeof(V)); }
-  void expect(const std::vector<V>& v) { std::memcpy(expected_image.data() + begin_byte(), v.data(), count * sizeof(V)); }
+  void fill(const std::vector<V>& v) {
+    if (count) std::memcpy(base + begin_byte(), v.data(), count * sizeof(V));  // (data() may be null)
+  }
+  void expect(const std::vector<V>& v) {
+    if (count) std::memcpy(expected_image.data() + begin_byte(), v.data(), count * sizeof(V));
+  }
   // Offset of the first byte that differs from the expected image, or bytes() if none. Two NaNs
   // are equal: x86 keeps a payload of one operand, and which one depends on how the compiler
   // ordered a commutative addition (a NaN + NaN differs from the reference in ~1 of 65536).

@@ -133,7 +133,9 @@ struct guarded {
   std::size_t begin_byte() const { return guard_bytes + offset * sizeof(V); }
   std::size_t bytes() const { return begin_byte() + count * sizeof(V) + guard_bytes; }
   V* data() const { return reinterpret_cast<V*>(base + begin_byte()); }
-  void set(const std::vector<V>& v) { std::memcpy(image.data() + begin_byte(), v.data(), count * sizeof(V)); }
+  void set(const std::vector<V>& v) {
+    if (count) std::memcpy(image.data() + begin_byte(), v.data(), count * sizeof(V));  // (data() may be null)
+  }
   void upload() { cuda_ok(cudaMemcpy(base, image.data(), bytes(), cudaMemcpyHostToDevice), "upload"); }
   std::vector<unsigned char> download() const {
     std::vector<unsigned char> out(bytes());
