@@ -173,6 +173,7 @@ template <class F>
 struct commutative_op {
   static constexpr bool commutative = true;
   F f;  ///< the wrapped op
+  COLLX_NV_EXEC_CHECK_DISABLE
   template <class T>
   COLLX_HOST_DEVICE constexpr auto operator()(const T& a, const T& b) const -> decltype(f(a, b)) { return f(a, b); }
 };

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <string>
 
+#include <collx/cuda/device_callable.cuh>
 #include <collx/cuda/reduce_kernel.cuh>  // ranges_overlap
 #include <collx/cuda/reduce_step.hpp>
 #include <collx/cuda/runtime.hpp>
@@ -21,16 +22,31 @@ namespace collx {
 inline namespace v0 {
 namespace gpu {
 
+/// convert_step<T, Op, S, D> as a device-only function object for cub::DeviceTransform: a
+/// narrow_float<T> specialisation without __device__ conversions is a compile error here
+/// (require_device_callable) rather than a kernel compiled to nothing.
+template <class T, class Op, values S, values D>
+struct device_convert {
+  Op op;               ///< the reduction's op (only named, for the device check)
+  int world_size = 1;  ///< n for avg's division when D is elements
+  /// The converted value.
+  __device__ value_t<T, Op, D> operator()(const value_t<T, Op, S>& x) const {
+    if (world_size == 0) require_device_callable<T>(op, *reinterpret_cast<const T*>(&x));  // never taken
+    return convert_step<T, Op, S, D>{world_size}(x);
+  }
+};
+
 /// Enqueues dst[i] = convert(src[i]) for i in [0, count) on `stream` and returns. Counts are
 /// elements. S and D are the roles of src and dst (see values): S == D copies the bytes
 /// (cudaMemcpyAsync; nothing when dst == src); otherwise cub::DeviceTransform applies
-/// convert_step<T, Op, S, D> (it picks vector widths and bulk copies itself), and D == elements
-/// finalises with world_size. Only [src, src + count) is read and [dst, dst + count) written.
+/// convert_step<T, Op, S, D> (it picks vector widths and bulk copies itself; it guards its own
+/// reads at both ends of the buffers), and D == elements finalises with world_size. Only
+/// [src, src + count) is read and [dst, dst + count) written.
 /// Preconditions: device pointers on the stream's device; no overlap except dst == src with S == D.
 /// @throws collx::error (errc::invalid_argument) for a null pointer with count > 0, world_size < 1
 ///         or overlapping buffers; (errc::cuda) when CUDA refuses the copy or the launch.
 template <class T, values S, values D, class Op>
-void convert(value_t<T, Op, D>* dst, const value_t<T, Op, S>* src, std::size_t count, const Op& /*op*/,
+void convert(value_t<T, Op, D>* dst, const value_t<T, Op, S>* src, std::size_t count, const Op& op,
              int world_size, cudaStream_t stream) {
   using VS = value_t<T, Op, S>;
   using VD = value_t<T, Op, D>;
@@ -47,7 +63,7 @@ void convert(value_t<T, Op, D>* dst, const value_t<T, Op, S>* src, std::size_t c
   if constexpr (S == D) {
     check(cudaMemcpyAsync(dst, src, count * sizeof(VD), cudaMemcpyDefault, stream), "gpu::convert: cudaMemcpyAsync");
   } else {
-    check(cub::DeviceTransform::Transform(src, dst, count, convert_step<T, Op, S, D>{world_size}, stream),
+    check(cub::DeviceTransform::Transform(src, dst, count, device_convert<T, Op, S, D>{op, world_size}, stream),
           "gpu::convert: cub::DeviceTransform::Transform");
   }
 }

@@ -18,6 +18,7 @@
 #include <type_traits>
 
 #include <collx/concepts.hpp>
+#include <collx/cuda/device_callable.cuh>
 #include <collx/cuda/launch_geometry.hpp>
 #include <collx/cuda/reduce_step.hpp>
 #include <collx/cuda/reduce_thread.hpp>
@@ -34,13 +35,15 @@ namespace gpu {
 /// reduce_thread's share (head and tail elements one at a time, aligned vectors of Width values by a
 /// grid-stride loop; Width == 1 needs the scalar plan). Reads and writes only indices below
 /// plan.count(). dst may be a or b (same index, same type); no other overlap. Launch with a geometry
-/// from plan_launch(max(vectors, head, tail)).
+/// from plan_launch(max(vectors, head, tail)). An Op without a __device__ call operator does not
+/// compile (require_device_callable).
 template <class T, class Op, values A, values B, values D, unsigned Width>
 __global__ void reduce_kernel(value_t<T, Op, D>* dst, const value_t<T, Op, A>* a, const value_t<T, Op, B>* b,
                               vector_plan plan, Op op, int world_size) {
   const std::size_t thread = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
   reduce_thread<T, Op, A, B, D, Width>(thread, stride, dst, a, b, plan, op, world_size);
+  if (thread == ~std::size_t{0}) require_device_callable<T>(op, *reinterpret_cast<const T*>(a));  // never taken
 }
 
 /// True when the byte ranges [p, p + n) and [q, q + m) share a byte (empty ranges share none).

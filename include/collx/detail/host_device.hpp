@@ -11,3 +11,13 @@
 #else
 #define COLLX_HOST_DEVICE
 #endif
+
+/// Put before a COLLX_HOST_DEVICE function template that calls user code (an op, a narrow_float
+/// specialisation): nvcc then does not reject the host-only user code that host collectives in a
+/// .cu file may use (warning 20011). Code that really runs that call on the device still fails to
+/// build, at the kernel's instantiation. Thrust and CUB do the same. Nothing outside nvcc.
+#if defined(__NVCC__)
+#define COLLX_NV_EXEC_CHECK_DISABLE _Pragma("nv_exec_check_disable")
+#else
+#define COLLX_NV_EXEC_CHECK_DISABLE
+#endif

@@ -28,10 +28,12 @@ struct reduction {
   /// Whether results need more than a copy when written (rounding or the avg division).
   static constexpr bool needs_finalize = widened || op_traits<Op>::is_avg;
 
+  COLLX_NV_EXEC_CHECK_DISABLE
   COLLX_HOST_DEVICE static constexpr acc widen(const T& x) noexcept {
     if constexpr (widened) return narrow_float<T>::widen(x);
     else return x;
   }
+  COLLX_NV_EXEC_CHECK_DISABLE
   COLLX_HOST_DEVICE static constexpr acc combine(const Op& op, const acc& a, const acc& b) {
     if constexpr (widened) {
       if constexpr (std::is_same_v<Op, ops::avg>) return ops::sum{}(a, b);
@@ -40,6 +42,7 @@ struct reduction {
       return static_cast<T>(op(a, b));
     }
   }
+  COLLX_NV_EXEC_CHECK_DISABLE
   COLLX_HOST_DEVICE static constexpr T finalize(const acc& a, int world_size) noexcept {
     acc v = a;
     if constexpr (op_traits<Op>::is_avg) {

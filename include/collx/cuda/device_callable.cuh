@@ -1,0 +1,26 @@
+/// @file cuda/device_callable.cuh
+/// Makes a user op or narrow-float conversion without a __device__ version a compile error in
+/// collx's kernels. For .cu files (nvcc).
+#pragma once
+
+#include <collx/numeric.hpp>
+
+namespace collx {
+inline namespace v0 {
+namespace gpu {
+
+/// Names, in device-only code, the user code a reduction of T with Op calls on the device: op(T, T)
+/// and, for narrow floats, narrow_float<T>'s widen and narrow. A host-only one is then a hard error
+/// ("calling a __host__ function from a __device__ function") where the kernel is instantiated,
+/// instead of a kernel that nvcc compiles to nothing: collx's shared host/device functions turn that
+/// check off (COLLX_NV_EXEC_CHECK_DISABLE) so that host code in .cu files may use host-only ops.
+/// Kernels call it on a branch never taken at run time; x is not read.
+template <class T, class Op>
+__device__ void require_device_callable(const Op& op, const T& x) {
+  (void)op(x, x);
+  if constexpr (is_narrow_float_v<T>) (void)narrow_float<T>::narrow(narrow_float<T>::widen(x));
+}
+
+}  // namespace gpu
+}  // namespace v0
+}  // namespace collx
