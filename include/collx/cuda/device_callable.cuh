@@ -4,6 +4,7 @@
 #pragma once
 
 #include <collx/numeric.hpp>
+#include <collx/ops.hpp>
 
 namespace collx {
 inline namespace v0 {
@@ -19,6 +20,12 @@ template <class T, class Op>
 __device__ void require_device_callable(const Op& op, const T& x) {
   (void)op(x, x);
   if constexpr (is_narrow_float_v<T>) (void)narrow_float<T>::narrow(narrow_float<T>::widen(x));
+}
+
+/// commutative_op forwards with the check off too: check the op it wraps.
+template <class T, class F>
+__device__ void require_device_callable(const commutative_op<F>& op, const T& x) {
+  require_device_callable<T>(op.f, x);
 }
 
 }  // namespace gpu
