@@ -86,7 +86,10 @@ inline communicator connect_hierarchical(MPI_Comm comm, const communicator_optio
     info.world_size = info.local_world_size = layout.local_size;
     info.job_id = job;
     info.source = "MPI";
-    return connect_shm(info, opt, sopt);
+    shm_options host_aware = sopt;  // spin only if every rank of this machine has a core
+    if (!host_aware.ranks_on_host)
+      host_aware.ranks_on_host = dynamic_cast<mpi_transport&>(world.get_transport()).ranks_on_host();
+    return connect_shm(info, opt, host_aware);
   }();
   attach_hierarchy(world, std::move(layout), std::move(node), std::move(cross));
   return world;

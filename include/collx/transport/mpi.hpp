@@ -118,6 +118,13 @@ class mpi_transport final : public transport {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
     owner_ = std::this_thread::get_id();
+    // More ranks on this machine than cores: a polling rank would take the core a peer needs, so
+    // waits yield from the first poll instead of spinning first.
+    MPI_Comm host = MPI_COMM_NULL;
+    check_mpi(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host), "MPI_Comm_split_type");
+    MPI_Comm_size(host, &ranks_on_host_);
+    MPI_Comm_free(&host);
+    oversubscribed_ = static_cast<unsigned>(ranks_on_host_) > std::max(1u, std::thread::hardware_concurrency());
   }
   ~mpi_transport() override {
     int finalized = 0;
@@ -153,6 +160,8 @@ class mpi_transport final : public transport {
   void set_timeout(std::chrono::milliseconds t) noexcept override { timeout_ = t; }
   /// The duplicate communicator collx sends on.
   MPI_Comm mpi_comm() const noexcept { return comm_; }
+  /// Ranks of this communicator on this machine (MPI_COMM_TYPE_SHARED).
+  int ranks_on_host() const noexcept { return ranks_on_host_; }
 
   void check() override {
     enter();
@@ -280,7 +289,8 @@ class mpi_transport final : public transport {
   }
 
   /// Polls `ready` until it returns true; between polls looks for failure notices and the deadline,
-  /// and backs off from spinning to yielding to short sleeps, so oversubscribed ranks progress.
+  /// and backs off from spinning (100 us, none when oversubscribed) to yielding to short sleeps
+  /// (after 5 ms), so oversubscribed ranks progress.
   template <class Ready>
   void wait(const char* what, int peer, Ready ready) {
     const auto start = std::chrono::steady_clock::now();
@@ -297,7 +307,9 @@ class mpi_transport final : public transport {
                                       std::to_string(rank_) + "; the peer is late, stuck, dead, or called something else)");
         const auto waited = now - start;
         if (waited > std::chrono::milliseconds(5)) std::this_thread::sleep_for(std::chrono::microseconds(50));
-        else if (waited > std::chrono::microseconds(100)) std::this_thread::yield();
+        else if (oversubscribed_ || waited > std::chrono::microseconds(100)) std::this_thread::yield();
+      } else if (oversubscribed_) {
+        std::this_thread::yield();
       }
     }
   }
@@ -364,7 +376,8 @@ class mpi_transport final : public transport {
 
   mpi_options opt_;
   MPI_Comm comm_ = MPI_COMM_NULL;
-  int rank_ = 0, size_ = 1, level_ = MPI_THREAD_SINGLE;
+  int rank_ = 0, size_ = 1, level_ = MPI_THREAD_SINGLE, ranks_on_host_ = 1;
+  bool oversubscribed_ = false;
   std::chrono::milliseconds timeout_{std::chrono::seconds(300)};
   std::atomic<std::thread::id> owner_{};
 

@@ -61,6 +61,9 @@ struct shm_options {
   std::size_t cma_min_bytes = 64 * 1024;
   /// How long start-up waits for all ranks to attach.
   std::chrono::milliseconds connect_timeout = std::chrono::seconds(60);
+  /// Processes of the whole job on this machine (0: this communicator's ranks). Waits spin only
+  /// while they fit on the cores; a hierarchy's node communicator sets it to every rank of the host.
+  int ranks_on_host = 0;
 };
 
 namespace transport_impl {
@@ -137,7 +140,8 @@ class shm_transport final : public transport {
                   "the shared-memory transport needs every rank on one node, but " + std::to_string(info.world_size) +
                       " ranks run " + std::to_string(info.local_world_size) + " per node");
     const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-    spin_ = static_cast<unsigned>(n_) <= cores ? std::chrono::microseconds(50) : std::chrono::microseconds(0);
+    const int on_host = std::max(n_, opt.ranks_on_host);
+    spin_ = static_cast<unsigned>(on_host) <= cores ? std::chrono::microseconds(50) : std::chrono::microseconds(0);
     name_ = segment_name(info.job_id);
     connect(opt);
   }
