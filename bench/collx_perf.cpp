@@ -1,19 +1,28 @@
 // collx-perf: nccl-tests-compatible benchmark of collx's collectives.
 //
-//   collx-perf COLLECTIVE [nccl-tests options] [--algo ring|tree|direct|auto] [--transport shm|threads]
+//   collx-perf COLLECTIVE [nccl-tests options] [--algo ring|tree|direct|hierarchical|auto]
+//              [--transport shm|threads|mpi]
 //              [--ranks N] [--json FILE] [--csv FILE]
 //
 // COLLECTIVE: allreduce reduce_scatter all_gather broadcast reduce all_to_all sendrecv.
 // With --transport shm (the default) and no launcher environment (COLLX_RANK, OMPI_COMM_WORLD_RANK,
 // PMI_RANK), collx-perf re-executes itself as --ranks N processes through collx::launch_program;
 // under collx-run, mpirun or another launcher it connects to the job it is part of. With --transport
-// threads it runs --ranks N threads of this process. The harness (timing, checking, output) is
+// threads it runs --ranks N threads of this process. With --transport mpi (builds with collx::mpi)
+// it must be started by mpirun and sends over MPI; --algo hierarchical then connects with
+// collx::mpi::connect_hierarchical (shared memory inside a node, MPI across nodes; nodes from
+// COLLX_NODE_ID or the host name). The harness (timing, checking, output) is
 // bench/perf_common.hpp, shared with the MPI peers in bench/peers/.
 #include <unistd.h>
 
 #include <collx/collx.hpp>
 #include <collx/launch.hpp>
 #include <collx/transport/shm.hpp>
+#ifdef COLLX_PERF_HAVE_MPI
+#include <mpi.h>
+
+#include <collx/bootstrap/mpi.hpp>
+#endif
 
 #include <cstdio>
 #include <cstdlib>
@@ -32,7 +41,7 @@ namespace {
 /// The communicator's options: defaults (from the environment), with --algo forcing one algorithm.
 collx::communicator_options comm_options(const cp::options& o) {
   collx::communicator_options c;
-  if (o.algo != "auto") {
+  if (o.algo != "auto" && o.algo != "hierarchical") {
     const collx::algorithm a = o.algo == "ring" ? collx::algorithm::ring
                                : o.algo == "tree" ? collx::algorithm::tree
                                                   : collx::algorithm::direct;
@@ -63,6 +72,10 @@ int bench(collx::communicator& comm, const cp::options& o, const std::string& la
   if (auto* shm = dynamic_cast<collx::transport_impl::shm_transport*>(&comm.get_transport()))
     tr += std::string(" (single-copy process_vm_readv for messages >= 64 KiB: ") + (shm->cma_enabled() ? "on" : "off") +
           "; COLLX_CMA=" + collx::env::get("COLLX_CMA").value_or("auto") + ")";
+  else if (tr == "mpi" && comm.get_hierarchy())
+    tr = "mpi across nodes, " + std::string(comm.get_hierarchy()->node.get_transport().name()) + " inside a node (" +
+         std::to_string(comm.get_hierarchy()->layout.node_count) + " nodes of " +
+         std::to_string(comm.get_hierarchy()->layout.local_size) + " ranks; COLLX_NODE_ID or host name)";
   else if (tr == "threads")
     tr += " (ranks are threads of one process; receivers read the sender's buffer directly)";
   info.transport = tr;
@@ -101,6 +114,8 @@ int bench(collx::communicator& comm, const cp::options& o, const std::string& la
   }
   flush();
   if (o.collective == cp::coll::sendrecv) info.algorithm = "point-to-point (collx::send / collx::recv; --algo does not apply)";
+  else if (o.algo == "hierarchical")
+    info.algorithm = "hierarchical (algo::automatic on a communicator with a hierarchy): " + resolved;
   else if (o.algo == "auto") info.algorithm = "auto (algo::automatic, resolved by communicator::select): " + resolved;
   else
     info.algorithm = o.algo + " for every call (communicator_options::algorithm_overrides, as COLLX_ALGO=" + o.algo +
@@ -131,8 +146,15 @@ int usage(const char* why) {
                "  COLLECTIVE: allreduce reduce_scatter all_gather broadcast reduce all_to_all sendrecv\n"
                "nccl-tests options:\n%s"
                "collx options:\n"
-               "      --algo A             ring, tree, direct or auto (default auto: algo::automatic)\n"
-               "      --transport T        shm (processes, default) or threads (cuda, nccl, mpi: not in this build)\n"
+               "      --algo A             ring, tree, direct, hierarchical (--transport mpi) or auto (default:\n"
+               "                           algo::automatic)\n"
+               "      --transport T        shm (processes, default), threads, or mpi (under mpirun; "
+#ifdef COLLX_PERF_HAVE_MPI
+               "in this build)\n"
+#else
+               "not in this build)\n"
+#endif
+
                "      --ranks N            number of ranks: shm re-executes collx-perf as N processes when not\n"
                "                           started by a launcher (collx-run, mpirun); threads runs N threads\n"
                "      --bind none|core     core: rank i runs on the i-th CPU it may use (as mpirun --bind-to core);\n"
@@ -142,6 +164,42 @@ int usage(const char* why) {
                cp::common_usage);
   return 0;
 }
+
+#ifdef COLLX_PERF_HAVE_MPI
+/// --transport mpi: a rank of an mpirun job; every message over MPI, or with --algo hierarchical
+/// over shared memory inside a node and MPI across nodes.
+int run_over_mpi(int& argc, char**& argv, const cp::options& o) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+  int status = 0;
+  {
+    int rank = 0, size = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if ((o.collective == cp::coll::sendrecv && size < 2) || o.root >= size) {
+      if (rank == 0) usage("sendrecv needs 2 ranks or more, and -r a rank of the job");
+      MPI_Finalize();
+      return 2;
+    }
+    if (o.bind == "core") cp::bind_to_core(rank);
+    collx::communicator comm = o.algo == "hierarchical" ? collx::mpi::connect_hierarchical(MPI_COMM_WORLD, comm_options(o))
+                                                        : collx::mpi::connect(MPI_COMM_WORLD, comm_options(o));
+    if (o.algo == "hierarchical") {
+      const collx::node_layout& l = comm.get_hierarchy()->layout;
+      if (l.node_count < 2 || l.local_size < 2 || !l.uniform) {
+        if (rank == 0)
+          std::fprintf(stderr, "collx-perf: --algo hierarchical needs several nodes with the same number (>= 2) of ranks; "
+                               "this job has %d node(s) (set COLLX_NODE_ID per rank to make nodes on one machine)\n",
+                       l.node_count);
+        status = 2;
+      }
+    }
+    if (!status) status = bench(comm, o, std::to_string(size) + " processes started by mpirun, connected over MPI");
+  }
+  MPI_Finalize();
+  return status;
+}
+#endif
 
 }  // namespace
 
@@ -161,19 +219,29 @@ int main(int argc, char** argv) {
   }
   o.collective = *c;
 
-  if (o.transport == "cuda" || o.transport == "nccl" || o.transport == "mpi") {
-    std::fprintf(stderr,
-                 "collx-perf: transport '%s' is not available in this build (available: shm, threads). "
-                 "For MPI itself as a peer see bench/peers (mpi-perf-openmpi, mpi-perf-mpich).\n",
+#ifndef COLLX_PERF_HAVE_MPI
+  if (o.transport == "mpi") {
+    std::fprintf(stderr, "collx-perf: this build has no MPI (configure with COLLX_MPI=ON). For MPI itself as a peer "
+                         "see bench/peers (mpi-perf-openmpi, mpi-perf-mpich).\n");
+    return 2;
+  }
+#endif
+  if (o.transport == "cuda" || o.transport == "nccl") {
+    std::fprintf(stderr, "collx-perf: transport '%s' is not available in this build (available: shm, threads, mpi).\n",
                  o.transport.c_str());
     return 2;
   }
-  if (o.transport != "shm" && o.transport != "threads")
-    return usage(("unknown transport '" + o.transport + "' (shm, threads)").c_str());
+  if (o.transport != "shm" && o.transport != "threads" && o.transport != "mpi")
+    return usage(("unknown transport '" + o.transport + "' (shm, threads, mpi)").c_str());
+  if (o.algo == "hierarchical" && o.transport != "mpi")
+    return usage("--algo hierarchical needs --transport mpi (nodes come from the MPI bootstrap)");
   if (o.collective == cp::coll::all_to_all && o.algo == "tree")
     return usage("all_to_all has no tree algorithm (ring, direct or auto)");
 
   try {
+#ifdef COLLX_PERF_HAVE_MPI
+    if (o.transport == "mpi") return run_over_mpi(argc, argv, o);
+#endif
     if (o.transport == "threads") {
       if (launched_by_a_launcher())
         return usage("--transport threads runs all ranks in this process; do not start it with a launcher");

@@ -178,6 +178,7 @@ struct collx_backend {
     q.world_size = comm.size();
     q.bytes = static_cast<std::size_t>(cp::algbw_bytes(c, k.param_count, type_size, comm.size()));
     q.commutative = true;  // every op collx-perf offers is commutative
+    if (collx::detail::automatic_goes_hierarchical<collx::ops::sum>(comm, q.coll)) return "hierarchical";
     return std::string(collx::algorithm_name(comm.select(q)));
   }
 };

@@ -183,8 +183,8 @@ struct options {
   int average = 1;  ///< -a: 0 rank 0, 1 mean, 2 min, 3 max
   int registered = 0;  ///< -R 1: buffers the library registers (collx: collx::shm_buffer)
   // collx-perf's own
-  std::string algo = "auto";       ///< ring | tree | direct | auto
-  std::string transport = "shm";   ///< threads | shm (cuda, nccl, mpi: not in this build)
+  std::string algo = "auto";       ///< ring | tree | direct | hierarchical | auto
+  std::string transport = "shm";   ///< threads | shm | mpi (when built with collx::mpi)
   int ranks = 0;                   ///< --ranks N (0: from the launcher, else 1)
   std::string bind = "none";       ///< --bind none|core: pin rank i to the i-th allowed CPU
   std::string json_path, csv_path;
@@ -271,8 +271,8 @@ inline options parse_options(int argc, char** argv, int first) {
       o.algo = value();
       o.algo_given = true;
       if (o.algo == "automatic") o.algo = "auto";
-      if (o.algo != "ring" && o.algo != "tree" && o.algo != "direct" && o.algo != "auto")
-        throw usage_error("--algo: expected ring, tree, direct or auto, got '" + o.algo + "'");
+      if (o.algo != "ring" && o.algo != "tree" && o.algo != "direct" && o.algo != "auto" && o.algo != "hierarchical")
+        throw usage_error("--algo: expected ring, tree, direct, hierarchical or auto, got '" + o.algo + "'");
     } else if (a == "--transport") {
       o.transport = value();
       o.transport_given = true;
