@@ -56,6 +56,8 @@ const char* const usage =
     "  --nvlinks N        NVLinks per GPU to the NVSwitch (default 18)\n"
     "  --gpus-per-node N  default 8\n"
     "  --net-gbps G       per NIC (default 400); --nics-per-gpu N (default 1)\n"
+    "  --net-us L         network latency per step in microseconds, e.g. measured with\n"
+    "                     collx-perf sendrecv --transport mpi (default: NCCL's figures)\n"
     "  --max-gpus N       default 4096\n";
 
 [[noreturn]] void die(const std::string& m) {
@@ -98,6 +100,7 @@ struct opts {
   std::vector<int> gpus;
   int nodes = 1, nvswitch = 0, nvlinks = 18, per_node = 8, nics_per_gpu = 1, max_gpus = 4096;
   double nic_gbps = 0, net_gbps = 400;
+  double net_us = 0;  // simulate: measured network latency per step (0: NCCL's figures)
   bool p2p = true, json = false, hwloc = false;
 };
 
@@ -139,6 +142,7 @@ opts parse(int argc, char** argv) {
     else if (a == "--nvlinks") o.nvlinks = static_cast<int>(num(val()));
     else if (a == "--gpus-per-node") o.per_node = static_cast<int>(num(val()));
     else if (a == "--net-gbps") o.net_gbps = num(val());
+    else if (a == "--net-us") o.net_us = num(val());
     else if (a == "--nics-per-gpu") o.nics_per_gpu = static_cast<int>(num(val()));
     else if (a == "--max-gpus") o.max_gpus = static_cast<int>(num(val()));
     else if (!a.empty() && a[0] == '-') die("unknown option " + a + " (see --help)");
@@ -354,7 +358,10 @@ int simulate(const opts& o) {
   for (int gpus = per; gpus <= o.max_gpus; gpus *= 2) {
     if (gpus % per) continue;
     const topology t = make_cluster(node, gpus / per);
-    model m(t, t.gpus());
+    model_options mo;
+    if (o.net_us > 0)  // a measured figure replaces NCCL's per-protocol ones for network steps
+      for (int p = 0; p < 3; ++p) mo.latency.ring_step[2][p] = mo.latency.tree_step[2][p] = o.net_us * 1e-6;
+    model m(t, t.gpus(), mo);
     if (!o.json) std::printf("%5d GPUs %4d nodes\n", gpus, gpus / per);
     for (std::size_t b : sizes) {
       std::vector<prediction> ps;
