@@ -1,0 +1,235 @@
+/// @file nccl/plan.hpp
+/// How collx runs one of its schedules over NCCL point-to-point calls, as plain data: which
+/// algorithm, how a call is cut into segments that bound the device scratch and staging memory,
+/// and how a rank's steps become NCCL groups. Plain C++ (no NCCL or CUDA headers), unit-tested
+/// without a GPU by test_nccl_plan; nccl/collectives.cuh carries the plan out on a stream.
+///
+/// Why groups: collx's execution model (algo/schedule.hpp) lets a `send` stay pending until the
+/// next `wait_sends`, while NCCL's ncclSend may wait until the peer's matching ncclRecv runs, and
+/// calls on one stream run one after another. Two ranks that send to each other, then receive, would
+/// each wait in their send. So the executor puts each receive in one ncclGroupStart/End group with
+/// the sends posted since the previous receive: NCCL then progresses them together. A `wait_sends`,
+/// or a local step (copy, reduce), closes the sends posted so far into a group of their own.
+/// That is sound for the ring and tree schedules (test_nccl_plan simulates every rank's groups with
+/// "a send completes only once its receive is posted" for 2 to 9 ranks and every root); it is not
+/// for algo::direct, whose ranks send to everybody before receiving in rank order (the simulation
+/// finds the cycle at 3 ranks), so the NCCL path refuses algo::direct.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include <collx/algo/build.hpp>
+#include <collx/algo/schedule.hpp>
+#include <collx/error.hpp>
+
+namespace collx {
+inline namespace v0 {
+namespace nccl {
+
+/// One thing a rank does on its stream: an NCCL group (some sends and at most one receive, then
+/// the receive's conversion or reduction kernel) or a local step (a copy or reduce kernel).
+struct action {
+  bool group = true;               ///< an NCCL group (true) or a local step (false)
+  std::vector<std::size_t> sends;  ///< group: indices of its send steps, in schedule order
+  std::ptrdiff_t recv = -1;        ///< group: index of its recv / recv_reduce step, or -1
+  std::size_t local = 0;           ///< local step: its index
+  friend bool operator==(const action&, const action&) = default;
+};
+
+/// Groups one rank's schedule into actions (see the file comment): sends accumulate; a recv or
+/// recv_reduce closes a group with them; a wait_sends, a copy or a reduce closes the pending sends
+/// into a group of their own (a copy or reduce then follows as a local action); so does the end.
+/// wait_sends itself becomes nothing: the stream runs the next action after the group completes.
+inline std::vector<action> group_steps(const schedule::steps& steps) {
+  std::vector<action> out;
+  std::vector<std::size_t> pending;
+  auto flush = [&] {
+    if (pending.empty()) return;
+    out.push_back({true, std::move(pending), -1, 0});
+    pending.clear();
+  };
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    switch (steps[i].kind) {
+      case schedule::step_kind::send: pending.push_back(i); break;
+      case schedule::step_kind::recv:
+      case schedule::step_kind::recv_reduce:
+        out.push_back({true, std::move(pending), static_cast<std::ptrdiff_t>(i), 0});
+        pending.clear();
+        break;
+      case schedule::step_kind::wait_sends: flush(); break;
+      case schedule::step_kind::copy:
+      case schedule::step_kind::reduce:
+        flush();
+        out.push_back({false, {}, -1, i});
+        break;
+    }
+  }
+  flush();
+  return out;
+}
+
+/// Simulates every rank's grouped schedule under NCCL's strictest point-to-point semantics: a
+/// transfer completes only while the sender's and the receiver's groups are both running, a group
+/// completes when all its transfers have, and a rank starts its next group only then. Returns ""
+/// when every rank finishes, else what is stuck (a deadlock), a transfer whose ends disagree on
+/// its element count or wire type, or a group whose plain receive overwrites what one of its sends
+/// reads (they run concurrently). `per_rank[r]` is rank r's schedule.
+inline std::string find_group_deadlock(const std::vector<schedule::steps>& per_rank) {
+  const int n = static_cast<int>(per_rank.size());
+  struct op {
+    int rank, peer;
+    std::size_t ordinal;  // k-th message of this direction
+    bool send;
+    const schedule::step* s;
+    bool done = false;
+  };
+  std::vector<std::vector<action>> prog(per_rank.size());
+  std::vector<std::vector<std::vector<op>>> ops(per_rank.size());  // [rank][action] -> its transfers
+  for (int r = 0; r < n; ++r) {
+    prog[r] = group_steps(per_rank[r]);
+    std::vector<std::size_t> sent(per_rank.size()), recvd(per_rank.size());
+    for (const action& a : prog[r]) {
+      std::vector<op> v;
+      if (a.group) {
+        for (std::size_t i : a.sends) {
+          const schedule::step& s = per_rank[r][i];
+          v.push_back({r, s.peer, sent[static_cast<std::size_t>(s.peer)]++, true, &s});
+        }
+        if (a.recv >= 0) {
+          const schedule::step& s = per_rank[r][static_cast<std::size_t>(a.recv)];
+          v.push_back({r, s.peer, recvd[static_cast<std::size_t>(s.peer)]++, false, &s});
+        }
+      }
+      // A plain recv lands in its destination while the group's sends still read theirs.
+      if (a.group && a.recv >= 0) {
+        const schedule::step& rs = per_rank[r][static_cast<std::size_t>(a.recv)];
+        for (std::size_t i : a.sends) {
+          const schedule::region& x = per_rank[r][i].a;
+          if (rs.kind == schedule::step_kind::recv && x.buf == rs.dst.buf && x.count && rs.dst.count &&
+              x.offset < rs.dst.offset + rs.dst.count && rs.dst.offset < x.offset + x.count)
+            return "rank " + std::to_string(r) + ": a receive writes what a send of its group reads";
+        }
+      }
+      ops[r].push_back(std::move(v));
+    }
+  }
+  std::vector<std::size_t> pos(per_rank.size(), 0);
+  auto current = [&](int r) -> std::vector<op>* {
+    return pos[r] < ops[r].size() ? &ops[r][pos[r]] : nullptr;
+  };
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int r = 0; r < n; ++r) {
+      std::vector<op>* g = current(r);
+      if (!g) continue;
+      for (op& o : *g) {
+        if (o.done) continue;
+        std::vector<op>* h = o.peer >= 0 && o.peer < n ? current(o.peer) : nullptr;
+        if (!h) continue;
+        for (op& m : *h) {
+          if (m.done || m.peer != r || m.send == o.send || m.ordinal != o.ordinal) continue;
+          const op& snd = o.send ? o : m;
+          const op& rcv = o.send ? m : o;
+          if (snd.s->a.count != rcv.s->dst.count || snd.s->a.buf != rcv.s->wire)
+            return "rank " + std::to_string(snd.rank) + " sends message #" + std::to_string(snd.ordinal) +
+                   " to rank " + std::to_string(rcv.rank) + " with another count or wire type than it receives";
+          o.done = m.done = true;
+          progress = true;
+        }
+      }
+    }
+    for (int r = 0; r < n; ++r)
+      while (std::vector<op>* g = current(r)) {
+        if (!std::all_of(g->begin(), g->end(), [](const op& o) { return o.done; })) break;
+        ++pos[r];
+        progress = true;
+      }
+  }
+  std::string stuck;
+  for (int r = 0; r < n; ++r)
+    if (pos[r] < ops[r].size())
+      stuck += (stuck.empty() ? "" : ", ") + ("rank " + std::to_string(r) + " in action " + std::to_string(pos[r]) +
+                                               " of " + std::to_string(ops[r].size()));
+  return stuck.empty() ? std::string() : "deadlock: " + stuck;
+}
+
+/// The collx algorithm a reduction runs on the NCCL schedule path: ring for a commutative op
+/// (bandwidth-optimal), tree for a non-commutative one (it combines in rank order).
+constexpr algorithm schedule_algorithm(bool commutative) noexcept {
+  return commutative ? algorithm::ring : algorithm::tree;
+}
+
+/// One segment of a call: the schedule parameters of this rank and the scratch elements
+/// (accumulator type) it needs. Every message of the segment is at most `scratch_elems` elements.
+struct segment {
+  schedule::params params;
+  std::size_t scratch_elems = 0;
+};
+
+/// Cuts a reduction into segments of at most `segment_elems` accumulator elements, as
+/// detail::run_collective does for the host transports, so device scratch and staging stay bounded
+/// by `segment_elems` accumulator values each. `count`: the vector length for allreduce and reduce,
+/// the per-rank block length for reduce_scatter (every rank's block the same). Every rank computes
+/// the same segments from the same arguments. Empty for count 0.
+/// @throws collx::error (errc::invalid_argument) for another collective, world_size < 1, a rank or
+///         root outside [0, world_size), segment_elems 0, or algorithm::direct.
+inline std::vector<segment> plan_segments(collective coll, algorithm alg, int world_size, int rank, int root,
+                                          std::size_t count, std::size_t segment_elems) {
+  if (coll != collective::allreduce && coll != collective::reduce && coll != collective::reduce_scatter)
+    COLLX_THROW(errc::invalid_argument, "nccl::plan_segments: " + std::string(collective_name(coll)) +
+                                            " is not a reduction (NCCL moves it itself)");
+  if (world_size < 1 || rank < 0 || rank >= world_size || root < 0 || root >= world_size)
+    COLLX_THROW(errc::invalid_argument, "nccl::plan_segments: rank " + std::to_string(rank) + " or root " +
+                                            std::to_string(root) + " outside world size " +
+                                            std::to_string(world_size));
+  if (segment_elems == 0) COLLX_THROW(errc::invalid_argument, "nccl::plan_segments: segment_elems is 0");
+  if (alg == algorithm::direct)
+    COLLX_THROW(errc::invalid_argument,
+                "nccl::plan_segments: algo::direct can deadlock on NCCL point-to-point groups (see nccl/plan.hpp)");
+  const auto n = static_cast<std::size_t>(world_size);
+  std::vector<segment> out;
+  schedule::params p;
+  p.coll = coll;
+  p.world_size = world_size;
+  p.rank = rank;
+  p.root = root;
+  if (coll == collective::reduce_scatter) {
+    const std::size_t total = count * n;
+    if (alg == algorithm::tree) {
+      // Contiguous segments of the whole input (the tree reduces whole vectors).
+      for (std::size_t lo = 0; lo < total; lo += segment_elems) {
+        const std::size_t hi = std::min(total, lo + segment_elems);
+        p.blocks.assign(n, {});
+        for (std::size_t c = 0; c < n; ++c) {
+          const std::size_t s = std::clamp(c * count, lo, hi), e = std::clamp((c + 1) * count, lo, hi);
+          p.blocks[c] = {s, s - std::min(s, c * count), s - lo, e - s, e - s};
+        }
+        out.push_back({p, hi - lo});
+      }
+    } else {
+      // The same slice of every block, so that every rank works in every segment.
+      const std::size_t per_block = std::max<std::size_t>(1, segment_elems / n);
+      for (std::size_t lo = 0; lo < count; lo += per_block) {
+        const std::size_t len = std::min(per_block, count - lo);
+        p.blocks.assign(n, {});
+        for (std::size_t c = 0; c < n; ++c) p.blocks[c] = {c * count + lo, lo, c * len, len, len};
+        out.push_back({p, len * n});
+      }
+    }
+    return out;
+  }
+  for (std::size_t base = 0; base < count; base += segment_elems) {
+    const std::size_t len = std::min(segment_elems, count - base);
+    p.blocks = schedule::vector_blocks(len, world_size);
+    for (auto& b : p.blocks) b.in += base, b.out += base;
+    out.push_back({p, len});
+  }
+  return out;
+}
+
+}  // namespace nccl
+}  // namespace v0
+}  // namespace collx
