@@ -188,6 +188,20 @@ void hierarchical(collx::communicator& c, int expected_nodes) {
     collx::allreduce<collx::algo::hierarchical<collx::algo::tree, collx::algo::direct>, ref::mat2, ref::mat_mul>(
         c, std::span<const ref::mat2>(in[ur]), std::span<ref::mat2>(out));
     check_same<ref::mat2>(out, folded<ref::mat2, ref::mat_mul>(in, 0, 5001), "hierarchical mat_mul allreduce");
+    // reduce_scatter_v and reduce (root in the last node) with the same op.
+    std::vector<size_t> counts(static_cast<size_t>(n));
+    for (int k = 0; k < n; ++k) counts[static_cast<size_t>(k)] = static_cast<size_t>(k % 2 ? 700 : 3 + k);
+    std::vector<size_t> off(counts.size() + 1);
+    std::partial_sum(counts.begin(), counts.end(), off.begin() + 1);
+    const auto rs_in = ref::gen_ranks<ref::mat2>(n, off.back(), ref::flavor::general, 10);
+    std::vector<ref::mat2> rs_out(counts[ur]);
+    collx::reduce_scatter_v<collx::algo::hierarchical<collx::algo::direct, collx::algo::tree>, ref::mat2, ref::mat_mul>(
+        c, std::span<const ref::mat2>(rs_in[ur]), std::span<ref::mat2>(rs_out), std::span<const size_t>(counts));
+    check_same<ref::mat2>(rs_out, folded<ref::mat2, ref::mat_mul>(rs_in, off[ur], counts[ur]), "hierarchical mat_mul reduce_scatter_v");
+    std::vector<ref::mat2> red(5001);
+    collx::reduce<collx::algo::hierarchical<collx::algo::tree, collx::algo::tree>, ref::mat2, ref::mat_mul>(
+        c, std::span<const ref::mat2>(in[ur]), std::span<ref::mat2>(red), n - 1);
+    if (c.rank() == n - 1) check_same<ref::mat2>(red, folded<ref::mat2, ref::mat_mul>(in, 0, 5001), "hierarchical mat_mul reduce");
   }
   {  // a custom commutative struct reduction (min-loc) across nodes
     using L = ref::loc64;
