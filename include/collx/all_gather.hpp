@@ -52,7 +52,8 @@ void all_gather_impl(communicator& comm, std::span<const T> send, std::span<T> r
 /// @param send this rank's block (same size on every rank; never written unless inside recv)
 /// @param recv n * send.size() elements. In place when send.data() == recv.data() + rank * send.size()
 ///   (NCCL's convention); any other overlap is an error.
-/// @tparam Algo ring, tree (binomial gather + broadcast), direct, or automatic.
+/// @tparam Algo ring, tree (binomial gather + broadcast), direct, automatic, or hierarchical<Intra, Inter>
+///   (across nodes, then inside each: algo/hierarchical.hpp).
 /// @throws collx::error invalid_argument, mismatch, timeout, aborted.
 template <class Algo = algo::automatic, element T>
 void all_gather(communicator& comm, std::type_identity_t<std::span<const T>> send, std::span<T> recv) {

@@ -47,7 +47,8 @@ void all_to_all_impl(communicator& comm, std::span<const T> send, std::span<cons
 /// as its block `rank`. send and recv must not overlap.
 /// @param send n * k elements (k the same on every rank)
 /// @param recv n * k elements
-/// @tparam Algo direct (all pairs at once), ring (n-1 pairwise exchange steps), or automatic.
+/// @tparam Algo direct (all pairs at once), ring (n-1 pairwise exchange steps), or automatic
+///   (algo::hierarchical<...> runs direct).
 /// @throws collx::error invalid_argument, mismatch, timeout, aborted.
 template <class Algo = algo::automatic, element T>
 void all_to_all(communicator& comm, std::type_identity_t<std::span<const T>> send, std::span<T> recv) {

@@ -24,7 +24,9 @@ inline namespace v0 {
 /// for a given (algorithm, world size, count, type, op) the result is bit-identical on every rank and
 /// every run; algo::direct equals the sequential rank-order fold bit for bit.
 /// @tparam Algo algo::ring (commutative ops only, checked at compile time), algo::tree,
-///   algo::direct, or algo::automatic (default; chosen per call by the communicator's selector).
+///   algo::direct, or algo::automatic (default; chosen per call by the communicator's selector);
+///   algo::hierarchical<Intra, Inter> runs two levels on a communicator with a hierarchy attached
+///   (algo/hierarchical.hpp), which algo::automatic also picks when there are several nodes.
 /// @param send this rank's vector (count elements; never written unless it is also `recv`)
 /// @param recv the result (count elements). In place when recv.data() == send.data() (NCCL's
 ///   convention); any other overlap is an error.

@@ -21,7 +21,8 @@ inline namespace v0 {
 /// @param recv recv.size() elements on every rank, the same count everywhere. On the root, in place
 ///   when recv.data() == send.data(); any other overlap is an error.
 /// @param root in [0, world size); checked before any byte moves.
-/// @tparam Algo ring (pipelined chain), tree (binomial), direct (root to all), or automatic.
+/// @tparam Algo ring (pipelined chain), tree (binomial), direct (root to all), automatic, or
+///   hierarchical<Intra, Inter> (across nodes, then inside each: algo/hierarchical.hpp).
 /// @throws collx::error invalid_argument (bad root, sizes, overlap), mismatch, timeout, aborted.
 template <class Algo = algo::automatic, element T>
 void broadcast(communicator& comm, std::type_identity_t<std::span<const T>> send, std::span<T> recv, int root) {

@@ -24,7 +24,8 @@ inline namespace v0 {
 ///   on other ranks (may be empty).
 /// @param root in [0, world size); checked before any byte moves.
 /// @tparam Algo ring (commutative ops only), tree (rank order, to rank 0 then to the root), direct
-///   (the root folds in rank order: bitwise reproducible), or automatic.
+///   (the root folds in rank order: bitwise reproducible), automatic, or hierarchical<Intra, Inter>
+///   (inside each node, then across nodes: algo/hierarchical.hpp).
 /// @throws collx::error invalid_argument, mismatch, timeout, aborted.
 template <class Algo = algo::automatic, element T, class Op = ops::sum>
   requires reduction_op<Op, T>
