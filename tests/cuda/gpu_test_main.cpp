@@ -9,19 +9,28 @@
 
 #include <cstdio>
 
+#ifndef COLLX_GPU_TEST_MIN_DEVICES  // nccl_test_main: 2 (one rank per GPU)
+#define COLLX_GPU_TEST_MIN_DEVICES 1
+#endif
+
 namespace {
 constexpr int collx_gpu_skip_code = 77;
+constexpr int min_devices = COLLX_GPU_TEST_MIN_DEVICES;
 }
 
 int main(int argc, char** argv) {
   Catch::Session session;
   int devices = 0;
   const cudaError_t status = cudaGetDeviceCount(&devices);
-  if (status == cudaSuccess && devices > 0) return session.run(argc, argv);
+  if (status == cudaSuccess && devices >= min_devices) return session.run(argc, argv);
 
-  std::printf("SKIPPED: no CUDA device (cudaGetDeviceCount: %s, %d devices); running only the tests "
-              "not tagged [gpu]\n",
-              status == cudaSuccess ? "cudaSuccess" : cudaGetErrorName(status), devices);
+  if (min_devices > 1 && status == cudaSuccess && devices > 0)
+    std::printf("SKIPPED: needs %d CUDA devices, found %d; running only the tests not tagged [gpu]\n", min_devices,
+                devices);
+  else
+    std::printf("SKIPPED: no CUDA device (cudaGetDeviceCount: %s, %d devices); running only the tests "
+                "not tagged [gpu]\n",
+                status == cudaSuccess ? "cudaSuccess" : cudaGetErrorName(status), devices);
   std::fflush(stdout);
   (void)cudaGetLastError();  // the failed query is not an error of the tests that follow
   const char* host_only[] = {argc > 0 ? argv[0] : "gpu-test", "~[gpu]"};

@@ -1,0 +1,417 @@
+/// @file nccl/collectives.cuh
+/// Collectives on device memory across the GPUs of an NCCL communicator, stream-ordered. For .cu
+/// files (nvcc, with collx::nccl's flags); CMake: target collx::nccl.
+///
+/// Two paths, chosen at compile time:
+///  - NCCL's own collectives (ncclAllReduce, ncclReduceScatter, ncclReduce) when NCCL has the element
+///    type and the op (nccl/native.hpp: float, double, half/__half, bfloat16/__nv_bfloat16, 8/32/64-bit
+///    integers with sum, prod, min, max, avg) and the algorithm is algo::automatic. all_gather and
+///    broadcast move bytes (ncclAllGather / ncclBroadcast on ncclUint8), so they take this path for
+///    every element type. Results are NCCL's: its summation order, fp16/bf16 accumulated in 16 bits
+///    between hops (collx's host path rounds once from fp32), avg as NCCL computes it, NCCL's NaN
+///    handling in min/max.
+///  - collx's schedules (algo/ring.hpp, algo/tree.hpp, built by schedule::make_schedule) for any
+///    other type or op (custom structs, bitwise ops, user ops, non-commutative ops), or when the
+///    caller names algo::ring or algo::tree: each receive runs in one ncclGroupStart/End group with
+///    the sends posted before it (nccl/plan.hpp says why that cannot deadlock for these schedules),
+///    into a staging buffer of options::segment_bytes, then collx's kernels (gpu::reduce_elementwise,
+///    gpu::convert) combine or convert it; copy and reduce steps are the same kernels. Results are
+///    collx's: rank order for tree (non-commutative ops), fp32 partials rounded once for half and
+///    bfloat16. algo::automatic picks ring for a commutative op, tree otherwise. algo::direct is
+///    refused at compile time (its groups can deadlock), and so is algo::ring with a
+///    non-commutative op.
+///
+/// Counts are elements. Buffers are device memory (or memory NCCL accepts) on the communicator's
+/// device; the current device must be the communicator's. No call-signature check across ranks:
+/// see nccl/communicator.hpp. Every function throws collx::error: errc::invalid_argument for bad
+/// arguments (before anything is enqueued), errc::transport or errc::cuda naming the NCCL or CUDA
+/// call that failed, with "rank r/n nccl <collective><type,op,path>: " in front.
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <initializer_list>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <collx/algo/build.hpp>
+#include <collx/algo/ring.hpp>
+#include <collx/algo/tree.hpp>
+#include <collx/algo/automatic.hpp>
+#include <collx/concepts.hpp>
+#include <collx/cuda/convert.cuh>
+#include <collx/cuda/reduce_kernel.cuh>
+#include <collx/detail/executor.hpp>  // detail::no_op
+#include <collx/detail/reduction.hpp>
+#include <collx/detail/type_name.hpp>
+#include <collx/error.hpp>
+#include <collx/nccl/communicator.hpp>
+#include <collx/nccl/native.hpp>
+#include <collx/nccl/plan.hpp>
+#include <collx/ops.hpp>
+
+namespace collx {
+inline namespace v0 {
+namespace nccl {
+namespace detail {
+
+/// True when a reduction of T with Op under Algo calls NCCL's own collective.
+template <class Algo, class T, class Op>
+inline constexpr bool uses_native = std::is_same_v<Algo, algo::automatic> && native_reduction_v<T, Op>;
+
+/// Compile-time checks of the algorithm for the schedule path.
+template <class Algo, class Op>
+constexpr void check_algorithm() {
+  static_assert(std::is_same_v<Algo, algo::automatic> || std::is_same_v<Algo, algo::ring> ||
+                    std::is_same_v<Algo, algo::tree>,
+                "collx::nccl: the algorithm must be algo::automatic, algo::ring or algo::tree (algo::direct's "
+                "NCCL groups can deadlock, see collx/nccl/plan.hpp; no hierarchical form on NCCL)");
+  static_assert(!std::is_same_v<Algo, algo::ring> || op_traits<Op>::commutative,
+                "collx::nccl: algo::ring needs a commutative op; use algo::tree or algo::automatic");
+}
+
+/// "rank 1/4 nccl allreduce<float32,sum,nccl>"
+template <class T, class Op>
+std::string call_name(const communicator& c, collective coll, const char* path) {
+  return "rank " + std::to_string(c.rank()) + "/" + std::to_string(c.size()) + " nccl " +
+         std::string(collective_name(coll)) + "<" + std::string(collx::detail::type_name<T>()) + "," +
+         op_traits<Op>::name + "," + path + ">";
+}
+
+/// Throws errc::invalid_argument unless the current device is c's and every pointer that must
+/// hold `count` > 0 elements is non-null.
+inline void check_args(const communicator& c, const std::string& name, std::size_t count,
+                       std::initializer_list<const void*> ptrs) {
+  c.check_device(name.c_str());
+  if (count == 0) return;
+  for (const void* p : ptrs)
+    if (!p) COLLX_THROW(errc::invalid_argument, name + ": null buffer with count " + std::to_string(count));
+}
+
+/// True when [a, a + an) and [b, b + bn) (bytes) share a byte.
+inline bool overlap(const void* a, std::size_t an, const void* b, std::size_t bn) noexcept {
+  return gpu::ranges_overlap(a, an, b, bn);
+}
+
+/// Ends an NCCL group on every path out of a scope (a throw between ncclGroupStart and its end).
+struct group_guard {
+  ncclComm_t comm;
+  bool open = false;
+  void start() {
+    check(ncclGroupStart(), "ncclGroupStart", comm);
+    open = true;
+  }
+  void end() {
+    open = false;
+    check(ncclGroupEnd(), "ncclGroupEnd", comm);
+  }
+  ~group_guard() {
+    if (open) (void)ncclGroupEnd();
+  }
+};
+
+/// Carries out one rank's schedule for one segment on a stream (see the file comment).
+template <class T, class Op>
+struct device_executor {
+  using red = collx::detail::reduction<T, Op>;
+  using acc = typename red::acc;
+  /// Whether scratch holds other values than the buffers (narrow floats in fp32, or avg to divide):
+  /// otherwise every buffer is treated as elements, so each kernel is instantiated once.
+  static constexpr bool roles = red::widened || red::needs_finalize;
+  static_assert(roles || std::is_same_v<acc, T>);
+
+  const T* in = nullptr;
+  T* out = nullptr;
+  acc* tmp = nullptr;
+  std::byte* staging = nullptr;
+  std::size_t staging_bytes = 0;
+  const Op* op = nullptr;
+  int world_size = 1;
+  ncclComm_t comm = nullptr;
+  cudaStream_t stream = nullptr;
+  gpu::device_limits limits{1};
+
+  static constexpr std::size_t elem_size(schedule::buffer b) noexcept {
+    return b == schedule::buffer::scratch ? sizeof(acc) : sizeof(T);
+  }
+  std::byte* ptr(const schedule::region& r) const noexcept {
+    switch (r.buf) {
+      case schedule::buffer::input: return reinterpret_cast<std::byte*>(const_cast<T*>(in + r.offset));
+      case schedule::buffer::output: return reinterpret_cast<std::byte*>(out + r.offset);
+      case schedule::buffer::scratch: return reinterpret_cast<std::byte*>(tmp + r.offset);
+    }
+    return nullptr;
+  }
+  /// Calls f(std::integral_constant<gpu::values, V>) with the role of buffer b.
+  template <class F>
+  static void with_role(schedule::buffer b, F&& f) {
+    if constexpr (roles) {
+      if (b == schedule::buffer::scratch) return f(std::integral_constant<gpu::values, gpu::values::partials>{});
+    }
+    f(std::integral_constant<gpu::values, gpu::values::elements>{});
+  }
+  template <gpu::values V>
+  static auto typed(std::byte* p) noexcept {
+    return reinterpret_cast<gpu::value_t<T, Op, V>*>(p);
+  }
+
+  void run(const schedule::steps& steps) const {
+    using schedule::step_kind;
+    for (const action& a : group_steps(steps)) {
+      if (!a.group) {
+        local(steps[a.local]);
+        continue;
+      }
+      const schedule::step* r = a.recv >= 0 ? &steps[static_cast<std::size_t>(a.recv)] : nullptr;
+      const bool direct = r && r->kind == step_kind::recv && (!roles || (r->wire == schedule::buffer::scratch) ==
+                                                                            (r->dst.buf == schedule::buffer::scratch));
+      const std::size_t recv_bytes = r ? r->dst.count * elem_size(r->wire) : 0;
+      if (r && !direct && recv_bytes > staging_bytes)
+        COLLX_THROW(errc::internal, "nccl: a message of " + std::to_string(recv_bytes) +
+                                        " bytes exceeds the staging buffer of " + std::to_string(staging_bytes));
+      group_guard g{comm};
+      g.start();
+      for (std::size_t i : a.sends) {
+        const schedule::step& s = steps[i];
+        check(ncclSend(ptr(s.a), s.a.count * elem_size(s.a.buf), ncclUint8, s.peer, comm, stream), "ncclSend", comm);
+      }
+      if (r)
+        check(ncclRecv(direct ? ptr(r->dst) : staging, recv_bytes, ncclUint8, r->peer, comm, stream), "ncclRecv",
+              comm);
+      g.end();
+      if (r && !direct) after_receive(*r);
+    }
+  }
+
+  /// The kernel after a receive into staging: convert into dst, or combine with `a` into dst.
+  void after_receive(const schedule::step& s) const {
+    with_role(s.wire, [&](auto w) {
+      with_role(s.dst.buf, [&](auto d) {
+        constexpr gpu::values W = decltype(w)::value, D = decltype(d)::value;
+        if (s.kind == schedule::step_kind::recv) {
+          if constexpr (W != D)
+            gpu::convert<T, W, D>(typed<D>(ptr(s.dst)), typed<W>(staging), s.dst.count, *op, world_size, stream);
+          else
+            COLLX_THROW(errc::internal, "nccl: a same-type receive went through staging");
+        } else {
+          with_role(s.a.buf, [&](auto x) {
+            constexpr gpu::values A = decltype(x)::value;
+            if (s.incoming_first)
+              gpu::reduce_elementwise<T, W, A, D>(typed<D>(ptr(s.dst)), typed<W>(staging), typed<A>(ptr(s.a)),
+                                                  s.dst.count, *op, world_size, stream, limits);
+            else
+              gpu::reduce_elementwise<T, A, W, D>(typed<D>(ptr(s.dst)), typed<A>(ptr(s.a)), typed<W>(staging),
+                                                  s.dst.count, *op, world_size, stream, limits);
+          });
+        }
+      });
+    });
+  }
+
+  /// A copy or reduce step.
+  void local(const schedule::step& s) const {
+    with_role(s.a.buf, [&](auto x) {
+      with_role(s.dst.buf, [&](auto d) {
+        constexpr gpu::values A = decltype(x)::value, D = decltype(d)::value;
+        if (s.kind == schedule::step_kind::copy) {
+          gpu::convert<T, A, D>(typed<D>(ptr(s.dst)), typed<A>(ptr(s.a)), s.dst.count, *op, world_size, stream);
+        } else {
+          with_role(s.b.buf, [&](auto y) {
+            constexpr gpu::values B = decltype(y)::value;
+            gpu::reduce_elementwise<T, A, B, D>(typed<D>(ptr(s.dst)), typed<A>(ptr(s.a)), typed<B>(ptr(s.b)),
+                                                s.dst.count, *op, world_size, stream, limits);
+          });
+        }
+      });
+    });
+  }
+};
+
+/// Runs a reduction (allreduce, reduce_scatter, reduce) with collx's schedule `alg` (see the file
+/// comment). `count`: vector length, or per-rank block for reduce_scatter.
+template <class T, class Op>
+void run_schedule(communicator& c, collective coll, algorithm alg, const T* in, T* out, bool in_place, int root,
+                  std::size_t count, const Op& op, cudaStream_t stream) {
+  using acc = typename collx::detail::reduction<T, Op>::acc;
+  const std::size_t seg_elems = std::max<std::size_t>(1, c.opts().segment_bytes / sizeof(acc));
+  const std::vector<segment> segments = plan_segments(coll, alg, c.size(), c.rank(), root, count, seg_elems);
+  for (const segment& s : segments)  // the ring's reduce_scatter takes at least one element per rank
+    if (s.scratch_elems * sizeof(acc) > c.opts().segment_bytes)
+      COLLX_THROW(errc::invalid_argument, "options::segment_bytes " + std::to_string(c.opts().segment_bytes) +
+                                              " cannot hold " + std::to_string(s.scratch_elems) + " values of " +
+                                              std::to_string(sizeof(acc)) + " bytes (one per rank); raise it");
+  const auto [scratch, staging] = c.schedule_memory();
+  // Calls on other streams finish with the scratch and staging memory first.
+  gpu::check(cudaStreamWaitEvent(stream, c.schedule_event(), 0), "cudaStreamWaitEvent");
+  device_executor<T, Op> x;
+  x.in = in;
+  x.out = out;
+  x.tmp = static_cast<acc*>(scratch);
+  x.staging = static_cast<std::byte*>(staging);
+  x.staging_bytes = c.opts().segment_bytes;
+  x.op = &op;
+  x.world_size = c.size();
+  x.comm = c.get();
+  x.stream = stream;
+  x.limits = c.limits();
+  for (const segment& s : segments) x.run(schedule::make_schedule(alg, s.params, in_place));
+  gpu::check(cudaEventRecord(c.schedule_event(), stream), "cudaEventRecord");
+}
+
+/// The path's name in messages.
+template <class Algo, class T, class Op>
+constexpr const char* path_name() {
+  if constexpr (uses_native<Algo, T, Op>) return "nccl";
+  else if constexpr (std::is_same_v<Algo, algo::tree> || !op_traits<Op>::commutative) return "tree";
+  else return "ring";
+}
+
+template <class Algo, class Op>
+constexpr algorithm schedule_algo() {
+  if constexpr (std::is_same_v<Algo, algo::tree>) return algorithm::tree;
+  else if constexpr (std::is_same_v<Algo, algo::ring>) return algorithm::ring;
+  else return schedule_algorithm(op_traits<Op>::commutative);
+}
+
+/// Runs `f` and puts `name` in front of any collx::error it throws.
+template <class F>
+void named(const std::string& name, F&& f) {
+  try {
+    f();
+  } catch (const error& e) {
+    COLLX_THROW(e.code(), name + ": " + e.what());
+  }
+}
+
+}  // namespace detail
+
+/// recv[i] = op over ranks of send[i], i in [0, count), on every rank. In place when send == recv.
+/// @pre send and recv hold count elements on device(); they do not overlap unless equal.
+/// @throws collx::error (errc::invalid_argument) for a null buffer, overlap, or the wrong current
+///         device; (errc::transport / errc::cuda) when an NCCL or CUDA call fails.
+template <class Algo = algo::automatic, element T, class Op>
+  requires reduction_op<Op, T>
+void allreduce(communicator& c, const T* send, T* recv, std::size_t count, const Op& op, cudaStream_t stream) {
+  detail::check_algorithm<Algo, Op>();
+  const std::string name = detail::call_name<T, Op>(c, collective::allreduce, detail::path_name<Algo, T, Op>());
+  detail::check_args(c, name, count, {send, recv});
+  const bool in_place = static_cast<const void*>(send) == static_cast<const void*>(recv);
+  if (!in_place && detail::overlap(send, count * sizeof(T), recv, count * sizeof(T)))
+    COLLX_THROW(errc::invalid_argument, name + ": send and recv overlap (in place needs send == recv)");
+  if (count == 0) return;
+  detail::named(name, [&] {
+    if constexpr (detail::uses_native<Algo, T, Op>)
+      check(ncclAllReduce(send, recv, count, to_nccl(element_type_v<T>), to_nccl(red_op_v<Op>), c.get(), stream),
+            "ncclAllReduce", c.get());
+    else
+      detail::run_schedule(c, collective::allreduce, detail::schedule_algo<Algo, Op>(), send, recv, in_place, 0,
+                           count, op, stream);
+  });
+}
+
+/// Rank r's recv[i] = op over ranks of send[r * recv_count + i], i in [0, recv_count). send holds
+/// size() * recv_count elements. In place when recv == send + rank() * recv_count.
+/// @pre device buffers on device(); no other overlap.
+/// @throws collx::error as allreduce.
+template <class Algo = algo::automatic, element T, class Op>
+  requires reduction_op<Op, T>
+void reduce_scatter(communicator& c, const T* send, T* recv, std::size_t recv_count, const Op& op,
+                    cudaStream_t stream) {
+  detail::check_algorithm<Algo, Op>();
+  const std::string name = detail::call_name<T, Op>(c, collective::reduce_scatter, detail::path_name<Algo, T, Op>());
+  detail::check_args(c, name, recv_count, {send, recv});
+  const std::size_t n = static_cast<std::size_t>(c.size());
+  const bool in_place = recv_count && send + static_cast<std::size_t>(c.rank()) * recv_count == recv;
+  if (!in_place && detail::overlap(send, n * recv_count * sizeof(T), recv, recv_count * sizeof(T)))
+    COLLX_THROW(errc::invalid_argument, name + ": send and recv overlap (in place: recv == send + rank * recv_count)");
+  if (recv_count == 0) return;
+  detail::named(name, [&] {
+    if constexpr (detail::uses_native<Algo, T, Op>) {
+      check(ncclReduceScatter(send, recv, recv_count, to_nccl(element_type_v<T>), to_nccl(red_op_v<Op>), c.get(),
+                              stream),
+            "ncclReduceScatter", c.get());
+    } else {
+      if (in_place)  // the schedules read every block of the input while writing the own block
+        COLLX_THROW(errc::invalid_argument, "in-place reduce_scatter runs on NCCL's path only (types and ops "
+                                            "NCCL has, algo::automatic); pass a separate recv buffer");
+      detail::run_schedule(c, collective::reduce_scatter, detail::schedule_algo<Algo, Op>(), send, recv, false, 0,
+                           recv_count, op, stream);
+    }
+  });
+}
+
+/// At `root`: recv[i] = op over ranks of send[i], i in [0, count); other ranks' recv is not used
+/// (may be null). In place at the root when send == recv.
+/// @pre root in [0, size()); device buffers on device().
+/// @throws collx::error as allreduce, and (errc::invalid_argument) for a bad root.
+template <class Algo = algo::automatic, element T, class Op>
+  requires reduction_op<Op, T>
+void reduce(communicator& c, const T* send, T* recv, std::size_t count, const Op& op, int root, cudaStream_t stream) {
+  detail::check_algorithm<Algo, Op>();
+  const std::string name = detail::call_name<T, Op>(c, collective::reduce, detail::path_name<Algo, T, Op>());
+  if (root < 0 || root >= c.size())
+    COLLX_THROW(errc::invalid_argument, name + ": root " + std::to_string(root) + " outside [0, " +
+                                            std::to_string(c.size()) + ")");
+  const bool is_root = c.rank() == root;
+  detail::check_args(c, name, count, {send, is_root ? static_cast<const void*>(recv) : send});
+  const bool in_place = is_root && static_cast<const void*>(send) == static_cast<const void*>(recv);
+  if (is_root && !in_place && detail::overlap(send, count * sizeof(T), recv, count * sizeof(T)))
+    COLLX_THROW(errc::invalid_argument, name + ": send and recv overlap (in place needs send == recv)");
+  if (count == 0) return;
+  detail::named(name, [&] {
+    if constexpr (detail::uses_native<Algo, T, Op>)
+      check(ncclReduce(send, recv, count, to_nccl(element_type_v<T>), to_nccl(red_op_v<Op>), root, c.get(), stream),
+            "ncclReduce", c.get());
+    else
+      detail::run_schedule(c, collective::reduce, detail::schedule_algo<Algo, Op>(), send, recv, in_place, root,
+                           count, op, stream);
+  });
+}
+
+/// recv[r * send_count + i] = rank r's send[i], i in [0, send_count), on every rank, for any element
+/// type (NCCL moves bytes: ncclAllGather on ncclUint8). In place when send == recv + rank() * send_count.
+/// @pre recv holds size() * send_count elements on device().
+/// @throws collx::error as allreduce.
+template <element T>
+void all_gather(communicator& c, const T* send, T* recv, std::size_t send_count, cudaStream_t stream) {
+  const std::string name =
+      detail::call_name<T, collx::detail::no_op>(c, collective::all_gather, "nccl");
+  detail::check_args(c, name, send_count, {send, recv});
+  const std::size_t n = static_cast<std::size_t>(c.size());
+  const bool in_place = send == recv + static_cast<std::size_t>(c.rank()) * send_count;
+  if (!in_place && detail::overlap(send, send_count * sizeof(T), recv, n * send_count * sizeof(T)))
+    COLLX_THROW(errc::invalid_argument, name + ": send and recv overlap (in place: send == recv + rank * send_count)");
+  if (send_count == 0) return;
+  detail::named(name, [&] {
+    check(ncclAllGather(send, recv, send_count * sizeof(T), ncclUint8, c.get(), stream), "ncclAllGather", c.get());
+  });
+}
+
+/// recv[i] = root's send[i], i in [0, count), on every rank, for any element type (ncclBroadcast on
+/// ncclUint8). send is read at the root only (may be null elsewhere); in place when send == recv.
+/// @pre root in [0, size()); device buffers on device().
+/// @throws collx::error as reduce.
+template <element T>
+void broadcast(communicator& c, const T* send, T* recv, std::size_t count, int root, cudaStream_t stream) {
+  const std::string name = detail::call_name<T, collx::detail::no_op>(c, collective::broadcast, "nccl");
+  if (root < 0 || root >= c.size())
+    COLLX_THROW(errc::invalid_argument, name + ": root " + std::to_string(root) + " outside [0, " +
+                                            std::to_string(c.size()) + ")");
+  const bool is_root = c.rank() == root;
+  detail::check_args(c, name, count, {recv, is_root ? static_cast<const void*>(send) : recv});
+  if (is_root && static_cast<const void*>(send) != static_cast<const void*>(recv) &&
+      detail::overlap(send, count * sizeof(T), recv, count * sizeof(T)))
+    COLLX_THROW(errc::invalid_argument, name + ": send and recv overlap (in place needs send == recv)");
+  if (count == 0) return;
+  detail::named(name, [&] {
+    check(ncclBroadcast(send, recv, count * sizeof(T), ncclUint8, root, c.get(), stream), "ncclBroadcast", c.get());
+  });
+}
+
+}  // namespace nccl
+}  // namespace v0
+}  // namespace collx

@@ -1,0 +1,256 @@
+/// @file nccl/communicator.hpp
+/// collx's handle on an NCCL communicator (one rank of an NCCL job, one GPU), NCCL error checking,
+/// and the bootstrap that builds one over any collx host communicator. Host C++ with <nccl.h> and
+/// the CUDA runtime (CMake: target collx::nccl); the collectives are in nccl/collectives.cuh.
+///
+/// What NCCL does not give, and collx does not add on this path:
+///  - no call-signature check across ranks: ranks that disagree on a collective, count, type, op or
+///    root are not detected; they hang (or read garbage) until NCCL's own watchdog or an
+///    ncclCommAbort ends the job. collx's host transports fail such calls with errc::mismatch.
+///  - no timeout: collx calls only enqueue work on a stream; a missing peer shows as a stream that
+///    never completes. Call abort() (ncclCommAbort) from another thread to get out.
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <utility>
+
+#include <collx/broadcast.hpp>
+#include <collx/communicator.hpp>
+#include <collx/cuda/launch_geometry.hpp>
+#include <collx/cuda/runtime.hpp>
+#include <collx/cuda_types.hpp>
+#include <collx/error.hpp>
+#include <collx/nccl/native.hpp>
+
+#if !defined(NCCL_VERSION_CODE) || NCCL_VERSION_CODE < NCCL_VERSION(2, 13, 0)
+#error "collx::nccl needs NCCL 2.13 or newer (ncclAvg, ncclBfloat16, ncclGetLastError)"
+#endif
+
+namespace collx {
+inline namespace v0 {
+namespace nccl {
+
+/// CUDA's own 16-bit floats have NCCL's layout too.
+template <>
+struct element_type<__half> {
+  static constexpr data_type value = data_type::float16;  ///< ncclFloat16
+};
+/// CUDA's bfloat16.
+template <>
+struct element_type<__nv_bfloat16> {
+  static constexpr data_type value = data_type::bfloat16;  ///< ncclBfloat16
+};
+
+/// The collx error code for an NCCL result: errc::cuda for ncclUnhandledCudaError (a CUDA call
+/// inside NCCL failed), errc::transport for every other failure.
+constexpr errc errc_of(ncclResult_t r) noexcept {
+  return r == ncclUnhandledCudaError ? errc::cuda : errc::transport;
+}
+
+/// Throws collx::error (errc_of(r)) naming `what`, ncclGetErrorString(r) and, when `comm` is given,
+/// ncclGetLastError's detail, unless r is ncclSuccess.
+inline void check(ncclResult_t r, const char* what, ncclComm_t comm = nullptr) {
+  if (r == ncclSuccess) return;
+  std::string msg = std::string(what) + " failed: " + ncclGetErrorString(r);
+  if (const char* last = ncclGetLastError(comm); last && *last) msg += std::string(" (") + last + ")";
+  COLLX_THROW(errc_of(r), msg);
+}
+
+/// NCCL's ncclDataType_t for a collx data_type. @throws collx::error (errc::internal) for none.
+inline ncclDataType_t to_nccl(data_type t) {
+  switch (t) {
+    case data_type::int8: return ncclInt8;
+    case data_type::uint8: return ncclUint8;
+    case data_type::int32: return ncclInt32;
+    case data_type::uint32: return ncclUint32;
+    case data_type::int64: return ncclInt64;
+    case data_type::uint64: return ncclUint64;
+    case data_type::float16: return ncclFloat16;
+    case data_type::bfloat16: return ncclBfloat16;
+    case data_type::float32: return ncclFloat32;
+    case data_type::float64: return ncclFloat64;
+    case data_type::none: break;
+  }
+  COLLX_THROW(errc::internal, "nccl::to_nccl: a type NCCL does not have");
+}
+
+/// NCCL's ncclRedOp_t for a collx red_op. @throws collx::error (errc::internal) for none.
+inline ncclRedOp_t to_nccl(red_op o) {
+  switch (o) {
+    case red_op::sum: return ncclSum;
+    case red_op::prod: return ncclProd;
+    case red_op::min: return ncclMin;
+    case red_op::max: return ncclMax;
+    case red_op::avg: return ncclAvg;
+    case red_op::none: break;
+  }
+  COLLX_THROW(errc::internal, "nccl::to_nccl: an op NCCL does not have");
+}
+
+/// Settings of a collx NCCL communicator. Every rank must pass the same values.
+struct options {
+  /// Device memory for the schedule path (custom types and ops), per communicator: a reduction is
+  /// cut into segments of at most this many bytes of accumulator values, and the communicator
+  /// holds one scratch buffer and one receive staging buffer of this size (allocated at the first
+  /// schedule-path call). Larger segments mean fewer, longer NCCL groups.
+  std::size_t segment_bytes = std::size_t{8} << 20;
+};
+
+/// One rank of an NCCL communicator, with the device memory collx's schedules need on it.
+/// Movable, not copyable. Collectives: nccl/collectives.cuh. Calls are stream-ordered: they enqueue
+/// work and return; errors the host can see (bad arguments, an NCCL or CUDA call refused) throw
+/// collx::error at once, faults in the enqueued work show at the stream's next synchronisation.
+/// All ranks must make the same calls in the same order (NCCL's rule; nothing checks it, see the
+/// file comment). The calling thread's current device must be the communicator's (device()).
+class communicator {
+ public:
+  /// Wraps an NCCL communicator the caller created (ncclCommInitRank, ncclCommSplit, ...). Not
+  /// owned: the caller destroys it, after this handle.
+  /// @throws collx::error (errc::invalid_argument) for a null comm; (errc::transport/cuda) when NCCL
+  ///         cannot report its rank, size or device.
+  explicit communicator(ncclComm_t comm, options opt = {}) : comm_(comm), owned_(false), opt_(opt) { init(); }
+
+  /// Creates rank `rank` of a `size`-rank NCCL communicator (ncclCommInitRank) on the calling
+  /// thread's current device, from the ncclUniqueId rank 0 made with ncclGetUniqueId and gave every
+  /// rank (see connect() and unique_id_over()). Blocks until all `size` ranks have joined. Owned:
+  /// the destructor calls ncclCommDestroy.
+  /// @throws collx::error (errc::invalid_argument) for rank outside [0, size);
+  ///         (errc::transport/cuda) when NCCL fails.
+  communicator(const ncclUniqueId& id, int rank, int size, options opt = {}) : owned_(true), opt_(opt) {
+    if (size < 1 || rank < 0 || rank >= size)
+      COLLX_THROW(errc::invalid_argument, "nccl::communicator: rank " + std::to_string(rank) + " outside [0, " +
+                                              std::to_string(size) + ")");
+    check(ncclCommInitRank(&comm_, size, id, rank), "ncclCommInitRank");
+    init();
+  }
+
+  communicator(const communicator&) = delete;
+  communicator& operator=(const communicator&) = delete;
+  /// Takes over `o`'s NCCL communicator and device memory; `o` is left empty.
+  communicator(communicator&& o) noexcept { swap(o); }
+  /// As the move constructor; what this held is released first.
+  communicator& operator=(communicator&& o) noexcept {
+    if (this != &o) {
+      communicator tmp(std::move(o));
+      swap(tmp);
+    }
+    return *this;
+  }
+  /// Frees the device memory (cudaFree waits for the device) and destroys an owned NCCL
+  /// communicator (ncclCommDestroy: after its enqueued work completes). Errors are ignored.
+  ~communicator() {
+    if (event_) (void)cudaEventDestroy(event_);
+    if (memory_) (void)cudaFree(memory_);
+    if (owned_ && comm_) (void)ncclCommDestroy(comm_);
+  }
+
+  /// This rank, in [0, size()).
+  int rank() const noexcept { return rank_; }
+  /// Number of ranks.
+  int size() const noexcept { return size_; }
+  /// The CUDA device this rank runs on (ncclCommCuDevice).
+  int device() const noexcept { return device_; }
+  /// The NCCL communicator.
+  ncclComm_t get() const noexcept { return comm_; }
+  /// The settings it was made with.
+  const options& opts() const noexcept { return opt_; }
+  /// Launch limits of device() (for collx's kernels).
+  const gpu::device_limits& limits() const noexcept { return limits_; }
+
+  /// Aborts the NCCL communicator (ncclCommAbort): pending and future work on it fails. For an
+  /// owned communicator the handle is released; the destructor then only frees memory. May be
+  /// called from another thread to end a hang (NCCL's rules on concurrent calls apply).
+  void abort() noexcept {
+    if (comm_) (void)ncclCommAbort(comm_);
+    if (owned_) comm_ = nullptr;
+  }
+
+  /// The schedule path's device memory: scratch (segment_bytes) and staging (segment_bytes), both
+  /// 256-byte aligned, allocated on first use with cudaMalloc on device(); and an event the path
+  /// records after each call, so that calls on different streams do not share them concurrently.
+  /// @throws collx::error (errc::cuda) when the allocation fails.
+  std::pair<void*, void*> schedule_memory() {
+    if (!memory_) {
+      check_device("nccl::communicator::schedule_memory");
+      const std::size_t half = (opt_.segment_bytes + 255) / 256 * 256;
+      gpu::check(cudaMalloc(&memory_, 2 * half), "cudaMalloc (collx::nccl scratch and staging)");
+      gpu::check(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    }
+    const std::size_t half = (opt_.segment_bytes + 255) / 256 * 256;
+    return {memory_, static_cast<std::byte*>(memory_) + half};
+  }
+  /// The event of schedule_memory() (null before its first call).
+  cudaEvent_t schedule_event() const noexcept { return event_; }
+
+  /// Throws collx::error (errc::invalid_argument) naming `what` unless the calling thread's
+  /// current device is device(), or the handle is empty (moved from, or aborted).
+  void check_device(const char* what) const {
+    if (!comm_) COLLX_THROW(errc::invalid_argument, std::string(what) + ": empty or aborted nccl::communicator");
+    int d = -1;
+    gpu::check(cudaGetDevice(&d), "cudaGetDevice");
+    if (d != device_)
+      COLLX_THROW(errc::invalid_argument, std::string(what) + ": the current CUDA device is " + std::to_string(d) +
+                                              ", the NCCL communicator's is " + std::to_string(device_) +
+                                              " (cudaSetDevice first)");
+  }
+
+ private:
+  void init() {
+    if (!comm_) COLLX_THROW(errc::invalid_argument, "nccl::communicator: null ncclComm_t");
+    check(ncclCommUserRank(comm_, &rank_), "ncclCommUserRank", comm_);
+    check(ncclCommCount(comm_, &size_), "ncclCommCount", comm_);
+    check(ncclCommCuDevice(comm_, &device_), "ncclCommCuDevice", comm_);
+    if (opt_.segment_bytes < 256)
+      COLLX_THROW(errc::invalid_argument, "nccl::options: segment_bytes " + std::to_string(opt_.segment_bytes) +
+                                              " < 256");
+    limits_ = gpu::device_limits_of(device_);
+  }
+  void swap(communicator& o) noexcept {
+    std::swap(comm_, o.comm_);
+    std::swap(owned_, o.owned_);
+    std::swap(opt_, o.opt_);
+    std::swap(rank_, o.rank_);
+    std::swap(size_, o.size_);
+    std::swap(device_, o.device_);
+    std::swap(limits_, o.limits_);
+    std::swap(memory_, o.memory_);
+    std::swap(event_, o.event_);
+  }
+
+  ncclComm_t comm_ = nullptr;
+  bool owned_ = false;
+  options opt_{};
+  int rank_ = 0, size_ = 0, device_ = -1;
+  gpu::device_limits limits_{1};
+  void* memory_ = nullptr;
+  cudaEvent_t event_ = nullptr;
+};
+
+/// An ncclUniqueId made by `root` of the host communicator (ncclGetUniqueId) and broadcast to every
+/// rank of it with collx::broadcast (its 128 bytes), over whatever transport `host` uses (threads,
+/// shared memory, MPI). Collective over `host`.
+/// @throws collx::error from ncclGetUniqueId (errc::transport) or the broadcast (host errors).
+inline ncclUniqueId unique_id_over(collx::communicator& host, int root = 0) {
+  ncclUniqueId id{};
+  if (host.rank() == root) check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  collx::broadcast(host, std::span<char>(id.internal, sizeof id.internal), root);
+  return id;
+}
+
+/// An owned NCCL communicator with the ranks of `host` (same rank numbers), on the calling
+/// thread's current device: unique_id_over(host), then ncclCommInitRank. Collective over `host`.
+/// @throws collx::error as unique_id_over() and communicator(id, rank, size).
+inline communicator connect(collx::communicator& host, options opt = {}) {
+  const ncclUniqueId id = unique_id_over(host);
+  return communicator(id, host.rank(), host.size(), opt);
+}
+
+}  // namespace nccl
+}  // namespace v0
+}  // namespace collx

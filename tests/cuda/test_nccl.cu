@@ -1,0 +1,243 @@
+// collx::nccl (collx/nccl/collectives.cuh) across GPUs: every collective against a host reference
+// (tests/reference.hpp's folds), on NCCL's own path (float sum, small integers so any summation
+// order is exact) and on collx's schedule path over grouped ncclSend/ncclRecv: a custom commutative
+// struct op (ring), a non-commutative one (tree, rank order), and half sum forced onto algo::tree
+// (fp32 partials, rounded once). A small segment_bytes makes the schedules run several segments.
+// One rank per GPU, ranks as threads of this process (NCCL rejects two ranks of one communicator on
+// one GPU): the [gpu] case needs 2 devices; nccl_test_main (gpu_test_main.cpp with
+// COLLX_GPU_TEST_MIN_DEVICES=2) prints "SKIPPED: ..." and exits 77 with fewer.
+#include <catch2/catch.hpp>
+
+#include <collx/nccl/collectives.cuh>
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../reference.hpp"
+
+namespace nc = collx::nccl;
+namespace ops = collx::ops;
+
+namespace {
+
+// Composition of affine maps modulo 2^32: associative, not commutative (runs algo::tree).
+struct affine {
+  std::uint32_t mul, add;
+};
+struct then_op {
+  static constexpr const char* name = "then";
+  __host__ __device__ affine operator()(const affine& f, const affine& g) const {
+    return {f.mul * g.mul, f.add * g.mul + g.add};
+  }
+};
+// 12 bytes, commutative (runs algo::ring).
+struct triple {
+  std::int32_t sum;
+  std::uint32_t bits;
+  std::int32_t high;
+};
+struct triple_op {
+  static constexpr bool commutative = true;
+  static constexpr const char* name = "triple";
+  __host__ __device__ triple operator()(const triple& x, const triple& y) const {
+    return {static_cast<std::int32_t>(static_cast<std::uint32_t>(x.sum) + static_cast<std::uint32_t>(y.sum)),
+            x.bits ^ y.bits, x.high < y.high ? y.high : x.high};
+  }
+};
+
+template <class T>
+T gen(int rank, std::size_t i) {
+  const std::uint64_t h = ref::hash(rank, i, 7);
+  if constexpr (std::is_same_v<T, float>) return static_cast<float>(static_cast<int>(h % 2001) - 1000);
+  else if constexpr (std::is_same_v<T, collx::half>) return collx::half(static_cast<float>(static_cast<int>(h % 201) - 100) / 8);
+  else if constexpr (std::is_same_v<T, affine>) return {static_cast<std::uint32_t>(h) | 1u, static_cast<std::uint32_t>(h >> 32)};
+  else return {static_cast<std::int32_t>(h), static_cast<std::uint32_t>(h >> 20), static_cast<std::int32_t>(h >> 33)};
+}
+
+template <class T>
+bool same_bytes(const T& a, const T& b) {
+  return std::memcmp(&a, &b, sizeof(T)) == 0;
+}
+
+template <class T>
+struct device_buffer {
+  T* p = nullptr;
+  explicit device_buffer(std::size_t n) { collx::gpu::check(cudaMalloc(&p, std::max<std::size_t>(n, 1) * sizeof(T)), "cudaMalloc"); }
+  ~device_buffer() { (void)cudaFree(p); }
+  void put(const std::vector<T>& v) {
+    if (!v.empty()) collx::gpu::check(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy");
+  }
+  std::vector<T> get(std::size_t n) const {
+    std::vector<T> v(n);
+    if (n) collx::gpu::check(cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), "cudaMemcpy");
+    return v;
+  }
+};
+
+struct failures {
+  std::mutex m;
+  std::vector<std::string> list;
+  void add(std::string s) {
+    std::lock_guard<std::mutex> g(m);
+    list.push_back(std::move(s));
+  }
+};
+
+// allreduce, reduce_scatter and reduce of gen<T> under Op with Algo on rank c, against want(n, get).
+template <class Algo, class T, class Op, class Want>
+void check_reductions(nc::communicator& c, cudaStream_t s, std::size_t count, Want want, failures& f,
+                      const std::string& label) {
+  const int n = c.size(), r = c.rank();
+  const auto un = static_cast<std::size_t>(n);
+  std::vector<T> in(count * un);
+  for (std::size_t i = 0; i < in.size(); ++i) in[i] = gen<T>(r, i);
+  device_buffer<T> din(in.size()), dout(in.size());
+  din.put(in);
+  auto expect = [&](std::size_t i) { return want(n, [&](int q) { return gen<T>(q, i); }); };
+  auto compare = [&](const char* coll, const std::vector<T>& got, std::size_t offset) {
+    for (std::size_t j = 0; j < got.size(); ++j)
+      if (!same_bytes(got[j], expect(offset + j))) {
+        f.add(label + " " + coll + " count " + std::to_string(count) + ": rank " + std::to_string(r) + " element " +
+              std::to_string(j) + " differs");
+        return;
+      }
+  };
+  nc::allreduce<Algo>(c, din.p, dout.p, count, Op{}, s);
+  collx::gpu::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+  compare("allreduce", dout.get(count), 0);
+
+  nc::allreduce<Algo>(c, dout.p, dout.p, 0, Op{}, s);  // count 0: nothing enqueued, nothing touched
+  dout.put(in);
+  nc::allreduce<Algo>(c, dout.p, dout.p, count, Op{}, s);  // in place
+  collx::gpu::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+  compare("allreduce in place", dout.get(count), 0);
+
+  nc::reduce_scatter<Algo>(c, din.p, dout.p, count, Op{}, s);
+  collx::gpu::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+  compare("reduce_scatter", dout.get(count), static_cast<std::size_t>(r) * count);
+
+  const int root = n - 1;
+  nc::reduce<Algo>(c, din.p, r == root ? dout.p : nullptr, count, Op{}, root, s);
+  collx::gpu::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+  if (r == root) compare("reduce", dout.get(count), 0);
+}
+
+template <class T>
+void check_moves(nc::communicator& c, cudaStream_t s, std::size_t count, failures& f, const std::string& label) {
+  const int n = c.size(), r = c.rank();
+  std::vector<T> in(count);
+  for (std::size_t i = 0; i < count; ++i) in[i] = gen<T>(r, i);
+  device_buffer<T> din(count), dout(count * static_cast<std::size_t>(n));
+  din.put(in);
+  nc::all_gather(c, din.p, dout.p, count, s);
+  collx::gpu::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+  const std::vector<T> all = dout.get(count * static_cast<std::size_t>(n));
+  for (int q = 0; q < n; ++q)
+    for (std::size_t i = 0; i < count; ++i)
+      if (!same_bytes(all[static_cast<std::size_t>(q) * count + i], gen<T>(q, i))) {
+        f.add(label + " all_gather: rank " + std::to_string(r) + " block " + std::to_string(q) + " differs");
+        q = n;
+        break;
+      }
+  const int root = 1 % n;
+  nc::broadcast(c, r == root ? din.p : nullptr, dout.p, count, root, s);
+  collx::gpu::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+  const std::vector<T> b = dout.get(count);
+  for (std::size_t i = 0; i < count; ++i)
+    if (!same_bytes(b[i], gen<T>(root, i))) {
+      f.add(label + " broadcast: rank " + std::to_string(r) + " element " + std::to_string(i) + " differs");
+      break;
+    }
+}
+
+}  // namespace
+
+TEST_CASE("nccl: which path each (type, op, algorithm) takes, and NCCL's names", "[nccl]") {
+  using collx::algo::automatic;
+  STATIC_REQUIRE(nc::detail::uses_native<automatic, float, ops::sum>);
+  STATIC_REQUIRE(nc::detail::uses_native<automatic, __half, ops::avg>);
+  STATIC_REQUIRE(nc::detail::uses_native<automatic, __nv_bfloat16, ops::max>);
+  STATIC_REQUIRE_FALSE(nc::detail::uses_native<collx::algo::tree, float, ops::sum>);  // collx's numerics asked for
+  STATIC_REQUIRE_FALSE(nc::detail::uses_native<automatic, affine, then_op>);
+  STATIC_REQUIRE_FALSE(nc::detail::uses_native<automatic, int, ops::bxor>);
+  CHECK(std::string(nc::detail::path_name<automatic, float, ops::sum>()) == "nccl");
+  CHECK(std::string(nc::detail::path_name<automatic, affine, then_op>()) == "tree");
+  CHECK(std::string(nc::detail::path_name<automatic, triple, triple_op>()) == "ring");
+  CHECK(nc::to_nccl(nc::element_type_v<__half>) == ncclFloat16);
+  CHECK(nc::to_nccl(nc::element_type_v<collx::bfloat16>) == ncclBfloat16);
+  CHECK(nc::to_nccl(nc::element_type_v<std::uint64_t>) == ncclUint64);
+  CHECK(nc::to_nccl(nc::red_op_v<ops::avg>) == ncclAvg);
+  CHECK_THROWS_AS(nc::to_nccl(nc::data_type::none), collx::error);
+  CHECK(nc::errc_of(ncclUnhandledCudaError) == collx::errc::cuda);
+  CHECK(nc::errc_of(ncclSystemError) == collx::errc::transport);
+  try {
+    nc::check(ncclInvalidArgument, "ncclAllReduce");
+    FAIL("no throw");
+  } catch (const collx::error& e) {
+    CHECK(e.code() == collx::errc::transport);
+    CHECK_THAT(e.what(), Catch::Contains("ncclAllReduce failed: ") && Catch::Contains(ncclGetErrorString(ncclInvalidArgument)));
+  }
+}
+
+TEST_CASE("nccl: every collective against the host reference, NCCL and schedule paths", "[gpu][nccl]") {
+  int devices = 0;
+  collx::gpu::check(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
+  const int n = std::min(devices, 4);
+  REQUIRE(n >= 2);
+  ncclUniqueId id{};
+  nc::check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  failures f;
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < n; ++r)
+    ranks.emplace_back([&, r] {
+      try {
+        collx::gpu::check(cudaSetDevice(r), "cudaSetDevice");
+        nc::options o;
+        o.segment_bytes = 1024;  // several segments for the larger counts
+        nc::communicator c(id, r, n, o);
+        cudaStream_t s = nullptr;
+        collx::gpu::check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+        const auto left = [](int k, auto get) { return ref::fold_left<float, ops::sum>(k, get); };
+        const auto tree_half = [](int k, auto get) { return ref::fold_tree<collx::half, ops::sum>(k, get); };
+        const auto then = [](int k, auto get) {
+          affine a = get(0);
+          for (int q = 1; q < k; ++q) a = then_op{}(a, get(q));
+          return a;
+        };
+        const auto trip = [](int k, auto get) {
+          triple a = get(0);
+          for (int q = 1; q < k; ++q) a = triple_op{}(a, get(q));
+          return a;
+        };
+        for (std::size_t count : {std::size_t{1}, std::size_t{7}, std::size_t{3001}}) {
+          check_reductions<collx::algo::automatic, float, ops::sum>(c, s, count, left, f, "float sum (NCCL)");
+          check_reductions<collx::algo::automatic, affine, then_op>(c, s, count, then, f, "affine then (tree)");
+          check_reductions<collx::algo::automatic, triple, triple_op>(c, s, count, trip, f, "triple (ring)");
+          check_reductions<collx::algo::tree, collx::half, ops::sum>(c, s, count, tree_half, f, "half sum (tree)");
+          check_moves<float>(c, s, count, f, "float");
+          check_moves<triple>(c, s, count, f, "triple");
+        }
+        // The wrong current device is refused before anything is enqueued.
+        collx::gpu::check(cudaSetDevice((r + 1) % devices), "cudaSetDevice");
+        try {
+          nc::allreduce(c, static_cast<float*>(nullptr), static_cast<float*>(nullptr), 0, ops::sum{}, s);
+          f.add("rank " + std::to_string(r) + ": a call on the wrong device did not throw");
+        } catch (const collx::error& e) {
+          if (e.code() != collx::errc::invalid_argument) f.add(std::string("wrong device: ") + e.what());
+        }
+        collx::gpu::check(cudaSetDevice(r), "cudaSetDevice");
+        collx::gpu::check(cudaStreamDestroy(s), "cudaStreamDestroy");
+      } catch (const std::exception& e) {
+        f.add("rank " + std::to_string(r) + ": " + e.what());
+      }
+    });
+  for (auto& t : ranks) t.join();
+  for (const std::string& s : f.list) FAIL_CHECK(s);
+  CHECK(f.list.empty());
+}
