@@ -21,6 +21,10 @@
 ///    refused at compile time (its groups can deadlock), and so is algo::ring with a
 ///    non-commutative op.
 ///
+/// CUDA graphs: NCCL's path can be captured as NCCL allows; the schedule path cannot be (its first
+/// call allocates with cudaMalloc, and each call waits on the communicator's event, recorded by the
+/// previous call, so that calls on different streams take turns with the scratch memory).
+///
 /// Counts are elements. Buffers are device memory (or memory NCCL accepts) on the communicator's
 /// device; the current device must be the communicator's. No call-signature check across ranks:
 /// see nccl/communicator.hpp. Every function throws collx::error: errc::invalid_argument for bad

@@ -53,8 +53,9 @@ constexpr errc errc_of(ncclResult_t r) noexcept {
   return r == ncclUnhandledCudaError ? errc::cuda : errc::transport;
 }
 
-/// Throws collx::error (errc_of(r)) naming `what`, ncclGetErrorString(r) and, when `comm` is given,
-/// ncclGetLastError's detail, unless r is ncclSuccess.
+/// Throws collx::error (errc_of(r)) naming `what`, ncclGetErrorString(r) and NCCL's last error text
+/// (ncclGetLastError: process-wide in NCCL, so with several threads it may describe another
+/// thread's failure), unless r is ncclSuccess.
 inline void check(ncclResult_t r, const char* what, ncclComm_t comm = nullptr) {
   if (r == ncclSuccess) return;
   std::string msg = std::string(what) + " failed: " + ncclGetErrorString(r);
@@ -178,12 +179,10 @@ class communicator {
   std::pair<void*, void*> schedule_memory() {
     if (!memory_) {
       check_device("nccl::communicator::schedule_memory");
-      const std::size_t half = (opt_.segment_bytes + 255) / 256 * 256;
-      gpu::check(cudaMalloc(&memory_, 2 * half), "cudaMalloc (collx::nccl scratch and staging)");
+      gpu::check(cudaMalloc(&memory_, 2 * slot_bytes()), "cudaMalloc (collx::nccl scratch and staging)");
       gpu::check(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "cudaEventCreateWithFlags");
     }
-    const std::size_t half = (opt_.segment_bytes + 255) / 256 * 256;
-    return {memory_, static_cast<std::byte*>(memory_) + half};
+    return {memory_, static_cast<std::byte*>(memory_) + slot_bytes()};
   }
   /// The event of schedule_memory() (null before its first call).
   cudaEvent_t schedule_event() const noexcept { return event_; }
@@ -211,6 +210,7 @@ class communicator {
                                               " < 256");
     limits_ = gpu::device_limits_of(device_);
   }
+  std::size_t slot_bytes() const noexcept { return (opt_.segment_bytes + 255) / 256 * 256; }
   void swap(communicator& o) noexcept {
     std::swap(comm_, o.comm_);
     std::swap(owned_, o.owned_);
