@@ -72,6 +72,7 @@ TEST_CASE("NCCL types and ops: which pairs NCCL reduces itself", "[nccl]") {
   STATIC_REQUIRE(nccl::red_op_v<collx::ops::band> == red_op::none);
   STATIC_REQUIRE(nccl::red_op_v<collx::ops::bor> == red_op::none);
   STATIC_REQUIRE(nccl::red_op_v<collx::ops::bxor> == red_op::none);
+  STATIC_REQUIRE(collx::op_traits<custom_sum>::commutative);  // commutative, still not NCCL's
   STATIC_REQUIRE(nccl::red_op_v<custom_sum> == red_op::none);
   STATIC_REQUIRE(nccl::red_op_v<collx::commutative_op<collx::ops::sum>> == red_op::none);
 
