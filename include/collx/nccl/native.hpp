@@ -16,12 +16,28 @@ namespace nccl {
 
 /// NCCL's element types, by name (nccl/communicator.hpp turns them into ncclDataType_t).
 enum class data_type : std::uint8_t {
-  none,  ///< NCCL has no such type: reductions run collx schedules
-  int8, uint8, int32, uint32, int64, uint64, float16, bfloat16, float32, float64,
+  none,      ///< NCCL has no such type: reductions run collx schedules
+  int8,      ///< ncclInt8
+  uint8,     ///< ncclUint8
+  int32,     ///< ncclInt32
+  uint32,    ///< ncclUint32
+  int64,     ///< ncclInt64
+  uint64,    ///< ncclUint64
+  float16,   ///< ncclFloat16 (IEEE binary16: collx::half, __half)
+  bfloat16,  ///< ncclBfloat16 (collx::bfloat16, __nv_bfloat16)
+  float32,   ///< ncclFloat32
+  float64,   ///< ncclFloat64
 };
 
 /// NCCL's built-in reduction ops, by name (ncclSum, ncclProd, ncclMin, ncclMax, ncclAvg).
-enum class red_op : std::uint8_t { none, sum, prod, min, max, avg };
+enum class red_op : std::uint8_t {
+  none,  ///< not one of NCCL's: reductions run collx schedules
+  sum,   ///< ncclSum (ops::sum)
+  prod,  ///< ncclProd (ops::prod)
+  min,   ///< ncclMin (ops::min)
+  max,   ///< ncclMax (ops::max)
+  avg,   ///< ncclAvg (ops::avg)
+};
 
 /// NCCL's type for elements of type T, or data_type::none. Covers the standard integer types of 1,
 /// 4 and 8 bytes by size and signedness (char by its signedness; bool and the charN_t/wchar_t types
@@ -29,6 +45,7 @@ enum class red_op : std::uint8_t { none, sum, prod, min, max, avg };
 /// CUDA's __half and __nv_bfloat16; specialise it for a type of your own that has NCCL's layout.
 template <class T>
 struct element_type {
+  /// The type's NCCL name.
   static constexpr data_type value = [] {
     using U = std::remove_cv_t<T>;
     if constexpr (std::is_same_v<U, float>) return data_type::float32;

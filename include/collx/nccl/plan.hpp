@@ -36,6 +36,7 @@ struct action {
   std::vector<std::size_t> sends;  ///< group: indices of its send steps, in schedule order
   std::ptrdiff_t recv = -1;        ///< group: index of its recv / recv_reduce step, or -1
   std::size_t local = 0;           ///< local step: its index
+  /// Field-wise equality (for tests).
   friend bool operator==(const action&, const action&) = default;
 };
 
@@ -165,8 +166,8 @@ constexpr algorithm schedule_algorithm(bool commutative) noexcept {
 /// One segment of a call: the schedule parameters of this rank and the scratch elements
 /// (accumulator type) it needs. Every message of the segment is at most `scratch_elems` elements.
 struct segment {
-  schedule::params params;
-  std::size_t scratch_elems = 0;
+  schedule::params params;        ///< this rank's schedule parameters for the segment
+  std::size_t scratch_elems = 0;  ///< scratch (accumulator) elements its schedule uses
 };
 
 /// Cuts a reduction into segments of at most `segment_elems` accumulator elements, as
