@@ -6,9 +6,14 @@
 
 #include <collx/nccl/native.hpp>
 #include <collx/nccl/plan.hpp>
+#include <collx/detail/executor.hpp>
+#include <collx/numeric.hpp>
+#include <collx/ops.hpp>
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 #include <string>
 #include <vector>
 
@@ -208,4 +213,231 @@ TEST_CASE("NCCL segments: bounded, and every element reduced exactly once", "[nc
   CHECK_THROWS(nccl::plan_segments(collective::allreduce, algorithm::ring, 2, 2, 0, 4, 4));
   CHECK_THROWS(nccl::plan_segments(collective::reduce, algorithm::ring, 2, 0, -1, 4, 4));
   CHECK_THROWS(nccl::plan_segments(collective::allreduce, algorithm::ring, 2, 0, 0, 4, 0));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The NCCL executor's data flow, run on the CPU: every rank's segments, grouped (group_steps),
+// transfers carried out when both ends' groups are running (sends read, direct receives write at
+// that moment), staged receives converted or combined after their group (plan_receive) with the
+// host executor's arithmetic (detail::exec_context), local steps when reached. The results must be
+// the reduction of every rank's input; a wrong grouping, segment or receive plan shows here.
+
+namespace {
+
+// Composition of affine maps modulo 2^32: associative, not commutative.
+struct affine {
+  std::uint32_t mul, add;
+  friend bool operator==(const affine&, const affine&) = default;
+};
+struct then_op {
+  affine operator()(const affine& f, const affine& g) const { return {f.mul * g.mul, f.add * g.mul + g.add}; }
+};
+
+template <class T, class Op>
+struct rank_state {
+  using cx_t = collx::detail::exec_context<T, Op>;
+  using acc = typename cx_t::acc;
+  std::vector<acc> tmp;
+  std::vector<std::byte> staging;
+  cx_t cx;
+  std::vector<nccl::action> prog;
+  sch::steps steps;
+  std::size_t pos = 0;
+};
+
+// Runs one call on every rank; in[r] is rank r's input, out[r] its output (in[r] itself in place).
+template <class T, class Op>
+void emulate(collective coll, algorithm alg, int n, int root, std::size_t count, std::size_t seg_elems, bool in_place,
+             const Op& op, std::vector<std::vector<T>>& in, std::vector<std::vector<T>>& out) {
+  using st = rank_state<T, Op>;
+  using red = collx::detail::reduction<T, Op>;
+  constexpr bool roles = red::widened || red::needs_finalize;
+  const auto segs0 = nccl::plan_segments(coll, alg, n, 0, root, count, seg_elems);
+  for (std::size_t k = 0; k < segs0.size(); ++k) {
+    std::vector<st> ranks(static_cast<std::size_t>(n));
+    for (int r = 0; r < n; ++r) {
+      st& s = ranks[static_cast<std::size_t>(r)];
+      const nccl::segment seg = nccl::plan_segments(coll, alg, n, r, root, count, seg_elems).at(k);
+      s.tmp.assign(seg.scratch_elems, typename st::acc{});
+      s.staging.assign(seg_elems * sizeof(typename st::acc), std::byte{0xEE});
+      s.cx.in = in[static_cast<std::size_t>(r)].data();
+      s.cx.out = in_place ? in[static_cast<std::size_t>(r)].data() : out[static_cast<std::size_t>(r)].data();
+      s.cx.tmp = s.tmp.data();
+      s.cx.op = &op;
+      s.cx.world_size = n;
+      s.steps = sch::make_schedule(alg, seg.params, in_place);
+      s.prog = nccl::group_steps(s.steps);
+    }
+    // done[r][i]: transfer step i of rank r has happened.
+    std::vector<std::vector<char>> done(static_cast<std::size_t>(n));
+    std::vector<std::vector<std::size_t>> ordinal(static_cast<std::size_t>(n));  // k-th message per direction
+    for (int r = 0; r < n; ++r) {
+      st& s = ranks[static_cast<std::size_t>(r)];
+      done[r].assign(s.steps.size(), 0);
+      ordinal[r].assign(s.steps.size(), 0);
+      std::vector<std::size_t> sent(static_cast<std::size_t>(n)), got(static_cast<std::size_t>(n));
+      for (std::size_t i = 0; i < s.steps.size(); ++i) {
+        const sch::step& x = s.steps[i];
+        if (x.kind == sch::step_kind::send) ordinal[r][i] = sent[static_cast<std::size_t>(x.peer)]++;
+        if (x.kind == sch::step_kind::recv || x.kind == sch::step_kind::recv_reduce)
+          ordinal[r][i] = got[static_cast<std::size_t>(x.peer)]++;
+      }
+    }
+    using C = typename st::cx_t;
+    auto local = [&](st& s, const sch::step& x) {
+      C::with_flag(x.a.buf == sch::buffer::scratch, [&](auto a) {
+        C::with_flag(x.dst.buf == sch::buffer::scratch, [&](auto d) {
+          if (x.kind == sch::step_kind::copy) {
+            s.cx.template convert<decltype(a)::value, decltype(d)::value>(s.cx.cptr(x.a), s.cx.ptr(x.dst), x.dst.count);
+          } else {
+            C::with_flag(x.b.buf == sch::buffer::scratch, [&](auto b) {
+              s.cx.template combine<decltype(a)::value, decltype(b)::value, decltype(d)::value>(
+                  s.cx.cptr(x.a), s.cx.cptr(x.b), s.cx.ptr(x.dst), x.dst.count, false);
+            });
+          }
+        });
+      });
+    };
+    auto after_receive = [&](st& s, const sch::step& x) {
+      const nccl::receive_plan rp = nccl::plan_receive(x, roles);
+      if (!rp.staged) return;
+      C::with_flag(x.wire == sch::buffer::scratch, [&](auto w) {
+        C::with_flag(x.dst.buf == sch::buffer::scratch, [&](auto d) {
+          if (!rp.reduce) {
+            s.cx.template convert<decltype(w)::value, decltype(d)::value>(s.staging.data(), s.cx.ptr(x.dst), x.dst.count);
+          } else {
+            C::with_flag(x.a.buf == sch::buffer::scratch, [&](auto a) {
+              s.cx.template combine<decltype(a)::value, decltype(w)::value, decltype(d)::value>(
+                  s.cx.cptr(x.a), s.staging.data(), s.cx.ptr(x.dst), x.dst.count, rp.staging_left);
+            });
+          }
+        });
+      });
+    };
+    for (bool progress = true; progress;) {
+      progress = false;
+      for (int r = 0; r < n; ++r) {
+        st& s = ranks[static_cast<std::size_t>(r)];
+        while (s.pos < s.prog.size() && !s.prog[s.pos].group) {
+          local(s, s.steps[s.prog[s.pos].local]);
+          ++s.pos;
+          progress = true;
+        }
+      }
+      // Match the sends of every running group with the running receives.
+      for (int r = 0; r < n; ++r) {
+        st& s = ranks[static_cast<std::size_t>(r)];
+        if (s.pos >= s.prog.size()) continue;
+        for (std::size_t i : s.prog[s.pos].sends) {
+          if (done[r][i]) continue;
+          const sch::step& x = s.steps[i];
+          st& p = ranks[static_cast<std::size_t>(x.peer)];
+          if (p.pos >= p.prog.size() || !p.prog[p.pos].group || p.prog[p.pos].recv < 0) continue;
+          const auto j = static_cast<std::size_t>(p.prog[p.pos].recv);
+          const sch::step& y = p.steps[j];
+          if (y.peer != r || ordinal[x.peer][j] != ordinal[r][i]) continue;
+          const std::size_t bytes = x.a.count * C::elem_size(x.a.buf);
+          REQUIRE(bytes == y.dst.count * C::elem_size(y.wire));
+          const bool staged = nccl::plan_receive(y, roles).staged;
+          if (staged) REQUIRE(bytes <= p.staging.size());
+          if (bytes) std::memcpy(staged ? p.staging.data() : p.cx.ptr(y.dst), s.cx.cptr(x.a), bytes);
+          done[r][i] = done[x.peer][j] = 1;
+          progress = true;
+        }
+      }
+      for (int r = 0; r < n; ++r) {
+        st& s = ranks[static_cast<std::size_t>(r)];
+        if (s.pos >= s.prog.size() || !s.prog[s.pos].group) continue;
+        const nccl::action& a = s.prog[s.pos];
+        bool all = a.recv < 0 || done[r][static_cast<std::size_t>(a.recv)];
+        for (std::size_t i : a.sends) all = all && done[r][i];
+        if (!all) continue;
+        if (a.recv >= 0) after_receive(s, s.steps[static_cast<std::size_t>(a.recv)]);
+        ++s.pos;
+        progress = true;
+      }
+    }
+    for (int r = 0; r < n; ++r) REQUIRE(ranks[static_cast<std::size_t>(r)].pos == ranks[static_cast<std::size_t>(r)].prog.size());
+  }
+}
+
+template <class T>
+T value(int rank, std::size_t i) {
+  const std::uint32_t h = static_cast<std::uint32_t>((rank + 1) * 2654435761u) ^ static_cast<std::uint32_t>(i * 40503u);
+  if constexpr (std::is_same_v<T, affine>) return {h | 1u, h >> 7};
+  else if constexpr (std::is_same_v<T, collx::half>) return collx::half(static_cast<float>(h % 64) / 4);
+  else return static_cast<T>(h);
+}
+
+// Every collective of emulate() against the rank-order fold want(n, get) for each element.
+template <class T, class Op, class Want>
+void check_emulated(algorithm alg, const Op& op, Want want) {
+  for (collective coll : {collective::allreduce, collective::reduce_scatter, collective::reduce})
+    for (int n : {1, 2, 3, 4, 5, 8})
+      for (std::size_t count : {std::size_t{1}, std::size_t{5}, std::size_t{40}})
+        for (std::size_t seg : {std::size_t{8}, std::size_t{1000}})
+          for (bool in_place : {false, true}) {
+            if (in_place && coll != collective::allreduce) continue;  // the schedule path's in-place form
+            const int root = coll == collective::reduce ? n / 2 : 0;
+            INFO(collx::algorithm_name(alg) << " " << collx::collective_name(coll) << " n=" << n << " count=" << count
+                                            << " seg=" << seg << " in_place=" << in_place);
+            const std::size_t len = coll == collective::reduce_scatter ? count * static_cast<std::size_t>(n) : count;
+            const std::size_t out_len = coll == collective::reduce_scatter ? count : len;
+            std::vector<std::vector<T>> in(static_cast<std::size_t>(n)), out(static_cast<std::size_t>(n));
+            for (int r = 0; r < n; ++r) {
+              for (std::size_t i = 0; i < len; ++i) in[r].push_back(value<T>(r, i));
+              out[r].assign(len, value<T>(99, 0));  // poison
+            }
+            emulate<T, Op>(coll, alg, n, root, count, seg, in_place, op, in, out);
+            for (int r = 0; r < n; ++r) {
+              if (coll == collective::reduce && r != root) continue;
+              const std::vector<T>& got = in_place ? in[r] : out[r];
+              const std::size_t base = coll == collective::reduce_scatter ? static_cast<std::size_t>(r) * count : 0;
+              std::size_t wrong = 0;
+              for (std::size_t j = 0; j < out_len; ++j)
+                wrong += !(got[j] == want(n, [&](int q) { return value<T>(q, base + j); }));
+              CHECK(wrong == 0);
+            }
+          }
+}
+
+}  // namespace
+
+TEST_CASE("NCCL executor data flow on the CPU: groups, segments, staged receives", "[nccl]") {
+  // Commutative integer sum on the ring (roles: none, every receive direct or combined).
+  check_emulated<std::uint32_t>(algorithm::ring, collx::ops::sum{}, [](int n, auto get) {
+    std::uint32_t a = 0;
+    for (int q = 0; q < n; ++q) a += get(q);
+    return a;
+  });
+  // Non-commutative op on the tree, in rank order.
+  check_emulated<affine>(algorithm::tree, then_op{}, [](int n, auto get) {
+    affine a = get(0);
+    for (int q = 1; q < n; ++q) a = then_op{}(a, get(q));
+    return a;
+  });
+  // half sum on both: fp32 partials in scratch (roles), widened and finalised by staged receives;
+  // small multiples of 1/4, so any order is exact.
+  for (algorithm alg : {algorithm::ring, algorithm::tree})
+    check_emulated<collx::half>(alg, collx::ops::sum{}, [](int n, auto get) {
+      float a = 0;
+      for (int q = 0; q < n; ++q) a += static_cast<float>(get(q));
+      return collx::half(a);
+    });
+  // int16 avg (no NCCL type): scratch holds undivided sums (roles through avg's division).
+  check_emulated<std::int16_t>(algorithm::ring, collx::ops::avg{}, [](int n, auto get) {
+    std::uint16_t a = 0;
+    for (int q = 0; q < n; ++q) a = static_cast<std::uint16_t>(a + static_cast<std::uint16_t>(get(q)));
+    return static_cast<std::int16_t>(static_cast<std::int16_t>(a) / n);
+  });
+
+  using K = sch::step_kind;
+  using B = sch::buffer;
+  const sch::step widen{K::recv, 1, {}, {}, {B::scratch, 0, 4}, B::input, true};
+  CHECK(nccl::plan_receive(widen, true) == nccl::receive_plan{true, false, false});
+  CHECK(nccl::plan_receive(widen, false) == nccl::receive_plan{false, false, false});
+  const sch::step same{K::recv, 1, {}, {}, {B::output, 0, 4}, B::input, true};
+  CHECK(nccl::plan_receive(same, true) == nccl::receive_plan{false, false, false});
+  const sch::step rr{K::recv_reduce, 1, {B::input, 0, 4}, {}, {B::scratch, 0, 4}, B::input, false};
+  CHECK(nccl::plan_receive(rr, false) == nccl::receive_plan{true, true, false});
 }

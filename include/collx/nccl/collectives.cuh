@@ -164,15 +164,13 @@ struct device_executor {
   }
 
   void run(const schedule::steps& steps) const {
-    using schedule::step_kind;
     for (const action& a : group_steps(steps)) {
       if (!a.group) {
         local(steps[a.local]);
         continue;
       }
       const schedule::step* r = a.recv >= 0 ? &steps[static_cast<std::size_t>(a.recv)] : nullptr;
-      const bool direct = r && r->kind == step_kind::recv && (!roles || (r->wire == schedule::buffer::scratch) ==
-                                                                            (r->dst.buf == schedule::buffer::scratch));
+      const bool direct = r && !plan_receive(*r, roles).staged;
       const std::size_t recv_bytes = r ? r->dst.count * elem_size(r->wire) : 0;
       if (r && !direct && recv_bytes > staging_bytes)
         COLLX_THROW(errc::internal, "nccl: a message of " + std::to_string(recv_bytes) +
@@ -191,12 +189,14 @@ struct device_executor {
     }
   }
 
-  /// The kernel after a receive into staging: convert into dst, or combine with `a` into dst.
+  /// The kernel after a receive into staging (plan_receive): convert into dst, or combine with `a`
+  /// into dst, the staged value on the left when incoming_first.
   void after_receive(const schedule::step& s) const {
+    const receive_plan rp = plan_receive(s, roles);
     with_role(s.wire, [&](auto w) {
       with_role(s.dst.buf, [&](auto d) {
         constexpr gpu::values W = decltype(w)::value, D = decltype(d)::value;
-        if (s.kind == schedule::step_kind::recv) {
+        if (!rp.reduce) {
           if constexpr (W != D)
             gpu::convert<T, W, D>(typed<D>(ptr(s.dst)), typed<W>(staging), s.dst.count, *op, world_size, stream);
           else
@@ -204,7 +204,7 @@ struct device_executor {
         } else {
           with_role(s.a.buf, [&](auto x) {
             constexpr gpu::values A = decltype(x)::value;
-            if (s.incoming_first)
+            if (rp.staging_left)
               gpu::reduce_elementwise<T, W, A, D>(typed<D>(ptr(s.dst)), typed<W>(staging), typed<A>(ptr(s.a)),
                                                   s.dst.count, *op, world_size, stream, limits);
             else

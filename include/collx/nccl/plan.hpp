@@ -72,6 +72,26 @@ inline std::vector<action> group_steps(const schedule::steps& steps) {
   return out;
 }
 
+/// How the executor carries out a receive step (recv or recv_reduce) of a group.
+struct receive_plan {
+  bool staged = false;        ///< into the staging buffer, then a kernel; else straight into dst
+  bool reduce = false;        ///< recv_reduce: dst = op(left, right), the staged value one operand
+  bool staging_left = false;  ///< reduce: the staged value is the left operand (incoming_first)
+  /// Field-wise equality (for tests).
+  friend constexpr bool operator==(const receive_plan&, const receive_plan&) = default;
+};
+
+/// The receive plan of step `s`. `roles`: scratch holds other values than the user's buffers
+/// (narrow floats as fp32 partials, or avg still to divide); without roles every buffer holds T.
+/// A recv whose wire and destination hold the same kind of value lands in dst directly (ncclRecv
+/// into the user's or the scratch buffer); one that converts (widen, or finalise) is staged and
+/// then converted; a recv_reduce is always staged and then combined with `a` into dst.
+constexpr receive_plan plan_receive(const schedule::step& s, bool roles) noexcept {
+  if (s.kind == schedule::step_kind::recv_reduce) return {true, true, s.incoming_first};
+  const bool same = !roles || ((s.wire == schedule::buffer::scratch) == (s.dst.buf == schedule::buffer::scratch));
+  return {!same, false, false};
+}
+
 /// Simulates every rank's grouped schedule under NCCL's strictest point-to-point semantics: a
 /// transfer completes only while the sender's and the receiver's groups are both running, a group
 /// completes when all its transfers have, and a rank starts its next group only then. Returns ""
