@@ -1,7 +1,8 @@
 // Host-side logic of collx::nccl (collx/nccl/native.hpp, collx/nccl/plan.hpp): plain C++, no NCCL,
 // CUDA or GPU needed. Which (type, op) pairs NCCL reduces itself; how a schedule becomes NCCL groups,
 // checked by simulating every rank's groups under "a send completes only while its receive is
-// posted"; and how a call is cut into segments that bound device memory, checked by coverage.
+// posted"; how a call is cut into segments that bound device memory, checked by coverage; and the
+// device executor's data flow (groups, segments, plan_receive) run on host memory against folds.
 #include <catch2/catch.hpp>
 
 #include <collx/nccl/native.hpp>
