@@ -33,7 +33,9 @@ void check_peer(communicator& comm, int peer, const char* what) {
 }
 }  // namespace detail
 
-/// Sends `data` (a span of T or const T) to rank `dest` and returns once dest has received it (synchronous, like MPI_Ssend).
+/// Sends `data` (a span of T or const T) to rank `dest` and returns once dest has received it
+/// (synchronous, like MPI_Ssend) over threads and shared memory; over MPI once MPI has the data
+/// (like MPI_Send), so `data` may be reused either way.
 /// Messages between two ranks arrive in the order sent. The receiver must call recv with the same
 /// count and type (checked: errc::mismatch on both ranks).
 /// @throws collx::error invalid_argument (bad dest), mismatch, timeout, aborted.

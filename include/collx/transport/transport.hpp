@@ -76,7 +76,8 @@ class consumer_ref {
 };
 
 /// A message transport between the ranks of one communicator. Implementations: threads of one
-/// process (transport/threads.hpp); processes over shared memory and MPI come in their own headers.
+/// process (transport/threads.hpp), processes over shared memory (transport/shm.hpp) and over MPI
+/// (transport/mpi.hpp).
 /// All functions but abort() are called by the owning rank's thread only. Errors are collx::error
 /// with errc::timeout, aborted, mismatch or transport; after one, the transport is failed for every
 /// rank and every later call fails at once.
@@ -98,7 +99,8 @@ class transport {
   /// expected ones, and hands its bytes to `consume` in pieces that are multiples of `granularity`.
   virtual void recv(int peer, std::size_t bytes, std::size_t granularity, const call_signature& sig,
                     consumer_ref consume) = 0;
-  /// Blocks until every posted send has been consumed.
+  /// Blocks until every posted send's buffer may be reused: the peer has consumed the message
+  /// (threads, shm) or the transport holds its own copy (MPI, once MPI_Isend completed).
   virtual void wait_sends() = 0;
   /// Throws the communicator's failure, if any (aborted, a peer's error).
   virtual void check() = 0;
