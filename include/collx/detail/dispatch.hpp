@@ -55,11 +55,13 @@ struct call_layout {
   }
 };
 
-/// "rank 3/8 allreduce#42<float32,sum,ring>"
+/// "rank 3/8 allreduce#42<float32,sum,ring>" (without "#42" when seq is 0: a call rejected before
+/// it got a sequence number).
 template <class T, class Op>
 std::string call_name(const communicator& comm, collective c, std::uint64_t seq, std::string_view algo) {
   std::string s = "rank " + std::to_string(comm.rank()) + "/" + std::to_string(comm.size()) + " " +
-                  std::string(collective_name(c)) + "#" + std::to_string(seq) + "<" + std::string(type_name<T>());
+                  std::string(collective_name(c)) + (seq ? "#" + std::to_string(seq) : std::string()) + "<" +
+                  std::string(type_name<T>());
   if constexpr (!std::is_same_v<Op, no_op>) s += std::string(",") + op_traits<Op>::name;
   if (!algo.empty()) s += "," + std::string(algo);
   return s + ">";
