@@ -389,3 +389,27 @@ TEST_CASE("buffer contracts: send never written, non-root recv untouched, extra 
       }
     });
 }
+
+TEST_CASE("communicator_options::ring_order: algo::ring follows it; a bad order is rejected", "[collectives][ring_order]") {
+  for (int n : {3, 5, 8}) {
+    std::vector<int> order(uz(n));
+    for (int i = 0; i < n; ++i) order[uz(i)] = (i * (n == 5 ? 3 : 5) + 1) % n;  // a permutation
+    opts_t o = ref::test_options();
+    o.ring_order = order;
+    for (size_t count : {size_t{1}, size_t{97}}) {
+      check_allreduce<collx::algo::ring, std::int32_t>(n, count, false, o);
+      check_allreduce<collx::algo::ring, float>(n, count, true, o);
+      check_reduce_scatter_uniform<collx::algo::ring, std::int64_t>(n, count, false, o);
+      check_all_gather<collx::algo::ring, std::int16_t>(n, std::vector<size_t>(uz(n), count), false, false, o);
+      for (int root : {0, n - 1}) {
+        check_broadcast<collx::algo::ring, double>(n, count, root, false, false, o);
+        check_reduce<collx::algo::ring, std::uint32_t>(n, count, root, false, false, o);
+      }
+    }
+  }
+  for (const std::vector<int>& bad : {std::vector<int>{0, 1}, std::vector<int>{0, 1, 1}, std::vector<int>{0, 3, 1}}) {
+    opts_t o;
+    o.ring_order = bad;
+    REQUIRE_THROWS_WITH(collx::make_thread_communicators(3, o), Catch::Contains("ring_order"));
+  }
+}

@@ -176,6 +176,7 @@ struct config {
   bool contiguous_rs = false;                  // reduce_scatter: the tree's contiguous layout
   std::size_t seg_elems = unbounded;           // reductions: dispatcher segment bound in elements
   int order = 0;                               // interleaving: 0 greedy forward, 1 one step at a time, reverse
+  std::vector<int> ring;                       // algo::ring's order (params::ring); empty: rank order
   // Checker tests only:
   bool claim_not_in_place = false;             // build with in_place = false although buffers alias
   std::function<void(int, cs::steps&)> mutate; // sabotage a rank's steps
@@ -240,6 +241,7 @@ std::vector<segment> plan(const config& k) {
     p.root = k.root;
     p.one_shot = k.one_shot;
     p.slices = k.slices;
+    p.ring = k.ring;
     p.blocks.resize(static_cast<std::size_t>(n));
     return p;
   };
@@ -766,8 +768,13 @@ class simulator {
       }
       case algorithm::ring: {
         if (ring_block < 0) return sym{};  // matches nothing a schedule can write
+        // Along the ring from the rank after the block's owner, ending with the owner.
+        auto rank_at = [&](int q) { return k_.ring.empty() ? q : k_.ring[static_cast<std::size_t>(q)]; };
+        int owner_pos = ring_block;
+        for (int q = 0; q < n_; ++q)
+          if (rank_at(q) == ring_block) owner_pos = q;
         std::vector<int> order;
-        for (int i = 1; i <= n_; ++i) order.push_back((ring_block + i) % n_);
+        for (int i = 1; i <= n_; ++i) order.push_back(rank_at((owner_pos + i) % n_));
         s = left_fold(order, index);
         break;
       }
@@ -1035,6 +1042,50 @@ TEST_CASE("schedules: barrier is a barrier", "[schedules]") {
         k.coll = collective::barrier, k.alg = alg, k.n = n, k.order = order;
         t.run(k);
       }
+  t.report();
+}
+
+TEST_CASE("schedules: ring over a permuted order (communicator_options::ring_order), every collective", "[schedules]") {
+  tally t;
+  for (int n = 2; n <= 9; ++n) {
+    std::vector<int> reversed(static_cast<std::size_t>(n)), shuffled(static_cast<std::size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      reversed[static_cast<std::size_t>(i)] = n - 1 - i;
+      const int step = n % 5 == 0 ? 3 : 5;  // coprime with n: i -> step * i + 3 is a permutation
+      shuffled[static_cast<std::size_t>(i)] = (i * step + 3) % n;
+    }
+    for (const auto& ring : {reversed, shuffled}) {
+      for (std::size_t count : {std::size_t{1}, static_cast<std::size_t>(n) + 1, std::size_t{31}})
+        for (bool in_place : {false, true}) {
+          config k;
+          k.alg = algorithm::ring, k.n = n, k.count = count, k.in_place = in_place, k.ring = ring;
+          k.coll = collective::allreduce;
+          t.run(k);
+          k.seg_elems = 7;
+          t.run(k);
+          k.seg_elems = unbounded;
+          for (int root : {0, n / 2, n - 1}) {
+            k.root = root;
+            k.coll = collective::reduce;
+            t.run(k);
+            k.coll = collective::broadcast;
+            for (std::size_t slices : {1, 3}) {
+              k.slices = slices;
+              t.run(k);
+            }
+            k.slices = 1;
+          }
+        }
+      for (const auto& [counts, varying] : block_patterns(n)) {
+        config k;
+        k.alg = algorithm::ring, k.n = n, k.counts = counts, k.varying = varying, k.ring = ring;
+        k.coll = collective::reduce_scatter;
+        t.run(k);
+        k.coll = collective::all_gather;
+        t.run(k);
+      }
+    }
+  }
   t.report();
 }
 

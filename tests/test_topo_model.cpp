@@ -264,3 +264,22 @@ TEST_CASE("placement: local ranks go to their GPU's NUMA node, or spread over no
   CHECK(nodes == std::vector<int>{0, 0, 1, 1, 1, 1, 1, 1});
   CHECK_THROWS_AS(place_local_rank(cpu, 8, 8), collx::error);
 }
+
+TEST_CASE("a searched ring becomes algo::ring's order: ring_in_rank_order") {
+  const topology t = read_nccl_topology(topo_fixture("dgx1-v100-como-nccl-topo.xml"), "dgx1");
+  router r(t);
+  const ring_set rings = search_rings(r, t.gpus());
+  // Ranks drive the GPUs in reverse device order, so the mapping is not the identity.
+  std::vector<int> gpu_of_rank;
+  for (int d = 7; d >= 0; --d) gpu_of_rank.push_back(t.gpu(d));
+  for (const auto& ring : rings.rings) {
+    const std::vector<int> order = ring_in_rank_order(ring, gpu_of_rank);
+    REQUIRE(order.size() == ring.size());
+    for (std::size_t k = 0; k < ring.size(); ++k) CHECK(gpu_of_rank[static_cast<std::size_t>(order[k])] == ring[k]);
+  }
+  CHECK_THROWS_AS(ring_in_rank_order(rings.rings.at(0), std::vector<int>(gpu_of_rank.begin(), gpu_of_rank.end() - 1)),
+                  collx::error);
+  std::vector<int> twice = gpu_of_rank;
+  twice[1] = twice[0];
+  CHECK_THROWS_AS(ring_in_rank_order(rings.rings.at(0), twice), collx::error);
+}

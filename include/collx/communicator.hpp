@@ -57,6 +57,10 @@ struct communicator_options {
   std::function<algorithm(const selection_query&)> selector;
   /// Per-collective algorithms for algo::automatic that win over the selector (default: COLLX_ALGO).
   env::algorithm_overrides algorithm_overrides = detail::default_algorithm_overrides();
+  /// The order of algo::ring: ranks in ring order, each sending to the next (a permutation of
+  /// [0, world size), the same on every rank); empty: rank order. Put ranks that share fast links
+  /// next to each other, e.g. with topo::ring_in_rank_order of a ring topo::search_rings found.
+  std::vector<int> ring_order;
 };
 
 /// One rank's view of a group of ranks. Collectives take it as their first argument and must be
@@ -91,6 +95,19 @@ class communicator {
       : transport_(std::move(t)), options_(std::move(opt)) {
     if (!transport_) COLLX_THROW(errc::invalid_argument, "communicator: null transport");
     env::warn_unknown_variables_once();
+    if (!options_.ring_order.empty()) {
+      std::vector<bool> seen(static_cast<std::size_t>(size()), false);
+      bool ok = options_.ring_order.size() == seen.size();
+      for (int r : options_.ring_order) {
+        ok = ok && r >= 0 && r < size() && !seen[static_cast<std::size_t>(r)];
+        if (ok) seen[static_cast<std::size_t>(r)] = true;
+      }
+      if (!ok)
+        COLLX_THROW(errc::invalid_argument, "communicator_options::ring_order has " +
+                                                std::to_string(options_.ring_order.size()) +
+                                                " entries; it must list every rank of the " + std::to_string(size()) +
+                                                "-rank communicator exactly once");
+    }
     transport_->set_timeout(options_.timeout);
   }
 

@@ -1,13 +1,13 @@
 /// @file algo/ring.hpp
-/// Ring algorithms: reduce-scatter then all-gather around the ring 0 -> 1 -> ... -> n-1 -> 0, as in
-/// Patarasuk & Yuan, "Bandwidth optimal all-reduce algorithms for clusters of workstations"
-/// (JPDC 2009) and NCCL's ring. Each rank sends 2(n-1)/n of the data: bandwidth-optimal, n-1
-/// latency steps per phase.
+/// Ring algorithms: reduce-scatter then all-gather around the ring 0 -> 1 -> ... -> n-1 -> 0 (or the
+/// order in params::ring, e.g. one the topology search found), as in Patarasuk & Yuan, "Bandwidth
+/// optimal all-reduce algorithms for clusters of workstations" (JPDC 2009) and NCCL's ring. Each
+/// rank sends 2(n-1)/n of the data: bandwidth-optimal, n-1 latency steps per phase.
 ///
-/// Order of combination: block c is reduced along the ring starting at rank c+1:
-/// op(...op(op(x_{c+1}, x_{c+2}), x_{c+3})..., x_c) (indices mod n). That order differs per block, so the
-/// ring needs a commutative op; it is fixed for a given (world size, count), so results are
-/// bit-identical from run to run and on every rank.
+/// Order of combination: block c is reduced along the ring starting at the rank after c:
+/// op(...op(op(x_{c+1}, x_{c+2}), x_{c+3})..., x_c), indices being ring positions mod n. That order
+/// differs per block, so the ring needs a commutative op; it is fixed for a given (world size,
+/// count, ring order), so results are bit-identical from run to run and on every rank.
 #pragma once
 
 #include <collx/algo/schedule.hpp>
@@ -36,12 +36,37 @@ constexpr region tmp_block(const params& p, int c) {
   return {buffer::scratch, b.tmp, b.count};
 }
 
+/// Ring positions: the rank at position k (mod n) of the ring, and this rank's position.
+struct ring_positions {
+  const params& p;
+  int pos = 0;
+  constexpr explicit ring_positions(const params& q) : p(q), pos(q.rank) {
+    if (!p.ring.empty())
+      for (int k = 0; k < p.world_size; ++k)
+        if (p.ring[static_cast<std::size_t>(k)] == p.rank) pos = k;
+  }
+  /// The rank `k` places after this one (negative: before).
+  constexpr int at(int k) const {
+    const int q = mod(pos + k, p.world_size);
+    return p.ring.empty() ? q : p.ring[static_cast<std::size_t>(q)];
+  }
+  /// The position of `rank` in the ring.
+  constexpr int position_of(int rank) const {
+    if (p.ring.empty()) return rank;
+    for (int k = 0; k < p.world_size; ++k)
+      if (p.ring[static_cast<std::size_t>(k)] == rank) return k;
+    return rank;
+  }
+};
+
 /// Ring reduce-scatter phase: afterwards rank r's block r, fully reduced, is in `own_final`
 /// (a region of blocks[r].count elements). Partial sums travel in scratch (accumulator type).
 constexpr void ring_reduce_scatter(builder& b, const params& p, region own_final) {
-  const int n = p.world_size, r = p.rank, next = mod(r + 1, n), prev = mod(r - 1, n);
+  const int n = p.world_size;
+  const ring_positions ring(p);
+  const int next = ring.at(1), prev = ring.at(-1);
   for (int s = 0; s + 1 < n; ++s) {
-    const int sc = mod(r - 1 - s, n), rc = mod(r - 2 - s, n);
+    const int sc = ring.at(-1 - s), rc = ring.at(-2 - s);
     b.send(next, s == 0 ? in_block(p, sc) : tmp_block(p, sc));
     b.recv_reduce(prev, s == 0 ? buffer::input : buffer::scratch, in_block(p, rc),
                   s + 2 == n ? own_final : tmp_block(p, rc), /*incoming_first=*/true);
@@ -51,10 +76,12 @@ constexpr void ring_reduce_scatter(builder& b, const params& p, region own_final
 
 /// Ring all-gather phase: rank r's block r is already in output; afterwards every block is.
 constexpr void ring_all_gather(builder& b, const params& p) {
-  const int n = p.world_size, r = p.rank, next = mod(r + 1, n), prev = mod(r - 1, n);
+  const int n = p.world_size;
+  const ring_positions ring(p);
+  const int next = ring.at(1), prev = ring.at(-1);
   for (int s = 0; s + 1 < n; ++s) {
-    b.send(next, out_block(p, mod(r - s, n)));
-    b.recv(prev, buffer::output, out_block(p, mod(r - 1 - s, n)));
+    b.send(next, out_block(p, ring.at(-s)));
+    b.recv(prev, buffer::output, out_block(p, ring.at(-1 - s)));
     b.wait_sends();
   }
 }
@@ -88,21 +115,22 @@ constexpr steps build_ring(const params& p) {
       }
       break;
     case collective::broadcast: {
-      // Pipelined chain root -> root+1 -> ... -> root-1, in p.slices slices of the whole vector.
+      // Pipelined chain from the root along the ring, in p.slices slices of the whole vector.
       std::size_t total = 0;
       for (const block& blk : p.blocks) total += blk.count;
       const std::size_t in0 = p.blocks.front().in, out0 = p.blocks.front().out;
-      const int pos = mod(r - p.root, n);
+      const ring_positions ring(p);
+      const int pos = mod(ring.pos - ring.position_of(p.root), n);
       const std::size_t k = p.slices ? p.slices : 1;
       for (std::size_t j = 0; j < k; ++j) {
         const std::size_t lo = chunk_begin(total, k, j), len = chunk_begin(total, k, j + 1) - lo;
         if (pos == 0) {
-          b.send(mod(r + 1, n), {buffer::input, in0 + lo, len});
+          b.send(ring.at(1), {buffer::input, in0 + lo, len});
           b.wait_sends();
         } else {
-          b.recv(mod(r - 1, n), pos == 1 ? buffer::input : buffer::output, {buffer::output, out0 + lo, len});
+          b.recv(ring.at(-1), pos == 1 ? buffer::input : buffer::output, {buffer::output, out0 + lo, len});
           b.wait_sends();  // the previous slice's forward
-          if (pos + 1 < n) b.send(mod(r + 1, n), {buffer::output, out0 + lo, len});
+          if (pos + 1 < n) b.send(ring.at(1), {buffer::output, out0 + lo, len});
         }
       }
       b.wait_sends();

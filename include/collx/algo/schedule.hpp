@@ -125,6 +125,10 @@ struct params {
   bool keep_empty = false;       ///< exchange zero-element messages too (all_to_all_v: so that
                                  ///< per-pair counts that disagree are caught, not waited on)
   std::vector<block> blocks;     ///< world_size blocks (see block)
+  /// algo::ring: the ranks in ring order, each sending to the next (a permutation of [0, n));
+  /// empty: 0 -> 1 -> ... -> n-1 -> 0. From communicator_options::ring_order, e.g. a ring that
+  /// topo::search_rings found over the machine's links.
+  std::vector<int> ring;
 };
 
 /// One rank's schedule.

@@ -69,9 +69,11 @@ inline communicator connect_hierarchical(MPI_Comm comm, const communicator_optio
   } free_node{node_comm}, free_cross{cross_comm};
 
   communicator world = connect(comm, opt, mopt);
-  communicator cross = connect(cross_comm, opt, mopt);
+  communicator_options level = opt;  // for the node and cross-node communicators
+  level.ring_order.clear();          // a world ring order means nothing to them
+  communicator cross = connect(cross_comm, level, mopt);
   communicator node = [&] {
-    if (intra == intra_node::mpi) return connect(node_comm, opt, mopt);
+    if (intra == intra_node::mpi) return connect(node_comm, level, mopt);
     // A job id for this node's segment: made by the node's first rank, unique per job and node.
     char job[64] = {};
     if (layout.local_rank == 0) {
@@ -89,7 +91,7 @@ inline communicator connect_hierarchical(MPI_Comm comm, const communicator_optio
     shm_options host_aware = sopt;  // spin only if every rank of this machine has a core
     if (!host_aware.ranks_on_host)
       host_aware.ranks_on_host = dynamic_cast<mpi_transport&>(world.get_transport()).ranks_on_host();
-    return connect_shm(info, opt, host_aware);
+    return connect_shm(info, level, host_aware);
   }();
   attach_hierarchy(world, std::move(layout), std::move(node), std::move(cross));
   return world;

@@ -191,6 +191,10 @@ void run_collective(communicator& comm, collective coll, const T* in, T* out, bo
   sig.root = root;
   sig.algo = static_cast<std::uint8_t>(alg);
   sig.layout_hash = lay.varying && coll != collective::all_to_all ? hash_counts(lay.counts) : 0;
+  if (alg == algorithm::ring && !comm.options().ring_order.empty()) {  // ranks must agree on the ring
+    const std::vector<std::size_t> ring(comm.options().ring_order.begin(), comm.options().ring_order.end());
+    sig.layout_hash ^= hash_counts(ring) * 31;
+  }
 
   try {
     tp.check();
@@ -201,6 +205,7 @@ void run_collective(communicator& comm, collective coll, const T* in, T* out, bo
     p.world_size = n;
     p.rank = r;
     p.root = root < 0 ? 0 : root;
+    p.ring = comm.options().ring_order;
     p.blocks.resize(static_cast<std::size_t>(n));
     exec_context<T, Op> cx;
     cx.in = in;

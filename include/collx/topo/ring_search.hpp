@@ -87,6 +87,30 @@ inline ring_evaluation evaluate_rings(router& r, const std::vector<std::vector<i
   return e;
 }
 
+/// A ring of GPU vertex ids (one of ring_set::rings) as ranks, for communicator_options::ring_order:
+/// rank r drives GPU gpu_of_rank[r].
+/// @throws collx::error(invalid_argument) when the ring and the ranks' GPUs are not the same set.
+inline std::vector<int> ring_in_rank_order(const std::vector<int>& ring, const std::vector<int>& gpu_of_rank) {
+  if (ring.size() != gpu_of_rank.size())
+    COLLX_THROW(errc::invalid_argument, "ring_in_rank_order: the ring has " + std::to_string(ring.size()) + " GPUs for " +
+                                            std::to_string(gpu_of_rank.size()) + " ranks");
+  std::vector<int> order;
+  for (int gpu : ring) {
+    int found = -1;
+    for (std::size_t r = 0; r < gpu_of_rank.size(); ++r)
+      if (gpu_of_rank[r] == gpu) {
+        if (found >= 0)
+          COLLX_THROW(errc::invalid_argument, "ring_in_rank_order: two ranks drive GPU vertex " + std::to_string(gpu));
+        found = static_cast<int>(r);
+      }
+    if (found < 0) COLLX_THROW(errc::invalid_argument, "ring_in_rank_order: no rank drives GPU vertex " + std::to_string(gpu));
+    for (int seen : order)
+      if (seen == found) COLLX_THROW(errc::invalid_argument, "ring_in_rank_order: the ring lists GPU vertex " + std::to_string(gpu) + " twice");
+    order.push_back(found);
+  }
+  return order;
+}
+
 /// Searches rings over `gpus` (GPU vertex ids, one machine) as the file comment describes.
 /// One GPU gives one ring of one GPU and infinite bandwidth (nothing moves).
 /// @throws collx::error(invalid_argument) for no GPUs, a repeated GPU, or GPUs no ring can join.

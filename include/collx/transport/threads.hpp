@@ -225,6 +225,8 @@ inline std::vector<communicator> make_hierarchical_thread_communicators(const st
   const int n = static_cast<int>(node_ids.size());
   std::vector<communicator> comms = make_thread_communicators(n, opt);
   const node_layout shape = node_layout::from_ids(node_ids, 0);
+  communicator_options level = opt;  // for the node and cross-node communicators
+  level.ring_order.clear();          // a world ring order means nothing to them
   std::vector<std::shared_ptr<transport_impl::thread_world>> nodes, crosses;
   for (const auto& ranks : shape.ranks) nodes.push_back(std::make_shared<transport_impl::thread_world>(static_cast<int>(ranks.size())));
   for (int local = 0; !shape.cross_ranks(local).empty(); ++local)
@@ -234,9 +236,9 @@ inline std::vector<communicator> make_hierarchical_thread_communicators(const st
     const auto members = lay.cross_ranks(lay.local_rank);
     const int cross_rank = static_cast<int>(std::find(members.begin(), members.end(), r) - members.begin());
     communicator node(std::make_shared<transport_impl::threads_transport>(nodes[static_cast<std::size_t>(lay.node_index)],
-                                                                          lay.local_rank), opt);
+                                                                          lay.local_rank), level);
     communicator cross(std::make_shared<transport_impl::threads_transport>(crosses[static_cast<std::size_t>(lay.local_rank)],
-                                                                           cross_rank), opt);
+                                                                           cross_rank), level);
     attach_hierarchy(comms[static_cast<std::size_t>(r)], std::move(lay), std::move(node), std::move(cross));
   }
   return comms;
