@@ -6,7 +6,9 @@
 
 #include "reference.hpp"
 
+#include <atomic>
 #include <chrono>
+#include <thread>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -617,9 +619,47 @@ TEST_CASE("after a failure every later call fails at once", "[errors][failed]") 
         INFO(o.what);
         REQUIRE(o.code.has_value());
         CHECK(o.seconds < 0.5);
+        // Says that the failure is an old one, not this call's own.
+        CHECK(o.what.find("failed earlier") != std::string::npos);
       }
     }
   }
+}
+
+TEST_CASE("two threads calling into one communicator at once: invalid_argument, the running call unharmed",
+          "[errors][threads]") {
+  std::atomic<int> inside{0}, release{0};
+  std::vector<outcome> second(2);
+  std::vector<int> received(2, 0);
+  ref::run_ranks(2, [&](collx::communicator& c) {
+    if (c.rank() == 0) {
+      // Thread A waits inside a recv until rank 1 sends; meanwhile this thread calls allreduce.
+      std::vector<int> in(100, -1);
+      std::thread a([&] {
+        inside = 1;
+        collx::recv(c, std::span<int>(in), 1);
+      });
+      while (!inside) std::this_thread::yield();
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // A is in its wait by now
+      try {
+        std::vector<float> x(8);
+        collx::allreduce(c, std::span<float>(x));
+      } catch (const collx::error& e) {
+        second[0] = {e.code(), e.what(), 0};
+      }
+      release = 1;
+      a.join();
+      received[0] = in[99];
+    } else {
+      while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      std::vector<int> out(100, 7);
+      collx::send(c, std::span<const int>(out), 0);
+    }
+  });
+  INFO(second[0].what);
+  REQUIRE(second[0].code == errc::invalid_argument);
+  CHECK(second[0].what.find("two threads") != std::string::npos);
+  CHECK(received[0] == 7);
 }
 
 TEST_CASE("collx::error: std::runtime_error with a std::error_code of category \"collx\"", "[errors][code]") {

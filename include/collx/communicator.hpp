@@ -3,12 +3,14 @@
 /// scratch memory, call sequence numbers).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdlib>
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <collx/algo/automatic.hpp>
@@ -65,7 +67,8 @@ struct communicator_options {
 
 /// One rank's view of a group of ranks. Collectives take it as their first argument and must be
 /// called by every rank in the same order with matching arguments. A communicator is used by one
-/// thread at a time, except abort(), which any thread may call.
+/// thread at a time, except abort(), which any thread may call; a second thread calling a
+/// collective while one runs gets errc::invalid_argument (call_scope).
 ///
 /// Ordering of async calls: calls run in the order they are made, *_async or blocking: a blocking
 /// call first waits until every earlier *_async call on the communicator has finished. Moving a
@@ -162,6 +165,32 @@ class communicator {
     if (engine_ && !detail::on_progress_thread) engine_->drain();
   }
 
+  /// Marks the calling thread as the one inside a call on this communicator until it ends (nested
+  /// calls from the same thread are fine). A second thread that enters meanwhile gets
+  /// errc::invalid_argument instead of interleaving its messages with the first one's.
+  class call_scope {
+   public:
+    explicit call_scope(const communicator& c) : c_(&c) {
+      const std::thread::id me = std::this_thread::get_id();
+      std::thread::id none{};
+      if (c.busy_.compare_exchange_strong(none, me, std::memory_order_acquire)) owner_ = true;
+      else if (none != me)
+        COLLX_THROW(errc::invalid_argument,
+                    "rank " + std::to_string(c.rank()) + ": two threads called collectives on one communicator at the "
+                    "same time; a communicator serves one thread at a time (their messages would interleave). Give each "
+                    "thread its own communicator, or use the *_async forms, which run in call order");
+    }
+    ~call_scope() {
+      if (owner_) c_->busy_.store(std::thread::id{}, std::memory_order_release);
+    }
+    call_scope(const call_scope&) = delete;
+    call_scope& operator=(const call_scope&) = delete;
+
+   private:
+    const communicator* c_;
+    bool owner_ = false;
+  };
+
   /// Advances and returns this communicator's call sequence number (first call: 1).
   std::uint64_t next_sequence() noexcept { return ++sequence_; }
 
@@ -185,6 +214,7 @@ class communicator {
   std::size_t scratch_bytes_ = 0;
   std::shared_ptr<hierarchy> hierarchy_;
   std::vector<std::shared_ptr<transport>> linked_;
+  mutable std::atomic<std::thread::id> busy_{};  // the thread inside a call (call_scope), or none
   std::unique_ptr<detail::async_engine> engine_;  // last: destroyed first, after draining
 };
 

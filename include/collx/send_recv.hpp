@@ -45,10 +45,12 @@ void send(communicator& comm, std::span<U> data, int dest) {
   using T = std::remove_const_t<U>;
   detail::check_peer<T>(comm, dest, "destination");
   comm.drain_async();
+  const communicator::call_scope one_thread(comm);
   transport& t = comm.get_transport();
   const call_signature sig = detail::p2p_signature<T>(data.size());
+  detail::check_not_failed(comm, "rank " + std::to_string(comm.rank()) + "/" + std::to_string(comm.size()) + " send<" +
+                                     std::string(detail::type_name<T>()) + "> to " + std::to_string(dest));
   try {
-    t.check();
     t.post_send(dest, data.data(), data.size_bytes(), sizeof(T), sig);
     t.wait_sends();
   } catch (const error& e) {
@@ -63,12 +65,14 @@ template <element T>
 void recv(communicator& comm, std::span<T> data, int src) {
   detail::check_peer<T>(comm, src, "source");
   comm.drain_async();
+  const communicator::call_scope one_thread(comm);
   transport& t = comm.get_transport();
   const call_signature sig = detail::p2p_signature<T>(data.size());
   std::byte* d = reinterpret_cast<std::byte*>(data.data());
   auto consume = [&](const std::byte* s, std::size_t off, std::size_t len) { std::memcpy(d + off, s, len); };
+  detail::check_not_failed(comm, "rank " + std::to_string(comm.rank()) + "/" + std::to_string(comm.size()) + " recv<" +
+                                     std::string(detail::type_name<T>()) + "> from " + std::to_string(src));
   try {
-    t.check();
     t.recv(src, data.size_bytes(), sizeof(T), sig, consume);
   } catch (const error& e) {
     COLLX_THROW(e.code(), "rank " + std::to_string(comm.rank()) + "/" + std::to_string(comm.size()) + " recv<" +

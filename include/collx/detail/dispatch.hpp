@@ -67,6 +67,17 @@ std::string call_name(const communicator& comm, collective c, std::uint64_t seq,
   return s + ">";
 }
 
+/// Throws if the communicator failed in an earlier call, saying so (with that failure's code and
+/// text), so that the old error does not read as this call's own. `what` names this call.
+inline void check_not_failed(communicator& comm, const std::string& what) {
+  try {
+    comm.get_transport().check();
+  } catch (const error& e) {
+    COLLX_THROW(e.code(), what + ": the communicator failed earlier and cannot be used any more (every rank's "
+                                 "later calls fail at once); the first failure: " + e.what());
+  }
+}
+
 /// Raises errc::invalid_argument for this call before any byte moves, and fails the communicator so
 /// that the other ranks get an error too instead of waiting for this one.
 template <class T, class Op>
@@ -150,6 +161,8 @@ bool automatic_goes_hierarchical(const communicator& comm, collective coll) {
 template <class T, class Op, class Algo>
 void run_collective(communicator& comm, collective coll, const T* in, T* out, bool in_place, int root,
                     const Op& op, const call_layout& lay) {
+  comm.drain_async();  // calls run in the order made: earlier *_async ones first
+  const communicator::call_scope one_thread(comm);
   if constexpr (is_hierarchical_v<Algo>) {
     run_hierarchical<T, Op, typename Algo::intra, typename Algo::inter>(comm, coll, in, out, in_place, root, op, lay);
     return;
@@ -162,7 +175,6 @@ void run_collective(communicator& comm, collective coll, const T* in, T* out, bo
   using red = reduction<T, Op>;
   using acc = typename red::acc;
   constexpr bool reduces = !std::is_same_v<Op, no_op>;
-  comm.drain_async();  // calls run in the order made: earlier *_async ones first
   transport& tp = comm.get_transport();
   const int n = comm.size(), r = comm.rank();
 
@@ -196,8 +208,8 @@ void run_collective(communicator& comm, collective coll, const T* in, T* out, bo
     sig.layout_hash ^= hash_counts(ring) * 31;
   }
 
+  check_not_failed(comm, call_name<T, Op>(comm, coll, sig.seq, algorithm_name(alg)));
   try {
-    tp.check();
     if (total == 0 && coll != collective::all_to_all && coll != collective::barrier) return;  // all ranks know
 
     schedule::params p;

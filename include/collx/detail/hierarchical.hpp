@@ -219,7 +219,6 @@ void run_hierarchical(communicator& comm, collective coll, const T* in, T* out, 
     return;
   }
   hierarchy* h = comm.get_hierarchy();
-  const std::string name = call_name<T, Op>(comm, coll, 0, "hierarchical");
   if (!h)
     invalid_call<T, Op>(comm, coll,
                         "algo::hierarchical needs a communicator with a hierarchy (collx::mpi::connect_hierarchical, "
@@ -232,11 +231,11 @@ void run_hierarchical(communicator& comm, collective coll, const T* in, T* out, 
     invalid_call<T, Op>(comm, coll,
                         "algo::hierarchical with a non-commutative op needs contiguous nodes (node m holding ranks "
                         "[m*L, (m+1)*L)) to combine in rank order");
-  comm.drain_async();
-  comm.next_sequence();  // keeps the whole communicator's call count in step with flat calls
+  const std::uint64_t seq = comm.next_sequence();  // keeps the call count in step with flat calls
+  const std::string name = call_name<T, Op>(comm, coll, seq, "hierarchical");
+  check_not_failed(comm, name);
   hierarchical_call<T, Op, Intra, Inter> call{comm, *h, op};
   try {
-    comm.get_transport().check();
     switch (coll) {
       case collective::allreduce: call.allreduce(in, out, lay.count); break;
       case collective::reduce_scatter: {
