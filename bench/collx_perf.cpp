@@ -158,7 +158,7 @@ int usage(const char* why) {
                "      --ranks N            number of ranks: shm re-executes collx-perf as N processes when not\n"
                "                           started by a launcher (collx-run, mpirun); threads runs N threads\n"
                "      --bind none|core     core: rank i runs on the i-th CPU it may use (as mpirun --bind-to core);\n"
-               "                           default none (collx-run and launch_program bind nothing)\n"
+               "                           default: the launcher's (collx-run and --ranks: COLLX_BIND, default core)\n"
                "Environment: COLLX_CMA, COLLX_SHM_BYTES_PER_PEER, COLLX_SEGMENT_BYTES, COLLX_TIMEOUT, COLLX_ALGO\n"
                "(see README.md), NCCL_TESTS_MIN_BW (fail when the average busbw is below 90%% of it).\n",
                cp::common_usage);

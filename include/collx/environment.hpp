@@ -41,7 +41,7 @@ inline constexpr std::array<env_var_doc, 12> environment_variables{{
     {"COLLX_BIND", "core or none; default core", "collx-run and run_processes pin rank i to the i-th allowed CPU when the ranks fit"},
     {"COLLX_NODE_ID", "printable string, default the host name",
      "which node a rank is on, for algo::hierarchical (set it to run several \"nodes\" on one machine)"},
-    {"COLLX_JOB_ID", "string of [A-Za-z0-9_.-]", "keeps concurrent jobs on one machine apart (set by collx-run)"},
+    {"COLLX_JOB_ID", "string; characters other than [A-Za-z0-9_.-] become _, at most 64 kept", "keeps concurrent jobs on one machine apart (set by collx-run)"},
     {"COLLX_RANK", "integer in [0, COLLX_WORLD_SIZE)", "this process's rank (set by collx-run)"},
     {"COLLX_WORLD_SIZE", "integer >= 1", "number of ranks (set by collx-run)"},
     {"COLLX_LOCAL_RANK", "integer", "rank among the processes of this node (set by collx-run)"},
