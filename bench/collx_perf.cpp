@@ -169,6 +169,9 @@ int usage(const char* why) {
 /// --transport mpi: a rank of an mpirun job; every message over MPI, or with --algo hierarchical
 /// over shared memory inside a node and MPI across nodes.
 int run_over_mpi(int& argc, char**& argv, const cp::options& o) {
+  if (!std::getenv("OMPI_COMM_WORLD_SIZE") && !std::getenv("PMI_SIZE") && !std::getenv("PMI_RANK"))
+    return usage("--transport mpi: start collx-perf with mpirun (e.g. mpirun -np 4 collx-perf allreduce --transport mpi); "
+                 "--ranks does not launch MPI jobs");
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
   int status = 0;
@@ -176,8 +179,8 @@ int run_over_mpi(int& argc, char**& argv, const cp::options& o) {
     int rank = 0, size = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    if ((o.collective == cp::coll::sendrecv && size < 2) || o.root >= size) {
-      if (rank == 0) usage("sendrecv needs 2 ranks or more, and -r a rank of the job");
+    if ((o.collective == cp::coll::sendrecv && size < 2) || o.root >= size || (o.ranks && o.ranks != size)) {
+      if (rank == 0) usage("sendrecv needs 2 ranks or more, -r a rank of the job, and --ranks (if given) mpirun's -np");
       MPI_Finalize();
       return 2;
     }
@@ -194,7 +197,8 @@ int run_over_mpi(int& argc, char**& argv, const cp::options& o) {
         status = 2;
       }
     }
-    if (!status) status = bench(comm, o, std::to_string(size) + " processes started by mpirun, connected over MPI");
+    if (!status)
+      status = bench(comm, o, std::to_string(size) + (size == 1 ? " process" : " processes") + " started by mpirun, connected over MPI");
   }
   MPI_Finalize();
   return status;

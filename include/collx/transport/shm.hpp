@@ -174,7 +174,12 @@ class shm_transport final : public transport {
     std::uint32_t expected = 0;
     if (h->fail_lock.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
       h->fail_code = static_cast<std::uint32_t>(code);
-      std::snprintf(h->fail_reason, sizeof h->fail_reason, "%s", why.c_str());
+      std::string text;
+      try {
+        text = reported_by(rank_, why);  // the other ranks read it: say whose failure it is
+      } catch (...) {
+      }
+      std::snprintf(h->fail_reason, sizeof h->fail_reason, "%s", text.c_str());
       h->failed.store(1, std::memory_order_release);
     }
     for (int r = 0; r < n_; ++r) peer(r).bell.ring(true);
@@ -408,6 +413,10 @@ class shm_transport final : public transport {
       iovec remote{reinterpret_cast<void*>(s.addr + off), len};
       const ssize_t got = ::process_vm_readv(s.pid, &local, 1, &remote, 1, 0);
       if (got != static_cast<ssize_t>(len)) {
+        const int err = errno;
+        last_liveness_ = {};  // a dead sender is the likely cause: say so rather than blame CMA
+        if (interrupted(from)) raise_failure();
+        errno = err;
         const std::string why = "process_vm_readv from rank " + std::to_string(from) + " failed (" +
                                 std::string(std::strerror(errno)) + "); set COLLX_CMA=0 to stage through shared memory";
         fail(errc::transport, why);

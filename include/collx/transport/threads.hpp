@@ -103,7 +103,7 @@ class threads_transport final : public transport {
   void check() override {
     if (world_->failed()) rethrow_failure();
   }
-  void fail(errc code, const std::string& why) noexcept override { world_->fail(code, why); }
+  void fail(errc code, const std::string& why) noexcept override { world_->fail(code, reported(why)); }
 
   void post_send(int peer, const void* data, std::size_t bytes, std::size_t granularity,
                  const call_signature& sig) override {
@@ -179,7 +179,7 @@ class threads_transport final : public transport {
   // until no peer is still copying out of a message this rank posted, because the caller may free
   // that buffer as soon as the exception is caught.
   [[noreturn]] void fail_out(errc code, const std::string& why) {
-    world_->fail(code, why);
+    world_->fail(code, reported(why));
     quiesce();
     COLLX_THROW(code, why);
   }
@@ -193,6 +193,14 @@ class threads_transport final : public transport {
     std::atomic_thread_fence(std::memory_order_seq_cst);
     for (int p = 0; p < world_->size(); ++p)
       while (world_->box(rank_, p).reading.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+  }
+
+  std::string reported(const std::string& why) const noexcept {
+    try {
+      return reported_by(rank_, why);
+    } catch (...) {
+      return {};
+    }
   }
 
   std::shared_ptr<thread_world> world_;

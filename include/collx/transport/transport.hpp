@@ -59,6 +59,13 @@ inline std::string describe_mismatch(const call_signature& mine, int me, const c
   return {};
 }
 
+/// A failure as the other ranks read it: "rank R failed: why", so that a relayed error does not
+/// read as their own (unchanged when `why` already starts with "rank R ").
+inline std::string reported_by(int rank, const std::string& why) {
+  const std::string me = "rank " + std::to_string(rank) + " ";
+  return why.rfind(me, 0) == 0 ? why : me + "failed: " + why;
+}
+
 /// Receives bytes [offset, offset + len) of a message, readable at `src` until it returns.
 /// A transport may deliver one message in several pieces, each a whole number of elements.
 class consumer_ref {
