@@ -261,6 +261,47 @@ TEST_CASE("F1 over shm: count 2048 against count 1024 is a mismatch on both rank
   }));
 }
 
+collx::communicator_options thirty_seconds() {
+  collx::communicator_options o;
+  o.timeout = std::chrono::seconds(30);
+  return o;
+}
+
+TEST_CASE("shm: ranks that disagree on the root get a mismatch naming it, not a timeout", "[shm][F1]") {
+  for (int n : {2, 3}) {
+    require_all_ok(collx::run_processes(n, [](collx::communicator& comm) -> int {
+      std::vector<int> b(100, comm.rank());
+      const auto t0 = std::chrono::steady_clock::now();
+      try {
+        collx::broadcast<collx::algo::tree>(comm, std::span<int>(b), comm.rank() == 0 ? 1 : 0);
+      } catch (const collx::error& e) {
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        std::fprintf(stderr, "rank %d (%.2f s): %s\n", comm.rank(), s, e.what());
+        return e.code() == collx::errc::mismatch && std::string(e.what()).find("root") != std::string::npos && s < 5 ? 0 : 10;
+      }
+      return 11;
+    }, thirty_seconds()));
+  }
+}
+
+TEST_CASE("shm: a rank whose count is 0 where the others' is not: they get a mismatch naming the count", "[shm][F1]") {
+  require_all_ok(collx::run_processes(2, [](collx::communicator& comm) -> int {
+    std::vector<float> v(comm.rank() == 0 ? 0 : 1024, 1.0f);
+    try {
+      collx::allreduce(comm, std::span<float>(v));
+    } catch (const collx::error& e) {
+      std::fprintf(stderr, "rank %d: %s\n", comm.rank(), e.what());
+      return comm.rank() == 1 && e.code() == collx::errc::mismatch && std::string(e.what()).find("count") != std::string::npos ? 0 : 10;
+    }
+    // Rank 0 moved nothing and cannot know yet; it stays until rank 1 has judged, then leaves.
+    if (comm.rank() == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      return 0;
+    }
+    return 11;
+  }, thirty_seconds()));
+}
+
 TEST_CASE("shm: a peer killed with SIGKILL is reported, not waited for", "[shm][F2]") {
   const auto t0 = std::chrono::steady_clock::now();
   const auto res = collx::run_processes(2, [](collx::communicator& comm) -> int {

@@ -209,6 +209,7 @@ void run_collective(communicator& comm, collective coll, const T* in, T* out, bo
   }
 
   check_not_failed(comm, call_name<T, Op>(comm, coll, sig.seq, algorithm_name(alg)));
+  tp.announce(sig);
   try {
     if (total == 0 && coll != collective::all_to_all && coll != collective::barrier) return;  // all ranks know
 

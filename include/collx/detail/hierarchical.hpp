@@ -233,7 +233,18 @@ void run_hierarchical(communicator& comm, collective coll, const T* in, T* out, 
                         "[m*L, (m+1)*L)) to combine in rank order");
   const std::uint64_t seq = comm.next_sequence();  // keeps the call count in step with flat calls
   const std::string name = call_name<T, Op>(comm, coll, seq, "hierarchical");
-  check_not_failed(comm, name);
+  // One level failing must fail the others, or ranks waiting on another node would time out.
+  auto fail_levels = [&](errc code, const std::string& why) {
+    comm.get_transport().fail(code, why);
+    h->node.get_transport().fail(code, why);
+    h->cross.get_transport().fail(code, why);
+  };
+  try {
+    check_not_failed(comm, name);  // failed earlier: tell the levels too (a rank may be waiting in one)
+  } catch (const error& e) {
+    fail_levels(e.code(), e.what());
+    throw;
+  }
   hierarchical_call<T, Op, Intra, Inter> call{comm, *h, op};
   try {
     switch (coll) {
@@ -255,11 +266,8 @@ void run_hierarchical(communicator& comm, collective coll, const T* in, T* out, 
       default: break;
     }
   } catch (const error& e) {
-    // One level failing must fail the others, or ranks waiting on another node would time out.
     const std::string why = name + ": " + e.what();
-    comm.get_transport().fail(e.code(), why);
-    h->node.get_transport().fail(e.code(), why);
-    h->cross.get_transport().fail(e.code(), why);
+    fail_levels(e.code(), why);
     COLLX_THROW(e.code(), why);
   }
 }

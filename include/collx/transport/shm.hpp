@@ -72,7 +72,7 @@ namespace transport_impl {
 struct shm_segment {
   static constexpr std::uint64_t magic_ready = 0x636f6c6c78736d31ull;   // "collxsm1"
   static constexpr std::uint64_t magic_failed = 0x636f6c6c78666169ull;  // rank 0 could not set up
-  static constexpr std::uint32_t layout_version = 1;
+  static constexpr std::uint32_t layout_version = 2;  // 2: peer_info::call
 
   enum class slot_kind : std::uint32_t { staged = 1, cma = 2, window = 3 };
   struct slot {
@@ -96,6 +96,8 @@ struct shm_segment {
     std::atomic<std::uint32_t> cma_state{0};  ///< 0 unknown, 1 can read its neighbour, 2 cannot
     std::atomic<std::uint32_t> departed{0};   ///< set when the rank closed its communicator
     detail::doorbell bell;
+    std::atomic<std::uint32_t> call_version{0};  ///< seqlock over `call`: odd while it is written
+    call_signature call{};                       ///< the call the rank announced last (transport::announce)
   };
   struct header {
     std::atomic<std::uint64_t> magic{0};
@@ -183,6 +185,16 @@ class shm_transport final : public transport {
       h->failed.store(1, std::memory_order_release);
     }
     for (int r = 0; r < n_; ++r) peer(r).bell.ring(true);
+  }
+
+  void announce(const call_signature& sig) override {
+    announced_ = sig;
+    shm_segment::peer_info& me = peer(rank_);
+    const std::uint32_t v = me.call_version.load(std::memory_order_relaxed);
+    me.call_version.store(v + 1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_release);
+    std::memcpy(static_cast<void*>(&me.call), &sig, sizeof sig);
+    me.call_version.store(v + 2, std::memory_order_release);
   }
 
   void post_send(int peer_rank, const void* data, std::size_t bytes, std::size_t granularity,
@@ -433,6 +445,9 @@ class shm_transport final : public transport {
 
   [[noreturn]] void raise_failure() {
     shm_segment::header* h = hdr();
+    // A rank whose own fail() lost the race to another rank's may get here while that rank is
+    // still writing its reason: wait (microseconds) until the failure is published whole.
+    for (int i = 0; !h->failed.load(std::memory_order_acquire) && i < 1000000; ++i) std::this_thread::yield();
     COLLX_THROW(static_cast<errc>(h->fail_code), std::string(h->fail_reason));
   }
 
@@ -445,6 +460,11 @@ class shm_transport final : public transport {
     last_liveness_ = now;
     for (int r = 0; r < n_; ++r) {
       if (r == rank_ || (watched >= 0 && r != watched)) continue;
+      call_signature theirs;
+      if (announced_.seq && announced_call(r, theirs) && theirs.seq == announced_.seq && !(theirs == announced_)) {
+        fail(errc::mismatch, describe_mismatch(announced_, rank_, theirs, r));
+        return true;
+      }
       shm_segment::peer_info& pi = peer(r);
       const bool left = pi.departed.load(std::memory_order_acquire) != 0;
       if (left || detail::process_dead(pi.pid.load(std::memory_order_acquire), pi.start_time)) {
@@ -455,6 +475,16 @@ class shm_transport final : public transport {
       }
     }
     return false;
+  }
+
+  /// The call rank r announced last, if it is not being written right now.
+  bool announced_call(int r, call_signature& out) const {
+    const shm_segment::peer_info& pi = peer(r);
+    const std::uint32_t v = pi.call_version.load(std::memory_order_acquire);
+    if (v == 0 || (v & 1)) return false;
+    std::memcpy(&out, static_cast<const void*>(&pi.call), sizeof out);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    return pi.call_version.load(std::memory_order_relaxed) == v;
   }
 
   template <class Ready>
@@ -699,6 +729,7 @@ class shm_transport final : public transport {
   std::vector<std::byte> bounce_;
   std::vector<std::deque<outgoing>> out_;
   std::chrono::steady_clock::time_point last_liveness_{};
+  call_signature announced_{};  // this rank's current call (announce)
   std::vector<window> windows_;
   std::uint32_t next_window_id_ = 0;
 };

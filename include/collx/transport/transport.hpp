@@ -114,6 +114,12 @@ class transport {
   /// Fails the communicator for every rank with `code` and `why`, waking every waiter. Callable from
   /// any thread; idempotent (the first reason is kept).
   virtual void fail(errc code, const std::string& why) noexcept = 0;
+  /// Tells the transport which call this rank is in now; every collective calls it first, also one
+  /// that moves nothing. A transport that can see what its peers announced (shm) compares while it
+  /// waits for a peer: a peer at the same call number with another signature fails the call with
+  /// errc::mismatch, where the ranks would otherwise wait for messages the other never sends (ranks
+  /// that disagree on the root, or a rank whose count is 0). Default: nothing.
+  virtual void announce(const call_signature& sig) { (void)sig; }
   /// Sets the deadline applied to each wait from now on.
   virtual void set_timeout(std::chrono::milliseconds t) noexcept = 0;
 };
