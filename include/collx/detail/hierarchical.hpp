@@ -158,7 +158,7 @@ struct hierarchical_call {
       T* group = w + p.group_off[static_cast<std::size_t>(l)];
       T* mine = group + p.in_group_off[static_cast<std::size_t>(m)];
       const std::size_t n_mine = p.slice[static_cast<std::size_t>(world.rank())];
-      std::copy_n(in + lo, n_mine, mine);
+      if (n_mine) std::copy_n(in + lo, n_mine, mine);  // an empty block may come as a null pointer
       run_collective<T, no_op, Inter>(h.cross, collective::all_gather, mine, group, true, -1, no_op{},
                                       call_layout::blocks(p.in_group, true));
       run_collective<T, no_op, Intra>(h.node, collective::all_gather, group, w, true, -1, no_op{},
