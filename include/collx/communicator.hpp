@@ -46,7 +46,8 @@ inline env::algorithm_overrides default_algorithm_overrides() {
 }
 }  // namespace detail
 
-/// Per-communicator settings. Aggregate: `collx::communicator_options{.timeout = 5s}`.
+/// Per-communicator settings: `collx::communicator_options o; o.timeout = 5s;` (an aggregate, so
+/// `{.timeout = 5s}` works too, but g++ 12 with -Wextra warns about the fields it leaves out).
 struct communicator_options {
   /// Deadline of every wait inside a call; past it the call fails with errc::timeout and the
   /// communicator is failed for every rank. Default: COLLX_TIMEOUT seconds, else 300 s.
