@@ -640,7 +640,7 @@ TEST_CASE("two threads calling into one communicator at once: invalid_argument, 
         collx::recv(c, std::span<int>(in), 1);
       });
       while (!inside) std::this_thread::yield();
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // A is in its wait by now
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));  // A is in its wait by now
       try {
         std::vector<float> x(8);
         collx::allreduce(c, std::span<float>(x));
