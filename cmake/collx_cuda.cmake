@@ -7,13 +7,10 @@
 # consumers of collx::cuda bring their own nvcc and C++20 setting.
 set(COLLX_CUDA AUTO CACHE STRING "Build collx::cuda (CUDA kernels; needs the CUDA toolkit): AUTO, ON or OFF")
 set_property(CACHE COLLX_CUDA PROPERTY STRINGS AUTO ON OFF)
-string(TOUPPER "${COLLX_CUDA}" _collx_cuda_mode)
-if(NOT _collx_cuda_mode MATCHES "^(AUTO|ON|OFF|TRUE|FALSE|YES|NO|1|0)$")
-  message(FATAL_ERROR "COLLX_CUDA='${COLLX_CUDA}': use AUTO, ON or OFF")
-endif()
+collx_component_mode(COLLX_CUDA)
 
 set(COLLX_CUDA_ENABLED OFF)
-if(_collx_cuda_mode STREQUAL "AUTO")
+if(COLLX_CUDA_MODE STREQUAL "AUTO")
   find_package(CUDAToolkit QUIET)
   if(CUDAToolkit_FOUND AND CUDAToolkit_NVCC_EXECUTABLE)
     set(COLLX_CUDA_ENABLED ON)
@@ -23,7 +20,7 @@ if(_collx_cuda_mode STREQUAL "AUTO")
   else()
     message(STATUS "collx: COLLX_CUDA=AUTO -> OFF (no CUDA toolkit with nvcc found)")
   endif()
-elseif(_collx_cuda_mode MATCHES "^(ON|TRUE|YES|1)$")
+elseif(COLLX_CUDA_MODE STREQUAL "ON")
   find_package(CUDAToolkit)
   if(NOT CUDAToolkit_FOUND OR NOT CUDAToolkit_NVCC_EXECUTABLE)
     message(FATAL_ERROR "COLLX_CUDA=ON but no CUDA toolkit with nvcc was found (looked in PATH, "
@@ -32,22 +29,11 @@ elseif(_collx_cuda_mode MATCHES "^(ON|TRUE|YES|1)$")
   endif()
   set(COLLX_CUDA_ENABLED ON)
 endif()
-unset(_collx_cuda_mode)
 
 if(COLLX_CUDA_ENABLED)
-  add_library(collx_cuda INTERFACE)
-  add_library(collx::cuda ALIAS collx_cuda)
-  set_target_properties(collx_cuda PROPERTIES EXPORT_NAME cuda)
-  target_link_libraries(collx_cuda INTERFACE collx::collx CUDA::cudart)
+  # A separate export set: installs without CUDA, and consumers that do not ask for the cuda
+  # component, never need CUDA's toolkit (collxConfig.cmake includes it on request).
+  collx_component_target(cuda collxCudaTargets collx::collx CUDA::cudart)
   # collx's host code (std::bit_cast, std::numeric_limits) is constexpr and runs on the device too.
   target_compile_options(collx_cuda INTERFACE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr>)
-  if(COLLX_INSTALL)
-    install(TARGETS collx_cuda EXPORT collxCudaTargets)
-    # A separate export set: installs without CUDA, and consumers that do not ask for the cuda
-    # component, never need CUDA's toolkit (collxConfig.cmake includes this file on request).
-    install(EXPORT collxCudaTargets
-            NAMESPACE collx::
-            FILE collxCudaTargets.cmake
-            DESTINATION "${COLLX_INSTALL_CMAKEDIR}")
-  endif()
 endif()

@@ -8,18 +8,17 @@
 # depends on MPI.
 set(COLLX_MPI AUTO CACHE STRING "Build collx::mpi (MPI transport and bootstrap; needs an MPI library): AUTO, ON or OFF")
 set_property(CACHE COLLX_MPI PROPERTY STRINGS AUTO ON OFF)
-string(TOUPPER "${COLLX_MPI}" _collx_mpi_mode)
-if(NOT _collx_mpi_mode MATCHES "^(AUTO|ON|OFF|TRUE|FALSE|YES|NO|1|0)$")
-  message(FATAL_ERROR "COLLX_MPI='${COLLX_MPI}': use AUTO, ON or OFF")
-endif()
+collx_component_mode(COLLX_MPI)
 
 set(COLLX_MPI_ENABLED OFF)
 set(MPI_CXX_SKIP_MPICXX ON CACHE BOOL "Do not link MPI's deprecated C++ bindings")
-if(_collx_mpi_mode STREQUAL "AUTO")
+if(COLLX_MPI_MODE STREQUAL "AUTO")
   find_package(MPI QUIET COMPONENTS CXX)
-  set(COLLX_MPI_ENABLED ${MPI_CXX_FOUND})
+  if(MPI_CXX_FOUND)
+    set(COLLX_MPI_ENABLED ON)
+  endif()
   message(STATUS "collx: COLLX_MPI=AUTO -> ${COLLX_MPI_ENABLED}")
-elseif(_collx_mpi_mode MATCHES "^(ON|TRUE|YES|1)$")
+elseif(COLLX_MPI_MODE STREQUAL "ON")
   find_package(MPI COMPONENTS CXX)
   if(NOT MPI_CXX_FOUND)
     message(FATAL_ERROR "COLLX_MPI=ON but find_package(MPI) found no MPI library (Debian: "
@@ -27,19 +26,7 @@ elseif(_collx_mpi_mode MATCHES "^(ON|TRUE|YES|1)$")
   endif()
   set(COLLX_MPI_ENABLED ON)
 endif()
-unset(_collx_mpi_mode)
 
 if(COLLX_MPI_ENABLED)
-  add_library(collx_mpi INTERFACE)
-  add_library(collx::mpi ALIAS collx_mpi)
-  set_target_properties(collx_mpi PROPERTIES EXPORT_NAME mpi)
-  target_link_libraries(collx_mpi INTERFACE collx::collx MPI::MPI_CXX)
-  if(COLLX_INSTALL)
-    install(TARGETS collx_mpi EXPORT collxMpiTargets)
-    # Its own export set, loaded by collxConfig.cmake only for COMPONENTS mpi.
-    install(EXPORT collxMpiTargets
-            NAMESPACE collx::
-            FILE collxMpiTargets.cmake
-            DESTINATION "${COLLX_INSTALL_CMAKEDIR}")
-  endif()
+  collx_component_target(mpi collxMpiTargets collx::collx MPI::MPI_CXX)  # loaded for COMPONENTS mpi
 endif()

@@ -2,7 +2,8 @@
 # Builds and runs the three downstream consumer projects against the collx checkout SRC_DIR:
 #   find_package     after `cmake --install` of SRC_DIR into a temporary prefix
 #                    (and find_package_cuda, COMPONENTS cuda, when the install has collx::cuda;
-#                    find_package_nccl, COMPONENTS nccl, when it has collx::nccl)
+#                    find_package_nccl, COMPONENTS nccl, when it has collx::nccl;
+#                    find_package_mpi, COMPONENTS mpi, when it has collx::mpi)
 #   add_subdirectory of SRC_DIR
 #   fetchcontent     of SRC_DIR's git repository (file:// URL) at its HEAD commit: works offline,
 #                    but sees committed changes only (uncommitted ones are reported below).
@@ -60,6 +61,13 @@ if [[ -f "$work/prefix/share/cmake/collx/collxNcclTargets.cmake" ]]; then
   build_and_run find_package_nccl -DCMAKE_PREFIX_PATH="$work/prefix"
 else
   echo "note: collx was installed without collx::nccl (COLLX_NCCL=AUTO found no NCCL); NCCL consumer not built"
+fi
+
+if [[ -f "$work/prefix/share/cmake/collx/collxMpiTargets.cmake" ]]; then
+  step "find_package COMPONENTS mpi (collx::mpi: MPI transport and bootstrap)"
+  build_and_run find_package_mpi -DCMAKE_PREFIX_PATH="$work/prefix"
+else
+  echo "note: collx was installed without collx::mpi (COLLX_MPI=AUTO found no MPI); MPI consumer not built"
 fi
 
 step "add_subdirectory ($src)"

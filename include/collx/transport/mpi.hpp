@@ -104,9 +104,12 @@ class mpi_transport final : public transport {
   static constexpr int control_tag = 7002;  ///< failure notices
 
   explicit mpi_transport(MPI_Comm comm, const mpi_options& opt = {}) : opt_(opt) {
-    int initialised = 0;
+    int initialised = 0, finalized = 0;
     MPI_Initialized(&initialised);
-    if (!initialised) COLLX_THROW(errc::transport, "collx::mpi: MPI is not initialised (call MPI_Init_thread first)");
+    MPI_Finalized(&finalized);
+    if (!initialised || finalized)
+      COLLX_THROW(errc::transport, std::string("collx::mpi: MPI is ") +
+                                       (finalized ? "finalized" : "not initialised (call MPI_Init_thread first)"));
     level_ = thread_level();
     if (level_ < MPI_THREAD_SERIALIZED)
       COLLX_THROW(errc::transport,
