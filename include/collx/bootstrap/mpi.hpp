@@ -54,12 +54,7 @@ inline std::vector<std::string> gather_node_ids(MPI_Comm comm) {
 inline communicator connect_hierarchical(MPI_Comm comm, const communicator_options& opt = {},
                                          intra_node intra = intra_node::shm, const mpi_options& mopt = {},
                                          const shm_options& sopt = {}) {
-  int initialised = 0, finalized = 0;
-  MPI_Initialized(&initialised);
-  MPI_Finalized(&finalized);
-  if (!initialised || finalized)
-    COLLX_THROW(errc::transport, std::string("collx::mpi::connect_hierarchical: MPI is ") +
-                                     (finalized ? "finalized" : "not initialised (call MPI_Init_thread first)"));
+  require_mpi_running("collx::mpi::connect_hierarchical");
   int rank = 0;
   check_mpi(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
   node_layout layout = node_layout::from_ids(gather_node_ids(comm), rank);

@@ -64,6 +64,17 @@ inline void check_mpi(int rc, const char* what) {
   COLLX_THROW(errc::transport, std::string(what) + " failed: " + std::string(text, static_cast<std::size_t>(len)));
 }
 
+/// Throws errc::transport naming `who` unless MPI is initialised and not yet finalized (MPI calls
+/// outside that window abort the process instead of returning an error).
+inline void require_mpi_running(const char* who) {
+  int initialised = 0, finalized = 0;
+  MPI_Initialized(&initialised);
+  MPI_Finalized(&finalized);
+  if (!initialised || finalized)
+    COLLX_THROW(errc::transport, std::string(who) + ": MPI is " +
+                                     (finalized ? "finalized" : "not initialised (call MPI_Init_thread first)"));
+}
+
 /// The thread support MPI was initialised with (MPI_THREAD_SINGLE ... MPI_THREAD_MULTIPLE).
 inline int thread_level() {
   int level = MPI_THREAD_SINGLE;
@@ -104,12 +115,7 @@ class mpi_transport final : public transport {
   static constexpr int control_tag = 7002;  ///< failure notices
 
   explicit mpi_transport(MPI_Comm comm, const mpi_options& opt = {}) : opt_(opt) {
-    int initialised = 0, finalized = 0;
-    MPI_Initialized(&initialised);
-    MPI_Finalized(&finalized);
-    if (!initialised || finalized)
-      COLLX_THROW(errc::transport, std::string("collx::mpi: MPI is ") +
-                                       (finalized ? "finalized" : "not initialised (call MPI_Init_thread first)"));
+    require_mpi_running("collx::mpi");
     level_ = thread_level();
     if (level_ < MPI_THREAD_SERIALIZED)
       COLLX_THROW(errc::transport,
