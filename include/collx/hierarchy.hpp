@@ -86,9 +86,9 @@ struct node_layout {
 /// local rank) and its cross-node communicator (the ranks with the same local rank on every node;
 /// rank = node index when the layout is uniform).
 struct hierarchy {
-  node_layout layout;
-  communicator node;
-  communicator cross;
+  node_layout layout;  ///< which rank sits on which node
+  communicator node;   ///< this node's ranks; rank = local rank
+  communicator cross;  ///< the ranks with this local rank on every node; rank = node index
 };
 
 /// Attaches `node` and `cross` to `world` so that algo::hierarchical (and algo::automatic, when

@@ -24,7 +24,10 @@ inline namespace v0 {
 namespace mpi {
 
 /// How connect_hierarchical connects the ranks inside a node.
-enum class intra_node { shm, mpi };
+enum class intra_node {
+  shm,  ///< shared memory (transport/shm.hpp): the fast path
+  mpi,  ///< MPI, like the cross-node level (for MPI-only setups or comparisons)
+};
 
 /// Every rank's node id (node_id_from_environment: COLLX_NODE_ID or the host name), gathered over
 /// `comm`. Collective over comm.
