@@ -8,7 +8,8 @@
 ///   else PCIe through the lowest common switch/host bridge/CPU when the PCIe class is at most
 ///   route_options::p2p_max (NODE by default: peer access is not used across the SMP interconnect);
 ///   else host-staged.
-/// - Host-staged (peer access off, NCCL_P2P_DISABLE=1, or beyond p2p_max): up to the sender's CPU,
+/// - Host-staged (peer access off, NCCL_P2P_DISABLE=1, or beyond p2p_max, or a pair the CUDA
+///   runtime said cannot access each other's memory: topology::peer_access()): up to the sender's CPU,
 ///   across to the receiver's CPU if different, down to the receiver; a pair cap of
 ///   host_staged_GBps() applies on top of the links.
 /// - Different machines: from the GPU to its nearest NICs (the smallest PCIe class; ties share the
@@ -237,7 +238,8 @@ class router {
       }
       return r;
     }
-    if (o_.p2p && r.path.type == path_type::nvlink) {
+    const bool p2p = o_.p2p && t_->peer_access(a, b);
+    if (p2p && r.path.type == path_type::nvlink) {
       r.cls = transport_class::nvlink;
       int direct = -1;
       for (int l : t_->incident(a))
@@ -256,7 +258,7 @@ class router {
     }
     const path_type pc = t_->pcie_class(a, b);
     r.cls = transport_class::pcie;
-    if (o_.p2p && pc != path_type::unknown && pc <= o_.p2p_max) {
+    if (p2p && pc != path_type::unknown && pc <= o_.p2p_max) {
       add(pcie_path(a, b, false), 1.0);
       return r;
     }

@@ -290,6 +290,17 @@ struct link {
   std::string origin;         ///< where the figure comes from
 };
 
+/// What the CUDA runtime reported for one ordered pair of GPUs (cudaDeviceCanAccessPeer and
+/// cudaDeviceGetP2PAttribute). Discovery fills these (discover.hpp); the file readers leave them
+/// empty, and then peer access is assumed wherever routing allows it.
+struct peer_info {
+  int from = -1;                ///< GPU vertex id that accesses ...
+  int to = -1;                  ///< ... this GPU's memory
+  bool access = false;          ///< cudaDeviceCanAccessPeer(from, to) == 1 (and cudaDevP2PAttrAccessSupported)
+  bool native_atomics = false;  ///< cudaDevP2PAttrNativeAtomicSupported == 1
+  int performance_rank = -1;    ///< cudaDevP2PAttrPerformanceRank (0: the machine's best link); -1 not known
+};
+
 /// An NVLink bond of `count` links of GPU model `arch`, per direction: datasheet rate x count and
 /// NCCL's achievable fraction.
 inline link make_nvlink(int a, int b, const gpu_arch& arch, int count) {
@@ -352,6 +363,24 @@ class topology {
   int hosts = 1;                    ///< number of machines
   int vertices_per_host = 0;        ///< made by make_cluster: host h owns vertex ids [h*this, (h+1)*this)
   int links_per_host = 0;           ///< made by make_cluster: host h owns link ids [h*this, (h+1)*this)
+  /// Peer access between GPU pairs as the CUDA runtime reported it (discovery only; see peer_info).
+  /// A pair recorded without access is host-staged by the router (routing.hpp) whatever its links.
+  std::vector<peer_info> peers;
+
+  /// The CUDA runtime's record for GPU vertex `from` accessing `to`, or nullptr if none was made.
+  const peer_info* peer(int from, int to) const noexcept {
+    for (const peer_info& p : peers)
+      if (p.from == from && p.to == to) return &p;
+    return nullptr;
+  }
+
+  /// Whether GPU vertices a and b may use peer access (loads and stores into each other's memory
+  /// over NVLink or PCIe) in both directions: false if `peers` records either direction without
+  /// access, true otherwise (also when nothing is recorded, as for topologies read from files).
+  bool peer_access(int a, int b) const noexcept {
+    const peer_info *ab = peer(a, b), *ba = peer(b, a);
+    return (!ab || ab->access) && (!ba || ba->access);
+  }
 
   /// Adds a vertex; returns its id.
   int add_vertex(vertex v) {
@@ -559,6 +588,10 @@ inline topology make_cluster(const topology& node, int nodes) {
     for (link l : node.links) {
       l.a += h * V, l.b += h * V;
       t.add_link(std::move(l));
+    }
+    for (peer_info p : node.peers) {
+      p.from += h * V, p.to += h * V;
+      t.peers.push_back(p);
     }
   }
   if (nodes > 1) {
