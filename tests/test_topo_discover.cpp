@@ -62,6 +62,7 @@ TEST_CASE("discovery on a fake sysfs: NUMA nodes, sockets, GPUs behind switches,
   discover_options o;
   o.sysfs = (root / "sys").string();
   o.procfs = (root / "proc").string();
+  o.cuda = false;  // GPUs from this fake sysfs alone (the machine's CUDA runtime would say it has none)
   o.nvml = false;
   const topology t = discover(o);
   const std::vector<int> cpus = t.of_kind(vertex_kind::cpu);

@@ -1,0 +1,111 @@
+// A fake CUDA runtime (a shared library loaded by collx's discovery in place of libcudart.so) that
+// serves the canned machines of fake_gpu_machines.hpp. It exports the entry points discovery calls,
+// with the C ABI of CUDA 13.0's cuda_runtime_api.h and driver_types.h. Where that header is on the
+// include path (COLLX_CUDA_INCLUDE_DIR) it is included, so the compiler checks these definitions
+// against NVIDIA's declarations; elsewhere the few types are declared here as the header has them.
+#include "fake_gpu_machines.hpp"
+
+#include <cctype>
+#include <cstdio>
+
+#if __has_include(<cuda_runtime_api.h>)
+#include <cuda_runtime_api.h>
+#else
+extern "C" {
+typedef enum cudaError { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorInsufficientDriver = 35, cudaErrorNoDevice = 100,
+                         cudaErrorInvalidDevice = 101, cudaErrorUnknown = 999 } cudaError_t;
+enum cudaDeviceAttr { cudaDevAttrComputeCapabilityMajor = 75, cudaDevAttrComputeCapabilityMinor = 76 };
+enum cudaDeviceP2PAttr { cudaDevP2PAttrPerformanceRank = 1, cudaDevP2PAttrAccessSupported = 2, cudaDevP2PAttrNativeAtomicSupported = 3 };
+}
+#endif
+
+#define FAKE_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace {
+
+// The machine, or the error cudaGetDeviceCount gives without one.
+const fake_gpu::machine* machine_or(cudaError_t& e) {
+  const fake_gpu::machine* m = fake_gpu::current();
+  e = m ? cudaSuccess : fake_gpu::no_device() ? cudaErrorNoDevice : cudaErrorInsufficientDriver;
+  return m;
+}
+
+// Index in machine::gpus of CUDA device d, or -1.
+int gpu_of(const fake_gpu::machine& m, int d) { return d >= 0 && d < m.ngpus ? m.cuda_order[d] : -1; }
+
+}  // namespace
+
+FAKE_EXPORT cudaError_t cudaGetDeviceCount(int* count) {
+  cudaError_t e;
+  const fake_gpu::machine* m = machine_or(e);
+  if (!m) return e;  // like the real runtime, *count is left alone
+  if (fake_gpu::fail("cudaGetDeviceCount")) return cudaErrorUnknown;
+  if (!count) return cudaErrorInvalidValue;
+  *count = m->ngpus;
+  return cudaSuccess;
+}
+
+FAKE_EXPORT cudaError_t cudaDeviceGetPCIBusId(char* pciBusId, int len, int device) {
+  cudaError_t e;
+  const fake_gpu::machine* m = machine_or(e);
+  if (!m) return e;
+  const int g = gpu_of(*m, device);
+  if (g < 0) return cudaErrorInvalidDevice;
+  if (fake_gpu::fail("cudaDeviceGetPCIBusId", g)) return cudaErrorUnknown;
+  if (!pciBusId || len < 13) return cudaErrorInvalidValue;
+  std::snprintf(pciBusId, static_cast<std::size_t>(len), "%s", m->gpus[g].busid);
+  for (char* c = pciBusId; *c; ++c) *c = static_cast<char>(std::toupper(static_cast<unsigned char>(*c)));  // "0000:3B:00.0"
+  return cudaSuccess;
+}
+
+FAKE_EXPORT cudaError_t cudaDeviceGetAttribute(int* value, enum cudaDeviceAttr attr, int device) {
+  cudaError_t e;
+  const fake_gpu::machine* m = machine_or(e);
+  if (!m) return e;
+  const int g = gpu_of(*m, device);
+  if (g < 0) return cudaErrorInvalidDevice;
+  if (fake_gpu::fail("cudaDeviceGetAttribute", g)) return cudaErrorUnknown;
+  if (!value) return cudaErrorInvalidValue;
+  if (attr == cudaDevAttrComputeCapabilityMajor) *value = m->gpus[g].sm / 10;
+  else if (attr == cudaDevAttrComputeCapabilityMinor) *value = m->gpus[g].sm % 10;
+  else return cudaErrorInvalidValue;  // not served by this fake
+  return cudaSuccess;
+}
+
+FAKE_EXPORT cudaError_t cudaDeviceCanAccessPeer(int* canAccessPeer, int device, int peerDevice) {
+  cudaError_t e;
+  const fake_gpu::machine* m = machine_or(e);
+  if (!m) return e;
+  const int a = gpu_of(*m, device), b = gpu_of(*m, peerDevice);
+  if (a < 0 || b < 0) return cudaErrorInvalidDevice;
+  if (fake_gpu::fail("cudaDeviceCanAccessPeer", a)) return cudaErrorUnknown;
+  if (!canAccessPeer) return cudaErrorInvalidValue;
+  *canAccessPeer = a != b && fake_gpu::peer_access(*m, a, b) ? 1 : 0;
+  return cudaSuccess;
+}
+
+FAKE_EXPORT cudaError_t cudaDeviceGetP2PAttribute(int* value, enum cudaDeviceP2PAttr attr, int srcDevice, int dstDevice) {
+  cudaError_t e;
+  const fake_gpu::machine* m = machine_or(e);
+  if (!m) return e;
+  const int a = gpu_of(*m, srcDevice), b = gpu_of(*m, dstDevice);
+  if (a < 0 || b < 0 || a == b) return cudaErrorInvalidDevice;
+  if (fake_gpu::fail("cudaDeviceGetP2PAttribute", a)) return cudaErrorUnknown;
+  if (!value) return cudaErrorInvalidValue;
+  const bool p2p = fake_gpu::peer_access(*m, a, b);
+  if (attr == cudaDevP2PAttrPerformanceRank) *value = fake_gpu::links_between(*m, a, b) > 0 || std::strcmp(m->name, "hgx-h100") == 0 ? 0 : 1;
+  else if (attr == cudaDevP2PAttrAccessSupported) *value = p2p ? 1 : 0;
+  else if (attr == cudaDevP2PAttrNativeAtomicSupported) *value = p2p ? 1 : 0;
+  else return cudaErrorInvalidValue;
+  return cudaSuccess;
+}
+
+FAKE_EXPORT const char* cudaGetErrorString(cudaError_t error) {
+  switch (error) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInsufficientDriver: return "CUDA driver version is insufficient for CUDA runtime version";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    default: return "unknown error";
+  }
+}
