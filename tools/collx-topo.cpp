@@ -35,7 +35,8 @@ const char* const usage =
     "show      print the GPU/NIC matrix (as nvidia-smi topo -m), the notes (every assumption made),\n"
     "          the rings and trees collx builds with each hop's link, and predicted all-reduce busbw\n"
     "          per algorithm and size. FILE is nvidia-smi topo -m text or an NCCL topology XML\n"
-    "          (detected); without FILE, this machine is discovered (sysfs; NVML for NVLink).\n"
+    "          (detected); without FILE, this machine is discovered: sysfs for CPUs and PCIe, the\n"
+    "          CUDA runtime for GPUs and peer access, NVML for NVLinks and NVSwitches.\n"
     "simulate  predicted all-reduce time and busbw for 8..4096 GPUs: nodes of --gpus-per-node GPUs on\n"
     "          NVSwitch, joined by a non-blocking network of --net-gbps per NIC; ring, tree and\n"
     "          hierarchical, and which wins at each size.\n"
@@ -51,6 +52,8 @@ const char* const usage =
     "  --p2p off          GPU peer access disabled (NCCL_P2P_DISABLE=1)\n"
     "  --json             machine-readable output\n"
     "  --hwloc            discover CPUs with hwloc (builds with COLLX_TOPO_HWLOC=ON)\n"
+    "  --cudart LIB       CUDA runtime to load for discovery (default libcudart.so, then .so.13, .so.12)\n"
+    "  --nvml LIB         NVML to load for discovery (default libnvidia-ml.so.1)\n"
     "simulate only:\n"
     "  --node FILE        node topology from a file instead of a synthetic HGX node\n"
     "  --nvlinks N        NVLinks per GPU to the NVSwitch (default 18)\n"
@@ -96,6 +99,7 @@ std::string size_name(std::size_t b) {
 
 struct opts {
   std::string cmd = "show", file, graph, perf, node_file;
+  discover_options discovery;  // --cudart, --nvml
   const gpu_arch* gpu = nullptr;
   std::vector<int> gpus;
   int nodes = 1, nvswitch = 0, nvlinks = 18, per_node = 8, nics_per_gpu = 1, max_gpus = 4096;
@@ -138,6 +142,8 @@ opts parse(int argc, char** argv) {
       o.p2p = v == "on";
     } else if (a == "--json") o.json = true;
     else if (a == "--hwloc") o.hwloc = true;
+    else if (a == "--cudart") o.discovery.cudart_library = val();
+    else if (a == "--nvml") o.discovery.nvml_library = val();
     else if (a == "--node") o.node_file = val();
     else if (a == "--nvlinks") o.nvlinks = static_cast<int>(num(val()));
     else if (a == "--gpus-per-node") o.per_node = static_cast<int>(num(val()));
@@ -169,12 +175,12 @@ topology load(const opts& o, const std::string& file) {
   } else if (o.hwloc) {
 #if defined(COLLX_TOPO_HAVE_HWLOC)
     t = discover_cpus_hwloc();
-    if (discover_pci(t) > 0) discover_nvlinks_nvml(t);
+    discover_devices(t, o.discovery);
 #else
     die("--hwloc: collx-topo was built without COLLX_TOPO_HWLOC");
 #endif
   } else {
-    t = discover();
+    t = discover(o.discovery);
   }
   if (o.nvswitch) add_nvswitch(t, o.nvswitch);
   if (o.nic_gbps > 0) set_unknown_nic_speed(t, o.nic_gbps);
@@ -282,6 +288,16 @@ int show(const opts& o) {
     if (l.spec_GBps > 0) std::snprintf(spec, sizeof spec, "%7.2f", l.spec_GBps);
     std::printf("  %-22s %-22s %-16s %s / %7.2f\n", node.vertices[static_cast<std::size_t>(l.a)].name.c_str(),
                 node.vertices[static_cast<std::size_t>(l.b)].name.c_str(), what.c_str(), spec, l.GBps);
+  }
+  if (!node.peers.empty()) {
+    std::string denied;
+    int open = 0;
+    for (const peer_info& p : node.peers) {
+      if (p.access) ++open;
+      else denied += " " + node.vertices[static_cast<std::size_t>(p.from)].name + "->" + node.vertices[static_cast<std::size_t>(p.to)].name;
+    }
+    std::printf("\nPeer access (CUDA runtime): %d of %zu GPU pairs (ordered)%s%s\n", open, node.peers.size(),
+                denied.empty() ? "" : "; none, so host-staged:", denied.c_str());
   }
   if (!m) {
     std::printf("\nNo GPU: nothing to build rings over.\n");
