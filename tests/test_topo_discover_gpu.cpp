@@ -394,6 +394,7 @@ TEST_CASE("no CUDA device: a note and a CPU-only topology, even where sysfs show
     INFO(notes(t));
     CHECK(has_note(t, "no CUDA device"));
     CHECK(has_note(t, "cudaErrorNoDevice"));
+    CHECK(has_note(t, "GPU 0000:17:00.0 on PCI is not one the CUDA runtime lists (it lists none): left out"));
     CHECK(t.gpus().empty());
     CHECK_FALSE(t.of_kind(vertex_kind::cpu).empty());
   }

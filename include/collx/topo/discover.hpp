@@ -240,7 +240,8 @@ inline int discover_pci(topology& t, const discover_options& o = {}, const std::
     if (gpu && gpus_only) {
       const auto w = std::find(gpus_only->begin(), gpus_only->end(), id);
       if (w == gpus_only->end()) {
-        t.notes.push_back("GPU " + id + " on PCI is not one the CUDA runtime lists (CUDA_VISIBLE_DEVICES?): left out");
+        t.notes.push_back("GPU " + id + " on PCI is not one the CUDA runtime lists" +
+                          std::string(gpus_only->empty() ? " (it lists none)" : " (CUDA_VISIBLE_DEVICES?)") + ": left out");
         continue;
       }
       wanted = static_cast<int>(w - gpus_only->begin());
