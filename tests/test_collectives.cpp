@@ -10,6 +10,8 @@
 // resolved to.
 #include "collectives_checks.hpp"
 
+#include <collx/detail/streaming_store.hpp>
+
 
 // =============================================================================================
 // World sizes x algorithms
@@ -213,6 +215,28 @@ TEST_CASE("about 10^6 elements (1000003) at n = 2, 4", "[collectives][counts][la
       check_reduce<A, float>(n, big, n - 1, true);
       check_broadcast<A, std::int32_t>(n, big, 0, false);
     });
+}
+
+TEST_CASE("results past a quarter of the last-level cache (streaming stores) equal the reference",
+          "[collectives][counts][large][streaming]") {
+  // The executor streams reductions into the output from detail::streaming_pays's size on; this
+  // size depends on the machine's cache, so the count does too (8 MiB + 3 elements on 32 MiB).
+  const size_t bytes = collx::detail::last_level_cache_bytes() / 4;
+  if (bytes > (size_t{48} << 20)) {
+    WARN("SKIPPED: a quarter of this machine's last-level cache (" << bytes << " bytes) is too large for a test");
+    return;
+  }
+  const size_t count = bytes / sizeof(float) + 3;
+  REQUIRE(collx::detail::streaming_pays(count * sizeof(float)));
+  for_each_algo<sum>([&](auto tag) {
+    using A = decltype(tag);
+    check_allreduce<A, float>(3, count, false);
+    check_allreduce<A, float>(2, count + 1, true);
+    check_reduce<A, float>(3, count, 1, false);
+  });
+  for_each_algo<ref::min_loc>([&](auto tag) {  // an 8-byte struct with a hole: eight per streamed line
+    check_allreduce<decltype(tag), ref::loc16>(3, bytes / sizeof(ref::loc16) + 3, false, ref::test_options(), ref::min_loc{});
+  });
 }
 
 // =============================================================================================

@@ -6,6 +6,7 @@
 
 #include <collx/concepts.hpp>
 #include <collx/detail/reduction.hpp>
+#include <collx/detail/streaming_store.hpp>
 #include <collx/numeric.hpp>
 #include <collx/ops.hpp>
 
@@ -13,6 +14,7 @@
 #include <array>
 #include <bit>
 #include <climits>
+#include <cstring>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -333,4 +335,55 @@ TEST_CASE("ops: user ops: commutative_op forwards, reduction keeps T", "[ops]") 
   CHECK(r::finalize(r::combine(plain_lambda, S{2}, S{5}), 3).v == 7);
   using rh = red<half, decltype(collx::commutative_op{[](const half& a, const half&) { return a; }})>;
   static_assert(std::is_same_v<rh::acc, half>);
+}
+
+// ---------------------------------------------------------------------------------------------
+// detail::store_streaming (large reductions' output): the same values as plain stores, for every
+// head alignment, length and element size, in place too, and nothing written outside [0, n).
+
+namespace {
+template <std::size_t N>
+struct bytes_of {
+  std::array<unsigned char, N> b;  // no default member initialiser: trivially copyable, not default-built
+  bytes_of(unsigned seed) {
+    for (std::size_t k = 0; k < N; ++k) b[k] = static_cast<unsigned char>(seed * 131 + k * 7 + 1);
+  }
+};
+
+template <std::size_t N>
+void check_streaming_for_size() {
+  using E = bytes_of<N>;
+  for (std::size_t shift : {std::size_t{0}, std::size_t{1}, std::size_t{3}, std::max<std::size_t>(1, 64 / N) - 1})  // elements
+    for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{5}, 64 / N + 1, 1000 / N + 3, 4099 / N + 7}) {
+      // A poisoned arena with room on both sides; dst starts `shift` elements after a 64-byte line.
+      std::vector<unsigned char> arena((n + 200) * N + 256, 0xA5);
+      unsigned char* base = arena.data() + (64 - reinterpret_cast<std::uintptr_t>(arena.data()) % 64) % 64 + 64;
+      E* dst = reinterpret_cast<E*>(base + shift * N);
+      INFO("element " << N << " bytes, shift " << shift << ", n " << n);
+      collx::detail::store_streaming(dst, n, [](std::size_t i) { return E(static_cast<unsigned>(i)); });
+      for (std::size_t i = 0; i < n; ++i) REQUIRE(std::memcmp(&dst[i], E(static_cast<unsigned>(i)).b.data(), N) == 0);
+      const unsigned char* begin = reinterpret_cast<unsigned char*>(dst);
+      for (const unsigned char* p = arena.data(); p < begin; ++p) REQUIRE(*p == 0xA5);
+      for (const unsigned char* p = begin + n * N; p < arena.data() + arena.size(); ++p) REQUIRE(*p == 0xA5);
+    }
+}
+}  // namespace
+
+TEST_CASE("store_streaming writes what plain stores write, and only [0, n)", "[streaming]") {
+  check_streaming_for_size<1>();
+  check_streaming_for_size<4>();
+  check_streaming_for_size<8>();
+  check_streaming_for_size<16>();
+  check_streaming_for_size<64>();
+  check_streaming_for_size<12>();   // does not divide a line: plain stores
+  check_streaming_for_size<128>();  // larger than a line: plain stores
+}
+
+TEST_CASE("store_streaming in place reads each element before its line is written", "[streaming]") {
+  std::vector<float> v(1003);
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i) * 0.5f;
+  float* d = v.data() + 1;  // an unaligned head
+  collx::detail::store_streaming(d, v.size() - 1, [&](std::size_t i) { return d[i] * 2.0f + 1.0f; });
+  CHECK(v[0] == 0.0f);
+  for (std::size_t i = 1; i < v.size(); ++i) REQUIRE(v[i] == static_cast<float>(i) * 0.5f * 2.0f + 1.0f);
 }

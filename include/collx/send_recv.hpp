@@ -73,7 +73,7 @@ void recv(communicator& comm, std::span<T> data, int src) {
   detail::check_not_failed(comm, "rank " + std::to_string(comm.rank()) + "/" + std::to_string(comm.size()) + " recv<" +
                                      std::string(detail::type_name<T>()) + "> from " + std::to_string(src));
   try {
-    t.recv(src, data.size_bytes(), sizeof(T), sig, consume);
+    t.recv(src, data.size_bytes(), sizeof(T), sig, consumer_ref(consume, d));
   } catch (const error& e) {
     COLLX_THROW(e.code(), "rank " + std::to_string(comm.rank()) + "/" + std::to_string(comm.size()) + " recv<" +
                               std::string(detail::type_name<T>()) + "> from " + std::to_string(src) + ": " + e.what());

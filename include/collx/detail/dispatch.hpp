@@ -225,6 +225,7 @@ void run_collective(communicator& comm, collective coll, const T* in, T* out, bo
     cx.out = out;
     cx.op = &op;
     cx.world_size = n;
+    cx.stream_output = reduces && streaming_pays(total * sizeof(T));
     const std::size_t seg_elems = std::max<std::size_t>(1, comm.options().max_segment_bytes / sizeof(acc));
 
     auto run_segment = [&](std::size_t scratch_elems) {

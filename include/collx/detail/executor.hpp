@@ -8,6 +8,7 @@
 
 #include <collx/algo/schedule.hpp>
 #include <collx/detail/reduction.hpp>
+#include <collx/detail/streaming_store.hpp>
 #include <collx/error.hpp>
 #include <collx/transport/transport.hpp>
 
@@ -32,6 +33,9 @@ struct exec_context {
   acc* tmp = nullptr;
   const Op* op = nullptr;
   int world_size = 1;
+  /// Reductions into `out` use streaming stores (detail/streaming_store.hpp): the call is too large
+  /// for its results to stay in cache.
+  bool stream_output = false;
 
   static constexpr std::size_t elem_size(schedule::buffer b) noexcept {
     return b == schedule::buffer::scratch ? sizeof(acc) : sizeof(T);
@@ -93,10 +97,14 @@ struct exec_context {
         else return red::finalize(v, world_size);
       };
       const Op& f = *op;
-      if (x_first)
+      if (!DstAcc && stream_output) {
+        if (x_first) store_streaming(pd, n, [&](std::size_t i) { return st(red::combine(f, wx(px[i]), wa(pa[i]))); });
+        else store_streaming(pd, n, [&](std::size_t i) { return st(red::combine(f, wa(pa[i]), wx(px[i]))); });
+      } else if (x_first) {
         for (std::size_t i = 0; i < n; ++i) pd[i] = st(red::combine(f, wx(px[i]), wa(pa[i])));
-      else
+      } else {
         for (std::size_t i = 0; i < n; ++i) pd[i] = st(red::combine(f, wa(pa[i]), wx(px[i])));
+      }
     } else {
       (void)a, (void)x, (void)dst, (void)n, (void)x_first;
       COLLX_THROW(errc::internal, "reduction step in a collective without an op");
@@ -133,7 +141,9 @@ void execute(transport& t, const call_signature& sig, const schedule::steps& ste
             });
           });
         };
-        t.recv(s.peer, s.dst.count * ws, ws, sig, consume);
+        // Same representation on the wire and at the destination: a plain copy the transport may do itself.
+        const bool verbatim = (s.wire == buffer::scratch) == (s.dst.buf == buffer::scratch);
+        t.recv(s.peer, s.dst.count * ws, ws, sig, consumer_ref(consume, verbatim ? d : nullptr));
         break;
       }
       case step_kind::recv_reduce: {

@@ -417,11 +417,15 @@ class shm_transport final : public transport {
       if (!out_[static_cast<std::size_t>(p)].empty()) progress(p);
   }
 
+  /// Reads a message in the sender's memory (process_vm_readv): straight into the destination when
+  /// the consumer only copies, else through the bounce buffer (cache-sized pieces) into the consumer.
   void read_remote(int from, const shm_segment::slot& s, std::size_t granularity, consumer_ref consume) {
-    const std::size_t piece = std::max(granularity, bounce_.size() / granularity * granularity);
+    std::byte* const direct = consume.copy_to();
+    // Direct pieces stay a few MiB so that a dead sender is noticed between them.
+    const std::size_t piece = direct ? std::size_t{4} << 20 : std::max(granularity, bounce_.size() / granularity * granularity);
     for (std::size_t off = 0; off < s.len; off += piece) {
       const std::size_t len = std::min(piece, s.len - off);
-      iovec local{bounce_.data(), len};
+      iovec local{direct ? direct + off : bounce_.data(), len};
       iovec remote{reinterpret_cast<void*>(s.addr + off), len};
       const ssize_t got = ::process_vm_readv(s.pid, &local, 1, &remote, 1, 0);
       if (got != static_cast<ssize_t>(len)) {
@@ -434,7 +438,7 @@ class shm_transport final : public transport {
         fail(errc::transport, why);
         COLLX_THROW(errc::transport, why);
       }
-      consume(bounce_.data(), off, len);
+      if (!direct) consume(bounce_.data(), off, len);
     }
   }
 

@@ -68,18 +68,28 @@ inline std::string reported_by(int rank, const std::string& why) {
 
 /// Receives bytes [offset, offset + len) of a message, readable at `src` until it returns.
 /// A transport may deliver one message in several pieces, each a whole number of elements.
+///
+/// A consumer that only copies the bytes verbatim says so with `copy_to`: then byte i of the
+/// message belongs at copy_to() + i, and a transport may put it there itself instead of calling the
+/// consumer (process_vm_readv straight into the user's buffer: one copy fewer). Either way the
+/// result is the same. A transport writes there only while recv() runs: nothing may land in a
+/// user's buffer after a failed call returned (why the MPI transport, whose receives would stay
+/// posted, does not use it).
 class consumer_ref {
  public:
   template <class F>
-  consumer_ref(F& f) noexcept  // NOLINT: implicit by design, like std::function_ref
-      : obj_(&f), fn_([](void* o, const std::byte* s, std::size_t off, std::size_t len) {
-          (*static_cast<F*>(o))(s, off, len);
-        }) {}
+  consumer_ref(F& f, std::byte* copy_to = nullptr) noexcept  // NOLINT: implicit by design, like std::function_ref
+      : obj_(&f),
+        fn_([](void* o, const std::byte* s, std::size_t off, std::size_t len) { (*static_cast<F*>(o))(s, off, len); }),
+        copy_to_(copy_to) {}
   void operator()(const std::byte* src, std::size_t offset, std::size_t len) const { fn_(obj_, src, offset, len); }
+  /// Where the message's bytes go verbatim, or nullptr when the consumer converts or reduces them.
+  std::byte* copy_to() const noexcept { return copy_to_; }
 
  private:
   void* obj_;
   void (*fn_)(void*, const std::byte*, std::size_t, std::size_t);
+  std::byte* copy_to_;
 };
 
 /// A message transport between the ranks of one communicator. Implementations: threads of one
