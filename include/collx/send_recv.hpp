@@ -48,14 +48,16 @@ void send(communicator& comm, std::span<U> data, int dest) {
   const communicator::call_scope one_thread(comm);
   transport& t = comm.get_transport();
   const call_signature sig = detail::p2p_signature<T>(data.size());
-  detail::check_not_failed(comm, "rank " + std::to_string(comm.rank()) + "/" + std::to_string(comm.size()) + " send<" +
-                                     std::string(detail::type_name<T>()) + "> to " + std::to_string(dest));
+  auto name = [&] {
+    return "rank " + std::to_string(comm.rank()) + "/" + std::to_string(comm.size()) + " send<" +
+           std::string(detail::type_name<T>()) + "> to " + std::to_string(dest);
+  };
+  detail::check_not_failed(comm, name);
   try {
     t.post_send(dest, data.data(), data.size_bytes(), sizeof(T), sig);
     t.wait_sends();
   } catch (const error& e) {
-    COLLX_THROW(e.code(), "rank " + std::to_string(comm.rank()) + "/" + std::to_string(comm.size()) + " send<" +
-                              std::string(detail::type_name<T>()) + "> to " + std::to_string(dest) + ": " + e.what());
+    COLLX_THROW(e.code(), name() + ": " + e.what());
   }
 }
 
@@ -70,13 +72,15 @@ void recv(communicator& comm, std::span<T> data, int src) {
   const call_signature sig = detail::p2p_signature<T>(data.size());
   std::byte* d = reinterpret_cast<std::byte*>(data.data());
   auto consume = [&](const std::byte* s, std::size_t off, std::size_t len) { std::memcpy(d + off, s, len); };
-  detail::check_not_failed(comm, "rank " + std::to_string(comm.rank()) + "/" + std::to_string(comm.size()) + " recv<" +
-                                     std::string(detail::type_name<T>()) + "> from " + std::to_string(src));
+  auto name = [&] {
+    return "rank " + std::to_string(comm.rank()) + "/" + std::to_string(comm.size()) + " recv<" +
+           std::string(detail::type_name<T>()) + "> from " + std::to_string(src);
+  };
+  detail::check_not_failed(comm, name);
   try {
     t.recv(src, data.size_bytes(), sizeof(T), sig, consumer_ref(consume, d));
   } catch (const error& e) {
-    COLLX_THROW(e.code(), "rank " + std::to_string(comm.rank()) + "/" + std::to_string(comm.size()) + " recv<" +
-                              std::string(detail::type_name<T>()) + "> from " + std::to_string(src) + ": " + e.what());
+    COLLX_THROW(e.code(), name() + ": " + e.what());
   }
 }
 

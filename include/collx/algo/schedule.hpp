@@ -142,13 +142,18 @@ constexpr std::size_t chunk_begin(std::size_t count, std::size_t parts, std::siz
 }
 
 /// Blocks for a vector of `count` elements cut into world_size balanced chunks (allreduce, reduce,
-/// broadcast); offsets start at 0 in every buffer.
-constexpr std::vector<block> vector_blocks(std::size_t count, int world_size) {
-  std::vector<block> b(static_cast<std::size_t>(world_size));
+/// broadcast); offsets start at 0 in every buffer. `b` becomes world_size blocks.
+constexpr void vector_blocks_into(std::vector<block>& b, std::size_t count, int world_size) {
+  b.resize(static_cast<std::size_t>(world_size));  // reuses the caller's storage: no allocation per call
   for (std::size_t c = 0; c < b.size(); ++c) {
     const std::size_t lo = chunk_begin(count, b.size(), c), hi = chunk_begin(count, b.size(), c + 1);
     b[c] = {lo, lo, lo, hi - lo, hi - lo};
   }
+}
+/// vector_blocks_into, returning a new vector.
+constexpr std::vector<block> vector_blocks(std::size_t count, int world_size) {
+  std::vector<block> b;
+  vector_blocks_into(b, count, world_size);
   return b;
 }
 
@@ -170,6 +175,9 @@ constexpr region whole(const params& p, buffer buf) {
 struct builder {
   steps out;
   bool keep_empty = false;
+  // Room for a small world's schedule at once: one allocation per call instead of one per doubling
+  // (the schedule is built per call, and small calls are latency-bound).
+  constexpr builder() { out.reserve(16); }
   constexpr void send(int peer, region a) {
     if (a.count || keep_empty) out.push_back({step_kind::send, peer, a, {}, {}, buffer::input, true});
   }

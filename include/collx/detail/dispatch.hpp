@@ -69,12 +69,14 @@ std::string call_name(const communicator& comm, collective c, std::uint64_t seq,
 
 /// Throws if the communicator failed in an earlier call, saying so (with that failure's code and
 /// text), so that the old error does not read as this call's own. `what` names this call.
-inline void check_not_failed(communicator& comm, const std::string& what) {
+/// `what()` names the call; it is built only on failure (a string per call costs small messages).
+template <class What>
+void check_not_failed(communicator& comm, What&& what) {
   try {
     comm.get_transport().check();
   } catch (const error& e) {
-    COLLX_THROW(e.code(), what + ": the communicator failed earlier and cannot be used any more (every rank's "
-                                 "later calls fail at once); the first failure: " + e.what());
+    COLLX_THROW(e.code(), std::string(what()) + ": the communicator failed earlier and cannot be used any more (every "
+                                                "rank's later calls fail at once); the first failure: " + e.what());
   }
 }
 
@@ -208,7 +210,7 @@ void run_collective(communicator& comm, collective coll, const T* in, T* out, bo
     sig.layout_hash ^= hash_counts(ring) * 31;
   }
 
-  check_not_failed(comm, call_name<T, Op>(comm, coll, sig.seq, algorithm_name(alg)));
+  check_not_failed(comm, [&] { return call_name<T, Op>(comm, coll, sig.seq, algorithm_name(alg)); });
   tp.announce(sig);
   try {
     if (total == 0 && coll != collective::all_to_all && coll != collective::barrier) return;  // all ranks know
@@ -246,7 +248,7 @@ void run_collective(communicator& comm, collective coll, const T* in, T* out, bo
         const std::size_t step = reduces ? seg_elems : total;
         for (std::size_t base = 0; base < total; base += step) {
           const std::size_t len = std::min(step, total - base);
-          p.blocks = schedule::vector_blocks(len, n);
+          schedule::vector_blocks_into(p.blocks, len, n);
           for (auto& b : p.blocks) b.in += base, b.out += base;
           p.one_shot = cost_model::direct_allreduce_one_shot({coll, n, len * sizeof(T), true});
           p.slices = std::clamp<std::size_t>(len * sizeof(T) / (64 * 1024), 1, 256);

@@ -43,10 +43,16 @@ struct doorbell {
   std::atomic<std::uint32_t> seq{0};
   std::atomic<std::uint32_t> sleepers{0};
 
-  /// Wakes the owner if it sleeps.
+  /// Wakes the owner if it sleeps. Call it after the state change the owner waits for.
+  /// While the owner spins (sleepers == 0) nothing is written: the owner's wait_until counts
+  /// itself in `sleepers` before its last look at the state, and the fences make this ring either
+  /// see that count or the owner see the new state (the store-buffering pattern). A ring that
+  /// wrote `seq` every time moved the owner's line to the ringing core once per message.
   void ring(bool shared) noexcept {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (sleepers.load(std::memory_order_relaxed) == 0) return;
     seq.fetch_add(1, std::memory_order_seq_cst);
-    if (sleepers.load(std::memory_order_seq_cst) != 0) futex_wake_all(seq, shared);
+    futex_wake_all(seq, shared);
   }
 };
 
@@ -77,10 +83,28 @@ wait_status wait_until(doorbell& bell, bool shared, std::chrono::steady_clock::t
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) return wait_status::timed_out;
     bell.sleepers.fetch_add(1, std::memory_order_seq_cst);
-    if (bell.seq.load(std::memory_order_seq_cst) == v && !ready())
+    std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with doorbell::ring's fence
+    // interrupted() again: abort() and failures ring the bell only when they see a sleeper.
+    if (bell.seq.load(std::memory_order_seq_cst) == v && !ready() && !interrupted())
       futex_wait(bell.seq, v, std::min<std::chrono::nanoseconds>(deadline - now, slice), shared);
     bell.sleepers.fetch_sub(1, std::memory_order_seq_cst);
   }
+}
+
+/// wait_until with a deadline `timeout` from now, read from the clock only once a short poll (64
+/// looks, a few microseconds) did not find ready(): a small message's wait that ends within the
+/// poll costs no clock reads.
+template <class Ready, class Interrupted>
+wait_status wait_until(doorbell& bell, bool shared, std::chrono::nanoseconds timeout, std::chrono::nanoseconds spin,
+                       Ready ready, Interrupted interrupted, std::chrono::nanoseconds slice = std::chrono::hours(24)) {
+  if (spin.count() > 0)
+    for (int i = 0; i < 64; ++i) {
+      if (ready()) return wait_status::ready;
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    }
+  return wait_until(bell, shared, std::chrono::steady_clock::now() + timeout, spin, ready, interrupted, slice);
 }
 
 }  // namespace detail

@@ -240,7 +240,7 @@ void run_hierarchical(communicator& comm, collective coll, const T* in, T* out, 
     h->cross.get_transport().fail(code, why);
   };
   try {
-    check_not_failed(comm, name);  // failed earlier: tell the levels too (a rank may be waiting in one)
+    check_not_failed(comm, [&] { return name; });  // failed earlier: tell the levels too (a rank may be waiting in one)
   } catch (const error& e) {
     fail_levels(e.code(), e.what());
     throw;

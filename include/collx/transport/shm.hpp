@@ -72,10 +72,10 @@ namespace transport_impl {
 struct shm_segment {
   static constexpr std::uint64_t magic_ready = 0x636f6c6c78736d31ull;   // "collxsm1"
   static constexpr std::uint64_t magic_failed = 0x636f6c6c78666169ull;  // rank 0 could not set up
-  static constexpr std::uint32_t layout_version = 2;  // 2: peer_info::call
+  static constexpr std::uint32_t layout_version = 3;  // 2: peer_info::call; 3: call on its own line, slots line-aligned
 
   enum class slot_kind : std::uint32_t { staged = 1, cma = 2, window = 3 };
-  struct slot {
+  struct alignas(64) slot {  // whole lines: a receiver reading one slot pulls no neighbour's line
     call_signature sig;
     std::uint64_t total_bytes;  ///< size of the whole message
     std::uint64_t offset;       ///< where this piece starts within the message
@@ -83,7 +83,12 @@ struct shm_segment {
     std::uint64_t addr;         ///< cma: the sender's address; window: offset in the sender's window
     slot_kind kind;
     std::int32_t pid;           ///< cma: the sender's pid; window: the window's id
+    /// A staged piece of at most this many bytes travels here, not in the slot's staging memory:
+    /// the receiver pulls the lines it reads anyway, and a small message costs no extra line.
+    static constexpr std::size_t inline_bytes = 96;
+    alignas(16) std::byte inline_data[inline_bytes];
   };
+  static_assert(sizeof(slot) == 192, "a slot is three cache lines");
   struct alignas(64) mailbox {
     std::atomic<std::uint64_t> posted{0};
     alignas(64) std::atomic<std::uint64_t> consumed{0};
@@ -96,7 +101,9 @@ struct shm_segment {
     std::atomic<std::uint32_t> cma_state{0};  ///< 0 unknown, 1 can read its neighbour, 2 cannot
     std::atomic<std::uint32_t> departed{0};   ///< set when the rank closed its communicator
     detail::doorbell bell;
-    std::atomic<std::uint32_t> call_version{0};  ///< seqlock over `call`: odd while it is written
+    /// Seqlock over `call`: odd while it is written. On its own line: the owner writes it every call,
+    /// while peers read `bell` on every message.
+    alignas(64) std::atomic<std::uint32_t> call_version{0};
     call_signature call{};                       ///< the call the rank announced last (transport::announce)
   };
   struct header {
@@ -234,7 +241,9 @@ class shm_transport final : public transport {
         if (s.len) consume(window_of(s.pid).peers[static_cast<std::size_t>(peer_rank)] + s.addr, 0, s.len);
         delivered += s.len;
       } else {
-        if (s.len) consume(slot_data(peer_rank, rank_, k), s.offset, s.len);
+        if (s.len)
+          consume(s.len <= shm_segment::slot::inline_bytes ? s.inline_data : slot_data(peer_rank, rank_, k), s.offset,
+                  s.len);
         delivered += s.len;
       }
       box.consumed.store(k + 1, std::memory_order_release);
@@ -390,7 +399,7 @@ class shm_transport final : public transport {
         const std::size_t len = std::min(piece, m.bytes - m.sent);
         s.kind = shm_segment::slot_kind::staged;
         s.len = len;
-        if (len) std::memcpy(slot_data(rank_, p, k), m.data + m.sent, len);
+        if (len) std::memcpy(len <= shm_segment::slot::inline_bytes ? s.inline_data : slot_data(rank_, p, k), m.data + m.sent, len);
         m.sent += len;
       }
       box.posted.store(k + 1, std::memory_order_release);
@@ -498,8 +507,7 @@ class shm_transport final : public transport {
       return ready();
     };
     if (ready_with_progress()) return;
-    const auto deadline = std::chrono::steady_clock::now() + timeout_;
-    const auto st = detail::wait_until(peer(rank_).bell, true, deadline, spin_, ready_with_progress,
+    const auto st = detail::wait_until(peer(rank_).bell, true, std::chrono::nanoseconds(timeout_), spin_, ready_with_progress,
                                        [&] { return interrupted(peer_rank) && !ready(); },
                                        std::chrono::milliseconds(50));
     if (st == detail::wait_status::ready) return;

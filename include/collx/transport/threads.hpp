@@ -164,8 +164,7 @@ class threads_transport final : public transport {
   template <class Ready>
   void wait(const char* what, int peer, Ready ready) {
     if (ready()) return;
-    const auto deadline = std::chrono::steady_clock::now() + timeout_;
-    const auto st = detail::wait_until(world_->bell(rank_), false, deadline, spin_, ready,
+    const auto st = detail::wait_until(world_->bell(rank_), false, std::chrono::nanoseconds(timeout_), spin_, ready,
                                        [&] { return world_->failed(); });
     if (st == detail::wait_status::ready) return;
     if (st == detail::wait_status::timed_out)
