@@ -1,5 +1,6 @@
 // Smoke test: allreduce(sum) over 1..5 thread ranks, every algorithm, against a reference computed
-// here without collx. Small and fast, so the suite always has something that runs end to end.
+// here without collx. Small and fast, so the suite always has something that runs end to end. Also
+// the transport interface's consumer_ref, which every transport passes along.
 #include <catch2/catch.hpp>
 
 #include <collx/collx.hpp>
@@ -61,4 +62,26 @@ TEMPLATE_TEST_CASE("allreduce sum over 1..5 thread ranks matches a sequential re
 
 TEST_CASE("version macros agree", "[smoke]") {
   CHECK(COLLX_VERSION == COLLX_VERSION_MAJOR * 10000 + COLLX_VERSION_MINOR * 100 + COLLX_VERSION_PATCH);
+}
+
+TEST_CASE("consumer_ref: copies call the same consumer and keep copy_to", "[smoke][transport]") {
+  // A transport passes the consumer_ref it got on to helpers by value. An lvalue copy once picked
+  // the converting constructor (F = consumer_ref), which wrapped the ref and dropped copy_to, so
+  // the shm transport's single-copy reads straight into the destination never happened.
+  int calls = 0;
+  std::byte dest[4];
+  auto consume = [&](const std::byte*, std::size_t, std::size_t) { ++calls; };
+  collx::consumer_ref a(consume, dest);
+  collx::consumer_ref b = a;
+  const collx::consumer_ref& ca = a;
+  collx::consumer_ref c = ca;
+  auto passed = [](collx::consumer_ref r) { return r.copy_to(); };
+  CHECK(a.copy_to() == dest);
+  CHECK(b.copy_to() == dest);
+  CHECK(c.copy_to() == dest);
+  CHECK(passed(a) == dest);
+  b(nullptr, 0, 0);
+  c(nullptr, 0, 0);
+  CHECK(calls == 2);
+  CHECK(collx::consumer_ref(consume).copy_to() == nullptr);
 }

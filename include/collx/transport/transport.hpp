@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <string_view>
 
 #include <collx/algo/schedule.hpp>
@@ -78,6 +79,7 @@ inline std::string reported_by(int rank, const std::string& why) {
 class consumer_ref {
  public:
   template <class F>
+    requires(!std::is_same_v<std::remove_cv_t<F>, consumer_ref>)  // copying must not wrap (and lose copy_to)
   consumer_ref(F& f, std::byte* copy_to = nullptr) noexcept  // NOLINT: implicit by design, like std::function_ref
       : obj_(&f),
         fn_([](void* o, const std::byte* s, std::size_t off, std::size_t len) { (*static_cast<F*>(o))(s, off, len); }),
