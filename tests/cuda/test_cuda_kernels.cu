@@ -25,6 +25,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "custom_types.cuh"
+
 namespace gpu = collx::gpu;
 namespace ops = collx::ops;
 using gpu::values;
@@ -32,31 +34,11 @@ using gpu::values;
 // ---------------------------------------------------------------------------------------------
 // User types and ops, run as device functors.
 
-// Composition of affine maps x -> mul * x + add modulo 2^32: associative, not commutative.
-// op(f, g) = "f, then g". 8 bytes: the vector path handles two per 16-byte access.
-struct affine {
-  std::uint32_t mul, add;
-};
-struct then_op {
-  __host__ __device__ affine operator()(const affine& f, const affine& g) const {
-    return {f.mul * g.mul, f.add * g.mul + g.add};
-  }
-};
+using collx_cuda_test::affine;
+using collx_cuda_test::then_op;
+using collx_cuda_test::triple;
+using collx_cuda_test::triple_op;
 static_assert(!collx::op_traits<then_op>::commutative);
-
-// 12 bytes: not a power of two, so always the scalar path.
-struct triple {
-  std::int32_t sum;
-  std::uint32_t bits;
-  std::int32_t high;
-};
-struct triple_op {
-  static constexpr bool commutative = true;
-  __host__ __device__ triple operator()(const triple& x, const triple& y) const {
-    return {static_cast<std::int32_t>(static_cast<std::uint32_t>(x.sum) + static_cast<std::uint32_t>(y.sum)),
-            x.bits ^ y.bits, x.high < y.high ? y.high : x.high};
-  }
-};
 
 // The vector widths the kernel picks: 16 bytes of the widest buffer, or scalar.
 static_assert(gpu::reduce_vector_width<float, ops::sum, values::elements, values::elements, values::elements> == 4);

@@ -20,36 +20,17 @@
 #include <vector>
 
 #include "../reference.hpp"
+#include "custom_types.cuh"
 
 namespace nc = collx::nccl;
 namespace ops = collx::ops;
 
 namespace {
 
-// Composition of affine maps modulo 2^32: associative, not commutative (runs algo::tree).
-struct affine {
-  std::uint32_t mul, add;
-};
-struct then_op {
-  static constexpr const char* name = "then";
-  __host__ __device__ affine operator()(const affine& f, const affine& g) const {
-    return {f.mul * g.mul, f.add * g.mul + g.add};
-  }
-};
-// 12 bytes, commutative (runs algo::ring).
-struct triple {
-  std::int32_t sum;
-  std::uint32_t bits;
-  std::int32_t high;
-};
-struct triple_op {
-  static constexpr bool commutative = true;
-  static constexpr const char* name = "triple";
-  __host__ __device__ triple operator()(const triple& x, const triple& y) const {
-    return {static_cast<std::int32_t>(static_cast<std::uint32_t>(x.sum) + static_cast<std::uint32_t>(y.sum)),
-            x.bits ^ y.bits, x.high < y.high ? y.high : x.high};
-  }
-};
+using collx_cuda_test::affine;
+using collx_cuda_test::then_op;
+using collx_cuda_test::triple;
+using collx_cuda_test::triple_op;
 
 template <class T>
 T gen(int rank, std::size_t i) {
