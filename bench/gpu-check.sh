@@ -1,13 +1,21 @@
 #!/usr/bin/env bash
 # bench/gpu-check.sh: what collx can check only on a machine with NVIDIA GPUs, in one go.
-#   1. the machine: nvidia-smi, nvidia-smi topo -m, nvcc and NCCL versions;
-#   2. builds collx's CUDA targets (COLLX_CUDA=ON, COLLX_NCCL=ON; sm_80/sm_90 + PTX) in build-gpu;
-#   3. runs the GPU tests: tests/cuda/test_cuda_kernels (every reduction kernel against the host
-#      reference, one GPU) and tests/cuda/test_nccl (collx::nccl, one rank per GPU: needs 2 GPUs,
-#      prints SKIPPED otherwise);
-#   4. writes everything to bench/results/gpu-check-<host>-<UTC time>.log.
-# Not yet here (issue 7): collx-perf on device memory and NCCL's peer numbers.
-# Budget: under 8 minutes on one H200 (build about 2-3 min with 16 cores, tests well under 1 min).
+#   1. the machine: nvidia-smi, nvidia-smi topo -m, nvcc, CMake, compiler and NCCL versions;
+#   2. dependencies: Catch2 from the system or from .gpu-deps/ (bench/gpu-deps.sh copies it there
+#      to travel with the tree); NCCL from the CUDA toolkit, NCCL_ROOT, or Python's nvidia-nccl wheel;
+#   3. builds collx's CUDA targets (COLLX_CUDA=ON, COLLX_NCCL when found; sm_90 + PTX), collx-run,
+#      collx-topo and collx-perf-cuda in build-gpu;
+#   4. live topology discovery: collx-topo on this machine (CUDA runtime + NVML), text and JSON;
+#   5. runs the GPU tests: test_cuda_kernels (every reduction kernel against the host reference),
+#      test_cuda_device (the device collectives, ranks as threads), test_cuda_device_procs (ranks as
+#      3 processes over CUDA IPC, sharing the GPUs there are) and test_nccl (collx::nccl, one rank
+#      per GPU: needs 2 GPUs, prints SKIPPED otherwise);
+#   6. collx-perf-cuda: the copy ceiling, then all-reduce, reduce-scatter and all-gather on device
+#      memory from 8 B to 1 GiB with 2 ranks (NCCL beside them when each rank has its own GPU), then
+#      custom ops against built-in sums; with one rank per GPU when there are 4 or more GPUs;
+#   7. writes everything to bench/results/gpu-check-<host>-<UTC time>.log (and to $OUT when set).
+# Budget: under 8 minutes on one H200 (build about 1.5 min with 16 cores, tests and benchmark about
+# 2 min).
 # Usage: bench/gpu-check.sh [build dir, default build-gpu]
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -27,12 +35,47 @@ step() { printf '\n==== %s ====\n' "$*"; }
   nvcc --version | tail -n 2
   grep -h '#define NCCL_\(MAJOR\|MINOR\|PATCH\)' /usr/local/cuda/include/nccl.h 2>/dev/null || true
 
+  step "toolchain"
+  echo "cores: $(nproc)"; cmake --version | head -n 1; "${CXX:-g++}" --version | head -n 1
+
+  step "dependencies"
+  cmake_args=()
+  if [[ -d .gpu-deps/usr ]]; then
+    cmake_args+=("-DCMAKE_PREFIX_PATH=$PWD/.gpu-deps/usr")
+    echo "Catch2: also looking in .gpu-deps/usr (carried)"
+  fi
+  nccl=OFF
+  if [[ -n "${NCCL_ROOT:-}" || -f /usr/local/cuda/include/nccl.h || -f /usr/include/nccl.h ]]; then
+    nccl=ON
+  else
+    # Python's nvidia-nccl wheel: include/nccl.h and lib/libnccl.so.2 (no unversioned name).
+    wheel=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null || true)
+    if [[ -n "$wheel" && -f "$wheel/include/nccl.h" ]]; then
+      nccl_root="$(realpath -m "$build")/nccl-root"
+      mkdir -p "$nccl_root/lib"
+      ln -sfn "$wheel/include" "$nccl_root/include"
+      ln -sf "$(ls "$wheel"/lib/libnccl.so* | head -n 1)" "$nccl_root/lib/libnccl.so"
+      cmake_args+=("-DNCCL_ROOT=$nccl_root")
+      nccl=ON
+    fi
+  fi
+  echo "NCCL: $nccl ${cmake_args[*]}"
+
   step "build ($build)"
   start=$SECONDS
-  timeout 420 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DCOLLX_BUILD_TESTS=ON -DCOLLX_CUDA=ON -DCOLLX_NCCL=ON \
-    -DCOLLX_BUILD_EXAMPLES=OFF -DCOLLX_BUILD_BENCH=OFF -DCOLLX_BUILD_TOOLS=OFF -DCOLLX_CHECK_HEADERS=OFF &&
-    timeout 420 cmake --build "$build" -j "$(nproc)" --target collx_cuda_tests || { echo "gpu-check: build failed"; status=1; }
+  timeout 420 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DCOLLX_BUILD_TESTS=ON -DCOLLX_CUDA=ON \
+    -DCOLLX_NCCL=$nccl -DCOLLX_BUILD_EXAMPLES=OFF -DCOLLX_BUILD_BENCH=ON -DCOLLX_BUILD_TOOLS=ON \
+    -DCOLLX_CHECK_HEADERS=OFF -DCOLLX_CUDA_ARCHITECTURES=90 "${cmake_args[@]}" &&
+    timeout 420 cmake --build "$build" -j "$(nproc)" --target collx_cuda_tests collx-topo collx-run collx-perf-cuda ||
+    { echo "gpu-check: build failed"; status=1; }
   echo "build took $((SECONDS - start)) s"
+
+  step "topology (live discovery)"
+  if [[ -x "$build/tools/collx-topo" ]]; then
+    cudart=$(ls /usr/local/cuda/lib64/libcudart.so* 2>/dev/null | head -n 1)
+    timeout 60 "$build/tools/collx-topo" ${cudart:+--cudart "$cudart"} || echo "gpu-check: collx-topo failed"
+    timeout 60 "$build/tools/collx-topo" ${cudart:+--cudart "$cudart"} --json || echo "gpu-check: collx-topo --json failed"
+  fi
 
   step "GPU tests"
   if [[ $status -eq 0 ]]; then
@@ -41,9 +84,23 @@ step() { printf '\n==== %s ====\n' "$*"; }
     echo "tests took $((SECONDS - start)) s"
   fi
 
+  step "benchmark (collx-perf-cuda)"
+  if [[ -x "$build/bench/collx-perf-cuda" ]]; then
+    start=$SECONDS
+    timeout 200 "$build/bench/collx-perf-cuda" --ranks 2 -b 8 -e 1G -f 2 || { echo "gpu-check: collx-perf-cuda failed"; status=1; }
+    gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+    if [[ ${gpus:-0} -ge 4 ]]; then
+      timeout 120 "$build/bench/collx-perf-cuda" --ranks "$gpus" -b 8 -e 256M -f 8 --no-custom ||
+        { echo "gpu-check: collx-perf-cuda --ranks $gpus failed"; status=1; }
+    fi
+    echo "benchmark took $((SECONDS - start)) s"
+  fi
+
   step "result"
   echo "gpu-check: $([[ $status -eq 0 ]] && echo passed || echo FAILED)"
   exit "$status"
 } 2>&1 | tee "$log"
+rc=${PIPESTATUS[0]}
 echo "log: $log"
-exit "${PIPESTATUS[0]}"
+if [[ -n "${OUT:-}" ]]; then cp "$log" "$OUT/"; fi
+exit "$rc"
