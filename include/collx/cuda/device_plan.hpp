@@ -1,0 +1,344 @@
+/// @file cuda/device_plan.hpp
+/// The host-side decisions of collx's device collectives (cuda/device_communicator.hpp,
+/// cuda/device_collectives.cuh), in plain C++ so they are unit-tested without a GPU:
+///  - the workspace every rank allocates on its GPU and shares with its peers (flags + staging),
+///  - the record each rank publishes when the communicator is created (CUDA IPC handle, device,
+///    process) and the checks made on the records of all ranks,
+///  - the 24-bit call signature every flag carries, so ranks that disagree on a call fail with
+///    errc::mismatch naming the field instead of hanging,
+///  - how a call is cut into chunks that fit a staging slot and into per-block element ranges.
+///
+/// The protocol (one barrier per chunk, sequence numbers, two staging slots) is described in
+/// cuda/device_collectives.cuh.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <collx/algo/schedule.hpp>
+#include <collx/detail/host_device.hpp>
+#include <collx/detail/type_name.hpp>
+#include <collx/error.hpp>
+
+namespace collx {
+inline namespace v0 {
+namespace gpu {
+
+/// Most ranks a device communicator holds (one node's GPUs, or several ranks per GPU).
+inline constexpr int max_device_world = 16;
+/// Most thread blocks a device collective launches; each block synchronises with the same block of
+/// every peer through its own flags, so blocks of one rank never wait for each other.
+inline constexpr unsigned max_device_blocks = 64;
+/// Threads per block of the device collectives (16 warps).
+inline constexpr unsigned device_threads_per_block = 512;
+
+// ---------------------------------------------------------------------------------------------
+// Workspace
+
+/// Byte layout of one rank's workspace (one cudaMalloc, shared with the peers over CUDA IPC):
+///   counters[2]   u64: [0] the epoch of the last chunk this rank finished (every block of a call
+///                 uses the same chunk epochs, so staging slots alternate for the whole rank);
+///                 [1] blocks of the running call that are done (the last one advances [0])
+///   claim         u64: nonzero once a kernel of this rank has failed (the first failing thread
+///                 sets it; later calls end at once)
+///   flags[max_device_blocks][max_device_world] u64: flags[b][p] = the last flag_word rank p's block b
+///                 wrote here (written by peers, read by this rank)
+///   staging       two slots of slot_bytes; chunk epoch e uses slot e % 2
+/// Regions start at multiples of 256 bytes, so vector loads of staging are aligned.
+struct workspace_layout {
+  std::size_t counters_offset = 0;  ///< bytes from the workspace start
+  std::size_t claim_offset = 0;     ///< bytes from the workspace start
+  std::size_t flags_offset = 0;     ///< bytes from the workspace start
+  std::size_t staging_offset = 0;   ///< bytes from the workspace start
+  std::size_t slot_bytes = 0;       ///< bytes per staging slot
+  std::size_t total_bytes = 0;      ///< the allocation
+
+  /// Layout for a staging area of `staging_bytes` (two slots; rounded down to 256-byte slots).
+  /// @throws collx::error (errc::invalid_argument) when a slot would be smaller than 4 KiB.
+  static workspace_layout for_staging(std::size_t staging_bytes) {
+    workspace_layout w;
+    w.counters_offset = 0;
+    w.claim_offset = 2 * sizeof(std::uint64_t);
+    w.flags_offset = round_up(w.claim_offset + sizeof(std::uint64_t), 256);
+    w.staging_offset = round_up(w.flags_offset + std::size_t{max_device_blocks} * max_device_world * sizeof(std::uint64_t), 256);
+    w.slot_bytes = staging_bytes / 2 / 256 * 256;
+    if (w.slot_bytes < 4096)
+      COLLX_THROW(errc::invalid_argument, "gpu: staging of " + std::to_string(staging_bytes) +
+                                              " bytes is too small (two slots of at least 4 KiB)");
+    w.total_bytes = w.staging_offset + 2 * w.slot_bytes;
+    return w;
+  }
+
+  /// a rounded up to a multiple of m (m > 0).
+  static constexpr std::size_t round_up(std::size_t a, std::size_t m) noexcept { return (a + m - 1) / m * m; }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Call signature and flag words
+
+/// A call's signature, packed into the low 24 bits of every flag word: collective (3 bits), element
+/// type (6 bits of the hash of its name and size), op (5 bits of the hash of its name), root (4 bits)
+/// and count (6 bits of its hash). Two ranks whose signatures differ are making different calls; the
+/// converse holds up to hash collisions of the type, op and count (1 in 64, 32 and 64).
+struct device_signature {
+  std::uint32_t bits = 0;  ///< the packed 24 bits
+
+  /// Bit fields: {shift, width, name}.
+  struct field {
+    unsigned shift, width;
+    const char* name;
+  };
+  /// The fields, low bits first.
+  static constexpr std::array<field, 5> fields{{{0, 3, "collective"},
+                                                {3, 6, "element type"},
+                                                {9, 5, "reduction op"},
+                                                {14, 4, "root"},
+                                                {18, 6, "count"}}};
+
+  /// Packs a call: `type_name`/`type_size` of the element, `op_name` ("" for collectives without an
+  /// op), `root` (-1 when the collective has none) and `count` (elements, as the host API counts them).
+  static device_signature make(collective coll, std::string_view type_name, std::size_t type_size,
+                               std::string_view op_name, int root, std::size_t count) noexcept {
+    const auto h = [](std::uint64_t x) { return static_cast<std::uint32_t>(x ^ (x >> 29) ^ (x >> 47)); };
+    std::uint32_t v = 0;
+    const std::uint32_t parts[5] = {
+        static_cast<std::uint32_t>(coll),
+        h(detail::fnv1a(type_name) + type_size),
+        op_name.empty() ? 0u : h(detail::fnv1a(op_name)),
+        static_cast<std::uint32_t>(root + 1),
+        h(detail::fnv1a(std::string_view(reinterpret_cast<const char*>(&count), sizeof count)))};
+    for (std::size_t i = 0; i < fields.size(); ++i)
+      v |= (parts[i] & ((1u << fields[i].width) - 1)) << fields[i].shift;
+    return {v};
+  }
+
+  /// The fields in which `a` and `b` differ, comma separated ("" if none).
+  static std::string differing_fields(device_signature a, device_signature b) {
+    std::string out;
+    for (const auto& f : fields) {
+      const std::uint32_t m = ((1u << f.width) - 1) << f.shift;
+      if ((a.bits & m) != (b.bits & m)) out += (out.empty() ? "" : ", ") + std::string(f.name);
+    }
+    return out;
+  }
+};
+
+/// Bits of a flag word below the epoch.
+inline constexpr unsigned flag_signature_bits = 24;
+/// The epoch a failing rank writes into its peers' flags so that their waits end at once.
+inline constexpr std::uint64_t poison_epoch = (std::uint64_t{1} << (64 - flag_signature_bits)) - 1;
+
+/// The flag word of chunk `epoch` (>= 1) of a call with signature `sig`.
+COLLX_HOST_DEVICE constexpr std::uint64_t flag_word(std::uint64_t epoch, device_signature sig) noexcept {
+  return (epoch << flag_signature_bits) | sig.bits;
+}
+/// The epoch of a flag word.
+COLLX_HOST_DEVICE constexpr std::uint64_t flag_epoch(std::uint64_t word) noexcept { return word >> flag_signature_bits; }
+/// The signature of a flag word.
+COLLX_HOST_DEVICE constexpr device_signature flag_signature(std::uint64_t word) noexcept {
+  return {static_cast<std::uint32_t>(word & ((std::uint64_t{1} << flag_signature_bits) - 1))};
+}
+
+/// What a device collective writes to the communicator's host-mapped status when it gives up.
+enum class device_failure : std::uint32_t {
+  none = 0,
+  timeout = 1,        ///< a peer's flag did not arrive within the communicator's timeout
+  mismatch = 2,       ///< a peer's flag carried another call signature
+  peer_failed = 3,    ///< a peer gave up first and poisoned this rank's flags
+};
+
+/// The host-mapped status of a device communicator (written once by the first failing thread).
+struct device_status {
+  std::uint32_t failure = 0;    ///< a device_failure; 0 while all is well
+  std::int32_t peer = -1;       ///< the rank waited for
+  std::uint32_t block = 0;      ///< the thread block that failed
+  std::uint32_t theirs = 0;     ///< the peer's signature bits (mismatch)
+  std::uint32_t mine = 0;       ///< this rank's signature bits (mismatch)
+  std::uint32_t reserved = 0;
+  std::uint64_t epoch = 0;      ///< the chunk epoch waited for
+  std::uint64_t seen = 0;       ///< the peer's flag word when the wait ended
+};
+
+/// The collx::error message for a failed status of rank `me`.
+inline std::string describe_failure(const device_status& s, int me) {
+  const std::string where = "gpu: rank " + std::to_string(me) + " (block " + std::to_string(s.block) + ", chunk epoch " +
+                            std::to_string(s.epoch) + ")";
+  switch (static_cast<device_failure>(s.failure)) {
+    case device_failure::none: return "";
+    case device_failure::timeout:
+      return where + ": timed out waiting for rank " + std::to_string(s.peer) + " (its last flag: epoch " +
+             std::to_string(flag_epoch(s.seen)) + "); the peer is late, dead, or not making the same calls";
+    case device_failure::mismatch:
+      return where + ": call signature differs from rank " + std::to_string(s.peer) + "'s (" +
+             device_signature::differing_fields({s.theirs}, {s.mine}) +
+             "): the ranks are not making the same collective call";
+    case device_failure::peer_failed:
+      return where + ": rank " + std::to_string(s.peer) + " failed first (timeout or mismatch) and ended the call";
+  }
+  return where + ": unknown failure " + std::to_string(s.failure);
+}
+
+/// The collx error code of a failure.
+constexpr errc errc_of(device_failure f) noexcept {
+  switch (f) {
+    case device_failure::timeout: return errc::timeout;
+    case device_failure::mismatch: return errc::mismatch;
+    case device_failure::peer_failed: return errc::aborted;
+    case device_failure::none: break;
+  }
+  return errc::internal;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Peer records
+
+/// What each rank publishes when a device communicator is created (fixed size, exchanged as bytes
+/// over the host communicator).
+struct peer_record {
+  std::uint32_t magic = 0x636f6c78;   ///< "colx"
+  std::uint32_t version = 1;          ///< layout version of this record and the workspace
+  std::uint64_t process = 0;          ///< pid and a per-process random token: equal = same address space
+  std::uint64_t workspace_address = 0;  ///< the workspace's device address in the owner's process
+  std::uint64_t workspace_bytes = 0;  ///< size of the workspace
+  std::uint64_t staging_bytes = 0;    ///< the staging the owner asked for (must agree)
+  std::int32_t device = -1;           ///< CUDA ordinal in the owner's process
+  std::int32_t sm_count = 0;          ///< multiprocessors of that device
+  std::array<unsigned char, 16> uuid{};        ///< the device's UUID (cudaDeviceProp::uuid)
+  std::array<unsigned char, 64> ipc_handle{};  ///< cudaIpcMemHandle_t of the workspace
+};
+
+/// How this rank reaches a peer's workspace.
+enum class peer_path {
+  self,          ///< its own workspace
+  same_process,  ///< another rank of this process: the address is valid here (same or peer device)
+  ipc,           ///< another process: cudaIpcOpenMemHandle
+};
+
+/// The path to the workspace of `peer` for rank `me`.
+inline peer_path path_to(const std::vector<peer_record>& records, int me, int peer) {
+  if (peer == me) return peer_path::self;
+  return records[static_cast<std::size_t>(peer)].process == records[static_cast<std::size_t>(me)].process
+             ? peer_path::same_process
+             : peer_path::ipc;
+}
+
+/// Checks the records of all ranks (index = rank) as rank `me` sees them.
+/// @throws collx::error (errc::invalid_argument) when the world is larger than max_device_world or a
+///         record is not a collx record; (errc::mismatch) when ranks asked for different staging
+///         sizes or run different record versions.
+inline void check_records(const std::vector<peer_record>& records, int me) {
+  if (records.size() > static_cast<std::size_t>(max_device_world))
+    COLLX_THROW(errc::invalid_argument, "gpu: " + std::to_string(records.size()) + " ranks; a device communicator holds at most " +
+                                            std::to_string(max_device_world));
+  const peer_record& mine = records.at(static_cast<std::size_t>(me));
+  for (std::size_t r = 0; r < records.size(); ++r) {
+    const peer_record& p = records[r];
+    if (p.magic != mine.magic) COLLX_THROW(errc::invalid_argument, "gpu: rank " + std::to_string(r) + " sent no collx device record");
+    if (p.version != mine.version)
+      COLLX_THROW(errc::mismatch, "gpu: rank " + std::to_string(r) + " runs device record version " + std::to_string(p.version) +
+                                      ", rank " + std::to_string(me) + " version " + std::to_string(mine.version));
+    if (p.staging_bytes != mine.staging_bytes)
+      COLLX_THROW(errc::mismatch, "gpu: staging size differs: rank " + std::to_string(r) + " has " +
+                                      std::to_string(p.staging_bytes) + " bytes, rank " + std::to_string(me) + " has " +
+                                      std::to_string(mine.staging_bytes));
+  }
+}
+
+/// Blocks a call may use, the same on every rank: two per multiprocessor of the smallest device,
+/// divided by the most ranks sharing one device (their kernels must be resident side by side, since
+/// each waits for the others; two 512-thread blocks per SM leave room for that), within
+/// [1, max_device_blocks].
+inline unsigned block_cap(const std::vector<peer_record>& records) {
+  int min_sm = 1 << 30;
+  std::size_t sharing = 1;
+  for (const auto& r : records) {
+    min_sm = std::min(min_sm, r.sm_count);
+    const auto same = static_cast<std::size_t>(std::count_if(records.begin(), records.end(), [&](const peer_record& q) {
+      return q.uuid == r.uuid;
+    }));
+    sharing = std::max(sharing, same);
+  }
+  const long cap = static_cast<long>(min_sm) * 2 / static_cast<long>(sharing);
+  return static_cast<unsigned>(std::clamp<long>(cap, 1, max_device_blocks));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Chunks and blocks
+
+/// Elements per vector of a device collective on T: 16 bytes' worth when T divides 16 bytes, else 1.
+template <class T>
+inline constexpr std::size_t device_vector_elements = (sizeof(T) <= 16 && 16 % sizeof(T) == 0) ? 16 / sizeof(T) : 1;
+
+/// How a call moves through the staging slots. A call moves `count` elements per rank row (the whole
+/// vector for all-reduce/broadcast/reduce, the per-rank block for reduce-scatter/all-gather); a slot
+/// holds `rows` rows of one chunk (world size rows for reduce-scatter, whose chunk carries a piece of
+/// every rank's block; 1 otherwise), each row starting at a multiple of `row_pitch` elements.
+struct chunk_plan {
+  std::size_t count = 0;         ///< elements per row of the call
+  std::size_t chunk = 0;         ///< elements per row of a full chunk (a multiple of the vector width)
+  std::size_t row_pitch = 0;     ///< elements between rows in a slot (chunk, a multiple of the vector width)
+  std::size_t chunks = 0;        ///< chunks of the call: ceil(count / chunk); 0 when count is 0
+  unsigned blocks = 0;           ///< thread blocks of the launch
+  std::size_t vector = 1;        ///< elements per vector
+
+  /// Elements of row chunk i: [i * chunk, min(count, (i + 1) * chunk)).
+  COLLX_HOST_DEVICE constexpr std::size_t chunk_begin(std::size_t i) const noexcept { return i * chunk; }
+  /// Elements in chunk i.
+  COLLX_HOST_DEVICE constexpr std::size_t chunk_size(std::size_t i) const noexcept {
+    return std::min(count, (i + 1) * chunk) - i * chunk;
+  }
+};
+
+/// Plans a call of `count` elements of `elem_size` bytes per row, `rows` rows per slot, vectors of
+/// `vector` elements, on slots of `slot_bytes` and at most `block_cap` blocks of
+/// device_threads_per_block threads. A full chunk fills the slot; blocks are as many as the first
+/// chunk's vectors need (one vector per thread), within the cap, so small calls take one block.
+/// @throws collx::error (errc::invalid_argument) when a slot cannot hold one vector per row.
+inline chunk_plan plan_chunks(std::size_t count, std::size_t elem_size, std::size_t rows, std::size_t vector,
+                              std::size_t slot_bytes, unsigned block_cap) {
+  if (elem_size == 0 || rows == 0 || vector == 0 || block_cap == 0)
+    COLLX_THROW(errc::invalid_argument, "gpu::plan_chunks: zero element size, rows, vector or block cap");
+  chunk_plan p;
+  p.count = count;
+  p.vector = vector;
+  p.chunk = slot_bytes / (rows * elem_size) / vector * vector;
+  if (p.chunk == 0)
+    COLLX_THROW(errc::invalid_argument, "gpu: a staging slot of " + std::to_string(slot_bytes) + " bytes cannot hold " +
+                                            std::to_string(rows) + " rows of " + std::to_string(vector) + " " +
+                                            std::to_string(elem_size) + "-byte elements");
+  p.row_pitch = p.chunk;
+  p.chunks = count == 0 ? 0 : (count + p.chunk - 1) / p.chunk;
+  const std::size_t first = std::min(count, p.chunk);
+  const std::size_t vectors = (first + vector - 1) / vector;
+  const std::size_t want = (vectors + device_threads_per_block - 1) / device_threads_per_block;
+  p.blocks = static_cast<unsigned>(std::clamp<std::size_t>(want, 1, block_cap));
+  return p;
+}
+
+/// Elements [begin, end) of a chunk of `n` elements that block `b` of `blocks` handles: contiguous
+/// ranges whose bounds are multiples of `vector` (except the chunk's end), in block order, covering
+/// [0, n) exactly once. Every rank gives block b the same range, so block b only ever waits for
+/// block b of its peers.
+struct block_range {
+  std::size_t begin = 0;  ///< first element
+  std::size_t end = 0;    ///< one past the last element
+};
+
+/// Block b's range of an n-element chunk.
+COLLX_HOST_DEVICE constexpr block_range range_of_block(std::size_t n, unsigned blocks, unsigned b, std::size_t vector) noexcept {
+  const std::size_t vectors = (n + vector - 1) / vector;
+  const std::size_t per = vectors / blocks, extra = vectors % blocks;
+  const std::size_t first = b * per + std::min<std::size_t>(b, extra);
+  const std::size_t len = per + (b < extra ? 1 : 0);
+  return {std::min(n, first * vector), std::min(n, (first + len) * vector)};
+}
+
+}  // namespace gpu
+}  // namespace v0
+}  // namespace collx

@@ -1,0 +1,174 @@
+// Host-side decisions of collx's device collectives (collx/cuda/device_plan.hpp): plain C++, no
+// CUDA needed. The workspace layout, the call signature packed into flag words and the names of
+// the fields that differ, the failure messages, the checks on the ranks' records, the agreed block
+// count, and the cutting of calls into chunks and per-block ranges (checked by walking every
+// element).
+#include <catch2/catch.hpp>
+
+#include <collx/cuda/device_plan.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace gpu = collx::gpu;
+using collx::collective;
+
+TEST_CASE("device workspace: regions apart, aligned, two slots", "[cuda]") {
+  for (std::size_t staging : {std::size_t{8192}, std::size_t{1} << 20, (std::size_t{8} << 20) + 100}) {
+    const auto w = gpu::workspace_layout::for_staging(staging);
+    CHECK(w.claim_offset >= w.counters_offset + 2 * sizeof(std::uint64_t));
+    CHECK(w.flags_offset >= w.claim_offset + sizeof(std::uint64_t));
+    CHECK(w.staging_offset >= w.flags_offset + std::size_t{gpu::max_device_blocks} * gpu::max_device_world * 8);
+    CHECK(w.flags_offset % 256 == 0);
+    CHECK(w.staging_offset % 256 == 0);
+    CHECK(w.slot_bytes % 256 == 0);
+    CHECK(2 * w.slot_bytes <= staging);
+    CHECK(2 * w.slot_bytes > staging - 512);
+    CHECK(w.total_bytes == w.staging_offset + 2 * w.slot_bytes);
+  }
+  CHECK_THROWS_AS(gpu::workspace_layout::for_staging(8191), collx::error);
+}
+
+TEST_CASE("device signature: every field is told apart and named", "[cuda]") {
+  const auto base = gpu::device_signature::make(collective::allreduce, "float32", 4, "sum", -1, 1000);
+  CHECK(base.bits < (1u << gpu::flag_signature_bits));
+  CHECK(gpu::device_signature::differing_fields(base, base).empty());
+  struct variant {
+    gpu::device_signature sig;
+    const char* field;
+  };
+  const variant variants[] = {
+      {gpu::device_signature::make(collective::reduce_scatter, "float32", 4, "sum", -1, 1000), "collective"},
+      {gpu::device_signature::make(collective::allreduce, "int32", 4, "sum", -1, 1000), "element type"},
+      {gpu::device_signature::make(collective::allreduce, "float32", 4, "max", -1, 1000), "reduction op"},
+      {gpu::device_signature::make(collective::allreduce, "float32", 4, "sum", 3, 1000), "root"},
+      {gpu::device_signature::make(collective::allreduce, "float32", 4, "sum", -1, 1001), "count"},
+  };
+  for (const auto& v : variants) {
+    INFO(v.field);
+    CHECK(v.sig.bits != base.bits);
+    CHECK(gpu::device_signature::differing_fields(base, v.sig) == v.field);
+  }
+  // Counts that differ by one, as a rank off by one sends, are told apart across a range.
+  int same = 0;
+  for (std::size_t c = 1; c < 5000; ++c)
+    same += gpu::device_signature::make(collective::allreduce, "float32", 4, "sum", -1, c).bits ==
+            gpu::device_signature::make(collective::allreduce, "float32", 4, "sum", -1, c + 1).bits;
+  CHECK(same < 5000 / 32);
+}
+
+TEST_CASE("device flag words: epoch and signature round trip; poison is above every epoch", "[cuda]") {
+  const auto sig = gpu::device_signature::make(collective::all_gather, "float16", 2, "", -1, 77);
+  for (std::uint64_t e : {std::uint64_t{1}, std::uint64_t{2}, std::uint64_t{1} << 30, gpu::poison_epoch - 1}) {
+    const auto w = gpu::flag_word(e, sig);
+    CHECK(gpu::flag_epoch(w) == e);
+    CHECK(gpu::flag_signature(w).bits == sig.bits);
+    CHECK(gpu::flag_epoch(w) < gpu::poison_epoch);
+  }
+  CHECK(gpu::flag_epoch(gpu::flag_word(gpu::poison_epoch, sig)) == gpu::poison_epoch);
+  CHECK(gpu::flag_epoch(gpu::flag_word(1, sig)) > gpu::flag_epoch(0));  // a zeroed flag is below every epoch
+}
+
+TEST_CASE("device failures: messages name the rank, the peer and the field", "[cuda]") {
+  gpu::device_status s;
+  s.failure = static_cast<std::uint32_t>(gpu::device_failure::timeout);
+  s.peer = 3;
+  s.block = 2;
+  s.epoch = 41;
+  s.seen = gpu::flag_word(40, {});
+  std::string m = gpu::describe_failure(s, 1);
+  CHECK(m.find("rank 1") != std::string::npos);
+  CHECK(m.find("rank 3") != std::string::npos);
+  CHECK(m.find("timed out") != std::string::npos);
+  CHECK(m.find("epoch 40") != std::string::npos);
+  CHECK(gpu::errc_of(gpu::device_failure::timeout) == collx::errc::timeout);
+
+  s.failure = static_cast<std::uint32_t>(gpu::device_failure::mismatch);
+  s.mine = gpu::device_signature::make(collective::broadcast, "float32", 4, "", 0, 9).bits;
+  s.theirs = gpu::device_signature::make(collective::broadcast, "float32", 4, "", 1, 9).bits;
+  m = gpu::describe_failure(s, 0);
+  CHECK(m.find("(root)") != std::string::npos);
+  CHECK(gpu::errc_of(gpu::device_failure::mismatch) == collx::errc::mismatch);
+
+  s.failure = static_cast<std::uint32_t>(gpu::device_failure::peer_failed);
+  CHECK(gpu::describe_failure(s, 0).find("rank 3 failed first") != std::string::npos);
+  CHECK(gpu::errc_of(gpu::device_failure::peer_failed) == collx::errc::aborted);
+  s.failure = 0;
+  CHECK(gpu::describe_failure(s, 0).empty());
+}
+
+TEST_CASE("device records: paths, checks and the agreed block count", "[cuda]") {
+  std::vector<gpu::peer_record> r(4);
+  for (int i = 0; i < 4; ++i) {
+    r[static_cast<std::size_t>(i)].process = i < 2 ? 100 : 200 + static_cast<std::uint64_t>(i);
+    r[static_cast<std::size_t>(i)].staging_bytes = 1 << 20;
+    r[static_cast<std::size_t>(i)].sm_count = 132;
+    r[static_cast<std::size_t>(i)].uuid[0] = static_cast<unsigned char>(i);
+  }
+  CHECK(gpu::path_to(r, 0, 0) == gpu::peer_path::self);
+  CHECK(gpu::path_to(r, 0, 1) == gpu::peer_path::same_process);
+  CHECK(gpu::path_to(r, 0, 2) == gpu::peer_path::ipc);
+  CHECK(gpu::path_to(r, 3, 2) == gpu::peer_path::ipc);
+  CHECK_NOTHROW(gpu::check_records(r, 0));
+  CHECK(gpu::block_cap(r) == 64);  // 2 x 132, capped
+
+  r[2].sm_count = 20;  // the smallest GPU decides for all
+  CHECK(gpu::block_cap(r) == 40);
+  r[1].uuid = r[0].uuid;  // two ranks share a GPU: their kernels must fit side by side
+  CHECK(gpu::block_cap(r) == 20);
+  r[3].uuid = r[2].uuid = r[0].uuid;
+  CHECK(gpu::block_cap(r) == 10);
+
+  r[3].staging_bytes = 2 << 20;
+  try {
+    gpu::check_records(r, 0);
+    FAIL("different staging sizes accepted");
+  } catch (const collx::error& e) {
+    CHECK(e.code() == collx::errc::mismatch);
+    CHECK(std::string(e.what()).find("rank 3") != std::string::npos);
+  }
+  r[3].staging_bytes = 1 << 20;
+  r[2].magic = 0;
+  CHECK_THROWS_AS(gpu::check_records(r, 0), collx::error);
+  CHECK_THROWS_AS(gpu::check_records(std::vector<gpu::peer_record>(gpu::max_device_world + 1), 0), collx::error);
+}
+
+TEST_CASE("device chunks and block ranges cover every element once, vector-aligned", "[cuda]") {
+  const std::size_t counts[] = {1, 2, 3, 5, 15, 16, 17, 1000, 4095, 4096, 4097, 100003};
+  for (std::size_t elem : {std::size_t{1}, std::size_t{2}, std::size_t{4}, std::size_t{12}})
+    for (std::size_t rows : {std::size_t{1}, std::size_t{3}, std::size_t{8}})
+      for (std::size_t count : counts) {
+        const std::size_t vec = 16 % elem == 0 ? 16 / elem : 1;
+        const auto p = gpu::plan_chunks(count, elem, rows, vec, 4096, 7);
+        INFO("elem " << elem << " rows " << rows << " count " << count);
+        REQUIRE(p.chunk > 0);
+        CHECK(p.chunk % vec == 0);
+        CHECK(rows * p.row_pitch * elem <= 4096);
+        CHECK(p.blocks >= 1);
+        CHECK(p.blocks <= 7);
+        std::vector<unsigned char> seen(count, 0);
+        for (std::size_t c = 0; c < p.chunks; ++c) {
+          const std::size_t n = p.chunk_size(c);
+          CHECK(n >= 1);
+          CHECK(n <= p.chunk);
+          std::size_t next = 0;
+          for (unsigned b = 0; b < p.blocks; ++b) {
+            const auto r = gpu::range_of_block(n, p.blocks, b, vec);
+            CHECK(r.begin == next);  // contiguous, in block order
+            CHECK(r.begin % vec == 0);
+            CHECK((r.end % vec == 0 || r.end == n));
+            for (std::size_t i = r.begin; i < r.end; ++i) ++seen[p.chunk_begin(c) + i];
+            next = r.end;
+          }
+          CHECK(next == n);
+        }
+        CHECK(std::count(seen.begin(), seen.end(), 1) == static_cast<long>(count));
+      }
+  CHECK(gpu::plan_chunks(0, 4, 1, 4, 4096, 8).chunks == 0);
+  CHECK(gpu::plan_chunks(10, 4, 1, 4, 4096, 8).blocks == 1);  // a small call takes one block
+  CHECK(gpu::plan_chunks(1 << 20, 4, 1, 4, 1 << 20, 64).blocks == 64);
+  CHECK_THROWS_AS(gpu::plan_chunks(10, 16, 300, 1, 4096, 8), collx::error);  // a row does not fit
+}
