@@ -1,0 +1,551 @@
+/// @file cuda/device_collectives.cuh
+/// collx's collectives on device memory over a gpu::device_communicator: all_reduce, reduce,
+/// reduce_scatter, all_gather and broadcast, for any element type and reduction op (custom structs,
+/// non-commutative ops), stream-ordered. For .cu files (nvcc with collx::cuda's flags).
+///
+/// Algorithm: one-shot direct through bounded staging (the "one-shot" all-reduce of NCCL's NVLS-less
+/// small-message path and of TensorRT-LLM / vLLM custom all-reduce, here for every collective and
+/// any size). A call is cut into chunks that fit one staging slot (device_plan.hpp). For each chunk,
+/// every rank copies what its peers need into its own slot, then the ranks meet at a barrier, then
+/// each rank reads what it needs straight from its peers' slots (over NVLink/PCIe peer mappings or
+/// the same GPU's memory) and writes its output. Reductions fold the ranks in rank order 0, 1, ...,
+/// n-1 in the accumulator type (fp32 for half/bfloat16), so every rank gets the same bits as the
+/// host path, whatever the op.
+///
+/// Synchronisation: each thread block b meets only block b of its peers (same element range on
+/// every rank), through flags in the peers' workspaces. A flag word carries the chunk's epoch, a
+/// sequence number that only grows (kept in device memory, so CUDA graph replays go on counting)
+/// and the call's 24-bit signature. Chunk epoch e uses slot e % 2. Block b writes its range of a
+/// slot for epoch e only after the barrier of epoch e - 1: within a call, the peers' block b reach
+/// it only after reading that range at epoch e - 2; at a call boundary, a peer's kernel starts only
+/// after its previous kernel (every block) has ended. So two slots and one barrier per chunk
+/// suffice, with no flag resets.
+/// A wait that exceeds the communicator's timeout, or a flag with another signature, ends the call:
+/// the block records the failure (device_communicator::check), poisons its peers' flags so they end
+/// too, and every later call of this rank returns at once.
+///
+/// Cost: per chunk, each rank writes its input once into staging and reads world-size slices from
+/// peers. This suits latency-bound sizes; bandwidth-optimal ring/two-shot forms and registered
+/// (zero-copy) buffers are not here yet.
+#pragma once
+
+#include <cuda/atomic>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <type_traits>
+
+#include <collx/algo/schedule.hpp>
+#include <collx/concepts.hpp>
+#include <collx/cuda/device_callable.cuh>
+#include <collx/cuda/device_communicator.hpp>
+#include <collx/cuda/device_plan.hpp>
+#include <collx/cuda/runtime.hpp>
+#include <collx/cuda_types.hpp>
+#include <collx/detail/reduction.hpp>
+#include <collx/detail/type_name.hpp>
+#include <collx/error.hpp>
+#include <collx/ops.hpp>
+
+namespace collx {
+inline namespace v0 {
+namespace gpu {
+namespace device_detail {
+
+__device__ inline std::uint64_t global_timer_ns() {
+  std::uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__device__ inline std::uint64_t* flags_of(const device_view& v, int owner) {
+  return reinterpret_cast<std::uint64_t*>(v.workspace[owner] + v.flags_offset);
+}
+__device__ inline std::uint64_t* claim_of(const device_view& v) {
+  return reinterpret_cast<std::uint64_t*>(v.workspace[v.rank] + v.claim_offset);
+}
+/// counters[0]: the epoch of the last chunk this rank finished; counters[1]: blocks done with the call.
+__device__ inline unsigned long long* counters_of(const device_view& v) {
+  return reinterpret_cast<unsigned long long*>(v.workspace[v.rank] + v.counters_offset);
+}
+/// Rank `owner`'s staging slot for chunk epoch `epoch`, as elements of T.
+template <class T>
+__device__ inline T* slot_of(const device_view& v, int owner, std::uint64_t epoch) {
+  return reinterpret_cast<T*>(v.workspace[owner] + v.staging_offset + (epoch & 1) * v.slot_bytes);
+}
+
+/// Reads one T bypassing L1 (ld.global.cg): peers rewrite staging between chunks, and only L2 (or
+/// the peer's memory) is coherent with their writes.
+template <class T>
+__device__ inline T load_cg(const T* p) {
+  T out;
+  if constexpr (sizeof(T) % 8 == 0 && alignof(T) >= 8) {
+    unsigned long long w[sizeof(T) / 8];
+    for (std::size_t i = 0; i < sizeof(T) / 8; ++i) w[i] = __ldcg(reinterpret_cast<const unsigned long long*>(p) + i);
+    std::memcpy(&out, w, sizeof(T));
+  } else if constexpr (sizeof(T) % 4 == 0 && alignof(T) >= 4) {
+    unsigned int w[sizeof(T) / 4];
+    for (std::size_t i = 0; i < sizeof(T) / 4; ++i) w[i] = __ldcg(reinterpret_cast<const unsigned int*>(p) + i);
+    std::memcpy(&out, w, sizeof(T));
+  } else if constexpr (sizeof(T) % 2 == 0 && alignof(T) >= 2) {
+    unsigned short w[sizeof(T) / 2];
+    for (std::size_t i = 0; i < sizeof(T) / 2; ++i) w[i] = __ldcg(reinterpret_cast<const unsigned short*>(p) + i);
+    std::memcpy(&out, w, sizeof(T));
+  } else {
+    unsigned char w[sizeof(T)];
+    for (std::size_t i = 0; i < sizeof(T); ++i) w[i] = __ldcg(reinterpret_cast<const unsigned char*>(p) + i);
+    std::memcpy(&out, w, sizeof(T));
+  }
+  return out;
+}
+
+/// V consecutive elements, moved as one 16-byte access (V = device_vector_elements<T> > 1).
+template <class T, std::size_t V>
+struct alignas(16) vec {
+  T e[V];
+};
+template <class T, std::size_t V>
+__device__ inline vec<T, V> load_vec_cg(const T* p) {
+  static_assert(sizeof(vec<T, V>) == 16);
+  const uint4 w = __ldcg(reinterpret_cast<const uint4*>(p));
+  vec<T, V> out;
+  std::memcpy(&out, &w, 16);
+  return out;
+}
+template <class T, std::size_t V>
+__device__ inline vec<T, V> load_vec(const T* p) {
+  const uint4 w = *reinterpret_cast<const uint4*>(p);
+  vec<T, V> out;
+  std::memcpy(&out, &w, 16);
+  return out;
+}
+template <class T, std::size_t V>
+__device__ inline void store_vec(T* p, const vec<T, V>& x) {
+  uint4 w;
+  std::memcpy(&w, &x, 16);
+  *reinterpret_cast<uint4*>(p) = w;
+}
+
+/// Records this rank's first failure (the claim word picks one writer), then poisons the flags this
+/// block writes at every peer, for every block, so the peers' waits end at once.
+__device__ inline void fail(const device_view& v, device_failure what, int peer, std::uint64_t epoch,
+                            std::uint64_t seen, std::uint32_t theirs, std::uint32_t mine) {
+  if (atomicCAS(reinterpret_cast<unsigned long long*>(claim_of(v)), 0ull, 1ull) == 0ull) {
+    device_status* s = v.status;
+    s->peer = peer;
+    s->block = blockIdx.x;
+    s->theirs = theirs;
+    s->mine = mine;
+    s->epoch = epoch;
+    s->seen = seen;
+    __threadfence_system();
+    s->failure = static_cast<std::uint32_t>(what);
+    __threadfence_system();
+  }
+  for (int p = 0; p < v.world; ++p) {
+    if (p == v.rank) continue;
+    for (unsigned b = 0; b < max_device_blocks; ++b) {
+      cuda::atomic_ref<std::uint64_t, cuda::thread_scope_system> f(flags_of(v, p)[b * max_device_world + v.rank]);
+      f.store(flag_word(poison_epoch, {mine}), cuda::memory_order_release);
+    }
+  }
+}
+
+/// The barrier of chunk `epoch` for this block: thread p < world tells rank p that this block's
+/// staging writes for the chunk are done, then waits for rank p's same block. Returns false (the
+/// call must end) when a wait failed here or anywhere on this rank.
+__device__ inline bool barrier(const device_view& v, std::uint64_t epoch, device_signature sig) {
+  __shared__ int failed;
+  if (threadIdx.x == 0) failed = 0;
+  __syncthreads();  // the block's staging writes for this chunk are done
+  const int p = static_cast<int>(threadIdx.x);
+  if (p < v.world) {
+    __threadfence_system();
+    cuda::atomic_ref<std::uint64_t, cuda::thread_scope_system> out(flags_of(v, p)[blockIdx.x * max_device_world + v.rank]);
+    out.store(flag_word(epoch, sig), cuda::memory_order_release);
+
+    cuda::atomic_ref<std::uint64_t, cuda::thread_scope_system> in(flags_of(v, v.rank)[blockIdx.x * max_device_world + p]);
+    cuda::atomic_ref<std::uint64_t, cuda::thread_scope_device> claim(*claim_of(v));
+    std::uint64_t start = 0;
+    for (unsigned polls = 0;; ++polls) {
+      const std::uint64_t w = in.load(cuda::memory_order_acquire);
+      const std::uint64_t e = flag_epoch(w);
+      if (e == poison_epoch) {
+        fail(v, device_failure::peer_failed, p, epoch, w, flag_signature(w).bits, sig.bits);
+        atomicExch(&failed, 1);
+        break;
+      }
+      if (e >= epoch) {
+        if (e == epoch && flag_signature(w).bits != sig.bits) {
+          fail(v, device_failure::mismatch, p, epoch, w, flag_signature(w).bits, sig.bits);
+          atomicExch(&failed, 1);
+        }
+        break;
+      }
+      if ((polls & 255) == 255) {
+        if (claim.load(cuda::memory_order_relaxed) != 0) {  // another block of this rank failed
+          atomicExch(&failed, 1);
+          break;
+        }
+        const std::uint64_t now = global_timer_ns();
+        if (start == 0) start = now;
+        else if (now - start > v.timeout_ns) {
+          fail(v, device_failure::timeout, p, epoch, w, 0, sig.bits);
+          atomicExch(&failed, 1);
+          break;
+        }
+        __nanosleep(64);
+      }
+    }
+  }
+  __syncthreads();
+  return failed == 0;
+}
+
+/// Vectors each thread keeps in flight per pass: four 16-byte loads issued before any is used, so
+/// a block of 512 threads has 32 KiB of loads outstanding (memory-bound kernels need the bytes in
+/// flight, not the threads).
+inline constexpr unsigned device_unroll = 4;
+
+/// For the elements [r.begin, r.end) of a chunk, over the block's threads: f(first, n) for batches
+/// of n <= device_unroll vectors (vector indices first, first + blockDim.x, ...; elements
+/// [i*V, i*V+V) of each), then g(j) for each element j of the tail. V == 1: g only.
+template <std::size_t V, class F, class G>
+__device__ inline void for_each_in(block_range r, F&& f, G&& g) {
+  std::size_t vend = r.begin;
+  if constexpr (V > 1) {
+    const std::size_t vectors = (r.end - r.begin) / V;
+    vend = r.begin + vectors * V;
+    const std::size_t first_vector = r.begin / V;
+    for (std::size_t k = threadIdx.x; k < vectors; k += std::size_t{device_unroll} * blockDim.x) {
+      const std::size_t left = (vectors - k + blockDim.x - 1) / blockDim.x;
+      f(first_vector + k, static_cast<unsigned>(left < device_unroll ? left : device_unroll));
+    }
+  }
+  for (std::size_t j = vend + threadIdx.x; j < r.end; j += blockDim.x) g(j);
+}
+
+/// out[j] = fold over ranks q in order of slot_q[slot_offset + j], for j in the block's range: the
+/// reduction step of all_reduce, reduce and reduce_scatter.
+template <class T, class Op, std::size_t V>
+__device__ inline void fold_ranks(const device_view& v, std::uint64_t epoch, std::size_t slot_offset, block_range r,
+                                  T* out, const Op& op) {
+  using red = detail::reduction<T, Op>;
+  using acc = typename red::acc;
+  for_each_in<V>(
+      r,
+      [&](std::size_t first, unsigned n) {
+        if constexpr (V > 1) {
+          acc a[device_unroll][V];
+          vec<T, V> x[device_unroll];
+          const T* s0 = slot_of<T>(v, 0, epoch) + slot_offset;
+#pragma unroll
+          for (unsigned u = 0; u < device_unroll; ++u)
+            if (u < n) x[u] = load_vec_cg<T, V>(s0 + (first + u * blockDim.x) * V);
+#pragma unroll
+          for (unsigned u = 0; u < device_unroll; ++u)
+            if (u < n)
+              for (std::size_t k = 0; k < V; ++k) a[u][k] = red::widen(x[u].e[k]);
+          for (int q = 1; q < v.world; ++q) {
+            const T* sq = slot_of<T>(v, q, epoch) + slot_offset;
+#pragma unroll
+            for (unsigned u = 0; u < device_unroll; ++u)
+              if (u < n) x[u] = load_vec_cg<T, V>(sq + (first + u * blockDim.x) * V);
+#pragma unroll
+            for (unsigned u = 0; u < device_unroll; ++u)
+              if (u < n)
+                for (std::size_t k = 0; k < V; ++k) a[u][k] = red::combine(op, a[u][k], red::widen(x[u].e[k]));
+          }
+#pragma unroll
+          for (unsigned u = 0; u < device_unroll; ++u)
+            if (u < n) {
+              vec<T, V> o;
+              for (std::size_t k = 0; k < V; ++k) o.e[k] = red::finalize(a[u][k], v.world);
+              store_vec<T, V>(out + (first + u * blockDim.x) * V, o);
+            }
+        }
+      },
+      [&](std::size_t j) {
+        acc a = red::widen(load_cg(slot_of<T>(v, 0, epoch) + slot_offset + j));
+        for (int q = 1; q < v.world; ++q) a = red::combine(op, a, red::widen(load_cg(slot_of<T>(v, q, epoch) + slot_offset + j)));
+        out[j] = red::finalize(a, v.world);
+      });
+}
+
+/// dst[j] = src[j] for j in the block's range; src is a peer's slot (L1 bypassed) when Remote.
+template <class T, std::size_t V, bool Remote>
+__device__ inline void copy_range(block_range r, const T* src, T* dst) {
+  for_each_in<V>(
+      r,
+      [&](std::size_t first, unsigned n) {
+        if constexpr (V > 1) {
+          vec<T, V> x[device_unroll];
+#pragma unroll
+          for (unsigned u = 0; u < device_unroll; ++u)
+            if (u < n) {
+              const T* p = src + (first + u * blockDim.x) * V;
+              if constexpr (Remote) x[u] = load_vec_cg<T, V>(p);
+              else x[u] = load_vec<T, V>(p);
+            }
+#pragma unroll
+          for (unsigned u = 0; u < device_unroll; ++u)
+            if (u < n) store_vec<T, V>(dst + (first + u * blockDim.x) * V, x[u]);
+        }
+      },
+      [&](std::size_t j) {
+        if constexpr (Remote) dst[j] = load_cg(src + j);
+        else dst[j] = src[j];
+      });
+}
+
+// The collectives: stage(chunk) copies this rank's contribution into its slot; consume(chunk) reads
+// the peers' slots and writes the output. Both see the chunk's first element `cb`, its epoch and the
+// block's range of the chunk.
+
+/// all_reduce (root < 0) and reduce (only `root` writes): the slot holds src[cb ...].
+template <class T, class Op, std::size_t V>
+struct all_reduce_step {
+  const T* src;
+  T* dst;
+  Op op;
+  int root;
+  __device__ void stage(const device_view& v, const chunk_plan&, std::uint64_t epoch, std::size_t cb, block_range r) const {
+    copy_range<T, V, false>(r, src + cb, slot_of<T>(v, v.rank, epoch));
+  }
+  __device__ void consume(const device_view& v, const chunk_plan&, std::uint64_t epoch, std::size_t cb, block_range r) const {
+    if (root < 0 || root == v.rank) fold_ranks<T, Op, V>(v, epoch, 0, r, dst + cb, op);
+  }
+};
+
+/// reduce_scatter: row d of the slot holds src[d * count + cb ...] (the piece of rank d's block).
+template <class T, class Op, std::size_t V>
+struct reduce_scatter_step {
+  const T* src;
+  T* dst;
+  Op op;
+  __device__ void stage(const device_view& v, const chunk_plan& p, std::uint64_t epoch, std::size_t cb, block_range r) const {
+    for (int d = 0; d < v.world; ++d)
+      copy_range<T, V, false>(r, src + static_cast<std::size_t>(d) * p.count + cb, slot_of<T>(v, v.rank, epoch) + d * p.row_pitch);
+  }
+  __device__ void consume(const device_view& v, const chunk_plan& p, std::uint64_t epoch, std::size_t cb, block_range r) const {
+    fold_ranks<T, Op, V>(v, epoch, static_cast<std::size_t>(v.rank) * p.row_pitch, r, dst + cb, op);
+  }
+};
+
+/// all_gather: the slot holds src[cb ...]; rank q's slot goes to dst[q * count + cb ...].
+template <class T, std::size_t V>
+struct all_gather_step {
+  const T* src;
+  T* dst;
+  __device__ void stage(const device_view& v, const chunk_plan&, std::uint64_t epoch, std::size_t cb, block_range r) const {
+    copy_range<T, V, false>(r, src + cb, slot_of<T>(v, v.rank, epoch));
+  }
+  __device__ void consume(const device_view& v, const chunk_plan& p, std::uint64_t epoch, std::size_t cb, block_range r) const {
+    for (int q = 0; q < v.world; ++q)
+      copy_range<T, V, true>(r, slot_of<T>(v, q, epoch), dst + static_cast<std::size_t>(q) * p.count + cb);
+  }
+};
+
+/// broadcast: the root's slot holds src[cb ...]; every rank but an in-place root copies it to dst.
+template <class T, std::size_t V>
+struct broadcast_step {
+  const T* src;
+  T* dst;
+  int root;
+  __device__ void stage(const device_view& v, const chunk_plan&, std::uint64_t epoch, std::size_t cb, block_range r) const {
+    if (v.rank == root) copy_range<T, V, false>(r, src + cb, slot_of<T>(v, v.rank, epoch));
+  }
+  __device__ void consume(const device_view& v, const chunk_plan&, std::uint64_t epoch, std::size_t cb, block_range r) const {
+    if (v.rank != root || src != dst) copy_range<T, V, true>(r, slot_of<T>(v, root, epoch), dst + cb);
+  }
+};
+
+/// One launch runs every chunk of a call: stage, barrier, consume. All blocks take the call's chunk
+/// epochs from counters[0], which the last block to finish advances: a kernel starts only after
+/// the previous one on its stream has ended, so every block of a call sees the same epochs.
+template <class Step>
+__global__ void __launch_bounds__(device_threads_per_block) collective_kernel(device_view v, chunk_plan plan,
+                                                                            device_signature sig, Step step) {
+  __shared__ std::uint64_t base;
+  __shared__ int dead;
+  unsigned long long* counters = counters_of(v);
+  if (threadIdx.x == 0) {
+    base = counters[0];
+    dead = cuda::atomic_ref<std::uint64_t, cuda::thread_scope_device>(*claim_of(v)).load(cuda::memory_order_relaxed) != 0;
+  }
+  __syncthreads();
+  if (dead) return;  // an earlier call of this rank failed: the communicator is unusable
+  for (std::size_t c = 0; c < plan.chunks; ++c) {
+    const std::uint64_t epoch = base + c + 1;
+    const block_range r = range_of_block(plan.chunk_size(c), plan.blocks, blockIdx.x, plan.vector);
+    step.stage(v, plan, epoch, plan.chunk_begin(c), r);
+    if (!barrier(v, epoch, sig)) return;
+    step.consume(v, plan, epoch, plan.chunk_begin(c), r);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0 && atomicAdd(&counters[1], 1ull) == gridDim.x - 1) {
+    counters[1] = 0;
+    counters[0] = base + plan.chunks;
+  }
+}
+
+/// True when p is 16-byte aligned.
+inline bool aligned16(const void* p) noexcept { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
+
+inline bool overlap(const void* p, std::size_t n, const void* q, std::size_t m) noexcept {
+  const auto x = reinterpret_cast<std::uintptr_t>(p), y = reinterpret_cast<std::uintptr_t>(q);
+  return n != 0 && m != 0 && x < y + m && y < x + n;
+}
+
+/// Checks and launches one call: `vector_ok` says the 16-byte path may be used for these pointers.
+template <class T, template <class, std::size_t> class Launch>
+void launch_call(device_communicator& dc, const char* name, collective coll, std::string_view op_name, int root,
+                 std::size_t count, std::size_t rows, bool vector_ok, cudaStream_t stream, const Launch<T, 1>& scalar,
+                 const Launch<T, device_vector_elements<T>>& vectored) {
+  dc.check();
+  const auto sig = device_signature::make(coll, detail::type_name<T>(), sizeof(T), op_name, root, count);
+  constexpr std::size_t V = device_vector_elements<T>;
+  const bool use_vec = V > 1 && vector_ok;
+  const chunk_plan plan = plan_chunks(count, sizeof(T), rows, use_vec ? V : 1, dc.slot_bytes(), dc.block_limit());
+  if (plan.chunks == 0) return;
+  check(cudaSetDevice(dc.device()), name);
+  if (use_vec) collective_kernel<<<plan.blocks, device_threads_per_block, 0, stream>>>(dc.view(), plan, sig, vectored.step);
+  else collective_kernel<<<plan.blocks, device_threads_per_block, 0, stream>>>(dc.view(), plan, sig, scalar.step);
+  check(cudaGetLastError(), name);
+}
+
+template <class S>
+struct wrap {
+  S step;
+};
+template <class T, class Op>
+struct ar_launch {
+  template <class U, std::size_t V>
+  using type = wrap<all_reduce_step<U, Op, V>>;
+};
+template <class T, class Op>
+struct rs_launch {
+  template <class U, std::size_t V>
+  using type = wrap<reduce_scatter_step<U, Op, V>>;
+};
+template <class U, std::size_t V>
+using ag_launch = wrap<all_gather_step<U, V>>;
+template <class U, std::size_t V>
+using bc_launch = wrap<broadcast_step<U, V>>;
+
+inline void require(bool ok, const char* name, const std::string& what) {
+  if (!ok) COLLX_THROW(errc::invalid_argument, std::string(name) + ": " + what);
+}
+inline void check_root(const device_communicator& dc, int root, const char* name) {
+  require(root >= 0 && root < dc.size(), name,
+          "root " + std::to_string(root) + " is not a rank of this communicator of " + std::to_string(dc.size()));
+}
+
+}  // namespace device_detail
+
+/// All-reduce on device memory: recv[i] = op(... op(op(send_0[i], send_1[i]), send_2[i]) ..., send_{n-1}[i])
+/// on every rank (rank order, so non-commutative ops and floats give the same bits everywhere).
+/// Enqueued on `stream`; returns at once. In place when send == recv.
+/// @param send,recv `count` elements in device memory of dc.device() (or memory it can access)
+/// @throws collx::error (errc::invalid_argument) for null buffers with count > 0 or partly overlapping
+///         buffers; (errc::cuda) when the launch fails; a failure reported by an earlier call (see
+///         device_communicator::check). Failures of this call show at dc.synchronize().
+template <class T, class Op = ops::sum>
+void all_reduce(device_communicator& dc, const T* send, T* recv, std::size_t count, const Op& op = {},
+                cudaStream_t stream = nullptr) {
+  static_assert(reduction_op<Op, T>, "collx::gpu::all_reduce: Op must be a reduction op on T (collx/concepts.hpp)");
+  constexpr const char* name = "gpu::all_reduce";
+  using namespace device_detail;
+  if (count == 0) return dc.check();
+  require(send && recv, name, "null buffer with count " + std::to_string(count));
+  require(send == recv || !overlap(send, count * sizeof(T), recv, count * sizeof(T)), name, "send and recv overlap but are not the same buffer");
+  using L = ar_launch<T, Op>;
+  launch_call<T, L::template type>(dc, name, collective::allreduce, op_traits<Op>::name, -1, count, 1,
+                                   aligned16(send) && aligned16(recv), stream, {{send, recv, op, -1}},
+                                   {{send, recv, op, -1}});
+}
+
+/// Reduce on device memory: as all_reduce, but only `root` receives (recv is not touched, and may be
+/// null, on the other ranks). In place at the root when send == recv.
+/// @throws as all_reduce, and errc::invalid_argument for a root outside [0, size).
+template <class T, class Op = ops::sum>
+void reduce(device_communicator& dc, const T* send, T* recv, std::size_t count, int root, const Op& op = {},
+            cudaStream_t stream = nullptr) {
+  static_assert(reduction_op<Op, T>, "collx::gpu::reduce: Op must be a reduction op on T (collx/concepts.hpp)");
+  constexpr const char* name = "gpu::reduce";
+  using namespace device_detail;
+  check_root(dc, root, name);
+  if (count == 0) return dc.check();
+  const bool is_root = dc.rank() == root;
+  require(send && (recv || !is_root), name, "null buffer with count " + std::to_string(count));
+  require(!is_root || send == recv || !overlap(send, count * sizeof(T), recv, count * sizeof(T)), name,
+          "send and recv overlap but are not the same buffer");
+  using L = ar_launch<T, Op>;
+  const bool vec = aligned16(send) && (!is_root || aligned16(recv));
+  launch_call<T, L::template type>(dc, name, collective::reduce, op_traits<Op>::name, root, count, 1, vec, stream,
+                                   {{send, recv, op, root}}, {{send, recv, op, root}});
+}
+
+/// Reduce-scatter on device memory: rank r receives block r of the reduction,
+/// recv[i] = fold over ranks q of send_q[r * recv_count + i] (rank order).
+/// @param send size() * recv_count elements; @param recv recv_count elements (device memory)
+/// @throws as all_reduce (recv may not overlap send: no in-place form).
+template <class T, class Op = ops::sum>
+void reduce_scatter(device_communicator& dc, const T* send, T* recv, std::size_t recv_count, const Op& op = {},
+                    cudaStream_t stream = nullptr) {
+  static_assert(reduction_op<Op, T>, "collx::gpu::reduce_scatter: Op must be a reduction op on T (collx/concepts.hpp)");
+  constexpr const char* name = "gpu::reduce_scatter";
+  using namespace device_detail;
+  if (recv_count == 0) return dc.check();
+  const std::size_t n = static_cast<std::size_t>(dc.size());
+  require(send && recv, name, "null buffer with count " + std::to_string(recv_count));
+  require(!overlap(send, n * recv_count * sizeof(T), recv, recv_count * sizeof(T)), name, "send and recv overlap");
+  using L = rs_launch<T, Op>;
+  const bool vec = aligned16(send) && aligned16(recv) && (recv_count * sizeof(T)) % 16 == 0;
+  launch_call<T, L::template type>(dc, name, collective::reduce_scatter, op_traits<Op>::name, -1, recv_count, n, vec,
+                                   stream, {{send, recv, op}}, {{send, recv, op}});
+}
+
+/// All-gather on device memory: recv = send_0 | send_1 | ... | send_{n-1} on every rank.
+/// @param send send_count elements; @param recv size() * send_count elements. In place when
+///        send == recv + rank * send_count (NCCL's convention); any other overlap is an error.
+/// @throws as all_reduce.
+template <class T>
+void all_gather(device_communicator& dc, const T* send, T* recv, std::size_t send_count, cudaStream_t stream = nullptr) {
+  constexpr const char* name = "gpu::all_gather";
+  using namespace device_detail;
+  if (send_count == 0) return dc.check();
+  const std::size_t n = static_cast<std::size_t>(dc.size());
+  require(send && recv, name, "null buffer with count " + std::to_string(send_count));
+  require(send == recv + static_cast<std::size_t>(dc.rank()) * send_count ||
+              !overlap(send, send_count * sizeof(T), recv, n * send_count * sizeof(T)),
+          name, "send overlaps recv but is not this rank's block of it");
+  const bool vec = aligned16(send) && aligned16(recv) && (send_count * sizeof(T)) % 16 == 0;
+  launch_call<T, ag_launch>(dc, name, collective::all_gather, "", -1, send_count, 1, vec, stream, {{send, recv}},
+                            {{send, recv}});
+}
+
+/// Broadcast on device memory: every rank's recv = root's send. In place when send == recv (the
+/// root's data is then not copied); send is read only at the root (may be null elsewhere).
+/// @throws as all_reduce, and errc::invalid_argument for a root outside [0, size).
+template <class T>
+void broadcast(device_communicator& dc, const T* send, T* recv, std::size_t count, int root, cudaStream_t stream = nullptr) {
+  constexpr const char* name = "gpu::broadcast";
+  using namespace device_detail;
+  check_root(dc, root, name);
+  if (count == 0) return dc.check();
+  const bool is_root = dc.rank() == root;
+  require(recv && (send || !is_root), name, "null buffer with count " + std::to_string(count));
+  require(!is_root || send == recv || !overlap(send, count * sizeof(T), recv, count * sizeof(T)), name,
+          "send and recv overlap but are not the same buffer");
+  const bool vec = aligned16(recv) && (!is_root || aligned16(send));
+  launch_call<T, bc_launch>(dc, name, collective::broadcast, "", root, count, 1, vec, stream, {{send, recv, root}},
+                            {{send, recv, root}});
+}
+
+}  // namespace gpu
+}  // namespace v0
+}  // namespace collx

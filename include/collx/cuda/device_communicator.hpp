@@ -1,0 +1,258 @@
+/// @file cuda/device_communicator.hpp
+/// collx's own communicator on device memory: the ranks of one node, one GPU each (several ranks
+/// may share a GPU), each rank's workspace (flags + a bounded staging buffer) mapped into every
+/// peer over CUDA IPC, or used directly between ranks of one process. Built collectively over any
+/// collx host communicator (shared memory, threads, MPI), which carries the IPC handles.
+/// The collectives that run on it are in cuda/device_collectives.cuh (nvcc); this header is host
+/// C++ with the CUDA runtime.
+///
+/// Like NCCL's, calls are stream-ordered: they enqueue a kernel on the caller's stream and return;
+/// every rank must make the same calls in the same order, and one communicator's calls must not run
+/// concurrently (use one stream, or order the streams). Unlike NCCL's, a call that waits too long for
+/// a peer, or whose peers make a different call, ends and reports a collx::error at the next
+/// synchronize() / check() (and every later call fails at once): see device_plan.hpp.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <collx/all_gather.hpp>
+#include <collx/barrier.hpp>
+#include <collx/communicator.hpp>
+#include <collx/cuda/device_plan.hpp>
+#include <collx/cuda/runtime.hpp>
+#include <collx/error.hpp>
+
+namespace collx {
+inline namespace v0 {
+namespace gpu {
+
+/// Options of a device communicator.
+struct device_options {
+  /// CUDA device ordinal of this rank; -1: the calling thread's current device (cudaGetDevice).
+  int device = -1;
+  /// Bytes of staging per rank (two slots); bounds the device memory a communicator takes however
+  /// large the calls. Must be equal on every rank. Default 8 MiB.
+  std::size_t staging_bytes = std::size_t{8} << 20;
+  /// How long a kernel waits for a peer's flag before it gives up (errc::timeout); default the host
+  /// communicator's timeout (COLLX_TIMEOUT).
+  std::chrono::milliseconds timeout{0};
+};
+
+/// What a kernel needs to reach every rank's workspace (passed by value to the kernels).
+struct device_view {
+  std::byte* workspace[max_device_world] = {};  ///< rank r's workspace, mapped here
+  int rank = 0;                                 ///< this rank
+  int world = 1;                                ///< ranks
+  std::size_t counters_offset = 0;              ///< workspace_layout's offsets
+  std::size_t claim_offset = 0;
+  std::size_t flags_offset = 0;
+  std::size_t staging_offset = 0;
+  std::size_t slot_bytes = 0;                   ///< bytes per staging slot
+  device_status* status = nullptr;              ///< host-mapped status (device address)
+  std::uint64_t timeout_ns = 0;                 ///< wait limit per flag
+};
+
+/// A device communicator: rank r of `size()` ranks, each on one GPU, connected through device
+/// memory. Construction and destruction are collective over the host communicator.
+class device_communicator {
+ public:
+  /// Creates rank host.rank() of host.size() ranks: allocates this rank's workspace on the device
+  /// (layout: device_plan.hpp), exchanges CUDA IPC handles over `host`, maps every peer's workspace
+  /// (cudaIpcOpenMemHandle across processes, the address itself within one process; enabling peer
+  /// access between different GPUs) and waits until every rank has done so.
+  /// `host` must outlive this communicator and must not be used by another thread meanwhile.
+  /// @throws collx::error (errc::cuda) when a CUDA call fails, e.g. two GPUs without peer access
+  ///         (staging through host memory is not implemented); (errc::mismatch) when ranks ask for
+  ///         different staging sizes; (errc::invalid_argument) for more than max_device_world ranks
+  ///         or a staging too small; and the host communicator's errors.
+  explicit device_communicator(communicator& host, device_options opt = {}) : host_(&host) {
+    if (opt.device < 0) gpu::check(cudaGetDevice(&opt.device), "cudaGetDevice");
+    device_ = opt.device;
+    gpu::check(cudaSetDevice(device_), "cudaSetDevice");
+    layout_ = workspace_layout::for_staging(opt.staging_bytes);
+    const auto timeout = opt.timeout.count() > 0 ? opt.timeout : host.options().timeout;
+
+    peer_record mine;
+    mine.process = process_token();
+    mine.device = device_;
+    mine.staging_bytes = opt.staging_bytes;
+    mine.workspace_bytes = layout_.total_bytes;
+    cudaDeviceProp prop{};
+    gpu::check(cudaGetDeviceProperties(&prop, device_), "cudaGetDeviceProperties");
+    mine.sm_count = prop.multiProcessorCount;
+    std::memcpy(mine.uuid.data(), &prop.uuid, sizeof prop.uuid);
+
+    gpu::check(cudaMalloc(&workspace_, layout_.total_bytes), "cudaMalloc(device communicator workspace)");
+    try {
+      // Zero flags and counters before any peer can see them, then publish.
+      gpu::check(cudaMemset(workspace_, 0, layout_.total_bytes), "cudaMemset(workspace)");
+      gpu::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+      mine.workspace_address = reinterpret_cast<std::uintptr_t>(workspace_);
+      cudaIpcMemHandle_t handle{};
+      gpu::check(cudaIpcGetMemHandle(&handle, workspace_), "cudaIpcGetMemHandle(workspace)");
+      static_assert(sizeof handle <= sizeof mine.ipc_handle);
+      std::memcpy(mine.ipc_handle.data(), &handle, sizeof handle);
+      gpu::check(cudaHostAlloc(reinterpret_cast<void**>(&status_), sizeof(device_status), cudaHostAllocMapped),
+            "cudaHostAlloc(status)");
+      *status_ = device_status{};
+      gpu::check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&status_device_), status_, 0), "cudaHostGetDevicePointer(status)");
+
+      records_.resize(static_cast<std::size_t>(host.size()));
+      all_gather<algo::direct>(host, std::span<const peer_record>(&mine, 1), std::span<peer_record>(records_));
+      check_records(records_, rank());
+      blocks_ = block_cap(records_);
+      open_peers();
+      barrier(host);  // every rank has mapped every workspace: nobody frees one still being opened
+    } catch (...) {
+      release();
+      throw;
+    }
+    view_.rank = rank();
+    view_.world = size();
+    view_.counters_offset = layout_.counters_offset;
+    view_.claim_offset = layout_.claim_offset;
+    view_.flags_offset = layout_.flags_offset;
+    view_.staging_offset = layout_.staging_offset;
+    view_.slot_bytes = layout_.slot_bytes;
+    view_.status = status_device_;
+    view_.timeout_ns = static_cast<std::uint64_t>(std::chrono::nanoseconds(timeout).count());
+  }
+
+  device_communicator(const device_communicator&) = delete;
+  device_communicator& operator=(const device_communicator&) = delete;
+
+  /// Collective: waits for this rank's device work, then for every rank (host barrier, so no peer
+  /// still reads this workspace), then unmaps the peers and frees the workspace. Errors are
+  /// swallowed (a destructor); call synchronize() first to see them.
+  ~device_communicator() {
+    (void)cudaSetDevice(device_);
+    (void)cudaDeviceSynchronize();
+    try {
+      if (!failed()) barrier(*host_);
+    } catch (...) {
+    }
+    release();
+  }
+
+  /// This rank.
+  int rank() const noexcept { return host_->rank(); }
+  /// Number of ranks.
+  int size() const noexcept { return host_->size(); }
+  /// This rank's CUDA device ordinal.
+  int device() const noexcept { return device_; }
+  /// Bytes per staging slot (half the staging).
+  std::size_t slot_bytes() const noexcept { return layout_.slot_bytes; }
+  /// Thread blocks a call may use (the same on every rank).
+  unsigned block_limit() const noexcept { return blocks_; }
+  /// How this rank reaches rank `peer`'s workspace.
+  peer_path path_to_peer(int peer) const { return path_to(records_, rank(), peer); }
+  /// What the kernels are given.
+  const device_view& view() const noexcept { return view_; }
+
+  /// True once a kernel of this communicator has given up (timeout, mismatch, a failed peer).
+  bool failed() const noexcept { return status_ != nullptr && std::atomic_ref<std::uint32_t>(status_->failure).load() != 0; }
+
+  /// Throws the failure a kernel reported, if any. Reads host-mapped memory: call it after the
+  /// stream has been synchronised to see the failures of the calls before.
+  /// @throws collx::error (errc::timeout, errc::mismatch or errc::aborted) naming the rank, block
+  ///         and peer.
+  void check() const {
+    if (!failed()) return;
+    std::atomic_thread_fence(std::memory_order_acquire);
+    const device_status s = *status_;
+    COLLX_THROW(errc_of(static_cast<device_failure>(s.failure)), describe_failure(s, rank()));
+  }
+
+  /// cudaStreamSynchronize(stream), then check().
+  /// @throws collx::error (errc::cuda) when the stream reports a CUDA error; check()'s errors.
+  void synchronize(cudaStream_t stream) const {
+    gpu::check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    check();
+  }
+
+ private:
+  static std::uint64_t process_token() {
+    // pid in the high bits, a random per-process token below: ranks of one process share it.
+    static const std::uint64_t token = [] {
+      std::random_device rd;
+      return (static_cast<std::uint64_t>(::getpid()) << 32) ^ (static_cast<std::uint64_t>(rd()) & 0xffffffffu);
+    }();
+    return token;
+  }
+
+  void open_peers() {
+    for (int p = 0; p < size(); ++p) {
+      const peer_record& r = records_[static_cast<std::size_t>(p)];
+      switch (path_to(records_, rank(), p)) {
+        case peer_path::self: view_.workspace[p] = static_cast<std::byte*>(workspace_); break;
+        case peer_path::same_process:
+          if (r.device != device_) enable_peer_access(r.device, p);
+          view_.workspace[p] = reinterpret_cast<std::byte*>(static_cast<std::uintptr_t>(r.workspace_address));
+          break;
+        case peer_path::ipc: {
+          cudaIpcMemHandle_t h{};
+          std::memcpy(&h, r.ipc_handle.data(), sizeof h);
+          void* mapped = nullptr;
+          const cudaError_t e = cudaIpcOpenMemHandle(&mapped, h, cudaIpcMemLazyEnablePeerAccess);
+          if (e != cudaSuccess)
+            COLLX_THROW(errc::cuda, "gpu: rank " + std::to_string(rank()) + " (device " + std::to_string(device_) +
+                                        ") cannot map rank " + std::to_string(p) + "'s workspace (device " +
+                                        std::to_string(r.device) + " of its process): cudaIpcOpenMemHandle: " +
+                                        cudaGetErrorName(e) + " (" + cudaGetErrorString(e) +
+                                        "); peer access between the two GPUs is needed");
+          opened_.push_back(mapped);
+          view_.workspace[p] = static_cast<std::byte*>(mapped);
+          break;
+        }
+      }
+    }
+  }
+
+  void enable_peer_access(int peer_device, int peer) const {
+    int can = 0;
+    gpu::check(cudaDeviceCanAccessPeer(&can, device_, peer_device), "cudaDeviceCanAccessPeer");
+    if (!can)
+      COLLX_THROW(errc::cuda, "gpu: device " + std::to_string(device_) + " (rank " + std::to_string(rank()) +
+                                  ") has no peer access to device " + std::to_string(peer_device) + " (rank " +
+                                  std::to_string(peer) + "); staging through host memory is not implemented");
+    const cudaError_t e = cudaDeviceEnablePeerAccess(peer_device, 0);
+    if (e == cudaErrorPeerAccessAlreadyEnabled) (void)cudaGetLastError();
+    else gpu::check(e, "cudaDeviceEnablePeerAccess");
+  }
+
+  void release() noexcept {
+    for (void* p : opened_) (void)cudaIpcCloseMemHandle(p);
+    opened_.clear();
+    if (workspace_) (void)cudaFree(workspace_);
+    workspace_ = nullptr;
+    if (status_) (void)cudaFreeHost(status_);
+    status_ = nullptr;
+  }
+
+  communicator* host_;
+  int device_ = 0;
+  workspace_layout layout_{};
+  void* workspace_ = nullptr;
+  device_status* status_ = nullptr;         // host address
+  device_status* status_device_ = nullptr;  // the same memory, as kernels see it
+  std::vector<peer_record> records_;
+  std::vector<void*> opened_;               // IPC mappings to close
+  unsigned blocks_ = 1;
+  device_view view_{};
+};
+
+}  // namespace gpu
+}  // namespace v0
+}  // namespace collx

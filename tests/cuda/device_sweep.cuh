@@ -1,0 +1,200 @@
+// The reference sweep of collx's device collectives (collx/cuda/device_collectives.cuh), run by one
+// rank: test_cuda_device.cu runs ranks as threads of one process, test_cuda_device_procs.cu as
+// processes (CUDA IPC). Every rank computes every rank's input (a function of rank, index and
+// call), so it can build the expected output itself: a sequential fold in rank order with the host
+// path's arithmetic (collx::detail::reduction), compared byte for byte. Outputs start poisoned and
+// sit between guard elements that must come back unchanged; offset 1 makes every pointer
+// misaligned (the scalar path), offset 0 aligned (16-byte vectors where the counts allow).
+// Returns what went wrong, one line each, so callers on other threads can report it.
+#pragma once
+
+#include <collx/cuda/device_collectives.cuh>
+#include <collx/detail/reduction.hpp>
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <stdexcept>
+#include <vector>
+
+#include "custom_types.cuh"
+
+namespace collx_cuda_test {
+
+inline constexpr std::size_t sweep_guard = 64;          // guard elements on each side of an output
+inline constexpr unsigned char sweep_poison = 0xA5;
+
+/// The value rank r contributes at index i of call `call`: distinct per rank, index and call.
+template <class T>
+T sweep_value(int r, std::size_t i, int call) {
+  const std::uint64_t k = (static_cast<std::uint64_t>(r) * 1000003u + i * 7919u + static_cast<std::uint64_t>(call) * 104729u) % 2003u;
+  if constexpr (std::is_same_v<T, float>) return static_cast<float>(k) * 0.371f - 300.0f;
+  else if constexpr (std::is_same_v<T, collx::half>) return collx::half(static_cast<float>(k % 401) * 0.25f - 50.0f);
+  else if constexpr (std::is_same_v<T, affine>) return affine{static_cast<std::uint32_t>(2 * k + 1), static_cast<std::uint32_t>(k * 31 + r)};
+  else if constexpr (std::is_same_v<T, triple>) return triple{static_cast<std::int32_t>(k) - 1000, static_cast<std::uint32_t>(k * 2654435761u), static_cast<std::int32_t>(k % 977) - r};
+  else static_assert(sizeof(T) == 0, "no sweep_value for this type");
+}
+
+/// A device buffer of `count` elements at `offset` elements past an aligned start, with guards.
+template <class T>
+struct sweep_buffer {
+  std::size_t count, offset;
+  unsigned char* base = nullptr;
+  sweep_buffer(std::size_t n, std::size_t off) : count(n), offset(off) {
+    if (cudaMalloc(&base, bytes()) != cudaSuccess) throw std::runtime_error("cudaMalloc failed");
+    poison();
+  }
+  ~sweep_buffer() { cudaFree(base); }
+  sweep_buffer(const sweep_buffer&) = delete;
+  sweep_buffer& operator=(const sweep_buffer&) = delete;
+  std::size_t bytes() const { return (sweep_guard * 2 + offset + count) * sizeof(T); }
+  T* data() const { return reinterpret_cast<T*>(base) + sweep_guard + offset; }
+  void poison() { cudaMemset(base, sweep_poison, bytes()); }
+  void set(const std::vector<T>& v) { cudaMemcpy(data(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice); }
+  /// "" or what differs: the elements against `want`, the guards and offset against the poison.
+  std::string compare(const std::vector<T>& want, const std::string& what) const {
+    std::vector<unsigned char> all(bytes());
+    cudaMemcpy(all.data(), base, bytes(), cudaMemcpyDeviceToHost);
+    const std::size_t lo = (sweep_guard + offset) * sizeof(T), hi = lo + count * sizeof(T);
+    for (std::size_t b = 0; b < all.size(); ++b)
+      if ((b < lo || b >= hi) && all[b] != sweep_poison)
+        return what + ": byte " + std::to_string(b) + " outside the buffer was written";
+    for (std::size_t i = 0; i < want.size(); ++i)
+      if (std::memcmp(all.data() + lo + i * sizeof(T), &want[i], sizeof(T)) != 0)
+        return what + ": element " + std::to_string(i) + " of " + std::to_string(want.size()) + " differs";
+    return "";
+  }
+};
+
+/// fold over ranks 0..n-1 of in_q[i], as the host path computes it.
+template <class T, class Op>
+std::vector<T> sweep_fold(int n, std::size_t count, std::size_t first, int call, const Op& op) {
+  using red = collx::detail::reduction<T, Op>;
+  std::vector<T> out(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    auto a = red::widen(sweep_value<T>(0, first + i, call));
+    for (int q = 1; q < n; ++q) a = red::combine(op, a, red::widen(sweep_value<T>(q, first + i, call)));
+    out[i] = red::finalize(a, n);
+  }
+  return out;
+}
+
+template <class T>
+std::vector<T> sweep_input(int r, std::size_t count, int call) {
+  std::vector<T> v(count);
+  for (std::size_t i = 0; i < count; ++i) v[i] = sweep_value<T>(r, i, call);
+  return v;
+}
+
+/// Checks one CUDA result and the communicator after a call; "" or the problem.
+inline std::string sweep_sync(collx::gpu::device_communicator& dc, cudaStream_t s, const std::string& what) {
+  try {
+    dc.synchronize(s);
+  } catch (const std::exception& e) {
+    return what + ": " + e.what();
+  }
+  return "";
+}
+
+/// all_reduce (out of place, in place), reduce, reduce_scatter on T with Op, count elements per rank
+/// (per block for reduce_scatter), offset 0 or 1. Appends problems to `out`.
+template <class T, class Op>
+void sweep_reductions(collx::gpu::device_communicator& dc, cudaStream_t s, std::size_t count, std::size_t offset,
+                      int call, const Op& op, std::vector<std::string>& out) {
+  namespace gpu = collx::gpu;
+  const int n = dc.size(), me = dc.rank();
+  const std::string tag = std::string(collx::detail::type_name<T>()) + " count " + std::to_string(count) + " offset " +
+                          std::to_string(offset) + " rank " + std::to_string(me) + ": ";
+  auto note = [&](std::string p) { if (!p.empty()) out.push_back(std::move(p)); };
+  const auto mine = sweep_input<T>(me, count, call);
+  const auto want = sweep_fold<T>(n, count, 0, call, op);
+  {  // out of place
+    sweep_buffer<T> in(count, offset), res(count, offset);
+    in.set(mine);
+    gpu::all_reduce(dc, in.data(), res.data(), count, op, s);
+    note(sweep_sync(dc, s, tag + "all_reduce"));
+    note(res.compare(want, tag + "all_reduce"));
+    note(in.compare(mine, tag + "all_reduce input"));
+  }
+  {  // in place
+    sweep_buffer<T> buf(count, offset);
+    buf.set(mine);
+    gpu::all_reduce(dc, buf.data(), buf.data(), count, op, s);
+    note(sweep_sync(dc, s, tag + "in-place all_reduce"));
+    note(buf.compare(want, tag + "in-place all_reduce"));
+  }
+  {  // reduce: only the root's output is written
+    const int root = static_cast<int>(count % static_cast<std::size_t>(n));
+    sweep_buffer<T> in(count, offset), res(count, offset);
+    in.set(mine);
+    gpu::reduce(dc, in.data(), res.data(), count, root, op, s);
+    note(sweep_sync(dc, s, tag + "reduce"));
+    if (me == root) note(res.compare(want, tag + "reduce at the root"));
+    else {
+      std::vector<T> untouched(count);
+      std::memset(static_cast<void*>(untouched.data()), sweep_poison, count * sizeof(T));
+      note(res.compare(untouched, tag + "reduce off the root (must stay untouched)"));
+    }
+  }
+  {  // reduce_scatter: rank me gets block me of the fold of n * count elements
+    std::vector<T> all(static_cast<std::size_t>(n) * count);
+    for (std::size_t i = 0; i < all.size(); ++i) all[i] = sweep_value<T>(me, i, call + 1);
+    sweep_buffer<T> in(all.size(), offset), res(count, offset);
+    in.set(all);
+    gpu::reduce_scatter(dc, in.data(), res.data(), count, op, s);
+    note(sweep_sync(dc, s, tag + "reduce_scatter"));
+    note(res.compare(sweep_fold<T>(n, count, static_cast<std::size_t>(me) * count, call + 1, op), tag + "reduce_scatter"));
+  }
+}
+
+/// all_gather (out of place, in place) and broadcast (out of place, in place) on T.
+template <class T>
+void sweep_copies(collx::gpu::device_communicator& dc, cudaStream_t s, std::size_t count, std::size_t offset, int call,
+                  std::vector<std::string>& out) {
+  namespace gpu = collx::gpu;
+  const int n = dc.size(), me = dc.rank();
+  const std::size_t un = static_cast<std::size_t>(n);
+  const std::string tag = std::string(collx::detail::type_name<T>()) + " count " + std::to_string(count) + " offset " +
+                          std::to_string(offset) + " rank " + std::to_string(me) + ": ";
+  auto note = [&](std::string p) { if (!p.empty()) out.push_back(std::move(p)); };
+  std::vector<T> gathered;
+  for (int q = 0; q < n; ++q) {
+    const auto part = sweep_input<T>(q, count, call);
+    gathered.insert(gathered.end(), part.begin(), part.end());
+  }
+  const auto mine = sweep_input<T>(me, count, call);
+  {
+    sweep_buffer<T> in(count, offset), res(un * count, offset);
+    in.set(mine);
+    gpu::all_gather(dc, in.data(), res.data(), count, s);
+    note(sweep_sync(dc, s, tag + "all_gather"));
+    note(res.compare(gathered, tag + "all_gather"));
+  }
+  {
+    sweep_buffer<T> buf(un * count, offset);
+    cudaMemcpy(buf.data() + static_cast<std::size_t>(me) * count, mine.data(), count * sizeof(T), cudaMemcpyHostToDevice);
+    gpu::all_gather(dc, buf.data() + static_cast<std::size_t>(me) * count, buf.data(), count, s);
+    note(sweep_sync(dc, s, tag + "in-place all_gather"));
+    note(buf.compare(gathered, tag + "in-place all_gather"));
+  }
+  const int root = static_cast<int>((count + 1) % un);
+  const auto theirs = sweep_input<T>(root, count, call);
+  {
+    sweep_buffer<T> in(count, offset), res(count, offset);
+    if (me == root) in.set(theirs);
+    gpu::broadcast(dc, me == root ? in.data() : nullptr, res.data(), count, root, s);
+    note(sweep_sync(dc, s, tag + "broadcast"));
+    note(res.compare(theirs, tag + "broadcast"));
+  }
+  {
+    sweep_buffer<T> buf(count, offset);
+    if (me == root) buf.set(theirs);
+    gpu::broadcast(dc, buf.data(), buf.data(), count, root, s);
+    note(sweep_sync(dc, s, tag + "in-place broadcast"));
+    note(buf.compare(theirs, tag + "in-place broadcast"));
+  }
+}
+
+}  // namespace collx_cuda_test

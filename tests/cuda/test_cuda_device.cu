@@ -1,0 +1,175 @@
+// collx's device communicator and collectives (collx/cuda/device_communicator.hpp,
+// device_collectives.cuh) with ranks as threads of one process, each on its own stream (device 0
+// for every rank, or one device per rank when there are enough): the reference sweep of
+// device_sweep.cuh over 2, 3 and 4 ranks, chunked through a small staging buffer, plus the
+// failures: ranks that make different calls get errc::mismatch / errc::aborted, a rank that never
+// calls makes its peer time out, and later calls on a failed communicator fail at once.
+// Tagged [gpu]: without a device, gpu_test_main.cpp skips them.
+#include <catch2/catch.hpp>
+
+#include <collx/cuda/device_collectives.cuh>
+#include <collx/transport/threads.hpp>
+
+#include <cuda_runtime_api.h>
+
+#include <chrono>
+#include <exception>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "device_sweep.cuh"
+
+namespace gpu = collx::gpu;
+using collx_cuda_test::affine;
+using collx_cuda_test::then_op;
+using collx_cuda_test::triple;
+using collx_cuda_test::triple_op;
+
+namespace {
+
+int device_for(int rank) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1) return 0;
+  return rank % n;
+}
+
+// Runs fn(dc, stream, problems) on `world` ranks as threads; returns every rank's problems and
+// every exception's message.
+template <class Fn>
+std::vector<std::string> on_ranks(int world, gpu::device_options opt, std::chrono::milliseconds host_timeout, Fn fn) {
+  collx::communicator_options copt;
+  copt.timeout = host_timeout;
+  auto comms = collx::make_thread_communicators(world, copt);
+  std::vector<std::vector<std::string>> problems(static_cast<std::size_t>(world));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r)
+    threads.emplace_back([&, r] {
+      auto& mine = problems[static_cast<std::size_t>(r)];
+      try {
+        gpu::device_options o = opt;
+        o.device = device_for(r);
+        gpu::check(cudaSetDevice(o.device), "cudaSetDevice");
+        cudaStream_t s{};
+        gpu::check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+        {
+          gpu::device_communicator dc(comms[static_cast<std::size_t>(r)], o);
+          fn(dc, s, mine);
+        }
+        cudaStreamDestroy(s);
+      } catch (const std::exception& e) {
+        mine.push_back("rank " + std::to_string(r) + " threw: " + e.what());
+      }
+    });
+  for (auto& t : threads) t.join();
+  std::vector<std::string> all;
+  for (auto& p : problems) all.insert(all.end(), p.begin(), p.end());
+  return all;
+}
+
+void require_none(const std::vector<std::string>& problems) {
+  for (const auto& p : problems) UNSCOPED_INFO(p);
+  CHECK(problems.empty());
+}
+
+}  // namespace
+
+TEST_CASE("gpu device collectives: reference sweep, ranks as threads", "[gpu][cuda]") {
+  for (int world : {2, 3, 4}) {
+    gpu::device_options opt;
+    opt.staging_bytes = 32 << 10;  // 16 KiB slots: the larger counts take several chunks
+    INFO("world " << world);
+    require_none(on_ranks(world, opt, std::chrono::seconds(60), [](gpu::device_communicator& dc, cudaStream_t s, auto& out) {
+      for (int peer = 0; peer < dc.size(); ++peer)
+        if (peer != dc.rank() && dc.path_to_peer(peer) != gpu::peer_path::same_process)
+          out.push_back("rank " + std::to_string(dc.rank()) + ": peer " + std::to_string(peer) + " not reached in-process");
+      int call = 0;
+      for (std::size_t count : {std::size_t{1}, std::size_t{5}, std::size_t{1000}, std::size_t{9001}})
+        for (std::size_t offset : {std::size_t{0}, std::size_t{1}}) {
+          ++call;
+          collx_cuda_test::sweep_reductions<float>(dc, s, count, offset, call, collx::ops::sum{}, out);
+          collx_cuda_test::sweep_reductions<collx::half>(dc, s, count, offset, call, collx::ops::sum{}, out);
+          collx_cuda_test::sweep_reductions<affine>(dc, s, count, offset, call, then_op{}, out);
+          collx_cuda_test::sweep_reductions<triple>(dc, s, count, offset, call, triple_op{}, out);
+          collx_cuda_test::sweep_copies<float>(dc, s, count, offset, call, out);
+          collx_cuda_test::sweep_copies<triple>(dc, s, count, offset, call, out);
+        }
+    }));
+  }
+}
+
+TEST_CASE("gpu device collectives: mismatched calls fail on every rank instead of hanging", "[gpu][cuda]") {
+  gpu::device_options opt;
+  opt.timeout = std::chrono::seconds(10);
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto problems = on_ranks(2, opt, std::chrono::seconds(30), [](gpu::device_communicator& dc, cudaStream_t s, auto& out) {
+    float* buf = nullptr;
+    gpu::check(cudaMalloc(&buf, 4096), "cudaMalloc");
+    const std::size_t count = dc.rank() == 0 ? 100 : 101;  // the mismatch
+    gpu::all_reduce(dc, buf, buf, count, collx::ops::sum{}, s);
+    try {
+      dc.synchronize(s);
+      out.push_back("rank " + std::to_string(dc.rank()) + ": mismatched all_reduce succeeded");
+    } catch (const collx::error& e) {
+      const std::string what = e.what();
+      const bool named = e.code() == collx::errc::mismatch ? what.find("count") != std::string::npos
+                                                            : e.code() == collx::errc::aborted;
+      if (!named) out.push_back("rank " + std::to_string(dc.rank()) + ": unexpected error: " + what);
+    }
+    try {  // the communicator is now unusable: the next call fails at once
+      gpu::all_reduce(dc, buf, buf, 10, collx::ops::sum{}, s);
+      out.push_back("rank " + std::to_string(dc.rank()) + ": a call after the failure was accepted");
+    } catch (const collx::error&) {
+    }
+    cudaFree(buf);
+  });
+  require_none(problems);
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));  // well before the timeout
+}
+
+TEST_CASE("gpu device collectives: a rank that never calls makes its peer time out", "[gpu][cuda]") {
+  gpu::device_options opt;
+  opt.timeout = std::chrono::milliseconds(500);
+  const auto problems = on_ranks(2, opt, std::chrono::seconds(30), [](gpu::device_communicator& dc, cudaStream_t s, auto& out) {
+    if (dc.rank() == 1) return;  // never calls
+    float* buf = nullptr;
+    gpu::check(cudaMalloc(&buf, 4096), "cudaMalloc");
+    gpu::all_gather(dc, buf, buf, 8, s);
+    try {
+      dc.synchronize(s);
+      out.push_back("all_gather without its peer succeeded");
+    } catch (const collx::error& e) {
+      const std::string what = e.what();
+      if (e.code() != collx::errc::timeout || what.find("rank 1") == std::string::npos)
+        out.push_back(std::string("unexpected error: ") + what);
+    }
+    cudaFree(buf);
+  });
+  require_none(problems);
+}
+
+TEST_CASE("gpu device collectives: bad arguments fail before any launch", "[gpu][cuda]") {
+  const auto problems = on_ranks(2, {}, std::chrono::seconds(30), [](gpu::device_communicator& dc, cudaStream_t s, auto& out) {
+    float* buf = nullptr;
+    gpu::check(cudaMalloc(&buf, 4096), "cudaMalloc");
+    auto expect_invalid = [&](const char* what, auto&& call) {
+      try {
+        call();
+        out.push_back(std::string(what) + " was accepted");
+      } catch (const collx::error& e) {
+        if (e.code() != collx::errc::invalid_argument) out.push_back(std::string(what) + ": " + e.what());
+      }
+    };
+    expect_invalid("root 2 of 2", [&] { gpu::broadcast(dc, buf, buf, 4, 2, s); });
+    expect_invalid("root -1", [&] { gpu::reduce(dc, buf, buf, 4, -1, collx::ops::sum{}, s); });
+    expect_invalid("null recv", [&] { gpu::all_reduce<float>(dc, buf, nullptr, 4, collx::ops::sum{}, s); });
+    expect_invalid("partial overlap", [&] { gpu::all_reduce(dc, buf, buf + 1, 4, collx::ops::sum{}, s); });
+    expect_invalid("reduce_scatter overlap", [&] { gpu::reduce_scatter(dc, buf, buf + 2, 4, collx::ops::sum{}, s); });
+    expect_invalid("all_gather overlap", [&] { gpu::all_gather(dc, buf, buf + 1, 4, s); });
+    // The communicator still works after rejected calls (nothing was enqueued).
+    gpu::all_reduce(dc, buf, buf, 4, collx::ops::sum{}, s);
+    dc.synchronize(s);
+    cudaFree(buf);
+  });
+  require_none(problems);
+}

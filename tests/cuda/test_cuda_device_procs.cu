@@ -1,0 +1,58 @@
+// collx's device collectives with ranks as processes (run by `collx-run -n N`): the workspaces
+// are reached over CUDA IPC (cudaIpcOpenMemHandle), the host bootstrap is shared memory. Runs a
+// trimmed reference sweep of device_sweep.cuh on one device per rank (device rank % devices, so
+// several processes share a GPU on a one-GPU machine: correct, but each barrier then waits for
+// the GPU's time slicing between processes, milliseconds, so the sweep is short).
+// Without a device every rank prints SKIPPED and exits 77 (ctest's SKIP_RETURN_CODE).
+#include <collx/cuda/device_collectives.cuh>
+#include <collx/transport/shm.hpp>
+
+#include <cuda_runtime_api.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "device_sweep.cuh"
+
+int main() {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices < 1) {
+    std::printf("SKIPPED: no CUDA device\n");
+    return 77;
+  }
+  namespace gpu = collx::gpu;
+  try {
+    auto host = collx::connect_shm_from_environment();
+    const int me = host.rank();
+    gpu::device_options opt;
+    opt.device = me % devices;
+    opt.staging_bytes = 32 << 10;  // several chunks for the larger count
+    gpu::check(cudaSetDevice(opt.device), "cudaSetDevice");
+    cudaStream_t s{};
+    gpu::check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+    std::vector<std::string> problems;
+    {
+      gpu::device_communicator dc(host, opt);
+      for (int peer = 0; peer < dc.size(); ++peer)
+        if (peer != me && dc.path_to_peer(peer) != gpu::peer_path::ipc)
+          problems.push_back("peer " + std::to_string(peer) + " not reached over CUDA IPC");
+      int call = 0;
+      for (std::size_t count : {std::size_t{7}, std::size_t{5000}})
+        for (std::size_t offset : {std::size_t{0}, std::size_t{1}}) {
+          ++call;
+          collx_cuda_test::sweep_reductions<float>(dc, s, count, offset, call, collx::ops::sum{}, problems);
+          collx_cuda_test::sweep_reductions<collx_cuda_test::affine>(dc, s, count, offset, call, collx_cuda_test::then_op{}, problems);
+          collx_cuda_test::sweep_copies<float>(dc, s, count, offset, call, problems);
+        }
+    }
+    cudaStreamDestroy(s);
+    for (const auto& p : problems) std::fprintf(stderr, "rank %d: %s\n", me, p.c_str());
+    std::printf("rank %d of %d (device %d): %s\n", me, host.size(), opt.device,
+                problems.empty() ? "every check passed" : "FAILED");
+    return problems.empty() ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "test_cuda_device_procs: %s\n", e.what());
+    return 1;
+  }
+}
