@@ -283,3 +283,14 @@ TEST_CASE("a searched ring becomes algo::ring's order: ring_in_rank_order") {
   twice[1] = twice[0];
   CHECK_THROWS_AS(ring_in_rank_order(rings.rings.at(0), twice), collx::error);
 }
+
+TEST_CASE("GPU models from PCI device ids (NCCL XML device=, sysfs), including the H200 seen live") {
+  const std::pair<unsigned, const char*> known[] = {{0x1db1, "V100"}, {0x20b0, "A100"}, {0x2330, "H100"}, {0x2335, "H200"}};
+  for (const auto& [id, name] : known) {
+    INFO(std::hex << id);
+    const gpu_arch* a = gpu_arch_for_pci_device(id);
+    REQUIRE(a != nullptr);
+    CHECK(a->name == name);
+  }
+  CHECK(gpu_arch_for_pci_device(0x0001) == nullptr);
+}

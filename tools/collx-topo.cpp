@@ -13,6 +13,7 @@
 #include <collx/topo/nccl_xml.hpp>
 #include <collx/topo/nvidia_smi.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -85,6 +86,22 @@ std::string json_str(const std::string& s) {
     else o += c;
   }
   return o + "\"";
+}
+
+// A bandwidth for JSON: null when infinite (one GPU: nothing moves) or undefined.
+std::string json_GBps(double v) {
+  if (!std::isfinite(v)) return "null";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4f", v);
+  return buf;
+}
+
+// A bandwidth for text: "-" when infinite or undefined.
+std::string text_GBps(double v) {
+  if (!std::isfinite(v)) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", v);
+  return buf;
 }
 
 std::string size_name(std::size_t b) {
@@ -242,7 +259,8 @@ int show(const opts& o) {
     }
     std::printf("]");
     if (m) {
-      std::printf(",\"rings\":{\"channel_GBps\":%.4f,\"total_GBps\":%.4f,\"channels\":[", m->node_rings().channel_GBps, m->node_rings().total_GBps);
+      std::printf(",\"rings\":{\"channel_GBps\":%s,\"total_GBps\":%s,\"channels\":[", json_GBps(m->node_rings().channel_GBps).c_str(),
+                  json_GBps(m->node_rings().total_GBps).c_str());
       for (std::size_t c = 0; c < m->rings().size(); ++c) {
         std::printf("%s[", c ? "," : "");
         const auto& ring = m->rings()[c];
@@ -255,7 +273,8 @@ int show(const opts& o) {
       if (!nccl_rings.empty()) {
         router r(node, mo.routing);
         const ring_evaluation e = evaluate_rings(r, nccl_rings);
-        std::printf(",\"nccl_rings\":{\"channels\":%zu,\"min_channel_GBps\":%.4f,\"total_GBps\":%.4f}", nccl_rings.size(), e.min_channel_GBps, e.total_GBps);
+        std::printf(",\"nccl_rings\":{\"channels\":%zu,\"min_channel_GBps\":%s,\"total_GBps\":%s}", nccl_rings.size(),
+                    json_GBps(e.min_channel_GBps).c_str(), json_GBps(e.total_GBps).c_str());
       }
       std::printf(",\"allreduce\":[");
       bool first = true;
@@ -263,9 +282,9 @@ int show(const opts& o) {
         for (algo a : {algo::ring, algo::double_tree, algo::hierarchical, algo::direct}) {
           const prediction p = m->best(collective::allreduce, b, {a});
           if (!p.valid) continue;
-          std::printf("%s{\"bytes\":%zu,\"algorithm\":%s,\"protocol\":%s,\"time_s\":%.9g,\"busbw_GBps\":%.4f,\"bottleneck\":%s}", first ? "" : ",", b,
-                      json_str(std::string(algo_name(a))).c_str(), json_str(std::string(protocol_name(p.proto))).c_str(), p.time_s, p.busbw_GBps,
-                      json_str(p.bottleneck).c_str());
+          std::printf("%s{\"bytes\":%zu,\"algorithm\":%s,\"protocol\":%s,\"time_s\":%.9g,\"busbw_GBps\":%s,\"bottleneck\":%s}", first ? "" : ",", b,
+                      json_str(std::string(algo_name(a))).c_str(), json_str(std::string(protocol_name(p.proto))).c_str(), p.time_s,
+                      json_GBps(p.busbw_GBps).c_str(), json_str(p.bottleneck).c_str());
           first = false;
         }
       std::printf("]");
@@ -303,8 +322,12 @@ int show(const opts& o) {
     std::printf("\nNo GPU: nothing to build rings over.\n");
     return 0;
   }
-  std::printf("\nRings: %zu channel(s) over %d GPU(s) on %d node(s); per node %.2f GB/s per channel, %.2f GB/s in all\n", m->rings().size(),
-              m->ranks(), m->nodes(), m->node_rings().channel_GBps, m->node_rings().total_GBps);
+  if (m->ranks() < 2) {
+    std::printf("\nOne GPU: no rings or trees to build, and collectives move no data between GPUs.\n");
+    return 0;
+  }
+  std::printf("\nRings: %zu channel(s) over %d GPU(s) on %d node(s); per node %s GB/s per channel, %s GB/s in all\n", m->rings().size(),
+              m->ranks(), m->nodes(), text_GBps(m->node_rings().channel_GBps).c_str(), text_GBps(m->node_rings().total_GBps).c_str());
   for (std::size_t c = 0; c < m->rings().size(); ++c) {
     const auto& ring = m->rings()[c];
     std::printf("  channel %zu: ", c);
@@ -317,8 +340,8 @@ int show(const opts& o) {
   if (!nccl_rings.empty()) {
     router r(node, mo.routing);
     const ring_evaluation e = evaluate_rings(r, nccl_rings);
-    std::printf("  NCCL's rings (%s): %zu channels, slowest %.2f GB/s, %.2f GB/s in all (limited by %s)\n", o.graph.c_str(), nccl_rings.size(),
-                e.min_channel_GBps, e.total_GBps, e.bottleneck.c_str());
+    std::printf("  NCCL's rings (%s): %zu channels, slowest %s GB/s, %s GB/s in all (limited by %s)\n", o.graph.c_str(), nccl_rings.size(),
+                text_GBps(e.min_channel_GBps).c_str(), text_GBps(e.total_GBps).c_str(), e.bottleneck.c_str());
   }
   if (!m->trees().empty()) {
     const double_tree& dt = m->trees().front();

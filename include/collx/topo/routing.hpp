@@ -180,7 +180,7 @@ class router {
     for (int n : hn->second) {
       const path_type c = t_->pcie_class(g, n);
       if (c == path_type::unknown) continue;
-      if (best.empty() || c < bt) best = {n}, bt = c;
+      if (best.empty() || c < bt) best.assign(1, n), bt = c;  // (not `= {n}`: g++ 13 -Warray-bounds false positive)
       else if (c == bt) best.push_back(n);
     }
     if (best.empty()) COLLX_THROW(errc::invalid_argument, "topology: " + v(g).name + " has no NIC to reach another machine");

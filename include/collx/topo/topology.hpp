@@ -129,6 +129,7 @@ inline const gpu_arch* gpu_arch_for_pci_device(unsigned device) noexcept {
     case 0x2235: return find_gpu_arch("A40");
     case 0x2237: return find_gpu_arch("A10G");
     case 0x2330: case 0x2331: return find_gpu_arch("H100");
+    case 0x2335: return find_gpu_arch("H200");  // H200 SXM 141GB (seen on a live H200: device 0x2335)
     default: return nullptr;
   }
 }
