@@ -183,6 +183,9 @@ void rank_main(shared_state& st, gpu::device_communicator& dc, cudaStream_t s) {
   ok(cudaMalloc(&recv, o.max_bytes), "cudaMalloc(recv)");
   fill_kernel<<<1024, 256, 0, s>>>(send, o.max_bytes / sizeof(float), me);
   ok(cudaStreamSynchronize(s), "fill");
+  // No rank starts a call while another still allocates: cudaMalloc may wait for the device, and a
+  // peer's kernel on it waits for this rank's call.
+  st.sync.arrive_and_wait();
 
   for (coll c : {coll::allreduce, coll::reduce_scatter, coll::all_gather}) {
     if (me == 0) {

@@ -30,6 +30,8 @@ step() { printf '\n==== %s ====\n' "$*"; }
   step "machine"
   date -u
   git log -1 --oneline 2>/dev/null || true
+  # The tree may travel without its history: name the code measured by its content too.
+  echo "source tree hash: $(find include tests bench tools -type f \( -name '*.hpp' -o -name '*.cuh' -o -name '*.cu' -o -name '*.cpp' \) | sort | xargs sha1sum | sha1sum | cut -c1-12)"
   nvidia-smi || { echo "gpu-check: nvidia-smi failed: no usable GPU here"; status=1; }
   nvidia-smi topo -m || true
   nvcc --version | tail -n 2

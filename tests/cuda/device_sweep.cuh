@@ -38,25 +38,41 @@ T sweep_value(int r, std::size_t i, int call) {
 }
 
 /// A device buffer of `count` elements at `offset` elements past an aligned start, with guards.
+/// Everything is ordered on the rank's stream (cudaMallocAsync, async copies, cudaFreeAsync): with
+/// several ranks on one GPU, a call that synchronises the device (cudaFree, cudaMemset on the
+/// legacy stream) would wait for a peer's kernel that waits for this rank's next call.
 template <class T>
 struct sweep_buffer {
   std::size_t count, offset;
+  cudaStream_t stream;
   unsigned char* base = nullptr;
-  sweep_buffer(std::size_t n, std::size_t off) : count(n), offset(off) {
-    if (cudaMalloc(&base, bytes()) != cudaSuccess) throw std::runtime_error("cudaMalloc failed");
+  sweep_buffer(std::size_t n, std::size_t off, cudaStream_t s) : count(n), offset(off), stream(s) {
+    if (cudaMallocAsync(reinterpret_cast<void**>(&base), bytes(), stream) != cudaSuccess)
+      throw std::runtime_error("cudaMallocAsync failed");
     poison();
   }
-  ~sweep_buffer() { cudaFree(base); }
+  ~sweep_buffer() {
+    cudaFreeAsync(base, stream);
+    cudaStreamSynchronize(stream);
+  }
   sweep_buffer(const sweep_buffer&) = delete;
   sweep_buffer& operator=(const sweep_buffer&) = delete;
   std::size_t bytes() const { return (sweep_guard * 2 + offset + count) * sizeof(T); }
   T* data() const { return reinterpret_cast<T*>(base) + sweep_guard + offset; }
-  void poison() { cudaMemset(base, sweep_poison, bytes()); }
-  void set(const std::vector<T>& v) { cudaMemcpy(data(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice); }
+  void poison() {
+    cudaMemsetAsync(base, sweep_poison, bytes(), stream);
+    cudaStreamSynchronize(stream);
+  }
+  /// Writes v at element `at` of the buffer.
+  void set(const std::vector<T>& v, std::size_t at = 0) {
+    cudaMemcpyAsync(data() + at, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice, stream);
+    cudaStreamSynchronize(stream);
+  }
   /// "" or what differs: the elements against `want`, the guards and offset against the poison.
   std::string compare(const std::vector<T>& want, const std::string& what) const {
     std::vector<unsigned char> all(bytes());
-    cudaMemcpy(all.data(), base, bytes(), cudaMemcpyDeviceToHost);
+    cudaMemcpyAsync(all.data(), base, bytes(), cudaMemcpyDeviceToHost, stream);
+    if (cudaStreamSynchronize(stream) != cudaSuccess) return what + ": copying the result back failed";
     const std::size_t lo = (sweep_guard + offset) * sizeof(T), hi = lo + count * sizeof(T);
     for (std::size_t b = 0; b < all.size(); ++b)
       if ((b < lo || b >= hi) && all[b] != sweep_poison)
@@ -111,7 +127,7 @@ void sweep_reductions(collx::gpu::device_communicator& dc, cudaStream_t s, std::
   const auto mine = sweep_input<T>(me, count, call);
   const auto want = sweep_fold<T>(n, count, 0, call, op);
   {  // out of place
-    sweep_buffer<T> in(count, offset), res(count, offset);
+    sweep_buffer<T> in(count, offset, s), res(count, offset, s);
     in.set(mine);
     gpu::all_reduce(dc, in.data(), res.data(), count, op, s);
     note(sweep_sync(dc, s, tag + "all_reduce"));
@@ -119,7 +135,7 @@ void sweep_reductions(collx::gpu::device_communicator& dc, cudaStream_t s, std::
     note(in.compare(mine, tag + "all_reduce input"));
   }
   {  // in place
-    sweep_buffer<T> buf(count, offset);
+    sweep_buffer<T> buf(count, offset, s);
     buf.set(mine);
     gpu::all_reduce(dc, buf.data(), buf.data(), count, op, s);
     note(sweep_sync(dc, s, tag + "in-place all_reduce"));
@@ -127,7 +143,7 @@ void sweep_reductions(collx::gpu::device_communicator& dc, cudaStream_t s, std::
   }
   {  // reduce: only the root's output is written
     const int root = static_cast<int>(count % static_cast<std::size_t>(n));
-    sweep_buffer<T> in(count, offset), res(count, offset);
+    sweep_buffer<T> in(count, offset, s), res(count, offset, s);
     in.set(mine);
     gpu::reduce(dc, in.data(), res.data(), count, root, op, s);
     note(sweep_sync(dc, s, tag + "reduce"));
@@ -141,7 +157,7 @@ void sweep_reductions(collx::gpu::device_communicator& dc, cudaStream_t s, std::
   {  // reduce_scatter: rank me gets block me of the fold of n * count elements
     std::vector<T> all(static_cast<std::size_t>(n) * count);
     for (std::size_t i = 0; i < all.size(); ++i) all[i] = sweep_value<T>(me, i, call + 1);
-    sweep_buffer<T> in(all.size(), offset), res(count, offset);
+    sweep_buffer<T> in(all.size(), offset, s), res(count, offset, s);
     in.set(all);
     gpu::reduce_scatter(dc, in.data(), res.data(), count, op, s);
     note(sweep_sync(dc, s, tag + "reduce_scatter"));
@@ -149,7 +165,7 @@ void sweep_reductions(collx::gpu::device_communicator& dc, cudaStream_t s, std::
   }
 }
 
-/// all_gather (out of place, in place) and broadcast (out of place, in place) on T.
+/// all_gather, broadcast and all_to_all, each out of place and in place, on T.
 template <class T>
 void sweep_copies(collx::gpu::device_communicator& dc, cudaStream_t s, std::size_t count, std::size_t offset, int call,
                   std::vector<std::string>& out) {
@@ -166,15 +182,15 @@ void sweep_copies(collx::gpu::device_communicator& dc, cudaStream_t s, std::size
   }
   const auto mine = sweep_input<T>(me, count, call);
   {
-    sweep_buffer<T> in(count, offset), res(un * count, offset);
+    sweep_buffer<T> in(count, offset, s), res(un * count, offset, s);
     in.set(mine);
     gpu::all_gather(dc, in.data(), res.data(), count, s);
     note(sweep_sync(dc, s, tag + "all_gather"));
     note(res.compare(gathered, tag + "all_gather"));
   }
   {
-    sweep_buffer<T> buf(un * count, offset);
-    cudaMemcpy(buf.data() + static_cast<std::size_t>(me) * count, mine.data(), count * sizeof(T), cudaMemcpyHostToDevice);
+    sweep_buffer<T> buf(un * count, offset, s);
+    buf.set(mine, static_cast<std::size_t>(me) * count);
     gpu::all_gather(dc, buf.data() + static_cast<std::size_t>(me) * count, buf.data(), count, s);
     note(sweep_sync(dc, s, tag + "in-place all_gather"));
     note(buf.compare(gathered, tag + "in-place all_gather"));
@@ -182,18 +198,33 @@ void sweep_copies(collx::gpu::device_communicator& dc, cudaStream_t s, std::size
   const int root = static_cast<int>((count + 1) % un);
   const auto theirs = sweep_input<T>(root, count, call);
   {
-    sweep_buffer<T> in(count, offset), res(count, offset);
+    sweep_buffer<T> in(count, offset, s), res(count, offset, s);
     if (me == root) in.set(theirs);
     gpu::broadcast(dc, me == root ? in.data() : nullptr, res.data(), count, root, s);
     note(sweep_sync(dc, s, tag + "broadcast"));
     note(res.compare(theirs, tag + "broadcast"));
   }
   {
-    sweep_buffer<T> buf(count, offset);
+    sweep_buffer<T> buf(count, offset, s);
     if (me == root) buf.set(theirs);
     gpu::broadcast(dc, buf.data(), buf.data(), count, root, s);
     note(sweep_sync(dc, s, tag + "in-place broadcast"));
     note(buf.compare(theirs, tag + "in-place broadcast"));
+  }
+  // all_to_all: block q of the result is block `me` of rank q's send.
+  std::vector<T> sent(un * count), got(un * count);
+  for (std::size_t i = 0; i < sent.size(); ++i) sent[i] = sweep_value<T>(me, i, call + 2);
+  for (int q = 0; q < n; ++q)
+    for (std::size_t i = 0; i < count; ++i)
+      got[static_cast<std::size_t>(q) * count + i] = sweep_value<T>(q, static_cast<std::size_t>(me) * count + i, call + 2);
+  for (bool in_place : {false, true}) {
+    sweep_buffer<T> in(un * count, offset, s), res(un * count, offset, s);
+    in.set(sent);
+    sweep_buffer<T>& out_buf = in_place ? in : res;
+    gpu::all_to_all(dc, in.data(), out_buf.data(), count, s);
+    const std::string what = tag + (in_place ? "in-place all_to_all" : "all_to_all");
+    note(sweep_sync(dc, s, what));
+    note(out_buf.compare(got, what));
   }
 }
 

@@ -104,7 +104,7 @@ TEST_CASE("gpu device collectives: mismatched calls fail on every rank instead o
   const auto t0 = std::chrono::steady_clock::now();
   const auto problems = on_ranks(2, opt, std::chrono::seconds(30), [](gpu::device_communicator& dc, cudaStream_t s, auto& out) {
     float* buf = nullptr;
-    gpu::check(cudaMalloc(&buf, 4096), "cudaMalloc");
+    gpu::check(cudaMallocAsync(reinterpret_cast<void**>(&buf), 4096, s), "cudaMallocAsync");  // never a device-wide sync: see device_sweep.cuh
     const std::size_t count = dc.rank() == 0 ? 100 : 101;  // the mismatch
     gpu::all_reduce(dc, buf, buf, count, collx::ops::sum{}, s);
     try {
@@ -121,7 +121,8 @@ TEST_CASE("gpu device collectives: mismatched calls fail on every rank instead o
       out.push_back("rank " + std::to_string(dc.rank()) + ": a call after the failure was accepted");
     } catch (const collx::error&) {
     }
-    cudaFree(buf);
+    cudaFreeAsync(buf, s);
+    cudaStreamSynchronize(s);
   });
   require_none(problems);
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));  // well before the timeout
@@ -133,7 +134,7 @@ TEST_CASE("gpu device collectives: a rank that never calls makes its peer time o
   const auto problems = on_ranks(2, opt, std::chrono::seconds(30), [](gpu::device_communicator& dc, cudaStream_t s, auto& out) {
     if (dc.rank() == 1) return;  // never calls
     float* buf = nullptr;
-    gpu::check(cudaMalloc(&buf, 4096), "cudaMalloc");
+    gpu::check(cudaMallocAsync(reinterpret_cast<void**>(&buf), 4096, s), "cudaMallocAsync");  // never a device-wide sync: see device_sweep.cuh
     gpu::all_gather(dc, buf, buf, 8, s);
     try {
       dc.synchronize(s);
@@ -143,7 +144,8 @@ TEST_CASE("gpu device collectives: a rank that never calls makes its peer time o
       if (e.code() != collx::errc::timeout || what.find("rank 1") == std::string::npos)
         out.push_back(std::string("unexpected error: ") + what);
     }
-    cudaFree(buf);
+    cudaFreeAsync(buf, s);
+    cudaStreamSynchronize(s);
   });
   require_none(problems);
 }
@@ -151,7 +153,7 @@ TEST_CASE("gpu device collectives: a rank that never calls makes its peer time o
 TEST_CASE("gpu device collectives: bad arguments fail before any launch", "[gpu][cuda]") {
   const auto problems = on_ranks(2, {}, std::chrono::seconds(30), [](gpu::device_communicator& dc, cudaStream_t s, auto& out) {
     float* buf = nullptr;
-    gpu::check(cudaMalloc(&buf, 4096), "cudaMalloc");
+    gpu::check(cudaMallocAsync(reinterpret_cast<void**>(&buf), 4096, s), "cudaMallocAsync");  // never a device-wide sync: see device_sweep.cuh
     auto expect_invalid = [&](const char* what, auto&& call) {
       try {
         call();
@@ -169,7 +171,37 @@ TEST_CASE("gpu device collectives: bad arguments fail before any launch", "[gpu]
     // The communicator still works after rejected calls (nothing was enqueued).
     gpu::all_reduce(dc, buf, buf, 4, collx::ops::sum{}, s);
     dc.synchronize(s);
-    cudaFree(buf);
+    cudaFreeAsync(buf, s);
+    cudaStreamSynchronize(s);
   });
   require_none(problems);
+}
+
+TEST_CASE("gpu device collectives: captured in a CUDA graph, replays keep counting epochs", "[gpu][cuda]") {
+  require_none(on_ranks(2, {}, std::chrono::seconds(60), [](gpu::device_communicator& dc, cudaStream_t s, auto& out) {
+    using collx_cuda_test::sweep_buffer;
+    const std::size_t count = 3001;
+    const int n = dc.size(), me = dc.rank();
+    sweep_buffer<float> in(count, 0, s), res(count, 0, s), extra(count, 0, s);
+    cudaGraph_t graph{};
+    cudaGraphExec_t exec{};
+    gpu::check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    gpu::all_reduce(dc, in.data(), res.data(), count, collx::ops::sum{}, s);
+    gpu::check(cudaStreamEndCapture(s, &graph), "cudaStreamEndCapture");
+    gpu::check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+    for (int round = 1; round <= 4; ++round) {
+      in.set(collx_cuda_test::sweep_input<float>(me, count, round));
+      res.poison();
+      gpu::check(cudaGraphLaunch(exec, s), "cudaGraphLaunch");
+      out.push_back(collx_cuda_test::sweep_sync(dc, s, "graph replay " + std::to_string(round)));
+      out.push_back(res.compare(collx_cuda_test::sweep_fold<float>(n, count, 0, round, collx::ops::sum{}),
+                                "rank " + std::to_string(me) + " graph replay " + std::to_string(round)));
+      // An ordinary call between replays: the epochs it takes must not confuse the next replay.
+      gpu::all_reduce(dc, in.data(), extra.data(), count, collx::ops::sum{}, s);
+      out.push_back(collx_cuda_test::sweep_sync(dc, s, "call between replays"));
+    }
+    std::erase(out, std::string());
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  }));
 }

@@ -363,6 +363,23 @@ struct broadcast_step {
   }
 };
 
+/// all_to_all: row d of the slot holds src[d * count + cb ...] (this rank's block for rank d); rank
+/// q's row `rank` goes to dst[q * count + cb ...].
+template <class T, std::size_t V>
+struct all_to_all_step {
+  const T* src;
+  T* dst;
+  __device__ void stage(const device_view& v, const chunk_plan& p, std::uint64_t epoch, std::size_t cb, block_range r) const {
+    for (int d = 0; d < v.world; ++d)
+      copy_range<T, V, false>(r, src + static_cast<std::size_t>(d) * p.count + cb, slot_of<T>(v, v.rank, epoch) + d * p.row_pitch);
+  }
+  __device__ void consume(const device_view& v, const chunk_plan& p, std::uint64_t epoch, std::size_t cb, block_range r) const {
+    for (int q = 0; q < v.world; ++q)
+      copy_range<T, V, true>(r, slot_of<T>(v, q, epoch) + static_cast<std::size_t>(v.rank) * p.row_pitch,
+                             dst + static_cast<std::size_t>(q) * p.count + cb);
+  }
+};
+
 /// One launch runs every chunk of a call: stage, barrier, consume. All blocks take the call's chunk
 /// epochs from counters[0], which the last block to finish advances: a kernel starts only after
 /// the previous one on its stream has ended, so every block of a call sees the same epochs.
@@ -435,6 +452,8 @@ template <class U, std::size_t V>
 using ag_launch = wrap<all_gather_step<U, V>>;
 template <class U, std::size_t V>
 using bc_launch = wrap<broadcast_step<U, V>>;
+template <class U, std::size_t V>
+using a2a_launch = wrap<all_to_all_step<U, V>>;
 
 inline void require(bool ok, const char* name, const std::string& what) {
   if (!ok) COLLX_THROW(errc::invalid_argument, std::string(name) + ": " + what);
@@ -544,6 +563,24 @@ void broadcast(device_communicator& dc, const T* send, T* recv, std::size_t coun
   const bool vec = aligned16(recv) && (!is_root || aligned16(send));
   launch_call<T, bc_launch>(dc, name, collective::broadcast, "", root, count, 1, vec, stream, {{send, recv, root}},
                             {{send, recv, root}});
+}
+
+/// All-to-all on device memory: block d of rank r's send (count elements) lands in block r of rank
+/// d's recv. In place (send == recv) works: a chunk stages the same columns of every block that it
+/// then overwrites, and later chunks touch other columns.
+/// @param send,recv size() * count elements (device memory); equal, or not overlapping
+/// @throws as all_reduce.
+template <class T>
+void all_to_all(device_communicator& dc, const T* send, T* recv, std::size_t count, cudaStream_t stream = nullptr) {
+  constexpr const char* name = "gpu::all_to_all";
+  using namespace device_detail;
+  if (count == 0) return dc.check();
+  const std::size_t bytes = static_cast<std::size_t>(dc.size()) * count * sizeof(T);
+  require(send && recv, name, "null buffer with count " + std::to_string(count));
+  require(send == recv || !overlap(send, bytes, recv, bytes), name, "send and recv overlap but are not the same buffer");
+  const bool vec = aligned16(send) && aligned16(recv) && (count * sizeof(T)) % 16 == 0;
+  launch_call<T, a2a_launch>(dc, name, collective::all_to_all, "", -1, count, static_cast<std::size_t>(dc.size()), vec,
+                             stream, {{send, recv}}, {{send, recv}});
 }
 
 }  // namespace gpu
