@@ -6,7 +6,9 @@
 // Ranks are threads of this process, each with its own non-blocking stream, rank r on GPU
 // r % (GPUs). First the device-to-device copy rate (cudaMemcpyAsync), the ceiling of a copy-bound
 // collective on one GPU; then float32 sum all-reduce, reduce-scatter and all-gather from -b to -e
-// bytes; then custom ops and struct types against built-in sums of the same element size.
+// bytes, each size twice: from ordinary buffers (staged through the communicator's bounded
+// staging) and from a registered window (zero-copy: peers read the send buffer in place); then
+// custom ops and struct types against built-in sums of the same element size.
 // Each row: the median over --rounds rounds of the slowest rank's mean time over -n calls;
 // "#wrong" counts elements that differ from the expected sums (checked up to 64 MiB).
 //
@@ -129,12 +131,22 @@ struct shared_state {
   std::vector<double> seconds;  // per rank, the last measurement
   std::vector<long> wrong;      // per rank
   bool nccl = false;
+  double copy_GBps = 0;  // cudaMemcpyAsync device to device, bytes copied per second / 1e9
 #ifdef COLLX_PERF_CUDA_NCCL
   std::vector<ncclComm_t> comms;
 #endif
   explicit shared_state(const options& o, int d)
       : opt(o), devices(d), sync(o.ranks), seconds(static_cast<std::size_t>(o.ranks)), wrong(static_cast<std::size_t>(o.ranks)) {}
 };
+
+/// Sum of the ranks' wrong counts, or -1 when unchecked.
+long total_wrong(const shared_state& st) {
+  long w = 0;
+  for (long x : st.wrong) w = (w < 0 || x < 0) ? -1 : w + x;
+  return w;
+}
+
+std::string wrong_text(long w) { return w < 0 ? "-" : std::to_string(w); }
 
 /// Times `call` on every rank: warmup, then --rounds rounds of -n calls; returns (on every rank) the
 /// median over rounds of the slowest rank's mean seconds per call.
@@ -186,12 +198,15 @@ void rank_main(shared_state& st, gpu::device_communicator& dc, cudaStream_t s) {
   // No rank starts a call while another still allocates: cudaMalloc may wait for the device, and a
   // peer's kernel on it waits for this rank's call.
   st.sync.arrive_and_wait();
+  const gpu::window win = dc.register_window(send, o.max_bytes);
+  double copy_bound_share = 0;  // all_gather from the window at the largest size: output rate / copy rate
 
   for (coll c : {coll::allreduce, coll::reduce_scatter, coll::all_gather}) {
     if (me == 0) {
       std::printf("\n# %s, float32, sum; %d ranks; time in us, bandwidths in GB/s\n", std::string(collx_perf::coll_name(c)).c_str(), n);
-      std::printf("%12s %12s %10s %9s %9s %7s", "size(B)", "count", "time", "algbw", "busbw", "#wrong");
-      if (st.nccl) std::printf(" %10s %9s %9s %10s", "nccl time", "algbw", "busbw", "collx/nccl");
+      std::printf("%12s %12s %10s %9s %9s %7s %10s %9s %9s %7s", "size(B)", "count", "time", "algbw", "busbw", "#wrong",
+                  "reg time", "algbw", "busbw", "#wrong");
+      if (st.nccl) std::printf(" %10s %9s %9s %10s", "nccl time", "algbw", "busbw", "nccl/collx");
       std::printf("\n");
     }
     for (double b = static_cast<double>(o.min_bytes); b <= static_cast<double>(o.max_bytes) * 1.0000001; b *= o.factor) {
@@ -205,14 +220,23 @@ void rank_main(shared_state& st, gpu::device_communicator& dc, cudaStream_t s) {
           default: gpu::all_gather(dc, send, recv, k.param_count, s); break;
         }
       };
-      long wrong = -1;
-      if (bytes <= (std::size_t{64} << 20)) {  // check once
+      auto run_registered = [&] {
+        switch (c) {
+          case coll::allreduce: gpu::all_reduce(dc, win, 0, recv, k.param_count, collx::ops::sum{}, s); break;
+          case coll::reduce_scatter: gpu::reduce_scatter(dc, win, 0, recv, k.param_count, collx::ops::sum{}, s); break;
+          default: gpu::all_gather(dc, win, 0, recv, k.param_count, s); break;
+        }
+      };
+      // Elements of one call's output that differ from the expected sums; -1: not checked (large).
+      auto count_wrong = [&](auto&& call) -> long {
+        if (bytes > (std::size_t{64} << 20)) return -1;
         ok(cudaMemsetAsync(recv, 0xff, k.recv_count * sizeof(float), s), "poison");
-        run();
+        call();
         dc.synchronize(s);
         std::vector<float> got(k.recv_count);
-        ok(cudaMemcpy(got.data(), recv, got.size() * sizeof(float), cudaMemcpyDeviceToHost), "copy back");
-        wrong = 0;
+        ok(cudaMemcpyAsync(got.data(), recv, got.size() * sizeof(float), cudaMemcpyDeviceToHost, s), "copy back");
+        ok(cudaStreamSynchronize(s), "copy back");
+        long wrong = 0;
         for (std::size_t i = 0; i < got.size(); ++i) {
           float want;
           if (c == coll::allreduce) want = expected_sum(i, n);
@@ -220,9 +244,16 @@ void rank_main(shared_state& st, gpu::device_communicator& dc, cudaStream_t s) {
           else want = static_cast<float>(static_cast<int>(i / k.param_count) + 1 + static_cast<int>((i % k.param_count) % 7));
           wrong += got[i] != want;
         }
-      }
-      st.wrong[static_cast<std::size_t>(me)] = wrong;
+        return wrong;
+      };
+      st.wrong[static_cast<std::size_t>(me)] = count_wrong(run);
       const double t = time_call(st, me, s, iters_for(o, bytes), run);
+      dc.check();
+      st.sync.arrive_and_wait();
+      const long wrong_staged = total_wrong(st);
+      st.sync.arrive_and_wait();
+      st.wrong[static_cast<std::size_t>(me)] = count_wrong(run_registered);
+      const double tr = time_call(st, me, s, iters_for(o, bytes), run_registered);
       dc.check();
       double tn = 0;
 #ifdef COLLX_PERF_CUDA_NCCL
@@ -245,21 +276,27 @@ void rank_main(shared_state& st, gpu::device_communicator& dc, cudaStream_t s) {
 #endif
       st.sync.arrive_and_wait();
       if (me == 0) {
-        long w = 0;
-        for (long x : st.wrong) w = (w < 0 || x < 0) ? -1 : w + x;
+        const long wrong_registered = total_wrong(st);
         const auto bw = collx_perf::bandwidth_for(c, k.param_count, sizeof(float), n, t);
-        std::printf("%12zu %12zu %10.2f %9.2f %9.2f %7s", collx_perf::size_column_bytes(k, sizeof(float)), k.param_count,
-                    t * 1e6, bw.algbw, bw.busbw, w < 0 ? "-" : std::to_string(w).c_str());
+        const auto br = collx_perf::bandwidth_for(c, k.param_count, sizeof(float), n, tr);
+        std::printf("%12zu %12zu %10.2f %9.2f %9.2f %7s %10.2f %9.2f %9.2f %7s", collx_perf::size_column_bytes(k, sizeof(float)),
+                    k.param_count, t * 1e6, bw.algbw, bw.busbw, wrong_text(wrong_staged).c_str(), tr * 1e6, br.algbw, br.busbw,
+                    wrong_text(wrong_registered).c_str());
         if (st.nccl) {
           const auto bn = collx_perf::bandwidth_for(c, k.param_count, sizeof(float), n, tn);
-          std::printf(" %10.2f %9.2f %9.2f %10.2f", tn * 1e6, bn.algbw, bn.busbw, tn / t);
+          std::printf(" %10.2f %9.2f %9.2f %10.2f", tn * 1e6, bn.algbw, bn.busbw, tn / std::min(t, tr));
         }
         std::printf("\n");
         std::fflush(stdout);
+        if (c == coll::all_gather) copy_bound_share = br.algbw * n;  // output bytes all ranks write per second
       }
       st.sync.arrive_and_wait();
     }
   }
+  if (me == 0 && st.devices == 1)
+    std::printf("\n# copy-bound check, one GPU: all_gather from a window at the largest size writes %.1f GB/s of output over all "
+                "ranks = %.0f%% of the device-to-device copy rate (%.1f GB/s)\n",
+                copy_bound_share, 100.0 * copy_bound_share / st.copy_GBps, st.copy_GBps);
 
   if (o.custom) {
     if (me == 0)
@@ -291,6 +328,8 @@ void rank_main(shared_state& st, gpu::device_communicator& dc, cudaStream_t s) {
       }
     }
   }
+  st.sync.arrive_and_wait();
+  dc.deregister_window(win);
   cudaFree(send);
   cudaFree(recv);
 }
@@ -326,8 +365,9 @@ int main(int argc, char** argv) {
     ok(cudaEventSynchronize(e1), "copy");
     float ms = 0;
     cudaEventElapsedTime(&ms, e0, e1);
+    st.copy_GBps = 10.0 * static_cast<double>(n) / (ms * 1e6);
     std::printf("# device-to-device copy (cudaMemcpyAsync, %zu B): %.1f GB/s copied (%.1f GB/s read + written)\n", n,
-                10.0 * static_cast<double>(n) / (ms * 1e6), 20.0 * static_cast<double>(n) / (ms * 1e6));
+                st.copy_GBps, 2 * st.copy_GBps);
     cudaFree(a);
     cudaFree(b);
   }

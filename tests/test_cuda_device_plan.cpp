@@ -45,7 +45,8 @@ TEST_CASE("device signature: every field is told apart and named", "[cuda]") {
       {gpu::device_signature::make(collective::allreduce, "int32", 4, "sum", -1, 1000), "element type"},
       {gpu::device_signature::make(collective::allreduce, "float32", 4, "max", -1, 1000), "reduction op"},
       {gpu::device_signature::make(collective::allreduce, "float32", 4, "sum", 3, 1000), "root"},
-      {gpu::device_signature::make(collective::allreduce, "float32", 4, "sum", -1, 1001), "count"},
+      {gpu::device_signature::make(collective::allreduce, "float32", 4, "sum", -1, 1001), "count (or window and offset)"},
+      {gpu::device_signature::make(collective::allreduce, "float32", 4, "sum", -1, 1000, 7), "count (or window and offset)"},
   };
   for (const auto& v : variants) {
     INFO(v.field);
@@ -167,6 +168,13 @@ TEST_CASE("device chunks and block ranges cover every element once, vector-align
         }
         CHECK(std::count(seen.begin(), seen.end(), 1) == static_cast<long>(count));
       }
+  for (std::size_t count : counts) {  // zero-copy calls: one chunk of everything
+    const auto p = gpu::plan_direct(count, 4, 64);
+    CHECK(p.chunks == 1);
+    CHECK(p.chunk_size(0) == count);
+    CHECK(p.blocks == std::min<std::size_t>(64, ((count + 3) / 4 + 511) / 512));
+  }
+  CHECK(gpu::plan_direct(0, 4, 64).chunks == 0);
   CHECK(gpu::plan_chunks(0, 4, 1, 4, 4096, 8).chunks == 0);
   CHECK(gpu::plan_chunks(10, 4, 1, 4, 4096, 8).blocks == 1);  // a small call takes one block
   CHECK(gpu::plan_chunks(1 << 20, 4, 1, 4, 1 << 20, 64).blocks == 64);

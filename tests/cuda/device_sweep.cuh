@@ -228,4 +228,69 @@ void sweep_copies(collx::gpu::device_communicator& dc, cudaStream_t s, std::size
   }
 }
 
+/// The zero-copy forms on a registered window: all_reduce, reduce_scatter, all_gather and broadcast
+/// at element offsets 0 and 1 of every rank's window (whose element i holds sweep_value(rank, i)).
+/// The same allocation is registered twice (offset windows); `ipc` says whether the peers are other
+/// processes, whose mappings the window cache must share between the two and release at the end.
+template <class T, class Op>
+void sweep_windows(collx::gpu::device_communicator& dc, cudaStream_t s, std::size_t count, int call, const Op& op, bool ipc,
+                   std::vector<std::string>& out) {
+  namespace gpu = collx::gpu;
+  const int n = dc.size(), me = dc.rank();
+  const std::size_t un = static_cast<std::size_t>(n), total = un * count + 8;
+  const std::string tag = std::string(collx::detail::type_name<T>()) + " window count " + std::to_string(count) + " rank " +
+                          std::to_string(me) + ": ";
+  auto note = [&](std::string p) { if (!p.empty()) out.push_back(std::move(p)); };
+  T* mem = nullptr;  // cudaMalloc, not a stream-ordered pool: CUDA IPC cannot export pool memory
+  if (cudaMalloc(&mem, (total + 4) * sizeof(T)) != cudaSuccess) throw std::runtime_error("cudaMalloc failed");
+  const auto values = sweep_input<T>(me, total, call);
+  cudaMemcpyAsync(mem + 4, values.data(), total * sizeof(T), cudaMemcpyHostToDevice, s);
+  cudaStreamSynchronize(s);
+  gpu::window w = dc.register_window(mem + 4, total * sizeof(T));
+  gpu::window whole = dc.register_window(mem, (total + 4) * sizeof(T));  // the same allocation again
+  if (ipc && dc.mapped_window_allocations() != un - 1)
+    out.push_back(tag + "window cache maps " + std::to_string(dc.mapped_window_allocations()) + " allocations, not one per peer");
+  for (std::size_t offset : {std::size_t{0}, std::size_t{1}}) {
+    const std::string at = tag + "offset " + std::to_string(offset) + " ";
+    {
+      sweep_buffer<T> res(count, 0, s);
+      gpu::all_reduce(dc, w, offset, res.data(), count, op, s);
+      note(sweep_sync(dc, s, at + "all_reduce"));
+      note(res.compare(sweep_fold<T>(n, count, offset, call, op), at + "all_reduce"));
+    }
+    {  // through the other window: element offset + 4 of `whole` is element offset of `w`
+      sweep_buffer<T> res(count, 0, s);
+      gpu::reduce_scatter(dc, whole, offset + 4, res.data(), count, op, s);
+      note(sweep_sync(dc, s, at + "reduce_scatter"));
+      note(res.compare(sweep_fold<T>(n, count, offset + static_cast<std::size_t>(me) * count, call, op), at + "reduce_scatter"));
+    }
+    {
+      std::vector<T> want;
+      for (int q = 0; q < n; ++q)
+        for (std::size_t i = 0; i < count; ++i) want.push_back(sweep_value<T>(q, offset + i, call));
+      sweep_buffer<T> res(un * count, 1, s);  // misaligned recv: the rank's own access width, the same cut
+      gpu::all_gather(dc, w, offset, res.data(), count, s);
+      note(sweep_sync(dc, s, at + "all_gather"));
+      note(res.compare(want, at + "all_gather"));
+    }
+    {
+      const int root = static_cast<int>((count + offset) % un);
+      std::vector<T> want(count);
+      for (std::size_t i = 0; i < count; ++i) want[i] = sweep_value<T>(root, offset + i, call);
+      sweep_buffer<T> res(count, 0, s);
+      gpu::broadcast(dc, w, offset, res.data(), count, root, s);
+      note(sweep_sync(dc, s, at + "broadcast"));
+      note(res.compare(want, at + "broadcast"));
+    }
+  }
+  dc.deregister_window(whole);
+  if (ipc && dc.mapped_window_allocations() != un - 1)
+    out.push_back(tag + "the cache dropped a mapping another window still uses");
+  dc.deregister_window(w);
+  if (dc.mapped_window_allocations() != 0)
+    out.push_back(tag + std::to_string(dc.mapped_window_allocations()) + " window mappings left after deregistering");
+  cudaFree(mem);
+  collx::barrier(dc.host());  // nobody launches again while a peer's cudaFree waits for the device
+}
+
 }  // namespace collx_cuda_test

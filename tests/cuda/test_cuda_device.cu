@@ -78,6 +78,7 @@ TEST_CASE("gpu device collectives: reference sweep, ranks as threads", "[gpu][cu
   for (int world : {2, 3, 4}) {
     gpu::device_options opt;
     opt.staging_bytes = 32 << 10;  // 16 KiB slots: the larger counts take several chunks
+    opt.timeout = std::chrono::seconds(15);
     INFO("world " << world);
     require_none(on_ranks(world, opt, std::chrono::seconds(60), [](gpu::device_communicator& dc, cudaStream_t s, auto& out) {
       for (int peer = 0; peer < dc.size(); ++peer)
@@ -94,8 +95,24 @@ TEST_CASE("gpu device collectives: reference sweep, ranks as threads", "[gpu][cu
           collx_cuda_test::sweep_copies<float>(dc, s, count, offset, call, out);
           collx_cuda_test::sweep_copies<triple>(dc, s, count, offset, call, out);
         }
+      for (std::size_t count : {std::size_t{3}, std::size_t{5000}}) {
+        collx_cuda_test::sweep_windows<float>(dc, s, count, ++call, collx::ops::sum{}, false, out);
+        collx_cuda_test::sweep_windows<affine>(dc, s, count, ++call, then_op{}, false, out);
+      }
     }));
   }
+}
+
+TEST_CASE("gpu device collectives: ranks whose pointers differ in alignment cut calls the same way", "[gpu][cuda]") {
+  gpu::device_options opt;
+  opt.staging_bytes = 32 << 10;
+  opt.timeout = std::chrono::seconds(15);
+  require_none(on_ranks(3, opt, std::chrono::seconds(60), [](gpu::device_communicator& dc, cudaStream_t s, auto& out) {
+    // Rank 1's buffers are misaligned (scalar accesses), the others' aligned (16-byte vectors).
+    const std::size_t offset = dc.rank() == 1 ? 1 : 0;
+    collx_cuda_test::sweep_reductions<float>(dc, s, 9001, offset, 1, collx::ops::sum{}, out);
+    collx_cuda_test::sweep_copies<float>(dc, s, 9001, offset, 2, out);
+  }));
 }
 
 TEST_CASE("gpu device collectives: mismatched calls fail on every rank instead of hanging", "[gpu][cuda]") {

@@ -9,6 +9,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <chrono>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -28,6 +29,7 @@ int main() {
     gpu::device_options opt;
     opt.device = me % devices;
     opt.staging_bytes = 32 << 10;  // several chunks for the larger count
+    opt.timeout = std::chrono::seconds(30);
     gpu::check(cudaSetDevice(opt.device), "cudaSetDevice");
     cudaStream_t s{};
     gpu::check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -45,6 +47,10 @@ int main() {
           collx_cuda_test::sweep_reductions<collx_cuda_test::affine>(dc, s, count, offset, call, collx_cuda_test::then_op{}, problems);
           collx_cuda_test::sweep_copies<float>(dc, s, count, offset, call, problems);
         }
+      // Registered windows over CUDA IPC, the cache shared by two windows on one allocation; then
+      // again after the memory was freed and allocated anew (a new handle must be mapped afresh).
+      for (int round = 0; round < 2; ++round)
+        collx_cuda_test::sweep_windows<float>(dc, s, 3000, 100 + round, collx::ops::sum{}, true, problems);
     }
     cudaStreamDestroy(s);
     for (const auto& p : problems) std::fprintf(stderr, "rank %d: %s\n", me, p.c_str());

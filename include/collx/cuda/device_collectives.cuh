@@ -228,11 +228,11 @@ __device__ inline void for_each_in(block_range r, F&& f, G&& g) {
   for (std::size_t j = vend + threadIdx.x; j < r.end; j += blockDim.x) g(j);
 }
 
-/// out[j] = fold over ranks q in order of slot_q[slot_offset + j], for j in the block's range: the
-/// reduction step of all_reduce, reduce and reduce_scatter.
-template <class T, class Op, std::size_t V>
-__device__ inline void fold_ranks(const device_view& v, std::uint64_t epoch, std::size_t slot_offset, block_range r,
-                                  T* out, const Op& op) {
+/// out[j] = fold over ranks q in order of source(q)[j], for j in the block's range: the reduction
+/// step of all_reduce, reduce and reduce_scatter. source(q): rank q's data (a peer slot or window),
+/// read bypassing L1.
+template <class T, class Op, std::size_t V, class Source>
+__device__ inline void fold_ranks(const device_view& v, Source source, block_range r, T* out, const Op& op) {
   using red = detail::reduction<T, Op>;
   using acc = typename red::acc;
   for_each_in<V>(
@@ -241,7 +241,7 @@ __device__ inline void fold_ranks(const device_view& v, std::uint64_t epoch, std
         if constexpr (V > 1) {
           acc a[device_unroll][V];
           vec<T, V> x[device_unroll];
-          const T* s0 = slot_of<T>(v, 0, epoch) + slot_offset;
+          const T* s0 = source(0);
 #pragma unroll
           for (unsigned u = 0; u < device_unroll; ++u)
             if (u < n) x[u] = load_vec_cg<T, V>(s0 + (first + u * blockDim.x) * V);
@@ -250,7 +250,7 @@ __device__ inline void fold_ranks(const device_view& v, std::uint64_t epoch, std
             if (u < n)
               for (std::size_t k = 0; k < V; ++k) a[u][k] = red::widen(x[u].e[k]);
           for (int q = 1; q < v.world; ++q) {
-            const T* sq = slot_of<T>(v, q, epoch) + slot_offset;
+            const T* sq = source(q);
 #pragma unroll
             for (unsigned u = 0; u < device_unroll; ++u)
               if (u < n) x[u] = load_vec_cg<T, V>(sq + (first + u * blockDim.x) * V);
@@ -269,8 +269,8 @@ __device__ inline void fold_ranks(const device_view& v, std::uint64_t epoch, std
         }
       },
       [&](std::size_t j) {
-        acc a = red::widen(load_cg(slot_of<T>(v, 0, epoch) + slot_offset + j));
-        for (int q = 1; q < v.world; ++q) a = red::combine(op, a, red::widen(load_cg(slot_of<T>(v, q, epoch) + slot_offset + j)));
+        acc a = red::widen(load_cg(source(0) + j));
+        for (int q = 1; q < v.world; ++q) a = red::combine(op, a, red::widen(load_cg(source(q) + j)));
         out[j] = red::finalize(a, v.world);
       });
 }
@@ -316,7 +316,8 @@ struct all_reduce_step {
     copy_range<T, V, false>(r, src + cb, slot_of<T>(v, v.rank, epoch));
   }
   __device__ void consume(const device_view& v, const chunk_plan&, std::uint64_t epoch, std::size_t cb, block_range r) const {
-    if (root < 0 || root == v.rank) fold_ranks<T, Op, V>(v, epoch, 0, r, dst + cb, op);
+    if (root < 0 || root == v.rank)
+      fold_ranks<T, Op, V>(v, [&](int q) { return slot_of<T>(v, q, epoch); }, r, dst + cb, op);
   }
 };
 
@@ -331,7 +332,8 @@ struct reduce_scatter_step {
       copy_range<T, V, false>(r, src + static_cast<std::size_t>(d) * p.count + cb, slot_of<T>(v, v.rank, epoch) + d * p.row_pitch);
   }
   __device__ void consume(const device_view& v, const chunk_plan& p, std::uint64_t epoch, std::size_t cb, block_range r) const {
-    fold_ranks<T, Op, V>(v, epoch, static_cast<std::size_t>(v.rank) * p.row_pitch, r, dst + cb, op);
+    const std::size_t row = static_cast<std::size_t>(v.rank) * p.row_pitch;
+    fold_ranks<T, Op, V>(v, [&](int q) { return slot_of<T>(v, q, epoch) + row; }, r, dst + cb, op);
   }
 };
 
@@ -380,11 +382,16 @@ struct all_to_all_step {
   }
 };
 
+/// Blocks of the device collectives that must fit on one multiprocessor at once (registers capped
+/// to allow it): block_cap() gives each rank sharing a GPU up to 2 x SMs / ranks blocks, and every
+/// one of them must be resident, since blocks wait for their peers' blocks.
+inline constexpr unsigned device_blocks_per_sm = 2;
+
 /// One launch runs every chunk of a call: stage, barrier, consume. All blocks take the call's chunk
 /// epochs from counters[0], which the last block to finish advances: a kernel starts only after
 /// the previous one on its stream has ended, so every block of a call sees the same epochs.
 template <class Step>
-__global__ void __launch_bounds__(device_threads_per_block) collective_kernel(device_view v, chunk_plan plan,
+__global__ void __launch_bounds__(device_threads_per_block, device_blocks_per_sm) collective_kernel(device_view v, chunk_plan plan,
                                                                             device_signature sig, Step step) {
   __shared__ std::uint64_t base;
   __shared__ int dead;
@@ -409,6 +416,78 @@ __global__ void __launch_bounds__(device_threads_per_block) collective_kernel(de
   }
 }
 
+// Zero-copy steps on registered windows: src[q] is rank q's window data (mapped here); there is no
+// staging, so each has only consume(range), run between the two barriers of direct_kernel.
+
+/// all_reduce / reduce (only `root` writes) from windows: dst[j] = fold over q of src[q][j].
+template <class T, class Op, std::size_t V>
+struct direct_all_reduce_step {
+  const T* src[max_device_world];
+  T* dst;
+  Op op;
+  int root;
+  __device__ void consume(const device_view& v, const chunk_plan&, block_range r) const {
+    if (root < 0 || root == v.rank) fold_ranks<T, Op, V>(v, [&](int q) { return src[q]; }, r, dst, op);
+  }
+};
+
+/// reduce_scatter from windows: dst[j] = fold over q of src[q][rank * count + j].
+template <class T, class Op, std::size_t V>
+struct direct_reduce_scatter_step {
+  const T* src[max_device_world];
+  T* dst;
+  Op op;
+  __device__ void consume(const device_view& v, const chunk_plan& p, block_range r) const {
+    const std::size_t row = static_cast<std::size_t>(v.rank) * p.count;
+    fold_ranks<T, Op, V>(v, [&](int q) { return src[q] + row; }, r, dst, op);
+  }
+};
+
+/// all_gather from windows: dst[q * count + j] = src[q][j].
+template <class T, std::size_t V>
+struct direct_all_gather_step {
+  const T* src[max_device_world];
+  T* dst;
+  __device__ void consume(const device_view& v, const chunk_plan& p, block_range r) const {
+    for (int q = 0; q < v.world; ++q) copy_range<T, V, true>(r, src[q], dst + static_cast<std::size_t>(q) * p.count);
+  }
+};
+
+/// broadcast from the root's window: dst[j] = src[root][j].
+template <class T, std::size_t V>
+struct direct_broadcast_step {
+  const T* src[max_device_world];
+  T* dst;
+  int root;
+  __device__ void consume(const device_view&, const chunk_plan&, block_range r) const {
+    copy_range<T, V, true>(r, src[root], dst);
+  }
+};
+
+/// A zero-copy call: barrier (every rank's window holds its input: each rank's earlier work on its
+/// stream is done), read the peers' windows straight into the output, barrier (every peer has
+/// finished reading this rank's window, which the caller may overwrite after the call). Two epochs.
+template <class Step>
+__global__ void __launch_bounds__(device_threads_per_block, device_blocks_per_sm) direct_kernel(device_view v, chunk_plan plan,
+                                                                        device_signature sig, Step step) {
+  __shared__ std::uint64_t base;
+  __shared__ int dead;
+  unsigned long long* counters = counters_of(v);
+  if (threadIdx.x == 0) {
+    base = counters[0];
+    dead = cuda::atomic_ref<std::uint64_t, cuda::thread_scope_device>(*claim_of(v)).load(cuda::memory_order_relaxed) != 0;
+  }
+  __syncthreads();
+  if (dead) return;
+  if (!barrier(v, base + 1, sig)) return;
+  step.consume(v, plan, range_of_block(plan.count, plan.blocks, blockIdx.x, plan.vector));
+  if (!barrier(v, base + 2, sig)) return;
+  if (threadIdx.x == 0 && atomicAdd(&counters[1], 1ull) == gridDim.x - 1) {
+    counters[1] = 0;
+    counters[0] = base + 2;
+  }
+}
+
 /// True when p is 16-byte aligned.
 inline bool aligned16(const void* p) noexcept { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
 
@@ -417,7 +496,9 @@ inline bool overlap(const void* p, std::size_t n, const void* q, std::size_t m) 
   return n != 0 && m != 0 && x < y + m && y < x + n;
 }
 
-/// Checks and launches one call: `vector_ok` says the 16-byte path may be used for these pointers.
+/// Launches one staged call. The chunks and block ranges always use the type's vector width, so
+/// every rank cuts the call the same way whatever its pointers' alignment; `vector_ok` (this rank's
+/// pointers allow 16-byte accesses) only picks the kernel's access width.
 template <class T, template <class, std::size_t> class Launch>
 void launch_call(device_communicator& dc, const char* name, collective coll, std::string_view op_name, int root,
                  std::size_t count, std::size_t rows, bool vector_ok, cudaStream_t stream, const Launch<T, 1>& scalar,
@@ -425,13 +506,50 @@ void launch_call(device_communicator& dc, const char* name, collective coll, std
   dc.check();
   const auto sig = device_signature::make(coll, detail::type_name<T>(), sizeof(T), op_name, root, count);
   constexpr std::size_t V = device_vector_elements<T>;
-  const bool use_vec = V > 1 && vector_ok;
-  const chunk_plan plan = plan_chunks(count, sizeof(T), rows, use_vec ? V : 1, dc.slot_bytes(), dc.block_limit());
+  const chunk_plan plan = plan_chunks(count, sizeof(T), rows, V, dc.slot_bytes(), dc.block_limit());
   if (plan.chunks == 0) return;
   check(cudaSetDevice(dc.device()), name);
-  if (use_vec) collective_kernel<<<plan.blocks, device_threads_per_block, 0, stream>>>(dc.view(), plan, sig, vectored.step);
+  if (V > 1 && vector_ok)
+    collective_kernel<<<plan.blocks, device_threads_per_block, 0, stream>>>(dc.view(), plan, sig, vectored.step);
   else collective_kernel<<<plan.blocks, device_threads_per_block, 0, stream>>>(dc.view(), plan, sig, scalar.step);
   check(cudaGetLastError(), name);
+}
+
+/// Launches one zero-copy call on window `w` at element `offset` (same on every rank: part of the
+/// signature, with the window id).
+template <class T, template <class, std::size_t> class Launch>
+void launch_direct(device_communicator& dc, const char* name, collective coll, std::string_view op_name, int root,
+                   std::size_t count, const window& w, std::size_t offset, bool vector_ok, cudaStream_t stream,
+                   const Launch<T, 1>& scalar, const Launch<T, device_vector_elements<T>>& vectored) {
+  dc.check();
+  const std::uint64_t layout = (std::uint64_t{w.id} << 40) ^ offset;
+  const auto sig = device_signature::make(coll, detail::type_name<T>(), sizeof(T), op_name, root, count, layout);
+  constexpr std::size_t V = device_vector_elements<T>;
+  const chunk_plan plan = plan_direct(count, V, dc.block_limit());
+  check(cudaSetDevice(dc.device()), name);
+  if (V > 1 && vector_ok)
+    direct_kernel<<<plan.blocks, device_threads_per_block, 0, stream>>>(dc.view(), plan, sig, vectored.step);
+  else direct_kernel<<<plan.blocks, device_threads_per_block, 0, stream>>>(dc.view(), plan, sig, scalar.step);
+  check(cudaGetLastError(), name);
+}
+
+/// Checks that elements [offset, offset + need) of type T lie in every rank's window.
+template <class T>
+void check_window(const device_communicator& dc, const window& w, std::size_t offset, std::size_t need, const char* name) {
+  if (w.world != dc.size() || w.id == 0)
+    COLLX_THROW(errc::invalid_argument, std::string(name) + ": the window was not registered with this communicator");
+  for (int r = 0; r < w.world; ++r)
+    if ((offset + need) * sizeof(T) > w.bytes[static_cast<std::size_t>(r)])
+      COLLX_THROW(errc::invalid_argument, std::string(name) + ": elements [" + std::to_string(offset) + ", " +
+                                              std::to_string(offset + need) + ") run past rank " + std::to_string(r) +
+                                              "'s window of " + std::to_string(w.bytes[static_cast<std::size_t>(r)]) + " bytes");
+}
+
+/// The per-rank source pointers of a window at element `offset`.
+template <class T>
+void window_sources(const window& w, std::size_t offset, const T* (&src)[max_device_world]) {
+  for (int r = 0; r < max_device_world; ++r)
+    src[r] = r < w.world ? reinterpret_cast<const T*>(w.base[static_cast<std::size_t>(r)]) + offset : nullptr;
 }
 
 template <class S>
@@ -454,6 +572,27 @@ template <class U, std::size_t V>
 using bc_launch = wrap<broadcast_step<U, V>>;
 template <class U, std::size_t V>
 using a2a_launch = wrap<all_to_all_step<U, V>>;
+template <class T, class Op>
+struct dar_launch {
+  template <class U, std::size_t V>
+  using type = wrap<direct_all_reduce_step<U, Op, V>>;
+};
+template <class T, class Op>
+struct drs_launch {
+  template <class U, std::size_t V>
+  using type = wrap<direct_reduce_scatter_step<U, Op, V>>;
+};
+template <class U, std::size_t V>
+using dag_launch = wrap<direct_all_gather_step<U, V>>;
+template <class U, std::size_t V>
+using dbc_launch = wrap<direct_broadcast_step<U, V>>;
+
+/// The step of a zero-copy call with its sources filled in from the window.
+template <class W, class T>
+W with_sources(W w, const window& win, std::size_t offset) {
+  window_sources<T>(win, offset, w.step.src);
+  return w;
+}
 
 inline void require(bool ok, const char* name, const std::string& what) {
   if (!ok) COLLX_THROW(errc::invalid_argument, std::string(name) + ": " + what);
@@ -581,6 +720,102 @@ void all_to_all(device_communicator& dc, const T* send, T* recv, std::size_t cou
   const bool vec = aligned16(send) && aligned16(recv) && (count * sizeof(T)) % 16 == 0;
   launch_call<T, a2a_launch>(dc, name, collective::all_to_all, "", -1, count, static_cast<std::size_t>(dc.size()), vec,
                              stream, {{send, recv}}, {{send, recv}});
+}
+
+// ---------------------------------------------------------------------------------------------
+// Zero-copy forms: the input is a registered window (device_communicator::register_window), read
+// by the peers in place. Two barriers per call and no staging, whatever the size. The element
+// offset into the window must be the same on every rank (part of the call signature).
+
+/// All-reduce from a window: recv[i] = fold over ranks q (in order) of element send_offset + i of
+/// rank q's window. recv must not overlap the elements read from this rank's window (the peers read
+/// them while this rank writes: use the staged form for in place).
+/// @throws collx::error (errc::invalid_argument) for a window of another communicator, elements
+///         beyond a rank's window, a null recv or overlap; as all_reduce otherwise.
+template <class T, class Op = ops::sum>
+void all_reduce(device_communicator& dc, const window& send, std::size_t send_offset, T* recv, std::size_t count,
+                const Op& op = {}, cudaStream_t stream = nullptr) {
+  static_assert(reduction_op<Op, T>, "collx::gpu::all_reduce: Op must be a reduction op on T (collx/concepts.hpp)");
+  constexpr const char* name = "gpu::all_reduce(window)";
+  using namespace device_detail;
+  if (count == 0) return dc.check();
+  check_window<T>(dc, send, send_offset, count, name);
+  const T* mine = reinterpret_cast<const T*>(send.base[static_cast<std::size_t>(dc.rank())]) + send_offset;
+  require(recv != nullptr, name, "null recv with count " + std::to_string(count));
+  require(!overlap(mine, count * sizeof(T), recv, count * sizeof(T)), name, "recv overlaps the window elements it reads");
+  using L = dar_launch<T, Op>;
+  using W1 = typename L::template type<T, 1>;
+  using WV = typename L::template type<T, device_vector_elements<T>>;
+  launch_direct<T, L::template type>(dc, name, collective::allreduce, op_traits<Op>::name, -1, count, send, send_offset,
+                                     send.aligned16_at<T>(send_offset) && aligned16(recv), stream,
+                                     with_sources<W1, T>(W1{{{}, recv, op, -1}}, send, send_offset),
+                                     with_sources<WV, T>(WV{{{}, recv, op, -1}}, send, send_offset));
+}
+
+/// Reduce-scatter from a window: recv[i] = fold over ranks q of element send_offset + rank *
+/// recv_count + i of rank q's window (each window holds size() * recv_count elements from the offset).
+/// @throws as the window all_reduce.
+template <class T, class Op = ops::sum>
+void reduce_scatter(device_communicator& dc, const window& send, std::size_t send_offset, T* recv, std::size_t recv_count,
+                    const Op& op = {}, cudaStream_t stream = nullptr) {
+  static_assert(reduction_op<Op, T>, "collx::gpu::reduce_scatter: Op must be a reduction op on T (collx/concepts.hpp)");
+  constexpr const char* name = "gpu::reduce_scatter(window)";
+  using namespace device_detail;
+  if (recv_count == 0) return dc.check();
+  const std::size_t n = static_cast<std::size_t>(dc.size());
+  check_window<T>(dc, send, send_offset, n * recv_count, name);
+  const T* mine = reinterpret_cast<const T*>(send.base[static_cast<std::size_t>(dc.rank())]) + send_offset;
+  require(recv != nullptr, name, "null recv with count " + std::to_string(recv_count));
+  require(!overlap(mine, n * recv_count * sizeof(T), recv, recv_count * sizeof(T)), name, "recv overlaps the window elements read");
+  using L = drs_launch<T, Op>;
+  using W1 = typename L::template type<T, 1>;
+  using WV = typename L::template type<T, device_vector_elements<T>>;
+  const bool vec = send.aligned16_at<T>(send_offset) && aligned16(recv) && (recv_count * sizeof(T)) % 16 == 0;
+  launch_direct<T, L::template type>(dc, name, collective::reduce_scatter, op_traits<Op>::name, -1, recv_count, send,
+                                     send_offset, vec, stream, with_sources<W1, T>(W1{{{}, recv, op}}, send, send_offset),
+                                     with_sources<WV, T>(WV{{{}, recv, op}}, send, send_offset));
+}
+
+/// All-gather from a window: block q of recv (send_count elements) = elements [send_offset,
+/// send_offset + send_count) of rank q's window.
+/// @throws as the window all_reduce.
+template <class T>
+void all_gather(device_communicator& dc, const window& send, std::size_t send_offset, T* recv, std::size_t send_count,
+                cudaStream_t stream = nullptr) {
+  constexpr const char* name = "gpu::all_gather(window)";
+  using namespace device_detail;
+  if (send_count == 0) return dc.check();
+  const std::size_t n = static_cast<std::size_t>(dc.size());
+  check_window<T>(dc, send, send_offset, send_count, name);
+  const T* mine = reinterpret_cast<const T*>(send.base[static_cast<std::size_t>(dc.rank())]) + send_offset;
+  require(recv != nullptr, name, "null recv with count " + std::to_string(send_count));
+  require(!overlap(mine, send_count * sizeof(T), recv, n * send_count * sizeof(T)), name, "recv overlaps the window elements read");
+  const bool vec = send.aligned16_at<T>(send_offset) && aligned16(recv) && (send_count * sizeof(T)) % 16 == 0;
+  launch_direct<T, dag_launch>(dc, name, collective::all_gather, "", -1, send_count, send, send_offset, vec, stream,
+                               with_sources<dag_launch<T, 1>, T>({{{}, recv}}, send, send_offset),
+                               with_sources<dag_launch<T, device_vector_elements<T>>, T>({{{}, recv}}, send, send_offset));
+}
+
+/// Broadcast from the root's window: recv = elements [send_offset, send_offset + count) of the
+/// root's window, on every rank (the root too; its recv must not overlap what it serves).
+/// @throws as the window all_reduce, and errc::invalid_argument for a root outside [0, size).
+template <class T>
+void broadcast(device_communicator& dc, const window& send, std::size_t send_offset, T* recv, std::size_t count, int root,
+               cudaStream_t stream = nullptr) {
+  constexpr const char* name = "gpu::broadcast(window)";
+  using namespace device_detail;
+  check_root(dc, root, name);
+  if (count == 0) return dc.check();
+  check_window<T>(dc, send, send_offset, count, name);
+  require(recv != nullptr, name, "null recv with count " + std::to_string(count));
+  if (dc.rank() == root) {
+    const T* mine = reinterpret_cast<const T*>(send.base[static_cast<std::size_t>(root)]) + send_offset;
+    require(!overlap(mine, count * sizeof(T), recv, count * sizeof(T)), name, "the root's recv overlaps the window elements it serves");
+  }
+  const bool vec = (send.address[static_cast<std::size_t>(root)] + send_offset * sizeof(T)) % 16 == 0 && aligned16(recv);
+  launch_direct<T, dbc_launch>(dc, name, collective::broadcast, "", root, count, send, send_offset, vec, stream,
+                               with_sources<dbc_launch<T, 1>, T>({{{}, recv, root}}, send, send_offset),
+                               with_sources<dbc_launch<T, device_vector_elements<T>>, T>({{{}, recv, root}}, send, send_offset));
 }
 
 }  // namespace gpu

@@ -15,16 +15,20 @@
 
 #include <cuda_runtime_api.h>
 
+#include <dlfcn.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <random>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <collx/all_gather.hpp>
@@ -62,6 +66,25 @@ struct device_view {
   std::size_t slot_bytes = 0;                   ///< bytes per staging slot
   device_status* status = nullptr;              ///< host-mapped status (device address)
   std::uint64_t timeout_ns = 0;                 ///< wait limit per flag
+};
+
+/// A buffer registered on every rank of a device communicator (device_communicator::register_window,
+/// as NCCL's ncclCommWindowRegister): peers read it in place, so collectives whose input is a window
+/// skip the staging copy (zero-copy). Every rank registers its own buffer, in the same order.
+struct window {
+  std::uint32_t id = 0;                                 ///< registration number, the same on every rank
+  int world = 0;                                        ///< ranks
+  std::array<const std::byte*, max_device_world> base{};   ///< rank r's buffer, as this rank reaches it
+  std::array<std::uint64_t, max_device_world> bytes{};     ///< rank r's buffer size
+  std::array<std::uint64_t, max_device_world> address{};   ///< rank r's buffer address in its own process
+  /// True when element `offset` of every rank's buffer, as type T, is 16-byte aligned (the same
+  /// answer on every rank, so every rank picks the same vector width).
+  template <class T>
+  bool aligned16_at(std::size_t offset) const noexcept {
+    for (int r = 0; r < world; ++r)
+      if ((address[static_cast<std::size_t>(r)] + offset * sizeof(T)) % 16 != 0) return false;
+    return true;
+  }
 };
 
 /// A device communicator: rank r of `size()` ranks, each on one GPU, connected through device
@@ -146,6 +169,10 @@ class device_communicator {
     release();
   }
 
+  /// The host communicator this one was built over (for host-side synchronisation around calls
+  /// that synchronise the whole device, such as cudaFree: with several ranks on one GPU in one
+  /// process, such a call waits for a peer's kernel that may wait for this rank's next call).
+  communicator& host() const noexcept { return *host_; }
   /// This rank.
   int rank() const noexcept { return host_->rank(); }
   /// Number of ranks.
@@ -175,6 +202,88 @@ class device_communicator {
     COLLX_THROW(errc_of(static_cast<device_failure>(s.failure)), describe_failure(s, rank()));
   }
 
+  /// Registers [ptr, ptr + bytes) (device memory of this rank's device) as a window, collectively:
+  /// every rank registers its own buffer (sizes may differ), in the same order. Peers map it (CUDA
+  /// IPC across processes: the allocation's handle is opened once per peer and cached, keyed by the
+  /// handle, so memory freed and allocated again, which gets a new handle, is mapped afresh).
+  /// The buffer must stay allocated until deregister_window.
+  /// @throws collx::error (errc::invalid_argument) for a null pointer, zero bytes, or a range that is
+  ///         not inside one device allocation; (errc::cuda) when mapping fails; host errors.
+  window register_window(const void* ptr, std::size_t bytes) {
+    check();
+    if (ptr == nullptr || bytes == 0)
+      COLLX_THROW(errc::invalid_argument, "gpu::register_window: null pointer or zero bytes");
+    window_record mine;
+    mine.address = reinterpret_cast<std::uintptr_t>(ptr);
+    mine.bytes = bytes;
+    mine.process = process_token();
+    const auto [alloc_base, alloc_bytes] = allocation_range(ptr);
+    if (mine.address + bytes > alloc_base + alloc_bytes)
+      COLLX_THROW(errc::invalid_argument, "gpu::register_window: " + std::to_string(bytes) + " bytes from " +
+                                              std::to_string(mine.address) + " run past the end of its allocation");
+    mine.offset = mine.address - alloc_base;
+    cudaIpcMemHandle_t h{};
+    gpu::check(cudaIpcGetMemHandle(&h, reinterpret_cast<void*>(static_cast<std::uintptr_t>(alloc_base))),
+               "cudaIpcGetMemHandle(window)");
+    std::memcpy(mine.ipc_handle.data(), &h, sizeof h);
+
+    std::vector<window_record> all(static_cast<std::size_t>(size()));
+    all_gather<algo::direct>(*host_, std::span<const window_record>(&mine, 1), std::span<window_record>(all));
+    window w;
+    w.id = next_window_++;
+    w.world = size();
+    for (int p = 0; p < size(); ++p) {
+      const window_record& r = all[static_cast<std::size_t>(p)];
+      w.bytes[static_cast<std::size_t>(p)] = r.bytes;
+      w.address[static_cast<std::size_t>(p)] = r.address;
+      if (p == rank() || r.process == mine.process) {
+        w.base[static_cast<std::size_t>(p)] = reinterpret_cast<const std::byte*>(static_cast<std::uintptr_t>(r.address));
+        continue;
+      }
+      auto& m = mappings_[{p, r.ipc_handle}];
+      if (m.users == 0) {
+        cudaIpcMemHandle_t ph{};
+        std::memcpy(&ph, r.ipc_handle.data(), sizeof ph);
+        void* mapped = nullptr;
+        const cudaError_t e = cudaIpcOpenMemHandle(&mapped, ph, cudaIpcMemLazyEnablePeerAccess);
+        if (e != cudaSuccess) {
+          mappings_.erase({p, r.ipc_handle});
+          COLLX_THROW(errc::cuda, "gpu::register_window: rank " + std::to_string(rank()) + " cannot map rank " +
+                                      std::to_string(p) + "'s window: cudaIpcOpenMemHandle: " + cudaGetErrorName(e));
+        }
+        m.base = mapped;
+      }
+      ++m.users;
+      w.base[static_cast<std::size_t>(p)] = static_cast<const std::byte*>(m.base) + r.offset;
+      window_keys_[w.id].push_back({p, r.ipc_handle});
+    }
+    return w;
+  }
+
+  /// Deregisters a window, collectively (every rank, same order). Every call that reads it must have
+  /// finished on every rank (synchronize the streams first): the first barrier only orders the
+  /// hosts. Peer mappings no other window uses are closed, and a second barrier waits until every
+  /// rank has closed them, so the buffer may be freed on return (CUDA leaves freeing memory that
+  /// another process still maps undefined).
+  void deregister_window(const window& w) {
+    barrier(*host_);
+    auto it = window_keys_.find(w.id);
+    if (it != window_keys_.end()) {
+      for (const auto& key : it->second) {
+        auto m = mappings_.find(key);
+        if (m != mappings_.end() && --m->second.users == 0) {
+          (void)cudaIpcCloseMemHandle(m->second.base);
+          mappings_.erase(m);
+        }
+      }
+      window_keys_.erase(it);
+    }
+    barrier(*host_);
+  }
+
+  /// Peer allocations currently mapped for windows (distinct IPC handles): what the cache holds.
+  std::size_t mapped_window_allocations() const noexcept { return mappings_.size(); }
+
   /// cudaStreamSynchronize(stream), then check().
   /// @throws collx::error (errc::cuda) when the stream reports a CUDA error; check()'s errors.
   void synchronize(cudaStream_t stream) const {
@@ -183,6 +292,36 @@ class device_communicator {
   }
 
  private:
+  /// What each rank publishes for a window.
+  struct window_record {
+    std::uint64_t process = 0;
+    std::uint64_t address = 0;  // in the owner's process
+    std::uint64_t bytes = 0;
+    std::uint64_t offset = 0;   // from the start of its allocation
+    std::array<unsigned char, 64> ipc_handle{};
+  };
+  using mapping_key = std::pair<int, std::array<unsigned char, 64>>;
+  struct mapping {
+    void* base = nullptr;
+    int users = 0;
+  };
+
+  /// The device allocation holding ptr: cuMemGetAddressRange from the driver, loaded at run time so
+  /// that programs link without libcuda (CI machines have no driver).
+  static std::pair<std::uint64_t, std::uint64_t> allocation_range(const void* ptr) {
+    using fn_t = int (*)(unsigned long long*, std::size_t*, unsigned long long);
+    static const fn_t fn = [] {
+      void* lib = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+      return lib ? reinterpret_cast<fn_t>(::dlsym(lib, "cuMemGetAddressRange_v2")) : nullptr;
+    }();
+    if (!fn) COLLX_THROW(errc::cuda, "gpu::register_window: cuMemGetAddressRange_v2 not found in libcuda.so.1");
+    unsigned long long base = 0;
+    std::size_t bytes = 0;
+    if (fn(&base, &bytes, reinterpret_cast<std::uintptr_t>(ptr)) != 0)
+      COLLX_THROW(errc::invalid_argument, "gpu::register_window: the pointer is not in device memory allocated with cudaMalloc");
+    return {base, bytes};
+  }
+
   static std::uint64_t process_token() {
     // pid in the high bits, a random per-process token below: ranks of one process share it.
     static const std::uint64_t token = [] {
@@ -233,6 +372,9 @@ class device_communicator {
   }
 
   void release() noexcept {
+    for (auto& [key, m] : mappings_) (void)cudaIpcCloseMemHandle(m.base);
+    mappings_.clear();
+    window_keys_.clear();
     for (void* p : opened_) (void)cudaIpcCloseMemHandle(p);
     opened_.clear();
     if (workspace_) (void)cudaFree(workspace_);
@@ -249,6 +391,9 @@ class device_communicator {
   device_status* status_device_ = nullptr;  // the same memory, as kernels see it
   std::vector<peer_record> records_;
   std::vector<void*> opened_;               // IPC mappings to close
+  std::map<mapping_key, mapping> mappings_;  // peer window allocations, by (rank, IPC handle)
+  std::map<std::uint32_t, std::vector<mapping_key>> window_keys_;
+  std::uint32_t next_window_ = 1;
   unsigned blocks_ = 1;
   device_view view_{};
 };

@@ -84,7 +84,7 @@ struct workspace_layout {
 
 /// A call's signature, packed into the low 24 bits of every flag word: collective (3 bits), element
 /// type (6 bits of the hash of its name and size), op (5 bits of the hash of its name), root (4 bits)
-/// and count (6 bits of its hash). Two ranks whose signatures differ are making different calls; the
+/// and count (6 bits of the hash of the count and, for registered windows, the window and offset). Two ranks whose signatures differ are making different calls; the
 /// converse holds up to hash collisions of the type, op and count (1 in 64, 32 and 64).
 struct device_signature {
   std::uint32_t bits = 0;  ///< the packed 24 bits
@@ -99,12 +99,13 @@ struct device_signature {
                                                 {3, 6, "element type"},
                                                 {9, 5, "reduction op"},
                                                 {14, 4, "root"},
-                                                {18, 6, "count"}}};
+                                                {18, 6, "count (or window and offset)"}}};
 
   /// Packs a call: `type_name`/`type_size` of the element, `op_name` ("" for collectives without an
-  /// op), `root` (-1 when the collective has none) and `count` (elements, as the host API counts them).
+  /// op), `root` (-1 when the collective has none), `count` (elements, as the host API counts them)
+  /// and `layout` (registered windows: window id and offset, hashed with the count; 0 otherwise).
   static device_signature make(collective coll, std::string_view type_name, std::size_t type_size,
-                               std::string_view op_name, int root, std::size_t count) noexcept {
+                               std::string_view op_name, int root, std::size_t count, std::uint64_t layout = 0) noexcept {
     const auto h = [](std::uint64_t x) { return static_cast<std::uint32_t>(x ^ (x >> 29) ^ (x >> 47)); };
     std::uint32_t v = 0;
     const std::uint32_t parts[5] = {
@@ -112,7 +113,8 @@ struct device_signature {
         h(detail::fnv1a(type_name) + type_size),
         op_name.empty() ? 0u : h(detail::fnv1a(op_name)),
         static_cast<std::uint32_t>(root + 1),
-        h(detail::fnv1a(std::string_view(reinterpret_cast<const char*>(&count), sizeof count)))};
+        h(detail::fnv1a(std::string_view(reinterpret_cast<const char*>(&layout), sizeof layout),
+                        detail::fnv1a(std::string_view(reinterpret_cast<const char*>(&count), sizeof count))))};
     for (std::size_t i = 0; i < fields.size(); ++i)
       v |= (parts[i] & ((1u << fields[i].width) - 1)) << fields[i].shift;
     return {v};
@@ -316,6 +318,21 @@ inline chunk_plan plan_chunks(std::size_t count, std::size_t elem_size, std::siz
   p.chunks = count == 0 ? 0 : (count + p.chunk - 1) / p.chunk;
   const std::size_t first = std::min(count, p.chunk);
   const std::size_t vectors = (first + vector - 1) / vector;
+  const std::size_t want = (vectors + device_threads_per_block - 1) / device_threads_per_block;
+  p.blocks = static_cast<unsigned>(std::clamp<std::size_t>(want, 1, block_cap));
+  return p;
+}
+
+/// Plans a zero-copy call on registered windows: no staging, so one "chunk" of the whole count,
+/// split over as many blocks as its vectors need (one vector per thread), within `block_cap`.
+inline chunk_plan plan_direct(std::size_t count, std::size_t vector, unsigned block_cap) {
+  if (vector == 0 || block_cap == 0) COLLX_THROW(errc::invalid_argument, "gpu::plan_direct: zero vector or block cap");
+  chunk_plan p;
+  p.count = count;
+  p.vector = vector;
+  p.chunk = p.row_pitch = (count + vector - 1) / vector * vector;
+  p.chunks = count == 0 ? 0 : 1;
+  const std::size_t vectors = (count + vector - 1) / vector;
   const std::size_t want = (vectors + device_threads_per_block - 1) / device_threads_per_block;
   p.blocks = static_cast<unsigned>(std::clamp<std::size_t>(want, 1, block_cap));
   return p;
