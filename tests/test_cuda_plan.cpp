@@ -1,11 +1,10 @@
-// Host-side planning for collx's CUDA kernels (collx/cuda/launch_geometry.hpp, vector_plan.hpp,
-// staging_plan.hpp): plain C++, no CUDA needed. Every case is checked against an independent
-// computation: a simulated grid-stride loop, a brute-force search over head lengths on real
-// addresses, and a walk over the staged bytes.
+// Host-side planning for collx's CUDA kernels (collx/cuda/launch_geometry.hpp, vector_plan.hpp):
+// plain C++, no CUDA needed. Every case is checked against an independent computation: a simulated
+// grid-stride loop and a brute-force search over head lengths on real addresses. (The device
+// collectives' staging plan is device_plan.hpp, tested by test_cuda_device_plan.)
 #include <catch2/catch.hpp>
 
 #include <collx/cuda/launch_geometry.hpp>
-#include <collx/cuda/staging_plan.hpp>
 #include <collx/cuda/vector_plan.hpp>
 
 #include <algorithm>
@@ -207,93 +206,4 @@ TEST_CASE("vector plan: known figures", "[cuda_plan]") {
   } catch (const collx::error& e) {
     CHECK(e.code() == collx::errc::invalid_argument);
   }
-}
-
-namespace {
-
-std::size_t smallest_common_multiple(std::size_t a, std::size_t b) {
-  std::size_t m = a;
-  while (m % b != 0) m += a;
-  return m;
-}
-
-}  // namespace
-
-TEST_CASE("staging plan: chunks tile the buffer, fit their slot and alternate slots", "[cuda_plan]") {
-  for (const std::size_t elem : {1u, 2u, 4u, 8u, 12u, 16u, 48u}) {
-    for (const std::size_t staging : {96u, 100u, 1000u, 4096u, 65536u + 3u}) {
-      for (const std::size_t n : awkward_counts) {
-        const std::size_t total = n * elem;
-        CAPTURE(elem, staging, total);
-        const std::size_t unit = smallest_common_multiple(elem, 16);
-        if (2 * unit > staging) {
-          CHECK_THROWS_AS(gpu::staging_plan(total, staging, elem), collx::error);
-          continue;
-        }
-        const gpu::staging_plan plan(total, staging, elem);
-        const std::size_t slot = plan.slot_bytes();
-        CHECK(slot % unit == 0);
-        CHECK(2 * slot <= staging);              // both slots fit, without overlap
-        CHECK(2 * (slot + unit) > staging);      // and are as large as they can be
-        std::size_t next = 0;
-        for (std::size_t i = 0; i < plan.chunk_count(); ++i) {
-          const gpu::staging_chunk c = plan.chunk(i);
-          CHECK(c.offset == next);
-          CHECK(c.bytes >= 1);
-          CHECK(c.bytes % elem == 0);
-          CHECK(c.bytes <= slot);
-          if (i + 1 < plan.chunk_count()) CHECK(c.bytes == slot);
-          CHECK(c.slot == i % 2);
-          CHECK(c.staging_offset % 16 == 0);
-          CHECK(c.staging_offset + c.bytes <= staging);
-          if (i >= 1) {  // consecutive chunks are in flight together: disjoint staging bytes
-            const gpu::staging_chunk p = plan.chunk(i - 1);
-            CHECK((p.staging_offset + p.bytes <= c.staging_offset || c.staging_offset + c.bytes <= p.staging_offset));
-          }
-          next += c.bytes;
-        }
-        CHECK(next == total);
-        CHECK(plan.chunk_count() == (total + slot - 1) / slot);
-      }
-    }
-  }
-}
-
-TEST_CASE("staging plan: known figures and errors", "[cuda_plan]") {
-  const std::size_t MiB = std::size_t(1) << 20;
-  gpu::staging_plan p(10 * MiB, 4 * MiB, 4);
-  CHECK(p.slot_bytes() == 2 * MiB);
-  CHECK(p.chunk_count() == 5);
-  CHECK(p.chunk(4) == gpu::staging_chunk{8 * MiB, 2 * MiB, 0, 0});
-  CHECK(p.chunk(3) == gpu::staging_chunk{6 * MiB, 2 * MiB, 1, 2 * MiB});
-
-  gpu::staging_plan q(MiB + 4, MiB, 4);
-  CHECK(q.chunk_count() == 3);
-  CHECK(q.chunk(2) == gpu::staging_chunk{MiB, 4, 0, 0});
-
-  gpu::staging_plan s(12 * 5, 100, 12);  // unit lcm(12, 16) = 48; half of 100 holds one unit
-  CHECK(s.slot_bytes() == 48);
-  CHECK(s.chunk_count() == 2);
-  CHECK(s.chunk(1) == gpu::staging_chunk{48, 12, 1, 48});
-
-  CHECK(gpu::staging_plan(0, 64, 4).chunk_count() == 0);
-  CHECK_FALSE(gpu::staging_plan::reuse_waits_for(0).has_value());
-  CHECK_FALSE(gpu::staging_plan::reuse_waits_for(1).has_value());
-  CHECK(gpu::staging_plan::reuse_waits_for(2) == std::optional<std::size_t>(0));
-  CHECK(gpu::staging_plan::reuse_waits_for(7) == std::optional<std::size_t>(5));
-
-  const auto invalid = [](auto f) {
-    try {
-      f();
-    } catch (const collx::error& e) {
-      return e.code() == collx::errc::invalid_argument;
-    }
-    return false;
-  };
-  CHECK(invalid([] { gpu::staging_plan(64, 31, 4); }));     // slot of 15 bytes < 16
-  CHECK(invalid([] { gpu::staging_plan(6, 64, 4); }));      // 1.5 elements
-  CHECK(invalid([] { gpu::staging_plan(8, 64, 0); }));
-  CHECK(invalid([] { gpu::staging_plan(8, 64, 4, 3); }));   // alignment not a power of two
-  CHECK(invalid([] { gpu::staging_plan(8, 64, 4, 0); }));
-  CHECK(invalid([&] { (void)p.chunk(5); }));
 }
