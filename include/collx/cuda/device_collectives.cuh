@@ -387,20 +387,36 @@ struct all_to_all_step {
 /// one of them must be resident, since blocks wait for their peers' blocks.
 inline constexpr unsigned device_blocks_per_sm = 2;
 
+/// A call's first step, in every block: `base` = the epoch of the last chunk this rank finished
+/// (the call's epochs follow it), `dead` = an earlier call of this rank failed.
+__device__ inline void call_start(const device_view& v, std::uint64_t& base, int& dead) {
+  if (threadIdx.x == 0) {
+    base = counters_of(v)[0];
+    dead = cuda::atomic_ref<std::uint64_t, cuda::thread_scope_device>(*claim_of(v)).load(cuda::memory_order_relaxed) != 0;
+  }
+  __syncthreads();
+}
+
+/// A call's last step, in every block: the last block to get here records `last_epoch` for the
+/// next call (a kernel starts only after the previous one on its stream has ended).
+__device__ inline void call_end(const device_view& v, std::uint64_t last_epoch) {
+  __syncthreads();
+  unsigned long long* counters = counters_of(v);
+  if (threadIdx.x == 0 && atomicAdd(&counters[1], 1ull) == gridDim.x - 1) {
+    counters[1] = 0;
+    counters[0] = last_epoch;
+  }
+}
+
 /// One launch runs every chunk of a call: stage, barrier, consume. All blocks take the call's chunk
 /// epochs from counters[0], which the last block to finish advances: a kernel starts only after
 /// the previous one on its stream has ended, so every block of a call sees the same epochs.
 template <class Step>
-__global__ void __launch_bounds__(device_threads_per_block, device_blocks_per_sm) collective_kernel(device_view v, chunk_plan plan,
-                                                                            device_signature sig, Step step) {
+__global__ void __launch_bounds__(device_threads_per_block, device_blocks_per_sm)
+    collective_kernel(device_view v, chunk_plan plan, device_signature sig, Step step) {
   __shared__ std::uint64_t base;
   __shared__ int dead;
-  unsigned long long* counters = counters_of(v);
-  if (threadIdx.x == 0) {
-    base = counters[0];
-    dead = cuda::atomic_ref<std::uint64_t, cuda::thread_scope_device>(*claim_of(v)).load(cuda::memory_order_relaxed) != 0;
-  }
-  __syncthreads();
+  call_start(v, base, dead);
   if (dead) return;  // an earlier call of this rank failed: the communicator is unusable
   for (std::size_t c = 0; c < plan.chunks; ++c) {
     const std::uint64_t epoch = base + c + 1;
@@ -409,11 +425,7 @@ __global__ void __launch_bounds__(device_threads_per_block, device_blocks_per_sm
     if (!barrier(v, epoch, sig)) return;
     step.consume(v, plan, epoch, plan.chunk_begin(c), r);
   }
-  __syncthreads();
-  if (threadIdx.x == 0 && atomicAdd(&counters[1], 1ull) == gridDim.x - 1) {
-    counters[1] = 0;
-    counters[0] = base + plan.chunks;
-  }
+  call_end(v, base + plan.chunks);
 }
 
 // Zero-copy steps on registered windows: src[q] is rank q's window data (mapped here); there is no
@@ -468,24 +480,16 @@ struct direct_broadcast_step {
 /// stream is done), read the peers' windows straight into the output, barrier (every peer has
 /// finished reading this rank's window, which the caller may overwrite after the call). Two epochs.
 template <class Step>
-__global__ void __launch_bounds__(device_threads_per_block, device_blocks_per_sm) direct_kernel(device_view v, chunk_plan plan,
-                                                                        device_signature sig, Step step) {
+__global__ void __launch_bounds__(device_threads_per_block, device_blocks_per_sm)
+    direct_kernel(device_view v, chunk_plan plan, device_signature sig, Step step) {
   __shared__ std::uint64_t base;
   __shared__ int dead;
-  unsigned long long* counters = counters_of(v);
-  if (threadIdx.x == 0) {
-    base = counters[0];
-    dead = cuda::atomic_ref<std::uint64_t, cuda::thread_scope_device>(*claim_of(v)).load(cuda::memory_order_relaxed) != 0;
-  }
-  __syncthreads();
+  call_start(v, base, dead);
   if (dead) return;
   if (!barrier(v, base + 1, sig)) return;
   step.consume(v, plan, range_of_block(plan.count, plan.blocks, blockIdx.x, plan.vector));
   if (!barrier(v, base + 2, sig)) return;
-  if (threadIdx.x == 0 && atomicAdd(&counters[1], 1ull) == gridDim.x - 1) {
-    counters[1] = 0;
-    counters[0] = base + 2;
-  }
+  call_end(v, base + 2);
 }
 
 /// True when p is 16-byte aligned.
@@ -499,10 +503,10 @@ inline bool overlap(const void* p, std::size_t n, const void* q, std::size_t m) 
 /// Launches one staged call. The chunks and block ranges always use the type's vector width, so
 /// every rank cuts the call the same way whatever its pointers' alignment; `vector_ok` (this rank's
 /// pointers allow 16-byte accesses) only picks the kernel's access width.
-template <class T, template <class, std::size_t> class Launch>
+template <class T, class Scalar, class Vectored>
 void launch_call(device_communicator& dc, const char* name, collective coll, std::string_view op_name, int root,
-                 std::size_t count, std::size_t rows, bool vector_ok, cudaStream_t stream, const Launch<T, 1>& scalar,
-                 const Launch<T, device_vector_elements<T>>& vectored) {
+                 std::size_t count, std::size_t rows, bool vector_ok, cudaStream_t stream, const Scalar& scalar,
+                 const Vectored& vectored) {
   dc.check();
   const auto sig = device_signature::make(coll, detail::type_name<T>(), sizeof(T), op_name, root, count);
   constexpr std::size_t V = device_vector_elements<T>;
@@ -510,17 +514,17 @@ void launch_call(device_communicator& dc, const char* name, collective coll, std
   if (plan.chunks == 0) return;
   check(cudaSetDevice(dc.device()), name);
   if (V > 1 && vector_ok)
-    collective_kernel<<<plan.blocks, device_threads_per_block, 0, stream>>>(dc.view(), plan, sig, vectored.step);
-  else collective_kernel<<<plan.blocks, device_threads_per_block, 0, stream>>>(dc.view(), plan, sig, scalar.step);
+    collective_kernel<<<plan.blocks, device_threads_per_block, 0, stream>>>(dc.view(), plan, sig, vectored);
+  else collective_kernel<<<plan.blocks, device_threads_per_block, 0, stream>>>(dc.view(), plan, sig, scalar);
   check(cudaGetLastError(), name);
 }
 
 /// Launches one zero-copy call on window `w` at element `offset` (same on every rank: part of the
 /// signature, with the window id).
-template <class T, template <class, std::size_t> class Launch>
+template <class T, class Scalar, class Vectored>
 void launch_direct(device_communicator& dc, const char* name, collective coll, std::string_view op_name, int root,
                    std::size_t count, const window& w, std::size_t offset, bool vector_ok, cudaStream_t stream,
-                   const Launch<T, 1>& scalar, const Launch<T, device_vector_elements<T>>& vectored) {
+                   const Scalar& scalar, const Vectored& vectored) {
   dc.check();
   const std::uint64_t layout = (std::uint64_t{w.id} << 40) ^ offset;
   const auto sig = device_signature::make(coll, detail::type_name<T>(), sizeof(T), op_name, root, count, layout);
@@ -528,8 +532,8 @@ void launch_direct(device_communicator& dc, const char* name, collective coll, s
   const chunk_plan plan = plan_direct(count, V, dc.block_limit());
   check(cudaSetDevice(dc.device()), name);
   if (V > 1 && vector_ok)
-    direct_kernel<<<plan.blocks, device_threads_per_block, 0, stream>>>(dc.view(), plan, sig, vectored.step);
-  else direct_kernel<<<plan.blocks, device_threads_per_block, 0, stream>>>(dc.view(), plan, sig, scalar.step);
+    direct_kernel<<<plan.blocks, device_threads_per_block, 0, stream>>>(dc.view(), plan, sig, vectored);
+  else direct_kernel<<<plan.blocks, device_threads_per_block, 0, stream>>>(dc.view(), plan, sig, scalar);
   check(cudaGetLastError(), name);
 }
 
@@ -552,50 +556,23 @@ void window_sources(const window& w, std::size_t offset, const T* (&src)[max_dev
     src[r] = r < w.world ? reinterpret_cast<const T*>(w.base[static_cast<std::size_t>(r)]) + offset : nullptr;
 }
 
-template <class S>
-struct wrap {
-  S step;
-};
-template <class T, class Op>
-struct ar_launch {
-  template <class U, std::size_t V>
-  using type = wrap<all_reduce_step<U, Op, V>>;
-};
-template <class T, class Op>
-struct rs_launch {
-  template <class U, std::size_t V>
-  using type = wrap<reduce_scatter_step<U, Op, V>>;
-};
-template <class U, std::size_t V>
-using ag_launch = wrap<all_gather_step<U, V>>;
-template <class U, std::size_t V>
-using bc_launch = wrap<broadcast_step<U, V>>;
-template <class U, std::size_t V>
-using a2a_launch = wrap<all_to_all_step<U, V>>;
-template <class T, class Op>
-struct dar_launch {
-  template <class U, std::size_t V>
-  using type = wrap<direct_all_reduce_step<U, Op, V>>;
-};
-template <class T, class Op>
-struct drs_launch {
-  template <class U, std::size_t V>
-  using type = wrap<direct_reduce_scatter_step<U, Op, V>>;
-};
-template <class U, std::size_t V>
-using dag_launch = wrap<direct_all_gather_step<U, V>>;
-template <class U, std::size_t V>
-using dbc_launch = wrap<direct_broadcast_step<U, V>>;
-
 /// The step of a zero-copy call with its sources filled in from the window.
-template <class W, class T>
-W with_sources(W w, const window& win, std::size_t offset) {
-  window_sources<T>(win, offset, w.step.src);
-  return w;
+template <class T, class Step>
+Step with_sources(Step step, const window& win, std::size_t offset) {
+  window_sources<T>(win, offset, step.src);
+  return step;
 }
 
 inline void require(bool ok, const char* name, const std::string& what) {
   if (!ok) COLLX_THROW(errc::invalid_argument, std::string(name) + ": " + what);
+}
+/// The buffers of a rooted call (reduce, broadcast): at the root, send and recv both given and
+/// either the same buffer or apart; elsewhere, `needed` (the one buffer a non-root uses) given.
+inline void check_rooted_buffers(bool is_root, const void* send, const void* recv, const void* needed, std::size_t bytes,
+                                 const char* name) {
+  require(is_root ? send && recv : needed != nullptr, name, "null buffer with " + std::to_string(bytes) + " bytes");
+  require(!is_root || send == recv || !overlap(send, bytes, recv, bytes), name,
+          "send and recv overlap but are not the same buffer");
 }
 inline void check_root(const device_communicator& dc, int root, const char* name) {
   require(root >= 0 && root < dc.size(), name,
@@ -620,10 +597,9 @@ void all_reduce(device_communicator& dc, const T* send, T* recv, std::size_t cou
   if (count == 0) return dc.check();
   require(send && recv, name, "null buffer with count " + std::to_string(count));
   require(send == recv || !overlap(send, count * sizeof(T), recv, count * sizeof(T)), name, "send and recv overlap but are not the same buffer");
-  using L = ar_launch<T, Op>;
-  launch_call<T, L::template type>(dc, name, collective::allreduce, op_traits<Op>::name, -1, count, 1,
-                                   aligned16(send) && aligned16(recv), stream, {{send, recv, op, -1}},
-                                   {{send, recv, op, -1}});
+  launch_call<T>(dc, name, collective::allreduce, op_traits<Op>::name, -1, count, 1, aligned16(send) && aligned16(recv),
+                 stream, all_reduce_step<T, Op, 1>{send, recv, op, -1},
+                 all_reduce_step<T, Op, device_vector_elements<T>>{send, recv, op, -1});
 }
 
 /// Reduce on device memory: as all_reduce, but only `root` receives (recv is not touched, and may be
@@ -638,13 +614,11 @@ void reduce(device_communicator& dc, const T* send, T* recv, std::size_t count, 
   check_root(dc, root, name);
   if (count == 0) return dc.check();
   const bool is_root = dc.rank() == root;
-  require(send && (recv || !is_root), name, "null buffer with count " + std::to_string(count));
-  require(!is_root || send == recv || !overlap(send, count * sizeof(T), recv, count * sizeof(T)), name,
-          "send and recv overlap but are not the same buffer");
-  using L = ar_launch<T, Op>;
+  check_rooted_buffers(is_root, send, recv, send, count * sizeof(T), name);
   const bool vec = aligned16(send) && (!is_root || aligned16(recv));
-  launch_call<T, L::template type>(dc, name, collective::reduce, op_traits<Op>::name, root, count, 1, vec, stream,
-                                   {{send, recv, op, root}}, {{send, recv, op, root}});
+  launch_call<T>(dc, name, collective::reduce, op_traits<Op>::name, root, count, 1, vec, stream,
+                 all_reduce_step<T, Op, 1>{send, recv, op, root},
+                 all_reduce_step<T, Op, device_vector_elements<T>>{send, recv, op, root});
 }
 
 /// Reduce-scatter on device memory: rank r receives block r of the reduction,
@@ -661,10 +635,10 @@ void reduce_scatter(device_communicator& dc, const T* send, T* recv, std::size_t
   const std::size_t n = static_cast<std::size_t>(dc.size());
   require(send && recv, name, "null buffer with count " + std::to_string(recv_count));
   require(!overlap(send, n * recv_count * sizeof(T), recv, recv_count * sizeof(T)), name, "send and recv overlap");
-  using L = rs_launch<T, Op>;
   const bool vec = aligned16(send) && aligned16(recv) && (recv_count * sizeof(T)) % 16 == 0;
-  launch_call<T, L::template type>(dc, name, collective::reduce_scatter, op_traits<Op>::name, -1, recv_count, n, vec,
-                                   stream, {{send, recv, op}}, {{send, recv, op}});
+  launch_call<T>(dc, name, collective::reduce_scatter, op_traits<Op>::name, -1, recv_count, n, vec, stream,
+                 reduce_scatter_step<T, Op, 1>{send, recv, op},
+                 reduce_scatter_step<T, Op, device_vector_elements<T>>{send, recv, op});
 }
 
 /// All-gather on device memory: recv = send_0 | send_1 | ... | send_{n-1} on every rank.
@@ -682,8 +656,8 @@ void all_gather(device_communicator& dc, const T* send, T* recv, std::size_t sen
               !overlap(send, send_count * sizeof(T), recv, n * send_count * sizeof(T)),
           name, "send overlaps recv but is not this rank's block of it");
   const bool vec = aligned16(send) && aligned16(recv) && (send_count * sizeof(T)) % 16 == 0;
-  launch_call<T, ag_launch>(dc, name, collective::all_gather, "", -1, send_count, 1, vec, stream, {{send, recv}},
-                            {{send, recv}});
+  launch_call<T>(dc, name, collective::all_gather, "", -1, send_count, 1, vec, stream, all_gather_step<T, 1>{send, recv},
+                 all_gather_step<T, device_vector_elements<T>>{send, recv});
 }
 
 /// Broadcast on device memory: every rank's recv = root's send. In place when send == recv (the
@@ -696,12 +670,10 @@ void broadcast(device_communicator& dc, const T* send, T* recv, std::size_t coun
   check_root(dc, root, name);
   if (count == 0) return dc.check();
   const bool is_root = dc.rank() == root;
-  require(recv && (send || !is_root), name, "null buffer with count " + std::to_string(count));
-  require(!is_root || send == recv || !overlap(send, count * sizeof(T), recv, count * sizeof(T)), name,
-          "send and recv overlap but are not the same buffer");
+  check_rooted_buffers(is_root, send, recv, recv, count * sizeof(T), name);
   const bool vec = aligned16(recv) && (!is_root || aligned16(send));
-  launch_call<T, bc_launch>(dc, name, collective::broadcast, "", root, count, 1, vec, stream, {{send, recv, root}},
-                            {{send, recv, root}});
+  launch_call<T>(dc, name, collective::broadcast, "", root, count, 1, vec, stream, broadcast_step<T, 1>{send, recv, root},
+                 broadcast_step<T, device_vector_elements<T>>{send, recv, root});
 }
 
 /// All-to-all on device memory: block d of rank r's send (count elements) lands in block r of rank
@@ -718,8 +690,8 @@ void all_to_all(device_communicator& dc, const T* send, T* recv, std::size_t cou
   require(send && recv, name, "null buffer with count " + std::to_string(count));
   require(send == recv || !overlap(send, bytes, recv, bytes), name, "send and recv overlap but are not the same buffer");
   const bool vec = aligned16(send) && aligned16(recv) && (count * sizeof(T)) % 16 == 0;
-  launch_call<T, a2a_launch>(dc, name, collective::all_to_all, "", -1, count, static_cast<std::size_t>(dc.size()), vec,
-                             stream, {{send, recv}}, {{send, recv}});
+  launch_call<T>(dc, name, collective::all_to_all, "", -1, count, static_cast<std::size_t>(dc.size()), vec, stream,
+                 all_to_all_step<T, 1>{send, recv}, all_to_all_step<T, device_vector_elements<T>>{send, recv});
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -743,13 +715,10 @@ void all_reduce(device_communicator& dc, const window& send, std::size_t send_of
   const T* mine = reinterpret_cast<const T*>(send.base[static_cast<std::size_t>(dc.rank())]) + send_offset;
   require(recv != nullptr, name, "null recv with count " + std::to_string(count));
   require(!overlap(mine, count * sizeof(T), recv, count * sizeof(T)), name, "recv overlaps the window elements it reads");
-  using L = dar_launch<T, Op>;
-  using W1 = typename L::template type<T, 1>;
-  using WV = typename L::template type<T, device_vector_elements<T>>;
-  launch_direct<T, L::template type>(dc, name, collective::allreduce, op_traits<Op>::name, -1, count, send, send_offset,
-                                     send.aligned16_at<T>(send_offset) && aligned16(recv), stream,
-                                     with_sources<W1, T>(W1{{{}, recv, op, -1}}, send, send_offset),
-                                     with_sources<WV, T>(WV{{{}, recv, op, -1}}, send, send_offset));
+  launch_direct<T>(dc, name, collective::allreduce, op_traits<Op>::name, -1, count, send, send_offset,
+                   send.aligned16_at<T>(send_offset) && aligned16(recv), stream,
+                   with_sources<T>(direct_all_reduce_step<T, Op, 1>{{}, recv, op, -1}, send, send_offset),
+                   with_sources<T>(direct_all_reduce_step<T, Op, device_vector_elements<T>>{{}, recv, op, -1}, send, send_offset));
 }
 
 /// Reduce-scatter from a window: recv[i] = fold over ranks q of element send_offset + rank *
@@ -767,13 +736,10 @@ void reduce_scatter(device_communicator& dc, const window& send, std::size_t sen
   const T* mine = reinterpret_cast<const T*>(send.base[static_cast<std::size_t>(dc.rank())]) + send_offset;
   require(recv != nullptr, name, "null recv with count " + std::to_string(recv_count));
   require(!overlap(mine, n * recv_count * sizeof(T), recv, recv_count * sizeof(T)), name, "recv overlaps the window elements read");
-  using L = drs_launch<T, Op>;
-  using W1 = typename L::template type<T, 1>;
-  using WV = typename L::template type<T, device_vector_elements<T>>;
   const bool vec = send.aligned16_at<T>(send_offset) && aligned16(recv) && (recv_count * sizeof(T)) % 16 == 0;
-  launch_direct<T, L::template type>(dc, name, collective::reduce_scatter, op_traits<Op>::name, -1, recv_count, send,
-                                     send_offset, vec, stream, with_sources<W1, T>(W1{{{}, recv, op}}, send, send_offset),
-                                     with_sources<WV, T>(WV{{{}, recv, op}}, send, send_offset));
+  launch_direct<T>(dc, name, collective::reduce_scatter, op_traits<Op>::name, -1, recv_count, send, send_offset, vec, stream,
+                   with_sources<T>(direct_reduce_scatter_step<T, Op, 1>{{}, recv, op}, send, send_offset),
+                   with_sources<T>(direct_reduce_scatter_step<T, Op, device_vector_elements<T>>{{}, recv, op}, send, send_offset));
 }
 
 /// All-gather from a window: block q of recv (send_count elements) = elements [send_offset,
@@ -791,9 +757,9 @@ void all_gather(device_communicator& dc, const window& send, std::size_t send_of
   require(recv != nullptr, name, "null recv with count " + std::to_string(send_count));
   require(!overlap(mine, send_count * sizeof(T), recv, n * send_count * sizeof(T)), name, "recv overlaps the window elements read");
   const bool vec = send.aligned16_at<T>(send_offset) && aligned16(recv) && (send_count * sizeof(T)) % 16 == 0;
-  launch_direct<T, dag_launch>(dc, name, collective::all_gather, "", -1, send_count, send, send_offset, vec, stream,
-                               with_sources<dag_launch<T, 1>, T>({{{}, recv}}, send, send_offset),
-                               with_sources<dag_launch<T, device_vector_elements<T>>, T>({{{}, recv}}, send, send_offset));
+  launch_direct<T>(dc, name, collective::all_gather, "", -1, send_count, send, send_offset, vec, stream,
+                   with_sources<T>(direct_all_gather_step<T, 1>{{}, recv}, send, send_offset),
+                   with_sources<T>(direct_all_gather_step<T, device_vector_elements<T>>{{}, recv}, send, send_offset));
 }
 
 /// Broadcast from the root's window: recv = elements [send_offset, send_offset + count) of the
@@ -813,9 +779,9 @@ void broadcast(device_communicator& dc, const window& send, std::size_t send_off
     require(!overlap(mine, count * sizeof(T), recv, count * sizeof(T)), name, "the root's recv overlaps the window elements it serves");
   }
   const bool vec = (send.address[static_cast<std::size_t>(root)] + send_offset * sizeof(T)) % 16 == 0 && aligned16(recv);
-  launch_direct<T, dbc_launch>(dc, name, collective::broadcast, "", root, count, send, send_offset, vec, stream,
-                               with_sources<dbc_launch<T, 1>, T>({{{}, recv, root}}, send, send_offset),
-                               with_sources<dbc_launch<T, device_vector_elements<T>>, T>({{{}, recv, root}}, send, send_offset));
+  launch_direct<T>(dc, name, collective::broadcast, "", root, count, send, send_offset, vec, stream,
+                   with_sources<T>(direct_broadcast_step<T, 1>{{}, recv, root}, send, send_offset),
+                   with_sources<T>(direct_broadcast_step<T, device_vector_elements<T>>{{}, recv, root}, send, send_offset));
 }
 
 }  // namespace gpu
