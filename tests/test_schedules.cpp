@@ -28,6 +28,7 @@
 #include <catch2/catch.hpp>
 
 #include <collx/algo/build.hpp>
+#include <collx/detail/schedule_cache.hpp>
 
 #include <algorithm>
 #include <array>
@@ -1284,4 +1285,37 @@ TEST_CASE("schedules: the checker catches broken schedules", "[schedules]") {
     });
     CHECK_THAT(must_fail(k), Catch::Contains("receives 1 elements but rank 0 sent"));
   }
+}
+
+TEST_CASE("schedule cache: equal parameters reuse the steps, any change rebuilds them", "[schedule]") {
+  collx::detail::schedule_cache cache;
+  auto set = [&](int n, int r, std::size_t count, int root, bool one_shot) {
+    cs::params& p = cache.params();
+    p.coll = collx::collective::allreduce;
+    p.world_size = n;
+    p.rank = r;
+    p.root = root;
+    p.one_shot = one_shot;
+    p.slices = 1;
+    p.keep_empty = false;
+    p.ring.clear();
+    cs::vector_blocks_into(p.blocks, count, n);
+    return p;
+  };
+  const collx::algorithm algs[] = {collx::algorithm::direct, collx::algorithm::ring, collx::algorithm::tree};
+  const cs::steps* first = nullptr;
+  for (int round = 0; round < 2; ++round)
+    for (int n : {2, 3})
+      for (std::size_t count : {std::size_t{7}, std::size_t{8}})
+        for (collx::algorithm a : algs)
+          for (bool in_place : {false, true})
+            for (bool one_shot : {true, false}) {
+              const cs::params p = set(n, n - 1, count, 0, one_shot);
+              const cs::steps& got = cache.steps(a, in_place);
+              CHECK(got == cs::make_schedule(a, p, in_place));  // never a stale schedule
+              if (!first) first = &got;
+              CHECK(&got == first);  // one entry, reused storage
+              // The same call again returns the cached steps unchanged.
+              CHECK(cache.steps(a, in_place) == got);
+            }
 }

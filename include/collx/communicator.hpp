@@ -15,6 +15,7 @@
 
 #include <collx/algo/automatic.hpp>
 #include <collx/detail/async_engine.hpp>
+#include <collx/detail/schedule_cache.hpp>
 #include <collx/environment.hpp>
 #include <collx/error.hpp>
 #include <collx/transport/transport.hpp>
@@ -87,6 +88,7 @@ class communicator {
       sequence_ = o.sequence_;
       scratch_ = std::move(o.scratch_);
       scratch_bytes_ = o.scratch_bytes_;
+      schedules_ = std::move(o.schedules_);
       hierarchy_ = std::move(o.hierarchy_);
       linked_ = std::move(o.linked_);
     }
@@ -195,6 +197,9 @@ class communicator {
   /// Advances and returns this communicator's call sequence number (first call: 1).
   std::uint64_t next_sequence() noexcept { return ++sequence_; }
 
+  /// The last schedule this communicator built, for the next call with the same parameters.
+  detail::schedule_cache& schedules() noexcept { return schedules_; }
+
   /// Scratch memory of at least `bytes` bytes, 64-byte aligned, owned by the communicator.
   std::byte* scratch(std::size_t bytes) {
     if (bytes > scratch_bytes_) {
@@ -213,6 +218,7 @@ class communicator {
   std::uint64_t sequence_ = 0;
   std::unique_ptr<std::byte, aligned_delete> scratch_;
   std::size_t scratch_bytes_ = 0;
+  detail::schedule_cache schedules_;
   std::shared_ptr<hierarchy> hierarchy_;
   std::vector<std::shared_ptr<transport>> linked_;
   mutable std::atomic<std::thread::id> busy_{};  // the thread inside a call (call_scope), or none

@@ -112,6 +112,7 @@ struct block {
   std::size_t in = 0, out = 0, tmp = 0;
   std::size_t count = 0;
   std::size_t recv_count = 0;
+  friend constexpr bool operator==(const block&, const block&) = default;
 };
 
 /// Everything an algorithm needs to build one rank's schedule.
@@ -129,6 +130,7 @@ struct params {
   /// empty: 0 -> 1 -> ... -> n-1 -> 0. From communicator_options::ring_order, e.g. a ring that
   /// topo::search_rings found over the machine's links.
   std::vector<int> ring;
+  friend constexpr bool operator==(const params&, const params&) = default;
 };
 
 /// One rank's schedule.
@@ -145,9 +147,13 @@ constexpr std::size_t chunk_begin(std::size_t count, std::size_t parts, std::siz
 /// broadcast); offsets start at 0 in every buffer. `b` becomes world_size blocks.
 constexpr void vector_blocks_into(std::vector<block>& b, std::size_t count, int world_size) {
   b.resize(static_cast<std::size_t>(world_size));  // reuses the caller's storage: no allocation per call
-  for (std::size_t c = 0; c < b.size(); ++c) {
-    const std::size_t lo = chunk_begin(count, b.size(), c), hi = chunk_begin(count, b.size(), c + 1);
-    b[c] = {lo, lo, lo, hi - lo, hi - lo};
+  // chunk_begin's split, with its two divisions done once (this runs on every small collective).
+  const std::size_t parts = b.size(), q = count / parts, r = count % parts;
+  std::size_t lo = 0;
+  for (std::size_t c = 0; c < parts; ++c) {
+    const std::size_t len = q + (c < r ? 1 : 0);
+    b[c] = {lo, lo, lo, len, len};
+    lo += len;
   }
 }
 /// vector_blocks_into, returning a new vector.

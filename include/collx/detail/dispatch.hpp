@@ -200,8 +200,10 @@ void run_collective(communicator& comm, collective coll, const T* in, T* out, bo
   sig.coll = coll;
   sig.count = sig_count;
   sig.type_size = sizeof(T);
-  sig.type_hash = fnv1a(type_name<T>());
-  sig.op_hash = reduces ? fnv1a(op_traits<Op>::name) : 0;
+  static constexpr std::uint64_t type_hash = fnv1a(type_name<T>());  // once per type, not per call
+  static constexpr std::uint64_t op_hash = reduces ? fnv1a(op_traits<Op>::name) : 0;
+  sig.type_hash = type_hash;
+  sig.op_hash = op_hash;
   sig.root = root;
   sig.algo = static_cast<std::uint8_t>(alg);
   sig.layout_hash = lay.varying && coll != collective::all_to_all ? hash_counts(lay.counts) : 0;
@@ -215,11 +217,15 @@ void run_collective(communicator& comm, collective coll, const T* in, T* out, bo
   try {
     if (total == 0 && coll != collective::all_to_all && coll != collective::barrier) return;  // all ranks know
 
-    schedule::params p;
+    // Every field is set: the cached parameters keep the last call's values (and vectors).
+    schedule::params& p = comm.schedules().params();
     p.coll = coll;
     p.world_size = n;
     p.rank = r;
     p.root = root < 0 ? 0 : root;
+    p.one_shot = true;
+    p.slices = 1;
+    p.keep_empty = false;
     p.ring = comm.options().ring_order;
     p.blocks.resize(static_cast<std::size_t>(n));
     exec_context<T, Op> cx;
@@ -232,7 +238,7 @@ void run_collective(communicator& comm, collective coll, const T* in, T* out, bo
 
     auto run_segment = [&](std::size_t scratch_elems) {
       cx.tmp = reduces && scratch_elems ? reinterpret_cast<acc*>(comm.scratch(scratch_elems * sizeof(acc))) : nullptr;
-      execute(tp, sig, schedule::make_schedule(alg, p, in_place), cx);
+      execute(tp, sig, comm.schedules().steps(alg, in_place), cx);
     };
     // Per-rank block offsets: prefix sums of the counts.
     std::vector<std::size_t> prefix;
