@@ -235,6 +235,9 @@ template <class T, class Op, std::size_t V, class Source>
 __device__ inline void fold_ranks(const device_view& v, Source source, block_range r, T* out, const Op& op) {
   using red = detail::reduction<T, Op>;
   using acc = typename red::acc;
+  // Never taken: makes an op without a __device__ call operator a compile error here (the shared
+  // host/device reduction code has nvcc's check off, so it would otherwise compile to nothing).
+  if (r.begin == ~std::size_t{0}) require_device_callable<T>(op, *out);
   for_each_in<V>(
       r,
       [&](std::size_t first, unsigned n) {
@@ -647,6 +650,7 @@ void reduce_scatter(device_communicator& dc, const T* send, T* recv, std::size_t
 /// @throws as all_reduce.
 template <class T>
 void all_gather(device_communicator& dc, const T* send, T* recv, std::size_t send_count, cudaStream_t stream = nullptr) {
+  static_assert(element<T>, "collx::gpu::all_gather: T must be a trivially copyable object type (collx/concepts.hpp)");
   constexpr const char* name = "gpu::all_gather";
   using namespace device_detail;
   if (send_count == 0) return dc.check();
@@ -665,6 +669,7 @@ void all_gather(device_communicator& dc, const T* send, T* recv, std::size_t sen
 /// @throws as all_reduce, and errc::invalid_argument for a root outside [0, size).
 template <class T>
 void broadcast(device_communicator& dc, const T* send, T* recv, std::size_t count, int root, cudaStream_t stream = nullptr) {
+  static_assert(element<T>, "collx::gpu::broadcast: T must be a trivially copyable object type (collx/concepts.hpp)");
   constexpr const char* name = "gpu::broadcast";
   using namespace device_detail;
   check_root(dc, root, name);
@@ -683,6 +688,7 @@ void broadcast(device_communicator& dc, const T* send, T* recv, std::size_t coun
 /// @throws as all_reduce.
 template <class T>
 void all_to_all(device_communicator& dc, const T* send, T* recv, std::size_t count, cudaStream_t stream = nullptr) {
+  static_assert(element<T>, "collx::gpu::all_to_all: T must be a trivially copyable object type (collx/concepts.hpp)");
   constexpr const char* name = "gpu::all_to_all";
   using namespace device_detail;
   if (count == 0) return dc.check();
@@ -748,6 +754,7 @@ void reduce_scatter(device_communicator& dc, const window& send, std::size_t sen
 template <class T>
 void all_gather(device_communicator& dc, const window& send, std::size_t send_offset, T* recv, std::size_t send_count,
                 cudaStream_t stream = nullptr) {
+  static_assert(element<T>, "collx::gpu::all_gather: T must be a trivially copyable object type (collx/concepts.hpp)");
   constexpr const char* name = "gpu::all_gather(window)";
   using namespace device_detail;
   if (send_count == 0) return dc.check();
@@ -768,6 +775,7 @@ void all_gather(device_communicator& dc, const window& send, std::size_t send_of
 template <class T>
 void broadcast(device_communicator& dc, const window& send, std::size_t send_offset, T* recv, std::size_t count, int root,
                cudaStream_t stream = nullptr) {
+  static_assert(element<T>, "collx::gpu::broadcast: T must be a trivially copyable object type (collx/concepts.hpp)");
   constexpr const char* name = "gpu::broadcast(window)";
   using namespace device_detail;
   check_root(dc, root, name);
