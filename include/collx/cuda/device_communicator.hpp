@@ -59,10 +59,10 @@ struct device_view {
   std::byte* workspace[max_device_world] = {};  ///< rank r's workspace, mapped here
   int rank = 0;                                 ///< this rank
   int world = 1;                                ///< ranks
-  std::size_t counters_offset = 0;              ///< workspace_layout's offsets
-  std::size_t claim_offset = 0;
-  std::size_t flags_offset = 0;
-  std::size_t staging_offset = 0;
+  std::size_t counters_offset = 0;              ///< bytes into a workspace: workspace_layout::counters_offset
+  std::size_t claim_offset = 0;                 ///< bytes: workspace_layout::claim_offset
+  std::size_t flags_offset = 0;                 ///< bytes: workspace_layout::flags_offset
+  std::size_t staging_offset = 0;               ///< bytes: workspace_layout::staging_offset
   std::size_t slot_bytes = 0;                   ///< bytes per staging slot
   device_status* status = nullptr;              ///< host-mapped status (device address)
   std::uint64_t timeout_ns = 0;                 ///< wait limit per flag
