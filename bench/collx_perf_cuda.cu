@@ -14,6 +14,7 @@
 //
 // usage: collx-perf-cuda [--ranks N] [-b BYTES] [-e BYTES] [-f FACTOR] [-n ITERS] [-w WARMUP]
 //                        [--rounds R] [--staging BYTES] [--no-custom]
+// (sizes as collx-perf takes them: 8, 64K, 4M, 1G; -f an integer factor)
 #include <collx/cuda/device_collectives.cuh>
 #include <collx/transport/threads.hpp>
 
@@ -31,6 +32,7 @@
 #include <thread>
 #include <vector>
 
+#include "perf_common.hpp"
 #include "perf_math.hpp"
 
 namespace gpu = collx::gpu;
@@ -55,40 +57,33 @@ struct options {
   std::exit(2);
 }
 
-std::size_t parse_bytes(const char* s) {
-  char* end = nullptr;
-  double v = std::strtod(s, &end);
-  if (end == s) usage("bad size");
-  switch (*end) {
-    case 'K': case 'k': v *= 1024; break;
-    case 'M': case 'm': v *= 1024 * 1024; break;
-    case 'G': case 'g': v *= 1024.0 * 1024 * 1024; break;
-    default: break;
-  }
-  return static_cast<std::size_t>(v);
-}
-
+// Sizes and counts parse as collx-perf's do (perf_common.hpp: 8, 64K, 4M, 1G; bounded integers).
 options parse(int argc, char** argv) {
+  using collx_perf::parse_bytes;
+  using collx_perf::parse_integer;
   options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto val = [&]() -> const char* {
-      if (i + 1 >= argc) usage(("missing value after " + a).c_str());
-      return argv[++i];
-    };
-    if (a == "--ranks") o.ranks = std::atoi(val());
-    else if (a == "-b") o.min_bytes = parse_bytes(val());
-    else if (a == "-e") o.max_bytes = parse_bytes(val());
-    else if (a == "-f") o.factor = std::atof(val());
-    else if (a == "-n") o.iters = std::atoi(val());
-    else if (a == "-w") o.warmup = std::atoi(val());
-    else if (a == "--rounds") o.rounds = std::atoi(val());
-    else if (a == "--staging") o.staging = parse_bytes(val());
-    else if (a == "--no-custom") o.custom = false;
-    else usage(("unknown option " + a).c_str());
+  try {
+    for (int i = 1; i < argc; ++i) {
+      const std::string a = argv[i];
+      auto val = [&]() -> std::string {
+        if (i + 1 >= argc) usage(("missing value after " + a).c_str());
+        return argv[++i];
+      };
+      if (a == "--ranks") o.ranks = static_cast<int>(parse_integer(a, val(), 1, gpu::max_device_world));
+      else if (a == "-b") o.min_bytes = parse_bytes(a, val());
+      else if (a == "-e") o.max_bytes = parse_bytes(a, val());
+      else if (a == "-f") o.factor = static_cast<double>(parse_integer(a, val(), 2, 1024));
+      else if (a == "-n") o.iters = static_cast<int>(parse_integer(a, val(), 1, 1 << 30));
+      else if (a == "-w") o.warmup = static_cast<int>(parse_integer(a, val(), 0, 1 << 30));
+      else if (a == "--rounds") o.rounds = static_cast<int>(parse_integer(a, val(), 1, 1000));
+      else if (a == "--staging") o.staging = parse_bytes(a, val());
+      else if (a == "--no-custom") o.custom = false;
+      else usage(("unknown option " + a).c_str());
+    }
+  } catch (const collx_perf::usage_error& e) {
+    usage(e.what());
   }
-  if (o.ranks < 1 || o.ranks > gpu::max_device_world || o.factor <= 1 || o.iters < 1 || o.rounds < 1 || o.min_bytes < 4)
-    usage("bad option value");
+  if (o.min_bytes < 4 || o.max_bytes < o.min_bytes) usage("need 4 <= -b <= -e");
   return o;
 }
 

@@ -43,6 +43,7 @@
 #include <collx/cuda/device_callable.cuh>
 #include <collx/cuda/device_communicator.hpp>
 #include <collx/cuda/device_plan.hpp>
+#include <collx/cuda/reduce_kernel.cuh>  // ranges_overlap
 #include <collx/cuda/runtime.hpp>
 #include <collx/cuda_types.hpp>
 #include <collx/detail/reduction.hpp>
@@ -498,10 +499,6 @@ __global__ void __launch_bounds__(device_threads_per_block, device_blocks_per_sm
 /// True when p is 16-byte aligned.
 inline bool aligned16(const void* p) noexcept { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
 
-inline bool overlap(const void* p, std::size_t n, const void* q, std::size_t m) noexcept {
-  const auto x = reinterpret_cast<std::uintptr_t>(p), y = reinterpret_cast<std::uintptr_t>(q);
-  return n != 0 && m != 0 && x < y + m && y < x + n;
-}
 
 /// Launches one staged call. The chunks and block ranges always use the type's vector width, so
 /// every rank cuts the call the same way whatever its pointers' alignment; `vector_ok` (this rank's
@@ -574,7 +571,7 @@ inline void require(bool ok, const char* name, const std::string& what) {
 inline void check_rooted_buffers(bool is_root, const void* send, const void* recv, const void* needed, std::size_t bytes,
                                  const char* name) {
   require(is_root ? send && recv : needed != nullptr, name, "null buffer with " + std::to_string(bytes) + " bytes");
-  require(!is_root || send == recv || !overlap(send, bytes, recv, bytes), name,
+  require(!is_root || send == recv || !ranges_overlap(send, bytes, recv, bytes), name,
           "send and recv overlap but are not the same buffer");
 }
 inline void check_root(const device_communicator& dc, int root, const char* name) {
@@ -599,7 +596,7 @@ void all_reduce(device_communicator& dc, const T* send, T* recv, std::size_t cou
   using namespace device_detail;
   if (count == 0) return dc.check();
   require(send && recv, name, "null buffer with count " + std::to_string(count));
-  require(send == recv || !overlap(send, count * sizeof(T), recv, count * sizeof(T)), name, "send and recv overlap but are not the same buffer");
+  require(send == recv || !ranges_overlap(send, count * sizeof(T), recv, count * sizeof(T)), name, "send and recv overlap but are not the same buffer");
   launch_call<T>(dc, name, collective::allreduce, op_traits<Op>::name, -1, count, 1, aligned16(send) && aligned16(recv),
                  stream, all_reduce_step<T, Op, 1>{send, recv, op, -1},
                  all_reduce_step<T, Op, device_vector_elements<T>>{send, recv, op, -1});
@@ -637,7 +634,7 @@ void reduce_scatter(device_communicator& dc, const T* send, T* recv, std::size_t
   if (recv_count == 0) return dc.check();
   const std::size_t n = static_cast<std::size_t>(dc.size());
   require(send && recv, name, "null buffer with count " + std::to_string(recv_count));
-  require(!overlap(send, n * recv_count * sizeof(T), recv, recv_count * sizeof(T)), name, "send and recv overlap");
+  require(!ranges_overlap(send, n * recv_count * sizeof(T), recv, recv_count * sizeof(T)), name, "send and recv overlap");
   const bool vec = aligned16(send) && aligned16(recv) && (recv_count * sizeof(T)) % 16 == 0;
   launch_call<T>(dc, name, collective::reduce_scatter, op_traits<Op>::name, -1, recv_count, n, vec, stream,
                  reduce_scatter_step<T, Op, 1>{send, recv, op},
@@ -657,7 +654,7 @@ void all_gather(device_communicator& dc, const T* send, T* recv, std::size_t sen
   const std::size_t n = static_cast<std::size_t>(dc.size());
   require(send && recv, name, "null buffer with count " + std::to_string(send_count));
   require(send == recv + static_cast<std::size_t>(dc.rank()) * send_count ||
-              !overlap(send, send_count * sizeof(T), recv, n * send_count * sizeof(T)),
+              !ranges_overlap(send, send_count * sizeof(T), recv, n * send_count * sizeof(T)),
           name, "send overlaps recv but is not this rank's block of it");
   const bool vec = aligned16(send) && aligned16(recv) && (send_count * sizeof(T)) % 16 == 0;
   launch_call<T>(dc, name, collective::all_gather, "", -1, send_count, 1, vec, stream, all_gather_step<T, 1>{send, recv},
@@ -694,7 +691,7 @@ void all_to_all(device_communicator& dc, const T* send, T* recv, std::size_t cou
   if (count == 0) return dc.check();
   const std::size_t bytes = static_cast<std::size_t>(dc.size()) * count * sizeof(T);
   require(send && recv, name, "null buffer with count " + std::to_string(count));
-  require(send == recv || !overlap(send, bytes, recv, bytes), name, "send and recv overlap but are not the same buffer");
+  require(send == recv || !ranges_overlap(send, bytes, recv, bytes), name, "send and recv overlap but are not the same buffer");
   const bool vec = aligned16(send) && aligned16(recv) && (count * sizeof(T)) % 16 == 0;
   launch_call<T>(dc, name, collective::all_to_all, "", -1, count, static_cast<std::size_t>(dc.size()), vec, stream,
                  all_to_all_step<T, 1>{send, recv}, all_to_all_step<T, device_vector_elements<T>>{send, recv});
@@ -720,7 +717,7 @@ void all_reduce(device_communicator& dc, const window& send, std::size_t send_of
   check_window<T>(dc, send, send_offset, count, name);
   const T* mine = reinterpret_cast<const T*>(send.base[static_cast<std::size_t>(dc.rank())]) + send_offset;
   require(recv != nullptr, name, "null recv with count " + std::to_string(count));
-  require(!overlap(mine, count * sizeof(T), recv, count * sizeof(T)), name, "recv overlaps the window elements it reads");
+  require(!ranges_overlap(mine, count * sizeof(T), recv, count * sizeof(T)), name, "recv overlaps the window elements it reads");
   launch_direct<T>(dc, name, collective::allreduce, op_traits<Op>::name, -1, count, send, send_offset,
                    send.aligned16_at<T>(send_offset) && aligned16(recv), stream,
                    with_sources<T>(direct_all_reduce_step<T, Op, 1>{{}, recv, op, -1}, send, send_offset),
@@ -741,7 +738,7 @@ void reduce_scatter(device_communicator& dc, const window& send, std::size_t sen
   check_window<T>(dc, send, send_offset, n * recv_count, name);
   const T* mine = reinterpret_cast<const T*>(send.base[static_cast<std::size_t>(dc.rank())]) + send_offset;
   require(recv != nullptr, name, "null recv with count " + std::to_string(recv_count));
-  require(!overlap(mine, n * recv_count * sizeof(T), recv, recv_count * sizeof(T)), name, "recv overlaps the window elements read");
+  require(!ranges_overlap(mine, n * recv_count * sizeof(T), recv, recv_count * sizeof(T)), name, "recv overlaps the window elements read");
   const bool vec = send.aligned16_at<T>(send_offset) && aligned16(recv) && (recv_count * sizeof(T)) % 16 == 0;
   launch_direct<T>(dc, name, collective::reduce_scatter, op_traits<Op>::name, -1, recv_count, send, send_offset, vec, stream,
                    with_sources<T>(direct_reduce_scatter_step<T, Op, 1>{{}, recv, op}, send, send_offset),
@@ -762,7 +759,7 @@ void all_gather(device_communicator& dc, const window& send, std::size_t send_of
   check_window<T>(dc, send, send_offset, send_count, name);
   const T* mine = reinterpret_cast<const T*>(send.base[static_cast<std::size_t>(dc.rank())]) + send_offset;
   require(recv != nullptr, name, "null recv with count " + std::to_string(send_count));
-  require(!overlap(mine, send_count * sizeof(T), recv, n * send_count * sizeof(T)), name, "recv overlaps the window elements read");
+  require(!ranges_overlap(mine, send_count * sizeof(T), recv, n * send_count * sizeof(T)), name, "recv overlaps the window elements read");
   const bool vec = send.aligned16_at<T>(send_offset) && aligned16(recv) && (send_count * sizeof(T)) % 16 == 0;
   launch_direct<T>(dc, name, collective::all_gather, "", -1, send_count, send, send_offset, vec, stream,
                    with_sources<T>(direct_all_gather_step<T, 1>{{}, recv}, send, send_offset),
@@ -784,7 +781,7 @@ void broadcast(device_communicator& dc, const window& send, std::size_t send_off
   require(recv != nullptr, name, "null recv with count " + std::to_string(count));
   if (dc.rank() == root) {
     const T* mine = reinterpret_cast<const T*>(send.base[static_cast<std::size_t>(root)]) + send_offset;
-    require(!overlap(mine, count * sizeof(T), recv, count * sizeof(T)), name, "the root's recv overlaps the window elements it serves");
+    require(!ranges_overlap(mine, count * sizeof(T), recv, count * sizeof(T)), name, "the root's recv overlaps the window elements it serves");
   }
   const bool vec = (send.address[static_cast<std::size_t>(root)] + send_offset * sizeof(T)) % 16 == 0 && aligned16(recv);
   launch_direct<T>(dc, name, collective::broadcast, "", root, count, send, send_offset, vec, stream,
