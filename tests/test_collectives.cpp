@@ -129,7 +129,7 @@ TEST_CASE("send/recv: every world size, ordered messages, zero-length, several t
         const auto answer = ref::gen_vec<ref::loc16>(r, 3, flavor::general, 9);
         collx::send(c, std::span<const ref::loc16>(answer), 0);
       }
-      // A ring shift: even ranks send first, odd ranks receive first (send is synchronous).
+      // A ring shift: even ranks send first, odd ranks receive first (send may be synchronous).
       const auto mine = ref::gen_vec<float>(r, 64, flavor::general, 10);
       auto in = ref::poisoned<float>(64);
       if (r % 2 == 0) {

@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -423,6 +424,55 @@ TEST_CASE("B6 over shm: unaligned buffers and a buffer that ends at a guard page
       return wrong;
     }, {}, shm));
   }
+}
+
+TEST_CASE("shm: a staged send returns before recv is called; a large one waits; buffers reused at once", "[shm][p2p]") {
+  // Flags in memory both forked ranks share: the order of events, not timing, decides the test.
+  void* const mem = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(mem != MAP_FAILED);
+  auto* flags = static_cast<std::atomic<int>*>(mem);
+  new (&flags[0]) std::atomic<int>(0);  // rank 0's small sends returned
+  new (&flags[1]) std::atomic<int>(0);  // rank 0's large send returned
+  collx::communicator_options opt;
+  opt.timeout = std::chrono::seconds(20);
+  const std::size_t small_counts[] = {1, 36, 37, 5000};  // inline in the slot, and in staging memory
+  const std::size_t large = std::size_t{1} << 20;        // 4 MiB of float: single copy, or more than the ring
+  auto value = [](std::size_t m, std::size_t i) { return static_cast<float>(m * 100003 + i) + 0.25f; };
+  require_all_ok(collx::run_processes(2, [&](collx::communicator& comm) -> int {
+    if (comm.rank() == 0) {
+      std::vector<float> buf;
+      for (std::size_t m = 0; m < std::size(small_counts); ++m) {
+        buf.assign(small_counts[m], 0.f);
+        for (std::size_t i = 0; i < buf.size(); ++i) buf[i] = value(m, i);
+        collx::send(comm, std::span<const float>(buf), 1);
+        std::fill(buf.begin(), buf.end(), -1.f);  // the message is a copy: this must not reach rank 1
+      }
+      flags[0].store(1);  // rank 1 has not received anything yet
+      buf.assign(large, 0.f);
+      for (std::size_t i = 0; i < large; ++i) buf[i] = value(9, i);
+      collx::send(comm, std::span<const float>(buf), 1);
+      flags[1].store(1);
+      std::fill(buf.begin(), buf.end(), -1.f);
+      return 0;
+    }
+    int wrong = 0;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!flags[0].load() && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (!flags[0].load()) return 1;  // the small sends waited for this rank's recv
+    for (std::size_t m = 0; m < std::size(small_counts); ++m) {
+      std::vector<float> got(small_counts[m], 7.f);
+      collx::recv<float>(comm, got, 0);
+      for (std::size_t i = 0; i < got.size(); ++i) wrong += got[i] != value(m, i);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    if (flags[1].load()) return 2;  // the large send returned before its data was read
+    std::vector<float> got(large, 7.f);
+    collx::recv<float>(comm, got, 0);
+    for (std::size_t i = 0; i < large; ++i) wrong += got[i] != value(9, i);
+    return wrong ? 3 : 0;
+  }, opt));
+  ::munmap(mem, 4096);
 }
 
 TEST_CASE("shm: async calls overlap and keep their order with blocking calls", "[shm][async]") {

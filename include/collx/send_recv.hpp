@@ -33,9 +33,12 @@ void check_peer(communicator& comm, int peer, const char* what) {
 }
 }  // namespace detail
 
-/// Sends `data` (a span of T or const T) to rank `dest` and returns once dest has received it
-/// (synchronous, like MPI_Ssend) over threads and shared memory; over MPI once MPI has the data
-/// (like MPI_Send), so `data` may be reused either way.
+/// Sends `data` (a span of T or const T) to rank `dest` and returns once `data` may be reused:
+/// over threads once dest has received it (synchronous, like MPI_Ssend); over shared memory, a
+/// message below the single-copy threshold (COLLX_CMA, 64 KiB) once all of it is copied into the
+/// staging ring (eager, like MPI_Send: dest may not have called recv yet), a larger one once dest
+/// has read it; over MPI once MPI has the data (like MPI_Send). Code must not rely on either:
+/// a ring shift in which every rank sends first can deadlock (order the calls, or use *_async).
 /// Messages between two ranks arrive in the order sent. The receiver must call recv with the same
 /// count and type (checked: errc::mismatch on both ranks).
 /// @throws collx::error invalid_argument (bad dest), mismatch, timeout, aborted.

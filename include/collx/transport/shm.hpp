@@ -72,10 +72,14 @@ namespace transport_impl {
 struct shm_segment {
   static constexpr std::uint64_t magic_ready = 0x636f6c6c78736d31ull;   // "collxsm1"
   static constexpr std::uint64_t magic_failed = 0x636f6c6c78666169ull;  // rank 0 could not set up
-  static constexpr std::uint32_t layout_version = 3;  // 2: peer_info::call; 3: call on its own line, slots line-aligned
+  // 2: peer_info::call; 3: call on its own line, slots line-aligned; 4: a slot's stamp replaces the posted counter
+  static constexpr std::uint32_t layout_version = 4;
 
   enum class slot_kind : std::uint32_t { staged = 1, cma = 2, window = 3 };
+  /// One message (or one staged piece of it). The sender fills it and stores `stamp` last; the
+  /// receiver polls `stamp` itself, so the line that says "ready" also brings the signature.
   struct alignas(64) slot {  // whole lines: a receiver reading one slot pulls no neighbour's line
+    std::atomic<std::uint64_t> stamp{0};  ///< k + 1 once the pair's k-th message is in this slot
     call_signature sig;
     std::uint64_t total_bytes;  ///< size of the whole message
     std::uint64_t offset;       ///< where this piece starts within the message
@@ -85,13 +89,14 @@ struct shm_segment {
     std::int32_t pid;           ///< cma: the sender's pid; window: the window's id
     /// A staged piece of at most this many bytes travels here, not in the slot's staging memory:
     /// the receiver pulls the lines it reads anyway, and a small message costs no extra line.
-    static constexpr std::size_t inline_bytes = 96;
+    static constexpr std::size_t inline_bytes = 144;
     alignas(16) std::byte inline_data[inline_bytes];
   };
-  static_assert(sizeof(slot) == 192, "a slot is three cache lines");
+  static_assert(sizeof(slot) == 256, "a slot is four cache lines");
+  /// What the receiver tells the sender: how many of the pair's messages it has consumed. The
+  /// sender reads it only when it needs a slot back or waits for a zero-copy message.
   struct alignas(64) mailbox {
-    std::atomic<std::uint64_t> posted{0};
-    alignas(64) std::atomic<std::uint64_t> consumed{0};
+    std::atomic<std::uint64_t> consumed{0};
   };
   struct alignas(64) peer_info {
     std::atomic<std::int32_t> pid{0};
@@ -220,12 +225,12 @@ class shm_transport final : public transport {
   void recv(int peer_rank, std::size_t bytes, std::size_t granularity, const call_signature& sig,
             consumer_ref consume) override {
     shm_segment::mailbox& box = mbox(peer_rank, rank_);
+    std::uint64_t& k = received_[static_cast<std::size_t>(peer_rank)];
     std::size_t delivered = 0;
     bool first = true;
     do {
-      const std::uint64_t k = box.consumed.load(std::memory_order_relaxed);
-      wait("a message from", peer_rank, [&] { return box.posted.load(std::memory_order_acquire) > k; });
       const shm_segment::slot& s = slot_at(peer_rank, rank_, k);
+      wait("a message from", peer_rank, [&] { return s.stamp.load(std::memory_order_acquire) == k + 1; });
       if (first) {
         if (!(s.sig == sig)) mismatch(describe_mismatch(sig, rank_, s.sig, peer_rank));
         if (s.total_bytes != bytes)
@@ -246,19 +251,23 @@ class shm_transport final : public transport {
                   s.len);
         delivered += s.len;
       }
-      box.consumed.store(k + 1, std::memory_order_release);
+      box.consumed.store(++k, std::memory_order_release);
       peer(peer_rank).bell.ring(true);
     } while (delivered < bytes);
   }
 
+  /// Staged messages are copies: once a message is all in the ring its buffer is free, whether or
+  /// not the peer has read it yet (not waiting saves small messages a round trip). Zero-copy ones
+  /// (single-copy, window) are read from the user's memory, so those are waited for.
   void wait_sends() override {
     for (int p = 0; p < n_; ++p) {
-      auto& q = out_[static_cast<std::size_t>(p)];
+      const auto i = static_cast<std::size_t>(p);
+      auto& q = out_[i];
+      if (q.empty() && seen_consumed_[i] >= zero_copy_until_[i]) continue;
       shm_segment::mailbox& box = mbox(rank_, p);
-      if (q.empty() && box.consumed.load(std::memory_order_acquire) == box.posted.load(std::memory_order_relaxed))
-        continue;
       wait("its messages to be consumed by", p, [&] {
-        return q.empty() && box.consumed.load(std::memory_order_acquire) == box.posted.load(std::memory_order_relaxed);
+        seen_consumed_[i] = box.consumed.load(std::memory_order_acquire);
+        return q.empty() && seen_consumed_[i] >= zero_copy_until_[i];
       });
     }
   }
@@ -371,12 +380,15 @@ class shm_transport final : public transport {
 
   /// Pushes as much of the pending messages to `p` into free slots as fits; never blocks.
   void progress(int p) {
-    auto& q = out_[static_cast<std::size_t>(p)];
-    shm_segment::mailbox& box = mbox(rank_, p);
+    const auto i = static_cast<std::size_t>(p);
+    auto& q = out_[i];
     bool rang = false;
     while (!q.empty()) {
-      const std::uint64_t k = box.posted.load(std::memory_order_relaxed);
-      if (k - box.consumed.load(std::memory_order_acquire) >= slots_) break;
+      const std::uint64_t k = posted_[i];
+      if (k - seen_consumed_[i] >= slots_) {  // the ring looks full: look again at what the peer consumed
+        seen_consumed_[i] = mbox(rank_, p).consumed.load(std::memory_order_acquire);
+        if (k - seen_consumed_[i] >= slots_) break;
+      }
       outgoing& m = q.front();
       shm_segment::slot& s = slot_at(rank_, p, k);
       s.sig = m.sig;
@@ -388,12 +400,14 @@ class shm_transport final : public transport {
         s.addr = static_cast<std::uint64_t>(m.data - w->peers[static_cast<std::size_t>(rank_)]);
         s.pid = static_cast<std::int32_t>(w->id);
         m.sent = m.bytes;
+        zero_copy_until_[i] = k + 1;
       } else if (m.cma) {
         s.kind = shm_segment::slot_kind::cma;
         s.len = m.bytes;
         s.addr = reinterpret_cast<std::uint64_t>(m.data);
         s.pid = static_cast<std::int32_t>(::getpid());
         m.sent = m.bytes;
+        zero_copy_until_[i] = k + 1;
       } else {
         const std::size_t piece = std::max(m.granularity, slot_bytes_ / m.granularity * m.granularity);
         const std::size_t len = std::min(piece, m.bytes - m.sent);
@@ -402,7 +416,8 @@ class shm_transport final : public transport {
         if (len) std::memcpy(len <= shm_segment::slot::inline_bytes ? s.inline_data : slot_data(rank_, p, k), m.data + m.sent, len);
         m.sent += len;
       }
-      box.posted.store(k + 1, std::memory_order_release);
+      s.stamp.store(k + 1, std::memory_order_release);
+      posted_[i] = k + 1;
       rang = true;
       if (m.sent == m.bytes) q.pop_front();
     }
@@ -674,6 +689,8 @@ class shm_transport final : public transport {
       for (int r = 0; r < n_; ++r) new (&peer(r)) shm_segment::peer_info();
       for (std::size_t i = 0; i < static_cast<std::size_t>(n_) * n_; ++i)
         new (&reinterpret_cast<shm_segment::mailbox*>(base_ + lay_.boxes)[i]) shm_segment::mailbox();
+      for (std::size_t i = 0; i < static_cast<std::size_t>(n_) * n_ * slots_; ++i)
+        new (&reinterpret_cast<shm_segment::slot*>(base_ + lay_.slots)[i]) shm_segment::slot();
       h->magic.store(shm_segment::magic_ready, std::memory_order_release);
     }
     ::close(fd);
@@ -726,6 +743,10 @@ class shm_transport final : public transport {
     cma_ = all_can && cma_pref != 0;
     bounce_.resize(256 * 1024);
     out_.resize(static_cast<std::size_t>(n_));
+    posted_.assign(static_cast<std::size_t>(n_), 0);
+    seen_consumed_.assign(static_cast<std::size_t>(n_), 0);
+    zero_copy_until_.assign(static_cast<std::size_t>(n_), 0);
+    received_.assign(static_cast<std::size_t>(n_), 0);
   }
 
   int rank_, n_;
@@ -740,6 +761,10 @@ class shm_transport final : public transport {
   std::chrono::nanoseconds spin_{0};  // poll this long before sleeping (0 when ranks outnumber cores)
   std::vector<std::byte> bounce_;
   std::vector<std::deque<outgoing>> out_;
+  // Per peer, this rank's own counts (not shared): messages posted to it, how many of those it was
+  // last seen to have consumed, the count it must consume before the last zero-copy message's
+  // buffer is free, and messages received from it.
+  std::vector<std::uint64_t> posted_, seen_consumed_, zero_copy_until_, received_;
   std::chrono::steady_clock::time_point last_liveness_{};
   call_signature announced_{};  // this rank's current call (announce)
   std::vector<window> windows_;

@@ -119,7 +119,9 @@ class transport {
   virtual void recv(int peer, std::size_t bytes, std::size_t granularity, const call_signature& sig,
                     consumer_ref consume) = 0;
   /// Blocks until every posted send's buffer may be reused: the peer has consumed the message
-  /// (threads, shm) or the transport holds its own copy (MPI, once MPI_Isend completed).
+  /// (threads; shm single-copy and window messages) or the transport holds its own copy (shm staged
+  /// messages once all of them is in the ring; MPI once MPI_Isend completed). So a sender may return
+  /// before its peer has received: only a receive tells that the peer reached the call.
   virtual void wait_sends() = 0;
   /// Throws the communicator's failure, if any (aborted, a peer's error).
   virtual void check() = 0;
