@@ -3,6 +3,7 @@
 # missing: does nothing (and needs no network) when all are there. Idempotent.
 #   catch2                Catch2 v2 (tests)
 #   cmake make g++        the build
+#   ninja-build           .ci/run builds one pass with Ninja (CMake's other common generator)
 #   clang libclang-rt-dev clang++ and its sanitizer runtimes (the TSan pass of .ci/run)
 #   git                   FetchContent in tests/consumer/run.sh
 #   openmpi-bin libopenmpi-dev  the test that launches ranks with Open MPI's mpirun; bench peers
@@ -10,7 +11,7 @@
 # Usage: scripts/deps.sh [extra-package...]
 set -euo pipefail
 
-packages=(catch2 cmake make g++ clang libclang-rt-dev git ca-certificates openmpi-bin libopenmpi-dev zlib1g-dev "$@")
+packages=(catch2 cmake make ninja-build g++ clang libclang-rt-dev git ca-certificates openmpi-bin libopenmpi-dev zlib1g-dev "$@")
 missing=()
 for p in "${packages[@]}"; do
   if [[ "$(dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null)" != ii* ]]; then
