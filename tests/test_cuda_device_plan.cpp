@@ -180,3 +180,46 @@ TEST_CASE("device chunks and block ranges cover every element once, vector-align
   CHECK(gpu::plan_chunks(1 << 20, 4, 1, 4, 1 << 20, 64).blocks == 64);
   CHECK_THROWS_AS(gpu::plan_chunks(10, 16, 300, 1, 4096, 8), collx::error);  // a row does not fit
 }
+
+TEST_CASE("device v-forms: each rank's row is covered once, however short, and the layout is checked", "[cuda]") {
+  // A v-form plans chunks over the longest count; every block clips its range to each rank's row.
+  const std::vector<std::vector<std::size_t>> layouts = {{0, 5, 1}, {4097, 0, 3, 4096}, {1, 1}, {17, 9000, 16, 1}};
+  for (const auto& counts : layouts) {
+    const auto lay = gpu::make_v_layout(counts.data(), counts.size(), static_cast<int>(counts.size()), "test");
+    std::size_t total = 0;
+    for (std::size_t q = 0; q < counts.size(); ++q) {
+      CHECK(lay.displs[q] == total);
+      CHECK(lay.counts[q] == counts[q]);
+      total += counts[q];
+    }
+    CHECK(lay.total == total);
+    CHECK(lay.longest == *std::max_element(counts.begin(), counts.end()));
+    const std::size_t vec = 4;
+    const auto p = gpu::plan_chunks(lay.longest, 4, counts.size(), vec, 4096, 5);
+    for (std::size_t q = 0; q < counts.size(); ++q) {
+      INFO("counts[" << q << "] = " << counts[q]);
+      std::vector<unsigned char> seen(counts[q], 0);
+      for (std::size_t c = 0; c < p.chunks; ++c)
+        for (unsigned b = 0; b < p.blocks; ++b) {
+          const auto r = gpu::clip_to_row(gpu::range_of_block(p.chunk_size(c), p.blocks, b, vec), p.chunk_begin(c), counts[q]);
+          CHECK(r.begin <= r.end);
+          if (r.begin < r.end) CHECK(r.begin % vec == 0);  // vectors stay aligned
+          for (std::size_t i = r.begin; i < r.end; ++i) ++seen[p.chunk_begin(c) + i];
+        }
+      CHECK(std::count(seen.begin(), seen.end(), 1) == static_cast<long>(counts[q]));
+    }
+  }
+  // Different counts give different signature layouts; 16-byte offsets are told apart.
+  const std::size_t a[] = {4, 8}, b[] = {8, 4}, c[] = {3, 8};
+  CHECK(gpu::make_v_layout(a, 2, 2, "t").hash != gpu::make_v_layout(b, 2, 2, "t").hash);
+  CHECK(gpu::make_v_layout(a, 2, 2, "t").offsets_aligned16(4));
+  CHECK_FALSE(gpu::make_v_layout(c, 2, 2, "t").offsets_aligned16(4));  // rank 1's block starts at byte 12
+  CHECK(gpu::make_v_layout(c, 2, 2, "t").offsets_aligned16(16));
+  try {
+    (void)gpu::make_v_layout(a, 2, 3, "gpu::all_gather_v");
+    FAIL("3 ranks with 2 counts was accepted");
+  } catch (const collx::error& e) {
+    CHECK(e.code() == collx::errc::invalid_argument);
+    CHECK(std::string(e.what()).find("gpu::all_gather_v: 2 counts given for a communicator of 3 ranks") != std::string::npos);
+  }
+}

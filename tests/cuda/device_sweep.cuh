@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <span>
 #include <string>
 #include <stdexcept>
 #include <vector>
@@ -225,6 +226,67 @@ void sweep_copies(collx::gpu::device_communicator& dc, cudaStream_t s, std::size
     const std::string what = tag + (in_place ? "in-place all_to_all" : "all_to_all");
     note(sweep_sync(dc, s, what));
     note(out_buf.compare(got, what));
+  }
+}
+
+/// Per-rank counts of a v-form sweep around `base`: `aligned` keeps every block a multiple of 16
+/// bytes (16-byte accesses where the pointers allow), else odd lengths and a rank with none.
+template <class T>
+std::vector<std::size_t> sweep_v_counts(int n, std::size_t base, bool aligned) {
+  std::vector<std::size_t> c(static_cast<std::size_t>(n));
+  const std::size_t per16 = 16 % sizeof(T) == 0 ? 16 / sizeof(T) : 16;
+  for (int q = 0; q < n; ++q) {
+    const std::size_t uq = static_cast<std::size_t>(q);
+    c[uq] = aligned ? (base / per16 + uq) * per16 : (q == 1 ? 0 : base + 3 * uq + uq % 2);
+  }
+  return c;
+}
+
+/// all_gather_v (out of place and in place) and reduce_scatter_v with Op on T, counts from
+/// sweep_v_counts, offset 0 or 1. Appends problems to `out`.
+template <class T, class Op>
+void sweep_v_forms(collx::gpu::device_communicator& dc, cudaStream_t s, std::size_t base, bool aligned, std::size_t offset,
+                   int call, const Op& op, std::vector<std::string>& out) {
+  namespace gpu = collx::gpu;
+  const int n = dc.size(), me = dc.rank();
+  const auto counts = sweep_v_counts<T>(n, base, aligned);
+  std::vector<std::size_t> displs(counts.size());
+  std::size_t total = 0;
+  for (std::size_t q = 0; q < counts.size(); ++q) displs[q] = total, total += counts[q];
+  const std::size_t mine = counts[static_cast<std::size_t>(me)], at = displs[static_cast<std::size_t>(me)];
+  const std::string tag = std::string(collx::detail::type_name<T>()) + " v-form base " + std::to_string(base) +
+                          (aligned ? " aligned" : " odd") + " offset " + std::to_string(offset) + " rank " +
+                          std::to_string(me) + ": ";
+  auto note = [&](std::string p) { if (!p.empty()) out.push_back(std::move(p)); };
+  std::vector<T> gathered;
+  for (int q = 0; q < n; ++q) {
+    const auto part = sweep_input<T>(q, counts[static_cast<std::size_t>(q)], call);
+    gathered.insert(gathered.end(), part.begin(), part.end());
+  }
+  const auto own = sweep_input<T>(me, mine, call);
+  {
+    sweep_buffer<T> in(mine, offset, s), res(total, offset, s);
+    in.set(own);
+    gpu::all_gather_v(dc, in.data(), res.data(), std::span<const std::size_t>(counts), s);
+    note(sweep_sync(dc, s, tag + "all_gather_v"));
+    note(res.compare(gathered, tag + "all_gather_v"));
+  }
+  {
+    sweep_buffer<T> buf(total, offset, s);
+    buf.set(own, at);
+    gpu::all_gather_v(dc, buf.data() + at, buf.data(), std::span<const std::size_t>(counts), s);
+    note(sweep_sync(dc, s, tag + "in-place all_gather_v"));
+    note(buf.compare(gathered, tag + "in-place all_gather_v"));
+  }
+  {
+    const auto all = sweep_input<T>(me, total, call + 1);  // rank me's whole input
+    const auto want = sweep_fold<T>(n, mine, at, call + 1, op);  // block me of the fold
+    sweep_buffer<T> in(total, offset, s), res(mine, offset, s);
+    in.set(all);
+    gpu::reduce_scatter_v(dc, in.data(), res.data(), std::span<const std::size_t>(counts), op, s);
+    note(sweep_sync(dc, s, tag + "reduce_scatter_v"));
+    note(res.compare(want, tag + "reduce_scatter_v"));
+    note(in.compare(all, tag + "reduce_scatter_v input"));
   }
 }
 

@@ -95,6 +95,14 @@ TEST_CASE("gpu device collectives: reference sweep, ranks as threads", "[gpu][cu
           collx_cuda_test::sweep_copies<float>(dc, s, count, offset, call, out);
           collx_cuda_test::sweep_copies<triple>(dc, s, count, offset, call, out);
         }
+      for (std::size_t base : {std::size_t{2}, std::size_t{4099}})  // 4099: several chunks of 16 KiB slots
+        for (bool aligned : {false, true})
+          for (std::size_t offset : {std::size_t{0}, std::size_t{1}}) {
+            call += 2;
+            collx_cuda_test::sweep_v_forms<float>(dc, s, base, aligned, offset, call, collx::ops::sum{}, out);
+            collx_cuda_test::sweep_v_forms<affine>(dc, s, base, aligned, offset, call, then_op{}, out);
+            collx_cuda_test::sweep_v_forms<collx::half>(dc, s, base, aligned, offset, call, collx::ops::sum{}, out);
+          }
       for (std::size_t count : {std::size_t{3}, std::size_t{5000}}) {
         collx_cuda_test::sweep_windows<float>(dc, s, count, ++call, collx::ops::sum{}, false, out);
         collx_cuda_test::sweep_windows<affine>(dc, s, count, ++call, then_op{}, false, out);

@@ -1,7 +1,8 @@
 /// @file cuda/device_collectives.cuh
 /// collx's collectives on device memory over a gpu::device_communicator: all_reduce, reduce,
-/// reduce_scatter, all_gather and broadcast, for any element type and reduction op (custom structs,
-/// non-commutative ops), stream-ordered. For .cu files (nvcc with collx::cuda's flags).
+/// reduce_scatter(_v), all_gather(_v), broadcast and all_to_all, for any element type and reduction
+/// op (custom structs, non-commutative ops), stream-ordered, plus zero-copy forms that read
+/// registered windows. For .cu files (nvcc with collx::cuda's flags).
 ///
 /// Algorithm: one-shot direct through bounded staging (the "one-shot" all-reduce of NCCL's NVLS-less
 /// small-message path and of TensorRT-LLM / vLLM custom all-reduce, here for every collective and
@@ -25,8 +26,9 @@
 /// too, and every later call of this rank returns at once.
 ///
 /// Cost: per chunk, each rank writes its input once into staging and reads world-size slices from
-/// peers. This suits latency-bound sizes; bandwidth-optimal ring/two-shot forms and registered
-/// (zero-copy) buffers are not here yet.
+/// peers. This suits latency-bound sizes; the window forms (below) skip the staging copy.
+/// Bandwidth-optimal ring and two-shot forms across GPUs, all_to_all_v and send/recv are not here
+/// yet.
 #pragma once
 
 #include <cuda/atomic>
@@ -35,6 +37,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <span>
 #include <string>
 #include <type_traits>
 
@@ -386,6 +389,42 @@ struct all_to_all_step {
   }
 };
 
+/// all_gather_v: as all_gather_step, each rank's row as long as its own count (lay.counts[q]) and
+/// landing at its offset (lay.displs[q]); the chunks run over the longest count.
+template <class T, std::size_t V>
+struct all_gather_v_step {
+  const T* src;
+  T* dst;
+  v_layout lay;
+  __device__ void stage(const device_view& v, const chunk_plan&, std::uint64_t epoch, std::size_t cb, block_range r) const {
+    copy_range<T, V, false>(clip_to_row(r, cb, lay.counts[v.rank]), src + cb, slot_of<T>(v, v.rank, epoch));
+  }
+  __device__ void consume(const device_view& v, const chunk_plan&, std::uint64_t epoch, std::size_t cb, block_range r) const {
+    for (int q = 0; q < v.world; ++q)
+      copy_range<T, V, true>(clip_to_row(r, cb, lay.counts[q]), slot_of<T>(v, q, epoch), dst + lay.displs[q] + cb);
+  }
+};
+
+/// reduce_scatter_v: row d of the slot holds src[displs[d] + cb ...] up to counts[d] (the piece of
+/// rank d's block); rank r folds row r of every slot.
+template <class T, class Op, std::size_t V>
+struct reduce_scatter_v_step {
+  const T* src;
+  T* dst;
+  Op op;
+  v_layout lay;
+  __device__ void stage(const device_view& v, const chunk_plan& p, std::uint64_t epoch, std::size_t cb, block_range r) const {
+    for (int d = 0; d < v.world; ++d)
+      copy_range<T, V, false>(clip_to_row(r, cb, lay.counts[d]), src + lay.displs[d] + cb,
+                              slot_of<T>(v, v.rank, epoch) + d * p.row_pitch);
+  }
+  __device__ void consume(const device_view& v, const chunk_plan& p, std::uint64_t epoch, std::size_t cb, block_range r) const {
+    const std::size_t row = static_cast<std::size_t>(v.rank) * p.row_pitch;
+    fold_ranks<T, Op, V>(v, [&](int q) { return slot_of<T>(v, q, epoch) + row; }, clip_to_row(r, cb, lay.counts[v.rank]),
+                         dst + cb, op);
+  }
+};
+
 /// Blocks of the device collectives that must fit on one multiprocessor at once (registers capped
 /// to allow it): block_cap() gives each rank sharing a GPU up to 2 x SMs / ranks blocks, and every
 /// one of them must be resident, since blocks wait for their peers' blocks.
@@ -503,12 +542,13 @@ inline bool aligned16(const void* p) noexcept { return (reinterpret_cast<std::ui
 /// Launches one staged call. The chunks and block ranges always use the type's vector width, so
 /// every rank cuts the call the same way whatever its pointers' alignment; `vector_ok` (this rank's
 /// pointers allow 16-byte accesses) only picks the kernel's access width.
+/// `layout`: a v-form's hash of the counts (0 otherwise), part of the signature.
 template <class T, class Scalar, class Vectored>
 void launch_call(device_communicator& dc, const char* name, collective coll, std::string_view op_name, int root,
                  std::size_t count, std::size_t rows, bool vector_ok, cudaStream_t stream, const Scalar& scalar,
-                 const Vectored& vectored) {
+                 const Vectored& vectored, std::uint64_t layout = 0) {
   dc.check();
-  const auto sig = device_signature::make(coll, detail::type_name<T>(), sizeof(T), op_name, root, count);
+  const auto sig = device_signature::make(coll, detail::type_name<T>(), sizeof(T), op_name, root, count, layout);
   constexpr std::size_t V = device_vector_elements<T>;
   const chunk_plan plan = plan_chunks(count, sizeof(T), rows, V, dc.slot_bytes(), dc.block_limit());
   if (plan.chunks == 0) return;
@@ -695,6 +735,52 @@ void all_to_all(device_communicator& dc, const T* send, T* recv, std::size_t cou
   const bool vec = aligned16(send) && aligned16(recv) && (count * sizeof(T)) % 16 == 0;
   launch_call<T>(dc, name, collective::all_to_all, "", -1, count, static_cast<std::size_t>(dc.size()), vec, stream,
                  all_to_all_step<T, 1>{send, recv}, all_to_all_step<T, device_vector_elements<T>>{send, recv});
+}
+
+/// All-gather with a count per rank: recv = send_0 | send_1 | ... | send_{n-1}, rank q's block of
+/// counts[q] elements starting at element counts[0] + ... + counts[q-1] (the host all_gather_v's
+/// layout). In place when send == recv + that offset for this rank; any other overlap is an error.
+/// @param send counts[rank()] elements (may be null when that is 0); @param recv the sum of the
+///        counts; @param counts one per rank, the same on every rank (part of the call signature:
+///        ranks that disagree get errc::mismatch at dc.synchronize())
+/// @throws as all_reduce, and errc::invalid_argument when counts.size() != size().
+template <class T>
+void all_gather_v(device_communicator& dc, const T* send, T* recv, std::span<const std::size_t> counts,
+                  cudaStream_t stream = nullptr) {
+  static_assert(element<T>, "collx::gpu::all_gather_v: T must be a trivially copyable object type (collx/concepts.hpp)");
+  constexpr const char* name = "gpu::all_gather_v";
+  using namespace device_detail;
+  const v_layout lay = make_v_layout(counts.data(), counts.size(), dc.size(), name);
+  if (lay.total == 0) return dc.check();
+  const std::size_t mine = lay.counts[dc.rank()], at = lay.displs[dc.rank()];
+  require(recv && (send || mine == 0), name, "null buffer with " + std::to_string(lay.total) + " elements in all");
+  require(mine == 0 || send == recv + at || !ranges_overlap(send, mine * sizeof(T), recv, lay.total * sizeof(T)), name,
+          "send overlaps recv but is not this rank's block of it");
+  const bool vec = (mine == 0 || aligned16(send)) && aligned16(recv) && lay.offsets_aligned16(sizeof(T));
+  launch_call<T>(dc, name, collective::all_gather, "", -1, lay.longest, 1, vec, stream, all_gather_v_step<T, 1>{send, recv, lay},
+                 all_gather_v_step<T, device_vector_elements<T>>{send, recv, lay}, lay.hash);
+}
+
+/// Reduce-scatter with a count per rank: rank r receives counts[r] elements, recv[i] = fold over
+/// ranks q (in order) of send_q[counts[0] + ... + counts[r-1] + i].
+/// @param send the sum of the counts; @param recv counts[rank()] elements (may be null when that is
+///        0); @param counts as all_gather_v's
+/// @throws as all_gather_v (recv may not overlap send: no in-place form).
+template <class T, class Op = ops::sum>
+void reduce_scatter_v(device_communicator& dc, const T* send, T* recv, std::span<const std::size_t> counts, const Op& op = {},
+                      cudaStream_t stream = nullptr) {
+  static_assert(reduction_op<Op, T>, "collx::gpu::reduce_scatter_v: Op must be a reduction op on T (collx/concepts.hpp)");
+  constexpr const char* name = "gpu::reduce_scatter_v";
+  using namespace device_detail;
+  const v_layout lay = make_v_layout(counts.data(), counts.size(), dc.size(), name);
+  if (lay.total == 0) return dc.check();
+  const std::size_t mine = lay.counts[dc.rank()];
+  require(send && (recv || mine == 0), name, "null buffer with " + std::to_string(lay.total) + " elements in all");
+  require(mine == 0 || !ranges_overlap(send, lay.total * sizeof(T), recv, mine * sizeof(T)), name, "send and recv overlap");
+  const bool vec = aligned16(send) && (mine == 0 || aligned16(recv)) && lay.offsets_aligned16(sizeof(T));
+  launch_call<T>(dc, name, collective::reduce_scatter, op_traits<Op>::name, -1, lay.longest, static_cast<std::size_t>(dc.size()),
+                 vec, stream, reduce_scatter_v_step<T, Op, 1>{send, recv, op, lay},
+                 reduce_scatter_v_step<T, Op, device_vector_elements<T>>{send, recv, op, lay}, lay.hash);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -356,6 +356,56 @@ COLLX_HOST_DEVICE constexpr block_range range_of_block(std::size_t n, unsigned b
   return {std::min(n, first * vector), std::min(n, (first + len) * vector)};
 }
 
+/// The part of block range `r` of a chunk starting at element `cb` that lies within a row of
+/// `len` elements (a v-form's shorter blocks end inside a chunk, or before it). An empty result
+/// is {x, x}. The begin stays a multiple of the vector width whenever the result is not empty.
+COLLX_HOST_DEVICE constexpr block_range clip_to_row(block_range r, std::size_t cb, std::size_t len) noexcept {
+  const std::size_t lim = len > cb ? len - cb : 0;
+  return {std::min(r.begin, lim), std::min(r.end, lim)};
+}
+
+/// A v-form's per-rank element counts and their offsets (exclusive prefix sums), as the kernels
+/// take them by value (so a call needs no device copy of the counts).
+struct v_layout {
+  std::size_t counts[max_device_world] = {};  ///< elements of rank q's block
+  std::size_t displs[max_device_world] = {};  ///< where rank q's block starts in the concatenation
+  std::size_t total = 0;                      ///< sum of the counts
+  std::size_t longest = 0;                    ///< the largest count: the call's row length
+  std::uint64_t hash = 0;                     ///< FNV-1a of the counts: ranks must agree on them
+
+  /// True when every block starts on a 16-byte boundary of a 16-byte aligned base (elements of
+  /// `elem_size` bytes), so 16-byte accesses stay aligned in every block.
+  constexpr bool offsets_aligned16(std::size_t elem_size) const noexcept {
+    for (std::size_t d : displs)
+      if ((d * elem_size) % 16 != 0) return false;
+    return true;
+  }
+};
+
+/// Builds the layout of `counts` (one per rank of a communicator of `world` ranks).
+/// @throws collx::error (errc::invalid_argument) when counts.size() != world or world is outside
+///   [1, max_device_world]; `what` names the call in the message.
+inline v_layout make_v_layout(const std::size_t* counts, std::size_t n_counts, int world, const char* what) {
+  if (world < 1 || world > max_device_world)
+    COLLX_THROW(errc::invalid_argument, std::string(what) + ": world size " + std::to_string(world) + " is outside [1, " +
+                                            std::to_string(max_device_world) + "]");
+  if (n_counts != static_cast<std::size_t>(world))
+    COLLX_THROW(errc::invalid_argument, std::string(what) + ": " + std::to_string(n_counts) +
+                                            " counts given for a communicator of " + std::to_string(world) +
+                                            " ranks (one per rank)");
+  v_layout l;
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (std::size_t q = 0; q < n_counts; ++q) {
+    l.counts[q] = counts[q];
+    l.displs[q] = l.total;
+    l.total += counts[q];
+    l.longest = std::max(l.longest, counts[q]);
+    for (int i = 0; i < 8; ++i) h = (h ^ ((counts[q] >> (8 * i)) & 0xff)) * 0x100000001b3ull;
+  }
+  l.hash = h;
+  return l;
+}
+
 }  // namespace gpu
 }  // namespace v0
 }  // namespace collx
