@@ -55,7 +55,13 @@ struct shm_options {
   /// Staging bytes per ordered pair of ranks (COLLX_SHM_BYTES_PER_PEER; default 1 MiB, shrunk for
   /// more than 8 ranks so that the segment stays near 64 MiB).
   std::size_t bytes_per_peer = 0;
-  /// Single-copy reads with process_vm_readv: -1 auto (used when every rank can), 0 off, 1 required.
+  /// Single-copy reads with process_vm_readv: -1 auto, 0 off, 1 required (an error where the kernel
+  /// forbids it). Auto uses them where every rank may and the ranks on this host outnumber its
+  /// cores: a staged message moves while its sender and receiver both run (one copies in while the
+  /// other copies out), 1.7-2x faster than a single copy from 256 KiB to 128 MiB with 2 ranks on 2
+  /// cores; with more ranks than cores a sender is often descheduled, and a single copy needs only
+  /// the receiver (4 ranks on 2 cores: 1.2-1.6x faster than staging at 1-64 MiB).
+  /// bench/results/2core-x86-debian12-eager.md has the measurements.
   int cma = -1;
   /// Messages of at least this many bytes go single-copy when CMA is on.
   std::size_t cma_min_bytes = 64 * 1024;
@@ -155,7 +161,8 @@ class shm_transport final : public transport {
                       " ranks run " + std::to_string(info.local_world_size) + " per node");
     const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
     const int on_host = std::max(n_, opt.ranks_on_host);
-    spin_ = static_cast<unsigned>(on_host) <= cores ? std::chrono::microseconds(50) : std::chrono::microseconds(0);
+    oversubscribed_ = static_cast<unsigned>(on_host) > cores;
+    spin_ = oversubscribed_ ? std::chrono::microseconds(0) : std::chrono::microseconds(50);
     name_ = segment_name(info.job_id);
     connect(opt);
   }
@@ -174,7 +181,7 @@ class shm_transport final : public transport {
   int size() const noexcept override { return n_; }
   std::string_view name() const noexcept override { return "shm"; }
   void set_timeout(std::chrono::milliseconds t) noexcept override { timeout_ = t; }
-  /// Whether single-copy (process_vm_readv) transfers are on for this job.
+  /// Whether this rank sends with single-copy (process_vm_readv) transfers (see shm_options::cma).
   bool cma_enabled() const noexcept { return cma_; }
   /// The segment's name in /dev/shm (already unlinked once every rank attached).
   const std::string& segment() const noexcept { return name_; }
@@ -740,7 +747,7 @@ class shm_transport final : public transport {
     if (cma_pref == 1 && !all_can && n_ > 1)
       COLLX_THROW(errc::system, "COLLX_CMA=1 but process_vm_readv between the ranks is not permitted here "
                                 "(ptrace restrictions); use COLLX_CMA=auto or 0");
-    cma_ = all_can && cma_pref != 0;
+    cma_ = all_can && (cma_pref == 1 || (cma_pref == -1 && oversubscribed_));  // see shm_options::cma
     bounce_.resize(256 * 1024);
     out_.resize(static_cast<std::size_t>(n_));
     posted_.assign(static_cast<std::size_t>(n_), 0);
@@ -758,6 +765,7 @@ class shm_transport final : public transport {
   shm_segment::layout lay_{};
   std::size_t slots_ = 8, slot_bytes_ = 0;
   bool cma_ = false;
+  bool oversubscribed_ = false;  // more ranks on this host than cores
   std::chrono::nanoseconds spin_{0};  // poll this long before sleeping (0 when ranks outnumber cores)
   std::vector<std::byte> bounce_;
   std::vector<std::deque<outgoing>> out_;
