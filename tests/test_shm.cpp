@@ -477,6 +477,65 @@ TEST_CASE("shm: a staged send returns before recv is called; a large one waits; 
   ::munmap(mem, 4096);
 }
 
+namespace {
+
+// One rank's all-reduce on shared buffers (collx::shm_buffer) against the rank-order fold: input
+// at an offset that differs per rank, output poisoned and between guard elements, out of place
+// and in place; `plain_out_rank` (or -1) passes an ordinary vector as its output, which must make
+// every rank fall back to the message-based path with the same result. Returns wrong elements.
+template <class T, class Op, class Gen>
+int shared_allreduce_case(collx::communicator& comm, std::size_t count, const Op& op, Gen gen, int plain_out_rank) {
+  using red = collx::detail::reduction<T, Op>;
+  const int n = comm.size(), r = comm.rank();
+  const std::size_t at = static_cast<std::size_t>(r) * 3 + 1, guard = 16;
+  collx::shm_buffer<T> in(comm, at + count), out(comm, guard * 2 + count);
+  std::vector<T> want(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    auto a = red::widen(gen(0, i));
+    for (int q = 1; q < n; ++q) a = red::combine(op, a, red::widen(gen(q, i)));
+    want[i] = red::finalize(a, n);
+  }
+  auto same = [](const T& x, const T& y) { return std::memcmp(&x, &y, sizeof(T)) == 0; };
+  int wrong = 0;
+  for (int placement = 0; placement < 2; ++placement) {
+    for (std::size_t i = 0; i < count; ++i) in.data()[at + i] = gen(r, i);
+    std::memset(static_cast<void*>(out.data()), 0xA5, out.size() * sizeof(T));
+    std::vector<T> plain(count);
+    std::memset(static_cast<void*>(plain.data()), 0xA5, count * sizeof(T));
+    T* const dst = placement == 1 ? in.data() + at : r == plain_out_rank ? plain.data() : out.data() + guard;
+    collx::allreduce(comm, std::span<const T>(in.data() + at, count), std::span<T>(dst, count), op);
+    for (std::size_t i = 0; i < count; ++i) wrong += !same(dst[i], want[i]);
+    T poison;
+    std::memset(static_cast<void*>(&poison), 0xA5, sizeof poison);
+    for (std::size_t i = 0; i < guard; ++i)
+      wrong += !same(out.data()[i], poison) + !same(out.data()[guard + count + i], poison);
+    collx::barrier(comm);  // nobody refills its input while a peer still folds it
+  }
+  return wrong;
+}
+
+}  // namespace
+
+TEST_CASE("shm: all-reduce on shared buffers folds in rank order and writes every output in place", "[shm][shared]") {
+  for (int n : {2, 3, 4}) {
+    for (int plain_out_rank : {-1, n - 1}) {
+      INFO("processes " << n << ", plain output on rank " << plain_out_rank);
+      require_all_ok(collx::run_processes(n, [plain_out_rank](collx::communicator& comm) -> int {
+        int wrong = 0;
+        // Above detail::shared_allreduce_min_bytes: 70001 floats (one block per rank, odd sizes).
+        wrong += shared_allreduce_case<float>(comm, 70001, collx::ops::sum{},
+                                              [](int q, std::size_t i) { return static_cast<float>((q * 7919 + i * 31) % 1013) * 0.37f; },
+                                              plain_out_rank);
+        wrong += shared_allreduce_case<mat2>(comm, 20011, mat_mul{}, mat_of, plain_out_rank);  // not commutative
+        wrong += shared_allreduce_case<collx::half>(
+            comm, 140001, collx::ops::sum{},
+            [](int q, std::size_t i) { return collx::half(static_cast<float>((q * 13 + i) % 97) * 0.125f); }, plain_out_rank);
+        return wrong ? 1 : 0;
+      }));
+    }
+  }
+}
+
 TEST_CASE("shm: async calls overlap and keep their order with blocking calls", "[shm][async]") {
   require_all_ok(collx::run_processes(3, [](collx::communicator& comm) -> int {
     const int r = comm.rank();

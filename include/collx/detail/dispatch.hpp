@@ -18,6 +18,7 @@
 #include <collx/concepts.hpp>
 #include <collx/detail/executor.hpp>
 #include <collx/detail/reduction.hpp>
+#include <collx/detail/shared_allreduce.hpp>
 #include <collx/detail/type_name.hpp>
 #include <collx/error.hpp>
 #include <collx/hierarchy.hpp>
@@ -251,6 +252,12 @@ void run_collective(communicator& comm, collective coll, const T* in, T* out, bo
       case collective::allreduce:
       case collective::reduce:
       case collective::broadcast: {
+        if constexpr (reduces) {  // shared buffers (collx::shm_buffer): fold and write in place
+          if (coll == collective::allreduce && alg == algorithm::direct && n > 1 &&
+              total * sizeof(T) >= shared_allreduce_min_bytes && tp.has_shared() &&
+              shared_allreduce<T, Op>(tp, sig, in, out, total, op))
+            break;
+        }
         const std::size_t step = reduces ? seg_elems : total;
         for (std::size_t base = 0; base < total; base += step) {
           const std::size_t len = std::min(step, total - base);

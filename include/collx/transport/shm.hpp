@@ -297,7 +297,7 @@ class shm_transport final : public transport {
     auto name_of = [&](int r) { return name_ + "-w" + std::to_string(id) + "-r" + std::to_string(r); };
     auto map_one = [&](int r, bool create) {
       const std::size_t len = std::max<std::size_t>(all_bytes[static_cast<std::size_t>(r)], 1);
-      const int fd = ::shm_open(name_of(r).c_str(), create ? O_RDWR | O_CREAT | O_EXCL : O_RDONLY, 0600);
+      const int fd = ::shm_open(name_of(r).c_str(), create ? O_RDWR | O_CREAT | O_EXCL : O_RDWR, 0600);
       if (fd < 0) system_error("cannot open shared buffer " + name_of(r), errno);
       if (create) {
         if (const int e = ::posix_fallocate(fd, 0, static_cast<off_t>(len)); e != 0) {
@@ -306,7 +306,9 @@ class shm_transport final : public transport {
           system_error("cannot reserve " + std::to_string(len) + " bytes for a shared buffer (is /dev/shm full?)", e);
         }
       }
-      void* p = ::mmap(nullptr, len, create ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
+      // Peers' buffers writable too: an all-reduce on shared buffers writes each rank's result block
+      // into every rank's output (detail/shared_allreduce.hpp).
+      void* p = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
       const int e = errno;
       ::close(fd);
       if (p == MAP_FAILED) system_error("cannot map shared buffer " + name_of(r), e);
@@ -332,6 +334,24 @@ class shm_transport final : public transport {
       windows_.erase(it);
       return;
     }
+  }
+
+  bool has_shared() const noexcept override { return !windows_.empty(); }
+  bool locate_shared(const void* p, std::size_t bytes, std::uint32_t& id, std::uint64_t& offset) const override {
+    const window* w = find_window(static_cast<const std::byte*>(p), bytes);
+    if (!w) return false;
+    id = w->id;
+    offset = static_cast<std::uint64_t>(static_cast<const std::byte*>(p) - w->peers[static_cast<std::size_t>(rank_)]);
+    return true;
+  }
+  std::byte* shared_address(int r, std::uint32_t id, std::uint64_t offset, std::size_t bytes) const override {
+    if (r < 0 || r >= n_) return nullptr;
+    for (const window& w : windows_)
+      if (w.id == id) {
+        const std::size_t have = w.bytes[static_cast<std::size_t>(r)];
+        return offset <= have && bytes <= have - offset ? w.peers[static_cast<std::size_t>(r)] + offset : nullptr;
+      }
+    return nullptr;
   }
 
   /// Id for the next window (the same sequence on every rank).
@@ -797,7 +817,10 @@ inline communicator connect_shm_from_environment(const communicator_options& opt
 
 /// Memory of `count` elements of T that every rank of a shared-memory communicator maps, so that
 /// collectives whose buffers lie in it are read by peers in place (no staging, no process_vm_readv):
-/// NCCL's registered/symmetric buffers, for processes. Counts may differ between ranks.
+/// NCCL's registered/symmetric buffers, for processes. An all-reduce of 256 KiB or more whose input
+/// and output lie in such buffers on every rank goes further: each rank folds its block from every
+/// input and writes it into every rank's output (detail/shared_allreduce.hpp), so peers also write
+/// into this memory during such calls. Counts may differ between ranks.
 /// Creating and destroying it are collective (every rank, same order, like MPI_Win_allocate and
 /// MPI_Win_free): both synchronise the ranks. Contents start zeroed.
 /// @throws collx::error invalid_argument (the communicator is not a shared-memory one), system

@@ -136,6 +136,25 @@ class transport {
   virtual void announce(const call_signature& sig) { (void)sig; }
   /// Sets the deadline applied to each wait from now on.
   virtual void set_timeout(std::chrono::milliseconds t) noexcept = 0;
+
+  // Memory every rank maps (shm: collx::shm_buffer), for collectives that read and write peers'
+  // buffers in place. The default transport has none.
+
+  /// Whether this rank maps any shared buffer now. The same on every rank: they are made and freed
+  /// collectively.
+  virtual bool has_shared() const noexcept { return false; }
+  /// If [p, p + bytes) lies in a shared buffer of this rank, sets `id` (the same on every rank for
+  /// one buffer) and `offset` (bytes from its start) and returns true.
+  virtual bool locate_shared(const void* p, std::size_t bytes, std::uint32_t& id, std::uint64_t& offset) const {
+    (void)p, (void)bytes, (void)id, (void)offset;
+    return false;
+  }
+  /// Where bytes [offset, offset + bytes) of rank r's shared buffer `id` lie in this process
+  /// (readable and writable), or nullptr when there is no such buffer or the range runs past it.
+  virtual std::byte* shared_address(int r, std::uint32_t id, std::uint64_t offset, std::size_t bytes) const {
+    (void)r, (void)id, (void)offset, (void)bytes;
+    return nullptr;
+  }
 };
 
 }  // namespace v0
