@@ -34,13 +34,18 @@ void check_peer(communicator& comm, int peer, const char* what) {
 }  // namespace detail
 
 /// Sends `data` (a span of T or const T) to rank `dest` and returns once `data` may be reused:
-/// over threads once dest has received it (synchronous, like MPI_Ssend); over shared memory, a
-/// message below the single-copy threshold (COLLX_CMA, 64 KiB) once all of it is copied into the
-/// staging ring (eager, like MPI_Send: dest may not have called recv yet), a larger one once dest
-/// has read it; over MPI once MPI has the data (like MPI_Send). Code must not rely on either:
-/// a ring shift in which every rank sends first can deadlock (order the calls, or use *_async).
+///  - threads: once dest has received it (synchronous, like MPI_Ssend);
+///  - shared memory: once all of it is copied into the pair's staging ring (eager, like MPI_Send:
+///    dest may not have called recv yet). The ring holds 8 messages or COLLX_SHM_BYTES_PER_PEER
+///    bytes, so a send waits for dest when the ring is full (a larger message, or many unreceived
+///    ones). Messages that dest reads in place wait for dest instead: data in a collx::shm_buffer,
+///    and, where single copy is on (COLLX_CMA), messages of 64 KiB and more;
+///  - MPI: once MPI has the data (like MPI_Send).
+/// Code must not rely on a send returning early: a ring shift in which every rank sends first can
+/// deadlock (order the calls, or use *_async).
 /// Messages between two ranks arrive in the order sent. The receiver must call recv with the same
-/// count and type (checked: errc::mismatch on both ranks).
+/// count and type (checked: recv throws errc::mismatch; a sender that already returned gets the
+/// failure from its next call on the communicator).
 /// @throws collx::error invalid_argument (bad dest), mismatch, timeout, aborted.
 template <class U>
   requires element<std::remove_const_t<U>>
