@@ -536,6 +536,26 @@ TEST_CASE("shm: all-reduce on shared buffers folds in rank order and writes ever
   }
 }
 
+TEST_CASE("shm: a shm_buffer made on one rank only is an error that names shm_buffer", "[shm][shared]") {
+  collx::communicator_options opt;
+  opt.timeout = std::chrono::seconds(20);
+  require_all_ok(collx::run_processes(2, [](collx::communicator& comm) -> int {
+    try {
+      if (comm.rank() == 0) {
+        collx::shm_buffer<float> b(comm, 16);  // rank 1 calls an all-reduce instead
+      } else {
+        std::vector<float> v(4, 1.f);
+        collx::allreduce(comm, std::span<float>(v));
+      }
+    } catch (const collx::error& e) {
+      if (e.code() != collx::errc::mismatch) return 2;
+      const bool names_it = std::string(e.what()).find("collx::shm_buffer") != std::string::npos;
+      return comm.rank() == 0 && !names_it ? 3 : 0;
+    }
+    return 1;  // no error
+  }, opt));
+}
+
 TEST_CASE("shm: async calls overlap and keep their order with blocking calls", "[shm][async]") {
   require_all_ok(collx::run_processes(3, [](collx::communicator& comm) -> int {
     const int r = comm.rank();

@@ -836,7 +836,12 @@ class shm_buffer {
       COLLX_THROW(errc::invalid_argument, "shm_buffer needs a shared-memory communicator (connect_shm), not " +
                                               std::string(comm.get_transport().name()));
     std::vector<std::size_t> mine{count * sizeof(T)}, all(static_cast<std::size_t>(comm.size()));
-    all_gather(comm, std::span<const std::size_t>(mine), std::span<std::size_t>(all));
+    try {
+      all_gather(comm, std::span<const std::size_t>(mine), std::span<std::size_t>(all));
+    } catch (const error& e) {  // say what the user called: the all_gather is ours, not theirs
+      COLLX_THROW(e.code(), std::string("creating a collx::shm_buffer (collective: every rank creates its buffers in "
+                                        "the same order): ") + e.what());
+    }
     id_ = tp_->next_window_id();
     data_ = reinterpret_cast<T*>(tp_->map_window(id_, count * sizeof(T), all, [&] { barrier(comm); }));
   }
