@@ -61,7 +61,7 @@ struct shm_options {
   /// other copies out), 1.7-2x faster than a single copy from 256 KiB to 128 MiB with 2 ranks on 2
   /// cores; with more ranks than cores a sender is often descheduled, and a single copy needs only
   /// the receiver (4 ranks on 2 cores: 1.2-1.6x faster than staging at 1-64 MiB).
-  /// bench/results/2core-x86-debian12-eager.md has the measurements.
+  /// bench/results/2core-x86-debian12-staged.md has the measurements.
   int cma = -1;
   /// Messages of at least this many bytes go single-copy when CMA is on.
   std::size_t cma_min_bytes = 64 * 1024;
