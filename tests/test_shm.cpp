@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <dirent.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -12,11 +13,15 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include <collx/collx.hpp>
+#include <collx/detail/cpus.hpp>
 #include <collx/launch.hpp>
 #include <collx/transport/shm.hpp>
 
@@ -567,4 +572,71 @@ TEST_CASE("shm: async calls overlap and keep their order with blocking calls", "
     rb.wait();
     return a[99999] == 3.0 && b[0] == 3.0 ? 0 : 16;
   }));
+}
+
+TEST_CASE("shm: waits spin only while the ranks fit on the CPUs they may use together", "[shm][cpus]") {
+  cpu_set_t saved;
+  REQUIRE(::sched_getaffinity(0, sizeof saved, &saved) == 0);
+  const int allowed = CPU_COUNT(&saved);
+  const auto usable_and_spin = [](collx::communicator& comm) -> int {
+    auto& t = dynamic_cast<collx::transport_impl::shm_transport&>(comm.get_transport());
+    return static_cast<int>(t.usable_cpus()) * 2 + (t.oversubscribed() ? 0 : 1);
+  };
+  SECTION("pinned one per CPU (as run_processes and mpirun do): the union of their masks counts") {
+    if (allowed < 2) {
+      WARN("skipped: needs 2 CPUs, this process may use " << allowed);
+      return;
+    }
+    for (const auto& e : collx::run_processes(2, usable_and_spin)) {
+      INFO("rank " << e.rank);
+      // Each rank's own mask has 1 CPU; only the union says 2 (capped by a cgroup quota, if any).
+      CHECK(e.exit_code == static_cast<int>(collx::detail::usable_cpus(collx::detail::allowed_cpus())) * 2 + 1);
+    }
+  }
+  SECTION("squeezed onto one CPU (taskset -c N): the ranks sleep at once") {
+    int first = 0;
+    while (!CPU_ISSET(first, &saved)) ++first;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(first, &one);
+    REQUIRE(::sched_setaffinity(0, sizeof one, &one) == 0);
+    const auto res = collx::run_processes(3, usable_and_spin);  // children inherit the one-CPU mask
+    ::sched_setaffinity(0, sizeof saved, &saved);
+    for (const auto& e : res) {
+      INFO("rank " << e.rank);
+      CHECK(e.exit_code == 1 * 2 + 0);
+    }
+  }
+}
+
+TEST_CASE("cgroup CPU quotas are read from v1 and v2 files, tightest level wins", "[cpus]") {
+  using collx::detail::cgroup_cpu_quota;
+  CHECK(collx::detail::parse_cgroup2_cpu_max("max 100000") == std::nullopt);
+  CHECK(collx::detail::parse_cgroup2_cpu_max("150000 100000") == 1.5);
+  CHECK(collx::detail::parse_cgroup2_cpu_max("garbage") == std::nullopt);
+  CHECK(collx::detail::parse_cgroup1_quota("-1", "100000") == std::nullopt);
+  CHECK(collx::detail::parse_cgroup1_quota("50000", "100000") == 0.5);
+
+  const std::filesystem::path root = std::filesystem::temp_directory_path() / ("collx-cgroup-test-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(root);
+  const auto put = [&](const std::filesystem::path& file, const std::string& text) {
+    std::filesystem::create_directories(file.parent_path());
+    std::ofstream(file) << text << "\n";
+  };
+  // v2: the job's own cgroup allows 4 CPUs, its parent 2.5, the root no limit.
+  put(root / "cpu.max", "max 100000");
+  put(root / "kubepods/cpu.max", "250000 100000");
+  put(root / "kubepods/pod1/cpu.max", "400000 100000");
+  CHECK(cgroup_cpu_quota("0::/kubepods/pod1\n", root.string()) == 2.5);
+  CHECK(cgroup_cpu_quota("0::/\n", root.string()) == std::nullopt);
+  // v1: "cpu,cpuacct" hierarchy, quota on the job's level only.
+  put(root / "cpu,cpuacct/slurm/job7/cpu.cfs_quota_us", "300000");
+  put(root / "cpu,cpuacct/slurm/job7/cpu.cfs_period_us", "100000");
+  put(root / "cpu,cpuacct/slurm/cpu.cfs_quota_us", "-1");
+  put(root / "cpu,cpuacct/slurm/cpu.cfs_period_us", "100000");
+  put(root / "cpu,cpuacct/cpu.cfs_quota_us", "-1");
+  put(root / "cpu,cpuacct/cpu.cfs_period_us", "100000");
+  CHECK(cgroup_cpu_quota("4:memory:/slurm/job7\n3:cpu,cpuacct:/slurm/job7\n", root.string()) == 3.0);
+  CHECK(cgroup_cpu_quota("4:memory:/slurm/job7\n", root.string()) == std::nullopt);  // no cpu controller
+  std::filesystem::remove_all(root);
 }

@@ -41,6 +41,7 @@
 #include <vector>
 
 #include <collx/communicator.hpp>
+#include <collx/detail/cpus.hpp>
 #include <collx/error.hpp>
 #include <collx/transport/transport.hpp>
 
@@ -132,8 +133,17 @@ class mpi_transport final : public transport {
     MPI_Comm host = MPI_COMM_NULL;
     check_mpi(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host), "MPI_Comm_split_type");
     MPI_Comm_size(host, &ranks_on_host_);
+    // The CPUs the host's ranks may use together (mpirun pins each to its own core by default, so
+    // one rank's mask alone would say 1), capped by the cgroup quota: detail/cpus.hpp.
+    const collx::detail::cpu_bits mine = collx::detail::allowed_cpus();
+    std::vector<collx::detail::cpu_bits> all(static_cast<std::size_t>(ranks_on_host_));
+    check_mpi(MPI_Allgather(mine.words.data(), static_cast<int>(mine.words.size()), MPI_UINT64_T, all.data(),
+                            static_cast<int>(mine.words.size()), MPI_UINT64_T, host),
+              "MPI_Allgather");
     MPI_Comm_free(&host);
-    oversubscribed_ = static_cast<unsigned>(ranks_on_host_) > std::max(1u, std::thread::hardware_concurrency());
+    collx::detail::cpu_bits host_cpus;
+    for (const collx::detail::cpu_bits& b : all) host_cpus |= b;
+    oversubscribed_ = static_cast<unsigned>(ranks_on_host_) > collx::detail::usable_cpus(host_cpus);
   }
   ~mpi_transport() override {
     int finalized = 0;

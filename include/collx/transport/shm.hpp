@@ -41,6 +41,7 @@
 #include <collx/barrier.hpp>
 #include <collx/communicator.hpp>
 #include <collx/concepts.hpp>
+#include <collx/detail/cpus.hpp>
 #include <collx/detail/futex.hpp>
 #include <collx/detail/process.hpp>
 #include <collx/environment.hpp>
@@ -56,8 +57,8 @@ struct shm_options {
   /// more than 8 ranks so that the segment stays near 64 MiB).
   std::size_t bytes_per_peer = 0;
   /// Single-copy reads with process_vm_readv: -1 auto, 0 off, 1 required (an error where the kernel
-  /// forbids it). Auto uses them where every rank may and the ranks on this host outnumber its
-  /// cores: a staged message moves while its sender and receiver both run (one copies in while the
+  /// forbids it). Auto uses them where every rank may and the ranks on this host outnumber the
+  /// CPUs they may use (shm_transport::usable_cpus): a staged message moves while its sender and receiver both run (one copies in while the
   /// other copies out), 1.7-2x faster than a single copy from 256 KiB to 128 MiB with 2 ranks on 2
   /// cores; with more ranks than cores a sender is often descheduled, and a single copy needs only
   /// the receiver (4 ranks on 2 cores: 1.2-1.6x faster than staging at 1-64 MiB).
@@ -68,7 +69,7 @@ struct shm_options {
   /// How long start-up waits for all ranks to attach.
   std::chrono::milliseconds connect_timeout = std::chrono::seconds(60);
   /// Processes of the whole job on this machine (0: this communicator's ranks). Waits spin only
-  /// while they fit on the cores; a hierarchy's node communicator sets it to every rank of the host.
+  /// while they fit on the CPUs the ranks may use (shm_transport::usable_cpus); a hierarchy's node communicator sets it to every rank of the host.
   int ranks_on_host = 0;
 };
 
@@ -78,8 +79,9 @@ namespace transport_impl {
 struct shm_segment {
   static constexpr std::uint64_t magic_ready = 0x636f6c6c78736d31ull;   // "collxsm1"
   static constexpr std::uint64_t magic_failed = 0x636f6c6c78666169ull;  // rank 0 could not set up
-  // 2: peer_info::call; 3: call on its own line, slots line-aligned; 4: a slot's stamp replaces the posted counter
-  static constexpr std::uint32_t layout_version = 4;
+  // 2: peer_info::call; 3: call on its own line, slots line-aligned; 4: a slot's stamp replaces the
+  // posted counter; 5: peer_info::cpus
+  static constexpr std::uint32_t layout_version = 5;
 
   enum class slot_kind : std::uint32_t { staged = 1, cma = 2, window = 3 };
   /// One message (or one staged piece of it). The sender fills it and stores `stamp` last; the
@@ -112,6 +114,7 @@ struct shm_segment {
     std::atomic<std::uint32_t> cma_state{0};  ///< 0 unknown, 1 can read its neighbour, 2 cannot
     std::atomic<std::uint32_t> departed{0};   ///< set when the rank closed its communicator
     detail::doorbell bell;
+    detail::cpu_bits cpus;                    ///< the CPUs the rank may run on (written before `attached`)
     /// Seqlock over `call`: odd while it is written. On its own line: the owner writes it every call,
     /// while peers read `bell` on every message.
     alignas(64) std::atomic<std::uint32_t> call_version{0};
@@ -159,10 +162,6 @@ class shm_transport final : public transport {
       COLLX_THROW(errc::invalid_argument,
                   "the shared-memory transport needs every rank on one node, but " + std::to_string(info.world_size) +
                       " ranks run " + std::to_string(info.local_world_size) + " per node");
-    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-    const int on_host = std::max(n_, opt.ranks_on_host);
-    oversubscribed_ = static_cast<unsigned>(on_host) > cores;
-    spin_ = oversubscribed_ ? std::chrono::microseconds(0) : std::chrono::microseconds(50);
     name_ = segment_name(info.job_id);
     connect(opt);
   }
@@ -183,6 +182,12 @@ class shm_transport final : public transport {
   void set_timeout(std::chrono::milliseconds t) noexcept override { timeout_ = t; }
   /// Whether this rank sends with single-copy (process_vm_readv) transfers (see shm_options::cma).
   bool cma_enabled() const noexcept { return cma_; }
+  /// The CPUs this communicator's ranks may run on together: the union of their affinity masks,
+  /// capped by the CPU quota of this process's cgroup. Waits spin only while the ranks (or
+  /// shm_options::ranks_on_host) are no more than this; single copy's `auto` turns on above it.
+  unsigned usable_cpus() const noexcept { return usable_cpus_; }
+  /// Whether waits sleep at once instead of spinning first: more ranks than usable_cpus().
+  bool oversubscribed() const noexcept { return oversubscribed_; }
   /// The segment's name in /dev/shm (already unlinked once every rank attached).
   const std::string& segment() const noexcept { return name_; }
 
@@ -729,6 +734,7 @@ class shm_transport final : public transport {
     shm_segment::peer_info& me = peer(rank_);
     me.start_time = detail::own_start_time();
     me.probe_addr = reinterpret_cast<std::uint64_t>(&probe_value);
+    me.cpus = detail::allowed_cpus();
     me.pid.store(static_cast<std::int32_t>(::getpid()), std::memory_order_release);
     if (me.attached.exchange(1) != 0)
       COLLX_THROW(errc::invalid_argument, "rank " + std::to_string(rank_) + " attached twice to " + name_ +
@@ -746,6 +752,15 @@ class shm_transport final : public transport {
       if (st == detail::wait_status::interrupted) raise_failure();
     };
     connect_wait(all_attached);
+
+    // Spin only while the ranks fit on the CPUs they may use together: ranks that mpirun or
+    // run_processes pinned one per core count as many CPUs as ranks; ranks that taskset or a
+    // container squeezed onto fewer count those (detail/cpus.hpp).
+    detail::cpu_bits job_cpus;
+    for (int r = 0; r < n_; ++r) job_cpus |= peer(r).cpus;
+    usable_cpus_ = detail::usable_cpus(job_cpus);
+    oversubscribed_ = static_cast<unsigned>(std::max(n_, opt.ranks_on_host)) > usable_cpus_;
+    spin_ = oversubscribed_ ? std::chrono::microseconds(0) : std::chrono::microseconds(50);
 
     // Can this process read its neighbour's memory? (Yama or seccomp may forbid it.)
     if (cma_pref != 0) ::prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
@@ -787,7 +802,8 @@ class shm_transport final : public transport {
   shm_segment::layout lay_{};
   std::size_t slots_ = 8, slot_bytes_ = 0;
   bool cma_ = false;
-  bool oversubscribed_ = false;  // more ranks on this host than cores
+  bool oversubscribed_ = false;  // more ranks on this host than the CPUs they may use
+  unsigned usable_cpus_ = 1;     // CPUs the ranks may use together (detail::usable_cpus)
   std::chrono::nanoseconds spin_{0};  // poll this long before sleeping (0 when ranks outnumber cores)
   std::vector<std::byte> bounce_;
   std::vector<std::deque<outgoing>> out_;

@@ -16,6 +16,7 @@
 
 #include <collx/communicator.hpp>
 #include <collx/hierarchy.hpp>
+#include <collx/detail/cpus.hpp>
 #include <collx/detail/futex.hpp>
 #include <collx/error.hpp>
 #include <collx/transport/transport.hpp>
@@ -92,8 +93,9 @@ class threads_transport final : public transport {
  public:
   threads_transport(std::shared_ptr<thread_world> world, int rank)
       : world_(std::move(world)), rank_(rank), posted_(static_cast<std::size_t>(world_->size()), 0) {
-    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-    spin_ = static_cast<unsigned>(world_->size()) <= cores ? std::chrono::microseconds(50) : std::chrono::microseconds(0);
+    // The process's CPUs (affinity, cgroup quota), not the machine's: see detail/cpus.hpp.
+    spin_ = static_cast<unsigned>(world_->size()) <= detail::usable_cpus() ? std::chrono::microseconds(50)
+                                                                           : std::chrono::microseconds(0);
   }
 
   int rank() const noexcept override { return rank_; }

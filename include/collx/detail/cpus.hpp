@@ -1,0 +1,159 @@
+/// @file detail/cpus.hpp
+/// How many CPUs the ranks of a job can really run on, which decides whether a wait may spin. The
+/// machine's CPU count is not it: `taskset`, a container's or Slurm's cpuset, and mpirun's binding
+/// narrow the CPUs a process may use (its affinity mask), and a CPU quota (cgroup `cpu.max`, what
+/// Docker's `--cpus` and Kubernetes' CPU limits set) caps how much of them it may use. A rank that
+/// spins while the peer it waits for shares its CPU only delays that peer.
+#pragma once
+
+#include <sched.h>
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <thread>
+
+namespace collx {
+inline namespace v0 {
+namespace detail {
+
+/// A set of CPU numbers 0..1023, plain data so that it can live in shared memory.
+struct cpu_bits {
+  static constexpr int max_cpus = 1024;
+  std::array<std::uint64_t, max_cpus / 64> words{};
+
+  void set(int cpu) noexcept {
+    if (cpu >= 0 && cpu < max_cpus) words[static_cast<std::size_t>(cpu) / 64] |= std::uint64_t{1} << (cpu % 64);
+  }
+  int count() const noexcept {
+    int n = 0;
+    for (std::uint64_t w : words) n += std::popcount(w);
+    return n;
+  }
+  cpu_bits& operator|=(const cpu_bits& o) noexcept {
+    for (std::size_t i = 0; i < words.size(); ++i) words[i] |= o.words[i];
+    return *this;
+  }
+};
+
+/// The CPUs the calling thread may run on (its affinity mask); all online CPUs if that cannot be read.
+inline cpu_bits allowed_cpus() {
+  cpu_bits out;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) == 0) {
+    for (int cpu = 0; cpu < std::min(CPU_SETSIZE, cpu_bits::max_cpus); ++cpu)
+      if (CPU_ISSET(cpu, &set)) out.set(cpu);
+  }
+  if (out.count() == 0)
+    for (unsigned cpu = 0; cpu < std::max(1u, std::thread::hardware_concurrency()); ++cpu) out.set(static_cast<int>(cpu));
+  return out;
+}
+
+/// CPUs' worth of time a cgroup v2 `cpu.max` line grants ("150000 100000" -> 1.5); nothing for
+/// "max ..." (no limit) or text that is not a quota.
+inline std::optional<double> parse_cgroup2_cpu_max(std::string_view text) {
+  std::istringstream in{std::string(text)};
+  std::string quota;
+  double period = 0;
+  if (!(in >> quota >> period) || quota == "max" || period <= 0) return std::nullopt;
+  try {
+    const double q = std::stod(quota);
+    if (q > 0) return q / period;
+  } catch (...) {
+  }
+  return std::nullopt;
+}
+
+/// CPUs' worth of time cgroup v1's `cpu.cfs_quota_us` and `cpu.cfs_period_us` grant; nothing when
+/// the quota is -1 (no limit) or unreadable.
+inline std::optional<double> parse_cgroup1_quota(std::string_view quota_us, std::string_view period_us) {
+  try {
+    const double q = std::stod(std::string(quota_us)), p = std::stod(std::string(period_us));
+    if (q > 0 && p > 0) return q / p;
+  } catch (...) {
+  }
+  return std::nullopt;
+}
+
+/// The tightest CPU quota on the path from the process's cgroup up to the root, in CPUs' worth of
+/// time. `proc_self_cgroup` is /proc/self/cgroup's text; `root` is where cgroups are mounted (v2:
+/// ROOT/PATH/cpu.max; v1: ROOT/cpu/PATH/cpu.cfs_quota_us, also "cpu,cpuacct"). Nothing if no
+/// level sets one. Parameters so that tests can point it at a made-up tree.
+inline std::optional<double> cgroup_cpu_quota(const std::string& proc_self_cgroup, const std::string& root = "/sys/fs/cgroup") {
+  const auto read = [](const std::string& path) -> std::optional<std::string> {
+    std::ifstream f(path);
+    std::string s;
+    if (!f || !std::getline(f, s)) return std::nullopt;
+    return s;
+  };
+  std::optional<double> best;
+  const auto take = [&](std::optional<double> q) {
+    if (q && (!best || *q < *best)) best = q;
+  };
+  std::istringstream lines(proc_self_cgroup);
+  for (std::string line; std::getline(lines, line);) {
+    // "hierarchy-id:controllers:path"; the path may itself contain ':'
+    const auto a = line.find(':'), b = a == std::string::npos ? a : line.find(':', a + 1);
+    if (b == std::string::npos) continue;
+    const std::string controllers = line.substr(a + 1, b - a - 1);
+    std::string path = line.substr(b + 1);
+    std::string dir;
+    if (line.compare(0, a, "0") == 0 && controllers.empty()) {
+      dir = root;  // v2 (unified)
+    } else {
+      bool has_cpu = false;
+      std::istringstream cs(controllers);
+      for (std::string c; std::getline(cs, c, ',');) has_cpu = has_cpu || c == "cpu";
+      if (!has_cpu) continue;
+      dir = root + "/" + controllers;
+      if (!read(dir + "/cpu.cfs_period_us")) dir = root + "/cpu";  // mounted as "cpu" with a "cpu,cpuacct" link missing
+    }
+    for (;;) {  // from the process's own cgroup up to the root
+      const std::string at = dir + (path == "/" ? "" : path);
+      if (controllers.empty()) {
+        if (const auto s = read(at + "/cpu.max")) take(parse_cgroup2_cpu_max(*s));
+      } else if (const auto q = read(at + "/cpu.cfs_quota_us")) {
+        if (const auto p = read(at + "/cpu.cfs_period_us")) take(parse_cgroup1_quota(*q, *p));
+      }
+      if (path.empty() || path == "/") break;
+      const auto slash = path.find_last_of('/');
+      path = slash == 0 || slash == std::string::npos ? "/" : path.substr(0, slash);
+    }
+  }
+  return best;
+}
+
+/// This process's CPU quota (cgroup_cpu_quota on /proc/self/cgroup), read once.
+inline std::optional<double> own_cpu_quota() {
+  static const std::optional<double> q = [] {
+    std::ifstream f("/proc/self/cgroup");
+    std::stringstream text;
+    text << f.rdbuf();
+    return cgroup_cpu_quota(text.str());
+  }();
+  return q;
+}
+
+/// The CPUs ranks whose affinity masks together make `cpus` can run on at once: the mask's size,
+/// capped by this process's CPU quota (rounded up), at least 1.
+inline unsigned usable_cpus(const cpu_bits& cpus) {
+  double n = cpus.count();
+  if (const auto q = own_cpu_quota()) n = std::min(n, std::ceil(*q));
+  return static_cast<unsigned>(std::max(1.0, n));
+}
+
+/// usable_cpus for the calling thread's own affinity mask (for ranks that share one process, or
+/// when the other ranks' masks are not known).
+inline unsigned usable_cpus() { return usable_cpus(allowed_cpus()); }
+
+}  // namespace detail
+}  // namespace v0
+}  // namespace collx
