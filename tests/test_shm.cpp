@@ -484,15 +484,30 @@ TEST_CASE("shm: a staged send returns before recv is called; a large one waits; 
 
 namespace {
 
+// x -> a x + b (mod 2^32) composed, and a count: 12 bytes (does not divide a 64-byte line) and
+// not commutative.
+struct affine {
+  std::uint32_t a, b, c;
+};
+struct affine_compose {
+  affine operator()(const affine& f, const affine& g) const { return {f.a * g.a, f.a * g.b + f.b, f.c + g.c}; }
+};
+affine affine_of(int r, std::size_t i) {
+  return {static_cast<std::uint32_t>(2 * r + 3), static_cast<std::uint32_t>(i * 7 + r), static_cast<std::uint32_t>(i % 11)};
+}
+
 // One rank's all-reduce on shared buffers (collx::shm_buffer) against the rank-order fold: input
-// at an offset that differs per rank, output poisoned and between guard elements, out of place
-// and in place; `plain_out_rank` (or -1) passes an ordinary vector as its output, which must make
-// every rank fall back to the message-based path with the same result. Returns wrong elements.
+// at an offset that differs per rank, output poisoned and between guard elements (and shifted by
+// out_shift + r * out_shift_per_rank elements), out of place and in place; `plain_out_rank` (or
+// -1) passes an ordinary vector as its output, which must make every rank fall back to the
+// message-based path with the same result. Returns wrong elements.
 template <class T, class Op, class Gen>
-int shared_allreduce_case(collx::communicator& comm, std::size_t count, const Op& op, Gen gen, int plain_out_rank) {
+int shared_allreduce_case(collx::communicator& comm, std::size_t count, const Op& op, Gen gen, int plain_out_rank,
+                          std::size_t out_shift = 0, std::size_t out_shift_per_rank = 0) {
   using red = collx::detail::reduction<T, Op>;
   const int n = comm.size(), r = comm.rank();
-  const std::size_t at = static_cast<std::size_t>(r) * 3 + 1, guard = 16;
+  const std::size_t at = static_cast<std::size_t>(r) * 3 + 1;
+  const std::size_t guard = 16 + out_shift + out_shift_per_rank * static_cast<std::size_t>(r);
   collx::shm_buffer<T> in(comm, at + count), out(comm, guard * 2 + count);
   std::vector<T> want(count);
   for (std::size_t i = 0; i < count; ++i) {
@@ -535,7 +550,28 @@ TEST_CASE("shm: all-reduce on shared buffers folds in rank order and writes ever
         wrong += shared_allreduce_case<collx::half>(
             comm, 140001, collx::ops::sum{},
             [](int q, std::size_t i) { return collx::half(static_cast<float>((q * 13 + i) % 97) * 0.125f); }, plain_out_rank);
+        wrong += shared_allreduce_case<affine>(comm, 30011, affine_compose{}, affine_of, plain_out_rank);
         return wrong ? 1 : 0;
+      }));
+    }
+  }
+}
+
+TEST_CASE("shm: all-reduce on shared buffers larger than the cache streams into every output", "[shm][shared]") {
+  // Past the last-level cache the outputs that are not their rank's input take streaming stores:
+  // whole lines, so the outputs' misalignment matters (the same on every rank: a head of plain
+  // stores, then lines; different per rank: the piece-wise fallback).
+  for (int n : {2, 3}) {
+    for (std::size_t per_rank : {std::size_t{0}, std::size_t{1}}) {
+      INFO("processes " << n << ", outputs shifted by 5 + " << per_rank << " x rank elements");
+      require_all_ok(collx::run_processes(n, [per_rank](collx::communicator& comm) -> int {
+        const std::size_t llc = collx::detail::last_level_cache_bytes();
+        const std::size_t count = std::min<std::size_t>(llc, std::size_t{64} << 20) / sizeof(float) / 2 + 4099;
+        return shared_allreduce_case<float>(comm, count, collx::ops::sum{},
+                                            [](int q, std::size_t i) { return static_cast<float>((q * 7919 + i * 31) % 1013) * 0.37f; },
+                                            -1, 5, per_rank)
+                   ? 1
+                   : 0;
       }));
     }
   }

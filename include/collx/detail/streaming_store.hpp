@@ -110,6 +110,28 @@ void store_streaming(D* dst, std::size_t n, F&& value) {
   for (std::size_t i = 0; i < n; ++i) dst[i] = value(i);
 }
 
+/// Stores the 64 bytes at `src` to the 64-byte aligned `dst` with streaming stores (plain ones
+/// without SSE2). Call stream_fence() after the last one, before anything that publishes the data.
+inline void stream_line(void* dst, const void* src) noexcept {
+#if defined(__SSE2__)
+  __m128i* out = static_cast<__m128i*>(dst);
+  const __m128i* in = static_cast<const __m128i*>(src);
+  _mm_stream_si128(out, _mm_loadu_si128(in));
+  _mm_stream_si128(out + 1, _mm_loadu_si128(in + 1));
+  _mm_stream_si128(out + 2, _mm_loadu_si128(in + 2));
+  _mm_stream_si128(out + 3, _mm_loadu_si128(in + 3));
+#else
+  std::memcpy(dst, src, 64);
+#endif
+}
+
+/// Orders earlier streaming stores before later stores (a no-op without SSE2).
+inline void stream_fence() noexcept {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
+}
+
 }  // namespace detail
 }  // namespace v0
 }  // namespace collx
