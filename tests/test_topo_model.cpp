@@ -265,6 +265,40 @@ TEST_CASE("placement: local ranks go to their GPU's NUMA node, or spread over no
   CHECK_THROWS_AS(place_local_rank(cpu, 8, 8), collx::error);
 }
 
+TEST_CASE("placement: pin_cpus gives each rank its own allowed CPU, nodes in contiguous blocks") {
+  // Two NUMA nodes: 0-3 and 8-11 on node 0, 4-7 and 12-15 on node 1 (interleaved numbering, as
+  // many two-socket machines have).
+  topology two;
+  for (int n = 0; n < 2; ++n) {
+    vertex c;
+    c.kind = vertex_kind::cpu, c.index = n, c.name = "CPU" + std::to_string(n);
+    c.cpu_affinity = n == 0 ? "0-3,8-11" : "4-7,12-15";
+    two.add_vertex(c);
+  }
+  std::vector<int> all(16);
+  for (int i = 0; i < 16; ++i) all[static_cast<std::size_t>(i)] = i;
+  // 4 ranks: 2 per node, not CPUs 0-3 (all on node 0, as "the i-th allowed CPU" would pin them).
+  CHECK(pin_cpus(two, all, 4) == std::vector<int>{0, 1, 4, 5});
+  CHECK(pin_cpus(two, all, 2) == std::vector<int>{0, 4});
+  CHECK(pin_cpus(two, all, 1) == std::vector<int>{0});
+  // 16 ranks fill every CPU once.
+  std::vector<int> sixteen = pin_cpus(two, all, 16);
+  CHECK(sixteen == std::vector<int>{0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15});
+  // A cpuset of 1 + 5 CPUs: blocks follow what each node may use, and no CPU is used twice.
+  const std::vector<int> some{2, 4, 5, 6, 7, 12};
+  CHECK(pin_cpus(two, some, 3) == std::vector<int>{2, 4, 5});
+  CHECK(pin_cpus(two, some, 2) == std::vector<int>{2, 4});
+  const std::vector<int> six = pin_cpus(two, some, 6);
+  CHECK(std::set<int>(six.begin(), six.end()).size() == 6);
+  CHECK(six.front() == 2);
+  // More ranks than allowed CPUs: nothing to pin.
+  CHECK(pin_cpus(two, some, 7).empty());
+  CHECK(pin_cpus(two, some, 0).empty());
+  // CPUs no node lists (a topology without NUMA information) come after the listed ones, in order.
+  CHECK(pin_cpus(topology{}, std::vector<int>{3, 5, 9}, 2) == std::vector<int>{3, 5});
+  CHECK(pin_cpus(two, std::vector<int>{20, 1, 21}, 3) == std::vector<int>{1, 20, 21});
+}
+
 TEST_CASE("a searched ring becomes algo::ring's order: ring_in_rank_order") {
   const topology t = read_nccl_topology(topo_fixture("dgx1-v100-como-nccl-topo.xml"), "dgx1");
   router r(t);

@@ -40,7 +40,7 @@ inline constexpr std::array<env_var_doc, 12> environment_variables{{
     {"COLLX_CMA", "auto, 0 or 1; default auto",
      "single-copy transfers with process_vm_readv between processes: auto uses them when the ranks outnumber the "
      "cores, 1 always (an error where the kernel forbids them)"},
-    {"COLLX_BIND", "core or none; default core", "collx-run and run_processes pin rank i to the i-th allowed CPU when the ranks fit"},
+    {"COLLX_BIND", "core or none; default core", "collx-run and run_processes pin each rank to its own allowed CPU when the ranks fit, in contiguous blocks per NUMA node (topo::pin_cpus)"},
     {"COLLX_NODE_ID", "printable string, default the host name",
      "which node a rank is on, for algo::hierarchical (set it to run several \"nodes\" on one machine)"},
     {"COLLX_JOB_ID", "string; characters other than [A-Za-z0-9_.-] become _, at most 64 kept", "keeps concurrent jobs on one machine apart (set by collx-run)"},

@@ -71,6 +71,43 @@ inline rank_placement place_local_rank(const topology& t, int local_rank, int lo
   return p;
 }
 
+/// The CPU to pin each of `local_size` ranks of host 0 to, given the CPUs they may use (`allowed`,
+/// the launcher's affinity mask): the ranks spread over the NUMA nodes in contiguous blocks
+/// proportional to each node's allowed CPUs (as place_local_rank, so neighbours in rank order, and
+/// so in a ring, share a node), the j-th rank of a node on the node's j-th allowed CPU in `allowed`
+/// order. Allowed CPUs that no NUMA node of `t` lists form one more node after the others. Every
+/// rank gets its own CPU. Empty when the ranks outnumber the allowed CPUs (then nothing should be
+/// pinned) or `local_size` < 1. Open MPI's mpirun binds one rank per core the same way for 2 ranks
+/// and by NUMA node or socket above that (its --map-by default).
+inline std::vector<int> pin_cpus(const topology& t, const std::vector<int>& allowed, int local_size) {
+  if (local_size < 1 || static_cast<std::size_t>(local_size) > allowed.size()) return {};
+  // The allowed CPUs of each node, in `allowed` order; the last group holds CPUs of no node.
+  const std::vector<int> nodes = t.of_kind(vertex_kind::cpu, 0);
+  std::vector<std::vector<int>> groups(nodes.size() + 1);
+  for (int cpu : allowed) {
+    std::size_t g = nodes.size();
+    for (std::size_t k = 0; k < nodes.size() && g == nodes.size(); ++k) {
+      const vertex& v = t.vertices[static_cast<std::size_t>(nodes[k])];
+      const std::vector<int> listed = !v.cores.empty() ? v.cores : parse_cpulist(v.cpu_affinity);
+      if (std::find(listed.begin(), listed.end(), cpu) != listed.end()) g = k;
+    }
+    groups[g].push_back(cpu);
+  }
+  // Group k takes ranks [ceil(A_k / A * size), ceil(A_{k+1} / A * size)), A_k the allowed CPUs
+  // before it (rounded up, so one rank lands on the first node): never more ranks than it has
+  // CPUs, since size <= A.
+  std::vector<int> out;
+  const std::size_t total = allowed.size(), size = static_cast<std::size_t>(local_size);
+  std::size_t before = 0;
+  for (const std::vector<int>& g : groups) {
+    const std::size_t lo = (before * size + total - 1) / total;
+    before += g.size();
+    const std::size_t hi = (before * size + total - 1) / total;
+    for (std::size_t j = 0; j < hi - lo; ++j) out.push_back(g[j]);
+  }
+  return out;
+}
+
 /// The NUMA node local rank `local_rank` of `local_size` should allocate on (see place_local_rank);
 /// -1 if the topology has no CPU. @throws collx::error(invalid_argument) for a bad rank.
 inline int numa_node_for_local_rank(const topology& t, int local_rank, int local_size) {
