@@ -22,6 +22,7 @@
 
 #include <collx/collx.hpp>
 #include <collx/detail/cpus.hpp>
+#include <collx/detail/numa.hpp>
 #include <collx/launch.hpp>
 #include <collx/transport/shm.hpp>
 
@@ -675,4 +676,38 @@ TEST_CASE("cgroup CPU quotas are read from v1 and v2 files, tightest level wins"
   CHECK(cgroup_cpu_quota("4:memory:/slurm/job7\n3:cpu,cpuacct:/slurm/job7\n", root.string()) == 3.0);
   CHECK(cgroup_cpu_quota("4:memory:/slurm/job7\n", root.string()) == std::nullopt);  // no cpu controller
   std::filesystem::remove_all(root);
+}
+
+TEST_CASE("shm: each rank's outgoing staging moves to its NUMA node (forced on one node)", "[shm][numa]") {
+  collx::shm_options shm;
+  shm.numa = 1;  // also on a one-node machine: the pages are freed, re-bound and allocated again
+  shm.cma = 0;   // staged: every message goes through the moved pages
+  require_all_ok(collx::run_processes(3, [](collx::communicator& comm) -> int {
+    auto& t = dynamic_cast<collx::transport_impl::shm_transport&>(comm.get_transport());
+    const int node = collx::detail::numa_node_of(collx::detail::allowed_cpus());
+    if (t.staging_numa_node() == -1 && node >= 0) {
+      std::fprintf(stderr, "rank %d: SKIPPED placement checks: mbind not permitted here (seccomp?)\n", comm.rank());
+      return sweep<collx::algo::ring>(comm, 300007) ? 1 : 0;
+    }
+    if (t.staging_numa_node() != node) return 10;
+    const long page = ::sysconf(_SC_PAGESIZE);
+    const int peer = (comm.rank() + 1) % comm.size();
+    // A page inside this rank's region prefers its node; the same page of another rank's region
+    // prefers that rank's node (the same here, but bound too), and the segment's header is unbound.
+    const auto inside = [&](int from, int to) {
+      const auto a = reinterpret_cast<std::uintptr_t>(t.staging(from, to)) + static_cast<std::uintptr_t>(page) * 2;
+      return reinterpret_cast<const void*>(a / static_cast<std::uintptr_t>(page) * static_cast<std::uintptr_t>(page));
+    };
+    const collx::detail::page_placement mine = collx::detail::placement_of(inside(comm.rank(), peer));
+    const collx::detail::page_placement theirs = collx::detail::placement_of(inside(peer, comm.rank()));
+    if (mine.policy == -1) {
+      std::fprintf(stderr, "rank %d: get_mempolicy unsupported here: placement not checked\n", comm.rank());
+    } else {
+      if (mine.policy != MPOL_PREFERRED || mine.node != node) return 11;
+      if (theirs.policy != MPOL_PREFERRED) return 12;
+      // The page before the staging memory (slot headers, left where rank 0 allocated them).
+      if (collx::detail::placement_of(t.staging(0, 0) - page).policy != MPOL_DEFAULT) return 13;
+    }
+    return sweep<collx::algo::ring>(comm, 300007) ? 1 : 0;  // data through the re-allocated pages
+  }, {}, shm));
 }

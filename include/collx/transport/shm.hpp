@@ -43,6 +43,7 @@
 #include <collx/concepts.hpp>
 #include <collx/detail/cpus.hpp>
 #include <collx/detail/futex.hpp>
+#include <collx/detail/numa.hpp>
 #include <collx/detail/process.hpp>
 #include <collx/environment.hpp>
 #include <collx/error.hpp>
@@ -68,6 +69,11 @@ struct shm_options {
   std::size_t cma_min_bytes = 64 * 1024;
   /// How long start-up waits for all ranks to attach.
   std::chrono::milliseconds connect_timeout = std::chrono::seconds(60);
+  /// NUMA placement of each rank's outgoing staging slots on the node of its CPUs: -1 auto (where
+  /// the machine has several nodes and the rank's CPUs are all on one, as collx-run's binding
+  /// leaves them), 0 off, 1 also on a one-node machine (tests). Rank 0 allocates the segment, so
+  /// otherwise every slot lies on its node.
+  int numa = -1;
   /// Processes of the whole job on this machine (0: this communicator's ranks). Waits spin only
   /// while they fit on the CPUs the ranks may use (shm_transport::usable_cpus); a hierarchy's node communicator sets it to every rank of the host.
   int ranks_on_host = 0;
@@ -188,6 +194,12 @@ class shm_transport final : public transport {
   unsigned usable_cpus() const noexcept { return usable_cpus_; }
   /// Whether waits sleep at once instead of spinning first: more ranks than usable_cpus().
   bool oversubscribed() const noexcept { return oversubscribed_; }
+  /// The NUMA node this rank's outgoing staging memory was moved to (shm_options::numa), -1 if it
+  /// was not moved.
+  int staging_numa_node() const noexcept { return numa_node_; }
+  /// First byte of the staging memory for messages from rank `from` to rank `to` (slots x slot
+  /// bytes, contiguous for one pair; consecutive `to` follow each other). For diagnostics and tests.
+  const std::byte* staging(int from, int to) const noexcept { return slot_data(from, to, 0); }
   /// The segment's name in /dev/shm (already unlinked once every rank attached).
   const std::string& segment() const noexcept { return name_; }
 
@@ -727,6 +739,12 @@ class shm_transport final : public transport {
         new (&reinterpret_cast<shm_segment::slot*>(base_ + lay_.slots)[i]) shm_segment::slot();
       h->magic.store(shm_segment::magic_ready, std::memory_order_release);
     }
+    try {
+      place_outgoing_staging(fd, opt.numa);
+    } catch (...) {
+      ::close(fd);
+      throw;
+    }
     ::close(fd);
 
     // Announce ourselves; the last rank to attach unlinks the name.
@@ -793,6 +811,34 @@ class shm_transport final : public transport {
     received_.assign(static_cast<std::size_t>(n_), 0);
   }
 
+  /// Moves this rank's outgoing staging memory (the slots it writes for every peer) to the NUMA
+  /// node its CPUs are on, where the machine has several (shm_options::numa). Rank 0 allocated the
+  /// whole segment, so without this every slot lies on rank 0's node.
+  void place_outgoing_staging(int fd, int numa) {
+    if (numa == 0 || (numa < 0 && detail::numa_node_count() < 2)) return;
+    numa_node_ = detail::numa_node_of(detail::allowed_cpus());
+    if (numa_node_ < 0) return;  // CPUs on several nodes: no node is this rank's
+    const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+    const std::size_t begin = lay_.data + pair(rank_, 0) * slots_ * slot_bytes_;
+    const std::size_t end = begin + static_cast<std::size_t>(n_) * slots_ * slot_bytes_;
+    // Whole pages only: a page shared with a neighbour's region stays where it is.
+    const std::size_t lo = (begin + page - 1) / page * page, hi = end / page * page;
+    if (hi <= lo) return;
+    const char* step = "";
+    const int e = detail::place_pages_on_node(fd, base_ + lo, lo, hi - lo, numa_node_, step);
+    if (e == EPERM || e == ENOSYS) {  // mbind not permitted here: the pages stay where they are
+      numa_node_ = -1;
+      return;
+    }
+    if (e != 0) {
+      std::string why = "rank " + std::to_string(rank_) + ": cannot move its staging memory to NUMA node " +
+                        std::to_string(numa_node_) + " (" + step + "): " + std::strerror(e);
+      if (e == ENOSPC) why = "shared memory is full: " + why + " (lower COLLX_SHM_BYTES_PER_PEER or free /dev/shm)";
+      fail(errc::system, why);
+      COLLX_THROW(errc::system, why);
+    }
+  }
+
   int rank_, n_;
   std::chrono::milliseconds timeout_;
   std::size_t cma_min_;
@@ -804,6 +850,7 @@ class shm_transport final : public transport {
   bool cma_ = false;
   bool oversubscribed_ = false;  // more ranks on this host than the CPUs they may use
   unsigned usable_cpus_ = 1;     // CPUs the ranks may use together (detail::usable_cpus)
+  int numa_node_ = -1;           // node this rank's outgoing staging lies on (-1: not placed)
   std::chrono::nanoseconds spin_{0};  // poll this long before sleeping (0 when ranks outnumber cores)
   std::vector<std::byte> bounce_;
   std::vector<std::deque<outgoing>> out_;
