@@ -559,6 +559,18 @@ class shm_transport final : public transport {
     return pi.call_version.load(std::memory_order_relaxed) == v;
   }
 
+  /// What rank r is doing, from the call it announced last, for a timeout's message.
+  std::string where_is(int r) const {
+    call_signature theirs;
+    const std::string who = "rank " + std::to_string(r);
+    if (!announced_call(r, theirs)) return who + " has made no call on this communicator yet: it is late or stuck";
+    if (theirs.seq < announced_.seq)
+      return who + " is still in or after its " + describe_call(theirs) + ", before this call: it is late or stuck";
+    if (theirs == announced_) return who + " is in this call too, waiting for another rank";
+    if (theirs.seq > announced_.seq) return who + " is already in its " + describe_call(theirs) + ", a later call";
+    return who + " is in its " + describe_call(theirs) + ": it called something else";
+  }
+
   template <class Ready>
   void wait(const char* what, int peer_rank, Ready ready) {
     auto ready_with_progress = [&] {
@@ -572,8 +584,8 @@ class shm_transport final : public transport {
     if (st == detail::wait_status::ready) return;
     if (st == detail::wait_status::timed_out) {
       const std::string why = "timed out after " + std::to_string(timeout_.count()) + " ms waiting for " + what +
-                              " rank " + std::to_string(peer_rank) + " (rank " + std::to_string(rank_) +
-                              "; the peer is late, stuck, or called something else)";
+                              " rank " + std::to_string(peer_rank) + " (rank " + std::to_string(rank_) + "; " +
+                              where_is(peer_rank) + ")";
       fail(errc::timeout, why);
       COLLX_THROW(errc::timeout, why);
     }

@@ -60,6 +60,14 @@ inline std::string describe_mismatch(const call_signature& mine, int me, const c
   return {};
 }
 
+/// One call in words, for error messages: "allreduce #3 (1024 elements of a 4-byte type, ring)".
+inline std::string describe_call(const call_signature& c) {
+  std::string s = std::string(collective_name(c.coll)) + " #" + std::to_string(c.seq) + " (" + std::to_string(c.count) +
+                  " elements of a " + std::to_string(c.type_size) + "-byte type";
+  if (c.root >= 0) s += ", root " + std::to_string(c.root);
+  return s + ", " + std::string(algorithm_name(static_cast<algorithm>(c.algo))) + ")";
+}
+
 /// A failure as the other ranks read it: "rank R failed: why", so that a relayed error does not
 /// read as their own (unchanged when `why` already starts with "rank R ").
 inline std::string reported_by(int rank, const std::string& why) {
