@@ -9,11 +9,12 @@
 #include <cstring>
 #include <string>
 
+static const char* const usage_text =
+    "usage: collx-run -n N [--] program [args...]\n"
+    "  runs N processes of program as ranks 0..N-1 of one job (COLLX_RANK, COLLX_WORLD_SIZE, ...)\n";
+
 static int usage(const char* why) {
-  std::fprintf(stderr,
-               "collx-run: %s\nusage: collx-run -n N [--] program [args...]\n"
-               "  runs N processes of program as ranks 0..N-1 of one job (COLLX_RANK, COLLX_WORLD_SIZE, ...)\n",
-               why);
+  std::fprintf(stderr, "collx-run: %s\n%s", why, usage_text);
   return 2;
 }
 
@@ -25,7 +26,7 @@ int main(int argc, char** argv) {
       ++i;
       break;
     }
-    if (a == "-h" || a == "--help") return usage("help"), 0;
+    if (a == "-h" || a == "--help") return std::fputs(usage_text, stdout) < 0;
     if (a == "-n" || a == "-np" || a == "--np") {
       if (i + 1 >= argc) return usage("-n needs a number");
       try {
@@ -40,6 +41,10 @@ int main(int argc, char** argv) {
   }
   if (n < 1) return usage("missing -n N");
   if (i >= argc) return usage("missing program");
+  if (const int e = collx::detail::runnable(argv[i]); e != 0) {  // one message, not one per rank
+    std::fprintf(stderr, "collx-run: cannot run %s: %s\n", argv[i], std::strerror(e));
+    return 127;  // as a shell does
+  }
   try {
     return collx::launch_program(n, argv + i);
   } catch (const collx::error& e) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <sched.h>
+#include <sys/stat.h>
 #include <signal.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -74,6 +75,30 @@ inline void bind_to_core(int local_rank, int local_world_size) {
   ::sched_setaffinity(0, sizeof one, &one);
 }
 
+/// 0 if execvp could run `program` (a path, or a name found on PATH, executable), else the errno
+/// it would fail with.
+inline int runnable(const char* program) {
+  const auto check = [](const std::string& path) {
+    struct stat st{};
+    if (::stat(path.c_str(), &st) != 0) return errno;
+    if (S_ISDIR(st.st_mode)) return EACCES;
+    return ::access(path.c_str(), X_OK) == 0 ? 0 : errno;
+  };
+  if (std::strchr(program, '/')) return check(program);
+  const char* path = std::getenv("PATH");
+  const std::string dirs = path ? path : "/usr/local/bin:/bin:/usr/bin";
+  int err = ENOENT;
+  for (std::size_t at = 0;;) {
+    const std::size_t colon = dirs.find(':', at);
+    const std::string dir = dirs.substr(at, colon == std::string::npos ? std::string::npos : colon - at);
+    const int e = check((dir.empty() ? std::string(".") : dir) + "/" + program);
+    if (e == 0) return 0;
+    if (e != ENOENT) err = e;  // as execvp: a file found but not executable says EACCES
+    if (colon == std::string::npos) return err;
+    at = colon + 1;
+  }
+}
+
 inline process_exit wait_for(int rank, pid_t pid) {
   process_exit e;
   e.rank = rank;
@@ -136,8 +161,12 @@ std::vector<process_exit> run_processes(int world_size, F&& fn, const communicat
 /// one CPU when they fit (COLLX_BIND). When a process
 /// fails (non-zero status or a signal), the others get SIGTERM, then SIGKILL after `grace`.
 /// Returns the first failure's status (128 + signal for a signal), or 0.
+/// @throws collx::error(errc::invalid_argument) before starting anything if the program cannot be
+/// run (not found on PATH, not executable), so that one message says so instead of one per rank.
 inline int launch_program(int world_size, char* const argv[], std::chrono::milliseconds grace = std::chrono::seconds(3)) {
   if (world_size < 1 || !argv || !argv[0]) COLLX_THROW(errc::invalid_argument, "launch_program: need N >= 1 and a program");
+  if (const int e = detail::runnable(argv[0]); e != 0)
+    COLLX_THROW(errc::invalid_argument, std::string("cannot run ") + argv[0] + ": " + std::strerror(e));
   const std::string job = env::get("COLLX_JOB_ID").value_or(detail::fresh_job_id("run"));
   std::vector<pid_t> pids;
   std::fflush(nullptr);
