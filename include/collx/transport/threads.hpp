@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -47,11 +48,35 @@ class thread_world {
   struct alignas(64) padded_bell {
     detail::doorbell bell;
   };
+  /// The call a rank announced last. Only its rank writes it; peers compare it with theirs while
+  /// they wait. A mutex, not a seqlock: the copy would race (ThreadSanitizer says so), and the lock
+  /// is contended only by a peer that is asleep anyway.
+  struct alignas(64) published_call {
+    std::mutex m;
+    bool set = false;
+    call_signature call{};
+  };
 
   explicit thread_world(int world_size)
       : size_(world_size),
         boxes_(new mailbox[static_cast<std::size_t>(world_size) * static_cast<std::size_t>(world_size)]),
-        bells_(new padded_bell[static_cast<std::size_t>(world_size)]) {}
+        bells_(new padded_bell[static_cast<std::size_t>(world_size)]),
+        calls_(new published_call[static_cast<std::size_t>(world_size)]) {}
+
+  /// Publishes rank r's current call (by rank r only).
+  void announce(int r, const call_signature& sig) {
+    published_call& c = calls_[static_cast<std::size_t>(r)];
+    std::lock_guard<std::mutex> lock(c.m);
+    c.call = sig;
+    c.set = true;
+  }
+  /// Rank r's last announced call, if it announced one.
+  bool announced(int r, call_signature& out) {
+    published_call& c = calls_[static_cast<std::size_t>(r)];
+    std::lock_guard<std::mutex> lock(c.m);
+    out = c.call;
+    return c.set;
+  }
 
   int size() const noexcept { return size_; }
   mailbox& box(int from, int to) noexcept {
@@ -82,6 +107,7 @@ class thread_world {
   int size_;
   std::unique_ptr<mailbox[]> boxes_;
   std::unique_ptr<padded_bell[]> bells_;
+  std::unique_ptr<published_call[]> calls_;
   std::atomic<bool> failed_{false};
   std::mutex mutex_;
   errc code_ = errc::internal;
@@ -102,6 +128,10 @@ class threads_transport final : public transport {
   int size() const noexcept override { return world_->size(); }
   std::string_view name() const noexcept override { return "threads"; }
   void set_timeout(std::chrono::milliseconds t) noexcept override { timeout_ = t; }
+  void announce(const call_signature& sig) override {
+    announced_ = sig;
+    world_->announce(rank_, sig);
+  }
   void check() override {
     if (world_->failed()) rethrow_failure();
   }
@@ -166,14 +196,30 @@ class threads_transport final : public transport {
   template <class Ready>
   void wait(const char* what, int peer, Ready ready) {
     if (ready()) return;
+    // Checked on every wake-up and every 20 ms: the failure flag, and whether a peer announced
+    // this call with another signature (ranks that disagree on a root may never exchange a
+    // message to compare, as when both broadcast as the root).
     const auto st = detail::wait_until(world_->bell(rank_), false, std::chrono::nanoseconds(timeout_), spin_, ready,
-                                       [&] { return world_->failed(); });
+                                       [&] { return world_->failed() || peer_disagrees(); }, std::chrono::milliseconds(20));
     if (st == detail::wait_status::ready) return;
     if (st == detail::wait_status::timed_out)
       fail_out(errc::timeout, "timed out after " + std::to_string(timeout_.count()) + " ms waiting for " + what +
                                   " rank " + std::to_string(peer) + " (rank " + std::to_string(rank_) +
                                   "; the peer is late, stuck, or called something else)");
     rethrow_failure();
+  }
+
+  /// True (with the world failed) if a peer announced this call's sequence number with another
+  /// signature.
+  bool peer_disagrees() {
+    if (!announced_.seq) return false;
+    for (int r = 0; r < world_->size(); ++r) {
+      call_signature theirs;
+      if (r == rank_ || !world_->announced(r, theirs) || theirs.seq != announced_.seq || theirs == announced_) continue;
+      world_->fail(errc::mismatch, reported(describe_mismatch(announced_, rank_, theirs, r)));
+      return true;
+    }
+    return false;
   }
 
   // Every error leaves the call through one of these two, with the world failed: they first wait
@@ -209,6 +255,7 @@ class threads_transport final : public transport {
   std::vector<std::uint64_t> posted_;
   std::chrono::nanoseconds spin_{0};  // poll this long before sleeping (0 when ranks outnumber cores)
   std::chrono::milliseconds timeout_{std::chrono::seconds(300)};
+  call_signature announced_{};  // this rank's current call (announce)
 };
 
 }  // namespace transport_impl
