@@ -244,6 +244,20 @@ TEST_CASE("scaling: tree wins latency-bound sizes at scale, ring/hierarchical ba
   CHECK(ring.busbw_GBps == Approx(8 * 48.0).epsilon(0.15));  // less the ring's 1022 network steps of latency
 }
 
+namespace {
+/// A CPU-only machine of two NUMA nodes with these CPU lists.
+topology two_numa_nodes(const char* cpus0, const char* cpus1) {
+  topology t;
+  for (int n = 0; n < 2; ++n) {
+    vertex c;
+    c.kind = vertex_kind::cpu, c.index = n, c.name = "CPU" + std::to_string(n);
+    c.cpu_affinity = n == 0 ? cpus0 : cpus1;
+    t.add_vertex(c);
+  }
+  return t;
+}
+}  // namespace
+
 TEST_CASE("placement: local ranks go to their GPU's NUMA node, or spread over nodes by core count") {
   const topology a800 = read_nvidia_smi(topo_fixture("a800-sxm4-8gpu-nv8-4nic-topo-m.txt"));
   CHECK(numa_node_for_local_rank(a800, 0, 8) == 0);
@@ -252,13 +266,7 @@ TEST_CASE("placement: local ranks go to their GPU's NUMA node, or spread over no
   CHECK(p.gpu == a800.gpu(6));
   CHECK(p.cpus.size() == 64);
   // CPU-only: two NUMA nodes of 16 and 48 CPUs; 8 ranks split 2 + 6.
-  topology cpu;
-  for (int n = 0; n < 2; ++n) {
-    vertex c;
-    c.kind = vertex_kind::cpu, c.index = n, c.name = "CPU" + std::to_string(n);
-    c.cpu_affinity = n == 0 ? "0-15" : "16-63";
-    cpu.add_vertex(c);
-  }
+  const topology cpu = two_numa_nodes("0-15", "16-63");
   std::vector<int> nodes;
   for (int r = 0; r < 8; ++r) nodes.push_back(numa_node_for_local_rank(cpu, r, 8));
   CHECK(nodes == std::vector<int>{0, 0, 1, 1, 1, 1, 1, 1});
@@ -268,13 +276,7 @@ TEST_CASE("placement: local ranks go to their GPU's NUMA node, or spread over no
 TEST_CASE("placement: pin_cpus gives each rank its own allowed CPU, nodes in contiguous blocks") {
   // Two NUMA nodes: 0-3 and 8-11 on node 0, 4-7 and 12-15 on node 1 (interleaved numbering, as
   // many two-socket machines have).
-  topology two;
-  for (int n = 0; n < 2; ++n) {
-    vertex c;
-    c.kind = vertex_kind::cpu, c.index = n, c.name = "CPU" + std::to_string(n);
-    c.cpu_affinity = n == 0 ? "0-3,8-11" : "4-7,12-15";
-    two.add_vertex(c);
-  }
+  const topology two = two_numa_nodes("0-3,8-11", "4-7,12-15");
   std::vector<int> all(16);
   for (int i = 0; i < 16; ++i) all[static_cast<std::size_t>(i)] = i;
   // 4 ranks: 2 per node, not CPUs 0-3 (all on node 0, as "the i-th allowed CPU" would pin them).
