@@ -37,9 +37,9 @@ inline constexpr std::array<env_var_doc, 12> environment_variables{{
      "non-commutative ops)"},
     {"COLLX_SEGMENT_BYTES", "size (4096, 64K, 4M, 0x1000), default 8M", "scratch memory per rank per call segment"},
     {"COLLX_SHM_BYTES_PER_PEER", "size, default 1M (less for > 8 ranks)", "shared-memory staging per ordered pair of ranks"},
-    {"COLLX_CMA", "auto, 0 or 1; default auto",
+    {"COLLX_CMA", "auto, 0 or 1 (also off/on, false/true); default auto",
      "single-copy transfers with process_vm_readv between processes: auto uses them when the ranks outnumber the "
-     "cores, 1 always (an error where the kernel forbids them)"},
+     "CPUs they may use, 1 always (an error where the kernel forbids them)"},
     {"COLLX_BIND", "core or none; default core", "collx-run and run_processes pin each rank to its own allowed CPU when the ranks fit, in contiguous blocks per NUMA node (topo::pin_cpus)"},
     {"COLLX_NODE_ID", "printable string, default the host name",
      "which node a rank is on, for algo::hierarchical (set it to run several \"nodes\" on one machine)"},
