@@ -8,10 +8,11 @@
 #   git                   FetchContent in tests/consumer/run.sh
 #   openmpi-bin libopenmpi-dev  the test that launches ranks with Open MPI's mpirun; bench peers
 #   zlib1g-dev            examples/train_digits reads the gzipped digits with zlib
+#   procps                pgrep, in tests/collx_run_cli.sh (no rank's children left running)
 # Usage: scripts/deps.sh [extra-package...]
 set -euo pipefail
 
-packages=(catch2 cmake make ninja-build g++ clang libclang-rt-dev git ca-certificates openmpi-bin libopenmpi-dev zlib1g-dev "$@")
+packages=(catch2 cmake make ninja-build g++ clang libclang-rt-dev git ca-certificates openmpi-bin libopenmpi-dev zlib1g-dev procps "$@")
 missing=()
 for p in "${packages[@]}"; do
   if [[ "$(dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null)" != ii* ]]; then

@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -156,11 +157,49 @@ std::vector<process_exit> run_processes(int world_size, F&& fn, const communicat
   return out;
 }
 
+namespace detail {
+/// The signal launch_program got (SIGINT, SIGTERM, SIGHUP) and forwards to the ranks; 0 if none.
+inline volatile std::sig_atomic_t launch_signal = 0;
+inline void launch_on_signal(int sig) { launch_signal = sig; }
+
+/// Sends `sig` to the process group of every rank still running (each rank leads its own group, so
+/// what it started gets the signal too). Only ranks not yet reaped (pid > 0): kill(-1, ...) would
+/// signal every process the caller may signal, and kill(0, ...) the caller's own group.
+inline void signal_ranks(const std::vector<pid_t>& pids, int sig) {
+  for (pid_t p : pids)
+    if (p > 0) ::kill(-p, sig);
+}
+
+/// Installs launch_on_signal for SIGINT, SIGTERM and SIGHUP (without SA_RESTART) for its lifetime.
+class forward_signals {
+ public:
+  forward_signals() {
+    launch_signal = 0;
+    struct sigaction sa{};
+    sa.sa_handler = launch_on_signal;
+    sigemptyset(&sa.sa_mask);
+    for (std::size_t i = 0; i < 3; ++i) ::sigaction(signals_[i], &sa, &old_[i]);
+  }
+  ~forward_signals() {
+    for (std::size_t i = 0; i < 3; ++i) ::sigaction(signals_[i], &old_[i], nullptr);
+  }
+  forward_signals(const forward_signals&) = delete;
+  forward_signals& operator=(const forward_signals&) = delete;
+
+ private:
+  static constexpr int signals_[3] = {SIGINT, SIGTERM, SIGHUP};
+  struct sigaction old_[3]{};
+};
+}  // namespace detail
+
 /// Runs `argv` as `world_size` local processes with COLLX_RANK, COLLX_WORLD_SIZE, COLLX_LOCAL_RANK,
 /// COLLX_LOCAL_WORLD_SIZE and COLLX_JOB_ID set (the job id is kept if already set), each pinned to
-/// one CPU when they fit (COLLX_BIND). When a process
-/// fails (non-zero status or a signal), the others get SIGTERM, then SIGKILL after `grace`.
-/// Returns the first failure's status (128 + signal for a signal), or 0.
+/// one CPU when they fit (COLLX_BIND) and leading its own process group. When a process fails
+/// (non-zero status or a signal), a line on stderr says which, and the other ranks' process groups
+/// get SIGTERM, then SIGKILL after `grace`. SIGINT, SIGTERM and SIGHUP sent to the caller while it
+/// waits are forwarded to every rank's group (as mpirun does), with the same escalation. Waits only
+/// for its own ranks (other children of the caller are left alone). Returns the first failure's
+/// status (128 + signal for a signal, also for a forwarded one), or 0.
 /// @throws collx::error(errc::invalid_argument) before starting anything if the program cannot be
 /// run (not found on PATH, not executable), so that one message says so instead of one per rank.
 inline int launch_program(int world_size, char* const argv[], std::chrono::milliseconds grace = std::chrono::seconds(3)) {
@@ -168,15 +207,18 @@ inline int launch_program(int world_size, char* const argv[], std::chrono::milli
   if (const int e = detail::runnable(argv[0]); e != 0)
     COLLX_THROW(errc::invalid_argument, std::string("cannot run ") + argv[0] + ": " + std::strerror(e));
   const std::string job = env::get("COLLX_JOB_ID").value_or(detail::fresh_job_id("run"));
+  const detail::forward_signals forwarding;
   std::vector<pid_t> pids;
   std::fflush(nullptr);
   for (int r = 0; r < world_size; ++r) {
     const pid_t pid = ::fork();
     if (pid < 0) {
-      for (pid_t p : pids) ::kill(p, SIGKILL);
+      detail::signal_ranks(pids, SIGKILL);
+      for (std::size_t i = 0; i < pids.size(); ++i) detail::wait_for(static_cast<int>(i), pids[i]);
       COLLX_THROW(errc::system, "launch_program: fork failed");
     }
     if (pid == 0) {
+      ::setpgid(0, 0);  // its own group: a failure elsewhere stops what it started too
       ::setenv("COLLX_RANK", std::to_string(r).c_str(), 1);
       ::setenv("COLLX_WORLD_SIZE", std::to_string(world_size).c_str(), 1);
       ::setenv("COLLX_LOCAL_RANK", std::to_string(r).c_str(), 1);
@@ -187,35 +229,49 @@ inline int launch_program(int world_size, char* const argv[], std::chrono::milli
       std::fprintf(stderr, "collx-run: cannot run %s: %s\n", argv[0], std::strerror(errno));
       ::_exit(127);
     }
+    ::setpgid(pid, pid);  // also here, so the group exists before any signal (either call may lose the race)
     pids.push_back(pid);
   }
   int first_failure = 0;
   std::size_t alive = pids.size();
   auto deadline = std::chrono::steady_clock::time_point::max();
+  const auto stop_others = [&](int status) {
+    if (!first_failure) first_failure = status;
+    detail::signal_ranks(pids, SIGTERM);
+    deadline = std::chrono::steady_clock::now() + grace;
+  };
   while (alive) {
-    int st = 0;
-    const pid_t pid = ::waitpid(-1, &st, first_failure ? WNOHANG : 0);
-    if (pid < 0) {
-      if (errno == EINTR) continue;
-      break;
-    }
-    if (pid == 0) {  // someone failed and others still run: escalate after the grace period
-      if (std::chrono::steady_clock::now() > deadline) {
-        for (pid_t p : pids) ::kill(p, SIGKILL);
-        deadline = std::chrono::steady_clock::time_point::max();
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      continue;
-    }
-    for (pid_t& p : pids)
-      if (p == pid) p = -1, --alive;
-    const int status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    if (status != 0 && !first_failure) {
-      first_failure = status;
-      for (pid_t p : pids)
-        if (p > 0) ::kill(p, SIGTERM);
+    if (const int sig = detail::launch_signal) {
+      detail::launch_signal = 0;
+      detail::signal_ranks(pids, sig);
+      if (!first_failure) first_failure = 128 + sig;
       deadline = std::chrono::steady_clock::now() + grace;
     }
+    bool reaped = false;
+    for (std::size_t r = 0; r < pids.size(); ++r) {
+      if (pids[r] <= 0) continue;
+      int st = 0;
+      const pid_t got = ::waitpid(pids[r], &st, WNOHANG);
+      if (got == 0 || (got < 0 && errno == EINTR)) continue;
+      const pid_t pid = pids[r];
+      pids[r] = -1, --alive, reaped = true;
+      if (got < 0) continue;  // not ours to wait for any more (ECHILD)
+      const int status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+      if (status != 0 && !first_failure) {
+        if (WIFEXITED(st))
+          std::fprintf(stderr, "collx-run: rank %zu (pid %d) exited with status %d; stopping the other ranks\n", r,
+                       static_cast<int>(pid), status);
+        else
+          std::fprintf(stderr, "collx-run: rank %zu (pid %d) was killed by signal %d (%s); stopping the other ranks\n", r,
+                       static_cast<int>(pid), WTERMSIG(st), ::strsignal(WTERMSIG(st)));
+        stop_others(status);
+      }
+    }
+    if (first_failure && std::chrono::steady_clock::now() > deadline) {  // grace period over
+      detail::signal_ranks(pids, SIGKILL);
+      deadline = std::chrono::steady_clock::time_point::max();
+    }
+    if (alive && !reaped) std::this_thread::sleep_for(std::chrono::milliseconds(first_failure ? 10 : 20));  // 50 looks a second: nothing next to a job
   }
   return first_failure;
 }
