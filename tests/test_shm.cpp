@@ -715,3 +715,39 @@ TEST_CASE("shm: each rank's outgoing staging moves to its NUMA node (forced on o
     return sweep<collx::algo::ring>(comm, 300007) ? 1 : 0;  // data through the re-allocated pages
   }, {}, shm));
 }
+
+TEST_CASE("shm: ranks that disagree on the root get a mismatch naming it, also after a root returned", "[shm][mismatch]") {
+  collx::communicator_options opt;
+  opt.timeout = 20s;
+  SECTION("3 ranks: rank 2 names root 1, the others root 0; rank 1 finishes before rank 2 looks") {
+    require_all_ok(collx::run_processes(3, [](collx::communicator& comm) -> int {
+      std::vector<float> x(64, static_cast<float>(comm.rank()));
+      const int root = comm.rank() == 2 ? 1 : 0;
+      try {
+        collx::broadcast(comm, std::span{x}, root);
+        collx::barrier(comm);  // ranks 0 and 1 may finish the broadcast; the barrier cannot
+      } catch (const collx::error& e) {
+        std::fprintf(stderr, "rank %d: %s\n", comm.rank(), e.what());
+        return e.code() == collx::errc::mismatch && std::string(e.what()).find("root differs") != std::string::npos ? 0 : 2;
+      }
+      return 3;
+    }, opt));
+  }
+  SECTION("2 ranks that both broadcast as the root: both return; the next call names the root") {
+    require_all_ok(collx::run_processes(2, [](collx::communicator& comm) -> int {
+      std::vector<float> x(64, static_cast<float>(comm.rank()));
+      collx::broadcast(comm, std::span{x}, comm.rank());  // only sends: nothing to compare yet
+      try {
+        collx::barrier(comm);
+      } catch (const collx::error& e) {
+        std::fprintf(stderr, "rank %d: %s\n", comm.rank(), e.what());
+        const std::string w = e.what();
+        return e.code() == collx::errc::mismatch && w.find("root differs") != std::string::npos &&
+                       w.find("broadcast #1") != std::string::npos
+                   ? 0
+                   : 2;
+      }
+      return 3;
+    }, opt));
+  }
+}

@@ -25,6 +25,7 @@
 #include <dirent.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -86,8 +87,10 @@ struct shm_segment {
   static constexpr std::uint64_t magic_ready = 0x636f6c6c78736d31ull;   // "collxsm1"
   static constexpr std::uint64_t magic_failed = 0x636f6c6c78666169ull;  // rank 0 could not set up
   // 2: peer_info::call; 3: call on its own line, slots line-aligned; 4: a slot's stamp replaces the
-  // posted counter; 5: peer_info::cpus
-  static constexpr std::uint32_t layout_version = 5;
+  // posted counter; 5: peer_info::cpus; 6: peer_info::calls (a history)
+  static constexpr std::uint32_t layout_version = 6;
+  /// Calls each rank's published history keeps.
+  static constexpr std::size_t call_history = 8;
 
   enum class slot_kind : std::uint32_t { staged = 1, cma = 2, window = 3 };
   /// One message (or one staged piece of it). The sender fills it and stores `stamp` last; the
@@ -121,10 +124,13 @@ struct shm_segment {
     std::atomic<std::uint32_t> departed{0};   ///< set when the rank closed its communicator
     detail::doorbell bell;
     detail::cpu_bits cpus;                    ///< the CPUs the rank may run on (written before `attached`)
-    /// Seqlock over `call`: odd while it is written. On its own line: the owner writes it every call,
-    /// while peers read `bell` on every message.
+    /// Seqlock over `last` and `calls`: odd while they are written. On its own line: the owner
+    /// writes it every call, while peers read `bell` on every message.
     alignas(64) std::atomic<std::uint32_t> call_version{0};
-    call_signature call{};                       ///< the call the rank announced last (transport::announce)
+    std::uint64_t last = 0;                      ///< sequence number of the call announced last (0: none)
+    /// The calls announced last (transport::announce), call k at calls[k % call_history]: a peer
+    /// that moved on can still be compared with a rank that waits in an earlier call.
+    call_signature calls[call_history]{};
   };
   struct header {
     std::atomic<std::uint64_t> magic{0};
@@ -225,11 +231,13 @@ class shm_transport final : public transport {
 
   void announce(const call_signature& sig) override {
     announced_ = sig;
+    my_calls_[sig.seq % shm_segment::call_history] = sig;
     shm_segment::peer_info& me = peer(rank_);
     const std::uint32_t v = me.call_version.load(std::memory_order_relaxed);
     me.call_version.store(v + 1, std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_release);
-    std::memcpy(static_cast<void*>(&me.call), &sig, sizeof sig);
+    std::memcpy(static_cast<void*>(&me.calls[sig.seq % shm_segment::call_history]), &sig, sizeof sig);
+    me.last = sig.seq;
     me.call_version.store(v + 2, std::memory_order_release);
   }
 
@@ -256,7 +264,7 @@ class shm_transport final : public transport {
       const shm_segment::slot& s = slot_at(peer_rank, rank_, k);
       wait("a message from", peer_rank, [&] { return s.stamp.load(std::memory_order_acquire) == k + 1; });
       if (first) {
-        if (!(s.sig == sig)) mismatch(describe_mismatch(sig, rank_, s.sig, peer_rank));
+        if (!(s.sig == sig)) mismatch(describe_stale_or(s.sig, sig, peer_rank));
         if (s.total_bytes != bytes)
           mismatch("message size differs: rank " + std::to_string(peer_rank) + " sends " + std::to_string(s.total_bytes) +
                    " bytes, rank " + std::to_string(rank_) + " expects " + std::to_string(bytes) +
@@ -533,7 +541,8 @@ class shm_transport final : public transport {
     for (int r = 0; r < n_; ++r) {
       if (r == rank_ || (watched >= 0 && r != watched)) continue;
       call_signature theirs;
-      if (announced_.seq && announced_call(r, theirs) && theirs.seq == announced_.seq && !(theirs == announced_)) {
+      // Rank r's record of this call, also after it moved on (a root that only sends returns early).
+      if (announced_.seq && announced_call(r, announced_.seq, theirs) && !(theirs == announced_)) {
         fail(errc::mismatch, describe_mismatch(announced_, rank_, theirs, r));
         return true;
       }
@@ -549,14 +558,33 @@ class shm_transport final : public transport {
     return false;
   }
 
-  /// The call rank r announced last, if it is not being written right now.
-  bool announced_call(int r, call_signature& out) const {
+  /// Call `seq` as rank r announced it (seq 0: its latest call), if r's history still holds it and
+  /// it is not being written right now.
+  bool announced_call(int r, std::uint64_t seq, call_signature& out) const {
     const shm_segment::peer_info& pi = peer(r);
     const std::uint32_t v = pi.call_version.load(std::memory_order_acquire);
     if (v == 0 || (v & 1)) return false;
-    std::memcpy(&out, static_cast<const void*>(&pi.call), sizeof out);
+    const std::uint64_t want = seq ? seq : pi.last;
+    std::memcpy(&out, static_cast<const void*>(&pi.calls[want % shm_segment::call_history]), sizeof out);
     std::atomic_thread_fence(std::memory_order_acquire);
-    return pi.call_version.load(std::memory_order_relaxed) == v;
+    return pi.call_version.load(std::memory_order_relaxed) == v && out.seq == want && want != 0;
+  }
+  bool announced_call(int r, call_signature& out) const { return announced_call(r, 0, out); }
+
+  /// A received message's signature `got` differs from this call's `sig`. When the two belong to
+  /// different calls, one rank finished a call the other is still in (a root that only sends
+  /// returns early): if that call's records differ (this rank's history, or the sender's published
+  /// one), that difference is the cause, so name it rather than the sequence numbers.
+  std::string describe_stale_or(const call_signature& got, const call_signature& sig, int from) const {
+    const call_signature& mine = my_calls_[got.seq % shm_segment::call_history];
+    if (got.seq < sig.seq && mine.seq == got.seq && !(mine == got))  // the sender is behind
+      return describe_mismatch(mine, rank_, got, from) + " (in " + describe_call(mine) +
+             ", which this rank finished before seeing it; seen at call #" + std::to_string(sig.seq) + ")";
+    call_signature theirs;
+    if (got.seq > sig.seq && announced_call(from, sig.seq, theirs) && !(theirs == sig))  // the sender is ahead
+      return describe_mismatch(sig, rank_, theirs, from) + " (rank " + std::to_string(from) + " finished " +
+             describe_call(theirs) + " and went on to call #" + std::to_string(got.seq) + ")";
+    return describe_mismatch(sig, rank_, got, from);
   }
 
   /// What rank r is doing, from the call it announced last, for a timeout's message.
@@ -872,6 +900,7 @@ class shm_transport final : public transport {
   std::vector<std::uint64_t> posted_, seen_consumed_, zero_copy_until_, received_;
   std::chrono::steady_clock::time_point last_liveness_{};
   call_signature announced_{};  // this rank's current call (announce)
+  std::array<call_signature, shm_segment::call_history> my_calls_{};  // its recent calls, as published
   std::vector<window> windows_;
   std::uint32_t next_window_id_ = 0;
 };
