@@ -13,9 +13,9 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <fstream>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -60,16 +60,15 @@ inline cpu_bits allowed_cpus() {
 /// CPUs' worth of time a cgroup v2 `cpu.max` line grants ("150000 100000" -> 1.5); nothing for
 /// "max ..." (no limit) or text that is not a quota.
 inline std::optional<double> parse_cgroup2_cpu_max(std::string_view text) {
-  std::istringstream in{std::string(text)};
-  std::string quota;
-  double period = 0;
-  if (!(in >> quota >> period) || quota == "max" || period <= 0) return std::nullopt;
-  try {
-    const double q = std::stod(quota);
-    if (q > 0) return q / period;
-  } catch (...) {
-  }
-  return std::nullopt;
+  const std::string t(text);
+  const std::size_t a = t.find_first_not_of(" \t"), b = t.find_first_of(" \t", a);
+  if (a == std::string::npos || b == std::string::npos || t.compare(a, b - a, "max") == 0) return std::nullopt;
+  char* end = nullptr;
+  const double q = std::strtod(t.c_str() + a, &end);
+  if (end != t.c_str() + b) return std::nullopt;
+  const double period = std::strtod(t.c_str() + b, &end);
+  if (end == t.c_str() + b || q <= 0 || period <= 0) return std::nullopt;
+  return q / period;
 }
 
 /// CPUs' worth of time cgroup v1's `cpu.cfs_quota_us` and `cpu.cfs_period_us` grant; nothing when
@@ -98,8 +97,10 @@ inline std::optional<double> cgroup_cpu_quota(const std::string& proc_self_cgrou
   const auto take = [&](std::optional<double> q) {
     if (q && (!best || *q < *best)) best = q;
   };
-  std::istringstream lines(proc_self_cgroup);
-  for (std::string line; std::getline(lines, line);) {
+  for (std::size_t at = 0; at < proc_self_cgroup.size();) {
+    const std::size_t eol = std::min(proc_self_cgroup.find('\n', at), proc_self_cgroup.size());
+    const std::string line = proc_self_cgroup.substr(at, eol - at);
+    at = eol + 1;
     // "hierarchy-id:controllers:path"; the path may itself contain ':'
     const auto a = line.find(':'), b = a == std::string::npos ? a : line.find(':', a + 1);
     if (b == std::string::npos) continue;
@@ -109,10 +110,7 @@ inline std::optional<double> cgroup_cpu_quota(const std::string& proc_self_cgrou
     if (line.compare(0, a, "0") == 0 && controllers.empty()) {
       dir = root;  // v2 (unified)
     } else {
-      bool has_cpu = false;
-      std::istringstream cs(controllers);
-      for (std::string c; std::getline(cs, c, ',');) has_cpu = has_cpu || c == "cpu";
-      if (!has_cpu) continue;
+      if (("," + controllers + ",").find(",cpu,") == std::string::npos) continue;
       dir = root + "/" + controllers;
       if (!read(dir + "/cpu.cfs_period_us")) dir = root + "/cpu";  // mounted as "cpu" with a "cpu,cpuacct" link missing
     }
@@ -135,9 +133,9 @@ inline std::optional<double> cgroup_cpu_quota(const std::string& proc_self_cgrou
 inline std::optional<double> own_cpu_quota() {
   static const std::optional<double> q = [] {
     std::ifstream f("/proc/self/cgroup");
-    std::stringstream text;
-    text << f.rdbuf();
-    return cgroup_cpu_quota(text.str());
+    std::string text;
+    for (std::string line; std::getline(f, line);) text += line + "\n";
+    return cgroup_cpu_quota(text);
   }();
   return q;
 }

@@ -65,7 +65,8 @@ inline void shared_block(std::size_t count, std::size_t elem_size, int n, int r,
 }
 
 /// Folds elements [lo, hi) over the ranks' inputs in rank order (algo::direct's bits) and stores
-/// each 64-byte line of results into every output as soon as it is computed, streamed where
+/// each 64-byte line of results into every output as soon as it is computed (floating-point sums
+/// only: see shared_allreduce), streamed where
 /// stream[q] says so. Reading and writing at once keeps loads and stores in flight together: with
 /// streamed outputs, 1.3x faster than folding an 8 KiB piece and then streaming it out in a
 /// two-thread microbenchmark, 1.07-1.25x in 2 processes (64-128 MiB float all-reduce out of
@@ -232,9 +233,13 @@ bool shared_allreduce(transport& tp, const call_signature& sig, const T* in, T* 
     stream[static_cast<std::size_t>(q)] = big && !(c.in_id == c.out_id && c.in_offset == c.out_offset);
   }
   // Lines where something streams; in cache, pieces copied out with memcpy are 1.3-1.45x faster
-  // (1 MiB, 2 processes), and past it in place they match lines.
-  const bool any_stream = std::find(stream.begin(), stream.end(), 1) != stream.end();
-  if (!any_stream || !fold_block_by_lines(ins, outs, stream, lo, hi, op)) fold_block_by_pieces(ins, outs, stream, lo, hi, op);
+  // (1 MiB, 2 processes), and past it in place they match lines. And lines only for floating-point
+  // sums (gradients: the all-reduce that runs past the cache): every other (type, op) compiles one
+  // fold, not two, in every program that instantiates allreduce<T, Op>.
+  constexpr bool by_lines = std::is_same_v<Op, ops::sum> && (std::is_floating_point_v<T> || is_narrow_float_v<T>);
+  bool folded = false;
+  if constexpr (by_lines) folded = std::find(stream.begin(), stream.end(), 1) != stream.end() && fold_block_by_lines(ins, outs, stream, lo, hi, op);
+  if (!folded) fold_block_by_pieces(ins, outs, stream, lo, hi, op);
 
   // End barrier: every peer has finished writing into this rank's output.
   for (int q = 0; q < n; ++q)
