@@ -125,7 +125,11 @@ int bench(collx::communicator& comm, const cp::options& o, const std::string& la
   rep.header();
   cp::with_type(o.type, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    collx_perf_backend::sweep_collx<T>(be, o, rep);
+    if constexpr (collx_perf_backend::built_for<T>())
+      collx_perf_backend::sweep_collx<T>(be, o, rep);
+    else
+      throw std::invalid_argument("this collx-perf was built without that element type (-d): configure with it in "
+                                  "COLLX_PERF_TYPES (bench/CMakeLists.txt)");
   });
   return rep.footer();
 }

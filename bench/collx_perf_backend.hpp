@@ -13,8 +13,10 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
+#include "collx_perf_types.hpp"
 #include "perf_common.hpp"
 
 namespace collx_perf_backend {
@@ -189,12 +191,20 @@ void sweep_collx(collx_backend& be, const cp::options& o, cp::reporter& rep) {
   cp::sweep<T>(be, o, rep);
 }
 
-// Instantiated in collx_perf_<type>.cpp, one per type (see bench/CMakeLists.txt).
-#define COLLX_PERF_TYPES(X) \
-  X(std::int8_t) X(std::uint8_t) X(std::int32_t) X(std::uint32_t) X(std::int64_t) X(std::uint64_t) \
-  X(collx::half) X(float) X(double) X(collx::bfloat16)
+// Instantiated in collx_perf_<type>.cpp, one per type of COLLX_PERF_TYPES (bench/CMakeLists.txt,
+// which writes collx_perf_types.hpp).
 #define COLLX_PERF_EXTERN(T) extern template void sweep_collx<T>(collx_backend&, const cp::options&, cp::reporter&);
-COLLX_PERF_TYPES(COLLX_PERF_EXTERN)
+COLLX_PERF_BUILT_TYPES(COLLX_PERF_EXTERN)
 #undef COLLX_PERF_EXTERN
+
+/// Whether collx-perf was built for element type T (COLLX_PERF_TYPES).
+template <class T>
+constexpr bool built_for() {
+  bool yes = false;
+#define COLLX_PERF_IS(U) yes = yes || std::is_same_v<T, U>;
+  COLLX_PERF_BUILT_TYPES(COLLX_PERF_IS)
+#undef COLLX_PERF_IS
+  return yes;
+}
 
 }  // namespace collx_perf_backend
