@@ -17,6 +17,12 @@ err=$("$run" -n 4 /nonexistent/collx-test-program 2>&1 >/dev/null); rc=$?
 lines=$(printf '%s\n' "$err" | grep -c "cannot run /nonexistent/collx-test-program: No such file or directory")
 [ "$lines" -eq 1 ] || fail "missing program reported $lines times: $err"
 
+"$run" -n2 true || fail "-n2 (attached) was refused"
+"$run" --np=2 true || fail "--np=2 was refused"
+err=$("$run" -n 2 -n 3 true 2>&1); rc=$?
+[ $rc -eq 2 ] || fail "-n given twice exited $rc, not 2"
+case $err in *"-n given twice"*) ;; *) fail "-n given twice not said: $err" ;; esac
+
 err=$("$run" -n 2 --bogus true 2>&1); rc=$?
 [ $rc -eq 2 ] || fail "unknown option exited $rc, not 2"
 case $err in *"unknown option --bogus"*) ;; *) fail "unknown option not named: $err" ;; esac

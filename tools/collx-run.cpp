@@ -27,17 +27,26 @@ int main(int argc, char** argv) {
       break;
     }
     if (a == "-h" || a == "--help") return std::fputs(usage_text, stdout) < 0;
+    // -n N, -np N, --np N, and the attached forms -nN and --np=N (as mpirun takes them)
+    std::string value;
     if (a == "-n" || a == "-np" || a == "--np") {
       if (i + 1 >= argc) return usage("-n needs a number");
-      try {
-        n = static_cast<int>(collx::env::parse_int("-n", argv[++i], 1, 4096));
-      } catch (const collx::error& e) {
-        return usage(e.what());
-      }
-      continue;
+      value = argv[++i];
+    } else if (a.rfind("--np=", 0) == 0) {
+      value = a.substr(5);
+    } else if (a.size() > 2 && a.compare(0, 2, "-n") == 0 && a[2] >= '0' && a[2] <= '9') {
+      value = a.substr(2);
+    } else if (a.size() > 1 && a[0] == '-') {
+      return usage(("unknown option " + a).c_str());
+    } else {
+      break;
     }
-    if (a.size() > 1 && a[0] == '-') return usage(("unknown option " + a).c_str());
-    break;
+    if (n != -1) return usage("-n given twice");
+    try {
+      n = static_cast<int>(collx::env::parse_int("-n", value, 1, 4096));
+    } catch (const collx::error& e) {
+      return usage(e.what());
+    }
   }
   if (n < 1) return usage("missing -n N");
   if (i >= argc) return usage("missing program");
