@@ -569,13 +569,16 @@ TEST_CASE("shm: all-reduce on shared buffers larger than the cache streams into 
     for (std::size_t per_rank : {std::size_t{0}, std::size_t{1}}) {
       INFO("processes " << n << ", outputs shifted by 5 + " << per_rank << " x rank elements");
       require_all_ok(collx::run_processes(n, [per_rank](collx::communicator& comm) -> int {
-        const std::size_t llc = collx::detail::last_level_cache_bytes();
-        const std::size_t count = std::min<std::size_t>(llc, std::size_t{64} << 20) / sizeof(float) / 2 + 4099;
-        return shared_allreduce_case<float>(comm, count, collx::ops::sum{},
-                                            [](int q, std::size_t i) { return static_cast<float>((q * 7919 + i * 31) % 1013) * 0.37f; },
-                                            -1, 5, per_rank)
-                   ? 1
-                   : 0;
+        // Half the cache per rank and not a whole number of lines or fold batches.
+        const std::size_t half_cache = std::min<std::size_t>(collx::detail::last_level_cache_bytes(), std::size_t{64} << 20) / 2;
+        int wrong = shared_allreduce_case<float>(comm, half_cache / sizeof(float) + 4099, collx::ops::sum{},
+                                                 [](int q, std::size_t i) { return static_cast<float>((q * 7919 + i * 31) % 1013) * 0.37f; },
+                                                 -1, 5, per_rank);
+        // A narrow type: folded in float, rounded once per element.
+        wrong += shared_allreduce_case<collx::half>(
+            comm, half_cache / sizeof(collx::half) + 4099, collx::ops::sum{},
+            [](int q, std::size_t i) { return collx::half(static_cast<float>((q * 13 + i) % 97) * 0.125f); }, -1, 5, per_rank);
+        return wrong ? 1 : 0;
       }));
     }
   }

@@ -64,14 +64,21 @@ inline void shared_block(std::size_t count, std::size_t elem_size, int n, int r,
   hi = std::min(count, units * (ur + 1) / un * unit);
 }
 
+/// Lines folded together before they are stored: a batch of 8 lines (512 bytes) is folded into a
+/// stack buffer, then streamed into each output in turn. One line at a time (stored into every
+/// output before the next is folded) reached 6.3-6.9 GB/s busbw on a 64-128 MiB float all-reduce
+/// out of place (2 processes on the 2-core VM of bench/results); batches of 4-16 lines 8-11 GB/s,
+/// 8 lines 8.2-10.1 over 4 interleaved rounds: a run of lines into one output at a time keeps the
+/// write-combining buffers filling one stream instead of alternating between the outputs.
+inline constexpr std::size_t shared_fold_batch_bytes = 512;
+
 /// Folds elements [lo, hi) over the ranks' inputs in rank order (algo::direct's bits) and stores
-/// each 64-byte line of results into every output as soon as it is computed (floating-point sums
-/// only: see shared_allreduce), streamed where
-/// stream[q] says so. Reading and writing at once keeps loads and stores in flight together: with
-/// streamed outputs, 1.3x faster than folding an 8 KiB piece and then streaming it out in a
-/// two-thread microbenchmark, 1.07-1.25x in 2 processes (64-128 MiB float all-reduce out of
-/// place). Returns false, doing nothing, where lines do not fit: an element size that does not
-/// divide 64 bytes, or streamed outputs that are not equally misaligned.
+/// the results into every output a batch of lines (shared_fold_batch_bytes) at a time, streamed
+/// where stream[q] says so (floating-point sums only: see shared_allreduce). Reading and writing
+/// at once keeps loads and stores in flight together: with streamed outputs, 1.3x faster than
+/// folding an 8 KiB piece and then streaming it out in a two-thread microbenchmark. Returns
+/// false, doing nothing, where lines do not fit: an element size that does not divide 64 bytes,
+/// or streamed outputs that are not equally misaligned.
 template <class T, class Op>
 bool fold_block_by_lines(const std::vector<const T*>& ins, const std::vector<T*>& outs,
                          const std::vector<unsigned char>& stream, std::size_t lo, std::size_t hi, const Op& op) {
@@ -80,7 +87,7 @@ bool fold_block_by_lines(const std::vector<const T*>& ins, const std::vector<T*>
   } else {
     using red = reduction<T, Op>;
     using acc = typename red::acc;
-    constexpr std::size_t per_line = 64 / sizeof(T);
+    constexpr std::size_t per_line = 64 / sizeof(T), per_batch = shared_fold_batch_bytes / sizeof(T);
     const int n = static_cast<int>(ins.size());
     // Elements before the first line boundary of the streamed outputs (all must agree).
     std::size_t head = 0;
@@ -95,16 +102,16 @@ bool fold_block_by_lines(const std::vector<const T*>& ins, const std::vector<T*>
     }
     head = std::min(head, hi - lo);
 
-    alignas(64) unsigned char line_bytes[64];
-    T* const line = reinterpret_cast<T*>(line_bytes);
-    alignas(acc) unsigned char acc_bytes[per_line * sizeof(acc)];
+    alignas(64) unsigned char batch_bytes[shared_fold_batch_bytes];
+    T* const batch = reinterpret_cast<T*>(batch_bytes);
+    alignas(acc) unsigned char acc_bytes[per_batch * sizeof(acc)];
     acc* const a = reinterpret_cast<acc*>(acc_bytes);
-    // Results of elements [at, at + k) into `line`, k <= per_line.
+    // Results of elements [at, at + k) into `batch`, k <= per_batch.
     const auto fold = [&](std::size_t at, std::size_t k) {
       if (n == 2) {  // one pass (the common case of two ranks per node)
         const T* s0 = ins[0] + at;
         const T* s1 = ins[1] + at;
-        for (std::size_t j = 0; j < k; ++j) new (line + j) T(red::finalize(red::combine(op, red::widen(s0[j]), red::widen(s1[j])), 2));
+        for (std::size_t j = 0; j < k; ++j) new (batch + j) T(red::finalize(red::combine(op, red::widen(s0[j]), red::widen(s1[j])), 2));
         return;
       }
       const T* s0 = ins[0] + at;
@@ -113,28 +120,34 @@ bool fold_block_by_lines(const std::vector<const T*>& ins, const std::vector<T*>
         const T* sq = ins[static_cast<std::size_t>(q)] + at;
         for (std::size_t j = 0; j < k; ++j) a[j] = red::combine(op, a[j], red::widen(sq[j]));
       }
-      for (std::size_t j = 0; j < k; ++j) new (line + j) T(red::finalize(a[j], n));
+      for (std::size_t j = 0; j < k; ++j) new (batch + j) T(red::finalize(a[j], n));
     };
-    const auto store_plain = [&](std::size_t at, std::size_t k) {
-      for (int q = 0; q < n; ++q) std::memcpy(static_cast<void*>(outs[static_cast<std::size_t>(q)] + at), line_bytes, k * sizeof(T));
+    // Stores `batch` into every output at [at, at + k): whole lines streamed where asked (`at` is
+    // then on a line boundary of the streamed outputs), the rest plain.
+    const auto store = [&](std::size_t at, std::size_t k, bool whole_lines) {
+      for (int q = 0; q < n; ++q) {
+        T* d = outs[static_cast<std::size_t>(q)] + at;
+        if (whole_lines && stream[static_cast<std::size_t>(q)])
+          for (std::size_t l = 0; l < k / per_line; ++l) stream_line(d + l * per_line, batch_bytes + 64 * l);
+        else
+          std::memcpy(static_cast<void*>(d), batch_bytes, k * sizeof(T));
+      }
     };
     std::size_t at = lo;
     if (head) {  // head < per_line
       fold(at, head);
-      store_plain(at, head);
+      store(at, head, false);
       at += head;
     }
-    for (; at + per_line <= hi; at += per_line) {
-      fold(at, per_line);
-      for (int q = 0; q < n; ++q) {
-        T* d = outs[static_cast<std::size_t>(q)] + at;
-        if (stream[static_cast<std::size_t>(q)]) stream_line(d, line_bytes);
-        else std::memcpy(static_cast<void*>(d), line_bytes, 64);
-      }
+    while (hi - at >= per_line) {  // whole lines, a batch at a time
+      const std::size_t k = std::min(per_batch, (hi - at) / per_line * per_line);
+      fold(at, k);
+      store(at, k, true);
+      at += k;
     }
     if (at < hi) {
       fold(at, hi - at);
-      store_plain(at, hi - at);
+      store(at, hi - at, false);
     }
     if (any_stream) stream_fence();
     return true;
