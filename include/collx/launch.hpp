@@ -22,6 +22,7 @@
 #include <vector>
 
 #include <collx/communicator.hpp>
+#include <collx/detail/cpus.hpp>
 #include <collx/error.hpp>
 #include <collx/topo/discover.hpp>
 #include <collx/topo/placement.hpp>
@@ -58,11 +59,7 @@ inline void bind_to_core(int local_rank, int local_world_size) {
   const auto mode = env::get("COLLX_BIND");
   if (mode && env::lower(*mode) == "none") return;
   if (mode && env::lower(*mode) != "core") env::reject("COLLX_BIND", *mode, "core or none");
-  cpu_set_t allowed_set;
-  if (::sched_getaffinity(0, sizeof allowed_set, &allowed_set) != 0) return;
-  std::vector<int> allowed;
-  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
-    if (CPU_ISSET(cpu, &allowed_set)) allowed.push_back(cpu);
+  const std::vector<int> allowed = allowed_cpus().list();
   topo::topology machine;
   try {
     machine = topo::discover_cpus();

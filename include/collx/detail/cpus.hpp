@@ -19,6 +19,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 namespace collx {
 inline namespace v0 {
@@ -36,6 +37,16 @@ struct cpu_bits {
     int n = 0;
     for (std::uint64_t w : words) n += std::popcount(w);
     return n;
+  }
+  bool has(int cpu) const noexcept {
+    return cpu >= 0 && cpu < max_cpus && (words[static_cast<std::size_t>(cpu) / 64] >> (cpu % 64) & 1);
+  }
+  /// The CPU numbers in the set, ascending.
+  std::vector<int> list() const {
+    std::vector<int> out;
+    for (int cpu = 0; cpu < max_cpus; ++cpu)
+      if (has(cpu)) out.push_back(cpu);
+    return out;
   }
   cpu_bits& operator|=(const cpu_bits& o) noexcept {
     for (std::size_t i = 0; i < words.size(); ++i) words[i] |= o.words[i];

@@ -59,7 +59,7 @@ inline int numa_node_of_cpu(int cpu, const std::string& sysfs = "/sys") {
 inline int numa_node_of(const cpu_bits& cpus, const std::string& sysfs = "/sys") {
   int node = -1;
   for (int cpu = 0; cpu < cpu_bits::max_cpus; ++cpu) {
-    if (!(cpus.words[static_cast<std::size_t>(cpu) / 64] >> (cpu % 64) & 1)) continue;
+    if (!cpus.has(cpu)) continue;
     const int n = numa_node_of_cpu(cpu, sysfs);
     if (n < 0 || (node >= 0 && n != node)) return -1;
     node = n;

@@ -64,6 +64,28 @@ inline void shared_block(std::size_t count, std::size_t elem_size, int n, int r,
   hi = std::min(count, units * (ur + 1) / un * unit);
 }
 
+/// out[j] = ins[0][at + j] op ins[1][at + j] op ... in rank order, j < k, into raw storage `out`;
+/// `a` is raw storage for k accumulators (used for more than 2 ranks).
+template <class T, class Op>
+void fold_span(const std::vector<const T*>& ins, std::size_t at, std::size_t k, T* out, typename reduction<T, Op>::acc* a,
+               const Op& op) {
+  using red = reduction<T, Op>;
+  using acc = typename red::acc;
+  const int n = static_cast<int>(ins.size());
+  const T* s0 = ins[0] + at;
+  if (n == 2) {  // one pass (the common case of two ranks per node): 2x faster in cache than three
+    const T* s1 = ins[1] + at;
+    for (std::size_t j = 0; j < k; ++j) new (out + j) T(red::finalize(red::combine(op, red::widen(s0[j]), red::widen(s1[j])), 2));
+    return;
+  }
+  for (std::size_t j = 0; j < k; ++j) new (a + j) acc(red::widen(s0[j]));
+  for (int q = 1; q < n; ++q) {
+    const T* sq = ins[static_cast<std::size_t>(q)] + at;
+    for (std::size_t j = 0; j < k; ++j) a[j] = red::combine(op, a[j], red::widen(sq[j]));
+  }
+  for (std::size_t j = 0; j < k; ++j) new (out + j) T(red::finalize(a[j], n));
+}
+
 /// Lines folded together before they are stored: a batch of 8 lines (512 bytes) is folded into a
 /// stack buffer, then streamed into each output in turn. One line at a time (stored into every
 /// output before the next is folded) reached 6.3-6.9 GB/s busbw on a 64-128 MiB float all-reduce
@@ -85,8 +107,7 @@ bool fold_block_by_lines(const std::vector<const T*>& ins, const std::vector<T*>
   if constexpr (sizeof(T) > 64 || 64 % sizeof(T) != 0) {
     return false;
   } else {
-    using red = reduction<T, Op>;
-    using acc = typename red::acc;
+    using acc = typename reduction<T, Op>::acc;
     constexpr std::size_t per_line = 64 / sizeof(T), per_batch = shared_fold_batch_bytes / sizeof(T);
     const int n = static_cast<int>(ins.size());
     // Elements before the first line boundary of the streamed outputs (all must agree).
@@ -106,22 +127,6 @@ bool fold_block_by_lines(const std::vector<const T*>& ins, const std::vector<T*>
     T* const batch = reinterpret_cast<T*>(batch_bytes);
     alignas(acc) unsigned char acc_bytes[per_batch * sizeof(acc)];
     acc* const a = reinterpret_cast<acc*>(acc_bytes);
-    // Results of elements [at, at + k) into `batch`, k <= per_batch.
-    const auto fold = [&](std::size_t at, std::size_t k) {
-      if (n == 2) {  // one pass (the common case of two ranks per node)
-        const T* s0 = ins[0] + at;
-        const T* s1 = ins[1] + at;
-        for (std::size_t j = 0; j < k; ++j) new (batch + j) T(red::finalize(red::combine(op, red::widen(s0[j]), red::widen(s1[j])), 2));
-        return;
-      }
-      const T* s0 = ins[0] + at;
-      for (std::size_t j = 0; j < k; ++j) new (a + j) acc(red::widen(s0[j]));
-      for (int q = 1; q < n; ++q) {
-        const T* sq = ins[static_cast<std::size_t>(q)] + at;
-        for (std::size_t j = 0; j < k; ++j) a[j] = red::combine(op, a[j], red::widen(sq[j]));
-      }
-      for (std::size_t j = 0; j < k; ++j) new (batch + j) T(red::finalize(a[j], n));
-    };
     // Stores `batch` into every output at [at, at + k): whole lines streamed where asked (`at` is
     // then on a line boundary of the streamed outputs), the rest plain.
     const auto store = [&](std::size_t at, std::size_t k, bool whole_lines) {
@@ -135,18 +140,18 @@ bool fold_block_by_lines(const std::vector<const T*>& ins, const std::vector<T*>
     };
     std::size_t at = lo;
     if (head) {  // head < per_line
-      fold(at, head);
+      fold_span(ins, at, head, batch, a, op);
       store(at, head, false);
       at += head;
     }
     while (hi - at >= per_line) {  // whole lines, a batch at a time
       const std::size_t k = std::min(per_batch, (hi - at) / per_line * per_line);
-      fold(at, k);
+      fold_span(ins, at, k, batch, a, op);
       store(at, k, true);
       at += k;
     }
     if (at < hi) {
-      fold(at, hi - at);
+      fold_span(ins, at, hi - at, batch, a, op);
       store(at, hi - at, false);
     }
     if (any_stream) stream_fence();
@@ -160,8 +165,7 @@ bool fold_block_by_lines(const std::vector<const T*>& ins, const std::vector<T*>
 template <class T, class Op>
 void fold_block_by_pieces(const std::vector<const T*>& ins, const std::vector<T*>& outs,
                           const std::vector<unsigned char>& stream, std::size_t lo, std::size_t hi, const Op& op) {
-  using red = reduction<T, Op>;
-  using acc = typename red::acc;
+  using acc = typename reduction<T, Op>::acc;
   const int n = static_cast<int>(ins.size());
   constexpr std::size_t piece = std::max<std::size_t>(1, 8192 / sizeof(acc));
   const raw_array<acc> a_store(piece);  // raw: element types need not be default-constructible
@@ -170,18 +174,7 @@ void fold_block_by_pieces(const std::vector<const T*>& ins, const std::vector<T*
   T* const result = result_store.p;
   for (std::size_t base = lo; base < hi; base += piece) {
     const std::size_t len = std::min(piece, hi - base);
-    const T* s0 = ins[0] + base;
-    if (n == 2) {  // one pass (the common case of two ranks per node): 2x faster in cache than three
-      const T* s1 = ins[1] + base;
-      for (std::size_t i = 0; i < len; ++i) result[i] = red::finalize(red::combine(op, red::widen(s0[i]), red::widen(s1[i])), 2);
-    } else {
-      for (std::size_t i = 0; i < len; ++i) a[i] = red::widen(s0[i]);
-      for (int q = 1; q < n; ++q) {
-        const T* sq = ins[static_cast<std::size_t>(q)] + base;
-        for (std::size_t i = 0; i < len; ++i) a[i] = red::combine(op, a[i], red::widen(sq[i]));
-      }
-      for (std::size_t i = 0; i < len; ++i) result[i] = red::finalize(a[i], n);
-    }
+    fold_span(ins, base, len, result, a, op);
     for (int q = 0; q < n; ++q) {
       T* d = outs[static_cast<std::size_t>(q)] + base;
       if (stream[static_cast<std::size_t>(q)]) store_streaming(d, len, [&](std::size_t i) { return result[i]; });

@@ -55,6 +55,7 @@
 #include <utility>
 #include <vector>
 
+#include <collx/detail/numa.hpp>
 #include <collx/topo/topology.hpp>
 
 #if defined(__linux__) && __has_include(<dlfcn.h>)
@@ -155,14 +156,9 @@ inline topology discover_cpus(const discover_options& o = {}) {
   const fs::path node_dir = fs::path(o.sysfs) / "devices/system/node";
   const fs::path cpu_dir = fs::path(o.sysfs) / "devices/system/cpu";
   std::map<int, std::string> nodes;
-  std::error_code ec;
-  if (fs::is_directory(node_dir, ec)) {
-    for (const auto& e : fs::directory_iterator(node_dir, ec)) {
-      const std::string n = e.path().filename().string();
-      if (n.rfind("node", 0) != 0 || n.size() < 5 || !std::all_of(n.begin() + 4, n.end(), [](char ch) { return std::isdigit(static_cast<unsigned char>(ch)) != 0; })) continue;
-      nodes[std::atoi(n.c_str() + 4)] = detail::read_first_line(e.path() / "cpulist");
-    }
-  }
+  collx::detail::for_each_node_entry(node_dir.string(), [&](int id) {
+    nodes[id] = detail::read_first_line(node_dir / ("node" + std::to_string(id)) / "cpulist");
+  });
   if (nodes.empty()) {
     const std::string online = detail::read_first_line(cpu_dir / "online");
     if (online.empty()) COLLX_THROW(errc::system, "discover_cpus: no NUMA or CPU information under " + o.sysfs);

@@ -538,14 +538,16 @@ class shm_transport final : public transport {
     const auto now = std::chrono::steady_clock::now();
     if (now - last_liveness_ < std::chrono::milliseconds(50)) return false;
     last_liveness_ = now;
+    // Rank r's record of this call, also after it moved on (a root that only sends returns early).
+    const std::string why = first_disagreement(announced_, rank_, n_, [&](int r, call_signature& c) {
+      return (watched < 0 || r == watched) && announced_call(r, announced_.seq, c);
+    });
+    if (!why.empty()) {
+      fail(errc::mismatch, why);
+      return true;
+    }
     for (int r = 0; r < n_; ++r) {
       if (r == rank_ || (watched >= 0 && r != watched)) continue;
-      call_signature theirs;
-      // Rank r's record of this call, also after it moved on (a root that only sends returns early).
-      if (announced_.seq && announced_call(r, announced_.seq, theirs) && !(theirs == announced_)) {
-        fail(errc::mismatch, describe_mismatch(announced_, rank_, theirs, r));
-        return true;
-      }
       shm_segment::peer_info& pi = peer(r);
       const bool left = pi.departed.load(std::memory_order_acquire) != 0;
       if (left || detail::process_dead(pi.pid.load(std::memory_order_acquire), pi.start_time)) {

@@ -212,14 +212,11 @@ class threads_transport final : public transport {
   /// True (with the world failed) if a peer announced this call's sequence number with another
   /// signature.
   bool peer_disagrees() {
-    if (!announced_.seq) return false;
-    for (int r = 0; r < world_->size(); ++r) {
-      call_signature theirs;
-      if (r == rank_ || !world_->announced(r, theirs) || theirs.seq != announced_.seq || theirs == announced_) continue;
-      world_->fail(errc::mismatch, reported(describe_mismatch(announced_, rank_, theirs, r)));
-      return true;
-    }
-    return false;
+    const std::string why = first_disagreement(announced_, rank_, world_->size(),
+                                               [&](int r, call_signature& c) { return world_->announced(r, c); });
+    if (why.empty()) return false;
+    world_->fail(errc::mismatch, reported(why));
+    return true;
   }
 
   // Every error leaves the call through one of these two, with the world failed: they first wait

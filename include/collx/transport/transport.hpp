@@ -60,6 +60,22 @@ inline std::string describe_mismatch(const call_signature& mine, int me, const c
   return {};
 }
 
+/// The mismatch message for the first rank whose record of call `mine` (the same sequence
+/// number) differs from `mine`, "" if none does. `record(r, out)` fills in rank r's record of call
+/// mine.seq, returning false where r has none (not yet, or no longer). The transports that publish
+/// each rank's calls (threads, shm) compare them this way while they wait, so ranks that disagree
+/// learn it even when no message between them would show it (a root that only sends).
+template <class Record>
+std::string first_disagreement(const call_signature& mine, int me, int n, Record&& record) {
+  if (!mine.seq) return {};
+  for (int r = 0; r < n; ++r) {
+    call_signature theirs;
+    if (r != me && record(r, theirs) && theirs.seq == mine.seq && !(theirs == mine))
+      return describe_mismatch(mine, me, theirs, r);
+  }
+  return {};
+}
+
 /// One call in words, for error messages: "allreduce #3 (1024 elements of a 4-byte type, ring)".
 inline std::string describe_call(const call_signature& c) {
   std::string s = std::string(collective_name(c.coll)) + " #" + std::to_string(c.seq) + " (" + std::to_string(c.count) +
