@@ -316,13 +316,23 @@ TEST_CASE("size mismatches within a call: invalid_argument on every rank", "[err
 
 namespace {
 /// n = 2 ranks making different calls: both must get errc::mismatch naming `field`.
+/// ... and every rank's message also names each of `values` (the two ranks' types or ops).
 void require_mismatch(const std::function<void(collx::communicator&)>& rank0,
                       const std::function<void(collx::communicator&)>& rank1, const std::string& field,
-                      const opts_t& o = ref::test_options()) {
+                      const opts_t& o = ref::test_options(), const std::vector<std::string>& values = {}) {
   auto v = run_expecting(
       2, [&](collx::communicator& c) { c.rank() == 0 ? rank0(c) : rank1(c); }, o);
   require_all(v, errc::mismatch, field);
+  for (const std::string& value : values) require_all(v, errc::mismatch, value);
 }
+
+// Two user ops without a `name` (before, both were "custom" in the signature and met unnoticed).
+struct add_custom {
+  float operator()(float a, float b) const { return a + b; }
+};
+struct larger_custom {
+  float operator()(float a, float b) const { return a < b ? b : a; }
+};
 
 template <class T>
 std::function<void(collx::communicator&)> allreduce_of(size_t count) {
@@ -338,10 +348,12 @@ TEST_CASE("ranks that disagree: mismatch on every rank, the differing field name
     INFO("forced " << fa.first);
     const opts_t& o = fa.second;
     SECTION("element type of the same size: float32 vs int32 (" + fa.first + ")") {
-      require_mismatch(allreduce_of<float>(16), allreduce_of<std::int32_t>(16), "element type differs", o);
+      require_mismatch(allreduce_of<float>(16), allreduce_of<std::int32_t>(16), "element type differs", o,
+                       {"float32 (4-byte)", "int32 (4-byte)"});
     }
     SECTION("element type of another size: float32 vs float64 (" + fa.first + ")") {
-      require_mismatch(allreduce_of<float>(16), allreduce_of<double>(16), "element type differs", o);
+      require_mismatch(allreduce_of<float>(16), allreduce_of<double>(16), "element type differs", o,
+                       {"float32 (4-byte)", "float64 (8-byte)"});
     }
     SECTION("op: sum vs max (" + fa.first + ")") {
       require_mismatch(
@@ -350,7 +362,16 @@ TEST_CASE("ranks that disagree: mismatch on every rank, the differing field name
             std::vector<float> x(16);
             collx::allreduce(c, std::span<float>(x), collx::ops::max{});
           },
-          "reduction op differs", o);
+          "reduction op differs", o, {"with max", "with sum"});
+    }
+    SECTION("op: two user ops without names (" + fa.first + ")") {
+      auto with = [](auto op) {
+        return [op](collx::communicator& c) {
+          std::vector<float> x(16);
+          collx::allreduce(c, std::span<float>(x), op);
+        };
+      };
+      require_mismatch(with(add_custom{}), with(larger_custom{}), "reduction op differs", o, {"add_custom", "larger_custom"});
     }
     SECTION("collective: allreduce vs broadcast (" + fa.first + ")") {
       require_mismatch(

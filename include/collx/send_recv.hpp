@@ -21,7 +21,8 @@ call_signature p2p_signature(std::size_t count) {
   sig.coll = collective::send_recv;
   sig.count = count;
   sig.type_size = sizeof(T);
-  sig.type_hash = fnv1a(type_name<T>());
+  sig.type_hash = type_signature_hash<T>;
+  (void)names_recorded<T, no_op>;
   return sig;
 }
 template <class T>

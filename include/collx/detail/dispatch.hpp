@@ -19,6 +19,7 @@
 #include <collx/detail/executor.hpp>
 #include <collx/detail/reduction.hpp>
 #include <collx/detail/shared_allreduce.hpp>
+#include <collx/detail/signature_names.hpp>
 #include <collx/detail/type_name.hpp>
 #include <collx/error.hpp>
 #include <collx/hierarchy.hpp>
@@ -201,10 +202,9 @@ void run_collective(communicator& comm, collective coll, const T* in, T* out, bo
   sig.coll = coll;
   sig.count = sig_count;
   sig.type_size = sizeof(T);
-  static constexpr std::uint64_t type_hash = fnv1a(type_name<T>());  // once per type, not per call
-  static constexpr std::uint64_t op_hash = reduces ? fnv1a(op_traits<Op>::name) : 0;
-  sig.type_hash = type_hash;
-  sig.op_hash = op_hash;
+  sig.type_hash = type_signature_hash<T>;
+  sig.op_hash = reduces ? op_signature_hash<Op> : 0;
+  (void)names_recorded<T, Op>;  // so that mismatch messages can name them
   sig.root = root;
   sig.algo = static_cast<std::uint8_t>(alg);
   sig.layout_hash = lay.varying && coll != collective::all_to_all ? hash_counts(lay.counts) : 0;

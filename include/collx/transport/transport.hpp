@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include <collx/algo/schedule.hpp>
+#include <collx/detail/signature_names.hpp>
 #include <collx/error.hpp>
 
 namespace collx {
@@ -22,7 +23,7 @@ struct call_signature {
   std::uint64_t count = 0;        ///< elements: the vector (allreduce/reduce/broadcast), per-rank block
                                   ///< (reduce_scatter/all_gather/all_to_all), total for v-forms
   std::uint64_t type_hash = 0;    ///< hash of the element type's name
-  std::uint64_t op_hash = 0;      ///< hash of the op's name (0: no op)
+  std::uint64_t op_hash = 0;      ///< hash of the op's name (detail::op_signature_name; 0: no op)
   std::uint64_t layout_hash = 0;  ///< hash of per-rank counts (v-forms), else 0
   std::uint32_t type_size = 0;    ///< sizeof(element)
   std::int32_t root = -1;         ///< broadcast/reduce root, else -1
@@ -48,10 +49,21 @@ inline std::string describe_mismatch(const call_signature& mine, int me, const c
     return "collective differs: " + rp + " called " + std::string(collective_name(theirs.coll)) + ", " + rm +
            " called " + std::string(collective_name(mine.coll));
   if (mine.count != theirs.count) return field("count", theirs.count, mine.count);
-  if (mine.type_size != theirs.type_size || mine.type_hash != theirs.type_hash)
-    return "element type differs: " + rp + " passes a " + std::to_string(theirs.type_size) + "-byte type, " + rm +
-           " a " + std::to_string(mine.type_size) + "-byte type (or another type of that size)";
-  if (mine.op_hash != theirs.op_hash) return "reduction op differs between " + rp + " and " + rm;
+  if (mine.type_size != theirs.type_size || mine.type_hash != theirs.type_hash) {
+    auto type = [](const call_signature& c) {
+      const std::string bytes = std::to_string(c.type_size) + "-byte";
+      const auto name = detail::signature_name(c.type_hash);
+      return name ? *name + " (" + bytes + ")" : "a " + bytes + " type";
+    };
+    return "element type differs: " + rp + " passes " + type(theirs) + ", " + rm + " passes " + type(mine);
+  }
+  if (mine.op_hash != theirs.op_hash) {
+    auto op = [](const call_signature& c) {
+      const auto name = detail::signature_name(c.op_hash);
+      return name ? *name : std::string("another op");
+    };
+    return "reduction op differs: " + rp + " reduces with " + op(theirs) + ", " + rm + " with " + op(mine);
+  }
   if (mine.root != theirs.root) return field("root", theirs.root, mine.root);
   if (mine.algo != theirs.algo)
     return "algorithm differs: " + rp + " runs " + std::string(algorithm_name(static_cast<algorithm>(theirs.algo))) +

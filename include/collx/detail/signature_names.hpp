@@ -1,0 +1,71 @@
+/// @file detail/signature_names.hpp
+/// Names behind the hashes of a call signature. A signature carries the element type and the op as
+/// 64-bit hashes of their names (fixed size, cheap to compare in every message header); to say
+/// "rank 1 passes int32, rank 0 passes float32" rather than "another 4-byte type", each process
+/// keeps the names of the types and ops its collectives are instantiated for. The ranks of a job
+/// run the same program, so a rank can usually name a peer's type or op even if it never called
+/// a collective on it itself.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include <collx/detail/type_name.hpp>
+#include <collx/ops.hpp>
+
+namespace collx {
+inline namespace v0 {
+namespace detail {
+
+struct signature_name_table {
+  std::mutex mutex;
+  std::unordered_map<std::uint64_t, std::string_view> names;
+};
+inline signature_name_table& signature_names() {
+  static signature_name_table t;  // a function-local static: usable during static initialisation
+  return t;
+}
+
+/// Records `name` (static storage) under its hash; returns true.
+inline bool remember_signature_name(std::string_view name) {
+  signature_name_table& t = signature_names();
+  const std::lock_guard<std::mutex> lock(t.mutex);
+  t.names.emplace(fnv1a(name), name);
+  return true;
+}
+
+/// The name hashed into `hash`, if this process knows it.
+inline std::optional<std::string> signature_name(std::uint64_t hash) {
+  signature_name_table& t = signature_names();
+  const std::lock_guard<std::mutex> lock(t.mutex);
+  const auto it = t.names.find(hash);
+  if (it == t.names.end()) return std::nullopt;
+  return std::string(it->second);
+}
+
+/// The name that identifies op Op in a signature: its `name`, or for an op without one (a user's
+/// lambda or struct) the compiler's spelling of its type, so that two different user ops differ.
+template <class Op>
+constexpr std::string_view op_signature_name() noexcept {
+  if constexpr (requires { Op::name; }) return op_traits<Op>::name;
+  else return pretty_type_name<Op>();
+}
+
+/// Hashes for call_signature::type_hash and op_hash (computed at compile time)...
+template <class T>
+inline constexpr std::uint64_t type_signature_hash = fnv1a(type_name<T>());
+template <class Op>
+inline constexpr std::uint64_t op_signature_hash = fnv1a(op_signature_name<Op>());
+
+/// ...and their names, recorded when the program starts for every type and op some collective is
+/// instantiated with (odr-use `names_recorded<T, Op>` where the signature is made).
+template <class T, class Op>
+inline const bool names_recorded = remember_signature_name(type_name<T>()) && remember_signature_name(op_signature_name<Op>());
+
+}  // namespace detail
+}  // namespace v0
+}  // namespace collx
