@@ -2,10 +2,12 @@
 # collx-run's command line and process handling: --help on stdout with status 0; a program that
 # cannot run is reported once (not once per rank) with status 127; a bad option is an error with
 # status 2; a failing rank is named and the others stop with what they started; SIGINT is
-# forwarded; a rank that ignores SIGTERM is killed after the grace period, and nothing else.
-# usage: collx_run_cli.sh path/to/collx-run
+# forwarded; a rank that ignores SIGTERM is killed after the grace period, and nothing else. With a
+# collx program (collx-perf) as well: a misspelt COLLX_ variable is reported once per job.
+# usage: collx_run_cli.sh path/to/collx-run [path/to/collx-perf]
 set -u
 run=$1
+perf=${2:-}
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 out=$("$run" --help 2>/dev/null); rc=$?
@@ -22,6 +24,13 @@ lines=$(printf '%s\n' "$err" | grep -c "cannot run /nonexistent/collx-test-progr
 err=$("$run" -n 2 -n 3 true 2>&1); rc=$?
 [ $rc -eq 2 ] || fail "-n given twice exited $rc, not 2"
 case $err in *"-n given twice"*) ;; *) fail "-n given twice not said: $err" ;; esac
+
+if [ -n "$perf" ]; then
+  err=$(COLLX_TIMEOUTS=30 "$run" -n 3 "$perf" allreduce -b 8 -e 8 -n 1 -w 0 2>&1 >/dev/null); rc=$?
+  [ $rc -eq 0 ] || fail "collx-perf under collx-run exited $rc: $err"
+  lines=$(printf '%s\n' "$err" | grep -c "COLLX_TIMEOUTS is not a collx variable; did you mean COLLX_TIMEOUT?")
+  [ "$lines" -eq 1 ] || fail "a misspelt variable was reported $lines times, not once per job: $err"
+fi
 
 err=$("$run" -n 2 --bogus true 2>&1); rc=$?
 [ $rc -eq 2 ] || fail "unknown option exited $rc, not 2"

@@ -205,7 +205,8 @@ inline std::vector<std::string> unknown_variable_warnings(char** envp = environ)
   return out;
 }
 
-/// Prints unknown_variable_warnings() to stderr once per process.
+/// Prints unknown_variable_warnings() to stderr once per process (communicators call it on rank 0
+/// only: the ranks of a job share one environment, and one warning is enough).
 inline void warn_unknown_variables_once() {
   static const bool done = [] {
     for (const std::string& w : unknown_variable_warnings()) std::fprintf(stderr, "%s\n", w.c_str());
