@@ -293,7 +293,7 @@ void emulate(collective coll, algorithm alg, int n, int root, std::size_t count,
           } else {
             C::with_flag(x.b.buf == sch::buffer::scratch, [&](auto b) {
               s.cx.template combine<decltype(a)::value, decltype(b)::value, decltype(d)::value>(
-                  s.cx.cptr(x.a), s.cx.cptr(x.b), s.cx.ptr(x.dst), x.dst.count, false);
+                  s.cx.cptr(x.a), s.cx.cptr(x.b), s.cx.ptr(x.dst), x.dst.count, false, x.dst.buf == sch::buffer::scratch);
             });
           }
         });
@@ -309,7 +309,8 @@ void emulate(collective coll, algorithm alg, int n, int root, std::size_t count,
           } else {
             C::with_flag(x.a.buf == sch::buffer::scratch, [&](auto a) {
               s.cx.template combine<decltype(a)::value, decltype(w)::value, decltype(d)::value>(
-                  s.cx.cptr(x.a), s.staging.data(), s.cx.ptr(x.dst), x.dst.count, rp.staging_left);
+                  s.cx.cptr(x.a), s.staging.data(), s.cx.ptr(x.dst), x.dst.count, rp.staging_left,
+                  x.dst.buf == sch::buffer::scratch);
             });
           }
         });

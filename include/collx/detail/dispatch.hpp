@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <optional>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -112,14 +113,6 @@ request start_async(communicator& comm, F fn) {
   return comm.submit_async([c, fn]() mutable { fn(*c); });
 }
 
-/// Resolves an algorithm tag to a concrete algorithm for this call.
-template <class Algo>
-algorithm resolve_algorithm(const communicator& comm, const selection_query& q) {
-  // (algo::hierarchical never gets here: run_collective hands it to run_hierarchical first.)
-  if constexpr (std::is_same_v<Algo, algo::automatic> || is_hierarchical_v<Algo>) return comm.select(q);
-  else return Algo::kind;
-}
-
 /// Compile-time checks shared by every front.
 template <class Algo, class Op>
 constexpr void static_check_algorithm() {
@@ -160,6 +153,10 @@ bool automatic_goes_hierarchical(const communicator& comm, collective coll) {
          coll == collective::broadcast || coll == collective::reduce;
 }
 
+template <class T, class Op>
+void run_flat(communicator& comm, collective coll, const T* in, T* out, bool in_place, int root, const Op& op,
+              const call_layout& lay, std::optional<algorithm> fixed);
+
 /// Runs one collective call on this rank. `in`/`out` are the user's buffers (either may be null
 /// where the collective does not use it on this rank).
 template <class T, class Op, class Algo>
@@ -169,13 +166,23 @@ void run_collective(communicator& comm, collective coll, const T* in, T* out, bo
   const communicator::call_scope one_thread(comm);
   if constexpr (is_hierarchical_v<Algo>) {
     run_hierarchical<T, Op, typename Algo::intra, typename Algo::inter>(comm, coll, in, out, in_place, root, op, lay);
-    return;
   } else if constexpr (std::is_same_v<Algo, algo::automatic>) {
-    if (automatic_goes_hierarchical<Op>(comm, coll)) {
+    if (automatic_goes_hierarchical<Op>(comm, coll))
       run_hierarchical<T, Op, algo::automatic, algo::automatic>(comm, coll, in, out, in_place, root, op, lay);
-      return;
-    }
+    else
+      run_flat<T, Op>(comm, coll, in, out, in_place, root, op, lay, std::nullopt);
+  } else {
+    run_flat<T, Op>(comm, coll, in, out, in_place, root, op, lay, Algo::kind);
   }
+}
+
+/// run_collective without a hierarchy: `fixed` is the algorithm the call's tag names, or none for
+/// algo::automatic (then comm.select decides). Not a template on the tag, so that ring, tree,
+/// direct and automatic calls on one (T, Op) share one instantiation: four copies of the call's
+/// body were most of the compile time of a program that tries several algorithms (the tests).
+template <class T, class Op>
+void run_flat(communicator& comm, collective coll, const T* in, T* out, bool in_place, int root, const Op& op,
+              const call_layout& lay, std::optional<algorithm> fixed) {
   using red = reduction<T, Op>;
   using acc = typename red::acc;
   constexpr bool reduces = !std::is_same_v<Op, no_op>;
@@ -195,7 +202,7 @@ void run_collective(communicator& comm, collective coll, const T* in, T* out, bo
     sig_count = lay.varying ? 0 : lay.send_counts.front();
   }
   selection_query q{coll, n, total * sizeof(T), op_traits<Op>::commutative || !reduces};
-  const algorithm alg = resolve_algorithm<Algo>(comm, q);
+  const algorithm alg = fixed ? *fixed : comm.select(q);
 
   call_signature sig;
   sig.seq = comm.next_sequence();

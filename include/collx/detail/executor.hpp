@@ -81,8 +81,10 @@ struct exec_context {
   }
 
   /// dst[i] = x_first ? op(x[i], a[i]) : op(a[i], x[i]) for i < n; dst may be a (same index).
+  /// Streams into dst where stream_output says so, unless dst is scratch (read again soon).
   template <bool AAcc, bool XAcc, bool DstAcc>
-  void combine(const std::byte* a, const std::byte* x, std::byte* dst, std::size_t n, bool x_first) const {
+  void combine(const std::byte* a, const std::byte* x, std::byte* dst, std::size_t n, bool x_first,
+               bool dst_is_scratch) const {
     if constexpr (reduces) {
       using A = std::conditional_t<AAcc, acc, T>;
       using X = std::conditional_t<XAcc, acc, T>;
@@ -97,7 +99,7 @@ struct exec_context {
         else return red::finalize(v, world_size);
       };
       const Op& f = *op;
-      if (!DstAcc && stream_output) {
+      if (stream_output && !dst_is_scratch) {
         if (x_first) store_streaming(pd, n, [&](std::size_t i) { return st(red::combine(f, wx(px[i]), wa(pa[i]))); });
         else store_streaming(pd, n, [&](std::size_t i) { return st(red::combine(f, wa(pa[i]), wx(px[i]))); });
       } else if (x_first) {
@@ -106,89 +108,136 @@ struct exec_context {
         for (std::size_t i = 0; i < n; ++i) pd[i] = st(red::combine(f, wa(pa[i]), wx(px[i])));
       }
     } else {
-      (void)a, (void)x, (void)dst, (void)n, (void)x_first;
+      (void)a, (void)x, (void)dst, (void)n, (void)x_first, (void)dst_is_scratch;
       COLLX_THROW(errc::internal, "reduction step in a collective without an op");
     }
   }
 
+  /// Whether the representation a value lives in (accumulator or T) changes any computation: only
+  /// where the accumulator is wider than T (narrow floats), or where results are finalised (avg).
+  /// Otherwise every <SrcAcc, DstAcc> and <AAcc, XAcc, DstAcc> instantiation would compile the same
+  /// loops, 4 + 8 copies per (T, Op) instead of 1 + 1.
+  static constexpr bool representation_matters = red::widened || red::needs_finalize;
+
+  /// Calls f with std::true_type or std::false_type as `b` says; where the representation does not
+  /// matter, always with std::false_type (one instantiation).
   template <class F>
   static void with_flag(bool b, F&& f) {
-    if (b) f(std::true_type{});
-    else f(std::false_type{});
+    if constexpr (!representation_matters) {
+      (void)b;
+      f(std::false_type{});
+    } else {
+      if (b) f(std::true_type{});
+      else f(std::false_type{});
+    }
   }
 };
 
-/// Runs `steps` for one segment.
+/// One segment's buffers and typed kernels behind plain pointers, so that execute() (the loop over
+/// the steps and the transport calls) compiles once per program, not once per (T, Op): only the
+/// conversions and reductions need the types. Half the code a collective instantiated per (T, Op)
+/// was that loop, with a copy of its consumers per representation.
+struct exec_view {
+  const void* cx = nullptr;            ///< the exec_context<T, Op>
+  const std::byte* base[3] = {};       ///< by schedule::buffer: input, output, scratch
+  std::size_t value_size = 0, acc_size = 0;
+  /// dst[0, n) = src[0, n), from representation src_acc to dst_acc (exec_context::convert).
+  void (*convert)(const void* cx, bool src_acc, bool dst_acc, const std::byte* src, std::byte* dst, std::size_t n) = nullptr;
+  /// exec_context::combine; dst_acc also says that dst is scratch.
+  void (*combine)(const void* cx, bool a_acc, bool x_acc, bool dst_acc, const std::byte* a, const std::byte* x,
+                  std::byte* dst, std::size_t n, bool x_first) = nullptr;
+
+  std::size_t elem_size(schedule::buffer b) const noexcept { return b == schedule::buffer::scratch ? acc_size : value_size; }
+  const std::byte* cptr(const schedule::region& r) const noexcept {
+    return base[static_cast<std::size_t>(r.buf)] + r.offset * elem_size(r.buf);
+  }
+  std::byte* ptr(const schedule::region& r) const noexcept { return const_cast<std::byte*>(cptr(r)); }
+};
+
+/// `cx` as an exec_view (valid while cx lives).
 template <class T, class Op>
-void execute(transport& t, const call_signature& sig, const schedule::steps& steps, const exec_context<T, Op>& cx) {
+exec_view view_of(const exec_context<T, Op>& cx) {
+  using C = exec_context<T, Op>;
+  exec_view v;
+  v.cx = &cx;
+  v.base[static_cast<std::size_t>(schedule::buffer::input)] = reinterpret_cast<const std::byte*>(cx.in);
+  v.base[static_cast<std::size_t>(schedule::buffer::output)] = reinterpret_cast<const std::byte*>(cx.out);
+  v.base[static_cast<std::size_t>(schedule::buffer::scratch)] = reinterpret_cast<const std::byte*>(cx.tmp);
+  v.value_size = C::elem_size(schedule::buffer::output);
+  v.acc_size = C::elem_size(schedule::buffer::scratch);
+  v.convert = [](const void* p, bool src_acc, bool dst_acc, const std::byte* src, std::byte* dst, std::size_t n) {
+    const C& c = *static_cast<const C*>(p);
+    C::with_flag(src_acc, [&](auto s) {
+      C::with_flag(dst_acc, [&](auto d) { c.template convert<decltype(s)::value, decltype(d)::value>(src, dst, n); });
+    });
+  };
+  v.combine = [](const void* p, bool a_acc, bool x_acc, bool dst_acc, const std::byte* a, const std::byte* x,
+                 std::byte* dst, std::size_t n, bool x_first) {
+    const C& c = *static_cast<const C*>(p);
+    C::with_flag(a_acc, [&](auto fa) {
+      C::with_flag(x_acc, [&](auto fx) {
+        C::with_flag(dst_acc, [&](auto fd) {
+          c.template combine<decltype(fa)::value, decltype(fx)::value, decltype(fd)::value>(a, x, dst, n, x_first, dst_acc);
+        });
+      });
+    });
+  };
+  return v;
+}
+
+/// Runs `steps` for one segment.
+inline void execute(transport& t, const call_signature& sig, const schedule::steps& steps, const exec_view& cx) {
   using schedule::buffer;
   using schedule::step_kind;
-  using C = exec_context<T, Op>;
   for (const schedule::step& s : steps) {
     switch (s.kind) {
       case step_kind::send:
-        t.post_send(s.peer, cx.cptr(s.a), s.a.count * C::elem_size(s.a.buf), C::elem_size(s.a.buf), sig);
+        t.post_send(s.peer, cx.cptr(s.a), s.a.count * cx.elem_size(s.a.buf), cx.elem_size(s.a.buf), sig);
         break;
       case step_kind::recv: {
-        const std::size_t ws = C::elem_size(s.wire);
+        const std::size_t ws = cx.elem_size(s.wire);
         std::byte* d = cx.ptr(s.dst);
-        const std::size_t ds = C::elem_size(s.dst.buf);
+        const std::size_t ds = cx.elem_size(s.dst.buf);
+        const bool src_acc = s.wire == buffer::scratch, dst_acc = s.dst.buf == buffer::scratch;
         auto consume = [&](const std::byte* src, std::size_t off, std::size_t len) {
-          C::with_flag(s.wire == buffer::scratch, [&](auto src_acc) {
-            C::with_flag(s.dst.buf == buffer::scratch, [&](auto dst_acc) {
-              cx.template convert<decltype(src_acc)::value, decltype(dst_acc)::value>(src, d + off / ws * ds,
-                                                                                         len / ws);
-            });
-          });
+          cx.convert(cx.cx, src_acc, dst_acc, src, d + off / ws * ds, len / ws);
         };
         // Same representation on the wire and at the destination: a plain copy the transport may do itself.
-        const bool verbatim = (s.wire == buffer::scratch) == (s.dst.buf == buffer::scratch);
-        t.recv(s.peer, s.dst.count * ws, ws, sig, consumer_ref(consume, verbatim ? d : nullptr));
+        t.recv(s.peer, s.dst.count * ws, ws, sig, consumer_ref(consume, src_acc == dst_acc ? d : nullptr));
         break;
       }
       case step_kind::recv_reduce: {
-        const std::size_t ws = C::elem_size(s.wire);
+        const std::size_t ws = cx.elem_size(s.wire);
         const std::byte* a = cx.cptr(s.a);
-        const std::size_t as = C::elem_size(s.a.buf);
+        const std::size_t as = cx.elem_size(s.a.buf);
         std::byte* d = cx.ptr(s.dst);
-        const std::size_t ds = C::elem_size(s.dst.buf);
+        const std::size_t ds = cx.elem_size(s.dst.buf);
+        const bool a_acc = s.a.buf == buffer::scratch, x_acc = s.wire == buffer::scratch, d_acc = s.dst.buf == buffer::scratch;
         auto consume = [&](const std::byte* src, std::size_t off, std::size_t len) {
           const std::size_t e = off / ws;
-          C::with_flag(s.a.buf == buffer::scratch, [&](auto a_acc) {
-            C::with_flag(s.wire == buffer::scratch, [&](auto x_acc) {
-              C::with_flag(s.dst.buf == buffer::scratch, [&](auto d_acc) {
-                cx.template combine<decltype(a_acc)::value, decltype(x_acc)::value, decltype(d_acc)::value>(
-                    a + e * as, src, d + e * ds, len / ws, s.incoming_first);
-              });
-            });
-          });
+          cx.combine(cx.cx, a_acc, x_acc, d_acc, a + e * as, src, d + e * ds, len / ws, s.incoming_first);
         };
         t.recv(s.peer, s.dst.count * ws, ws, sig, consume);
         break;
       }
       case step_kind::copy:
-        C::with_flag(s.a.buf == buffer::scratch, [&](auto src_acc) {
-          C::with_flag(s.dst.buf == buffer::scratch, [&](auto dst_acc) {
-            cx.template convert<decltype(src_acc)::value, decltype(dst_acc)::value>(cx.cptr(s.a), cx.ptr(s.dst),
-                                                                                       s.dst.count);
-          });
-        });
+        cx.convert(cx.cx, s.a.buf == buffer::scratch, s.dst.buf == buffer::scratch, cx.cptr(s.a), cx.ptr(s.dst), s.dst.count);
         break;
       case step_kind::reduce:
-        C::with_flag(s.a.buf == buffer::scratch, [&](auto a_acc) {
-          C::with_flag(s.b.buf == buffer::scratch, [&](auto b_acc) {
-            C::with_flag(s.dst.buf == buffer::scratch, [&](auto d_acc) {
-              cx.template combine<decltype(a_acc)::value, decltype(b_acc)::value, decltype(d_acc)::value>(
-                  cx.cptr(s.a), cx.cptr(s.b), cx.ptr(s.dst), s.dst.count, false);
-            });
-          });
-        });
+        cx.combine(cx.cx, s.a.buf == buffer::scratch, s.b.buf == buffer::scratch, s.dst.buf == buffer::scratch,
+                   cx.cptr(s.a), cx.cptr(s.b), cx.ptr(s.dst), s.dst.count, false);
         break;
       case step_kind::wait_sends:
         t.wait_sends();
         break;
     }
   }
+}
+
+/// Runs `steps` for one segment on `cx`'s buffers.
+template <class T, class Op>
+void execute(transport& t, const call_signature& sig, const schedule::steps& steps, const exec_context<T, Op>& cx) {
+  execute(t, sig, steps, view_of(cx));
 }
 
 }  // namespace detail
