@@ -373,6 +373,18 @@ TEST_CASE("ranks that disagree: mismatch on every rank, the differing field name
       };
       require_mismatch(with(add_custom{}), with(larger_custom{}), "reduction op differs", o, {"add_custom", "larger_custom"});
     }
+    SECTION("op: two user lambdas with the same parameters (" + fa.first + ")") {
+      // g++ spells both types "C_A_T_C_H...()::<lambda(float, float)>": the signature must not rely on that.
+      const auto add = [](float a, float b) { return a + b; };
+      const auto larger = [](float a, float b) { return a < b ? b : a; };
+      auto with = [](auto op) {
+        return [op](collx::communicator& c) {
+          std::vector<float> x(16);
+          collx::allreduce(c, std::span<float>(x), op);
+        };
+      };
+      require_mismatch(with(add), with(larger), "reduction op differs", o);
+    }
     SECTION("collective: allreduce vs broadcast (" + fa.first + ")") {
       require_mismatch(
           allreduce_of<float>(16),

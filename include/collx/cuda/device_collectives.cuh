@@ -42,6 +42,7 @@
 #include <type_traits>
 
 #include <collx/algo/schedule.hpp>
+#include <collx/detail/signature_names.hpp>
 #include <collx/concepts.hpp>
 #include <collx/cuda/device_callable.cuh>
 #include <collx/cuda/device_communicator.hpp>
@@ -637,7 +638,7 @@ void all_reduce(device_communicator& dc, const T* send, T* recv, std::size_t cou
   if (count == 0) return dc.check();
   require(send && recv, name, "null buffer with count " + std::to_string(count));
   require(send == recv || !ranges_overlap(send, count * sizeof(T), recv, count * sizeof(T)), name, "send and recv overlap but are not the same buffer");
-  launch_call<T>(dc, name, collective::allreduce, op_traits<Op>::name, -1, count, 1, aligned16(send) && aligned16(recv),
+  launch_call<T>(dc, name, collective::allreduce, detail::op_signature_key<Op>(), -1, count, 1, aligned16(send) && aligned16(recv),
                  stream, all_reduce_step<T, Op, 1>{send, recv, op, -1},
                  all_reduce_step<T, Op, device_vector_elements<T>>{send, recv, op, -1});
 }
@@ -656,7 +657,7 @@ void reduce(device_communicator& dc, const T* send, T* recv, std::size_t count, 
   const bool is_root = dc.rank() == root;
   check_rooted_buffers(is_root, send, recv, send, count * sizeof(T), name);
   const bool vec = aligned16(send) && (!is_root || aligned16(recv));
-  launch_call<T>(dc, name, collective::reduce, op_traits<Op>::name, root, count, 1, vec, stream,
+  launch_call<T>(dc, name, collective::reduce, detail::op_signature_key<Op>(), root, count, 1, vec, stream,
                  all_reduce_step<T, Op, 1>{send, recv, op, root},
                  all_reduce_step<T, Op, device_vector_elements<T>>{send, recv, op, root});
 }
@@ -676,7 +677,7 @@ void reduce_scatter(device_communicator& dc, const T* send, T* recv, std::size_t
   require(send && recv, name, "null buffer with count " + std::to_string(recv_count));
   require(!ranges_overlap(send, n * recv_count * sizeof(T), recv, recv_count * sizeof(T)), name, "send and recv overlap");
   const bool vec = aligned16(send) && aligned16(recv) && (recv_count * sizeof(T)) % 16 == 0;
-  launch_call<T>(dc, name, collective::reduce_scatter, op_traits<Op>::name, -1, recv_count, n, vec, stream,
+  launch_call<T>(dc, name, collective::reduce_scatter, detail::op_signature_key<Op>(), -1, recv_count, n, vec, stream,
                  reduce_scatter_step<T, Op, 1>{send, recv, op},
                  reduce_scatter_step<T, Op, device_vector_elements<T>>{send, recv, op});
 }
@@ -778,7 +779,7 @@ void reduce_scatter_v(device_communicator& dc, const T* send, T* recv, std::span
   require(send && (recv || mine == 0), name, "null buffer with " + std::to_string(lay.total) + " elements in all");
   require(mine == 0 || !ranges_overlap(send, lay.total * sizeof(T), recv, mine * sizeof(T)), name, "send and recv overlap");
   const bool vec = aligned16(send) && (mine == 0 || aligned16(recv)) && lay.offsets_aligned16(sizeof(T));
-  launch_call<T>(dc, name, collective::reduce_scatter, op_traits<Op>::name, -1, lay.longest, static_cast<std::size_t>(dc.size()),
+  launch_call<T>(dc, name, collective::reduce_scatter, detail::op_signature_key<Op>(), -1, lay.longest, static_cast<std::size_t>(dc.size()),
                  vec, stream, reduce_scatter_v_step<T, Op, 1>{send, recv, op, lay},
                  reduce_scatter_v_step<T, Op, device_vector_elements<T>>{send, recv, op, lay}, lay.hash);
 }
@@ -804,7 +805,7 @@ void all_reduce(device_communicator& dc, const window& send, std::size_t send_of
   const T* mine = reinterpret_cast<const T*>(send.base[static_cast<std::size_t>(dc.rank())]) + send_offset;
   require(recv != nullptr, name, "null recv with count " + std::to_string(count));
   require(!ranges_overlap(mine, count * sizeof(T), recv, count * sizeof(T)), name, "recv overlaps the window elements it reads");
-  launch_direct<T>(dc, name, collective::allreduce, op_traits<Op>::name, -1, count, send, send_offset,
+  launch_direct<T>(dc, name, collective::allreduce, detail::op_signature_key<Op>(), -1, count, send, send_offset,
                    send.aligned16_at<T>(send_offset) && aligned16(recv), stream,
                    with_sources<T>(direct_all_reduce_step<T, Op, 1>{{}, recv, op, -1}, send, send_offset),
                    with_sources<T>(direct_all_reduce_step<T, Op, device_vector_elements<T>>{{}, recv, op, -1}, send, send_offset));
@@ -826,7 +827,7 @@ void reduce_scatter(device_communicator& dc, const window& send, std::size_t sen
   require(recv != nullptr, name, "null recv with count " + std::to_string(recv_count));
   require(!ranges_overlap(mine, n * recv_count * sizeof(T), recv, recv_count * sizeof(T)), name, "recv overlaps the window elements read");
   const bool vec = send.aligned16_at<T>(send_offset) && aligned16(recv) && (recv_count * sizeof(T)) % 16 == 0;
-  launch_direct<T>(dc, name, collective::reduce_scatter, op_traits<Op>::name, -1, recv_count, send, send_offset, vec, stream,
+  launch_direct<T>(dc, name, collective::reduce_scatter, detail::op_signature_key<Op>(), -1, recv_count, send, send_offset, vec, stream,
                    with_sources<T>(direct_reduce_scatter_step<T, Op, 1>{{}, recv, op}, send, send_offset),
                    with_sources<T>(direct_reduce_scatter_step<T, Op, device_vector_elements<T>>{{}, recv, op}, send, send_offset));
 }

@@ -210,7 +210,7 @@ void run_flat(communicator& comm, collective coll, const T* in, T* out, bool in_
   sig.count = sig_count;
   sig.type_size = sizeof(T);
   sig.type_hash = type_signature_hash<T>;
-  sig.op_hash = reduces ? op_signature_hash<Op> : 0;
+  sig.op_hash = reduces ? op_signature_hash<Op>() : 0;
   (void)names_recorded<T, Op>;  // so that mismatch messages can name them
   sig.root = root;
   sig.algo = static_cast<std::uint8_t>(alg);

@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <typeinfo>
 #include <unordered_map>
 
 #include <collx/detail/type_name.hpp>
@@ -26,19 +27,20 @@ struct signature_name_table {
   std::unordered_map<std::uint64_t, std::string_view> names;
 };
 inline signature_name_table& signature_names() {
-  static signature_name_table t;  // a function-local static: usable during static initialisation
-  return t;
+  // Never destroyed: a communicator destroyed during static destruction may still describe a call.
+  static signature_name_table* t = new signature_name_table;
+  return *t;
 }
 
-/// Records `name` (static storage) under its hash; returns true.
-inline bool remember_signature_name(std::string_view name) {
+/// Records `name` (static storage) for `hash`; returns true.
+inline bool remember_signature_name(std::uint64_t hash, std::string_view name) {
   signature_name_table& t = signature_names();
   const std::lock_guard<std::mutex> lock(t.mutex);
-  t.names.emplace(fnv1a(name), name);
+  t.names.emplace(hash, name);
   return true;
 }
 
-/// The name hashed into `hash`, if this process knows it.
+/// The name recorded for `hash`, if this process knows it.
 inline std::optional<std::string> signature_name(std::uint64_t hash) {
   signature_name_table& t = signature_names();
   const std::lock_guard<std::mutex> lock(t.mutex);
@@ -47,24 +49,46 @@ inline std::optional<std::string> signature_name(std::uint64_t hash) {
   return std::string(it->second);
 }
 
-/// The name that identifies op Op in a signature: its `name`, or for an op without one (a user's
-/// lambda or struct) the compiler's spelling of its type, so that two different user ops differ.
+/// What messages call op Op: its `name`, else (a user's lambda or struct) the compiler's spelling of
+/// its type.
 template <class Op>
-constexpr std::string_view op_signature_name() noexcept {
+constexpr std::string_view op_display_name() noexcept {
   if constexpr (requires { Op::name; }) return op_traits<Op>::name;
   else return pretty_type_name<Op>();
 }
 
-/// Hashes for call_signature::type_hash and op_hash (computed at compile time)...
+/// What identifies op Op in a signature: its `name`; for an op without one, its mangled type name
+/// where RTTI is on (g++ spells two lambdas with the same parameters alike, "main()::<lambda(float,
+/// float)>", while their mangled names differ), else op_display_name.
+template <class Op>
+std::string_view op_signature_key() noexcept {
+  if constexpr (requires { Op::name; }) {
+    return op_traits<Op>::name;
+  } else {
+#if defined(__GXX_RTTI) || defined(_CPPRTTI)
+    return typeid(Op).name();
+#else
+    return pretty_type_name<Op>();
+#endif
+  }
+}
+
+/// call_signature::type_hash of T.
 template <class T>
 inline constexpr std::uint64_t type_signature_hash = fnv1a(type_name<T>());
-template <class Op>
-inline constexpr std::uint64_t op_signature_hash = fnv1a(op_signature_name<Op>());
 
-/// ...and their names, recorded when the program starts for every type and op some collective is
-/// instantiated with (odr-use `names_recorded<T, Op>` where the signature is made).
+/// call_signature::op_hash of Op (computed once).
+template <class Op>
+std::uint64_t op_signature_hash() noexcept {
+  static const std::uint64_t hash = fnv1a(op_signature_key<Op>());
+  return hash;
+}
+
+/// The names behind both hashes, recorded when the program starts for every type and op some
+/// collective is instantiated with (odr-use `names_recorded<T, Op>` where the signature is made).
 template <class T, class Op>
-inline const bool names_recorded = remember_signature_name(type_name<T>()) && remember_signature_name(op_signature_name<Op>());
+inline const bool names_recorded = remember_signature_name(type_signature_hash<T>, type_name<T>()) &&
+                                   remember_signature_name(op_signature_hash<Op>(), op_display_name<Op>());
 
 }  // namespace detail
 }  // namespace v0
