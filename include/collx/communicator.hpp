@@ -100,7 +100,7 @@ class communicator {
   explicit communicator(std::shared_ptr<transport> t, communicator_options opt = {})
       : transport_(std::move(t)), options_(std::move(opt)) {
     if (!transport_) COLLX_THROW(errc::invalid_argument, "communicator: null transport");
-    if (transport_->rank() == 0) env::warn_unknown_variables_once();  // once per job, not once per rank
+    env::warn_unknown_variables_once(transport_->rank() == 0);  // once per job, not once per rank
     if (!options_.ring_order.empty()) {
       std::vector<bool> seen(static_cast<std::size_t>(size()), false);
       bool ok = options_.ring_order.size() == seen.size();

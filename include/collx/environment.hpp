@@ -205,11 +205,14 @@ inline std::vector<std::string> unknown_variable_warnings(char** envp = environ)
   return out;
 }
 
-/// Prints unknown_variable_warnings() to stderr once per process (communicators call it on rank 0
-/// only: the ranks of a job share one environment, and one warning is enough).
-inline void warn_unknown_variables_once() {
-  static const bool done = [] {
-    for (const std::string& w : unknown_variable_warnings()) std::fprintf(stderr, "%s\n", w.c_str());
+/// Prints unknown_variable_warnings() to stderr at the first call in this process if `print`;
+/// later calls do nothing. Communicators pass "this is rank 0": the first communicator a process
+/// makes is normally the job's whole world, so only its rank 0 warns (the ranks share one
+/// environment), and node-local communicators made later do not warn again.
+inline void warn_unknown_variables_once(bool print = true) {
+  static const bool done = [print] {
+    if (print)
+      for (const std::string& w : unknown_variable_warnings()) std::fprintf(stderr, "%s\n", w.c_str());
     return true;
   }();
   (void)done;

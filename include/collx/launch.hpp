@@ -59,7 +59,9 @@ inline void bind_to_core(int local_rank, int local_world_size) {
   const auto mode = env::get("COLLX_BIND");
   if (mode && env::lower(*mode) == "none") return;
   if (mode && env::lower(*mode) != "core") env::reject("COLLX_BIND", *mode, "core or none");
-  const std::vector<int> allowed = allowed_cpus().list();
+  bool from_mask = false;
+  const std::vector<int> allowed = allowed_cpus(&from_mask).list();
+  if (!from_mask) return;  // the mask cannot be read: pinning could leave the process's cpuset
   topo::topology machine;
   try {
     machine = topo::discover_cpus();

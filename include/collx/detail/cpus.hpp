@@ -54,8 +54,9 @@ struct cpu_bits {
   }
 };
 
-/// The CPUs the calling thread may run on (its affinity mask); all online CPUs if that cannot be read.
-inline cpu_bits allowed_cpus() {
+/// The CPUs the calling thread may run on (its affinity mask); all online CPUs if that cannot be
+/// read (then `*from_mask`, where given, is set to false).
+inline cpu_bits allowed_cpus(bool* from_mask = nullptr) {
   cpu_bits out;
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -63,6 +64,7 @@ inline cpu_bits allowed_cpus() {
     for (int cpu = 0; cpu < std::min(CPU_SETSIZE, cpu_bits::max_cpus); ++cpu)
       if (CPU_ISSET(cpu, &set)) out.set(cpu);
   }
+  if (from_mask) *from_mask = out.count() != 0;
   if (out.count() == 0)
     for (unsigned cpu = 0; cpu < std::max(1u, std::thread::hardware_concurrency()); ++cpu) out.set(static_cast<int>(cpu));
   return out;
