@@ -285,36 +285,25 @@ void emulate(collective coll, algorithm alg, int n, int root, std::size_t count,
       }
     }
     using C = typename st::cx_t;
+    const auto scratch = [](sch::buffer b) { return b == sch::buffer::scratch; };
+    // The executor's typed kernels (detail::exec_view), as the NCCL path runs them.
     auto local = [&](st& s, const sch::step& x) {
-      C::with_flag(x.a.buf == sch::buffer::scratch, [&](auto a) {
-        C::with_flag(x.dst.buf == sch::buffer::scratch, [&](auto d) {
-          if (x.kind == sch::step_kind::copy) {
-            s.cx.template convert<decltype(a)::value, decltype(d)::value>(s.cx.cptr(x.a), s.cx.ptr(x.dst), x.dst.count);
-          } else {
-            C::with_flag(x.b.buf == sch::buffer::scratch, [&](auto b) {
-              s.cx.template combine<decltype(a)::value, decltype(b)::value, decltype(d)::value>(
-                  s.cx.cptr(x.a), s.cx.cptr(x.b), s.cx.ptr(x.dst), x.dst.count, false, x.dst.buf == sch::buffer::scratch);
-            });
-          }
-        });
-      });
+      const collx::detail::exec_view v = collx::detail::view_of(s.cx);
+      if (x.kind == sch::step_kind::copy)
+        v.convert(v.cx, scratch(x.a.buf), scratch(x.dst.buf), v.cptr(x.a), v.ptr(x.dst), x.dst.count);
+      else
+        v.combine(v.cx, scratch(x.a.buf), scratch(x.b.buf), scratch(x.dst.buf), v.cptr(x.a), v.cptr(x.b), v.ptr(x.dst),
+                  x.dst.count, false);
     };
     auto after_receive = [&](st& s, const sch::step& x) {
       const nccl::receive_plan rp = nccl::plan_receive(x, roles);
       if (!rp.staged) return;
-      C::with_flag(x.wire == sch::buffer::scratch, [&](auto w) {
-        C::with_flag(x.dst.buf == sch::buffer::scratch, [&](auto d) {
-          if (!rp.reduce) {
-            s.cx.template convert<decltype(w)::value, decltype(d)::value>(s.staging.data(), s.cx.ptr(x.dst), x.dst.count);
-          } else {
-            C::with_flag(x.a.buf == sch::buffer::scratch, [&](auto a) {
-              s.cx.template combine<decltype(a)::value, decltype(w)::value, decltype(d)::value>(
-                  s.cx.cptr(x.a), s.staging.data(), s.cx.ptr(x.dst), x.dst.count, rp.staging_left,
-                  x.dst.buf == sch::buffer::scratch);
-            });
-          }
-        });
-      });
+      const collx::detail::exec_view v = collx::detail::view_of(s.cx);
+      if (!rp.reduce)
+        v.convert(v.cx, scratch(x.wire), scratch(x.dst.buf), s.staging.data(), v.ptr(x.dst), x.dst.count);
+      else
+        v.combine(v.cx, scratch(x.a.buf), scratch(x.wire), scratch(x.dst.buf), v.cptr(x.a), s.staging.data(), v.ptr(x.dst),
+                  x.dst.count, rp.staging_left);
     };
     for (bool progress = true; progress;) {
       progress = false;
@@ -342,7 +331,9 @@ void emulate(collective coll, algorithm alg, int n, int root, std::size_t count,
           REQUIRE(bytes == y.dst.count * C::elem_size(y.wire));
           const bool staged = nccl::plan_receive(y, roles).staged;
           if (staged) REQUIRE(bytes <= p.staging.size());
-          if (bytes) std::memcpy(staged ? p.staging.data() : p.cx.ptr(y.dst), s.cx.cptr(x.a), bytes);
+          if (bytes)
+            std::memcpy(staged ? p.staging.data() : collx::detail::view_of(p.cx).ptr(y.dst),
+                        collx::detail::view_of(s.cx).cptr(x.a), bytes);
           done[r][i] = done[x.peer][j] = 1;
           progress = true;
         }

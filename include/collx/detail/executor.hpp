@@ -40,15 +40,6 @@ struct exec_context {
   static constexpr std::size_t elem_size(schedule::buffer b) noexcept {
     return b == schedule::buffer::scratch ? sizeof(acc) : sizeof(T);
   }
-  const std::byte* cptr(const schedule::region& r) const noexcept {
-    switch (r.buf) {
-      case schedule::buffer::input: return reinterpret_cast<const std::byte*>(in + r.offset);
-      case schedule::buffer::output: return reinterpret_cast<const std::byte*>(out + r.offset);
-      case schedule::buffer::scratch: return reinterpret_cast<const std::byte*>(tmp + r.offset);
-    }
-    return nullptr;
-  }
-  std::byte* ptr(const schedule::region& r) const noexcept { return const_cast<std::byte*>(cptr(r)); }
 
   // Values as typed by where they live: SrcAcc = the source holds accumulator values.
   template <bool SrcAcc>
