@@ -2,24 +2,14 @@
 // movement for every type (tests/collectives_checks.hpp; split from test_collectives.cpp).
 #include "collectives_checks.hpp"
 
-// Sanitizer builds (COLLX_TEST_FEW_TYPES, see test_collectives_types_int.cpp) take a subset: one
-// widened narrow float, one wide float, and the extremes of the data-movement sizes.
-#ifdef COLLX_TEST_FEW_TYPES
-#define COLLX_FLOAT_TYPES double, collx::half
-#define COLLX_MOVED_TYPES std::int8_t, ref::loc64
-#else
-#define COLLX_FLOAT_TYPES float, double, collx::half, collx::bfloat16
-#define COLLX_MOVED_TYPES std::int8_t, std::uint16_t, std::int32_t, std::uint64_t, double, collx::half, \
-                          collx::bfloat16, ref::loc16, ref::loc64
-#endif
-
 TEMPLATE_TEST_CASE("allreduce, reduce_scatter, reduce: every floating type x every built-in op at n = 3, 5",
-                   "[collectives][types]", COLLX_FLOAT_TYPES) {
+                   "[collectives][types]", float, double, collx::half, collx::bfloat16) {
   type_every_op<TestType>();
 }
 
 TEMPLATE_TEST_CASE("data movement (all_gather, broadcast, all_to_all): every type", "[collectives][types]",
-                   COLLX_MOVED_TYPES) {
+                   std::int8_t, std::uint16_t, std::int32_t, std::uint64_t, double, collx::half, collx::bfloat16,
+                   ref::loc16, ref::loc64) {
   using A = collx::algo::automatic;
   for (int n : {3, 5})
     for (size_t count : {size_t{7}, size_t{1009}})

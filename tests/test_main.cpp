@@ -1,3 +1,4 @@
-// Catch2's main(), compiled once into collx_test_main and linked into every test executable.
-#define CATCH_CONFIG_MAIN
-#include <catch2/catch.hpp>
+// main() of collx's CPU test executables (Catch2's implementation is in catch_impl.cpp).
+#include "catch_runner.hpp"
+
+int main(int argc, char** argv) { return collx_test::run_catch(argc, argv); }

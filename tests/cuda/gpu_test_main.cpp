@@ -1,9 +1,8 @@
 // main() of collx's GPU test executables (Catch2). Without a CUDA device it runs only the tests not
 // tagged [gpu] (host-side argument checks), prints "SKIPPED: no CUDA device" and exits with
 // collx_gpu_skip_code (77, the SKIP_RETURN_CODE tests/cuda/CMakeLists.txt registers), so ctest
-// reports the test as skipped instead of passed.
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
+// reports the test as skipped instead of passed. Catch2's implementation is in ../catch_impl.cpp.
+#include "../catch_runner.hpp"
 
 #include <cuda_runtime_api.h>
 
@@ -19,10 +18,9 @@ constexpr int min_devices = COLLX_GPU_TEST_MIN_DEVICES;
 }
 
 int main(int argc, char** argv) {
-  Catch::Session session;
   int devices = 0;
   const cudaError_t status = cudaGetDeviceCount(&devices);
-  if (status == cudaSuccess && devices >= min_devices) return session.run(argc, argv);
+  if (status == cudaSuccess && devices >= min_devices) return collx_test::run_catch(argc, argv);
 
   if (min_devices > 1 && status == cudaSuccess && devices > 0)
     std::printf("SKIPPED: needs %d CUDA devices, found %d; running only the tests not tagged [gpu]\n", min_devices,
@@ -33,8 +31,6 @@ int main(int argc, char** argv) {
                 status == cudaSuccess ? "cudaSuccess" : cudaGetErrorName(status), devices);
   std::fflush(stdout);
   (void)cudaGetLastError();  // the failed query is not an error of the tests that follow
-  const char* host_only[] = {argc > 0 ? argv[0] : "gpu-test", "~[gpu]"};
-  if (const int rc = session.applyCommandLine(2, host_only); rc != 0) return rc;
-  const int failures = session.run();
+  const int failures = collx_test::run_catch(argc, argv, "~[gpu]");
   return failures != 0 ? failures : collx_gpu_skip_code;
 }
