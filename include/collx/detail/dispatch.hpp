@@ -59,15 +59,24 @@ struct call_layout {
 };
 
 /// "rank 3/8 allreduce#42<float32,sum,ring>" (without "#42" when seq is 0: a call rejected before
-/// it got a sequence number).
-template <class T, class Op>
-std::string call_name(const communicator& comm, collective c, std::uint64_t seq, std::string_view algo) {
+/// it got a sequence number; without the op when `op` is empty). Not a template: every (type, op)
+/// of every collective names its calls, and one copy of this per pair cost compile time.
+inline std::string call_name(const communicator& comm, collective c, std::uint64_t seq, std::string_view type,
+                             std::string_view op, std::string_view algo) {
   std::string s = "rank " + std::to_string(comm.rank()) + "/" + std::to_string(comm.size()) + " " +
                   std::string(collective_name(c)) + (seq ? "#" + std::to_string(seq) : std::string()) + "<" +
-                  std::string(type_name<T>());
-  if constexpr (!std::is_same_v<Op, no_op>) s += std::string(",") + op_traits<Op>::name;
+                  std::string(type);
+  if (!op.empty()) s += "," + std::string(op);
   if (!algo.empty()) s += "," + std::string(algo);
   return s + ">";
+}
+
+/// call_name for element type T and op Op (no_op: none).
+template <class T, class Op>
+std::string call_name(const communicator& comm, collective c, std::uint64_t seq, std::string_view algo) {
+  std::string_view op;
+  if constexpr (!std::is_same_v<Op, no_op>) op = op_traits<Op>::name;
+  return call_name(comm, c, seq, type_name<T>(), op, algo);
 }
 
 /// Throws if the communicator failed in an earlier call, saying so (with that failure's code and

@@ -27,6 +27,35 @@ inline std::vector<std::size_t> offsets_of(const std::vector<std::size_t>& count
   return o;
 }
 
+/// Per segment, every rank's block is cut to the same slice [lo, lo + per_block); the slices are
+/// packed grouped by local rank, then by node: group l' = blocks of ranks (0, l'), (1, l'), ...
+struct segment_packing {
+  std::vector<std::size_t> slice;       ///< slice[r]: elements of rank r's block in this segment
+  std::vector<std::size_t> group;       ///< group[l']: elements of local-rank group l'
+  std::vector<std::size_t> group_off;   ///< offsets of the groups
+  std::vector<std::size_t> in_group;    ///< in_group[m']: elements of node m' in this rank's group
+  std::vector<std::size_t> in_group_off;
+  std::size_t total = 0;
+};
+
+/// The packing of the segment at `lo` for this rank of `lay` (not a template: it does not depend
+/// on the element type, and every (type, op) of a collective reaches it).
+inline segment_packing pack_segment(const node_layout& lay, std::span<const std::size_t> counts, std::size_t lo,
+                                    std::size_t per_block) {
+  const int L = lay.local_size, M = lay.node_count, l = lay.local_rank;
+  segment_packing p;
+  p.slice.resize(counts.size());
+  for (std::size_t r = 0; r < counts.size(); ++r) p.slice[r] = counts[r] > lo ? std::min(per_block, counts[r] - lo) : 0;
+  p.group.assign(static_cast<std::size_t>(L), 0);
+  for (int gl = 0; gl < L; ++gl)
+    for (int gm = 0; gm < M; ++gm) p.group[static_cast<std::size_t>(gl)] += p.slice[static_cast<std::size_t>(lay.world_rank(gm, gl))];
+  p.group_off = offsets_of(p.group);
+  p.total = p.group_off.back();
+  for (int gm = 0; gm < M; ++gm) p.in_group.push_back(p.slice[static_cast<std::size_t>(lay.world_rank(gm, l))]);
+  p.in_group_off = offsets_of(p.in_group);
+  return p;
+}
+
 /// One hierarchical call on this rank; the layout was checked by run_hierarchical.
 template <class T, class Op, class Intra, class Inter>
 struct hierarchical_call {
@@ -90,28 +119,9 @@ struct hierarchical_call {
                                     call_layout::blocks(parts, true));
   }
 
-  /// Per segment, every rank's block is cut to the same slice [lo, lo + per_block); the slices are
-  /// packed grouped by local rank, then by node: group l' = blocks of ranks (0, l'), (1, l'), ...
-  struct packing {
-    std::vector<std::size_t> slice;       ///< slice[r]: elements of rank r's block in this segment
-    std::vector<std::size_t> group;       ///< group[l']: elements of local-rank group l'
-    std::vector<std::size_t> group_off;   ///< offsets of the groups
-    std::vector<std::size_t> in_group;    ///< in_group[m']: elements of node m' in this rank's group
-    std::vector<std::size_t> in_group_off;
-    std::size_t total = 0;
-  };
+  using packing = segment_packing;
   packing pack_layout(std::span<const std::size_t> counts, std::size_t lo, std::size_t per_block) const {
-    packing p;
-    p.slice.resize(counts.size());
-    for (std::size_t r = 0; r < counts.size(); ++r) p.slice[r] = counts[r] > lo ? std::min(per_block, counts[r] - lo) : 0;
-    p.group.assign(static_cast<std::size_t>(L), 0);
-    for (int gl = 0; gl < L; ++gl)
-      for (int gm = 0; gm < M; ++gm) p.group[static_cast<std::size_t>(gl)] += p.slice[static_cast<std::size_t>(lay.world_rank(gm, gl))];
-    p.group_off = offsets_of(p.group);
-    p.total = p.group_off.back();
-    for (int gm = 0; gm < M; ++gm) p.in_group.push_back(p.slice[static_cast<std::size_t>(lay.world_rank(gm, l))]);
-    p.in_group_off = offsets_of(p.in_group);
-    return p;
+    return pack_segment(lay, counts, lo, per_block);
   }
   /// Calls f(world rank, position in the packed buffer) for every rank, in packing order.
   template <class F>
