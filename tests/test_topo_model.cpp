@@ -208,6 +208,31 @@ TEST_CASE("cost model: latency decides small messages, bandwidth large ones, and
     const selection_query q{collective::allreduce, 4, b, true};
     CHECK(cpu_select(q) == collx::cost_model{}.choose(q));
   }
+  // Two sockets: ranks that span them are bound by the inter-CPU link. From Skylake on (>= 10 GB/s,
+  // smp_GBps) it is faster than cost_model's 8 GB/s per rank, so the topology's answers are the
+  // default selector's for every collective and size; a Broadwell-class 6 GB/s link changes some.
+  auto two_sockets = [](double smp_GBps) {
+    topology t;
+    for (int k = 0; k < 2; ++k) {
+      vertex v;
+      v.kind = vertex_kind::cpu, v.index = k, v.name = "CPU" + std::to_string(k), v.cpu_affinity = k ? "8-15" : "0-7";
+      t.add_vertex(v);
+    }
+    t.add_link(make_smp(0, 1, smp_GBps));
+    return t;
+  };
+  const auto skylake = make_selector(two_sockets(10.0)), broadwell = make_selector(two_sockets(6.0));
+  int differ = 0;
+  for (collective coll : {collective::allreduce, collective::reduce_scatter, collective::all_gather,
+                          collective::broadcast, collective::reduce, collective::all_to_all})
+    for (int n : {2, 8, 16})
+      for (std::size_t b = 8; b <= (std::size_t{1} << 30); b *= 4) {
+        const selection_query q{coll, n, b, true};
+        INFO(collx::collective_name(coll) << " n=" << n << " bytes=" << b);
+        CHECK(skylake(q) == collx::cost_model{}.choose(q));
+        differ += broadwell(q) != collx::cost_model{}.choose(q);
+      }
+  CHECK(differ > 0);
 }
 
 TEST_CASE("cost model: sharing a link slows both transfers") {
