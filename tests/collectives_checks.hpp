@@ -61,6 +61,9 @@ void on_algo(algo_id a, F&& f) {
 // The tag -> value step of each check_* wrapper; refuses what the collectives refuse to compile.
 template <class Algo, class Op, bool NoTree = false>
 constexpr algo_id checked_id() {
+  static_assert(std::is_same_v<Algo, collx::algo::ring> || std::is_same_v<Algo, collx::algo::tree> ||
+                    std::is_same_v<Algo, collx::algo::direct> || std::is_same_v<Algo, collx::algo::automatic>,
+                "check_* runs ring, tree, direct or automatic (ref::id_of maps any other tag to automatic)");
   static_assert(!std::is_same_v<Algo, collx::algo::ring> || collx::op_traits<Op>::commutative,
                 "algo::ring needs a commutative op");
   static_assert(!NoTree || !std::is_same_v<Algo, collx::algo::tree>, "no algo::tree here");
