@@ -221,17 +221,6 @@ TEST_CASE("results past a quarter of the last-level cache (streaming stores) equ
           "[collectives][counts][large][streaming]") {
   // The executor streams reductions into the output from detail::streaming_pays's size on; this
   // size depends on the machine's cache, so the count does too (8 MiB + 3 elements on 32 MiB).
-#if defined(__SANITIZE_THREAD__)
-  constexpr bool under_tsan = true;
-#elif defined(__has_feature)
-  constexpr bool under_tsan = __has_feature(thread_sanitizer);
-#else
-  constexpr bool under_tsan = false;
-#endif
-  if (under_tsan) {  // 14 s there, and TSan does not model streaming stores; ASan and plain builds run it
-    WARN("SKIPPED under ThreadSanitizer");
-    return;
-  }
   const size_t bytes = collx::detail::last_level_cache_bytes() / 4;
   if (bytes > (size_t{48} << 20)) {
     WARN("SKIPPED: a quarter of this machine's last-level cache (" << bytes << " bytes) is too large for a test");

@@ -119,13 +119,9 @@ struct hierarchical_call {
                                     call_layout::blocks(parts, true));
   }
 
-  using packing = segment_packing;
-  packing pack_layout(std::span<const std::size_t> counts, std::size_t lo, std::size_t per_block) const {
-    return pack_segment(lay, counts, lo, per_block);
-  }
   /// Calls f(world rank, position in the packed buffer) for every rank, in packing order.
   template <class F>
-  void for_each_packed(const packing& p, F&& f) const {
+  void for_each_packed(const segment_packing& p, F&& f) const {
     std::size_t pos = 0;
     for (int gl = 0; gl < L; ++gl)
       for (int gm = 0; gm < M; ++gm) {
@@ -141,7 +137,7 @@ struct hierarchical_call {
     const std::size_t longest = *std::max_element(counts.begin(), counts.end());
     const std::size_t per_block = std::max<std::size_t>(1, segment_elems(sizeof(acc)) / counts.size());
     for (std::size_t lo = 0; lo < longest; lo += per_block) {
-      const packing p = pack_layout(counts, lo, per_block);
+      const segment_packing p = pack_segment(lay, counts, lo, per_block);
       acc* w = reinterpret_cast<acc*>(world.scratch(std::max<std::size_t>(1, p.total) * sizeof(acc)));
       for_each_packed(p, [&](int r, std::size_t pos) {
         const T* src = in + block_off[static_cast<std::size_t>(r)] + lo;
@@ -163,7 +159,7 @@ struct hierarchical_call {
     const std::size_t longest = *std::max_element(counts.begin(), counts.end());
     const std::size_t per_block = std::max<std::size_t>(1, segment_elems(sizeof(T)) / counts.size());
     for (std::size_t lo = 0; lo < longest; lo += per_block) {
-      const packing p = pack_layout(counts, lo, per_block);
+      const segment_packing p = pack_segment(lay, counts, lo, per_block);
       T* w = reinterpret_cast<T*>(world.scratch(std::max<std::size_t>(1, p.total) * sizeof(T)));
       T* group = w + p.group_off[static_cast<std::size_t>(l)];
       T* mine = group + p.in_group_off[static_cast<std::size_t>(m)];
