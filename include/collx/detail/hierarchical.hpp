@@ -34,8 +34,8 @@ struct segment_packing {
   std::vector<std::size_t> group;       ///< group[l']: elements of local-rank group l'
   std::vector<std::size_t> group_off;   ///< offsets of the groups
   std::vector<std::size_t> in_group;    ///< in_group[m']: elements of node m' in this rank's group
-  std::vector<std::size_t> in_group_off;
-  std::size_t total = 0;
+  std::vector<std::size_t> in_group_off;  ///< offsets of those elements in the group
+  std::size_t total = 0;                  ///< elements of the whole packed segment
 };
 
 /// The packing of the segment at `lo` for this rank of `lay` (not a template: it does not depend
