@@ -40,40 +40,46 @@ build_and_run() {  # name, extra cmake args...
   "$work/$name/consumer"
 }
 
-step "find_package (install into $work/prefix)"
+# Each consumer builds in the background, two at a time (each is one translation unit, so one
+# build uses one core), into its own log; the logs are printed in order at the end.
+started=()
+start() {  # name, extra cmake args...: build_and_run in the background
+  local name=$1
+  shift
+  while [[ $(jobs -rp | wc -l) -ge 2 ]]; do wait -n || true; done
+  (build_and_run "$name" "$@" >"$work/$name.log" 2>&1; echo $? >"$work/$name.rc") &
+  started+=("$name")
+}
+
+start add_subdirectory -DCOLLX_SOURCE_DIR="$src"
+
+echo "consumer: installing collx into $work/prefix (for find_package)"
 cmake -S "$src" -B "$work/collx-build" "${cmake_args[@]}" -DCOLLX_BUILD_TESTS=OFF -DCOLLX_BUILD_EXAMPLES=OFF \
   -DCOLLX_BUILD_BENCH=OFF -DCOLLX_BUILD_TOOLS=OFF >"$work/collx-build.log" 2>&1 || {
   cat "$work/collx-build.log"
   exit 1
 }
 cmake --install "$work/collx-build" --prefix "$work/prefix" >/dev/null
-build_and_run find_package -DCMAKE_PREFIX_PATH="$work/prefix"
+start find_package -DCMAKE_PREFIX_PATH="$work/prefix"
 
 if [[ -f "$work/prefix/share/cmake/collx/collxCudaTargets.cmake" ]]; then
-  step "find_package COMPONENTS cuda (collx::cuda from a .cu file)"
-  build_and_run find_package_cuda -DCMAKE_PREFIX_PATH="$work/prefix"
+  start find_package_cuda -DCMAKE_PREFIX_PATH="$work/prefix"
 else
   echo "note: collx was installed without collx::cuda (COLLX_CUDA=AUTO found no CUDA toolkit); CUDA consumer not built"
 fi
 
 if [[ -f "$work/prefix/share/cmake/collx/collxNcclTargets.cmake" ]]; then
-  step "find_package COMPONENTS nccl (collx::nccl, host code linked against libnccl)"
-  build_and_run find_package_nccl -DCMAKE_PREFIX_PATH="$work/prefix"
+  start find_package_nccl -DCMAKE_PREFIX_PATH="$work/prefix"
 else
   echo "note: collx was installed without collx::nccl (COLLX_NCCL=AUTO found no NCCL); NCCL consumer not built"
 fi
 
 if [[ -f "$work/prefix/share/cmake/collx/collxMpiTargets.cmake" ]]; then
-  step "find_package COMPONENTS mpi (collx::mpi: MPI transport and bootstrap)"
-  build_and_run find_package_mpi -DCMAKE_PREFIX_PATH="$work/prefix"
+  start find_package_mpi -DCMAKE_PREFIX_PATH="$work/prefix"
 else
   echo "note: collx was installed without collx::mpi (COLLX_MPI=AUTO found no MPI); MPI consumer not built"
 fi
 
-step "add_subdirectory ($src)"
-build_and_run add_subdirectory -DCOLLX_SOURCE_DIR="$src"
-
-step "fetchcontent (git)"
 if ! git -C "$src" rev-parse --git-dir >/dev/null 2>&1; then
   echo "consumer fetchcontent: $src is not a git checkout" >&2
   exit 1
@@ -82,7 +88,23 @@ commit=$(git -C "$src" rev-parse HEAD)
 if [[ -n "$(git -C "$src" status --porcelain --untracked-files=no -- CMakeLists.txt cmake include)" ]]; then
   echo "note: $src has uncommitted changes to CMakeLists.txt, cmake/ or include/; FetchContent tests commit $commit without them"
 fi
-echo "collx commit $commit"
-build_and_run fetchcontent -DCOLLX_GIT_REPO="file://$src" -DCOLLX_GIT_TAG="$commit"
+echo "consumer: fetchcontent uses collx commit $commit"
+start fetchcontent -DCOLLX_GIT_REPO="file://$src" -DCOLLX_GIT_TAG="$commit"
 
+wait
+declare -A what=([add_subdirectory]="add_subdirectory ($src)" [find_package]="find_package (installed in $work/prefix)"
+  [find_package_cuda]="find_package COMPONENTS cuda (collx::cuda from a .cu file)"
+  [find_package_nccl]="find_package COMPONENTS nccl (collx::nccl, host code linked against libnccl)"
+  [find_package_mpi]="find_package COMPONENTS mpi (collx::mpi: MPI transport and bootstrap)"
+  [fetchcontent]="fetchcontent (git, commit $commit)")
+failed=()
+for name in "${started[@]}"; do
+  step "${what[$name]}"
+  cat "$work/$name.log"
+  [[ "$(cat "$work/$name.rc" 2>/dev/null)" == 0 ]] || failed+=("$name")
+done
+if [[ ${#failed[@]} -ne 0 ]]; then
+  echo "consumer projects failed: ${failed[*]}" >&2
+  exit 1
+fi
 printf '\nconsumer projects: all passed\n'
