@@ -185,16 +185,28 @@ void run_collective(communicator& comm, collective coll, const T* in, T* out, bo
   }
 }
 
-/// run_collective without a hierarchy: `fixed` is the algorithm the call's tag names, or none for
-/// algo::automatic (then comm.select decides). Not a template on the tag, so that ring, tree,
-/// direct and automatic calls on one (T, Op) share one instantiation: four copies of the call's
-/// body were most of the compile time of a program that tries several algorithms (the tests).
-template <class T, class Op>
-void run_flat(communicator& comm, collective coll, const T* in, T* out, bool in_place, int root, const Op& op,
-              const call_layout& lay, std::optional<algorithm> fixed) {
-  using red = reduction<T, Op>;
-  using acc = typename red::acc;
-  constexpr bool reduces = !std::is_same_v<Op, no_op>;
+/// What run_flat needs of a call's element type T and op Op, as plain values and pointers, so that
+/// the body (signature, selection, segmentation, errors) compiles once per program instead of once
+/// per (T, Op): that body was a third of the code each new (type, op) pair instantiated.
+struct typed_call {
+  std::size_t value_size = 0;  ///< sizeof(T)
+  std::size_t acc_size = 0;    ///< sizeof the accumulator (reduction<T, Op>::acc; T without an op)
+  bool reduces = false;        ///< Op is not no_op
+  bool commutative = false;    ///< op_traits<Op>::commutative
+  std::uint64_t type_hash = 0, op_hash = 0;  ///< the call signature's (0: no op)
+  std::string_view type_name, op_name;       ///< for messages (op_name empty: no op)
+  const void* in = nullptr;                  ///< the user's buffers (T)
+  void* out = nullptr;
+  exec_view view;                            ///< the typed kernels; base[] set per segment
+  bool* stream_output = nullptr;             ///< the exec_context's flag (exec_context::stream_output)
+  shared_fold_fn shared_fold = nullptr;  ///< shared_fold<T, Op>; null where Op does not reduce
+  const void* op = nullptr;              ///< the user's op, for shared_fold
+};
+
+/// run_flat's body on a typed_call.
+inline void run_flat_untyped(communicator& comm, collective coll, bool in_place, int root, const call_layout& lay,
+                             std::optional<algorithm> fixed, typed_call& tc) {
+  const bool reduces = tc.reduces;
   transport& tp = comm.get_transport();
   const int n = comm.size(), r = comm.rank();
 
@@ -210,17 +222,16 @@ void run_flat(communicator& comm, collective coll, const T* in, T* out, bool in_
     for (std::size_t c : lay.send_counts) total += c;
     sig_count = lay.varying ? 0 : lay.send_counts.front();
   }
-  selection_query q{coll, n, total * sizeof(T), op_traits<Op>::commutative || !reduces};
+  selection_query q{coll, n, total * tc.value_size, tc.commutative || !reduces};
   const algorithm alg = fixed ? *fixed : comm.select(q);
 
   call_signature sig;
   sig.seq = comm.next_sequence();
   sig.coll = coll;
   sig.count = sig_count;
-  sig.type_size = sizeof(T);
-  sig.type_hash = type_signature_hash<T>;
-  sig.op_hash = reduces ? op_signature_hash<Op>() : 0;
-  (void)names_recorded<T, Op>;  // so that mismatch messages can name them
+  sig.type_size = tc.value_size;
+  sig.type_hash = tc.type_hash;
+  sig.op_hash = tc.op_hash;
   sig.root = root;
   sig.algo = static_cast<std::uint8_t>(alg);
   sig.layout_hash = lay.varying && coll != collective::all_to_all ? hash_counts(lay.counts) : 0;
@@ -229,7 +240,8 @@ void run_flat(communicator& comm, collective coll, const T* in, T* out, bool in_
     sig.layout_hash ^= hash_counts(ring) * 31;
   }
 
-  check_not_failed(comm, [&] { return call_name<T, Op>(comm, coll, sig.seq, algorithm_name(alg)); });
+  auto name = [&] { return call_name(comm, coll, sig.seq, tc.type_name, tc.op_name, algorithm_name(alg)); };
+  check_not_failed(comm, name);
   tp.announce(sig);
   try {
     if (total == 0 && coll != collective::all_to_all && coll != collective::barrier) return;  // all ranks know
@@ -245,17 +257,13 @@ void run_flat(communicator& comm, collective coll, const T* in, T* out, bool in_
     p.keep_empty = false;
     p.ring = comm.options().ring_order;
     p.blocks.resize(static_cast<std::size_t>(n));
-    exec_context<T, Op> cx;
-    cx.in = in;
-    cx.out = out;
-    cx.op = &op;
-    cx.world_size = n;
-    cx.stream_output = reduces && streaming_pays(total * sizeof(T));
-    const std::size_t seg_elems = std::max<std::size_t>(1, comm.options().max_segment_bytes / sizeof(acc));
+    *tc.stream_output = reduces && streaming_pays(total * tc.value_size);
+    const std::size_t seg_elems = std::max<std::size_t>(1, comm.options().max_segment_bytes / tc.acc_size);
 
     auto run_segment = [&](std::size_t scratch_elems) {
-      cx.tmp = reduces && scratch_elems ? reinterpret_cast<acc*>(comm.scratch(scratch_elems * sizeof(acc))) : nullptr;
-      execute(tp, sig, comm.schedules().steps(alg, in_place), cx);
+      tc.view.base[static_cast<std::size_t>(schedule::buffer::scratch)] =
+          reduces && scratch_elems ? static_cast<const std::byte*>(comm.scratch(scratch_elems * tc.acc_size)) : nullptr;
+      execute(tp, sig, comm.schedules().steps(alg, in_place), tc.view);
     };
     // Per-rank block offsets: prefix sums of the counts.
     std::vector<std::size_t> prefix;
@@ -268,19 +276,18 @@ void run_flat(communicator& comm, collective coll, const T* in, T* out, bool in_
       case collective::allreduce:
       case collective::reduce:
       case collective::broadcast: {
-        if constexpr (reduces) {  // shared buffers (collx::shm_buffer): fold and write in place
-          if (coll == collective::allreduce && alg == algorithm::direct && n > 1 &&
-              total * sizeof(T) >= shared_allreduce_min_bytes && tp.has_shared() &&
-              shared_allreduce<T, Op>(tp, sig, in, out, total, op))
-            break;
-        }
+        // Shared buffers (collx::shm_buffer): fold and write in place.
+        if (tc.shared_fold && coll == collective::allreduce && alg == algorithm::direct && n > 1 &&
+            total * tc.value_size >= shared_allreduce_min_bytes && tp.has_shared() &&
+            shared_allreduce(tp, sig, tc.in, tc.out, total, tc.value_size, tc.shared_fold, tc.op))
+          break;
         const std::size_t step = reduces ? seg_elems : total;
         for (std::size_t base = 0; base < total; base += step) {
           const std::size_t len = std::min(step, total - base);
           schedule::vector_blocks_into(p.blocks, len, n);
           for (auto& b : p.blocks) b.in += base, b.out += base;
-          p.one_shot = cost_model::direct_allreduce_one_shot({coll, n, len * sizeof(T), true});
-          p.slices = std::clamp<std::size_t>(len * sizeof(T) / (64 * 1024), 1, 256);
+          p.one_shot = cost_model::direct_allreduce_one_shot({coll, n, len * tc.value_size, true});
+          p.slices = std::clamp<std::size_t>(len * tc.value_size / (64 * 1024), 1, 256);
           run_segment(len);
         }
         break;
@@ -332,8 +339,43 @@ void run_flat(communicator& comm, collective coll, const T* in, T* out, bool in_
         break;
     }
   } catch (const error& e) {
-    COLLX_THROW(e.code(), call_name<T, Op>(comm, coll, sig.seq, algorithm_name(alg)) + ": " + e.what());
+    COLLX_THROW(e.code(), name() + ": " + e.what());
   }
+}
+
+/// run_collective without a hierarchy: `fixed` is the algorithm the call's tag names, or none for
+/// algo::automatic (then comm.select decides). Not a template on the tag, so that ring, tree,
+/// direct and automatic calls on one (T, Op) share one instantiation: four copies of the call's
+/// body were most of the compile time of a program that tries several algorithms (the tests).
+template <class T, class Op>
+void run_flat(communicator& comm, collective coll, const T* in, T* out, bool in_place, int root, const Op& op,
+              const call_layout& lay, std::optional<algorithm> fixed) {
+  using acc = typename reduction<T, Op>::acc;
+  constexpr bool reduces = !std::is_same_v<Op, no_op>;
+  exec_context<T, Op> cx;
+  cx.in = in;
+  cx.out = out;
+  cx.op = &op;
+  cx.world_size = comm.size();
+  typed_call tc;
+  tc.value_size = sizeof(T);
+  tc.acc_size = sizeof(acc);
+  tc.reduces = reduces;
+  tc.commutative = op_traits<Op>::commutative;
+  tc.type_hash = type_signature_hash<T>;
+  tc.op_hash = reduces ? op_signature_hash<Op>() : 0;
+  (void)names_recorded<T, Op>;  // so that mismatch messages can name them
+  tc.type_name = type_name<T>();
+  if constexpr (reduces) {
+    tc.op_name = op_traits<Op>::name;
+    tc.shared_fold = &shared_fold<T, Op>;
+  }
+  tc.in = in;
+  tc.out = out;
+  tc.view = view_of(cx);
+  tc.stream_output = &cx.stream_output;
+  tc.op = &op;
+  run_flat_untyped(comm, coll, in_place, root, lay, fixed, tc);
 }
 
 }  // namespace detail

@@ -252,24 +252,20 @@ void run_hierarchical(communicator& comm, collective coll, const T* in, T* out, 
     throw;
   }
   hierarchical_call<T, Op, Intra, Inter> call{comm, *h, op};
+  std::size_t total = 0;
+  for (std::size_t c : lay.counts) total += c;
   try {
-    switch (coll) {
-      case collective::allreduce: call.allreduce(in, out, lay.count); break;
-      case collective::reduce_scatter: {
-        std::size_t total = 0;
-        for (std::size_t c : lay.counts) total += c;
-        if (total) call.reduce_scatter(in, out, lay.counts);
-        break;
-      }
-      case collective::all_gather: {
-        std::size_t total = 0;
-        for (std::size_t c : lay.counts) total += c;
-        if (total) call.all_gather(in, out, lay.counts);
-        break;
-      }
-      case collective::broadcast: call.broadcast(in, out, lay.count, root); break;
-      case collective::reduce: call.reduce(in, out, lay.count, root); break;
-      default: break;
+    // The collectives that reduce come with an op, the others with no_op (the fronts in
+    // collx/*.hpp): each instantiation compiles only its own, half the hierarchical code.
+    if constexpr (reduces) {
+      if (coll == collective::allreduce) call.allreduce(in, out, lay.count);
+      else if (coll == collective::reduce_scatter) { if (total) call.reduce_scatter(in, out, lay.counts); }
+      else if (coll == collective::reduce) call.reduce(in, out, lay.count, root);
+      else COLLX_THROW(errc::internal, "a collective with an op that does not reduce");
+    } else {
+      if (coll == collective::all_gather) { if (total) call.all_gather(in, out, lay.counts); }
+      else if (coll == collective::broadcast) call.broadcast(in, out, lay.count, root);
+      else COLLX_THROW(errc::internal, "a reducing collective without an op");
     }
   } catch (const error& e) {
     const std::string why = name + ": " + e.what();

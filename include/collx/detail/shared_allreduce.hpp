@@ -67,20 +67,20 @@ inline void shared_block(std::size_t count, std::size_t elem_size, int n, int r,
 /// out[j] = ins[0][at + j] op ins[1][at + j] op ... in rank order, j < k, into raw storage `out`;
 /// `a` is raw storage for k accumulators (used for more than 2 ranks).
 template <class T, class Op>
-void fold_span(const std::vector<const T*>& ins, std::size_t at, std::size_t k, T* out, typename reduction<T, Op>::acc* a,
-               const Op& op) {
+void fold_span(const std::vector<const std::byte*>& ins, std::size_t at, std::size_t k, T* out,
+               typename reduction<T, Op>::acc* a, const Op& op) {
   using red = reduction<T, Op>;
   using acc = typename red::acc;
   const int n = static_cast<int>(ins.size());
-  const T* s0 = ins[0] + at;
+  const T* s0 = reinterpret_cast<const T*>(ins[0]) + at;
   if (n == 2) {  // one pass (the common case of two ranks per node): 2x faster in cache than three
-    const T* s1 = ins[1] + at;
+    const T* s1 = reinterpret_cast<const T*>(ins[1]) + at;
     for (std::size_t j = 0; j < k; ++j) new (out + j) T(red::finalize(red::combine(op, red::widen(s0[j]), red::widen(s1[j])), 2));
     return;
   }
   for (std::size_t j = 0; j < k; ++j) new (a + j) acc(red::widen(s0[j]));
   for (int q = 1; q < n; ++q) {
-    const T* sq = ins[static_cast<std::size_t>(q)] + at;
+    const T* sq = reinterpret_cast<const T*>(ins[static_cast<std::size_t>(q)]) + at;
     for (std::size_t j = 0; j < k; ++j) a[j] = red::combine(op, a[j], red::widen(sq[j]));
   }
   for (std::size_t j = 0; j < k; ++j) new (out + j) T(red::finalize(a[j], n));
@@ -102,7 +102,7 @@ inline constexpr std::size_t shared_fold_batch_bytes = 512;
 /// false, doing nothing, where lines do not fit: an element size that does not divide 64 bytes,
 /// or streamed outputs that are not equally misaligned.
 template <class T, class Op>
-bool fold_block_by_lines(const std::vector<const T*>& ins, const std::vector<T*>& outs,
+bool fold_block_by_lines(const std::vector<const std::byte*>& ins, const std::vector<std::byte*>& outs,
                          const std::vector<unsigned char>& stream, std::size_t lo, std::size_t hi, const Op& op) {
   if constexpr (sizeof(T) > 64 || 64 % sizeof(T) != 0) {
     return false;
@@ -115,7 +115,7 @@ bool fold_block_by_lines(const std::vector<const T*>& ins, const std::vector<T*>
     bool first = true, any_stream = false;
     for (int q = 0; q < n; ++q) {
       if (!stream[static_cast<std::size_t>(q)]) continue;
-      const auto addr = reinterpret_cast<std::uintptr_t>(outs[static_cast<std::size_t>(q)] + lo);
+      const auto addr = reinterpret_cast<std::uintptr_t>(outs[static_cast<std::size_t>(q)] + lo * sizeof(T));
       if (addr % sizeof(T) != 0) return false;
       const std::size_t h = (64 - addr % 64) % 64 / sizeof(T);
       if (!first && h != head) return false;
@@ -131,11 +131,11 @@ bool fold_block_by_lines(const std::vector<const T*>& ins, const std::vector<T*>
     // then on a line boundary of the streamed outputs), the rest plain.
     const auto store = [&](std::size_t at, std::size_t k, bool whole_lines) {
       for (int q = 0; q < n; ++q) {
-        T* d = outs[static_cast<std::size_t>(q)] + at;
+        std::byte* d = outs[static_cast<std::size_t>(q)] + at * sizeof(T);
         if (whole_lines && stream[static_cast<std::size_t>(q)])
-          for (std::size_t l = 0; l < k / per_line; ++l) stream_line(d + l * per_line, batch_bytes + 64 * l);
+          for (std::size_t l = 0; l < k / per_line; ++l) stream_line(d + 64 * l, batch_bytes + 64 * l);
         else
-          std::memcpy(static_cast<void*>(d), batch_bytes, k * sizeof(T));
+          std::memcpy(d, batch_bytes, k * sizeof(T));
       }
     };
     std::size_t at = lo;
@@ -163,7 +163,7 @@ bool fold_block_by_lines(const std::vector<const T*>& ins, const std::vector<T*>
 /// every output. In place, each rank reads and writes only its own block, so reading all of a
 /// piece before writing it is enough.
 template <class T, class Op>
-void fold_block_by_pieces(const std::vector<const T*>& ins, const std::vector<T*>& outs,
+void fold_block_by_pieces(const std::vector<const std::byte*>& ins, const std::vector<std::byte*>& outs,
                           const std::vector<unsigned char>& stream, std::size_t lo, std::size_t hi, const Op& op) {
   using acc = typename reduction<T, Op>::acc;
   const int n = static_cast<int>(ins.size());
@@ -176,21 +176,46 @@ void fold_block_by_pieces(const std::vector<const T*>& ins, const std::vector<T*
     const std::size_t len = std::min(piece, hi - base);
     fold_span(ins, base, len, result, a, op);
     for (int q = 0; q < n; ++q) {
-      T* d = outs[static_cast<std::size_t>(q)] + base;
-      if (stream[static_cast<std::size_t>(q)]) store_streaming(d, len, [&](std::size_t i) { return result[i]; });
-      else std::memcpy(static_cast<void*>(d), result, len * sizeof(T));
+      std::byte* d = outs[static_cast<std::size_t>(q)] + base * sizeof(T);
+      if (stream[static_cast<std::size_t>(q)])
+        store_streaming(reinterpret_cast<T*>(d), len, [&](std::size_t i) { return result[i]; });
+      else
+        std::memcpy(d, static_cast<const void*>(result), len * sizeof(T));
     }
   }
 }
 
-/// Runs the all-reduce of `count` elements on shared buffers if every rank's buffers are shared
-/// (returns true), else only exchanges the claims and returns false (then the caller runs the
-/// message-based schedule). Every rank must call it for the same call (same sig). `in == out` is
-/// in place.
+/// The typed half of shared_allreduce: folds elements [lo, hi) of the ranks' inputs in rank order
+/// into every output (shared_fold<T, Op>).
+using shared_fold_fn = void (*)(const void* op, const std::vector<const std::byte*>& ins,
+                                const std::vector<std::byte*>& outs, const std::vector<unsigned char>& stream,
+                                std::size_t lo, std::size_t hi);
+
+/// shared_fold_fn for T and Op: by lines where something streams (floating-point sums only), else
+/// by pieces.
 template <class T, class Op>
-bool shared_allreduce(transport& tp, const call_signature& sig, const T* in, T* out, std::size_t count, const Op& op) {
+void shared_fold(const void* op, const std::vector<const std::byte*>& ins, const std::vector<std::byte*>& outs,
+                 const std::vector<unsigned char>& stream, std::size_t lo, std::size_t hi) {
+  const Op& f = *static_cast<const Op*>(op);
+  // Lines where something streams; in cache, pieces copied out with memcpy are 1.3-1.45x faster
+  // (1 MiB, 2 processes), and past it in place they match lines. And lines only for floating-point
+  // sums (gradients: the all-reduce that runs past the cache): every other (type, op) compiles one
+  // fold, not two, in every program that instantiates allreduce<T, Op>.
+  constexpr bool by_lines = std::is_same_v<Op, ops::sum> && (std::is_floating_point_v<T> || is_narrow_float_v<T>);
+  bool folded = false;
+  if constexpr (by_lines)
+    folded = std::find(stream.begin(), stream.end(), 1) != stream.end() && fold_block_by_lines<T, Op>(ins, outs, stream, lo, hi, f);
+  if (!folded) fold_block_by_pieces<T, Op>(ins, outs, stream, lo, hi, f);
+}
+
+/// Runs the all-reduce of `count` elements of `elem_size` bytes on shared buffers if every rank's
+/// buffers are shared (returns true), else only exchanges the claims and returns false (then the
+/// caller runs the message-based schedule). Every rank must call it for the same call (same sig).
+/// `in == out` is in place. Not a template: only `fold` (shared_fold<T, Op>) knows the types.
+inline bool shared_allreduce(transport& tp, const call_signature& sig, const void* in, void* out, std::size_t count,
+                             std::size_t elem_size, shared_fold_fn fold, const void* op) {
   const int n = tp.size(), me = tp.rank();
-  const std::size_t bytes = count * sizeof(T);
+  const std::size_t bytes = count * elem_size;
   std::vector<shared_claim> claims(static_cast<std::size_t>(n));
   shared_claim& mine = claims[static_cast<std::size_t>(me)];
   std::uint32_t in_id = 0, out_id = 0;
@@ -211,20 +236,20 @@ bool shared_allreduce(transport& tp, const call_signature& sig, const T* in, T* 
   tp.wait_sends();
 
   // Every rank sees the same claims, so every rank decides the same way.
-  std::vector<const T*> ins(static_cast<std::size_t>(n));
-  std::vector<T*> outs(static_cast<std::size_t>(n));
+  std::vector<const std::byte*> ins(static_cast<std::size_t>(n));
+  std::vector<std::byte*> outs(static_cast<std::size_t>(n));
   for (int q = 0; q < n; ++q) {
     const shared_claim& c = claims[static_cast<std::size_t>(q)];
     if (!c.shared) return false;
     ins[static_cast<std::size_t>(q)] =
-        reinterpret_cast<const T*>(tp.shared_address(q, static_cast<std::uint32_t>(c.in_id), c.in_offset, bytes));
+        static_cast<const std::byte*>(tp.shared_address(q, static_cast<std::uint32_t>(c.in_id), c.in_offset, bytes));
     outs[static_cast<std::size_t>(q)] =
-        reinterpret_cast<T*>(tp.shared_address(q, static_cast<std::uint32_t>(c.out_id), c.out_offset, bytes));
+        static_cast<std::byte*>(tp.shared_address(q, static_cast<std::uint32_t>(c.out_id), c.out_offset, bytes));
     if (!ins[static_cast<std::size_t>(q)] || !outs[static_cast<std::size_t>(q)]) return false;
   }
 
   std::size_t lo = 0, hi = 0;
-  shared_block(count, sizeof(T), n, me, lo, hi);
+  shared_block(count, elem_size, n, me, lo, hi);
   // Stream the results past the cache only into outputs that are not also their rank's input, and
   // only when the buffers of all ranks together exceed the cache: otherwise the next reader (a
   // peer, or this rank's next call in place) finds them there. In place, this rank has just read
@@ -238,14 +263,7 @@ bool shared_allreduce(transport& tp, const call_signature& sig, const T* in, T* 
     const shared_claim& c = claims[static_cast<std::size_t>(q)];
     stream[static_cast<std::size_t>(q)] = big && !(c.in_id == c.out_id && c.in_offset == c.out_offset);
   }
-  // Lines where something streams; in cache, pieces copied out with memcpy are 1.3-1.45x faster
-  // (1 MiB, 2 processes), and past it in place they match lines. And lines only for floating-point
-  // sums (gradients: the all-reduce that runs past the cache): every other (type, op) compiles one
-  // fold, not two, in every program that instantiates allreduce<T, Op>.
-  constexpr bool by_lines = std::is_same_v<Op, ops::sum> && (std::is_floating_point_v<T> || is_narrow_float_v<T>);
-  bool folded = false;
-  if constexpr (by_lines) folded = std::find(stream.begin(), stream.end(), 1) != stream.end() && fold_block_by_lines(ins, outs, stream, lo, hi, op);
-  if (!folded) fold_block_by_pieces(ins, outs, stream, lo, hi, op);
+  fold(op, ins, outs, stream, lo, hi);
 
   // End barrier: every peer has finished writing into this rank's output.
   for (int q = 0; q < n; ++q)
