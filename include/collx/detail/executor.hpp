@@ -77,31 +77,36 @@ struct exec_context {
   void combine(const std::byte* a, const std::byte* x, std::byte* dst, std::size_t n, bool x_first,
                bool dst_is_scratch) const {
     if constexpr (reduces) {
-      using A = std::conditional_t<AAcc, acc, T>;
-      using X = std::conditional_t<XAcc, acc, T>;
-      using D = std::conditional_t<DstAcc, acc, T>;
-      const A* pa = reinterpret_cast<const A*>(a);
-      const X* px = reinterpret_cast<const X*>(x);
-      D* pd = reinterpret_cast<D*>(dst);
-      auto wa = [](const A& v) -> acc { if constexpr (AAcc) return v; else return red::widen(v); };
-      auto wx = [](const X& v) -> acc { if constexpr (XAcc) return v; else return red::widen(v); };
-      auto st = [&](const acc& v) -> D {
-        if constexpr (DstAcc) return v;
-        else return red::finalize(v, world_size);
-      };
-      const Op& f = *op;
-      if (stream_output && !dst_is_scratch) {
-        if (x_first) store_streaming(pd, n, [&](std::size_t i) { return st(red::combine(f, wx(px[i]), wa(pa[i]))); });
-        else store_streaming(pd, n, [&](std::size_t i) { return st(red::combine(f, wa(pa[i]), wx(px[i]))); });
-      } else if (x_first) {
-        for (std::size_t i = 0; i < n; ++i) pd[i] = st(red::combine(f, wx(px[i]), wa(pa[i])));
-      } else {
-        for (std::size_t i = 0; i < n; ++i) pd[i] = st(red::combine(f, wa(pa[i]), wx(px[i])));
-      }
+      if (x_first) combine_in_order<XAcc, AAcc, DstAcc>(x, a, dst, n, dst_is_scratch);
+      else combine_in_order<AAcc, XAcc, DstAcc>(a, x, dst, n, dst_is_scratch);
     } else {
       (void)a, (void)x, (void)dst, (void)n, (void)x_first, (void)dst_is_scratch;
       COLLX_THROW(errc::internal, "reduction step in a collective without an op");
     }
+  }
+
+  /// dst[i] = op(first[i], second[i]) for i < n (combine with its operands in order: where both
+  /// hold the same representation, both orders share this one instantiation of the loops).
+  template <bool FirstAcc, bool SecondAcc, bool DstAcc>
+  void combine_in_order(const std::byte* first, const std::byte* second, std::byte* dst, std::size_t n,
+                        bool dst_is_scratch) const {
+    using F = std::conditional_t<FirstAcc, acc, T>;
+    using S = std::conditional_t<SecondAcc, acc, T>;
+    using D = std::conditional_t<DstAcc, acc, T>;
+    const F* pf = reinterpret_cast<const F*>(first);
+    const S* ps = reinterpret_cast<const S*>(second);
+    D* pd = reinterpret_cast<D*>(dst);
+    auto wf = [](const F& v) -> acc { if constexpr (FirstAcc) return v; else return red::widen(v); };
+    auto ws = [](const S& v) -> acc { if constexpr (SecondAcc) return v; else return red::widen(v); };
+    auto st = [&](const acc& v) -> D {
+      if constexpr (DstAcc) return v;
+      else return red::finalize(v, world_size);
+    };
+    const Op& f = *op;
+    if (stream_output && !dst_is_scratch)
+      store_streaming(pd, n, [&](std::size_t i) { return st(red::combine(f, wf(pf[i]), ws(ps[i]))); });
+    else
+      for (std::size_t i = 0; i < n; ++i) pd[i] = st(red::combine(f, wf(pf[i]), ws(ps[i])));
   }
 
   /// Whether the representation a value lives in (accumulator or T) changes any computation: only
