@@ -143,10 +143,20 @@ constexpr void static_check_algorithm() {
   }
 }
 
-/// Runs a call with algo::hierarchical<Intra, Inter> (detail/hierarchical.hpp).
-template <class T, class Op, class Intra, class Inter>
+/// A flat algorithm tag's algorithm, or none for algo::automatic (the communicator's selector).
+template <class Algo>
+constexpr std::optional<algorithm> flat_algorithm() {
+  if constexpr (std::is_same_v<Algo, algo::automatic>) return std::nullopt;
+  else return Algo::kind;
+}
+
+/// Runs a call with algo::hierarchical: `intra` inside each node, `inter` across nodes (none:
+/// algo::automatic); detail/hierarchical.hpp. Run-time algorithms, so that every
+/// hierarchical<Intra, Inter> and algo::automatic share one instantiation per (T, Op).
+template <class T, class Op>
 void run_hierarchical(communicator& comm, collective coll, const T* in, T* out, bool in_place, int root,
-                      const Op& op, const call_layout& lay);
+                      const Op& op, const call_layout& lay, std::optional<algorithm> intra,
+                      std::optional<algorithm> inter);
 
 /// Whether algo::automatic runs this call hierarchically: a hierarchy of several nodes with
 /// several ranks each is attached, the layout suits the op, and COLLX_ALGO does not force a flat
@@ -174,10 +184,11 @@ void run_collective(communicator& comm, collective coll, const T* in, T* out, bo
   comm.drain_async();  // calls run in the order made: earlier *_async ones first
   const communicator::call_scope one_thread(comm);
   if constexpr (is_hierarchical_v<Algo>) {
-    run_hierarchical<T, Op, typename Algo::intra, typename Algo::inter>(comm, coll, in, out, in_place, root, op, lay);
+    run_hierarchical<T, Op>(comm, coll, in, out, in_place, root, op, lay, flat_algorithm<typename Algo::intra>(),
+                            flat_algorithm<typename Algo::inter>());
   } else if constexpr (std::is_same_v<Algo, algo::automatic>) {
     if (automatic_goes_hierarchical<Op>(comm, coll))
-      run_hierarchical<T, Op, algo::automatic, algo::automatic>(comm, coll, in, out, in_place, root, op, lay);
+      run_hierarchical<T, Op>(comm, coll, in, out, in_place, root, op, lay, std::nullopt, std::nullopt);
     else
       run_flat<T, Op>(comm, coll, in, out, in_place, root, op, lay, std::nullopt);
   } else {

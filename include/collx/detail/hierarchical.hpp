@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -56,8 +57,9 @@ inline segment_packing pack_segment(const node_layout& lay, std::span<const std:
   return p;
 }
 
-/// One hierarchical call on this rank; the layout was checked by run_hierarchical.
-template <class T, class Op, class Intra, class Inter>
+/// One hierarchical call on this rank; the layout was checked by run_hierarchical. The levels run
+/// flat (their communicators have no hierarchy), `intra` inside the node and `inter` across nodes.
+template <class T, class Op>
 struct hierarchical_call {
   using red = reduction<T, Op>;
   using acc = typename red::acc;
@@ -67,6 +69,7 @@ struct hierarchical_call {
   communicator& world;
   hierarchy& h;
   const Op& op;
+  std::optional<algorithm> intra, inter;  ///< none: algo::automatic
   const node_layout& lay = h.layout;
   const int L = lay.local_size, M = lay.node_count, l = lay.local_rank, m = lay.node_index;
 
@@ -82,6 +85,16 @@ struct hierarchical_call {
   static acc start(const T& x) {
     if constexpr (reduces) return red::widen(x);
     else return x;
+  }
+
+  /// Runs one level's part of the call: flat, as a call of its own on that level's communicator
+  /// (which users can reach through the hierarchy, so it keeps a collective's one-thread check).
+  template <class E, class LOp>
+  static void level(communicator& c, collective coll, const E* in, E* out, bool in_place, int root, const LOp& lop,
+                    const call_layout& lay, std::optional<algorithm> a) {
+    c.drain_async();
+    const communicator::call_scope one_thread(c);
+    run_flat<E, LOp>(c, coll, in, out, in_place, root, lop, lay, a);
   }
 
   void allreduce(const T* in, T* out, std::size_t count) {
@@ -111,12 +124,11 @@ struct hierarchical_call {
     const auto off = offsets_of(parts);
     E* mine = out + off[static_cast<std::size_t>(l)];
     const std::size_t my_count = parts[static_cast<std::size_t>(l)];
-    run_collective<E, LOp, Intra>(h.node, collective::reduce_scatter, in, mine, in_place, -1, lop,
-                                  call_layout::blocks(parts, true));
-    run_collective<E, LOp, Inter>(h.cross, collective::allreduce, mine, mine, true, -1, lop,
-                                  call_layout::vector(my_count));
-    run_collective<E, no_op, Intra>(h.node, collective::all_gather, mine, out, true, -1, no_op{},
-                                    call_layout::blocks(parts, true));
+    level<E, LOp>(h.node, collective::reduce_scatter, in, mine, in_place, -1, lop, call_layout::blocks(parts, true),
+                     intra);
+    level<E, LOp>(h.cross, collective::allreduce, mine, mine, true, -1, lop, call_layout::vector(my_count), inter);
+    level<E, no_op>(h.node, collective::all_gather, mine, out, true, -1, no_op{}, call_layout::blocks(parts, true),
+                       intra);
   }
 
   /// Calls f(world rank, position in the packed buffer) for every rank, in packing order.
@@ -145,10 +157,10 @@ struct hierarchical_call {
       });
       acc* group = w + p.group_off[static_cast<std::size_t>(l)];
       acc* mine = group + p.in_group_off[static_cast<std::size_t>(m)];
-      run_collective<acc, level_op, Intra>(h.node, collective::reduce_scatter, w, group, true, -1, lop,
-                                           call_layout::blocks(p.group, true));
-      run_collective<acc, level_op, Inter>(h.cross, collective::reduce_scatter, group, mine, true, -1, lop,
-                                           call_layout::blocks(p.in_group, true));
+      level<acc, level_op>(h.node, collective::reduce_scatter, w, group, true, -1, lop,
+                              call_layout::blocks(p.group, true), intra);
+      level<acc, level_op>(h.cross, collective::reduce_scatter, group, mine, true, -1, lop,
+                              call_layout::blocks(p.in_group, true), inter);
       const std::size_t n_mine = p.slice[static_cast<std::size_t>(world.rank())];
       for (std::size_t i = 0; i < n_mine; ++i) out[lo + i] = finish(mine[i], world.size());
     }
@@ -165,10 +177,10 @@ struct hierarchical_call {
       T* mine = group + p.in_group_off[static_cast<std::size_t>(m)];
       const std::size_t n_mine = p.slice[static_cast<std::size_t>(world.rank())];
       if (n_mine) std::copy_n(in + lo, n_mine, mine);  // an empty block may come as a null pointer
-      run_collective<T, no_op, Inter>(h.cross, collective::all_gather, mine, group, true, -1, no_op{},
-                                      call_layout::blocks(p.in_group, true));
-      run_collective<T, no_op, Intra>(h.node, collective::all_gather, group, w, true, -1, no_op{},
-                                      call_layout::blocks(p.group, true));
+      level<T, no_op>(h.cross, collective::all_gather, mine, group, true, -1, no_op{},
+                         call_layout::blocks(p.in_group, true), inter);
+      level<T, no_op>(h.node, collective::all_gather, group, w, true, -1, no_op{}, call_layout::blocks(p.group, true),
+                         intra);
       for_each_packed(p, [&](int r, std::size_t pos) {
         std::copy_n(w + pos, p.slice[static_cast<std::size_t>(r)], out + block_off[static_cast<std::size_t>(r)] + lo);
       });
@@ -178,10 +190,10 @@ struct hierarchical_call {
   void broadcast(const T* in, T* out, std::size_t count, int root) {
     const int root_node = node_of(root), root_local = local_of(root);
     if (l == root_local)
-      run_collective<T, no_op, Inter>(h.cross, collective::broadcast, world.rank() == root ? in : nullptr, out,
-                                      world.rank() == root && in == out, root_node, no_op{}, call_layout::vector(count));
-    run_collective<T, no_op, Intra>(h.node, collective::broadcast, l == root_local ? out : nullptr, out,
-                                    l == root_local, root_local, no_op{}, call_layout::vector(count));
+      level<T, no_op>(h.cross, collective::broadcast, world.rank() == root ? in : nullptr, out,
+                         world.rank() == root && in == out, root_node, no_op{}, call_layout::vector(count), inter);
+    level<T, no_op>(h.node, collective::broadcast, l == root_local ? out : nullptr, out, l == root_local, root_local,
+                       no_op{}, call_layout::vector(count), intra);
   }
 
   void reduce(const T* in, T* out, std::size_t count, int root) {
@@ -192,11 +204,11 @@ struct hierarchical_call {
       const std::size_t len = std::min(seg, count - base);
       acc* w = reinterpret_cast<acc*>(world.scratch(len * sizeof(acc)));
       for (std::size_t i = 0; i < len; ++i) w[i] = start(in[base + i]);
-      run_collective<acc, level_op, Intra>(h.node, collective::reduce, w, l == root_local ? w : nullptr,
-                                           l == root_local, root_local, lop, call_layout::vector(len));
+      level<acc, level_op>(h.node, collective::reduce, w, l == root_local ? w : nullptr, l == root_local, root_local,
+                              lop, call_layout::vector(len), intra);
       if (l == root_local)
-        run_collective<acc, level_op, Inter>(h.cross, collective::reduce, w, m == root_node ? w : nullptr,
-                                             m == root_node, root_node, lop, call_layout::vector(len));
+        level<acc, level_op>(h.cross, collective::reduce, w, m == root_node ? w : nullptr, m == root_node,
+                                root_node, lop, call_layout::vector(len), inter);
       if (world.rank() == root)
         for (std::size_t i = 0; i < len; ++i) out[base + i] = finish(w[i], world.size());
     }
@@ -216,12 +228,13 @@ struct hierarchical_call {
   }
 };
 
-template <class T, class Op, class Intra, class Inter>
+template <class T, class Op>
 void run_hierarchical(communicator& comm, collective coll, const T* in, T* out, bool in_place, int root,
-                      const Op& op, const call_layout& lay) {
+                      const Op& op, const call_layout& lay, std::optional<algorithm> intra,
+                      std::optional<algorithm> inter) {
   constexpr bool reduces = !std::is_same_v<Op, no_op>;
   if (coll == collective::all_to_all || coll == collective::barrier || coll == collective::send_recv) {
-    run_collective<T, Op, algo::direct>(comm, coll, in, out, in_place, root, op, lay);
+    run_flat<T, Op>(comm, coll, in, out, in_place, root, op, lay, algorithm::direct);
     return;
   }
   hierarchy* h = comm.get_hierarchy();
@@ -251,7 +264,7 @@ void run_hierarchical(communicator& comm, collective coll, const T* in, T* out, 
     fail_levels(e.code(), e.what());
     throw;
   }
-  hierarchical_call<T, Op, Intra, Inter> call{comm, *h, op};
+  hierarchical_call<T, Op> call{comm, *h, op, intra, inter};
   std::size_t total = 0;
   for (std::size_t c : lay.counts) total += c;
   try {
