@@ -265,6 +265,43 @@ TEST_CASE("hierarchical broadcast and reduce from every root", "[hierarchical]")
   f.expect_clean();
 }
 
+// An op with state and no default constructor: a sum modulo `mod` (a power of two, so that the
+// wrap-around of uint32 addition keeps it associative). The levels must combine with the caller's
+// object: a default-made copy would not compile, and one with other state would give other sums.
+struct mod_sum {
+  explicit mod_sum(std::uint32_t m) : mod(m) {}
+  std::uint32_t mod;
+  static constexpr bool commutative = true;
+  std::uint32_t operator()(std::uint32_t a, std::uint32_t b) const { return (a + b) % mod; }
+};
+
+TEST_CASE("hierarchical reductions combine with the caller's op object (an op with state)", "[hierarchical]") {
+  using H = collx::algo::hierarchical<collx::algo::ring, collx::algo::tree>;
+  const mod_sum op(1u << 20);
+  for (const auto& ids : layouts()) {
+    const int n = static_cast<int>(ids.size());
+    INFO(n << " ranks");
+    // The inputs are large enough for the modulus to matter (else this test could not fail).
+    const auto in = ref::gen_ranks<std::uint32_t>(n, 101, ref::flavor::general, 11);
+    bool differs = false;
+    for (size_t i = 0; i < 101; ++i) differs = differs || fold<std::uint32_t, mod_sum>(in, i, op) != fold<std::uint32_t, collx::ops::sum>(in, i, {});
+    REQUIRE(differs);
+    check_allreduce<std::uint32_t, mod_sum, H>(ids, 101, false, ref::flavor::general, op);
+    check_allreduce<std::uint32_t, mod_sum, collx::algo::hierarchical<>>(ids, 101, true, ref::flavor::general, op);
+    check_reduce_scatter<std::uint32_t, mod_sum, H>(ids, std::vector<size_t>(static_cast<size_t>(n), 17), false, false, op);
+    auto comms = collx::make_hierarchical_thread_communicators(ids, small_segments());
+    findings f(ids.size());
+    collx::run_threads(comms, [&](collx::communicator& c) {
+      std::vector<std::uint32_t> out = ref::poisoned<std::uint32_t>(101);
+      collx::reduce<H, std::uint32_t, mod_sum>(c, std::span<const std::uint32_t>(in[static_cast<size_t>(c.rank())]),
+                                               std::span<std::uint32_t>(out), n - 1, op);
+      if (c.rank() == n - 1)
+        for (size_t i = 0; i < 101; ++i) f.expect(c.rank(), out[i] == fold<std::uint32_t, mod_sum>(in, i, op), "reduce");
+    });
+    f.expect_clean();
+  }
+}
+
 TEST_CASE("hierarchical all_to_all and barrier run on the whole communicator", "[hierarchical]") {
   const auto& ids = layouts()[2];
   auto comms = collx::make_hierarchical_thread_communicators(ids, small_segments());

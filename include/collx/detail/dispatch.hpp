@@ -92,13 +92,22 @@ void check_not_failed(communicator& comm, What&& what) {
   }
 }
 
-/// Raises errc::invalid_argument for this call before any byte moves, and fails the communicator so
-/// that the other ranks get an error too instead of waiting for this one.
-template <class T, class Op>
-[[noreturn]] void invalid_call(communicator& comm, collective c, const std::string& what) {
-  const std::string msg = call_name<T, Op>(comm, c, 0, "") + ": " + what;
+/// Raises errc::invalid_argument for this call (element type and op named `type` and `op`) before
+/// any byte moves, and fails the communicator so that the other ranks get an error too instead of
+/// waiting for this one.
+[[noreturn]] inline void invalid_call(communicator& comm, collective c, std::string_view type, std::string_view op,
+                                      const std::string& what) {
+  const std::string msg = call_name(comm, c, 0, type, op, "") + ": " + what;
   comm.get_transport().fail(errc::invalid_argument, "peer failed on invalid arguments: " + msg);
   COLLX_THROW(errc::invalid_argument, msg);
+}
+
+/// invalid_call for element type T and op Op (no_op: none).
+template <class T, class Op>
+[[noreturn]] void invalid_call(communicator& comm, collective c, const std::string& what) {
+  std::string_view op;
+  if constexpr (!std::is_same_v<Op, no_op>) op = op_traits<Op>::name;
+  invalid_call(comm, c, type_name<T>(), op, what);
 }
 
 /// True if byte ranges [a, a + an) and [b, b + bn) share a byte.
@@ -206,8 +215,8 @@ struct typed_call {
   bool commutative = false;    ///< op_traits<Op>::commutative
   std::uint64_t type_hash = 0, op_hash = 0;  ///< the call signature's (0: no op)
   std::string_view type_name, op_name;       ///< for messages (op_name empty: no op)
-  const void* in = nullptr;                  ///< the user's buffers (T)
-  void* out = nullptr;
+  const void* in = nullptr;                  ///< the user's input (T)
+  void* out = nullptr;                       ///< the user's output (T)
   exec_view view;                            ///< the typed kernels; base[] set per segment
   bool* stream_output = nullptr;             ///< the exec_context's flag (exec_context::stream_output)
   shared_fold_fn shared_fold = nullptr;  ///< shared_fold<T, Op>; null where Op does not reduce

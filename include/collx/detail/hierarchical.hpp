@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -20,6 +21,13 @@ namespace detail {
 /// The op the levels combine with: avg sums and divides once at the end.
 template <class Op>
 using level_op_t = std::conditional_t<op_traits<Op>::is_avg, ops::sum, Op>;
+
+/// The level op made from the user's op: the op itself (ops may carry state), or sum for avg.
+template <class Op>
+level_op_t<Op> level_op(const Op& op) {
+  if constexpr (op_traits<Op>::is_avg) return ops::sum{};
+  else return op;
+}
 
 /// Prefix sums: offsets[i] = counts[0] + ... + counts[i - 1].
 inline std::vector<std::size_t> offsets_of(const std::vector<std::size_t>& counts) {
@@ -57,78 +65,137 @@ inline segment_packing pack_segment(const node_layout& lay, std::span<const std:
   return p;
 }
 
-/// One hierarchical call on this rank; the layout was checked by run_hierarchical. The levels run
-/// flat (their communicators have no hierarchy), `intra` inside the node and `inter` across nodes.
+/// Runs one level's part of a hierarchical call: flat, as a call of its own on that level's
+/// communicator (which users can reach through the hierarchy, so it keeps a collective's
+/// one-thread check).
+template <class E, class LOp>
+void run_level(communicator& c, collective coll, const void* in, void* out, bool in_place, int root, const LOp& lop,
+               const call_layout& lay, std::optional<algorithm> a) {
+  c.drain_async();
+  const communicator::call_scope one_thread(c);
+  run_flat<E, LOp>(c, coll, static_cast<const E*>(in), static_cast<E*>(out), in_place, root, lop, lay, a);
+}
+
+/// What a hierarchical call needs of its element type T and op Op, as plain values and pointers
+/// (like typed_call for flat calls), so that hierarchical_call compiles once per program: it was a
+/// template on (T, Op) and most of the code each automatic (type, op) pair instantiated. Partial
+/// results cross the levels in the accumulator type `acc` (reduction<T, Op>::acc).
+struct hierarchical_types {
+  std::size_t value_size = 0;  ///< sizeof(T)
+  std::size_t acc_size = 0;    ///< sizeof(acc) (== value_size without an op)
+  bool reduces = false;        ///< Op is not no_op
+  bool commutative = false;    ///< op_traits<Op>::commutative
+  /// Values must be widened into acc and finished (red::needs_finalize: narrow floats, avg), so
+  /// all-reduce runs in scratch memory instead of on the user's buffers.
+  bool widens = false;
+  std::string_view type_name, op_name;  ///< for messages (op_name empty: no op)
+  const void* op = nullptr;             ///< the user's op
+  /// Runs one level's part on a level communicator (run_level): buffers, layout, algorithm (none:
+  /// automatic) and the user's op where the level reduces.
+  using level_fn = void (*)(communicator&, collective, const void* in, void* out, bool in_place, int root,
+                            const call_layout&, std::optional<algorithm>, const void* op);
+  level_fn reduce_acc = nullptr;     ///< run_level on acc with the level op (the user's op; sum for avg)
+  level_fn move_acc = nullptr;       ///< run_level on acc without an op
+  level_fn move_values = nullptr;    ///< run_level on T without an op
+  /// dst[i] = widen(src[i]) (T -> acc) for i < n.
+  void (*start)(const void* src, void* dst, std::size_t n) = nullptr;
+  /// dst[i] = finalize(src[i]) (acc -> T: rounded once, avg divided once) for i < n.
+  void (*finish)(const void* src, void* dst, std::size_t n, int world_size) = nullptr;
+};
+
+/// hierarchical_types for T and Op (`op` must outlive the call).
 template <class T, class Op>
-struct hierarchical_call {
+hierarchical_types hierarchical_types_of(const Op& op) {
   using red = reduction<T, Op>;
   using acc = typename red::acc;
-  using level_op = level_op_t<Op>;
-  static constexpr bool reduces = !std::is_same_v<Op, no_op>;
+  hierarchical_types t;
+  t.value_size = sizeof(T);
+  t.acc_size = sizeof(acc);
+  t.type_name = type_name<T>();
+  t.op = &op;
+  t.move_values = [](communicator& c, collective coll, const void* in, void* out, bool in_place, int root,
+                     const call_layout& lay, std::optional<algorithm> a, const void*) {
+    run_level<T, no_op>(c, coll, in, out, in_place, root, no_op{}, lay, a);
+  };
+  if constexpr (!std::is_same_v<Op, no_op>) {
+    t.reduces = true;
+    t.commutative = op_traits<Op>::commutative;
+    t.widens = red::needs_finalize;
+    t.op_name = op_traits<Op>::name;
+    t.reduce_acc = [](communicator& c, collective coll, const void* in, void* out, bool in_place, int root,
+                      const call_layout& lay, std::optional<algorithm> a, const void* f) {
+      run_level<acc, level_op_t<Op>>(c, coll, in, out, in_place, root, level_op(*static_cast<const Op*>(f)), lay, a);
+    };
+    t.move_acc = [](communicator& c, collective coll, const void* in, void* out, bool in_place, int root,
+                    const call_layout& lay, std::optional<algorithm> a, const void*) {
+      run_level<acc, no_op>(c, coll, in, out, in_place, root, no_op{}, lay, a);
+    };
+    t.start = [](const void* src, void* dst, std::size_t n) {
+      const T* s = static_cast<const T*>(src);
+      acc* d = static_cast<acc*>(dst);
+      for (std::size_t i = 0; i < n; ++i) d[i] = red::widen(s[i]);
+    };
+    t.finish = [](const void* src, void* dst, std::size_t n, int world_size) {
+      const acc* s = static_cast<const acc*>(src);
+      T* d = static_cast<T*>(dst);
+      for (std::size_t i = 0; i < n; ++i) d[i] = red::finalize(s[i], world_size);
+    };
+  }
+  return t;
+}
 
+/// One hierarchical call on this rank; the layout was checked by run_hierarchical. The levels run
+/// flat (their communicators have no hierarchy), `intra` inside the node and `inter` across nodes.
+/// Buffers are bytes: T (value_size) for the user's, acc (acc_size) for scratch.
+struct hierarchical_call {
   communicator& world;
   hierarchy& h;
-  const Op& op;
+  const hierarchical_types& t;
   std::optional<algorithm> intra, inter;  ///< none: algo::automatic
   const node_layout& lay = h.layout;
   const int L = lay.local_size, M = lay.node_count, l = lay.local_rank, m = lay.node_index;
 
-  /// Elements of acc per segment of the whole communicator's scratch memory.
+  /// Elements per segment of the whole communicator's scratch memory.
   std::size_t segment_elems(std::size_t elem_bytes) const {
     return std::max<std::size_t>(1, world.options().max_segment_bytes / elem_bytes);
   }
-  /// What the user's output gets: the finished value (rounded once, avg divided once).
-  static T finish(const acc& a, int world_size) {
-    if constexpr (reduces) return red::finalize(a, world_size);
-    else return a;
+  /// The world communicator's scratch memory, at least `bytes` (and 1) bytes.
+  std::byte* scratch(std::size_t bytes) const { return static_cast<std::byte*>(world.scratch(std::max<std::size_t>(1, bytes))); }
+  /// Element `elems` of `size` bytes each from p.
+  static const std::byte* at(const void* p, std::size_t elems, std::size_t size) {
+    return static_cast<const std::byte*>(p) + elems * size;
   }
-  static acc start(const T& x) {
-    if constexpr (reduces) return red::widen(x);
-    else return x;
-  }
+  /// Element `elems` of `size` bytes each from p.
+  static std::byte* at(void* p, std::size_t elems, std::size_t size) { return static_cast<std::byte*>(p) + elems * size; }
 
-  /// Runs one level's part of the call: flat, as a call of its own on that level's communicator
-  /// (which users can reach through the hierarchy, so it keeps a collective's one-thread check).
-  template <class E, class LOp>
-  static void level(communicator& c, collective coll, const E* in, E* out, bool in_place, int root, const LOp& lop,
-                    const call_layout& lay, std::optional<algorithm> a) {
-    c.drain_async();
-    const communicator::call_scope one_thread(c);
-    run_flat<E, LOp>(c, coll, in, out, in_place, root, lop, lay, a);
-  }
-
-  void allreduce(const T* in, T* out, std::size_t count) {
-    const level_op lop{};
-    if constexpr (!red::needs_finalize) {
-      // Straight on the user's buffers: reduce-scatter into this rank's part of out, all-reduce
-      // that part across nodes, all-gather the parts back.
-      run_parts(in, out, count, in == out, op);
+  void allreduce(const void* in, void* out, std::size_t count) {
+    if (!t.widens) {
+      // Straight on the user's buffers (acc is T): reduce-scatter into this rank's part of out,
+      // all-reduce that part across nodes, all-gather the parts back.
+      run_parts(in, out, count, in == out);
     } else {
       // In the accumulator type, one scratch segment at a time, rounded once at the end.
-      const std::size_t seg = segment_elems(sizeof(acc));
+      const std::size_t seg = segment_elems(t.acc_size);
       for (std::size_t base = 0; base < count; base += seg) {
         const std::size_t len = std::min(seg, count - base);
-        acc* w = reinterpret_cast<acc*>(world.scratch(len * sizeof(acc)));
-        for (std::size_t i = 0; i < len; ++i) w[i] = start(in[base + i]);
-        run_parts(w, w, len, true, lop);
-        for (std::size_t i = 0; i < len; ++i) out[base + i] = finish(w[i], world.size());
+        std::byte* w = scratch(len * t.acc_size);
+        t.start(at(in, base, t.value_size), w, len);
+        run_parts(w, w, len, true);
+        t.finish(w, at(out, base, t.value_size), len, world.size());
       }
     }
   }
 
-  /// allreduce's three steps on buffers of element type E (T or acc) with op LOp.
-  template <class E, class LOp>
-  void run_parts(const E* in, E* out, std::size_t count, bool in_place, const LOp& lop) {
+  /// allreduce's three steps on buffers of acc.
+  void run_parts(const void* in, void* out, std::size_t count, bool in_place) {
     std::vector<std::size_t> parts(static_cast<std::size_t>(L), count / static_cast<std::size_t>(L));
     for (std::size_t i = 0; i < count % static_cast<std::size_t>(L); ++i) ++parts[i];
     const auto off = offsets_of(parts);
-    E* mine = out + off[static_cast<std::size_t>(l)];
+    std::byte* mine = at(out, off[static_cast<std::size_t>(l)], t.acc_size);
     const std::size_t my_count = parts[static_cast<std::size_t>(l)];
-    level<E, LOp>(h.node, collective::reduce_scatter, in, mine, in_place, -1, lop, call_layout::blocks(parts, true),
-                     intra);
-    level<E, LOp>(h.cross, collective::allreduce, mine, mine, true, -1, lop, call_layout::vector(my_count), inter);
-    level<E, no_op>(h.node, collective::all_gather, mine, out, true, -1, no_op{}, call_layout::blocks(parts, true),
-                       intra);
+    t.reduce_acc(h.node, collective::reduce_scatter, in, mine, in_place, -1, call_layout::blocks(parts, true), intra, t.op);
+    t.reduce_acc(h.cross, collective::allreduce, mine, mine, true, -1, call_layout::vector(my_count), inter, t.op);
+    t.move_acc(h.node, collective::all_gather, mine, out, true, -1, call_layout::blocks(parts, true), intra, nullptr);
   }
 
   /// Calls f(world rank, position in the packed buffer) for every rank, in packing order.
@@ -143,74 +210,73 @@ struct hierarchical_call {
       }
   }
 
-  void reduce_scatter(const T* in, T* out, std::span<const std::size_t> counts) {
-    const level_op lop{};
+  void reduce_scatter(const void* in, void* out, std::span<const std::size_t> counts) {
     const auto block_off = offsets_of(std::vector<std::size_t>(counts.begin(), counts.end()));
     const std::size_t longest = *std::max_element(counts.begin(), counts.end());
-    const std::size_t per_block = std::max<std::size_t>(1, segment_elems(sizeof(acc)) / counts.size());
+    const std::size_t per_block = std::max<std::size_t>(1, segment_elems(t.acc_size) / counts.size());
     for (std::size_t lo = 0; lo < longest; lo += per_block) {
       const segment_packing p = pack_segment(lay, counts, lo, per_block);
-      acc* w = reinterpret_cast<acc*>(world.scratch(std::max<std::size_t>(1, p.total) * sizeof(acc)));
+      std::byte* w = scratch(p.total * t.acc_size);
       for_each_packed(p, [&](int r, std::size_t pos) {
-        const T* src = in + block_off[static_cast<std::size_t>(r)] + lo;
-        for (std::size_t i = 0; i < p.slice[static_cast<std::size_t>(r)]; ++i) w[pos + i] = start(src[i]);
+        const std::size_t k = p.slice[static_cast<std::size_t>(r)];
+        if (k) t.start(at(in, block_off[static_cast<std::size_t>(r)] + lo, t.value_size), at(w, pos, t.acc_size), k);
       });
-      acc* group = w + p.group_off[static_cast<std::size_t>(l)];
-      acc* mine = group + p.in_group_off[static_cast<std::size_t>(m)];
-      level<acc, level_op>(h.node, collective::reduce_scatter, w, group, true, -1, lop,
-                              call_layout::blocks(p.group, true), intra);
-      level<acc, level_op>(h.cross, collective::reduce_scatter, group, mine, true, -1, lop,
-                              call_layout::blocks(p.in_group, true), inter);
+      std::byte* group = at(w, p.group_off[static_cast<std::size_t>(l)], t.acc_size);
+      std::byte* mine = at(group, p.in_group_off[static_cast<std::size_t>(m)], t.acc_size);
+      t.reduce_acc(h.node, collective::reduce_scatter, w, group, true, -1, call_layout::blocks(p.group, true), intra,
+                   t.op);
+      t.reduce_acc(h.cross, collective::reduce_scatter, group, mine, true, -1, call_layout::blocks(p.in_group, true),
+                   inter, t.op);
       const std::size_t n_mine = p.slice[static_cast<std::size_t>(world.rank())];
-      for (std::size_t i = 0; i < n_mine; ++i) out[lo + i] = finish(mine[i], world.size());
+      if (n_mine) t.finish(mine, at(out, lo, t.value_size), n_mine, world.size());  // an empty block: maybe null
     }
   }
 
-  void all_gather(const T* in, T* out, std::span<const std::size_t> counts) {
+  void all_gather(const void* in, void* out, std::span<const std::size_t> counts) {
+    const std::size_t vs = t.value_size;
     const auto block_off = offsets_of(std::vector<std::size_t>(counts.begin(), counts.end()));
     const std::size_t longest = *std::max_element(counts.begin(), counts.end());
-    const std::size_t per_block = std::max<std::size_t>(1, segment_elems(sizeof(T)) / counts.size());
+    const std::size_t per_block = std::max<std::size_t>(1, segment_elems(vs) / counts.size());
     for (std::size_t lo = 0; lo < longest; lo += per_block) {
       const segment_packing p = pack_segment(lay, counts, lo, per_block);
-      T* w = reinterpret_cast<T*>(world.scratch(std::max<std::size_t>(1, p.total) * sizeof(T)));
-      T* group = w + p.group_off[static_cast<std::size_t>(l)];
-      T* mine = group + p.in_group_off[static_cast<std::size_t>(m)];
+      std::byte* w = scratch(p.total * vs);
+      std::byte* group = at(w, p.group_off[static_cast<std::size_t>(l)], vs);
+      std::byte* mine = at(group, p.in_group_off[static_cast<std::size_t>(m)], vs);
       const std::size_t n_mine = p.slice[static_cast<std::size_t>(world.rank())];
-      if (n_mine) std::copy_n(in + lo, n_mine, mine);  // an empty block may come as a null pointer
-      level<T, no_op>(h.cross, collective::all_gather, mine, group, true, -1, no_op{},
-                         call_layout::blocks(p.in_group, true), inter);
-      level<T, no_op>(h.node, collective::all_gather, group, w, true, -1, no_op{}, call_layout::blocks(p.group, true),
-                         intra);
+      if (n_mine) std::memcpy(mine, at(in, lo, vs), n_mine * vs);  // an empty block may come as a null pointer
+      t.move_values(h.cross, collective::all_gather, mine, group, true, -1, call_layout::blocks(p.in_group, true), inter,
+                    nullptr);
+      t.move_values(h.node, collective::all_gather, group, w, true, -1, call_layout::blocks(p.group, true), intra,
+                    nullptr);
       for_each_packed(p, [&](int r, std::size_t pos) {
-        std::copy_n(w + pos, p.slice[static_cast<std::size_t>(r)], out + block_off[static_cast<std::size_t>(r)] + lo);
+        const std::size_t k = p.slice[static_cast<std::size_t>(r)];
+        if (k) std::memcpy(at(out, block_off[static_cast<std::size_t>(r)] + lo, vs), at(w, pos, vs), k * vs);
       });
     }
   }
 
-  void broadcast(const T* in, T* out, std::size_t count, int root) {
+  void broadcast(const void* in, void* out, std::size_t count, int root) {
     const int root_node = node_of(root), root_local = local_of(root);
     if (l == root_local)
-      level<T, no_op>(h.cross, collective::broadcast, world.rank() == root ? in : nullptr, out,
-                         world.rank() == root && in == out, root_node, no_op{}, call_layout::vector(count), inter);
-    level<T, no_op>(h.node, collective::broadcast, l == root_local ? out : nullptr, out, l == root_local, root_local,
-                       no_op{}, call_layout::vector(count), intra);
+      t.move_values(h.cross, collective::broadcast, world.rank() == root ? in : nullptr, out,
+                    world.rank() == root && in == out, root_node, call_layout::vector(count), inter, nullptr);
+    t.move_values(h.node, collective::broadcast, l == root_local ? out : nullptr, out, l == root_local, root_local,
+                  call_layout::vector(count), intra, nullptr);
   }
 
-  void reduce(const T* in, T* out, std::size_t count, int root) {
-    const level_op lop{};
+  void reduce(const void* in, void* out, std::size_t count, int root) {
     const int root_node = node_of(root), root_local = local_of(root);
-    const std::size_t seg = segment_elems(sizeof(acc));
+    const std::size_t seg = segment_elems(t.acc_size);
     for (std::size_t base = 0; base < count; base += seg) {
       const std::size_t len = std::min(seg, count - base);
-      acc* w = reinterpret_cast<acc*>(world.scratch(len * sizeof(acc)));
-      for (std::size_t i = 0; i < len; ++i) w[i] = start(in[base + i]);
-      level<acc, level_op>(h.node, collective::reduce, w, l == root_local ? w : nullptr, l == root_local, root_local,
-                              lop, call_layout::vector(len), intra);
+      std::byte* w = scratch(len * t.acc_size);
+      t.start(at(in, base, t.value_size), w, len);
+      t.reduce_acc(h.node, collective::reduce, w, l == root_local ? w : nullptr, l == root_local, root_local,
+                   call_layout::vector(len), intra, t.op);
       if (l == root_local)
-        level<acc, level_op>(h.cross, collective::reduce, w, m == root_node ? w : nullptr, m == root_node,
-                                root_node, lop, call_layout::vector(len), inter);
-      if (world.rank() == root)
-        for (std::size_t i = 0; i < len; ++i) out[base + i] = finish(w[i], world.size());
+        t.reduce_acc(h.cross, collective::reduce, w, m == root_node ? w : nullptr, m == root_node, root_node,
+                     call_layout::vector(len), inter, t.op);
+      if (world.rank() == root) t.finish(w, at(out, base, t.value_size), len, world.size());
     }
   }
 
@@ -228,30 +294,26 @@ struct hierarchical_call {
   }
 };
 
-template <class T, class Op>
-void run_hierarchical(communicator& comm, collective coll, const T* in, T* out, bool in_place, int root,
-                      const Op& op, const call_layout& lay, std::optional<algorithm> intra,
-                      std::optional<algorithm> inter) {
-  constexpr bool reduces = !std::is_same_v<Op, no_op>;
-  if (coll == collective::all_to_all || coll == collective::barrier || coll == collective::send_recv) {
-    run_flat<T, Op>(comm, coll, in, out, in_place, root, op, lay, algorithm::direct);
-    return;
-  }
+/// run_hierarchical's body on hierarchical_types (all_to_all, barrier and send/recv excepted).
+inline void run_hierarchical_untyped(communicator& comm, collective coll, const void* in, void* out, int root,
+                                  const call_layout& lay, std::optional<algorithm> intra,
+                                  std::optional<algorithm> inter, const hierarchical_types& t) {
   hierarchy* h = comm.get_hierarchy();
   if (!h)
-    invalid_call<T, Op>(comm, coll,
-                        "algo::hierarchical needs a communicator with a hierarchy (collx::mpi::connect_hierarchical, "
-                        "make_hierarchical_thread_communicators or attach_hierarchy)");
+    invalid_call(comm, coll, t.type_name, t.op_name,
+                 "algo::hierarchical needs a communicator with a hierarchy (collx::mpi::connect_hierarchical, "
+                 "make_hierarchical_thread_communicators or attach_hierarchy)");
   const node_layout& l = h->layout;
   if (!l.uniform)
-    invalid_call<T, Op>(comm, coll, "algo::hierarchical needs the same number of ranks on every node; this layout has " +
-                                        std::to_string(l.node_count) + " nodes of different sizes");
-  if (reduces && !op_traits<Op>::commutative && !l.contiguous)
-    invalid_call<T, Op>(comm, coll,
-                        "algo::hierarchical with a non-commutative op needs contiguous nodes (node m holding ranks "
-                        "[m*L, (m+1)*L)) to combine in rank order");
+    invalid_call(comm, coll, t.type_name, t.op_name,
+                 "algo::hierarchical needs the same number of ranks on every node; this layout has " +
+                     std::to_string(l.node_count) + " nodes of different sizes");
+  if (t.reduces && !t.commutative && !l.contiguous)
+    invalid_call(comm, coll, t.type_name, t.op_name,
+                 "algo::hierarchical with a non-commutative op needs contiguous nodes (node m holding ranks "
+                 "[m*L, (m+1)*L)) to combine in rank order");
   const std::uint64_t seq = comm.next_sequence();  // keeps the call count in step with flat calls
-  const std::string name = call_name<T, Op>(comm, coll, seq, "hierarchical");
+  const std::string name = call_name(comm, coll, seq, t.type_name, t.op_name, "hierarchical");
   // One level failing must fail the others, or ranks waiting on another node would time out.
   auto fail_levels = [&](errc code, const std::string& why) {
     comm.get_transport().fail(code, why);
@@ -264,27 +326,35 @@ void run_hierarchical(communicator& comm, collective coll, const T* in, T* out, 
     fail_levels(e.code(), e.what());
     throw;
   }
-  hierarchical_call<T, Op> call{comm, *h, op, intra, inter};
+  hierarchical_call call{comm, *h, t, intra, inter};
   std::size_t total = 0;
   for (std::size_t c : lay.counts) total += c;
   try {
-    // The collectives that reduce come with an op, the others with no_op (the fronts in
-    // collx/*.hpp): each instantiation compiles only its own, half the hierarchical code.
-    if constexpr (reduces) {
-      if (coll == collective::allreduce) call.allreduce(in, out, lay.count);
-      else if (coll == collective::reduce_scatter) { if (total) call.reduce_scatter(in, out, lay.counts); }
-      else if (coll == collective::reduce) call.reduce(in, out, lay.count, root);
-      else COLLX_THROW(errc::internal, "a collective with an op that does not reduce");
-    } else {
-      if (coll == collective::all_gather) { if (total) call.all_gather(in, out, lay.counts); }
-      else if (coll == collective::broadcast) call.broadcast(in, out, lay.count, root);
-      else COLLX_THROW(errc::internal, "a reducing collective without an op");
-    }
+    // The collectives that reduce come with an op, the others without (the fronts in collx/*.hpp).
+    if (t.reduces && coll == collective::allreduce) call.allreduce(in, out, lay.count);
+    else if (t.reduces && coll == collective::reduce_scatter) { if (total) call.reduce_scatter(in, out, lay.counts); }
+    else if (t.reduces && coll == collective::reduce) call.reduce(in, out, lay.count, root);
+    else if (!t.reduces && coll == collective::all_gather) { if (total) call.all_gather(in, out, lay.counts); }
+    else if (!t.reduces && coll == collective::broadcast) call.broadcast(in, out, lay.count, root);
+    else COLLX_THROW(errc::internal, "no hierarchical form of this collective with this op");
   } catch (const error& e) {
     const std::string why = name + ": " + e.what();
     fail_levels(e.code(), why);
     COLLX_THROW(e.code(), why);
   }
+}
+
+/// Runs a call with algo::hierarchical (declared in detail/dispatch.hpp): all_to_all, barrier and
+/// send/recv run algo::direct on the whole communicator; the others run on the levels.
+template <class T, class Op>
+void run_hierarchical(communicator& comm, collective coll, const T* in, T* out, bool in_place, int root,
+                      const Op& op, const call_layout& lay, std::optional<algorithm> intra,
+                      std::optional<algorithm> inter) {
+  if (coll == collective::all_to_all || coll == collective::barrier || coll == collective::send_recv) {
+    run_flat<T, Op>(comm, coll, in, out, in_place, root, op, lay, algorithm::direct);
+    return;
+  }
+  run_hierarchical_untyped(comm, coll, in, out, root, lay, intra, inter, hierarchical_types_of<T, Op>(op));
 }
 
 }  // namespace detail
