@@ -16,6 +16,7 @@
 #include <collx/algo/automatic.hpp>
 #include <collx/detail/async_engine.hpp>
 #include <collx/detail/schedule_cache.hpp>
+#include <collx/detail/streaming_store.hpp>
 #include <collx/environment.hpp>
 #include <collx/error.hpp>
 #include <collx/transport/transport.hpp>
@@ -56,6 +57,13 @@ struct communicator_options {
   /// Scratch memory bound per rank, bytes. Larger reductions run in segments of this size, so the
   /// staging memory does not grow with the message.
   std::size_t max_segment_bytes = detail::default_segment_bytes();
+  /// Reductions whose result is at least this many bytes per rank write it with streaming
+  /// (non-temporal) stores, which skip reading each line first and leave the cache to data that is
+  /// read again (detail/streaming_store.hpp: 1.25-1.5x on all-reduces past the cache). Default: a
+  /// quarter of the last-level cache (sysfs), below which the next reader would find the results
+  /// in cache. Results do not depend on it. (All-reduces on collx::shm_buffer memory decide by
+  /// their own measure: every rank's buffers together against the cache, shared_allreduce.hpp.)
+  std::size_t streaming_min_bytes = detail::default_streaming_min_bytes();
   /// Replaces algo::automatic's choice; empty: collx::cost_model{}.choose. Must return the same
   /// answer on every rank for the same query.
   std::function<algorithm(const selection_query&)> selector;

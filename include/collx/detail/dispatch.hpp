@@ -277,7 +277,7 @@ inline void run_flat_untyped(communicator& comm, collective coll, bool in_place,
     p.keep_empty = false;
     p.ring = comm.options().ring_order;
     p.blocks.resize(static_cast<std::size_t>(n));
-    *tc.stream_output = reduces && streaming_pays(total * tc.value_size);
+    *tc.stream_output = reduces && total * tc.value_size >= comm.options().streaming_min_bytes;
     const std::size_t seg_elems = std::max<std::size_t>(1, comm.options().max_segment_bytes / tc.acc_size);
 
     auto run_segment = [&](std::size_t scratch_elems) {

@@ -67,10 +67,10 @@ inline std::size_t last_level_cache_bytes() noexcept {
   return bytes;
 }
 
-/// Whether a call whose ranks write `result_bytes` each (on this node, together with what they
-/// read) should stream its output: when one rank's result is at least a quarter of the last-level
-/// cache, the node's working set (inputs and outputs of every rank) is well past the cache.
-inline bool streaming_pays(std::size_t result_bytes) noexcept { return result_bytes >= last_level_cache_bytes() / 4; }
+/// The smallest result (bytes per rank) that a reduction writes with streaming stores, by default
+/// (communicator_options::streaming_min_bytes): from a quarter of the last-level cache on, the
+/// node's working set (inputs and outputs of every rank) is well past the cache.
+inline std::size_t default_streaming_min_bytes() noexcept { return last_level_cache_bytes() / 4; }
 
 /// dst[i] = value(i) for i < n. With SSE2, whole 64-byte lines of dst go out as streaming stores
 /// (each line computed into registers first; the rest with plain stores), then a store fence, so
