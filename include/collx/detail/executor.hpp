@@ -21,7 +21,9 @@ struct no_op {
   static constexpr const char* name = "none";
 };
 
-/// The buffers one segment of a call runs on. `in`/`out` hold T, `tmp` holds the accumulator type.
+/// The buffers one segment of a call runs on. `in`/`out` hold T, `tmp` holds the accumulator type
+/// (view_of takes the buffers from here; run_flat leaves `tmp` null and sets the view's scratch
+/// base per segment).
 template <class T, class Op>
 struct exec_context {
   using red = reduction<T, Op>;
@@ -230,11 +232,6 @@ inline void execute(transport& t, const call_signature& sig, const schedule::ste
   }
 }
 
-/// Runs `steps` for one segment on `cx`'s buffers.
-template <class T, class Op>
-void execute(transport& t, const call_signature& sig, const schedule::steps& steps, const exec_context<T, Op>& cx) {
-  execute(t, sig, steps, view_of(cx));
-}
 
 }  // namespace detail
 }  // namespace v0

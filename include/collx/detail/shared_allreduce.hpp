@@ -96,7 +96,7 @@ inline constexpr std::size_t shared_fold_batch_bytes = 512;
 
 /// Folds elements [lo, hi) over the ranks' inputs in rank order (algo::direct's bits) and stores
 /// the results into every output a batch of lines (shared_fold_batch_bytes) at a time, streamed
-/// where stream[q] says so (floating-point sums only: see shared_allreduce). Reading and writing
+/// where stream[q] says so (floating-point sums only: see shared_fold). Reading and writing
 /// at once keeps loads and stores in flight together: with streamed outputs, 1.3x faster than
 /// folding an 8 KiB piece and then streaming it out in a two-thread microbenchmark. Returns
 /// false, doing nothing, where lines do not fit: an element size that does not divide 64 bytes,
