@@ -47,12 +47,11 @@ start() {  # name, extra cmake args...: build_and_run in the background
   local name=$1
   shift
   while [[ $(jobs -rp | wc -l) -ge 2 ]]; do wait -n || true; done
-  (build_and_run "$name" "$@" >"$work/$name.log" 2>&1; echo $? >"$work/$name.rc") &
+  (trap 'echo $? >"$work/$name.rc"' EXIT; build_and_run "$name" "$@" >"$work/$name.log" 2>&1) &
   started+=("$name")
 }
 
-start add_subdirectory -DCOLLX_SOURCE_DIR="$src"
-
+# What can stop the script comes first, before any build runs in the background.
 echo "consumer: installing collx into $work/prefix (for find_package)"
 cmake -S "$src" -B "$work/collx-build" "${cmake_args[@]}" -DCOLLX_BUILD_TESTS=OFF -DCOLLX_BUILD_EXAMPLES=OFF \
   -DCOLLX_BUILD_BENCH=OFF -DCOLLX_BUILD_TOOLS=OFF >"$work/collx-build.log" 2>&1 || {
@@ -60,6 +59,16 @@ cmake -S "$src" -B "$work/collx-build" "${cmake_args[@]}" -DCOLLX_BUILD_TESTS=OF
   exit 1
 }
 cmake --install "$work/collx-build" --prefix "$work/prefix" >/dev/null
+if ! git -C "$src" rev-parse --git-dir >/dev/null 2>&1; then
+  echo "consumer fetchcontent: $src is not a git checkout" >&2
+  exit 1
+fi
+commit=$(git -C "$src" rev-parse HEAD)
+if [[ -n "$(git -C "$src" status --porcelain --untracked-files=no -- CMakeLists.txt cmake include)" ]]; then
+  echo "note: $src has uncommitted changes to CMakeLists.txt, cmake/ or include/; FetchContent tests commit $commit without them"
+fi
+
+start add_subdirectory -DCOLLX_SOURCE_DIR="$src"
 start find_package -DCMAKE_PREFIX_PATH="$work/prefix"
 
 if [[ -f "$work/prefix/share/cmake/collx/collxCudaTargets.cmake" ]]; then
@@ -80,14 +89,6 @@ else
   echo "note: collx was installed without collx::mpi (COLLX_MPI=AUTO found no MPI); MPI consumer not built"
 fi
 
-if ! git -C "$src" rev-parse --git-dir >/dev/null 2>&1; then
-  echo "consumer fetchcontent: $src is not a git checkout" >&2
-  exit 1
-fi
-commit=$(git -C "$src" rev-parse HEAD)
-if [[ -n "$(git -C "$src" status --porcelain --untracked-files=no -- CMakeLists.txt cmake include)" ]]; then
-  echo "note: $src has uncommitted changes to CMakeLists.txt, cmake/ or include/; FetchContent tests commit $commit without them"
-fi
 echo "consumer: fetchcontent uses collx commit $commit"
 start fetchcontent -DCOLLX_GIT_REPO="file://$src" -DCOLLX_GIT_TAG="$commit"
 
