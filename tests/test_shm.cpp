@@ -561,25 +561,31 @@ TEST_CASE("shm: all-reduce on shared buffers folds in rank order and writes ever
   }
 }
 
-TEST_CASE("shm: all-reduce on shared buffers larger than the cache streams into every output", "[shm][shared]") {
-  // Past the last-level cache the outputs that are not their rank's input take streaming stores:
-  // whole lines, so the outputs' misalignment matters (the same on every rank: a head of plain
-  // stores, then lines; different per rank: the piece-wise fallback).
+TEST_CASE("shm: all-reduce on shared buffers past the streaming threshold streams into every output", "[shm][shared]") {
+  // Past 4 x streaming_min_bytes of all ranks' buffers (the last-level cache by default; 256 KiB
+  // here, so that every machine runs this at a small size) the outputs that are not their rank's
+  // input take streaming stores: whole lines, so the outputs' misalignment matters (the same on
+  // every rank: a head of plain stores, then lines; different per rank: the piece-wise fallback).
+  const std::size_t llc = collx::detail::last_level_cache_bytes();
+  const std::size_t by_default = collx::detail::shared_stream_footprint_bytes(collx::communicator_options{}.streaming_min_bytes);
+  REQUIRE((by_default <= llc && llc - by_default < 4));  // 4 x (llc / 4)
+  collx::communicator_options opt;
+  opt.streaming_min_bytes = 64 * 1024;
   for (int n : {2, 3}) {
     for (std::size_t per_rank : {std::size_t{0}, std::size_t{1}}) {
       INFO("processes " << n << ", outputs shifted by 5 + " << per_rank << " x rank elements");
       require_all_ok(collx::run_processes(n, [per_rank](collx::communicator& comm) -> int {
-        // Half the cache per rank and not a whole number of lines or fold batches.
-        const std::size_t half_cache = std::min<std::size_t>(collx::detail::last_level_cache_bytes(), std::size_t{64} << 20) / 2;
-        int wrong = shared_allreduce_case<float>(comm, half_cache / sizeof(float) + 4099, collx::ops::sum{},
+        // 400 KiB per rank (past shared_allreduce_min_bytes), not a whole number of lines or fold batches.
+        const std::size_t bytes = 400 * 1024;
+        int wrong = shared_allreduce_case<float>(comm, bytes / sizeof(float) + 4099, collx::ops::sum{},
                                                  [](int q, std::size_t i) { return static_cast<float>((q * 7919 + i * 31) % 1013) * 0.37f; },
                                                  -1, 5, per_rank);
         // A narrow type: folded in float, rounded once per element.
         wrong += shared_allreduce_case<collx::half>(
-            comm, half_cache / sizeof(collx::half) + 4099, collx::ops::sum{},
+            comm, bytes / sizeof(collx::half) + 4099, collx::ops::sum{},
             [](int q, std::size_t i) { return collx::half(static_cast<float>((q * 13 + i) % 97) * 0.125f); }, -1, 5, per_rank);
         return wrong ? 1 : 0;
-      }));
+      }, opt));
     }
   }
 }

@@ -61,8 +61,9 @@ struct communicator_options {
   /// (non-temporal) stores, which skip reading each line first and leave the cache to data that is
   /// read again (detail/streaming_store.hpp: 1.25-1.5x on all-reduces past the cache). Default: a
   /// quarter of the last-level cache (sysfs), below which the next reader would find the results
-  /// in cache. Results do not depend on it. (All-reduces on collx::shm_buffer memory decide by
-  /// their own measure: every rank's buffers together against the cache, shared_allreduce.hpp.)
+  /// in cache. All-reduces on collx::shm_buffer memory stream their outputs when every rank's
+  /// inputs and outputs together exceed four times this (the cache, by default). Results do not
+  /// depend on it.
   std::size_t streaming_min_bytes = detail::default_streaming_min_bytes();
   /// Replaces algo::automatic's choice; empty: collx::cost_model{}.choose. Must return the same
   /// answer on every rank for the same query.

@@ -299,7 +299,8 @@ inline void run_flat_untyped(communicator& comm, collective coll, bool in_place,
         // Shared buffers (collx::shm_buffer): fold and write in place.
         if (tc.shared_fold && coll == collective::allreduce && alg == algorithm::direct && n > 1 &&
             total * tc.value_size >= shared_allreduce_min_bytes && tp.has_shared() &&
-            shared_allreduce(tp, sig, tc.in, tc.out, total, tc.value_size, tc.shared_fold, tc.op))
+            shared_allreduce(tp, sig, tc.in, tc.out, total, tc.value_size, tc.shared_fold, tc.op,
+                             shared_stream_footprint_bytes(comm.options().streaming_min_bytes)))
           break;
         const std::size_t step = reduces ? seg_elems : total;
         for (std::size_t base = 0; base < total; base += step) {

@@ -185,6 +185,14 @@ void fold_block_by_pieces(const std::vector<const std::byte*>& ins, const std::v
   }
 }
 
+/// All ranks' buffers of an all-reduce on shared buffers (inputs and outputs, bytes) past which
+/// its outputs stream: four times communicator_options::streaming_min_bytes, which makes it the
+/// last-level cache by default (saturating: a huge threshold means never).
+inline std::size_t shared_stream_footprint_bytes(std::size_t streaming_min_bytes) noexcept {
+  constexpr std::size_t max = ~std::size_t{0};
+  return streaming_min_bytes > max / 4 ? max : 4 * streaming_min_bytes;
+}
+
 /// The typed half of shared_allreduce: folds elements [lo, hi) of the ranks' inputs in rank order
 /// into every output (shared_fold<T, Op>).
 using shared_fold_fn = void (*)(const void* op, const std::vector<const std::byte*>& ins,
@@ -211,9 +219,11 @@ void shared_fold(const void* op, const std::vector<const std::byte*>& ins, const
 /// Runs the all-reduce of `count` elements of `elem_size` bytes on shared buffers if every rank's
 /// buffers are shared (returns true), else only exchanges the claims and returns false (then the
 /// caller runs the message-based schedule). Every rank must call it for the same call (same sig).
-/// `in == out` is in place. Not a template: only `fold` (shared_fold<T, Op>) knows the types.
+/// `in == out` is in place. Outputs stream when every rank's buffers together exceed
+/// `stream_footprint_bytes` (below). Not a template: only `fold` (shared_fold<T, Op>) knows the types.
 inline bool shared_allreduce(transport& tp, const call_signature& sig, const void* in, void* out, std::size_t count,
-                             std::size_t elem_size, shared_fold_fn fold, const void* op) {
+                             std::size_t elem_size, shared_fold_fn fold, const void* op,
+                             std::size_t stream_footprint_bytes) {
   const int n = tp.size(), me = tp.rank();
   const std::size_t bytes = count * elem_size;
   std::vector<shared_claim> claims(static_cast<std::size_t>(n));
@@ -251,13 +261,13 @@ inline bool shared_allreduce(transport& tp, const call_signature& sig, const voi
   std::size_t lo = 0, hi = 0;
   shared_block(count, elem_size, n, me, lo, hi);
   // Stream the results past the cache only into outputs that are not also their rank's input, and
-  // only when the buffers of all ranks together exceed the cache: otherwise the next reader (a
-  // peer, or this rank's next call in place) finds them there. In place, this rank has just read
+  // only when the buffers of all ranks together exceed the cache (stream_footprint_bytes, by
+  // default): otherwise the next reader (a peer, or this rank's next call in place) finds them there. In place, this rank has just read
   // the very lines it writes, so plain stores cost no extra read and beat streaming: a 64-128 MiB
   // float all-reduce in place went from 8.5-9.1 to 12.7-13.4 GB/s busbw with them (2 processes on
   // the 2-core VM of bench/results, 5 interleaved rounds).
   const std::size_t footprint = static_cast<std::size_t>(n) * bytes * (in == out ? 1 : 2);
-  const bool big = footprint > last_level_cache_bytes();
+  const bool big = footprint > stream_footprint_bytes;
   std::vector<unsigned char> stream(static_cast<std::size_t>(n));
   for (int q = 0; q < n; ++q) {
     const shared_claim& c = claims[static_cast<std::size_t>(q)];
