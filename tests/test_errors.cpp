@@ -530,6 +530,26 @@ TEST_CASE("ranks that disagree: mismatch on every rank, the differing field name
 // =============================================================================================
 // Messages, failure state, error codes
 
+TEST_CASE("a rank with count 0 returns at once and goes on: the rank waiting for it gets a mismatch, not a timeout",
+          "[errors][mismatch]") {
+  // Rank 1 has nothing to move: each call returns as soon as it is announced, so by the time rank
+  // 0 looks, rank 1 has announced later calls. Its record of the first call must still be there
+  // for rank 0 to compare (before, only the latest call was, and rank 0 waited for the timeout).
+  opts_t o = ref::test_options();
+  o.timeout = std::chrono::seconds(30);
+  const auto v = run_expecting(
+      2,
+      [](collx::communicator& c) {
+        std::vector<float> x(c.rank() == 1 ? 0 : 64, 1.0f);
+        for (int k = 0; k < 3; ++k) collx::allreduce(c, std::span<float>(x));
+      },
+      o);
+  INFO(describe(v));
+  REQUIRE(v[0].code == errc::mismatch);
+  REQUIRE(v[0].what.find("count differs") != std::string::npos);
+  REQUIRE(v[0].seconds < 10);
+}
+
 TEST_CASE("error messages name rank, world size and the call", "[errors][messages]") {
   SECTION("mismatch on the first call") {
     auto v = run_expecting(2, [](collx::communicator& c) {

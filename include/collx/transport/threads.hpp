@@ -48,35 +48,44 @@ class thread_world {
   struct alignas(64) padded_bell {
     detail::doorbell bell;
   };
-  /// The call a rank announced last. Only its rank writes it; peers compare it with theirs while
-  /// they wait. A mutex, not a seqlock: the copy would race (ThreadSanitizer says so), and the lock
-  /// is contended only by a peer that is asleep anyway.
-  struct alignas(64) published_call {
+  /// How many of a rank's latest calls peers can still compare with theirs.
+  static constexpr std::size_t call_history = 8;
+  /// The calls a rank announced last, call k at calls[k % call_history]: a peer that moved on (a
+  /// rank whose part of a call was empty returns at once) can still be compared with a rank that
+  /// waits in an earlier call. Only its rank writes them; peers compare them with theirs while they
+  /// wait. A mutex, not a seqlock: the copy would race (ThreadSanitizer says so), and the lock is
+  /// contended only by a peer that is asleep anyway.
+  struct alignas(64) published_calls {
     std::mutex m;
-    bool set = false;
-    call_signature call{};
+    std::uint64_t last = 0;  ///< sequence number of the call announced last (0: none)
+    call_signature calls[call_history]{};
   };
 
   explicit thread_world(int world_size)
       : size_(world_size),
         boxes_(new mailbox[static_cast<std::size_t>(world_size) * static_cast<std::size_t>(world_size)]),
         bells_(new padded_bell[static_cast<std::size_t>(world_size)]),
-        calls_(new published_call[static_cast<std::size_t>(world_size)]) {}
+        calls_(new published_calls[static_cast<std::size_t>(world_size)]) {}
 
   /// Publishes rank r's current call (by rank r only).
   void announce(int r, const call_signature& sig) {
-    published_call& c = calls_[static_cast<std::size_t>(r)];
+    published_calls& c = calls_[static_cast<std::size_t>(r)];
     std::lock_guard<std::mutex> lock(c.m);
-    c.call = sig;
-    c.set = true;
+    c.calls[sig.seq % call_history] = sig;
+    c.last = sig.seq;
   }
-  /// Rank r's last announced call, if it announced one.
-  bool announced(int r, call_signature& out) {
-    published_call& c = calls_[static_cast<std::size_t>(r)];
+  /// Call `seq` as rank r announced it (seq 0: its latest call), if r announced it and its history
+  /// still holds it.
+  bool announced(int r, std::uint64_t seq, call_signature& out) {
+    published_calls& c = calls_[static_cast<std::size_t>(r)];
     std::lock_guard<std::mutex> lock(c.m);
-    out = c.call;
-    return c.set;
+    const std::uint64_t want = seq ? seq : c.last;
+    if (!want || want > c.last) return false;
+    out = c.calls[want % call_history];
+    return out.seq == want;
   }
+  /// Rank r's latest announced call, if it announced one.
+  bool announced(int r, call_signature& out) { return announced(r, 0, out); }
 
   int size() const noexcept { return size_; }
   mailbox& box(int from, int to) noexcept {
@@ -107,7 +116,7 @@ class thread_world {
   int size_;
   std::unique_ptr<mailbox[]> boxes_;
   std::unique_ptr<padded_bell[]> bells_;
-  std::unique_ptr<published_call[]> calls_;
+  std::unique_ptr<published_calls[]> calls_;
   std::atomic<bool> failed_{false};
   std::mutex mutex_;
   errc code_ = errc::internal;
@@ -210,10 +219,11 @@ class threads_transport final : public transport {
   }
 
   /// True (with the world failed) if a peer announced this call's sequence number with another
-  /// signature.
+  /// signature (found in its history when it has gone on to later calls).
   bool peer_disagrees() {
-    const std::string why = first_disagreement(announced_, rank_, world_->size(),
-                                               [&](int r, call_signature& c) { return world_->announced(r, c); });
+    const std::string why = first_disagreement(announced_, rank_, world_->size(), [&](int r, call_signature& c) {
+      return world_->announced(r, announced_.seq, c);
+    });
     if (why.empty()) return false;
     world_->fail(errc::mismatch, reported(why));
     return true;
