@@ -206,8 +206,9 @@ void run_collective(communicator& comm, collective coll, const T* in, T* out, bo
 }
 
 /// What run_flat needs of a call's element type T and op Op, as plain values and pointers, so that
-/// the body (signature, selection, segmentation, errors) compiles once per program instead of once
-/// per (T, Op): that body was a third of the code each new (type, op) pair instantiated.
+/// the body (signature, selection, segmentation, errors) compiles once per translation unit
+/// instead of once per (T, Op): that body was a third of the code each new (type, op) pair
+/// instantiated.
 struct typed_call {
   std::size_t value_size = 0;  ///< sizeof(T)
   std::size_t acc_size = 0;    ///< sizeof the accumulator (reduction<T, Op>::acc; T without an op)

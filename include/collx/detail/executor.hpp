@@ -132,8 +132,8 @@ struct exec_context {
 };
 
 /// One segment's buffers and typed kernels behind plain pointers, so that execute() (the loop over
-/// the steps and the transport calls) compiles once per program, not once per (T, Op): only the
-/// conversions and reductions need the types. Half the code a collective instantiated per (T, Op)
+/// the steps and the transport calls) compiles once per translation unit, not once per (T, Op):
+/// only the conversions and reductions need the types. Half the code a collective instantiated per (T, Op)
 /// was that loop, with a copy of its consumers per representation.
 struct exec_view {
   const void* cx = nullptr;            ///< the exec_context<T, Op>

@@ -77,9 +77,9 @@ void run_level(communicator& c, collective coll, const void* in, void* out, bool
 }
 
 /// What a hierarchical call needs of its element type T and op Op, as plain values and pointers
-/// (like typed_call for flat calls), so that hierarchical_call compiles once per program: it was a
-/// template on (T, Op) and most of the code each automatic (type, op) pair instantiated. Partial
-/// results cross the levels in the accumulator type `acc` (reduction<T, Op>::acc).
+/// (like typed_call for flat calls), so that hierarchical_call compiles once per translation unit:
+/// it was a template on (T, Op) and most of the code each automatic (type, op) pair instantiated.
+/// Partial results cross the levels in the accumulator type `acc` (reduction<T, Op>::acc).
 struct hierarchical_types {
   std::size_t value_size = 0;  ///< sizeof(T)
   std::size_t acc_size = 0;    ///< sizeof(acc) (== value_size without an op)
