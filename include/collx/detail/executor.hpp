@@ -133,8 +133,8 @@ struct exec_context {
 
 /// One segment's buffers and typed kernels behind plain pointers, so that execute() (the loop over
 /// the steps and the transport calls) compiles once per translation unit, not once per (T, Op):
-/// only the conversions and reductions need the types. Half the code a collective instantiated per (T, Op)
-/// was that loop, with a copy of its consumers per representation.
+/// only the conversions and reductions need the types. Half the code a collective instantiated per
+/// (T, Op) was that loop, with a copy of its consumers per representation.
 struct exec_view {
   const void* cx = nullptr;            ///< the exec_context<T, Op>
   const std::byte* base[3] = {};       ///< by schedule::buffer: input, output, scratch
@@ -231,7 +231,6 @@ inline void execute(transport& t, const call_signature& sig, const schedule::ste
     }
   }
 }
-
 
 }  // namespace detail
 }  // namespace v0

@@ -262,8 +262,8 @@ inline bool shared_allreduce(transport& tp, const call_signature& sig, const voi
   shared_block(count, elem_size, n, me, lo, hi);
   // Stream the results past the cache only into outputs that are not also their rank's input, and
   // only when the buffers of all ranks together exceed the cache (stream_footprint_bytes, by
-  // default): otherwise the next reader (a peer, or this rank's next call in place) finds them there. In place, this rank has just read
-  // the very lines it writes, so plain stores cost no extra read and beat streaming: a 64-128 MiB
+  // default): otherwise the next reader (a peer, or this rank's next call in place) finds them
+  // there. In place, this rank has just read the very lines it writes, so plain stores cost no extra read and beat streaming: a 64-128 MiB
   // float all-reduce in place went from 8.5-9.1 to 12.7-13.4 GB/s busbw with them (2 processes on
   // the 2-core VM of bench/results, 5 interleaved rounds).
   const std::size_t footprint = static_cast<std::size_t>(n) * bytes * (in == out ? 1 : 2);

@@ -90,7 +90,7 @@ struct shm_segment {
   // posted counter; 5: peer_info::cpus; 6: peer_info::calls (a history)
   static constexpr std::uint32_t layout_version = 6;
   /// Calls each rank's published history keeps.
-  static constexpr std::size_t call_history = 8;
+  static constexpr std::size_t call_history = published_call_history;
 
   enum class slot_kind : std::uint32_t { staged = 1, cma = 2, window = 3 };
   /// One message (or one staged piece of it). The sender fills it and stores `stamp` last; the

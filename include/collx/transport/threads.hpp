@@ -48,17 +48,15 @@ class thread_world {
   struct alignas(64) padded_bell {
     detail::doorbell bell;
   };
-  /// How many of a rank's latest calls peers can still compare with theirs.
-  static constexpr std::size_t call_history = 8;
-  /// The calls a rank announced last, call k at calls[k % call_history]: a peer that moved on (a
-  /// rank whose part of a call was empty returns at once) can still be compared with a rank that
-  /// waits in an earlier call. Only its rank writes them; peers compare them with theirs while they
-  /// wait. A mutex, not a seqlock: the copy would race (ThreadSanitizer says so), and the lock is
-  /// contended only by a peer that is asleep anyway.
+  /// The calls a rank announced last, call k at calls[k % published_call_history]: a peer that
+  /// moved on (a rank whose part of a call was empty returns at once) can still be compared with a
+  /// rank that waits in an earlier call. Only its rank writes them; peers compare them with theirs
+  /// while they wait. A mutex, not a seqlock: the copy would race (ThreadSanitizer says so), and
+  /// the lock is contended only by a peer that is asleep anyway.
   struct alignas(64) published_calls {
     std::mutex m;
     std::uint64_t last = 0;  ///< sequence number of the call announced last (0: none)
-    call_signature calls[call_history]{};
+    call_signature calls[published_call_history]{};  ///< call k at calls[k % published_call_history]
   };
 
   explicit thread_world(int world_size)
@@ -71,21 +69,19 @@ class thread_world {
   void announce(int r, const call_signature& sig) {
     published_calls& c = calls_[static_cast<std::size_t>(r)];
     std::lock_guard<std::mutex> lock(c.m);
-    c.calls[sig.seq % call_history] = sig;
+    c.calls[sig.seq % published_call_history] = sig;
     c.last = sig.seq;
   }
   /// Call `seq` as rank r announced it (seq 0: its latest call), if r announced it and its history
-  /// still holds it.
+  /// (published_call_history calls) still holds it.
   bool announced(int r, std::uint64_t seq, call_signature& out) {
     published_calls& c = calls_[static_cast<std::size_t>(r)];
     std::lock_guard<std::mutex> lock(c.m);
     const std::uint64_t want = seq ? seq : c.last;
     if (!want || want > c.last) return false;
-    out = c.calls[want % call_history];
+    out = c.calls[want % published_call_history];
     return out.seq == want;
   }
-  /// Rank r's latest announced call, if it announced one.
-  bool announced(int r, call_signature& out) { return announced(r, 0, out); }
 
   int size() const noexcept { return size_; }
   mailbox& box(int from, int to) noexcept {

@@ -72,6 +72,11 @@ inline std::string describe_mismatch(const call_signature& mine, int me, const c
   return {};
 }
 
+/// How many of its latest calls a rank keeps published for its peers (threads and shm transports):
+/// a rank whose part of a call was empty returns at once and goes on, and a peer still waiting in
+/// that call must find its record among the later ones.
+inline constexpr std::size_t published_call_history = 8;
+
 /// The mismatch message for the first rank whose record of call `mine` (the same sequence
 /// number) differs from `mine`, "" if none does. `record(r, out)` fills in rank r's record of call
 /// mine.seq, returning false where r has none (not yet, or no longer). The transports that publish
