@@ -25,7 +25,8 @@ void all_gather_impl(communicator& comm, std::span<const T> send, std::span<T> r
   const int n = comm.size(), r = comm.rank();
   if (counts.size() != static_cast<std::size_t>(n))
     invalid_call<T, no_op>(comm, collective::all_gather,
-                           "counts has " + std::to_string(counts.size()) + " entries for " + std::to_string(n) + " ranks");
+                           "counts has " + std::to_string(counts.size()) + " entries for " + std::to_string(n) + " ranks",
+                           varying);
   std::size_t total = 0, mine = 0;
   for (int c = 0; c < n; ++c) {
     if (c == r) mine = total;
@@ -34,15 +35,16 @@ void all_gather_impl(communicator& comm, std::span<const T> send, std::span<T> r
   if (send.size() != counts[static_cast<std::size_t>(r)])
     invalid_call<T, no_op>(comm, collective::all_gather,
                            "send has " + std::to_string(send.size()) + " elements; this rank's block has " +
-                               std::to_string(counts[static_cast<std::size_t>(r)]));
+                               std::to_string(counts[static_cast<std::size_t>(r)]), varying);
   if (recv.size() != total)
     invalid_call<T, no_op>(comm, collective::all_gather,
-                           "recv has " + std::to_string(recv.size()) + " elements; the blocks need " + std::to_string(total));
+                           "recv has " + std::to_string(recv.size()) + " elements; the blocks need " + std::to_string(total),
+                           varying);
   const bool in_place = static_cast<const void*>(recv.data() + mine) == send.data() && !send.empty();
   if (!in_place && overlap(send.data(), send.size_bytes(), recv.data(), recv.size_bytes()))
     invalid_call<T, no_op>(comm, collective::all_gather,
                            "send overlaps recv but is not this rank's own block of it (in place means "
-                           "send.data() == recv.data() + offset of block rank)");
+                           "send.data() == recv.data() + offset of block rank)", varying);
   run_collective<T, no_op, Algo>(comm, collective::all_gather, send.data(), recv.data(), in_place, -1, no_op{},
                                  call_layout::blocks(counts, varying));
 }

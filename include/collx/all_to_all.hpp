@@ -26,18 +26,21 @@ void all_to_all_impl(communicator& comm, std::span<const T> send, std::span<cons
   static_check_algorithm<Algo, no_op>();
   const std::size_t n = static_cast<std::size_t>(comm.size());
   if (send_counts.size() != n || recv_counts.size() != n)
-    invalid_call<T, no_op>(comm, collective::all_to_all, "send_counts and recv_counts need one entry per rank");
+    invalid_call<T, no_op>(comm, collective::all_to_all,
+                           "send_counts and recv_counts need one entry per rank", varying);
   std::size_t st = 0, rt = 0;
   for (std::size_t c = 0; c < n; ++c) st += send_counts[c], rt += recv_counts[c];
   if (send.size() != st || recv.size() != rt)
     invalid_call<T, no_op>(comm, collective::all_to_all,
                            "send/recv have " + std::to_string(send.size()) + "/" + std::to_string(recv.size()) +
-                               " elements; the counts need " + std::to_string(st) + "/" + std::to_string(rt));
+                               " elements; the counts need " + std::to_string(st) + "/" + std::to_string(rt), varying);
   const std::size_t me = static_cast<std::size_t>(comm.rank());
   if (send_counts[me] != recv_counts[me])
-    invalid_call<T, no_op>(comm, collective::all_to_all, "this rank sends itself a different count than it receives");
+    invalid_call<T, no_op>(comm, collective::all_to_all,
+                           "this rank sends itself a different count than it receives", varying);
   if (overlap(send.data(), send.size_bytes(), recv.data(), recv.size_bytes()))
-    invalid_call<T, no_op>(comm, collective::all_to_all, "send and recv overlap (all_to_all is never in place)");
+    invalid_call<T, no_op>(comm, collective::all_to_all,
+                           "send and recv overlap (all_to_all is never in place)", varying);
   run_collective<T, no_op, Algo>(comm, collective::all_to_all, send.data(), recv.data(), false, -1, no_op{},
                                  call_layout::pairs(send_counts, recv_counts, varying));
 }

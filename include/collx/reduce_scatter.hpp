@@ -27,7 +27,8 @@ void reduce_scatter_impl(communicator& comm, std::span<const T> send, std::span<
   const int n = comm.size(), r = comm.rank();
   if (counts.size() != static_cast<std::size_t>(n))
     invalid_call<T, Op>(comm, collective::reduce_scatter,
-                        "recv_counts has " + std::to_string(counts.size()) + " entries for " + std::to_string(n) + " ranks");
+                        "recv_counts has " + std::to_string(counts.size()) + " entries for " + std::to_string(n) + " ranks",
+                        varying);
   std::size_t total = 0, mine = 0;
   for (int c = 0; c < n; ++c) {
     if (c == r) mine = total;
@@ -35,16 +36,17 @@ void reduce_scatter_impl(communicator& comm, std::span<const T> send, std::span<
   }
   if (send.size() != total)
     invalid_call<T, Op>(comm, collective::reduce_scatter,
-                        "send has " + std::to_string(send.size()) + " elements; the blocks need " + std::to_string(total));
+                        "send has " + std::to_string(send.size()) + " elements; the blocks need " + std::to_string(total),
+                        varying);
   if (recv.size() != counts[static_cast<std::size_t>(r)])
     invalid_call<T, Op>(comm, collective::reduce_scatter,
                         "recv has " + std::to_string(recv.size()) + " elements; this rank's block has " +
-                            std::to_string(counts[static_cast<std::size_t>(r)]));
+                            std::to_string(counts[static_cast<std::size_t>(r)]), varying);
   const bool in_place = static_cast<const void*>(send.data() + mine) == recv.data() && !recv.empty();
   if (!in_place && overlap(send.data(), send.size_bytes(), recv.data(), recv.size_bytes()))
     invalid_call<T, Op>(comm, collective::reduce_scatter,
                         "recv overlaps send but is not this rank's own block of it (in place means "
-                        "recv.data() == send.data() + offset of block rank)");
+                        "recv.data() == send.data() + offset of block rank)", varying);
   run_collective<T, Op, Algo>(comm, collective::reduce_scatter, send.data(), recv.data(), in_place, -1, op,
                               call_layout::blocks(counts, varying));
 }

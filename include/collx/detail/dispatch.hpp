@@ -59,12 +59,14 @@ struct call_layout {
 };
 
 /// "rank 3/8 allreduce#42<float32,sum,ring>" (without "#42" when seq is 0: a call rejected before
-/// it got a sequence number; without the op when `op` is empty). Not a template: every (type, op)
-/// of every collective names its calls, and one copy of this per pair cost compile time.
+/// it got a sequence number; without the op when `op` is empty; "all_gather_v" etc. when `varying`,
+/// the v-form with a count per rank). Not a template: every (type, op) of every collective names its
+/// calls, and one copy of this per pair cost compile time.
 inline std::string call_name(const communicator& comm, collective c, std::uint64_t seq, std::string_view type,
-                             std::string_view op, std::string_view algo) {
+                             std::string_view op, std::string_view algo, bool varying = false) {
   std::string s = "rank " + std::to_string(comm.rank()) + "/" + std::to_string(comm.size()) + " " +
-                  std::string(collective_name(c)) + (seq ? "#" + std::to_string(seq) : std::string()) + "<" +
+                  std::string(collective_name(c)) + (varying ? "_v" : "") +
+                  (seq ? "#" + std::to_string(seq) : std::string()) + "<" +
                   std::string(type);
   if (!op.empty()) s += "," + std::string(op);
   if (!algo.empty()) s += "," + std::string(algo);
@@ -94,20 +96,20 @@ void check_not_failed(communicator& comm, What&& what) {
 
 /// Raises errc::invalid_argument for this call (element type and op named `type` and `op`) before
 /// any byte moves, and fails the communicator so that the other ranks get an error too instead of
-/// waiting for this one.
+/// waiting for this one. `varying`: the call is the collective's v-form (named so).
 [[noreturn]] inline void invalid_call(communicator& comm, collective c, std::string_view type, std::string_view op,
-                                      const std::string& what) {
-  const std::string msg = call_name(comm, c, 0, type, op, "") + ": " + what;
+                                      const std::string& what, bool varying = false) {
+  const std::string msg = call_name(comm, c, 0, type, op, "", varying) + ": " + what;
   comm.get_transport().fail(errc::invalid_argument, "peer failed on invalid arguments: " + msg);
   COLLX_THROW(errc::invalid_argument, msg);
 }
 
 /// invalid_call for element type T and op Op (no_op: none).
 template <class T, class Op>
-[[noreturn]] void invalid_call(communicator& comm, collective c, const std::string& what) {
+[[noreturn]] void invalid_call(communicator& comm, collective c, const std::string& what, bool varying = false) {
   std::string_view op;
   if constexpr (!std::is_same_v<Op, no_op>) op = op_traits<Op>::name;
-  invalid_call(comm, c, type_name<T>(), op, what);
+  invalid_call(comm, c, type_name<T>(), op, what, varying);
 }
 
 /// True if byte ranges [a, a + an) and [b, b + bn) share a byte.
@@ -261,7 +263,7 @@ inline void run_flat_untyped(communicator& comm, collective coll, bool in_place,
     sig.layout_hash ^= hash_counts(ring) * 31;
   }
 
-  auto name = [&] { return call_name(comm, coll, sig.seq, tc.type_name, tc.op_name, algorithm_name(alg)); };
+  auto name = [&] { return call_name(comm, coll, sig.seq, tc.type_name, tc.op_name, algorithm_name(alg), lay.varying); };
   check_not_failed(comm, name);
   tp.announce(sig);
   try {

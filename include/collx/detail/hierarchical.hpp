@@ -302,18 +302,18 @@ inline void run_hierarchical_untyped(communicator& comm, collective coll, const 
   if (!h)
     invalid_call(comm, coll, t.type_name, t.op_name,
                  "algo::hierarchical needs a communicator with a hierarchy (collx::mpi::connect_hierarchical, "
-                 "make_hierarchical_thread_communicators or attach_hierarchy)");
+                 "make_hierarchical_thread_communicators or attach_hierarchy)", lay.varying);
   const node_layout& l = h->layout;
   if (!l.uniform)
     invalid_call(comm, coll, t.type_name, t.op_name,
                  "algo::hierarchical needs the same number of ranks on every node; this layout has " +
-                     std::to_string(l.node_count) + " nodes of different sizes");
+                     std::to_string(l.node_count) + " nodes of different sizes", lay.varying);
   if (t.reduces && !t.commutative && !l.contiguous)
     invalid_call(comm, coll, t.type_name, t.op_name,
                  "algo::hierarchical with a non-commutative op needs contiguous nodes (node m holding ranks "
-                 "[m*L, (m+1)*L)) to combine in rank order");
+                 "[m*L, (m+1)*L)) to combine in rank order", lay.varying);
   const std::uint64_t seq = comm.next_sequence();  // keeps the call count in step with flat calls
-  const std::string name = call_name(comm, coll, seq, t.type_name, t.op_name, "hierarchical");
+  const std::string name = call_name(comm, coll, seq, t.type_name, t.op_name, "hierarchical", lay.varying);
   // One level failing must fail the others, or ranks waiting on another node would time out.
   auto fail_levels = [&](errc code, const std::string& why) {
     comm.get_transport().fail(code, why);
