@@ -13,8 +13,10 @@
 // "#wrong" counts elements that differ from the expected sums (checked up to 64 MiB).
 //
 // usage: collx-perf-cuda [--ranks N] [-b BYTES] [-e BYTES] [-f FACTOR] [-n ITERS] [-w WARMUP]
-//                        [--rounds R] [--staging BYTES] [--no-custom]
-// (sizes as collx-perf takes them: 8, 64K, 4M, 1G; -f an integer factor)
+//                        [--rounds R] [--staging BYTES] [--two-shot-min BYTES|never] [--no-custom]
+// (sizes as collx-perf takes them: 8, 64K, 4M, 1G; -f an integer factor). --two-shot-min sets
+// device_options::two_shot_min_bytes: all-reduces from that size run two-shot (1: all of them;
+// never: none; default: the cost model's crossover for the rank count).
 #include <collx/cuda/device_collectives.cuh>
 #include <collx/transport/threads.hpp>
 
@@ -46,13 +48,14 @@ struct options {
   double factor = 2;
   int iters = 20, warmup = 5, rounds = 3;
   std::size_t staging = std::size_t{8} << 20;
+  std::size_t two_shot_min = 0;  // device_options::two_shot_min_bytes (0: the cost model's)
   bool custom = true;
 };
 
 [[noreturn]] void usage(const char* why) {
   std::fprintf(stderr,
                "collx-perf-cuda: %s\nusage: collx-perf-cuda [--ranks N] [-b BYTES] [-e BYTES] [-f FACTOR] [-n ITERS] "
-               "[-w WARMUP] [--rounds R] [--staging BYTES] [--no-custom]\n",
+               "[-w WARMUP] [--rounds R] [--staging BYTES] [--two-shot-min BYTES|never] [--no-custom]\n",
                why);
   std::exit(2);
 }
@@ -77,6 +80,10 @@ options parse(int argc, char** argv) {
       else if (a == "-w") o.warmup = static_cast<int>(parse_integer(a, val(), 0, 1 << 30));
       else if (a == "--rounds") o.rounds = static_cast<int>(parse_integer(a, val(), 1, 1000));
       else if (a == "--staging") o.staging = parse_bytes(a, val());
+      else if (a == "--two-shot-min") {
+        const std::string v = val();
+        o.two_shot_min = v == "never" ? SIZE_MAX : std::max<std::size_t>(1, parse_bytes(a, v));
+      }
       else if (a == "--no-custom") o.custom = false;
       else usage(("unknown option " + a).c_str());
     }
@@ -343,6 +350,10 @@ int main(int argc, char** argv) {
   ok(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
   std::printf("# collx-perf-cuda: %d ranks as threads, %d GPU(s) (%s, %d SMs); rank r on GPU r %% %d; staging %zu B per rank\n",
               o.ranks, devices, prop.name, prop.multiProcessorCount, devices, o.staging);
+  const std::size_t two_shot_min =
+      o.two_shot_min != 0 ? o.two_shot_min : gpu::two_shot_crossover_bytes(o.ranks, gpu::direct_cost{});
+  if (two_shot_min == SIZE_MAX) std::printf("# all-reduce: one-shot at every size\n");
+  else std::printf("# all-reduce: one-shot below %zu B per rank, two-shot from there on\n", two_shot_min);
 
   {  // the copy ceiling: cudaMemcpyAsync device to device on GPU 0
     ok(cudaSetDevice(0), "cudaSetDevice");
@@ -391,6 +402,7 @@ int main(int argc, char** argv) {
         gpu::device_options dopt;
         dopt.device = r % devices;
         dopt.staging_bytes = o.staging;
+        dopt.two_shot_min_bytes = o.two_shot_min;
         {
           gpu::device_communicator dc(hosts[static_cast<std::size_t>(r)], dopt);
           rank_main(st, dc, s);

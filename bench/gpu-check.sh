@@ -12,7 +12,8 @@
 #      per GPU: needs 2 GPUs, prints SKIPPED otherwise);
 #   6. collx-perf-cuda: the copy ceiling, then all-reduce, reduce-scatter and all-gather on device
 #      memory from 8 B to 1 GiB with 2 ranks (NCCL beside them when each rank has its own GPU), then
-#      custom ops against built-in sums; with one rank per GPU when there are 4 or more GPUs;
+#      custom ops against built-in sums; all-reduce one-shot against two-shot with 4 ranks (one per
+#      GPU where there are 4, else sharing them); with one rank per GPU when there are 4 or more GPUs;
 #   7. writes everything to bench/results/gpu-check-<host>-<UTC time>.log ($OUT/ instead when set).
 # Budget: under 8 minutes on one H200 (build about 1.5 min with 16 cores, tests and benchmark about
 # 2 min).
@@ -91,6 +92,13 @@ step() { printf '\n==== %s ====\n' "$*"; }
   if [[ -x "$build/bench/collx-perf-cuda" ]]; then
     start=$SECONDS
     timeout 100 "$build/bench/collx-perf-cuda" --ranks 2 -b 8 -e 1G -f 2 || { echo "gpu-check: collx-perf-cuda failed"; status=1; }
+    # One-shot against two-shot (the same bits; two-shot reads 2(n-1)/n of the vector from peers
+    # instead of n-1 times it): 4 ranks, every size forced each way.
+    for form in never 1; do
+      echo "# --two-shot-min $form"
+      timeout 60 "$build/bench/collx-perf-cuda" --ranks 4 -b 64K -e 256M -f 4 --rounds 2 --no-custom --two-shot-min "$form" ||
+        { echo "gpu-check: collx-perf-cuda --two-shot-min $form failed"; status=1; }
+    done
     gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
     if [[ ${gpus:-0} -ge 4 ]]; then
       timeout 120 "$build/bench/collx-perf-cuda" --ranks "$gpus" -b 8 -e 256M -f 8 --no-custom ||

@@ -223,3 +223,76 @@ TEST_CASE("device v-forms: each rank's row is covered once, however short, and t
     CHECK(std::string(e.what()).find("gpu::all_gather_v: 2 counts given for a communicator of 3 ranks") != std::string::npos);
   }
 }
+
+TEST_CASE("device two-shot pieces: every element in one piece, pieces on vector boundaries", "[cuda]") {
+  for (std::size_t vector : {1, 2, 4, 8})
+    for (int world = 1; world <= gpu::max_device_world; ++world)
+      for (std::size_t count : {0, 1, 3, 5, 15, 16, 17, 1000, 4099, 9001}) {
+        INFO("vector " << vector << " world " << world << " count " << count);
+        const gpu::v_layout lay = gpu::two_shot_pieces(count, world, vector);
+        const std::size_t fair = (count + static_cast<std::size_t>(world) - 1) / static_cast<std::size_t>(world);
+        CHECK(lay.total == count);
+        CHECK(lay.longest < fair + vector);  // balanced up to the vector rounding
+        for (int q = 0; q < world; ++q) {
+          const std::size_t c = lay.counts[q];
+          if (c > 0) CHECK(lay.displs[q] % vector == 0);
+          if (q > 0) CHECK(c <= lay.counts[q - 1]);  // only the last pieces are short
+        }
+        // Phase one: the chunks and blocks of a reduce_scatter_v over the pieces fold every element
+        // exactly once (by its piece's owner); phase two, an all_gather_v, moves each once.
+        if (count == 0) continue;
+        const auto p = gpu::plan_chunks(lay.longest, 4, static_cast<std::size_t>(world), vector, 4096, 3);
+        std::vector<int> folded(count, 0);
+        for (int q = 0; q < world; ++q)
+          for (std::size_t c = 0; c < p.chunks; ++c)
+            for (unsigned b = 0; b < p.blocks; ++b) {
+              const auto r = gpu::clip_to_row(gpu::range_of_block(p.chunk_size(c), p.blocks, b, vector), p.chunk_begin(c),
+                                              lay.counts[q]);
+              for (std::size_t i = r.begin; i < r.end; ++i) ++folded[lay.displs[q] + p.chunk_begin(c) + i];
+            }
+        CHECK(std::count(folded.begin(), folded.end(), 1) == static_cast<long>(count));
+      }
+  CHECK_THROWS_AS(gpu::two_shot_pieces(10, 0, 4), collx::error);
+  CHECK_THROWS_AS(gpu::two_shot_pieces(10, gpu::max_device_world + 1, 4), collx::error);
+  CHECK_THROWS_AS(gpu::two_shot_pieces(10, 4, 0), collx::error);
+}
+
+TEST_CASE("device direct all-reduce: two-shot from the size where the cost model predicts it faster", "[cuda]") {
+  const gpu::direct_cost cost;
+  // Two ranks (or one): two-shot reads as much as one-shot and pays a second call.
+  CHECK(gpu::two_shot_crossover_bytes(1, cost) == SIZE_MAX);
+  CHECK(gpu::two_shot_crossover_bytes(2, cost) == SIZE_MAX);
+  CHECK(gpu::predict_direct(gpu::direct_form::two_shot, std::size_t{1} << 30, 2, cost) >
+        gpu::predict_direct(gpu::direct_form::one_shot, std::size_t{1} << 30, 2, cost));
+  std::size_t previous = SIZE_MAX;
+  for (int world = 3; world <= gpu::max_device_world; ++world) {
+    INFO("world " << world);
+    const std::size_t x = gpu::two_shot_crossover_bytes(world, cost);
+    REQUIRE(x > 1);
+    REQUIRE(x < SIZE_MAX);
+    auto two = [&](double b) { return gpu::predict_direct(gpu::direct_form::two_shot, static_cast<std::size_t>(b), world, cost); };
+    auto one = [&](double b) { return gpu::predict_direct(gpu::direct_form::one_shot, static_cast<std::size_t>(b), world, cost); };
+    const double at = static_cast<double>(x);
+    CHECK(one(0.99 * at) < two(0.99 * at));  // below: one-shot faster
+    CHECK(two(1.01 * at) < one(1.01 * at));  // above: two-shot faster
+    CHECK(two(at) == Approx(one(at)).epsilon(1e-4));  // at the crossover: break-even (up to a byte)
+    CHECK(x < previous);  // more ranks: one-shot reads more per byte, so two-shot wins sooner
+    previous = x;
+    CHECK(gpu::direct_form_for(x - 1, x) == gpu::direct_form::one_shot);
+    CHECK(gpu::direct_form_for(x, x) == gpu::direct_form::two_shot);
+  }
+  // The crossover is the fixed cost over the bytes saved: twice the call cost, twice the size.
+  gpu::direct_cost slow = cost;
+  slow.call_seconds *= 2;
+  const double ratio = static_cast<double>(gpu::two_shot_crossover_bytes(8, slow)) /
+                       static_cast<double>(gpu::two_shot_crossover_bytes(8, cost));
+  CHECK(ratio == Approx(2.0).epsilon(1e-6));
+  // README's figures for the defaults: 600 kB on 8 ranks, 2.1 MB on 4, 4.7 MB on 3.
+  CHECK(static_cast<double>(gpu::two_shot_crossover_bytes(8, cost)) == Approx(600e3).epsilon(1e-5));
+  CHECK(static_cast<double>(gpu::two_shot_crossover_bytes(4, cost)) == Approx(2.1e6).epsilon(1e-5));
+  CHECK(static_cast<double>(gpu::two_shot_crossover_bytes(3, cost)) == Approx(4.725e6).epsilon(1e-5));
+  // The option's extremes: SIZE_MAX keeps every size one-shot, 1 sends every size two-shot.
+  CHECK(gpu::direct_form_for(std::size_t{1} << 40, SIZE_MAX) == gpu::direct_form::one_shot);
+  CHECK(gpu::direct_form_for(1, 1) == gpu::direct_form::two_shot);
+  CHECK(std::string(gpu::direct_form_name(gpu::direct_form::two_shot)) == "two-shot");
+}

@@ -3,7 +3,8 @@
 // for every rank, or one device per rank when there are enough): the reference sweep of
 // device_sweep.cuh over 2, 3 and 4 ranks, chunked through a small staging buffer, plus the
 // failures: ranks that make different calls get errc::mismatch / errc::aborted, a rank that never
-// calls makes its peer time out, and later calls on a failed communicator fail at once.
+// calls makes its peer time out, and later calls on a failed communicator fail at once; two-shot
+// all-reduce (forced at every size) against the same reference, and ranks that disagree on the form.
 // Tagged [gpu]: without a device, gpu_test_main.cpp skips them.
 #include <catch2/catch.hpp>
 
@@ -36,8 +37,10 @@ int device_for(int rank) {
 
 // Runs fn(dc, stream, problems) on `world` ranks as threads; returns every rank's problems and
 // every exception's message.
+// `adjust(rank, options)`, when given, changes one rank's options (ranks that disagree).
 template <class Fn>
-std::vector<std::string> on_ranks(int world, gpu::device_options opt, std::chrono::milliseconds host_timeout, Fn fn) {
+std::vector<std::string> on_ranks(int world, gpu::device_options opt, std::chrono::milliseconds host_timeout, Fn fn,
+                                  void (*adjust)(int, gpu::device_options&) = nullptr) {
   collx::communicator_options copt;
   copt.timeout = host_timeout;
   auto comms = collx::make_thread_communicators(world, copt);
@@ -49,6 +52,7 @@ std::vector<std::string> on_ranks(int world, gpu::device_options opt, std::chron
       try {
         gpu::device_options o = opt;
         o.device = device_for(r);
+        if (adjust) adjust(r, o);
         gpu::check(cudaSetDevice(o.device), "cudaSetDevice");
         cudaStream_t s{};
         gpu::check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -109,6 +113,53 @@ TEST_CASE("gpu device collectives: reference sweep, ranks as threads", "[gpu][cu
       }
     }));
   }
+}
+
+TEST_CASE("gpu device collectives: two-shot all-reduce gives one-shot's bits", "[gpu][cuda]") {
+  // two_shot_min_bytes = 1 sends every all-reduce two-shot (reduce-scatter of the pieces, then
+  // all-gather), in place and out of place; the expected values are the same rank-order folds.
+  for (int world : {2, 3, 4}) {
+    gpu::device_options opt;
+    opt.staging_bytes = 32 << 10;  // 16 KiB slots: the larger counts take several chunks per phase
+    opt.timeout = std::chrono::seconds(15);
+    opt.two_shot_min_bytes = 1;
+    INFO("world " << world);
+    require_none(on_ranks(world, opt, std::chrono::seconds(60), [](gpu::device_communicator& dc, cudaStream_t s, auto& out) {
+      if (dc.two_shot_min_bytes() != 1) out.push_back("two_shot_min_bytes was not taken from the options");
+      int call = 0;
+      for (std::size_t count : {std::size_t{1}, std::size_t{5}, std::size_t{1000}, std::size_t{9001}})
+        for (std::size_t offset : {std::size_t{0}, std::size_t{1}}) {
+          ++call;
+          collx_cuda_test::sweep_reductions<float>(dc, s, count, offset, call, collx::ops::sum{}, out);
+          collx_cuda_test::sweep_reductions<collx::half>(dc, s, count, offset, call, collx::ops::sum{}, out);
+          collx_cuda_test::sweep_reductions<affine>(dc, s, count, offset, call, then_op{}, out);
+          collx_cuda_test::sweep_reductions<triple>(dc, s, count, offset, call, triple_op{}, out);
+        }
+    }));
+  }
+}
+
+TEST_CASE("gpu device collectives: ranks that choose different all-reduce forms fail with mismatch", "[gpu][cuda]") {
+  gpu::device_options opt;
+  opt.timeout = std::chrono::seconds(10);
+  const auto problems = on_ranks(
+      2, opt, std::chrono::seconds(30),
+      [](gpu::device_communicator& dc, cudaStream_t s, auto& out) {
+        float* buf = nullptr;
+        gpu::check(cudaMallocAsync(reinterpret_cast<void**>(&buf), 4096, s), "cudaMallocAsync");
+        gpu::all_reduce(dc, buf, buf, 1000, collx::ops::sum{}, s);  // rank 0 one-shot, rank 1 two-shot
+        try {
+          dc.synchronize(s);
+          out.push_back("rank " + std::to_string(dc.rank()) + ": one-shot against two-shot succeeded");
+        } catch (const collx::error& e) {
+          if (e.code() != collx::errc::mismatch && e.code() != collx::errc::aborted)
+            out.push_back("rank " + std::to_string(dc.rank()) + ": unexpected error: " + e.what());
+        }
+        cudaFreeAsync(buf, s);
+        cudaStreamSynchronize(s);
+      },
+      [](int rank, gpu::device_options& o) { o.two_shot_min_bytes = rank == 0 ? SIZE_MAX : 1; });
+  require_none(problems);
 }
 
 TEST_CASE("gpu device collectives: ranks whose pointers differ in alignment cut calls the same way", "[gpu][cuda]") {

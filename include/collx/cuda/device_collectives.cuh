@@ -26,9 +26,12 @@
 /// too, and every later call of this rank returns at once.
 ///
 /// Cost: per chunk, each rank writes its input once into staging and reads world-size slices from
-/// peers. This suits latency-bound sizes; the window forms (below) skip the staging copy.
-/// Bandwidth-optimal ring and two-shot forms across GPUs, all_to_all_v and send/recv are not here
-/// yet.
+/// peers. This suits latency-bound sizes; the window forms (below) skip the staging copy. Larger
+/// all-reduces run two-shot (device_plan.hpp direct_form, chosen by size against the cost model's
+/// crossover): the reduce-scatter and all-gather steps of this file, one after the other, so each
+/// rank reads 2 (n - 1) / n of the vector from its peers instead of (n - 1) times it.
+/// Ring forms over peer pointers (for GPUs that are not all directly connected), all_to_all_v and
+/// send/recv are not here yet.
 #pragma once
 
 #include <cuda/atomic>
@@ -604,6 +607,27 @@ Step with_sources(Step step, const window& win, std::size_t offset) {
   return step;
 }
 
+/// Two-shot all-reduce (direct_form::two_shot): a reduce_scatter_v step folds this rank's piece
+/// (two_shot_pieces) of every rank's input into the same piece of recv, then an all_gather_v step
+/// in place fills the rest of recv from the peers' pieces. In place (send == recv) is safe: each
+/// chunk stages every row's columns before its block writes this rank's row of those columns, and
+/// later chunks read other columns. Both launches sign as all-reduces with the pieces' hash and the
+/// phase, so a rank that runs one-shot against a two-shot peer fails with errc::mismatch.
+/// `vector_ok`: send and recv are 16-byte aligned (the pieces start on vector boundaries).
+template <class T, class Op>
+void launch_two_shot_all_reduce(device_communicator& dc, const char* name, const T* send, T* recv, std::size_t count,
+                                const Op& op, bool vector_ok, cudaStream_t stream) {
+  constexpr std::size_t V = device_vector_elements<T>;
+  const v_layout lay = two_shot_pieces(count, dc.size(), V);
+  T* piece = recv + lay.displs[dc.rank()];
+  const auto key = detail::op_signature_key<Op>();
+  launch_call<T>(dc, name, collective::allreduce, key, -1, lay.longest, static_cast<std::size_t>(dc.size()), vector_ok,
+                 stream, reduce_scatter_v_step<T, Op, 1>{send, piece, op, lay},
+                 reduce_scatter_v_step<T, Op, V>{send, piece, op, lay}, lay.hash ^ 0x2511);
+  launch_call<T>(dc, name, collective::allreduce, key, -1, lay.longest, 1, vector_ok, stream,
+                 all_gather_v_step<T, 1>{piece, recv, lay}, all_gather_v_step<T, V>{piece, recv, lay}, lay.hash ^ 0x2512);
+}
+
 inline void require(bool ok, const char* name, const std::string& what) {
   if (!ok) COLLX_THROW(errc::invalid_argument, std::string(name) + ": " + what);
 }
@@ -625,6 +649,8 @@ inline void check_root(const device_communicator& dc, int root, const char* name
 /// All-reduce on device memory: recv[i] = op(... op(op(send_0[i], send_1[i]), send_2[i]) ..., send_{n-1}[i])
 /// on every rank (rank order, so non-commutative ops and floats give the same bits everywhere).
 /// Enqueued on `stream`; returns at once. In place when send == recv.
+/// One-shot below dc.two_shot_min_bytes() bytes per rank, two-shot (two launches) from there on:
+/// see direct_form in device_plan.hpp. Both give the same bits.
 /// @param send,recv `count` elements in device memory of dc.device() (or memory it can access)
 /// @throws collx::error (errc::invalid_argument) for null buffers with count > 0 or partly overlapping
 ///         buffers; (errc::cuda) when the launch fails; a failure reported by an earlier call (see
@@ -638,8 +664,11 @@ void all_reduce(device_communicator& dc, const T* send, T* recv, std::size_t cou
   if (count == 0) return dc.check();
   require(send && recv, name, "null buffer with count " + std::to_string(count));
   require(send == recv || !ranges_overlap(send, count * sizeof(T), recv, count * sizeof(T)), name, "send and recv overlap but are not the same buffer");
-  launch_call<T>(dc, name, collective::allreduce, detail::op_signature_key<Op>(), -1, count, 1, aligned16(send) && aligned16(recv),
-                 stream, all_reduce_step<T, Op, 1>{send, recv, op, -1},
+  const bool vec = aligned16(send) && aligned16(recv);
+  if (direct_form_for(count * sizeof(T), dc.two_shot_min_bytes()) == direct_form::two_shot)
+    return launch_two_shot_all_reduce<T>(dc, name, send, recv, count, op, vec, stream);
+  launch_call<T>(dc, name, collective::allreduce, detail::op_signature_key<Op>(), -1, count, 1, vec, stream,
+                 all_reduce_step<T, Op, 1>{send, recv, op, -1},
                  all_reduce_step<T, Op, device_vector_elements<T>>{send, recv, op, -1});
 }
 

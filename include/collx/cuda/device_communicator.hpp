@@ -52,6 +52,12 @@ struct device_options {
   /// How long a kernel waits for a peer's flag before it gives up (errc::timeout); default the host
   /// communicator's timeout (COLLX_TIMEOUT).
   std::chrono::milliseconds timeout{0};
+  /// All-reduces of at least this many bytes per rank (count x sizeof(T)) run two-shot, smaller
+  /// ones one-shot (direct_form in device_plan.hpp). 0: two_shot_crossover_bytes(size(),
+  /// direct_cost{}), the size from which the cost model predicts two-shot faster (never on two
+  /// ranks); SIZE_MAX: always one-shot; 1: always two-shot. Must be equal on every rank: ranks
+  /// that choose different forms for a call fail with errc::mismatch.
+  std::size_t two_shot_min_bytes = 0;
 };
 
 /// What a kernel needs to reach every rank's workspace (passed by value to the kernels).
@@ -136,6 +142,7 @@ class device_communicator {
       all_gather<algo::direct>(host, std::span<const peer_record>(&mine, 1), std::span<peer_record>(records_));
       check_records(records_, rank());
       blocks_ = block_cap(records_);
+      two_shot_min_bytes_ = opt.two_shot_min_bytes != 0 ? opt.two_shot_min_bytes : two_shot_crossover_bytes(host.size(), direct_cost{});
       open_peers();
       barrier(host);  // every rank has mapped every workspace: nobody frees one still being opened
     } catch (...) {
@@ -183,6 +190,8 @@ class device_communicator {
   std::size_t slot_bytes() const noexcept { return layout_.slot_bytes; }
   /// Thread blocks a call may use (the same on every rank).
   unsigned block_limit() const noexcept { return blocks_; }
+  /// All-reduces of this many bytes per rank or more run two-shot (device_options::two_shot_min_bytes).
+  std::size_t two_shot_min_bytes() const noexcept { return two_shot_min_bytes_; }
   /// How this rank reaches rank `peer`'s workspace.
   peer_path path_to_peer(int peer) const { return path_to(records_, rank(), peer); }
   /// What the kernels are given.
@@ -395,6 +404,7 @@ class device_communicator {
   std::map<std::uint32_t, std::vector<mapping_key>> window_keys_;
   std::uint32_t next_window_ = 1;
   unsigned blocks_ = 1;
+  std::size_t two_shot_min_bytes_ = SIZE_MAX;
   device_view view_{};
 };
 

@@ -7,6 +7,7 @@
 ///  - the 24-bit call signature every flag carries, so ranks that disagree on a call fail with
 ///    errc::mismatch naming the field instead of hanging,
 ///  - how a call is cut into chunks that fit a staging slot and into per-block element ranges.
+///  - which form of the direct all-reduce (one-shot or two-shot) a size gets, and two-shot's pieces.
 ///
 /// The protocol (one barrier per chunk, sequence numbers, two staging slots) is described in
 /// cuda/device_collectives.cuh.
@@ -14,6 +15,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -404,6 +406,80 @@ inline v_layout make_v_layout(const std::size_t* counts, std::size_t n_counts, i
   }
   l.hash = h;
   return l;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Direct all-reduce: one-shot or two-shot
+
+/// The two forms of collx's direct all-reduce on device memory (those of the host's algo::direct,
+/// and of the custom all-reduce of TensorRT-LLM and vLLM):
+///  - one_shot: one staged call; every rank reads every peer's whole input and folds it: (world - 1)
+///    x bytes read from peers per rank, one call's fixed cost.
+///  - two_shot: a reduce-scatter (rank r folds piece r of every rank's input, two_shot_pieces) into
+///    piece r of its output, then an all-gather of the pieces: 2 (world - 1) / world x bytes read
+///    per rank, two calls' fixed cost.
+/// Both fold the ranks in rank order 0, 1, ..., n-1, so they give the same bits.
+enum class direct_form : std::uint8_t { one_shot, two_shot };
+
+/// Name of a form ("one-shot", "two-shot").
+constexpr const char* direct_form_name(direct_form f) noexcept { return f == direct_form::one_shot ? "one-shot" : "two-shot"; }
+
+/// The latency-bandwidth figures that choose a form (alpha-beta, as collx::cost_model on the host).
+struct direct_cost {
+  /// Seconds of one staged call apart from its bytes: the launch and one cross-rank barrier per
+  /// chunk. Default 7 us: a staged call of 8 B - 64 KiB took 6.5 - 8.6 us on an H200
+  /// (bench/results/h200-1gpu.md).
+  double call_seconds = 7e-6;
+  /// Bytes per second one rank reads from all its peers at once. Default 450 GB/s: one direction
+  /// of an H100/H200 SXM's NVLink 4 (18 links x 25 GB/s, NVIDIA H100 Tensor Core GPU datasheet),
+  /// all of which NVSwitch gives to any mix of peers.
+  double peer_read_bytes_per_second = 450e9;
+};
+
+/// Predicted seconds of an all-reduce of `bytes` per rank on `world` ranks in form `f`.
+inline double predict_direct(direct_form f, std::size_t bytes, int world, const direct_cost& c) noexcept {
+  const double n = static_cast<double>(bytes), w = static_cast<double>(world);
+  if (f == direct_form::one_shot) return c.call_seconds + (w - 1) * n / c.peer_read_bytes_per_second;
+  return 2 * c.call_seconds + 2 * (w - 1) / w * n / c.peer_read_bytes_per_second;
+}
+
+/// The all-reduce size, in bytes per rank, from which `c` predicts two-shot no slower than one-shot
+/// on `world` ranks (the break-even size, rounded up): two-shot saves (world - 1)(world - 2) / world
+/// x bytes of reading for one more call. SIZE_MAX when it never is (world <= 2: two-shot reads as
+/// much and pays two calls).
+inline std::size_t two_shot_crossover_bytes(int world, const direct_cost& c) noexcept {
+  if (world <= 2) return SIZE_MAX;
+  const double w = static_cast<double>(world);
+  const double saved_per_byte = (w - 1) * (w - 2) / w / c.peer_read_bytes_per_second;
+  const double bytes = c.call_seconds / saved_per_byte;
+  if (!(bytes < 1e18)) return SIZE_MAX;
+  return std::max<std::size_t>(1, static_cast<std::size_t>(std::ceil(bytes)));
+}
+
+/// The form of an all-reduce of `bytes` per rank: two-shot from `two_shot_min_bytes` on.
+constexpr direct_form direct_form_for(std::size_t bytes, std::size_t two_shot_min_bytes) noexcept {
+  return bytes >= two_shot_min_bytes ? direct_form::two_shot : direct_form::one_shot;
+}
+
+/// The pieces of a two-shot all-reduce of `count` elements on `world` ranks (as a v-form's counts:
+/// rank q folds and then serves elements [displs[q], displs[q] + counts[q])): world pieces of
+/// ceil(count / world) elements rounded up to `vector`, the last ones shorter or empty, so that
+/// every piece starts on a vector boundary and the 16-byte path stays open.
+/// @throws collx::error (errc::invalid_argument) for a world outside [1, max_device_world] or a
+///   zero vector.
+inline v_layout two_shot_pieces(std::size_t count, int world, std::size_t vector) {
+  if (vector == 0) COLLX_THROW(errc::invalid_argument, "gpu::two_shot_pieces: zero vector width");
+  if (world < 1 || world > max_device_world)
+    COLLX_THROW(errc::invalid_argument, "gpu::two_shot_pieces: world size " + std::to_string(world) + " is outside [1, " +
+                                            std::to_string(max_device_world) + "]");
+  const std::size_t w = static_cast<std::size_t>(world);
+  const std::size_t piece = ((count + w - 1) / w + vector - 1) / vector * vector;
+  std::size_t counts[max_device_world] = {};
+  for (std::size_t q = 0; q < w; ++q) {
+    const std::size_t begin = std::min(count, q * piece);
+    counts[q] = std::min(count, begin + piece) - begin;
+  }
+  return make_v_layout(counts, w, world, "gpu::two_shot_pieces");
 }
 
 }  // namespace gpu
