@@ -3,8 +3,9 @@
 //      per message, custom and non-commutative ops, send/recv, async calls;
 //   2. the hierarchy (collx::mpi::connect_hierarchical): shared memory inside a "node"
 //      (COLLX_NODE_ID per rank), MPI across nodes, algo::hierarchical and algo::automatic;
-//   3. failures: a count mismatch reaches every rank as errc::mismatch, abort() from another
-//      thread wakes a waiting rank and its peers, both within seconds, not at the timeout.
+//   3. failures: a count mismatch reaches every rank as errc::mismatch, also where no message
+//      shows it (one rank's count is 0: it sends nothing and returns at once), and abort() from
+//      another thread wakes a waiting rank and its peers, all within seconds, not at the timeout.
 // Every result is compared with the sequential rank-order reference of tests/reference.hpp
 // (every rank generates every rank's inputs). A plain program, not Catch2: each rank checks, all
 // ranks keep making the same calls, and the exit status says whether any check failed.
@@ -228,6 +229,35 @@ void mismatch(collx::communicator& c) {
   check(s < 10.0, "mismatch reported in " + std::to_string(s) + " s (timeout is 60 s)");
 }
 
+// Rank 1 passes count 0: it returns at once, sending nothing, while the others wait for its data.
+// Then, after `pause`, it makes a barrier call. Every rank must get errc::mismatch naming the
+// count, quickly. With the direct algorithm, messages of the two calls meet out of step (each side
+// names the field: rank 1 from its own record of call 1, the others by asking rank 1); with the
+// tree and a pause, no message meets before rank 1's next call, which finds the waiting ranks'
+// signature queries.
+template <class Algo>
+void silent_mismatch(collx::communicator& c, std::chrono::milliseconds pause) {
+  std::vector<int> v(c.rank() == 1 ? 0 : 64, 1);
+  const auto t0 = std::chrono::steady_clock::now();
+  collx::errc code = collx::errc::internal;
+  std::string what;
+  try {
+    collx::allreduce<Algo>(c, std::span<int>(v));
+    if (c.rank() == 1) {
+      std::this_thread::sleep_for(pause);
+      collx::barrier(c);
+    }
+  } catch (const collx::error& e) {
+    code = e.code();
+    what = e.what();
+    if (g_rank <= 1) std::printf("silent mismatch as reported on rank %d: %s\n", g_rank, e.what());
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  check(code == collx::errc::mismatch, "count 0 against 64 reported as errc::mismatch (got " + std::to_string(static_cast<int>(code)) + ")");
+  check(what.find("count differs") != std::string::npos, "the message names the count: " + what);
+  check(s < 10.0, "silent mismatch reported in " + std::to_string(s) + " s (timeout is 60 s)");
+}
+
 // Rank 0 waits for a message nobody sends; another thread aborts its communicator.
 void abort_wakes(collx::communicator& c) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -277,6 +307,14 @@ int main(int argc, char** argv) {
     {
       collx::communicator c = collx::mpi::connect_hierarchical(MPI_COMM_WORLD);
       mismatch(c);
+    }
+    {
+      collx::communicator c = collx::mpi::connect(MPI_COMM_WORLD);
+      silent_mismatch<collx::algo::direct>(c, std::chrono::milliseconds(0));
+    }
+    {
+      collx::communicator c = collx::mpi::connect(MPI_COMM_WORLD);
+      silent_mismatch<collx::algo::tree>(c, std::chrono::milliseconds(300));
     }
     {
       collx::communicator c = collx::mpi::connect(MPI_COMM_WORLD);

@@ -19,6 +19,15 @@
 /// for it. MPI itself offers no liveness check: a peer that dies is seen by the launcher (mpirun
 /// ends the job) or by the timeout.
 ///
+/// Disagreements that no message shows (a rank whose count is 0 returns at once; its peers wait for
+/// data it never sends): a rank that has waited `query_after` for a peer in a call sends it a query
+/// on the control tag carrying its own signature of the call. The peer answers nothing; it compares
+/// the query with its own record of that call (each rank keeps its last published_call_history
+/// calls, or holds the query until it reaches the call) whenever it polls: in its waits, at the
+/// start of its next call, or when it announces the call. If they differ, it fails with
+/// errc::mismatch naming the field, and its failure notice reaches every rank. Queries carry a token
+/// the ranks agreed on at construction, so one left over from an earlier transport is ignored.
+///
 /// Threads: the transport calls MPI from the thread that runs the collective (the caller, or the
 /// communicator's progress thread for *_async calls). MPI must therefore be initialised with
 /// MPI_THREAD_MULTIPLE when *_async calls are used or the application calls MPI while a collective
@@ -36,7 +45,9 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <string>
+#include <utility>
 #include <thread>
 #include <vector>
 
@@ -113,7 +124,9 @@ inline std::size_t piece_for(std::size_t piece_bytes, std::size_t granularity) n
 class mpi_transport final : public transport {
  public:
   static constexpr int data_tag = 7001;     ///< schedule messages
-  static constexpr int control_tag = 7002;  ///< failure notices
+  static constexpr int control_tag = 7002;  ///< failure notices and signature queries
+  /// How long a rank waits for a peer in one call before it sends that peer its signature.
+  static constexpr std::chrono::milliseconds query_after{50};
 
   explicit mpi_transport(MPI_Comm comm, const mpi_options& opt = {}) : opt_(opt) {
     require_mpi_running("collx::mpi");
@@ -128,6 +141,10 @@ class mpi_transport final : public transport {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
     owner_ = std::this_thread::get_id();
+    queried_.assign(static_cast<std::size_t>(size_), 0);
+    // The token queries carry: rank 0's random number, the same on every rank of this transport.
+    if (rank_ == 0) token_ = std::random_device{}() * 0x9e3779b97f4a7c15ull ^ std::random_device{}();
+    check_mpi(MPI_Bcast(&token_, 1, MPI_UINT64_T, 0, comm_), "MPI_Bcast");
     // More ranks on this machine than cores: a polling rank would take the core a peer needs, so
     // waits yield from the first poll instead of spinning first.
     MPI_Comm host = MPI_COMM_NULL;
@@ -154,6 +171,16 @@ class mpi_transport final : public transport {
         MPI_Cancel(&r);
         MPI_Request_free(&r);
       }
+    // A query still on its way keeps its bytes (MPI may read them until the send completes); one
+    // that arrives after this transport is gone, even at a later one with the same context id,
+    // carries another token and is ignored.
+    for (auto& [r, bytes] : query_sends_) {
+      int done = 0;
+      if (r != MPI_REQUEST_NULL && (MPI_Test(&r, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || !done)) {
+        MPI_Request_free(&r);
+        (void)bytes.release();
+      }
+    }
     if (!failed_.load(std::memory_order_acquire)) {
       MPI_Comm_free(&comm_);
       return;
@@ -186,6 +213,24 @@ class mpi_transport final : public transport {
     enter();
     poll_control();
     if (failed_.load(std::memory_order_acquire)) rethrow_failure();
+  }
+
+  /// Records the call this rank starts (its peers' queries are compared with it) and compares it
+  /// with the queries of peers that reached it first.
+  /// @throws collx::error (errc::mismatch) when such a query differs.
+  void announce(const call_signature& sig) override {
+    enter();
+    history_[sig.seq % published_call_history] = sig;
+    current_ = sig;
+    std::erase_if(query_sends_, [](auto& q) {  // queries delivered: their bytes can go
+      int done = 0;
+      return MPI_Test(&q.first, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done;
+    });
+    std::string why;
+    for (const auto& [peer, theirs] : early_queries_)
+      if (why.empty() && theirs.seq == sig.seq && !(theirs == sig)) why = disagreement(sig, theirs, peer);
+    std::erase_if(early_queries_, [&](const auto& q) { return q.second.seq <= sig.seq; });
+    if (!why.empty()) fail_out(errc::mismatch, why);
   }
 
   void fail(errc code, const std::string& why) noexcept override {
@@ -243,7 +288,7 @@ class mpi_transport final : public transport {
     const std::size_t later = detail::later_pieces(h.bytes, h.piece);
 
     std::string mismatch;
-    if (!(h.sig == sig)) mismatch = describe_mismatch(sig, rank_, h.sig, peer);
+    if (!(h.sig == sig)) mismatch = explain(sig, h.sig, peer);
     else if (h.bytes != bytes)
       mismatch = "message size differs: rank " + std::to_string(peer) + " sends " + std::to_string(h.bytes) +
                  " bytes, rank " + std::to_string(rank_) + " expects " + std::to_string(bytes) +
@@ -272,7 +317,10 @@ class mpi_transport final : public transport {
       });
       if (ok) consume(staging_[k % 2].data(), h.piece * (k + 1), detail::later_piece_bytes(h.bytes, h.piece, k));
     }
-    if (!ok) fail_out(errc::mismatch, mismatch);
+    if (!ok) {
+      if (h.sig.seq > sig.seq) await_answer(peer);  // the peer went past this call: how did it see it?
+      fail_out(errc::mismatch, mismatch);
+    }
   }
 
   void wait_sends() override {
@@ -284,6 +332,7 @@ class mpi_transport final : public transport {
       return done != 0;
     });
     sends_.clear();
+    send_peers_.clear();
     first_buffers_.clear();
   }
 
@@ -294,6 +343,7 @@ class mpi_transport final : public transport {
     MPI_Request r = MPI_REQUEST_NULL;
     check_rc(MPI_Isend(p, static_cast<int>(n), MPI_BYTE, peer, tag, comm_, &r), "MPI_Isend", peer);
     sends_.push_back(r);
+    send_peers_.push_back(peer);
   }
   void irecv(void* p, std::size_t n, int peer, MPI_Request* r) {
     check_rc(MPI_Irecv(p, static_cast<int>(n), MPI_BYTE, peer, data_tag, comm_, r), "MPI_Irecv", peer);
@@ -325,6 +375,11 @@ class mpi_transport final : public transport {
                                       (peer >= 0 ? " rank " + std::to_string(peer) : std::string()) + " (rank " +
                                       std::to_string(rank_) + "; the peer is late, stuck, dead, or called something else)");
         const auto waited = now - start;
+        if (waited > query_after) {
+          if (peer >= 0) query(peer);
+          else
+            for (int p : send_peers_) query(p);
+        }
         if (waited > std::chrono::milliseconds(5)) std::this_thread::sleep_for(std::chrono::microseconds(50));
         else if (oversubscribed_ || waited > std::chrono::microseconds(100)) std::this_thread::yield();
       } else if (oversubscribed_) {
@@ -333,31 +388,106 @@ class mpi_transport final : public transport {
     }
   }
 
-  /// Takes in a failure notice from any peer, if one arrived.
+  /// What a query message holds after its leading query_code.
+  struct query_message {
+    std::uint64_t token;
+    call_signature sig;
+  };
+  /// The leading int of a query (failure notices lead with their errc, which is never negative).
+  static constexpr int query_code = -1;
+
+  /// Takes in the control messages that arrived: signature queries (compared with this rank's
+  /// record of the call) and a failure notice from any peer.
   void poll_control() {
-    int found = 0;
-    MPI_Message msg = MPI_MESSAGE_NULL;
-    MPI_Status st;
-    if (MPI_Improbe(MPI_ANY_SOURCE, control_tag, comm_, &found, &msg, &st) != MPI_SUCCESS || !found) {
-      if (notice_pending_) send_notices();
+    for (;;) {
+      int found = 0;
+      MPI_Message msg = MPI_MESSAGE_NULL;
+      MPI_Status st;
+      if (MPI_Improbe(MPI_ANY_SOURCE, control_tag, comm_, &found, &msg, &st) != MPI_SUCCESS || !found) {
+        if (notice_pending_) send_notices();
+        return;
+      }
+      int len = 0;
+      MPI_Get_count(&st, MPI_BYTE, &len);
+      std::string text(static_cast<std::size_t>(std::max(len, 0)), '\0');
+      MPI_Mrecv(text.data(), len, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
+      errc code = errc::aborted;
+      if (text.size() >= sizeof(int)) {
+        int c = 0;
+        std::memcpy(&c, text.data(), sizeof c);
+        if (c == query_code) {
+          if (text.size() == sizeof c + sizeof(query_message)) {
+            query_message q;
+            std::memcpy(&q, text.data() + sizeof c, sizeof q);
+            if (q.token == token_) answer(st.MPI_SOURCE, q.sig);
+          }
+          continue;
+        }
+        code = static_cast<errc>(c);
+        text.erase(0, sizeof c);
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      if (failed_.load(std::memory_order_relaxed)) return;
+      code_ = code;
+      why_ = text;
+      failed_.store(true, std::memory_order_release);  // a peer's failure: it told everyone already
       return;
     }
-    int len = 0;
-    MPI_Get_count(&st, MPI_BYTE, &len);
-    std::string text(static_cast<std::size_t>(std::max(len, 0)), '\0');
-    MPI_Mrecv(text.data(), len, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
-    errc code = errc::aborted;
-    if (text.size() >= sizeof(int)) {
-      int c = 0;
-      std::memcpy(&c, text.data(), sizeof c);
-      code = static_cast<errc>(c);
-      text.erase(0, sizeof c);
+  }
+
+  /// Sends `peer` this rank's signature of the current call, once per call and peer.
+  void query(int peer) {
+    if (current_.seq == 0 || peer == rank_ || queried_[static_cast<std::size_t>(peer)] == current_.seq) return;
+    queried_[static_cast<std::size_t>(peer)] = current_.seq;
+    auto buf = std::make_unique<std::byte[]>(sizeof(int) + sizeof(query_message));
+    const query_message q{token_, current_};
+    std::memcpy(buf.get(), &query_code, sizeof(int));
+    std::memcpy(buf.get() + sizeof(int), &q, sizeof q);
+    MPI_Request r = MPI_REQUEST_NULL;
+    if (MPI_Isend(buf.get(), static_cast<int>(sizeof(int) + sizeof q), MPI_BYTE, peer, control_tag, comm_, &r) ==
+        MPI_SUCCESS)
+      query_sends_.emplace_back(r, std::move(buf));
+  }
+
+  /// A peer waiting in call theirs.seq sent its signature: a difference from this rank's record of
+  /// that call fails the communicator (the notice tells the peer); a call this rank has not reached
+  /// is compared when it announces it.
+  void answer(int peer, const call_signature& theirs) {
+    if (theirs.seq > current_.seq) {
+      early_queries_.emplace_back(peer, theirs);
+      return;
     }
-    std::lock_guard<std::mutex> lock(mu_);
-    if (failed_.load(std::memory_order_relaxed)) return;
-    code_ = code;
-    why_ = text;
-    failed_.store(true, std::memory_order_release);  // a peer's failure: it told everyone already
+    const call_signature& mine = history_[theirs.seq % published_call_history];
+    if (mine.seq == theirs.seq && !(mine == theirs)) fail(errc::mismatch, disagreement(mine, theirs, peer));
+  }
+
+  /// The mismatch message for a message of rank `peer`'s call `theirs` that arrived in this rank's
+  /// call `mine`. A peer behind this rank is compared with this rank's record of its call, which
+  /// names the field they disagree on (not only that the calls are out of step).
+  std::string explain(const call_signature& mine, const call_signature& theirs, int peer) const {
+    const call_signature& then = history_[theirs.seq % published_call_history];
+    if (theirs.seq < mine.seq && then.seq == theirs.seq && !(then == theirs)) return disagreement(then, theirs, peer);
+    return describe_mismatch(mine, rank_, theirs, peer);
+  }
+
+  /// A message from a peer ahead of this call: sends it this call's signature and waits up to 2 s
+  /// for its notice naming the field they disagree on (it compares with its record of this call).
+  /// @throws collx::error with that notice when it comes (else the caller reports the sequence).
+  void await_answer(int peer) {
+    query(peer);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (!failed_.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until) {
+      poll_control();
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (failed_.load(std::memory_order_acquire)) rethrow_failure();
+  }
+
+  /// The mismatch message for this rank's call `mine` against rank `peer`'s `theirs`.
+  std::string disagreement(const call_signature& mine, const call_signature& theirs, int peer) const {
+    return describe_mismatch(mine, rank_, theirs, peer) + " (rank " + std::to_string(rank_) + "'s " + describe_call(mine) +
+           (current_.seq > mine.seq ? "; it has since gone on to call #" + std::to_string(current_.seq) : std::string()) +
+           ")";
   }
 
   /// Tells every peer this rank failed (once).
@@ -401,6 +531,7 @@ class mpi_transport final : public transport {
   std::atomic<std::thread::id> owner_{};
 
   std::vector<MPI_Request> sends_;                          // posted since the last wait_sends
+  std::vector<int> send_peers_;                             // their destinations
   std::vector<std::unique_ptr<std::byte[]>> first_buffers_;  // header + first piece of each send
   std::vector<std::byte> first_;                             // the received first message
   std::vector<std::byte> staging_[2];                        // later pieces, double-buffered
@@ -413,6 +544,14 @@ class mpi_transport final : public transport {
   std::string why_;
   std::unique_ptr<std::string> notice_;  // the control message; stays alive while it is being sent
   std::vector<MPI_Request> control_sends_;
+
+  // Signature queries (the owner thread only).
+  std::uint64_t token_ = 0;                                            // agreed at construction
+  call_signature current_;                                             // the call announced last
+  call_signature history_[published_call_history];                     // call k at k % history
+  std::vector<std::uint64_t> queried_;                                 // per peer: the call last queried
+  std::vector<std::pair<int, call_signature>> early_queries_;          // for calls not reached yet
+  std::vector<std::pair<MPI_Request, std::unique_ptr<std::byte[]>>> query_sends_;  // until delivered
 };
 
 /// A communicator over every rank of `comm` whose messages go over MPI (a private duplicate of
