@@ -287,10 +287,10 @@ TEST_CASE("device direct all-reduce: two-shot from the size where the cost model
   const double ratio = static_cast<double>(gpu::two_shot_crossover_bytes(8, slow)) /
                        static_cast<double>(gpu::two_shot_crossover_bytes(8, cost));
   CHECK(ratio == Approx(2.0).epsilon(1e-6));
-  // README's figures for the defaults: 600 kB on 8 ranks, 2.1 MB on 4, 4.7 MB on 3.
-  CHECK(static_cast<double>(gpu::two_shot_crossover_bytes(8, cost)) == Approx(600e3).epsilon(1e-5));
-  CHECK(static_cast<double>(gpu::two_shot_crossover_bytes(4, cost)) == Approx(2.1e6).epsilon(1e-5));
-  CHECK(static_cast<double>(gpu::two_shot_crossover_bytes(3, cost)) == Approx(4.725e6).epsilon(1e-5));
+  // README's figures for the defaults: 494 kB on 8 ranks, 1.7 MB on 4, 3.9 MB on 3.
+  CHECK(static_cast<double>(gpu::two_shot_crossover_bytes(8, cost)) == Approx(494.4e3).epsilon(1e-5));
+  CHECK(static_cast<double>(gpu::two_shot_crossover_bytes(4, cost)) == Approx(1.7304e6).epsilon(1e-5));
+  CHECK(static_cast<double>(gpu::two_shot_crossover_bytes(3, cost)) == Approx(3.8934e6).epsilon(1e-5));
   // The option's extremes: SIZE_MAX keeps every size one-shot, 1 sends every size two-shot.
   CHECK(gpu::direct_form_for(std::size_t{1} << 40, SIZE_MAX) == gpu::direct_form::one_shot);
   CHECK(gpu::direct_form_for(1, 1) == gpu::direct_form::two_shot);

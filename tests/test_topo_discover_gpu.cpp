@@ -5,6 +5,7 @@
 // calls, no device, and the machine's own libcudart (no GPU or driver here).
 #include <catch2/catch.hpp>
 
+#include <collx/topo/device_cost.hpp>
 #include <collx/topo/discover.hpp>
 #include <collx/topo/nccl_xml.hpp>
 #include <collx/topo/ring_search.hpp>
@@ -208,6 +209,23 @@ TEST_CASE("HGX H100 from the fake CUDA runtime and NVML: all 8 GPUs on the NVSwi
   CHECK(has_note(t, "0 GPU pair(s), 8 GPU(s) on NVSwitch"));
   CHECK(has_note(t, "GPU0 (0000:18:00.0) is not on PCI in sysfs: put under CPU0"));  // no GPU in this sysfs
   CHECK_FALSE(has_note(t, "no NVIDIA GPU on PCI"));
+  CHECK(nvml.open_sessions() == 0);
+}
+
+TEST_CASE("device all-reduce figures of the discovered machine: NVSwitch H100 against a PCIe pair") {
+  const fake_sysfs fs(false);
+  const nvml_probe nvml(COLLX_FAKE_NVML);
+  {
+    const fake_machine m("hgx-h100");
+    CHECK(discovered_device_direct_cost(fs.options()).peer_read_bytes_per_second == Approx(18 * 20.6e9).epsilon(1e-6));
+  }
+  {  // two A10Gs without peer access: host-staged, a few GB/s
+    const fake_machine m("pcie2");
+    const fake_sysfs with_gpus(true);
+    const auto pair = discovered_device_direct_cost(with_gpus.options());
+    CHECK(pair.peer_read_bytes_per_second < 10e9);
+    CHECK(pair.peer_read_bytes_per_second > 0.1e9);
+  }
   CHECK(nvml.open_sessions() == 0);
 }
 

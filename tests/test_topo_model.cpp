@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <collx/topo/cost_model.hpp>
+#include <collx/topo/device_cost.hpp>
 #include <collx/topo/nccl_tests.hpp>
 #include <collx/topo/nvidia_smi.hpp>
 #include <collx/topo/placement.hpp>
@@ -354,4 +355,46 @@ TEST_CASE("GPU models from PCI device ids (NCCL XML device=, sysfs), including t
     CHECK(a->name == name);
   }
   CHECK(gpu_arch_for_pci_device(0x0001) == nullptr);
+}
+
+TEST_CASE("device all-reduce form: the read rate and the two-shot crossover follow the wiring") {
+  namespace gpu = collx::gpu;
+  const gpu::direct_cost base;
+  // An HGX H100 (NVSwitch): every rank reads its peers over its 18 links at NCCL's 20.6 GB/s,
+  // which is collx's default, so the default threshold is this machine's.
+  const topology hgx = make_hgx_node(*find_gpu_arch("H100"));
+  const gpu::direct_cost on_hgx = device_direct_cost(hgx, hgx.gpus());
+  CHECK(on_hgx.peer_read_bytes_per_second == Approx(18 * 20.6e9).epsilon(1e-6));
+  CHECK(on_hgx.peer_read_bytes_per_second == Approx(base.peer_read_bytes_per_second).epsilon(1e-6));
+  CHECK(on_hgx.call_seconds == base.call_seconds);  // collx's own cost, not the wiring's
+  // The same machine as nvidia-smi printed it (DGX H100): the same rate.
+  const topology dgx_h100 = read_nvidia_smi(topo_fixture("dgx-h100-640gb-llminsights-topo-m-abbrev.txt"));
+  CHECK(device_direct_cost(dgx_h100, dgx_h100.gpus()).peer_read_bytes_per_second == Approx(18 * 20.6e9).epsilon(1e-6));
+  // Two A40s joined by an NVLink bridge (NV4): 4 links at NCCL's 12 GB/s for SM86.
+  const topology a40 = read_nvidia_smi(topo_fixture("a40x8-nvlink-bridged-pairs-llminsights-topo-m-abbrev.txt"));
+  CHECK(device_direct_cost(a40, {a40.gpu(0), a40.gpu(1)}).peer_read_bytes_per_second == Approx(4 * 12e9).epsilon(1e-6));
+  // DGX-1 V100 (hybrid cube mesh): each GPU has NVLinks to 4 of its 7 peers; the others sit across
+  // the sockets, host-staged at the model's calibrated rate, so a one-shot read of all 7 is far
+  // slower than the 6 links' 120 GB/s, and two-shot pays off at a much smaller size.
+  const topology dgx1 = read_nccl_topology(topo_fixture("dgx1-v100-como-nccl-topo.xml"), "dgx1");
+  const gpu::direct_cost on_dgx1 = device_direct_cost(dgx1, dgx1.gpus());
+  CHECK(on_dgx1.peer_read_bytes_per_second < 6 * 20e9);
+  CHECK(on_dgx1.peer_read_bytes_per_second > 0);
+  CHECK(gpu::two_shot_crossover_bytes(8, on_dgx1) < gpu::two_shot_crossover_bytes(8, on_hgx) / 4);
+  // A40s without a bridge between them: GPUs 0 and 2 meet through their CPU's PCIe (NODE), Gen4
+  // x16 at NCCL's 24 GB/s; adding 4 and 6 (SYS: across the sockets, host-staged) is slower still.
+  const gpu::direct_cost on_pcie = device_direct_cost(a40, {a40.gpu(0), a40.gpu(2)});
+  CHECK(on_pcie.peer_read_bytes_per_second == Approx(31.5e9 * collx::topo::pcie_efficiency).epsilon(1e-3));
+  const gpu::direct_cost on_sys = device_direct_cost(a40, {a40.gpu(0), a40.gpu(2), a40.gpu(4), a40.gpu(6)});
+  CHECK(on_sys.peer_read_bytes_per_second < on_pcie.peer_read_bytes_per_second * 3);
+  CHECK(gpu::two_shot_crossover_bytes(4, on_sys) < gpu::two_shot_crossover_bytes(4, on_hgx) / 10);
+  INFO("read rates GB/s: HGX " << on_hgx.peer_read_bytes_per_second / 1e9 << ", DGX-1 "
+                               << on_dgx1.peer_read_bytes_per_second / 1e9 << ", A40 over PCIe "
+                               << on_pcie.peer_read_bytes_per_second / 1e9 << ", 4 A40 across sockets "
+                               << on_sys.peer_read_bytes_per_second / 1e9);
+  // Fewer than two GPUs: nothing to read, the figures given come back.
+  gpu::direct_cost custom;
+  custom.peer_read_bytes_per_second = 1e9;
+  CHECK(device_direct_cost(hgx, {hgx.gpu(0)}, custom).peer_read_bytes_per_second == 1e9);
+  CHECK_THROWS_AS(device_direct_cost(hgx, {hgx.gpu(0), hgx.gpu(0)}), collx::error);
 }

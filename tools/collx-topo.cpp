@@ -8,6 +8,7 @@
 //
 // Run `collx-topo --help` for the options.
 #include <collx/topo/cost_model.hpp>
+#include <collx/topo/device_cost.hpp>
 #include <collx/topo/discover.hpp>
 #include <collx/topo/nccl_tests.hpp>
 #include <collx/topo/nccl_xml.hpp>
@@ -19,6 +20,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -112,6 +114,22 @@ std::string size_name(std::size_t b) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%g %s", v, u[k]);
   return buf;
+}
+
+// collx's device all-reduce on one node's GPUs: what a rank reads from its peers at once, and the
+// size from which two-shot beats one-shot (topo/device_cost.hpp). Empty with fewer than 2 GPUs.
+struct device_form_info {
+  int gpus = 0;
+  collx::gpu::direct_cost cost;
+  std::size_t two_shot_min = SIZE_MAX;
+};
+std::optional<device_form_info> device_form(const topology& node, const std::vector<int>& gpus, const model_options& mo) {
+  if (gpus.size() < 2 || static_cast<int>(gpus.size()) > collx::gpu::max_device_world) return std::nullopt;
+  device_form_info d;
+  d.gpus = static_cast<int>(gpus.size());
+  d.cost = device_direct_cost(node, gpus, {}, mo.routing);
+  d.two_shot_min = collx::gpu::two_shot_crossover_bytes(d.gpus, d.cost);
+  return d;
 }
 
 struct opts {
@@ -232,6 +250,9 @@ int show(const opts& o) {
   mo.routing.p2p = o.p2p;
   std::unique_ptr<model> m;
   if (!gpus.empty()) m = std::make_unique<model>(t, gpus, mo);
+  std::vector<int> node_gpus;  // the first node's GPUs of the selection: what one device communicator spans
+  if (o.gpus.empty()) node_gpus = node.gpus();
+  for (int i : o.gpus) node_gpus.push_back(node.gpu(i));
   std::vector<std::vector<int>> nccl_rings;
   if (!o.graph.empty()) {
     for (const nccl_graph& g : read_nccl_graph(slurp(o.graph), o.graph))
@@ -289,6 +310,10 @@ int show(const opts& o) {
         }
       std::printf("]");
     }
+    if (const auto d = device_form(node, node_gpus, mo))
+      std::printf(",\"device_allreduce\":{\"gpus\":%d,\"peer_read_GBps\":%s,\"two_shot_min_bytes\":%s}", d->gpus,
+                  json_GBps(d->cost.peer_read_bytes_per_second / 1e9).c_str(),
+                  d->two_shot_min == SIZE_MAX ? "null" : std::to_string(d->two_shot_min).c_str());
     std::printf("}\n");
     return 0;
   }
@@ -372,6 +397,13 @@ int show(const opts& o) {
   }
   const prediction big = m->best(collective::allreduce, show_sizes.back(), algos);
   std::printf("  bottleneck at %s: %s\n", size_name(show_sizes.back()).c_str(), big.bottleneck.c_str());
+  if (const auto d = device_form(node, node_gpus, mo)) {
+    std::printf("\ncollx's device all-reduce (gpu::all_reduce, one rank per GPU of a node): a rank reads its %d peer%s at %s GB/s;\n",
+                d->gpus - 1, d->gpus > 2 ? "s" : "", text_GBps(d->cost.peer_read_bytes_per_second / 1e9).c_str());
+    if (d->two_shot_min == SIZE_MAX) std::printf("  one-shot at every size\n");
+    else std::printf("  one-shot below %s, two-shot from there on (device_options::cost = topo::device_direct_cost(...))\n",
+                     size_name(d->two_shot_min).c_str());
+  }
   return 0;
 }
 

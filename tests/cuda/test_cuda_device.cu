@@ -4,7 +4,8 @@
 // device_sweep.cuh over 2, 3 and 4 ranks, chunked through a small staging buffer, plus the
 // failures: ranks that make different calls get errc::mismatch / errc::aborted, a rank that never
 // calls makes its peer time out, and later calls on a failed communicator fail at once; two-shot
-// all-reduce (forced at every size) against the same reference, and ranks that disagree on the form.
+// all-reduce (forced at every size) against the same reference, and rank 0's form threshold
+// holding for ranks whose options say otherwise.
 // Tagged [gpu]: without a device, gpu_test_main.cpp skips them.
 #include <catch2/catch.hpp>
 
@@ -139,26 +140,19 @@ TEST_CASE("gpu device collectives: two-shot all-reduce gives one-shot's bits", "
   }
 }
 
-TEST_CASE("gpu device collectives: ranks that choose different all-reduce forms fail with mismatch", "[gpu][cuda]") {
+TEST_CASE("gpu device collectives: rank 0's all-reduce form threshold holds for every rank", "[gpu][cuda]") {
   gpu::device_options opt;
-  opt.timeout = std::chrono::seconds(10);
+  opt.staging_bytes = 32 << 10;
+  opt.timeout = std::chrono::seconds(15);
   const auto problems = on_ranks(
-      2, opt, std::chrono::seconds(30),
+      3, opt, std::chrono::seconds(60),
       [](gpu::device_communicator& dc, cudaStream_t s, auto& out) {
-        float* buf = nullptr;
-        gpu::check(cudaMallocAsync(reinterpret_cast<void**>(&buf), 4096, s), "cudaMallocAsync");
-        gpu::all_reduce(dc, buf, buf, 1000, collx::ops::sum{}, s);  // rank 0 one-shot, rank 1 two-shot
-        try {
-          dc.synchronize(s);
-          out.push_back("rank " + std::to_string(dc.rank()) + ": one-shot against two-shot succeeded");
-        } catch (const collx::error& e) {
-          if (e.code() != collx::errc::mismatch && e.code() != collx::errc::aborted)
-            out.push_back("rank " + std::to_string(dc.rank()) + ": unexpected error: " + e.what());
-        }
-        cudaFreeAsync(buf, s);
-        cudaStreamSynchronize(s);
+        if (dc.two_shot_min_bytes() != 1)
+          out.push_back("rank " + std::to_string(dc.rank()) + ": two_shot_min_bytes " + std::to_string(dc.two_shot_min_bytes()) +
+                        ", not rank 0's 1");
+        collx_cuda_test::sweep_reductions<float>(dc, s, 9001, 0, 1, collx::ops::sum{}, out);
       },
-      [](int rank, gpu::device_options& o) { o.two_shot_min_bytes = rank == 0 ? SIZE_MAX : 1; });
+      [](int rank, gpu::device_options& o) { o.two_shot_min_bytes = rank == 0 ? 1 : SIZE_MAX; });
   require_none(problems);
 }
 

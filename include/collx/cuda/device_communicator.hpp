@@ -33,6 +33,7 @@
 
 #include <collx/all_gather.hpp>
 #include <collx/barrier.hpp>
+#include <collx/broadcast.hpp>
 #include <collx/communicator.hpp>
 #include <collx/cuda/device_plan.hpp>
 #include <collx/cuda/runtime.hpp>
@@ -53,11 +54,14 @@ struct device_options {
   /// communicator's timeout (COLLX_TIMEOUT).
   std::chrono::milliseconds timeout{0};
   /// All-reduces of at least this many bytes per rank (count x sizeof(T)) run two-shot, smaller
-  /// ones one-shot (direct_form in device_plan.hpp). 0: two_shot_crossover_bytes(size(),
-  /// direct_cost{}), the size from which the cost model predicts two-shot faster (never on two
-  /// ranks); SIZE_MAX: always one-shot; 1: always two-shot. Must be equal on every rank: ranks
-  /// that choose different forms for a call fail with errc::mismatch.
+  /// ones one-shot (direct_form in device_plan.hpp). 0: two_shot_crossover_bytes(size(), cost),
+  /// the size from which the cost model predicts two-shot faster (never on two ranks); SIZE_MAX:
+  /// always one-shot; 1: always two-shot. Rank 0's choice holds for every rank (sent to the others
+  /// when the communicator is created), so ranks cannot disagree on a call's form.
   std::size_t two_shot_min_bytes = 0;
+  /// The figures two_shot_min_bytes = 0 decides by: by default an NVSwitch H100/H200;
+  /// topo::device_direct_cost (collx/topo/device_cost.hpp) derives them from a machine's wiring.
+  direct_cost cost{};
 };
 
 /// What a kernel needs to reach every rank's workspace (passed by value to the kernels).
@@ -142,7 +146,11 @@ class device_communicator {
       all_gather<algo::direct>(host, std::span<const peer_record>(&mine, 1), std::span<peer_record>(records_));
       check_records(records_, rank());
       blocks_ = block_cap(records_);
-      two_shot_min_bytes_ = opt.two_shot_min_bytes != 0 ? opt.two_shot_min_bytes : two_shot_crossover_bytes(host.size(), direct_cost{});
+      // Rank 0's form threshold for every rank: ranks that chose differently would fail each call.
+      std::uint64_t two_shot = opt.two_shot_min_bytes != 0 ? opt.two_shot_min_bytes
+                                                           : two_shot_crossover_bytes(host.size(), opt.cost);
+      collx::broadcast<algo::direct>(host, std::span<std::uint64_t>(&two_shot, 1), 0);
+      two_shot_min_bytes_ = static_cast<std::size_t>(two_shot);
       open_peers();
       barrier(host);  // every rank has mapped every workspace: nobody frees one still being opened
     } catch (...) {

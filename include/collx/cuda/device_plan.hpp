@@ -430,10 +430,11 @@ struct direct_cost {
   /// chunk. Default 7 us: a staged call of 8 B - 64 KiB took 6.5 - 8.6 us on an H200
   /// (bench/results/h200-1gpu.md).
   double call_seconds = 7e-6;
-  /// Bytes per second one rank reads from all its peers at once. Default 450 GB/s: one direction
-  /// of an H100/H200 SXM's NVLink 4 (18 links x 25 GB/s, NVIDIA H100 Tensor Core GPU datasheet),
-  /// all of which NVSwitch gives to any mix of peers.
-  double peer_read_bytes_per_second = 450e9;
+  /// Bytes per second one rank reads from all its peers at once. Default 370.8 GB/s: an H100/H200
+  /// SXM on NVSwitch, 18 NVLink 4 links at the 20.6 GB/s NCCL assumes a collective reaches on each
+  /// (src/graph/topo.h; the datasheet's 25 GB/s per link and direction), all of which NVSwitch
+  /// gives to any mix of peers; what topo::device_direct_cost computes for such a machine.
+  double peer_read_bytes_per_second = 18 * 20.6e9;
 };
 
 /// Predicted seconds of an all-reduce of `bytes` per rank on `world` ranks in form `f`.

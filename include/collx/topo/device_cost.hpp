@@ -1,0 +1,66 @@
+/// @file topo/device_cost.hpp
+/// The machine's wiring in the choice between one-shot and two-shot of collx's device all-reduce
+/// (gpu::direct_form, cuda/device_plan.hpp): what a rank reads from all its peers at once, from the
+/// topology model's routes and link figures, instead of collx's default (an NVSwitch H100/H200).
+/// Plain C++: it needs neither CUDA nor a GPU. Use it as
+///
+///     gpu::device_options o;
+///     o.cost = collx::topo::device_direct_cost(collx::topo::discover(), gpus);  // or a topology file
+///     gpu::device_communicator dc(host, o);
+///
+/// where `gpus` are the ranks' GPU vertices in rank order (discovered_device_direct_cost does it
+/// for every GPU this process sees). Rank 0's figures decide for every rank.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <vector>
+
+#include <collx/cuda/device_plan.hpp>
+#include <collx/topo/cost_model.hpp>
+#include <collx/topo/discover.hpp>
+
+namespace collx {
+inline namespace v0 {
+namespace topo {
+
+/// gpu::direct_cost for collx's device communicator with one rank on each of `gpus` (GPU vertex
+/// ids of `t` in rank order, distinct, ranks of one machine contiguous): call_seconds from `base`
+/// (collx's own launch and barrier cost, not a link property), peer_read_bytes_per_second the rate
+/// at which the slowest rank reads from all its peers at once in a one-shot all-reduce: world - 1
+/// inputs over the model's busiest link for those flows (link sharing counted, NCCL's achievable
+/// link figures; a pair without peer access is host-staged, as the router decides). `base` when
+/// there are fewer than two GPUs. `routing`: peer access as the router sees it (route_options).
+/// @throws collx::error (errc::invalid_argument) for GPUs the model rejects (not GPU vertices,
+///         repeated, or machines not contiguous).
+inline gpu::direct_cost device_direct_cost(const topology& t, const std::vector<int>& gpus, gpu::direct_cost base = {},
+                                           const route_options& routing = {}) {
+  if (gpus.size() < 2) return base;
+  model_options o;
+  o.routing = routing;
+  o.search = false;  // only routes matter here, not rings
+  model m(t, gpus, o);
+  // One-shot flows (every rank sends its whole input to every peer) at a size the model runs
+  // one-shot; bandwidth time is linear in the size.
+  const std::size_t probe = 4096;
+  const prediction p = m.predict(collective::allreduce, algo::direct, protocol::simple, probe);
+  if (!p.valid || !(p.bandwidth_s > 0)) return base;
+  base.peer_read_bytes_per_second = static_cast<double>(gpus.size() - 1) * static_cast<double>(probe) / p.bandwidth_s;
+  return base;
+}
+
+/// device_direct_cost for every GPU this process sees (topo::discover with `o`), in CUDA device
+/// order: the ranks of a device communicator with one rank per GPU of this machine. `base` when
+/// this process sees fewer than two GPUs (e.g. CUDA_VISIBLE_DEVICES limits each rank to its own).
+inline gpu::direct_cost discovered_device_direct_cost(const discover_options& o = {}, gpu::direct_cost base = {}) {
+  const topology t = discover(o);
+  std::vector<int> gpus = t.gpus();
+  std::sort(gpus.begin(), gpus.end(), [&](int a, int b) {
+    return t.vertices[static_cast<std::size_t>(a)].index < t.vertices[static_cast<std::size_t>(b)].index;
+  });
+  return device_direct_cost(t, gpus, base);
+}
+
+}  // namespace topo
+}  // namespace v0
+}  // namespace collx
