@@ -72,6 +72,22 @@ std::vector<std::string> on_ranks(int world, gpu::device_options opt, std::chron
   return all;
 }
 
+// Element counts of the sweeps: 9001 takes several chunks of 16 KiB slots.
+constexpr std::size_t sweep_counts[] = {1, 5, 1000, 9001};
+
+// The reductions (all_reduce in and out of place, reduce, reduce_scatter) over float, half and two
+// struct types with their ops, every count, aligned and misaligned; `call` numbers the inputs.
+void reduction_sweep(gpu::device_communicator& dc, cudaStream_t s, int& call, std::vector<std::string>& out) {
+  for (std::size_t count : sweep_counts)
+    for (std::size_t offset : {std::size_t{0}, std::size_t{1}}) {
+      ++call;
+      collx_cuda_test::sweep_reductions<float>(dc, s, count, offset, call, collx::ops::sum{}, out);
+      collx_cuda_test::sweep_reductions<collx::half>(dc, s, count, offset, call, collx::ops::sum{}, out);
+      collx_cuda_test::sweep_reductions<affine>(dc, s, count, offset, call, then_op{}, out);
+      collx_cuda_test::sweep_reductions<triple>(dc, s, count, offset, call, triple_op{}, out);
+    }
+}
+
 void require_none(const std::vector<std::string>& problems) {
   for (const auto& p : problems) UNSCOPED_INFO(p);
   CHECK(problems.empty());
@@ -90,13 +106,10 @@ TEST_CASE("gpu device collectives: reference sweep, ranks as threads", "[gpu][cu
         if (peer != dc.rank() && dc.path_to_peer(peer) != gpu::peer_path::same_process)
           out.push_back("rank " + std::to_string(dc.rank()) + ": peer " + std::to_string(peer) + " not reached in-process");
       int call = 0;
-      for (std::size_t count : {std::size_t{1}, std::size_t{5}, std::size_t{1000}, std::size_t{9001}})
+      reduction_sweep(dc, s, call, out);
+      for (std::size_t count : sweep_counts)
         for (std::size_t offset : {std::size_t{0}, std::size_t{1}}) {
           ++call;
-          collx_cuda_test::sweep_reductions<float>(dc, s, count, offset, call, collx::ops::sum{}, out);
-          collx_cuda_test::sweep_reductions<collx::half>(dc, s, count, offset, call, collx::ops::sum{}, out);
-          collx_cuda_test::sweep_reductions<affine>(dc, s, count, offset, call, then_op{}, out);
-          collx_cuda_test::sweep_reductions<triple>(dc, s, count, offset, call, triple_op{}, out);
           collx_cuda_test::sweep_copies<float>(dc, s, count, offset, call, out);
           collx_cuda_test::sweep_copies<triple>(dc, s, count, offset, call, out);
         }
@@ -128,14 +141,7 @@ TEST_CASE("gpu device collectives: two-shot all-reduce gives one-shot's bits", "
     require_none(on_ranks(world, opt, std::chrono::seconds(60), [](gpu::device_communicator& dc, cudaStream_t s, auto& out) {
       if (dc.two_shot_min_bytes() != 1) out.push_back("two_shot_min_bytes was not taken from the options");
       int call = 0;
-      for (std::size_t count : {std::size_t{1}, std::size_t{5}, std::size_t{1000}, std::size_t{9001}})
-        for (std::size_t offset : {std::size_t{0}, std::size_t{1}}) {
-          ++call;
-          collx_cuda_test::sweep_reductions<float>(dc, s, count, offset, call, collx::ops::sum{}, out);
-          collx_cuda_test::sweep_reductions<collx::half>(dc, s, count, offset, call, collx::ops::sum{}, out);
-          collx_cuda_test::sweep_reductions<affine>(dc, s, count, offset, call, then_op{}, out);
-          collx_cuda_test::sweep_reductions<triple>(dc, s, count, offset, call, triple_op{}, out);
-        }
+      reduction_sweep(dc, s, call, out);
     }));
   }
 }
