@@ -3,7 +3,8 @@
 //      per message, custom and non-commutative ops, send/recv, async calls;
 //   2. the hierarchy (collx::mpi::connect_hierarchical): shared memory inside a "node"
 //      (COLLX_NODE_ID per rank), MPI across nodes, algo::hierarchical and algo::automatic;
-//   3. failures: a count mismatch reaches every rank as errc::mismatch, also where no message
+//   3. a slow rank in a correct program is not taken for a mismatch (the signature queries);
+//   4. failures: a count mismatch reaches every rank as errc::mismatch, also where no message
 //      shows it (one rank's count is 0: it sends nothing and returns at once), and abort() from
 //      another thread wakes a waiting rank and its peers, all within seconds, not at the timeout.
 // Every result is compared with the sequential rank-order reference of tests/reference.hpp
@@ -258,6 +259,61 @@ void silent_mismatch(collx::communicator& c, std::chrono::milliseconds pause) {
   check(s < 10.0, "silent mismatch reported in " + std::to_string(s) + " s (timeout is 60 s)");
 }
 
+// A correct program with a slow rank: the last rank sleeps 120 ms before each call, so the others
+// wait past the query threshold (50 ms) and ask it, in calls where it sends nothing to some peers
+// (count 0 everywhere, a root that only sends, a v-form block of 0) and around point-to-point
+// messages, over a plain MPI communicator and a hierarchical one. The queries must not read as a
+// mismatch: every call succeeds with the reference result.
+void slow_but_correct(collx::communicator& c) {
+  const int n = c.size(), r = c.rank();
+  const size_t ur = static_cast<size_t>(r);
+  auto slow = [&] {
+    if (r == n - 1) std::this_thread::sleep_for(std::chrono::milliseconds(120));
+  };
+  try {
+    const auto in = ref::gen_ranks<std::int32_t>(n, 777, ref::flavor::general, 31);
+    std::vector<std::int32_t> out(777);
+    slow();
+    collx::allreduce<collx::algo::tree>(c, std::span<const std::int32_t>(in[ur]), std::span<std::int32_t>(out));
+    check_same<std::int32_t>(out, folded<std::int32_t, collx::ops::sum>(in, 0, 777), "slow rank: allreduce");
+    std::vector<std::int32_t> none;
+    slow();
+    collx::allreduce(c, std::span<std::int32_t>(none));  // count 0 on every rank
+    std::vector<std::int32_t> b = in[ur];
+    slow();
+    collx::broadcast<collx::algo::direct>(c, std::span<std::int32_t>(b), n - 1);  // the slow rank only sends
+    check_same<std::int32_t>(b, in[static_cast<size_t>(n - 1)], "slow rank: broadcast from it");
+    b = in[ur];
+    slow();
+    collx::broadcast<collx::algo::direct>(c, std::span<std::int32_t>(b), 0);
+    check_same<std::int32_t>(b, in[0], "slow rank: broadcast to it");
+    std::vector<size_t> counts(static_cast<size_t>(n), 5);
+    counts[0] = 0;  // rank 0's block is empty
+    std::vector<std::int32_t> mine(counts[ur], r + 1), all(5 * static_cast<size_t>(n - 1));
+    slow();
+    collx::all_gather_v(c, std::span<const std::int32_t>(mine), std::span<std::int32_t>(all), std::span<const size_t>(counts));
+    bool gathered = true;
+    for (size_t i = 0; i < all.size(); ++i) gathered = gathered && all[i] == static_cast<std::int32_t>(i / 5 + 2);
+    check(gathered, "slow rank: all_gather_v with an empty block");
+    if (n >= 2 && r < 2) {  // point-to-point between collectives, ranks 0 and 1 only
+      std::vector<std::int32_t> msg(10, 7);
+      if (r == 0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(120));
+        collx::send(c, std::span<const std::int32_t>(msg), 1);
+      } else {
+        std::vector<std::int32_t> got(10);
+        collx::recv(c, std::span<std::int32_t>(got), 0);
+        check(got == msg, "slow rank: send/recv");
+      }
+    }
+    slow();
+    collx::barrier(c);
+    check(true, "slow rank: no call failed");
+  } catch (const collx::error& e) {
+    check(false, std::string("slow rank: a correct call failed: ") + e.what());
+  }
+}
+
 // Rank 0 waits for a message nobody sends; another thread aborts its communicator.
 void abort_wakes(collx::communicator& c) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -307,6 +363,14 @@ int main(int argc, char** argv) {
     {
       collx::communicator c = collx::mpi::connect_hierarchical(MPI_COMM_WORLD);
       mismatch(c);
+    }
+    {
+      collx::communicator c = collx::mpi::connect(MPI_COMM_WORLD);
+      slow_but_correct(c);
+    }
+    {
+      collx::communicator c = collx::mpi::connect_hierarchical(MPI_COMM_WORLD);
+      slow_but_correct(c);
     }
     {
       collx::communicator c = collx::mpi::connect(MPI_COMM_WORLD);

@@ -297,9 +297,9 @@ int show(const opts& o) {
         std::printf(",\"nccl_rings\":{\"channels\":%zu,\"min_channel_GBps\":%s,\"total_GBps\":%s}", nccl_rings.size(),
                     json_GBps(e.min_channel_GBps).c_str(), json_GBps(e.total_GBps).c_str());
       }
-      std::printf(",\"allreduce\":[");
+      std::printf(",\"allreduce\":[");  // empty for one GPU: no data moves between GPUs
       bool first = true;
-      for (std::size_t b : show_sizes)
+      for (std::size_t b : m->ranks() > 1 ? show_sizes : std::vector<std::size_t>{})
         for (algo a : {algo::ring, algo::double_tree, algo::hierarchical, algo::direct}) {
           const prediction p = m->best(collective::allreduce, b, {a});
           if (!p.valid) continue;
