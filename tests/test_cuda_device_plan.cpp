@@ -97,6 +97,10 @@ TEST_CASE("device failures: messages name the rank, the peer and the field", "[c
   s.failure = static_cast<std::uint32_t>(gpu::device_failure::peer_failed);
   CHECK(gpu::describe_failure(s, 0).find("rank 3 failed first") != std::string::npos);
   CHECK(gpu::errc_of(gpu::device_failure::peer_failed) == collx::errc::aborted);
+
+  s.failure = static_cast<std::uint32_t>(gpu::device_failure::rejected);
+  CHECK(gpu::describe_failure(s, 2).find("rank 2 rejected a call's arguments") != std::string::npos);
+  CHECK(gpu::errc_of(gpu::device_failure::rejected) == collx::errc::invalid_argument);
   s.failure = 0;
   CHECK(gpu::describe_failure(s, 0).empty());
 }
@@ -295,4 +299,76 @@ TEST_CASE("device direct all-reduce: two-shot from the size where the cost model
   CHECK(gpu::direct_form_for(std::size_t{1} << 40, SIZE_MAX) == gpu::direct_form::one_shot);
   CHECK(gpu::direct_form_for(1, 1) == gpu::direct_form::two_shot);
   CHECK(std::string(gpu::direct_form_name(gpu::direct_form::two_shot)) == "two-shot");
+}
+
+TEST_CASE("device all_to_all_v: layouts, and the kernel's chunks move every element of every block once", "[cuda]") {
+  // send[q][d]: what rank q sends rank d (zeros, ones, blocks longer than a chunk, uneven).
+  const std::vector<std::vector<std::size_t>> send = {{3, 0, 5000, 1}, {0, 0, 2, 4097}, {17, 1, 0, 3}, {9000, 4, 4, 0}};
+  const int world = static_cast<int>(send.size());
+  const auto uz = [](int i) { return static_cast<std::size_t>(i); };
+  const std::size_t vec = 4, slot_bytes = 4096;
+  std::vector<gpu::a2a_layout> lay;
+  std::size_t longest = 0;
+  for (int r = 0; r < world; ++r) {
+    std::vector<std::size_t> recv;
+    for (int q = 0; q < world; ++q) recv.push_back(send[uz(q)][uz(r)]);
+    lay.push_back(gpu::make_a2a_layout(send[uz(r)].data(), send[uz(r)].size(), recv.data(), recv.size(), world, r, "test"));
+    for (std::size_t c : send[uz(r)]) longest = std::max(longest, c);
+  }
+  CHECK(lay[1].send_displs[3] == 2);  // after its blocks of 0, 0 and 2 elements
+  CHECK(lay[1].recv_displs[3] == 1);  // after rank 2's 1 element
+  CHECK(lay[1].recv_total == 5);
+  // The kernel's cut (all_to_all_v's host code): a full chunk of `world` rows fills a slot.
+  const gpu::chunk_plan full = gpu::plan_chunks(SIZE_MAX / 2, 4, uz(world), vec, slot_bytes, 5);
+  REQUIRE(full.chunk % vec == 0);
+  const std::size_t chunks = (longest + full.chunk - 1) / full.chunk;
+  // Element i of rank q's block for rank d is tagged (q, send_displs + i); each rank's recv must get
+  // every tag once, in the place recv_displs says.
+  using tag = std::pair<int, std::size_t>;
+  std::vector<std::vector<int>> written(uz(world));
+  std::vector<std::vector<tag>> got(uz(world));
+  for (int r = 0; r < world; ++r) {
+    written[uz(r)].assign(lay[uz(r)].recv_total, 0);
+    got[uz(r)].assign(lay[uz(r)].recv_total, {-1, 0});
+  }
+  for (std::size_t c = 0; c < chunks; ++c) {
+    const std::size_t cb = c * full.chunk, n = std::min(longest, cb + full.chunk) - cb;
+    for (unsigned b = 0; b < full.blocks; ++b) {
+      const auto r = gpu::range_of_block(n, full.blocks, b, vec);
+      // stage: slot[q][d * chunk + i] = tag of rank q's element send_displs[d] + cb + i
+      std::vector<std::vector<tag>> slot(uz(world), std::vector<tag>(uz(world) * full.chunk, {-1, 0}));
+      for (int q = 0; q < world; ++q)
+        for (int d = 0; d < world; ++d) {
+          const auto rr = gpu::clip_to_row(r, cb, lay[uz(q)].send_counts[d]);
+          for (std::size_t i = rr.begin; i < rr.end; ++i) slot[uz(q)][uz(d) * full.chunk + i] = {q, lay[uz(q)].send_displs[d] + cb + i};
+        }
+      // consume at every rank: row `me` of rank q's slot goes to recv_displs[q] + cb + i
+      for (int me = 0; me < world; ++me)
+        for (int q = 0; q < world; ++q) {
+          const auto rr = gpu::clip_to_row(r, cb, lay[uz(me)].recv_counts[q]);
+          for (std::size_t i = rr.begin; i < rr.end; ++i) {
+            const std::size_t at = lay[uz(me)].recv_displs[q] + cb + i;
+            ++written[uz(me)][at];
+            got[uz(me)][at] = slot[uz(q)][uz(me) * full.chunk + i];
+          }
+        }
+    }
+  }
+  for (int me = 0; me < world; ++me) {
+    INFO("rank " << me);
+    CHECK(std::count(written[uz(me)].begin(), written[uz(me)].end(), 1) == static_cast<long>(lay[uz(me)].recv_total));
+    bool placed = true;
+    for (int q = 0; q < world; ++q)
+      for (std::size_t i = 0; i < send[uz(q)][uz(me)]; ++i)
+        placed = placed && got[uz(me)][lay[uz(me)].recv_displs[q] + i] == tag{q, lay[uz(q)].send_displs[me] + i};
+    CHECK(placed);
+  }
+  // Bad lists: the wrong length, a self count that differs.
+  const std::size_t two[] = {1, 2}, three[] = {1, 2, 3}, other[] = {1, 5, 3};
+  CHECK_THROWS_AS(gpu::make_a2a_layout(two, 2, three, 3, 3, 0, "t"), collx::error);
+  CHECK_THROWS_AS(gpu::make_a2a_layout(three, 3, other, 3, 3, 1, "t"), collx::error);
+  CHECK_NOTHROW(gpu::make_a2a_layout(three, 3, other, 3, 3, 0, "t"));
+  CHECK(gpu::make_a2a_layout(three, 3, other, 3, 3, 0, "t").offsets_aligned16(1) == false);
+  const std::size_t fours[] = {4, 8, 0};
+  CHECK(gpu::make_a2a_layout(fours, 3, fours, 3, 3, 2, "t").offsets_aligned16(4));
 }

@@ -290,6 +290,53 @@ void sweep_v_forms(collx::gpu::device_communicator& dc, cudaStream_t s, std::siz
   }
 }
 
+/// The elements rank q sends rank d in the all_to_all_v sweep: zeros, single elements, and blocks
+/// longer than `base` (which the tests set past one staging chunk), different for every pair.
+/// `aligned`: multiples of 16 bytes, so every block offset allows 16-byte accesses.
+template <class T>
+std::size_t sweep_a2a_count(int q, int d, std::size_t base, bool aligned) {
+  const std::size_t k = static_cast<std::size_t>((q * 7 + d * 3) % 5);
+  const std::size_t c = k == 0 ? 0 : k == 1 ? 1 : base + k * 13 + static_cast<std::size_t>(q + d);
+  const std::size_t per16 = 16 % sizeof(T) == 0 ? 16 / sizeof(T) : 16;
+  return aligned ? (c + per16 - 1) / per16 * per16 : c;
+}
+
+/// all_to_all_v on T with counts from sweep_a2a_count, buffers at `offset`: element i of rank q's
+/// block for rank d is sweep_value(q, displacement of that block + i). Appends problems to `out`.
+template <class T>
+void sweep_all_to_all_v(collx::gpu::device_communicator& dc, cudaStream_t s, std::size_t base, bool aligned,
+                        std::size_t offset, int call, std::vector<std::string>& out) {
+  namespace gpu = collx::gpu;
+  const int n = dc.size(), me = dc.rank();
+  const std::string tag = std::string(collx::detail::type_name<T>()) + " all_to_all_v base " + std::to_string(base) +
+                          (aligned ? " aligned" : " odd") + " offset " + std::to_string(offset) + " rank " +
+                          std::to_string(me) + ": ";
+  auto note = [&](std::string p) { if (!p.empty()) out.push_back(std::move(p)); };
+  std::vector<std::size_t> send_counts, recv_counts;
+  for (int d = 0; d < n; ++d) send_counts.push_back(sweep_a2a_count<T>(me, d, base, aligned));
+  for (int q = 0; q < n; ++q) recv_counts.push_back(sweep_a2a_count<T>(q, me, base, aligned));
+  // Where rank q's block for me starts in rank q's send buffer.
+  auto send_displ = [&](int q, int d) {
+    std::size_t at = 0;
+    for (int k = 0; k < d; ++k) at += sweep_a2a_count<T>(q, k, base, aligned);
+    return at;
+  };
+  std::size_t send_total = 0;
+  for (std::size_t c : send_counts) send_total += c;
+  const auto mine = sweep_input<T>(me, send_total, call);
+  std::vector<T> want;
+  for (int q = 0; q < n; ++q) {
+    const std::size_t from = send_displ(q, me);
+    for (std::size_t i = 0; i < recv_counts[static_cast<std::size_t>(q)]; ++i) want.push_back(sweep_value<T>(q, from + i, call));
+  }
+  sweep_buffer<T> in(send_total, offset, s), res(want.size(), offset, s);
+  in.set(mine);
+  gpu::all_to_all_v(dc, in.data(), std::span<const std::size_t>(send_counts), res.data(), std::span<const std::size_t>(recv_counts), s);
+  note(sweep_sync(dc, s, tag + "all_to_all_v"));
+  note(res.compare(want, tag + "all_to_all_v"));
+  note(in.compare(mine, tag + "all_to_all_v input"));
+}
+
 /// The zero-copy forms on a registered window: all_reduce, reduce_scatter, all_gather and broadcast
 /// at element offsets 0 and 1 of every rank's window (whose element i holds sweep_value(rank, i)).
 /// The same allocation is registered twice (offset windows); `ipc` says whether the peers are other

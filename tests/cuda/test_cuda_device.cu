@@ -3,7 +3,8 @@
 // for every rank, or one device per rank when there are enough): the reference sweep of
 // device_sweep.cuh over 2, 3 and 4 ranks, chunked through a small staging buffer, plus the
 // failures: ranks that make different calls get errc::mismatch / errc::aborted, a rank that never
-// calls makes its peer time out, and later calls on a failed communicator fail at once; two-shot
+// calls makes its peer time out, all_to_all_v counts that disagree fail on every rank, a rank that rejects a call's arguments ends its peers' calls at
+// once, and later calls on a failed communicator fail at once; two-shot
 // all-reduce (forced at every size) against the same reference, and rank 0's form threshold
 // holding for ranks whose options say otherwise.
 // Tagged [gpu]: without a device, gpu_test_main.cpp skips them.
@@ -120,6 +121,8 @@ TEST_CASE("gpu device collectives: reference sweep, ranks as threads", "[gpu][cu
             collx_cuda_test::sweep_v_forms<float>(dc, s, base, aligned, offset, call, collx::ops::sum{}, out);
             collx_cuda_test::sweep_v_forms<affine>(dc, s, base, aligned, offset, call, then_op{}, out);
             collx_cuda_test::sweep_v_forms<collx::half>(dc, s, base, aligned, offset, call, collx::ops::sum{}, out);
+            collx_cuda_test::sweep_all_to_all_v<float>(dc, s, base, aligned, offset, call, out);
+            collx_cuda_test::sweep_all_to_all_v<triple>(dc, s, base, aligned, offset, call, out);
           }
       for (std::size_t count : {std::size_t{3}, std::size_t{5000}}) {
         collx_cuda_test::sweep_windows<float>(dc, s, count, ++call, collx::ops::sum{}, false, out);
@@ -204,6 +207,32 @@ TEST_CASE("gpu device collectives: mismatched calls fail on every rank instead o
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));  // well before the timeout
 }
 
+TEST_CASE("gpu device all_to_all_v: counts that disagree fail with mismatch on every rank", "[gpu][cuda]") {
+  gpu::device_options opt;
+  opt.timeout = std::chrono::seconds(20);
+  const auto t0 = std::chrono::steady_clock::now();
+  require_none(on_ranks(3, opt, std::chrono::seconds(60), [](gpu::device_communicator& dc, cudaStream_t s, auto& out) {
+    float* buf = nullptr;
+    gpu::check(cudaMallocAsync(reinterpret_cast<void**>(&buf), 1 << 20, s), "cudaMallocAsync");
+    std::vector<std::size_t> send_counts(3, 1000), recv_counts(3, 1000);
+    if (dc.rank() == 2) recv_counts[0] = 999;  // rank 0 sends 1000
+    gpu::all_to_all_v(dc, buf, std::span<const std::size_t>(send_counts), buf + 4000, std::span<const std::size_t>(recv_counts), s);
+    try {
+      dc.synchronize(s);
+      out.push_back("rank " + std::to_string(dc.rank()) + ": disagreeing counts succeeded");
+    } catch (const collx::error& e) {
+      const std::string what = e.what();
+      const bool expected = dc.rank() == 2 ? e.code() == collx::errc::mismatch && what.find("rank 0 sends 1000") != std::string::npos &&
+                                                 what.find("recv_counts[0] is 999") != std::string::npos
+                                           : e.code() == collx::errc::aborted;
+      if (!expected) out.push_back("rank " + std::to_string(dc.rank()) + ": unexpected error: " + what);
+    }
+    cudaFreeAsync(buf, s);
+    cudaStreamSynchronize(s);
+  }));
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));  // not the 20 s timeout
+}
+
 TEST_CASE("gpu device collectives: a rank that never calls makes its peer time out", "[gpu][cuda]") {
   gpu::device_options opt;
   opt.timeout = std::chrono::milliseconds(500);
@@ -226,31 +255,85 @@ TEST_CASE("gpu device collectives: a rank that never calls makes its peer time o
   require_none(problems);
 }
 
-TEST_CASE("gpu device collectives: bad arguments fail before any launch", "[gpu][cuda]") {
-  const auto problems = on_ranks(2, {}, std::chrono::seconds(30), [](gpu::device_communicator& dc, cudaStream_t s, auto& out) {
-    float* buf = nullptr;
-    gpu::check(cudaMallocAsync(reinterpret_cast<void**>(&buf), 4096, s), "cudaMallocAsync");  // never a device-wide sync: see device_sweep.cuh
-    auto expect_invalid = [&](const char* what, auto&& call) {
+TEST_CASE("gpu device collectives: bad arguments are rejected before any launch and end the communicator", "[gpu][cuda]") {
+  // Every rank makes the same bad call (the common case: the same code on every rank).
+  struct bad_call {
+    const char* what;
+    void (*call)(gpu::device_communicator&, float*, cudaStream_t);
+  };
+  const bad_call cases[] = {
+      {"root 2 of 2", [](gpu::device_communicator& dc, float* buf, cudaStream_t s) { gpu::broadcast(dc, buf, buf, 4, 2, s); }},
+      {"root -1", [](gpu::device_communicator& dc, float* buf, cudaStream_t s) { gpu::reduce(dc, buf, buf, 4, -1, collx::ops::sum{}, s); }},
+      {"null recv", [](gpu::device_communicator& dc, float* buf, cudaStream_t s) { gpu::all_reduce<float>(dc, buf, nullptr, 4, collx::ops::sum{}, s); }},
+      {"partial overlap", [](gpu::device_communicator& dc, float* buf, cudaStream_t s) { gpu::all_reduce(dc, buf, buf + 1, 4, collx::ops::sum{}, s); }},
+      {"reduce_scatter overlap",
+       [](gpu::device_communicator& dc, float* buf, cudaStream_t s) { gpu::reduce_scatter(dc, buf, buf + 2, 4, collx::ops::sum{}, s); }},
+      {"all_gather overlap", [](gpu::device_communicator& dc, float* buf, cudaStream_t s) { gpu::all_gather(dc, buf, buf + 1, 4, s); }},
+      {"all_gather_v with 3 counts for 2 ranks",
+       [](gpu::device_communicator& dc, float* buf, cudaStream_t s) {
+         const std::size_t counts[] = {1, 1, 1};
+         gpu::all_gather_v(dc, buf, buf + 8, std::span<const std::size_t>(counts), s);
+       }},
+  };
+  for (const bad_call& c : cases) {
+    INFO(c.what);
+    require_none(on_ranks(2, {}, std::chrono::seconds(30), [&](gpu::device_communicator& dc, cudaStream_t s, auto& out) {
+      const std::string me = "rank " + std::to_string(dc.rank()) + ", " + c.what + ": ";
+      float* buf = nullptr;
+      gpu::check(cudaMallocAsync(reinterpret_cast<void**>(&buf), 4096, s), "cudaMallocAsync");  // never a device-wide sync: see device_sweep.cuh
       try {
-        call();
-        out.push_back(std::string(what) + " was accepted");
+        c.call(dc, buf, s);
+        out.push_back(me + "accepted");
       } catch (const collx::error& e) {
-        if (e.code() != collx::errc::invalid_argument) out.push_back(std::string(what) + ": " + e.what());
+        if (e.code() != collx::errc::invalid_argument) out.push_back(me + e.what());
       }
-    };
-    expect_invalid("root 2 of 2", [&] { gpu::broadcast(dc, buf, buf, 4, 2, s); });
-    expect_invalid("root -1", [&] { gpu::reduce(dc, buf, buf, 4, -1, collx::ops::sum{}, s); });
-    expect_invalid("null recv", [&] { gpu::all_reduce<float>(dc, buf, nullptr, 4, collx::ops::sum{}, s); });
-    expect_invalid("partial overlap", [&] { gpu::all_reduce(dc, buf, buf + 1, 4, collx::ops::sum{}, s); });
-    expect_invalid("reduce_scatter overlap", [&] { gpu::reduce_scatter(dc, buf, buf + 2, 4, collx::ops::sum{}, s); });
-    expect_invalid("all_gather overlap", [&] { gpu::all_gather(dc, buf, buf + 1, 4, s); });
-    // The communicator still works after rejected calls (nothing was enqueued).
-    gpu::all_reduce(dc, buf, buf, 4, collx::ops::sum{}, s);
-    dc.synchronize(s);
+      try {  // the rejected call ended the communicator
+        dc.synchronize(s);
+        out.push_back(me + "synchronize reports no failure");
+      } catch (const collx::error& e) {
+        if (e.code() != collx::errc::invalid_argument) out.push_back(me + "synchronize: " + e.what());
+      }
+      try {
+        gpu::all_reduce(dc, buf, buf, 4, collx::ops::sum{}, s);
+        out.push_back(me + "a call after the rejected one was accepted");
+      } catch (const collx::error&) {
+      }
+      cudaFreeAsync(buf, s);
+      cudaStreamSynchronize(s);
+    }));
+  }
+}
+
+TEST_CASE("gpu device collectives: a rank that rejects a call ends its peers' waits at once", "[gpu][cuda]") {
+  gpu::device_options opt;
+  opt.timeout = std::chrono::seconds(20);
+  const auto t0 = std::chrono::steady_clock::now();
+  require_none(on_ranks(2, opt, std::chrono::seconds(60), [](gpu::device_communicator& dc, cudaStream_t s, auto& out) {
+    float* buf = nullptr;
+    gpu::check(cudaMallocAsync(reinterpret_cast<void**>(&buf), 4096, s), "cudaMallocAsync");
+    if (dc.rank() == 0) {
+      try {
+        gpu::all_reduce<float>(dc, buf, nullptr, 4, collx::ops::sum{}, s);  // rank 0 alone passes a null recv
+        out.push_back("rank 0: a null recv was accepted");
+      } catch (const collx::error& e) {
+        if (e.code() != collx::errc::invalid_argument) out.push_back(std::string("rank 0: ") + e.what());
+      }
+    } else {
+      gpu::all_reduce(dc, buf, buf, 4, collx::ops::sum{}, s);
+    }
+    try {
+      dc.synchronize(s);
+      out.push_back("rank " + std::to_string(dc.rank()) + ": no failure after rank 0 rejected the call");
+    } catch (const collx::error& e) {
+      const std::string what = e.what();
+      const bool expected = dc.rank() == 0 ? e.code() == collx::errc::invalid_argument
+                                           : e.code() == collx::errc::aborted && what.find("rank 0 failed first") != std::string::npos;
+      if (!expected) out.push_back("rank " + std::to_string(dc.rank()) + ": unexpected error: " + what);
+    }
     cudaFreeAsync(buf, s);
     cudaStreamSynchronize(s);
-  });
-  require_none(problems);
+  }));
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));  // not the 20 s timeout
 }
 
 TEST_CASE("gpu device collectives: captured in a CUDA graph, replays keep counting epochs", "[gpu][cuda]") {

@@ -1,6 +1,6 @@
 /// @file cuda/device_collectives.cuh
 /// collx's collectives on device memory over a gpu::device_communicator: all_reduce, reduce,
-/// reduce_scatter(_v), all_gather(_v), broadcast and all_to_all, for any element type and reduction
+/// reduce_scatter(_v), all_gather(_v), broadcast and all_to_all(_v), for any element type and reduction
 /// op (custom structs, non-commutative ops), stream-ordered, plus zero-copy forms that read
 /// registered windows. For .cu files (nvcc with collx::cuda's flags).
 ///
@@ -30,8 +30,8 @@
 /// all-reduces run two-shot (device_plan.hpp direct_form, chosen by size against the cost model's
 /// crossover): the reduce-scatter and all-gather steps of this file, one after the other, so each
 /// rank reads 2 (n - 1) / n of the vector from its peers instead of (n - 1) times it.
-/// Ring forms over peer pointers (for GPUs that are not all directly connected), all_to_all_v and
-/// send/recv are not here yet.
+/// all_to_all_v exchanges the ranks' counts on the device first (all_to_all_v_kernel). Ring forms
+/// over peer pointers (for GPUs that are not all directly connected) and send/recv are not here yet.
 #pragma once
 
 #include <cuda/atomic>
@@ -78,6 +78,12 @@ __device__ inline std::uint64_t* claim_of(const device_view& v) {
 /// counters[0]: the epoch of the last chunk this rank finished; counters[1]: blocks done with the call.
 __device__ inline unsigned long long* counters_of(const device_view& v) {
   return reinterpret_cast<unsigned long long*>(v.workspace[v.rank] + v.counters_offset);
+}
+/// Rank `owner`'s exchange row for block `block` of the call whose first epoch is `epoch`: one u64
+/// per rank (device_plan.hpp workspace_layout).
+__device__ inline std::uint64_t* exchange_of(const device_view& v, int owner, std::uint64_t epoch, unsigned block) {
+  return reinterpret_cast<std::uint64_t*>(v.workspace[owner] + v.exchange_offset) +
+         ((epoch & 1) * max_device_blocks + block) * max_device_world;
 }
 /// Rank `owner`'s staging slot for chunk epoch `epoch`, as elements of T.
 template <class T>
@@ -475,6 +481,63 @@ __global__ void __launch_bounds__(device_threads_per_block, device_blocks_per_sm
   call_end(v, base + plan.chunks);
 }
 
+/// all_to_all_v in one launch. Only the counts this rank sends and receives are known here, but
+/// every rank must cut the call into the same chunks, so the call starts with an exchange: each
+/// block publishes this rank's send counts in its own exchange row and meets its peers (epoch
+/// base + 1); then every block reads every rank's counts, takes the largest as the row length
+/// (the same on every rank) and checks that what each peer sends here is what recv_counts says.
+/// Then chunks as collective_kernel's (epochs base + 2, ...): row d of the slot holds this rank's
+/// block for rank d; rank q's row `rank` goes to recv at recv_displs[q].
+/// Exchange rows alternate by the call's first epoch: a peer writes the same row again only two
+/// calls later, after a barrier this block reaches only once it has read the row. V: the access
+/// width (1 where this rank's pointers or offsets do not allow 16-byte accesses).
+template <class T, std::size_t V>
+__global__ void __launch_bounds__(device_threads_per_block, device_blocks_per_sm)
+    all_to_all_v_kernel(device_view v, a2a_layout lay, const T* src, T* dst, std::size_t chunk, device_signature sig) {
+  __shared__ std::uint64_t base;
+  __shared__ int dead;
+  __shared__ std::uint64_t longest;
+  call_start(v, base, dead);
+  if (dead) return;
+  if (threadIdx.x < static_cast<unsigned>(v.world))
+    exchange_of(v, v.rank, base + 1, blockIdx.x)[threadIdx.x] = lay.send_counts[threadIdx.x];
+  if (!barrier(v, base + 1, sig)) return;
+  if (threadIdx.x == 0) {
+    std::uint64_t most = 0;
+    for (int q = 0; q < v.world && !dead; ++q) {
+      const std::uint64_t* row = exchange_of(v, q, base + 1, blockIdx.x);
+      for (int d = 0; d < v.world; ++d) {
+        const std::uint64_t c = load_cg(row + d);
+        most = c > most ? c : most;
+      }
+      const std::uint64_t to_me = load_cg(row + v.rank);
+      if (to_me != lay.recv_counts[q]) {
+        const auto clip32 = [](std::uint64_t x) { return static_cast<std::uint32_t>(x > 0xffffffffull ? 0xffffffffull : x); };
+        fail(v, device_failure::counts, q, base + 1, 0, clip32(to_me), clip32(lay.recv_counts[q]));
+        dead = 1;
+      }
+    }
+    longest = most;
+  }
+  __syncthreads();
+  if (dead) return;  // the peers' next barrier finds this rank's poisoned flags
+  const std::size_t chunks = (longest + chunk - 1) / chunk;
+  for (std::size_t c = 0; c < chunks; ++c) {
+    const std::uint64_t epoch = base + 2 + c;
+    const std::size_t cb = c * chunk, n = std::min<std::size_t>(longest, cb + chunk) - cb;
+    // Ranges in the type's vector width on every rank, whatever width this rank accesses with.
+    const block_range r = range_of_block(n, gridDim.x, blockIdx.x, device_vector_elements<T>);
+    T* slot = slot_of<T>(v, v.rank, epoch);
+    for (int d = 0; d < v.world; ++d)
+      copy_range<T, V, false>(clip_to_row(r, cb, lay.send_counts[d]), src + lay.send_displs[d] + cb, slot + d * chunk);
+    if (!barrier(v, epoch, sig)) return;
+    for (int q = 0; q < v.world; ++q)
+      copy_range<T, V, true>(clip_to_row(r, cb, lay.recv_counts[q]), slot_of<T>(v, q, epoch) + static_cast<std::size_t>(v.rank) * chunk,
+                             dst + lay.recv_displs[q] + cb);
+  }
+  call_end(v, base + 1 + chunks);
+}
+
 // Zero-copy steps on registered windows: src[q] is rank q's window data (mapped here); there is no
 // staging, so each has only consume(range), run between the two barriers of direct_kernel.
 
@@ -581,18 +644,6 @@ void launch_direct(device_communicator& dc, const char* name, collective coll, s
   check(cudaGetLastError(), name);
 }
 
-/// Checks that elements [offset, offset + need) of type T lie in every rank's window.
-template <class T>
-void check_window(const device_communicator& dc, const window& w, std::size_t offset, std::size_t need, const char* name) {
-  if (w.world != dc.size() || w.id == 0)
-    COLLX_THROW(errc::invalid_argument, std::string(name) + ": the window was not registered with this communicator");
-  for (int r = 0; r < w.world; ++r)
-    if ((offset + need) * sizeof(T) > w.bytes[static_cast<std::size_t>(r)])
-      COLLX_THROW(errc::invalid_argument, std::string(name) + ": elements [" + std::to_string(offset) + ", " +
-                                              std::to_string(offset + need) + ") run past rank " + std::to_string(r) +
-                                              "'s window of " + std::to_string(w.bytes[static_cast<std::size_t>(r)]) + " bytes");
-}
-
 /// The per-rank source pointers of a window at element `offset`.
 template <class T>
 void window_sources(const window& w, std::size_t offset, const T* (&src)[max_device_world]) {
@@ -628,21 +679,71 @@ void launch_two_shot_all_reduce(device_communicator& dc, const char* name, const
                  all_gather_v_step<T, 1>{piece, recv, lay}, all_gather_v_step<T, V>{piece, recv, lay}, lay.hash ^ 0x2512);
 }
 
-inline void require(bool ok, const char* name, const std::string& what) {
-  if (!ok) COLLX_THROW(errc::invalid_argument, std::string(name) + ": " + what);
+/// Records a rejected call as this rank's failure and poisons its flags at every peer (one thread),
+/// so that peers waiting for this rank end at once (errc::aborted) instead of at their timeout.
+__global__ void reject_kernel(device_view v) {
+  if (threadIdx.x == 0 && blockIdx.x == 0) fail(v, device_failure::rejected, -1, 0, 0, 0, 0);
 }
-/// The buffers of a rooted call (reduce, broadcast): at the root, send and recv both given and
-/// either the same buffer or apart; elsewhere, `needed` (the one buffer a non-root uses) given.
-inline void check_rooted_buffers(bool is_root, const void* send, const void* recv, const void* needed, std::size_t bytes,
-                                 const char* name) {
-  require(is_root ? send && recv : needed != nullptr, name, "null buffer with " + std::to_string(bytes) + " bytes");
-  require(!is_root || send == recv || !ranges_overlap(send, bytes, recv, bytes), name,
-          "send and recv overlap but are not the same buffer");
-}
-inline void check_root(const device_communicator& dc, int root, const char* name) {
-  require(root >= 0 && root < dc.size(), name,
-          "root " + std::to_string(root) + " is not a rank of this communicator of " + std::to_string(dc.size()));
-}
+
+/// The argument checks of one call. A check that fails rejects the call as the host collectives
+/// do: the communicator ends for every rank (reject_kernel on the call's stream, after this rank's
+/// earlier calls, so they complete first), then collx::error (errc::invalid_argument) names the
+/// call and the problem. Nothing of the call itself is enqueued.
+struct call_check {
+  device_communicator& dc;
+  cudaStream_t stream;
+  const char* name;
+
+  /// Rejects the call with `what` (without the call's name).
+  [[noreturn]] void reject(const std::string& what) const {
+    if (!dc.failed() && cudaSetDevice(dc.device()) == cudaSuccess) {
+      reject_kernel<<<1, 32, 0, stream>>>(dc.view());
+      (void)cudaGetLastError();  // the error below is the one to report
+    }
+    COLLX_THROW(errc::invalid_argument, std::string(name) + ": " + what);
+  }
+  void require(bool ok, const std::string& what) const {
+    if (!ok) reject(what);
+  }
+  /// `root` is a rank of the communicator.
+  void root(int r) const {
+    require(r >= 0 && r < dc.size(), "root " + std::to_string(r) + " is not a rank of this communicator of " + std::to_string(dc.size()));
+  }
+  /// The buffers of a rooted call (reduce, broadcast): at the root, send and recv both given and
+  /// either the same buffer or apart; elsewhere, `needed` (the one buffer a non-root uses) given.
+  void rooted_buffers(bool is_root, const void* send, const void* recv, const void* needed, std::size_t bytes) const {
+    require(is_root ? send && recv : needed != nullptr, "null buffer with " + std::to_string(bytes) + " bytes");
+    require(!is_root || send == recv || !ranges_overlap(send, bytes, recv, bytes), "send and recv overlap but are not the same buffer");
+  }
+  /// Elements [offset, offset + need) of type T lie in every rank's window `w` of this communicator.
+  template <class T>
+  void in_window(const window& w, std::size_t offset, std::size_t need) const {
+    require(w.world == dc.size() && w.id != 0, "the window was not registered with this communicator");
+    for (int r = 0; r < w.world; ++r)
+      require((offset + need) * sizeof(T) <= w.bytes[static_cast<std::size_t>(r)],
+              "elements [" + std::to_string(offset) + ", " + std::to_string(offset + need) + ") run past rank " +
+                  std::to_string(r) + "'s window of " + std::to_string(w.bytes[static_cast<std::size_t>(r)]) + " bytes");
+  }
+  /// An all_to_all_v's layout of this rank's counts.
+  a2a_layout a2a(std::span<const std::size_t> send_counts, std::span<const std::size_t> recv_counts) const {
+    try {
+      return make_a2a_layout(send_counts.data(), send_counts.size(), recv_counts.data(), recv_counts.size(), dc.size(),
+                             dc.rank(), name);
+    } catch (const error& e) {
+      const std::string prefix = std::string(name) + ": ", what = e.what();
+      reject(what.rfind(prefix, 0) == 0 ? what.substr(prefix.size()) : what);
+    }
+  }
+  /// A v-form's layout of `counts` (one per rank).
+  v_layout layout(std::span<const std::size_t> counts) const {
+    try {
+      return make_v_layout(counts.data(), counts.size(), dc.size(), name);
+    } catch (const error& e) {
+      const std::string prefix = std::string(name) + ": ", what = e.what();
+      reject(what.rfind(prefix, 0) == 0 ? what.substr(prefix.size()) : what);
+    }
+  }
+};
 
 }  // namespace device_detail
 
@@ -661,9 +762,10 @@ void all_reduce(device_communicator& dc, const T* send, T* recv, std::size_t cou
   static_assert(reduction_op<Op, T>, "collx::gpu::all_reduce: Op must be a reduction op on T (collx/concepts.hpp)");
   constexpr const char* name = "gpu::all_reduce";
   using namespace device_detail;
+  const call_check chk{dc, stream, name};
   if (count == 0) return dc.check();
-  require(send && recv, name, "null buffer with count " + std::to_string(count));
-  require(send == recv || !ranges_overlap(send, count * sizeof(T), recv, count * sizeof(T)), name, "send and recv overlap but are not the same buffer");
+  chk.require(send && recv, "null buffer with count " + std::to_string(count));
+  chk.require(send == recv || !ranges_overlap(send, count * sizeof(T), recv, count * sizeof(T)), "send and recv overlap but are not the same buffer");
   const bool vec = aligned16(send) && aligned16(recv);
   if (direct_form_for(count * sizeof(T), dc.two_shot_min_bytes()) == direct_form::two_shot)
     return launch_two_shot_all_reduce<T>(dc, name, send, recv, count, op, vec, stream);
@@ -681,10 +783,11 @@ void reduce(device_communicator& dc, const T* send, T* recv, std::size_t count, 
   static_assert(reduction_op<Op, T>, "collx::gpu::reduce: Op must be a reduction op on T (collx/concepts.hpp)");
   constexpr const char* name = "gpu::reduce";
   using namespace device_detail;
-  check_root(dc, root, name);
+  const call_check chk{dc, stream, name};
+  chk.root(root);
   if (count == 0) return dc.check();
   const bool is_root = dc.rank() == root;
-  check_rooted_buffers(is_root, send, recv, send, count * sizeof(T), name);
+  chk.rooted_buffers(is_root, send, recv, send, count * sizeof(T));
   const bool vec = aligned16(send) && (!is_root || aligned16(recv));
   launch_call<T>(dc, name, collective::reduce, detail::op_signature_key<Op>(), root, count, 1, vec, stream,
                  all_reduce_step<T, Op, 1>{send, recv, op, root},
@@ -701,10 +804,11 @@ void reduce_scatter(device_communicator& dc, const T* send, T* recv, std::size_t
   static_assert(reduction_op<Op, T>, "collx::gpu::reduce_scatter: Op must be a reduction op on T (collx/concepts.hpp)");
   constexpr const char* name = "gpu::reduce_scatter";
   using namespace device_detail;
+  const call_check chk{dc, stream, name};
   if (recv_count == 0) return dc.check();
   const std::size_t n = static_cast<std::size_t>(dc.size());
-  require(send && recv, name, "null buffer with count " + std::to_string(recv_count));
-  require(!ranges_overlap(send, n * recv_count * sizeof(T), recv, recv_count * sizeof(T)), name, "send and recv overlap");
+  chk.require(send && recv, "null buffer with count " + std::to_string(recv_count));
+  chk.require(!ranges_overlap(send, n * recv_count * sizeof(T), recv, recv_count * sizeof(T)), "send and recv overlap");
   const bool vec = aligned16(send) && aligned16(recv) && (recv_count * sizeof(T)) % 16 == 0;
   launch_call<T>(dc, name, collective::reduce_scatter, detail::op_signature_key<Op>(), -1, recv_count, n, vec, stream,
                  reduce_scatter_step<T, Op, 1>{send, recv, op},
@@ -720,12 +824,13 @@ void all_gather(device_communicator& dc, const T* send, T* recv, std::size_t sen
   static_assert(element<T>, "collx::gpu::all_gather: T must be a trivially copyable object type (collx/concepts.hpp)");
   constexpr const char* name = "gpu::all_gather";
   using namespace device_detail;
+  const call_check chk{dc, stream, name};
   if (send_count == 0) return dc.check();
   const std::size_t n = static_cast<std::size_t>(dc.size());
-  require(send && recv, name, "null buffer with count " + std::to_string(send_count));
-  require(send == recv + static_cast<std::size_t>(dc.rank()) * send_count ||
-              !ranges_overlap(send, send_count * sizeof(T), recv, n * send_count * sizeof(T)),
-          name, "send overlaps recv but is not this rank's block of it");
+  chk.require(send && recv, "null buffer with count " + std::to_string(send_count));
+  chk.require(send == recv + static_cast<std::size_t>(dc.rank()) * send_count ||
+                  !ranges_overlap(send, send_count * sizeof(T), recv, n * send_count * sizeof(T)),
+              "send overlaps recv but is not this rank's block of it");
   const bool vec = aligned16(send) && aligned16(recv) && (send_count * sizeof(T)) % 16 == 0;
   launch_call<T>(dc, name, collective::all_gather, "", -1, send_count, 1, vec, stream, all_gather_step<T, 1>{send, recv},
                  all_gather_step<T, device_vector_elements<T>>{send, recv});
@@ -739,10 +844,11 @@ void broadcast(device_communicator& dc, const T* send, T* recv, std::size_t coun
   static_assert(element<T>, "collx::gpu::broadcast: T must be a trivially copyable object type (collx/concepts.hpp)");
   constexpr const char* name = "gpu::broadcast";
   using namespace device_detail;
-  check_root(dc, root, name);
+  const call_check chk{dc, stream, name};
+  chk.root(root);
   if (count == 0) return dc.check();
   const bool is_root = dc.rank() == root;
-  check_rooted_buffers(is_root, send, recv, recv, count * sizeof(T), name);
+  chk.rooted_buffers(is_root, send, recv, recv, count * sizeof(T));
   const bool vec = aligned16(recv) && (!is_root || aligned16(send));
   launch_call<T>(dc, name, collective::broadcast, "", root, count, 1, vec, stream, broadcast_step<T, 1>{send, recv, root},
                  broadcast_step<T, device_vector_elements<T>>{send, recv, root});
@@ -758,10 +864,11 @@ void all_to_all(device_communicator& dc, const T* send, T* recv, std::size_t cou
   static_assert(element<T>, "collx::gpu::all_to_all: T must be a trivially copyable object type (collx/concepts.hpp)");
   constexpr const char* name = "gpu::all_to_all";
   using namespace device_detail;
+  const call_check chk{dc, stream, name};
   if (count == 0) return dc.check();
   const std::size_t bytes = static_cast<std::size_t>(dc.size()) * count * sizeof(T);
-  require(send && recv, name, "null buffer with count " + std::to_string(count));
-  require(send == recv || !ranges_overlap(send, bytes, recv, bytes), name, "send and recv overlap but are not the same buffer");
+  chk.require(send && recv, "null buffer with count " + std::to_string(count));
+  chk.require(send == recv || !ranges_overlap(send, bytes, recv, bytes), "send and recv overlap but are not the same buffer");
   const bool vec = aligned16(send) && aligned16(recv) && (count * sizeof(T)) % 16 == 0;
   launch_call<T>(dc, name, collective::all_to_all, "", -1, count, static_cast<std::size_t>(dc.size()), vec, stream,
                  all_to_all_step<T, 1>{send, recv}, all_to_all_step<T, device_vector_elements<T>>{send, recv});
@@ -780,12 +887,13 @@ void all_gather_v(device_communicator& dc, const T* send, T* recv, std::span<con
   static_assert(element<T>, "collx::gpu::all_gather_v: T must be a trivially copyable object type (collx/concepts.hpp)");
   constexpr const char* name = "gpu::all_gather_v";
   using namespace device_detail;
-  const v_layout lay = make_v_layout(counts.data(), counts.size(), dc.size(), name);
+  const call_check chk{dc, stream, name};
+  const v_layout lay = chk.layout(counts);
   if (lay.total == 0) return dc.check();
   const std::size_t mine = lay.counts[dc.rank()], at = lay.displs[dc.rank()];
-  require(recv && (send || mine == 0), name, "null buffer with " + std::to_string(lay.total) + " elements in all");
-  require(mine == 0 || send == recv + at || !ranges_overlap(send, mine * sizeof(T), recv, lay.total * sizeof(T)), name,
-          "send overlaps recv but is not this rank's block of it");
+  chk.require(recv && (send || mine == 0), "null buffer with " + std::to_string(lay.total) + " elements in all");
+  chk.require(mine == 0 || send == recv + at || !ranges_overlap(send, mine * sizeof(T), recv, lay.total * sizeof(T)),
+              "send overlaps recv but is not this rank's block of it");
   const bool vec = (mine == 0 || aligned16(send)) && aligned16(recv) && lay.offsets_aligned16(sizeof(T));
   launch_call<T>(dc, name, collective::all_gather, "", -1, lay.longest, 1, vec, stream, all_gather_v_step<T, 1>{send, recv, lay},
                  all_gather_v_step<T, device_vector_elements<T>>{send, recv, lay}, lay.hash);
@@ -802,15 +910,56 @@ void reduce_scatter_v(device_communicator& dc, const T* send, T* recv, std::span
   static_assert(reduction_op<Op, T>, "collx::gpu::reduce_scatter_v: Op must be a reduction op on T (collx/concepts.hpp)");
   constexpr const char* name = "gpu::reduce_scatter_v";
   using namespace device_detail;
-  const v_layout lay = make_v_layout(counts.data(), counts.size(), dc.size(), name);
+  const call_check chk{dc, stream, name};
+  const v_layout lay = chk.layout(counts);
   if (lay.total == 0) return dc.check();
   const std::size_t mine = lay.counts[dc.rank()];
-  require(send && (recv || mine == 0), name, "null buffer with " + std::to_string(lay.total) + " elements in all");
-  require(mine == 0 || !ranges_overlap(send, lay.total * sizeof(T), recv, mine * sizeof(T)), name, "send and recv overlap");
+  chk.require(send && (recv || mine == 0), "null buffer with " + std::to_string(lay.total) + " elements in all");
+  chk.require(mine == 0 || !ranges_overlap(send, lay.total * sizeof(T), recv, mine * sizeof(T)), "send and recv overlap");
   const bool vec = aligned16(send) && (mine == 0 || aligned16(recv)) && lay.offsets_aligned16(sizeof(T));
   launch_call<T>(dc, name, collective::reduce_scatter, detail::op_signature_key<Op>(), -1, lay.longest, static_cast<std::size_t>(dc.size()),
                  vec, stream, reduce_scatter_v_step<T, Op, 1>{send, recv, op, lay},
                  reduce_scatter_v_step<T, Op, device_vector_elements<T>>{send, recv, op, lay}, lay.hash);
+}
+
+/// All-to-all with uneven blocks on device memory (the host all_to_all_v's layout; NCCL users build
+/// it from grouped send/recv): this rank sends send_counts[d] elements to rank d, its blocks packed
+/// in rank order in send, and receives recv_counts[q] elements from rank q, packed in rank order in
+/// recv. One launch: the ranks first exchange their counts on the device (so each knows how long
+/// the longest block is and the call needs no host round trip), then move the blocks in chunks.
+/// @param send sum of send_counts elements; @param recv sum of recv_counts elements; not
+///        overlapping (never in place); either may be null when its counts are all 0
+/// @param send_counts,recv_counts one per rank; recv_counts[q] on this rank must equal
+///        send_counts[rank] on rank q, which the exchange checks (errc::mismatch at
+///        dc.synchronize(), naming both counts)
+/// @throws collx::error (errc::invalid_argument) for lists of the wrong length, a self count that
+///         differs between the lists, null or overlapping buffers; otherwise as all_reduce.
+template <class T>
+void all_to_all_v(device_communicator& dc, const T* send, std::span<const std::size_t> send_counts, T* recv,
+                  std::span<const std::size_t> recv_counts, cudaStream_t stream = nullptr) {
+  static_assert(element<T>, "collx::gpu::all_to_all_v: T must be a trivially copyable object type (collx/concepts.hpp)");
+  constexpr const char* name = "gpu::all_to_all_v";
+  using namespace device_detail;
+  const call_check chk{dc, stream, name};
+  const a2a_layout lay = chk.a2a(send_counts, recv_counts);
+  chk.require(send || lay.send_total == 0, "null send with " + std::to_string(lay.send_total) + " elements to send");
+  chk.require(recv || lay.recv_total == 0, "null recv with " + std::to_string(lay.recv_total) + " elements to receive");
+  chk.require(!ranges_overlap(send, lay.send_total * sizeof(T), recv, lay.recv_total * sizeof(T)),
+              "send and recv overlap (all_to_all_v is never in place)");
+  dc.check();
+  // Every rank cuts the same chunks and blocks: a chunk fills the slot with one row per rank, and a
+  // full chunk's vectors set the blocks (as plan_chunks does), whatever this rank's own counts.
+  constexpr std::size_t V = device_vector_elements<T>;
+  const std::size_t world = static_cast<std::size_t>(dc.size());
+  const chunk_plan full = plan_chunks(SIZE_MAX / 2, sizeof(T), world, V, dc.slot_bytes(), dc.block_limit());
+  const auto sig = device_signature::make(collective::all_to_all, detail::type_name<T>(), sizeof(T), "", -1, 0, 0x76);
+  const bool vec = (lay.send_total == 0 || aligned16(send)) && (lay.recv_total == 0 || aligned16(recv)) &&
+                   lay.offsets_aligned16(sizeof(T));
+  check(cudaSetDevice(dc.device()), name);
+  if (V > 1 && vec)
+    all_to_all_v_kernel<T, V><<<full.blocks, device_threads_per_block, 0, stream>>>(dc.view(), lay, send, recv, full.chunk, sig);
+  else all_to_all_v_kernel<T, 1><<<full.blocks, device_threads_per_block, 0, stream>>>(dc.view(), lay, send, recv, full.chunk, sig);
+  check(cudaGetLastError(), name);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -829,11 +978,12 @@ void all_reduce(device_communicator& dc, const window& send, std::size_t send_of
   static_assert(reduction_op<Op, T>, "collx::gpu::all_reduce: Op must be a reduction op on T (collx/concepts.hpp)");
   constexpr const char* name = "gpu::all_reduce(window)";
   using namespace device_detail;
+  const call_check chk{dc, stream, name};
   if (count == 0) return dc.check();
-  check_window<T>(dc, send, send_offset, count, name);
+  chk.in_window<T>(send, send_offset, count);
   const T* mine = reinterpret_cast<const T*>(send.base[static_cast<std::size_t>(dc.rank())]) + send_offset;
-  require(recv != nullptr, name, "null recv with count " + std::to_string(count));
-  require(!ranges_overlap(mine, count * sizeof(T), recv, count * sizeof(T)), name, "recv overlaps the window elements it reads");
+  chk.require(recv != nullptr, "null recv with count " + std::to_string(count));
+  chk.require(!ranges_overlap(mine, count * sizeof(T), recv, count * sizeof(T)), "recv overlaps the window elements it reads");
   launch_direct<T>(dc, name, collective::allreduce, detail::op_signature_key<Op>(), -1, count, send, send_offset,
                    send.aligned16_at<T>(send_offset) && aligned16(recv), stream,
                    with_sources<T>(direct_all_reduce_step<T, Op, 1>{{}, recv, op, -1}, send, send_offset),
@@ -849,12 +999,13 @@ void reduce_scatter(device_communicator& dc, const window& send, std::size_t sen
   static_assert(reduction_op<Op, T>, "collx::gpu::reduce_scatter: Op must be a reduction op on T (collx/concepts.hpp)");
   constexpr const char* name = "gpu::reduce_scatter(window)";
   using namespace device_detail;
+  const call_check chk{dc, stream, name};
   if (recv_count == 0) return dc.check();
   const std::size_t n = static_cast<std::size_t>(dc.size());
-  check_window<T>(dc, send, send_offset, n * recv_count, name);
+  chk.in_window<T>(send, send_offset, n * recv_count);
   const T* mine = reinterpret_cast<const T*>(send.base[static_cast<std::size_t>(dc.rank())]) + send_offset;
-  require(recv != nullptr, name, "null recv with count " + std::to_string(recv_count));
-  require(!ranges_overlap(mine, n * recv_count * sizeof(T), recv, recv_count * sizeof(T)), name, "recv overlaps the window elements read");
+  chk.require(recv != nullptr, "null recv with count " + std::to_string(recv_count));
+  chk.require(!ranges_overlap(mine, n * recv_count * sizeof(T), recv, recv_count * sizeof(T)), "recv overlaps the window elements read");
   const bool vec = send.aligned16_at<T>(send_offset) && aligned16(recv) && (recv_count * sizeof(T)) % 16 == 0;
   launch_direct<T>(dc, name, collective::reduce_scatter, detail::op_signature_key<Op>(), -1, recv_count, send, send_offset, vec, stream,
                    with_sources<T>(direct_reduce_scatter_step<T, Op, 1>{{}, recv, op}, send, send_offset),
@@ -870,12 +1021,13 @@ void all_gather(device_communicator& dc, const window& send, std::size_t send_of
   static_assert(element<T>, "collx::gpu::all_gather: T must be a trivially copyable object type (collx/concepts.hpp)");
   constexpr const char* name = "gpu::all_gather(window)";
   using namespace device_detail;
+  const call_check chk{dc, stream, name};
   if (send_count == 0) return dc.check();
   const std::size_t n = static_cast<std::size_t>(dc.size());
-  check_window<T>(dc, send, send_offset, send_count, name);
+  chk.in_window<T>(send, send_offset, send_count);
   const T* mine = reinterpret_cast<const T*>(send.base[static_cast<std::size_t>(dc.rank())]) + send_offset;
-  require(recv != nullptr, name, "null recv with count " + std::to_string(send_count));
-  require(!ranges_overlap(mine, send_count * sizeof(T), recv, n * send_count * sizeof(T)), name, "recv overlaps the window elements read");
+  chk.require(recv != nullptr, "null recv with count " + std::to_string(send_count));
+  chk.require(!ranges_overlap(mine, send_count * sizeof(T), recv, n * send_count * sizeof(T)), "recv overlaps the window elements read");
   const bool vec = send.aligned16_at<T>(send_offset) && aligned16(recv) && (send_count * sizeof(T)) % 16 == 0;
   launch_direct<T>(dc, name, collective::all_gather, "", -1, send_count, send, send_offset, vec, stream,
                    with_sources<T>(direct_all_gather_step<T, 1>{{}, recv}, send, send_offset),
@@ -891,13 +1043,14 @@ void broadcast(device_communicator& dc, const window& send, std::size_t send_off
   static_assert(element<T>, "collx::gpu::broadcast: T must be a trivially copyable object type (collx/concepts.hpp)");
   constexpr const char* name = "gpu::broadcast(window)";
   using namespace device_detail;
-  check_root(dc, root, name);
+  const call_check chk{dc, stream, name};
+  chk.root(root);
   if (count == 0) return dc.check();
-  check_window<T>(dc, send, send_offset, count, name);
-  require(recv != nullptr, name, "null recv with count " + std::to_string(count));
+  chk.in_window<T>(send, send_offset, count);
+  chk.require(recv != nullptr, "null recv with count " + std::to_string(count));
   if (dc.rank() == root) {
     const T* mine = reinterpret_cast<const T*>(send.base[static_cast<std::size_t>(root)]) + send_offset;
-    require(!ranges_overlap(mine, count * sizeof(T), recv, count * sizeof(T)), name, "the root's recv overlaps the window elements it serves");
+    chk.require(!ranges_overlap(mine, count * sizeof(T), recv, count * sizeof(T)), "the root's recv overlaps the window elements it serves");
   }
   const bool vec = (send.address[static_cast<std::size_t>(root)] + send_offset * sizeof(T)) % 16 == 0 && aligned16(recv);
   launch_direct<T>(dc, name, collective::broadcast, "", root, count, send, send_offset, vec, stream,

@@ -72,6 +72,7 @@ struct device_view {
   std::size_t counters_offset = 0;              ///< bytes into a workspace: workspace_layout::counters_offset
   std::size_t claim_offset = 0;                 ///< bytes: workspace_layout::claim_offset
   std::size_t flags_offset = 0;                 ///< bytes: workspace_layout::flags_offset
+  std::size_t exchange_offset = 0;              ///< bytes: workspace_layout::exchange_offset
   std::size_t staging_offset = 0;               ///< bytes: workspace_layout::staging_offset
   std::size_t slot_bytes = 0;                   ///< bytes per staging slot
   device_status* status = nullptr;              ///< host-mapped status (device address)
@@ -162,6 +163,7 @@ class device_communicator {
     view_.counters_offset = layout_.counters_offset;
     view_.claim_offset = layout_.claim_offset;
     view_.flags_offset = layout_.flags_offset;
+    view_.exchange_offset = layout_.exchange_offset;
     view_.staging_offset = layout_.staging_offset;
     view_.slot_bytes = layout_.slot_bytes;
     view_.status = status_device_;

@@ -51,12 +51,16 @@ inline constexpr unsigned device_threads_per_block = 512;
 ///                 sets it; later calls end at once)
 ///   flags[max_device_blocks][max_device_world] u64: flags[b][p] = the last flag_word rank p's block b
 ///                 wrote here (written by peers, read by this rank)
+///   exchange[2][max_device_blocks][max_device_world] u64: counts a call publishes before its first
+///                 barrier (all_to_all_v: this rank's send count per destination), one copy per
+///                 block, the call's first epoch e in exchange[e % 2]
 ///   staging       two slots of slot_bytes; chunk epoch e uses slot e % 2
 /// Regions start at multiples of 256 bytes, so vector loads of staging are aligned.
 struct workspace_layout {
   std::size_t counters_offset = 0;  ///< bytes from the workspace start
   std::size_t claim_offset = 0;     ///< bytes from the workspace start
   std::size_t flags_offset = 0;     ///< bytes from the workspace start
+  std::size_t exchange_offset = 0;  ///< bytes from the workspace start
   std::size_t staging_offset = 0;   ///< bytes from the workspace start
   std::size_t slot_bytes = 0;       ///< bytes per staging slot
   std::size_t total_bytes = 0;      ///< the allocation
@@ -68,7 +72,9 @@ struct workspace_layout {
     w.counters_offset = 0;
     w.claim_offset = 2 * sizeof(std::uint64_t);
     w.flags_offset = round_up(w.claim_offset + sizeof(std::uint64_t), 256);
-    w.staging_offset = round_up(w.flags_offset + std::size_t{max_device_blocks} * max_device_world * sizeof(std::uint64_t), 256);
+    const std::size_t table = std::size_t{max_device_blocks} * max_device_world * sizeof(std::uint64_t);
+    w.exchange_offset = round_up(w.flags_offset + table, 256);
+    w.staging_offset = round_up(w.exchange_offset + 2 * table, 256);
     w.slot_bytes = staging_bytes / 2 / 256 * 256;
     if (w.slot_bytes < 4096)
       COLLX_THROW(errc::invalid_argument, "gpu: staging of " + std::to_string(staging_bytes) +
@@ -155,6 +161,8 @@ enum class device_failure : std::uint32_t {
   timeout = 1,        ///< a peer's flag did not arrive within the communicator's timeout
   mismatch = 2,       ///< a peer's flag carried another call signature
   peer_failed = 3,    ///< a peer gave up first and poisoned this rank's flags
+  rejected = 4,       ///< this rank rejected a call's arguments, which ended the communicator
+  counts = 5,         ///< all_to_all_v: a peer sends another count than this rank receives from it
 };
 
 /// The host-mapped status of a device communicator (written once by the first failing thread).
@@ -183,7 +191,15 @@ inline std::string describe_failure(const device_status& s, int me) {
              device_signature::differing_fields({s.theirs}, {s.mine}) +
              "): the ranks are not making the same collective call";
     case device_failure::peer_failed:
-      return where + ": rank " + std::to_string(s.peer) + " failed first (timeout or mismatch) and ended the call";
+      return where + ": rank " + std::to_string(s.peer) +
+             " failed first (timeout, mismatch, or a call it rejected for invalid arguments) and ended the call";
+    case device_failure::rejected:
+      return "gpu: rank " + std::to_string(me) +
+             " rejected a call's arguments (see the error that call threw), which ended the communicator on every rank";
+    case device_failure::counts:
+      return where + ": all_to_all_v counts differ: rank " + std::to_string(s.peer) + " sends " + std::to_string(s.theirs) +
+             " elements to rank " + std::to_string(me) + ", whose recv_counts[" + std::to_string(s.peer) + "] is " +
+             std::to_string(s.mine) + (s.theirs == 0xffffffffu || s.mine == 0xffffffffu ? " (counts above 2^32 - 1 shown as that)" : "");
   }
   return where + ": unknown failure " + std::to_string(s.failure);
 }
@@ -194,6 +210,8 @@ constexpr errc errc_of(device_failure f) noexcept {
     case device_failure::timeout: return errc::timeout;
     case device_failure::mismatch: return errc::mismatch;
     case device_failure::peer_failed: return errc::aborted;
+    case device_failure::rejected: return errc::invalid_argument;
+    case device_failure::counts: return errc::mismatch;
     case device_failure::none: break;
   }
   return errc::internal;
@@ -206,7 +224,7 @@ constexpr errc errc_of(device_failure f) noexcept {
 /// over the host communicator).
 struct peer_record {
   std::uint32_t magic = 0x636f6c78;   ///< "colx"
-  std::uint32_t version = 1;          ///< layout version of this record and the workspace
+  std::uint32_t version = 2;          ///< layout version of this record and the workspace (2: exchange area)
   std::uint64_t process = 0;          ///< pid and a per-process random token: equal = same address space
   std::uint64_t workspace_address = 0;  ///< the workspace's device address in the owner's process
   std::uint64_t workspace_bytes = 0;  ///< size of the workspace
@@ -383,6 +401,55 @@ struct v_layout {
     return true;
   }
 };
+
+/// An all_to_all_v's counts on one rank, as the kernel takes them (by value): what it sends to
+/// each rank and where that lies in its send buffer, what it receives from each rank and where that
+/// goes in its recv buffer (blocks packed in rank order, as the host all_to_all_v has them).
+struct a2a_layout {
+  std::size_t send_counts[max_device_world] = {};  ///< elements for rank d
+  std::size_t send_displs[max_device_world] = {};  ///< where they start in send
+  std::size_t recv_counts[max_device_world] = {};  ///< elements from rank q
+  std::size_t recv_displs[max_device_world] = {};  ///< where they land in recv
+  std::size_t send_total = 0;                      ///< elements of send
+  std::size_t recv_total = 0;                      ///< elements of recv
+
+  /// True when every block starts on a 16-byte boundary of a 16-byte aligned base.
+  constexpr bool offsets_aligned16(std::size_t elem_size) const noexcept {
+    for (std::size_t i = 0; i < max_device_world; ++i)
+      if ((send_displs[i] * elem_size) % 16 != 0 || (recv_displs[i] * elem_size) % 16 != 0) return false;
+    return true;
+  }
+};
+
+/// Builds rank `rank`'s all_to_all_v layout from its send and recv counts (one per rank each).
+/// @throws collx::error (errc::invalid_argument) when a list does not have one count per rank of a
+///   world in [1, max_device_world], or this rank sends itself another count than it receives;
+///   `what` names the call in the message.
+inline a2a_layout make_a2a_layout(const std::size_t* send_counts, std::size_t n_send, const std::size_t* recv_counts,
+                                  std::size_t n_recv, int world, int rank, const char* what) {
+  if (world < 1 || world > max_device_world)
+    COLLX_THROW(errc::invalid_argument, std::string(what) + ": world size " + std::to_string(world) + " is outside [1, " +
+                                            std::to_string(max_device_world) + "]");
+  if (n_send != static_cast<std::size_t>(world) || n_recv != static_cast<std::size_t>(world))
+    COLLX_THROW(errc::invalid_argument, std::string(what) + ": " + std::to_string(n_send) + " send and " +
+                                            std::to_string(n_recv) + " recv counts for a communicator of " +
+                                            std::to_string(world) + " ranks (one per rank each)");
+  const std::size_t me = static_cast<std::size_t>(rank);
+  if (send_counts[me] != recv_counts[me])
+    COLLX_THROW(errc::invalid_argument, std::string(what) + ": rank " + std::to_string(rank) + " sends itself " +
+                                            std::to_string(send_counts[me]) + " elements but receives " +
+                                            std::to_string(recv_counts[me]) + " from itself");
+  a2a_layout l;
+  for (std::size_t q = 0; q < n_send; ++q) {
+    l.send_counts[q] = send_counts[q];
+    l.send_displs[q] = l.send_total;
+    l.send_total += send_counts[q];
+    l.recv_counts[q] = recv_counts[q];
+    l.recv_displs[q] = l.recv_total;
+    l.recv_total += recv_counts[q];
+  }
+  return l;
+}
 
 /// Builds the layout of `counts` (one per rank of a communicator of `world` ranks).
 /// @throws collx::error (errc::invalid_argument) when counts.size() != world or world is outside
