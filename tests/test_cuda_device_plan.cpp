@@ -372,3 +372,27 @@ TEST_CASE("device all_to_all_v: layouts, and the kernel's chunks move every elem
   const std::size_t fours[] = {4, 8, 0};
   CHECK(gpu::make_a2a_layout(fours, 3, fours, 3, 3, 2, "t").offsets_aligned16(4));
 }
+
+TEST_CASE("device signatures never take the reserved signature of a rejected call", "[cuda]") {
+  // A flag word with rejected_signature_bits at a call's epoch tells peers the rank rejected that
+  // call; no real call may sign the same.
+  const collective colls[] = {collective::allreduce, collective::reduce_scatter, collective::all_gather,
+                              collective::broadcast, collective::reduce, collective::all_to_all};
+  const char* types[] = {"float32", "float16", "int8", "custom_struct"};
+  const char* ops[] = {"", "sum", "max", "custom"};
+  long made = 0;
+  for (collective c : colls)
+    for (const char* t : types)
+      for (const char* o : ops)
+        for (int root = -1; root < 16; ++root)
+          for (std::size_t count = 0; count < 64; ++count) {
+            const auto sig = gpu::device_signature::make(c, t, 4, o, root, count * 977, count);
+            ++made;
+            if (sig.bits == gpu::rejected_signature_bits) FAIL("a call signs as a rejected one");
+          }
+  CHECK(made > 100000);
+  const std::uint64_t w = gpu::flag_word(41, {gpu::rejected_signature_bits});
+  CHECK(gpu::flag_epoch(w) == 41);
+  CHECK(gpu::flag_signature(w).bits == gpu::rejected_signature_bits);
+  CHECK(gpu::flag_epoch(w) < gpu::poison_epoch);
+}

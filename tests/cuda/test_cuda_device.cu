@@ -166,14 +166,43 @@ TEST_CASE("gpu device collectives: rank 0's all-reduce form threshold holds for 
 }
 
 TEST_CASE("gpu device collectives: ranks whose pointers differ in alignment cut calls the same way", "[gpu][cuda]") {
+  for (std::size_t two_shot_min : {std::size_t{0}, std::size_t{1}}) {  // the default (one-shot here), then two-shot
+    gpu::device_options opt;
+    opt.staging_bytes = 32 << 10;
+    opt.timeout = std::chrono::seconds(15);
+    opt.two_shot_min_bytes = two_shot_min;
+    INFO("two_shot_min_bytes " << two_shot_min);
+    require_none(on_ranks(3, opt, std::chrono::seconds(60), [](gpu::device_communicator& dc, cudaStream_t s, auto& out) {
+      // Rank 1's buffers are misaligned (scalar accesses), the others' aligned (16-byte vectors).
+      const std::size_t offset = dc.rank() == 1 ? 1 : 0;
+      collx_cuda_test::sweep_reductions<float>(dc, s, 9001, offset, 1, collx::ops::sum{}, out);
+      collx_cuda_test::sweep_copies<float>(dc, s, 9001, offset, 2, out);
+      collx_cuda_test::sweep_all_to_all_v<float>(dc, s, 4099, true, offset, 3, out);
+    }));
+  }
+}
+
+TEST_CASE("gpu device collectives: many blocks and chunks with the default staging", "[gpu][cuda]") {
+  // 8 MiB of staging: calls of megabytes take every block the communicator allows (up to 64 per
+  // rank) and several chunks, so per-block flags, exchange rows and block ranges all take part.
   gpu::device_options opt;
-  opt.staging_bytes = 32 << 10;
-  opt.timeout = std::chrono::seconds(15);
-  require_none(on_ranks(3, opt, std::chrono::seconds(60), [](gpu::device_communicator& dc, cudaStream_t s, auto& out) {
-    // Rank 1's buffers are misaligned (scalar accesses), the others' aligned (16-byte vectors).
-    const std::size_t offset = dc.rank() == 1 ? 1 : 0;
-    collx_cuda_test::sweep_reductions<float>(dc, s, 9001, offset, 1, collx::ops::sum{}, out);
-    collx_cuda_test::sweep_copies<float>(dc, s, 9001, offset, 2, out);
+  opt.timeout = std::chrono::seconds(30);
+  opt.two_shot_min_bytes = std::size_t{1} << 20;  // two-shot from 1 MiB: the large all-reduces
+  require_none(on_ranks(3, opt, std::chrono::seconds(120), [](gpu::device_communicator& dc, cudaStream_t s, auto& out) {
+    for (std::size_t offset : {std::size_t{0}, std::size_t{1}}) {
+      collx_cuda_test::sweep_reductions<float>(dc, s, std::size_t{1} << 21, offset, 1, collx::ops::sum{}, out);
+      collx_cuda_test::sweep_all_to_all_v<float>(dc, s, 800000, offset == 0, offset, 2, out);
+    }
+  }));
+}
+
+TEST_CASE("gpu device all_to_all_v: calls with nothing to move, then calls that move data", "[gpu][cuda]") {
+  require_none(on_ranks(3, {}, std::chrono::seconds(60), [](gpu::device_communicator& dc, cudaStream_t s, auto& out) {
+    const std::vector<std::size_t> zeros(3, 0);
+    for (int round = 0; round < 3; ++round) {  // exchange rows of both parities, no data epochs
+      gpu::all_to_all_v<float>(dc, nullptr, std::span<const std::size_t>(zeros), nullptr, std::span<const std::size_t>(zeros), s);
+      collx_cuda_test::sweep_all_to_all_v<float>(dc, s, 100 + static_cast<std::size_t>(round), false, 0, 10 + round, out);
+    }
   }));
 }
 
@@ -255,7 +284,7 @@ TEST_CASE("gpu device collectives: a rank that never calls makes its peer time o
   require_none(problems);
 }
 
-TEST_CASE("gpu device collectives: bad arguments are rejected before any launch and end the communicator", "[gpu][cuda]") {
+TEST_CASE("gpu device collectives: bad arguments are rejected before the call is enqueued and end the communicator", "[gpu][cuda]") {
   // Every rank makes the same bad call (the common case: the same code on every rank).
   struct bad_call {
     const char* what;
@@ -302,6 +331,40 @@ TEST_CASE("gpu device collectives: bad arguments are rejected before any launch 
       cudaStreamSynchronize(s);
     }));
   }
+}
+
+TEST_CASE("gpu device collectives: a rejection does not cut short the call before it", "[gpu][cuda]") {
+  // Both ranks enqueue a valid all-reduce, then rank 0 a rejected call and rank 1 its valid twin,
+  // without synchronising in between: rank 0's rejection must not end rank 1's first call, which
+  // may still be waiting at its last barrier when rank 0's kernel has finished.
+  gpu::device_options opt;
+  opt.timeout = std::chrono::seconds(20);
+  require_none(on_ranks(2, opt, std::chrono::seconds(60), [](gpu::device_communicator& dc, cudaStream_t s, auto& out) {
+    using collx_cuda_test::sweep_buffer;
+    const std::size_t count = 100000;
+    const int me = dc.rank();
+    sweep_buffer<float> in(count, 0, s), res(count, 0, s), other(count, 0, s);
+    const auto mine = collx_cuda_test::sweep_input<float>(me, count, 1);
+    in.set(mine);
+    gpu::all_reduce(dc, in.data(), res.data(), count, collx::ops::sum{}, s);
+    if (me == 0) {
+      try {
+        gpu::all_reduce<float>(dc, in.data(), nullptr, count, collx::ops::sum{}, s);
+        out.push_back("rank 0: a null recv was accepted");
+      } catch (const collx::error&) {
+      }
+    } else {
+      gpu::all_reduce(dc, in.data(), other.data(), count, collx::ops::sum{}, s);
+    }
+    try {
+      dc.synchronize(s);
+      out.push_back("rank " + std::to_string(me) + ": no failure after rank 0 rejected its second call");
+    } catch (const collx::error&) {
+    }
+    const std::string p = res.compare(collx_cuda_test::sweep_fold<float>(2, count, 0, 1, collx::ops::sum{}),
+                                      "rank " + std::to_string(me) + ": the first (valid) all_reduce");
+    if (!p.empty()) out.push_back(p);
+  }));
 }
 
 TEST_CASE("gpu device collectives: a rank that rejects a call ends its peers' waits at once", "[gpu][cuda]") {

@@ -23,7 +23,11 @@
 /// suffice, with no flag resets.
 /// A wait that exceeds the communicator's timeout, or a flag with another signature, ends the call:
 /// the block records the failure (device_communicator::check), poisons its peers' flags so they end
-/// too, and every later call of this rank returns at once.
+/// too, and every later call of this rank returns at once. A call rejected on the host (bad
+/// arguments) ends the communicator the same way (reject_kernel), flagging the rejected call's
+/// epoch with a reserved signature so that peers still finishing earlier calls are not cut short.
+/// all_to_all_v's first epoch also publishes every rank's send counts in the workspace's exchange
+/// rows (all_to_all_v_kernel), which fix the call's chunks on every rank.
 ///
 /// Cost: per chunk, each rank writes its input once into staging and reads world-size slices from
 /// peers. This suits latency-bound sizes; the window forms (below) skip the staging copy. Larger
@@ -143,29 +147,41 @@ __device__ inline void store_vec(T* p, const vec<T, V>& x) {
   *reinterpret_cast<uint4*>(p) = w;
 }
 
-/// Records this rank's first failure (the claim word picks one writer), then poisons the flags this
-/// block writes at every peer, for every block, so the peers' waits end at once.
-__device__ inline void fail(const device_view& v, device_failure what, int peer, std::uint64_t epoch,
-                            std::uint64_t seen, std::uint32_t theirs, std::uint32_t mine) {
-  if (atomicCAS(reinterpret_cast<unsigned long long*>(claim_of(v)), 0ull, 1ull) == 0ull) {
-    device_status* s = v.status;
-    s->peer = peer;
-    s->block = blockIdx.x;
-    s->theirs = theirs;
-    s->mine = mine;
-    s->epoch = epoch;
-    s->seen = seen;
-    __threadfence_system();
-    s->failure = static_cast<std::uint32_t>(what);
-    __threadfence_system();
-  }
+/// Records this rank's first failure in its status (the claim word picks one writer); false when
+/// another failure was recorded first.
+__device__ inline bool record_failure(const device_view& v, device_failure what, int peer, std::uint64_t epoch,
+                                      std::uint64_t seen, std::uint32_t theirs, std::uint32_t mine) {
+  if (atomicCAS(reinterpret_cast<unsigned long long*>(claim_of(v)), 0ull, 1ull) != 0ull) return false;
+  device_status* s = v.status;
+  s->peer = peer;
+  s->block = blockIdx.x;
+  s->theirs = theirs;
+  s->mine = mine;
+  s->epoch = epoch;
+  s->seen = seen;
+  __threadfence_system();
+  s->failure = static_cast<std::uint32_t>(what);
+  __threadfence_system();
+  return true;
+}
+
+/// Writes `word` as this rank's flag at every peer, for every block.
+__device__ inline void flag_all_peers(const device_view& v, std::uint64_t word) {
   for (int p = 0; p < v.world; ++p) {
     if (p == v.rank) continue;
     for (unsigned b = 0; b < max_device_blocks; ++b) {
       cuda::atomic_ref<std::uint64_t, cuda::thread_scope_system> f(flags_of(v, p)[b * max_device_world + v.rank]);
-      f.store(flag_word(poison_epoch, {mine}), cuda::memory_order_release);
+      f.store(word, cuda::memory_order_release);
     }
   }
+}
+
+/// Records this rank's first failure, then poisons the flags this rank writes at every peer, for
+/// every block, so the peers' waits end at once.
+__device__ inline void fail(const device_view& v, device_failure what, int peer, std::uint64_t epoch,
+                            std::uint64_t seen, std::uint32_t theirs, std::uint32_t mine) {
+  record_failure(v, what, peer, epoch, seen, theirs, mine);
+  flag_all_peers(v, flag_word(poison_epoch, {mine}));
 }
 
 /// The barrier of chunk `epoch` for this block: thread p < world tells rank p that this block's
@@ -193,7 +209,10 @@ __device__ inline bool barrier(const device_view& v, std::uint64_t epoch, device
         break;
       }
       if (e >= epoch) {
-        if (e == epoch && flag_signature(w).bits != sig.bits) {
+        if (e == epoch && flag_signature(w).bits == rejected_signature_bits) {  // the peer rejected this call
+          fail(v, device_failure::peer_failed, p, epoch, w, flag_signature(w).bits, sig.bits);
+          atomicExch(&failed, 1);
+        } else if (e == epoch && flag_signature(w).bits != sig.bits) {
           fail(v, device_failure::mismatch, p, epoch, w, flag_signature(w).bits, sig.bits);
           atomicExch(&failed, 1);
         }
@@ -488,39 +507,41 @@ __global__ void __launch_bounds__(device_threads_per_block, device_blocks_per_sm
 /// (the same on every rank) and checks that what each peer sends here is what recv_counts says.
 /// Then chunks as collective_kernel's (epochs base + 2, ...): row d of the slot holds this rank's
 /// block for rank d; rank q's row `rank` goes to recv at recv_displs[q].
-/// Exchange rows alternate by the call's first epoch: a peer writes the same row again only two
-/// calls later, after a barrier this block reaches only once it has read the row. V: the access
-/// width (1 where this rank's pointers or offsets do not allow 16-byte accesses).
+/// Exchange rows alternate by the call's first epoch, so the row a block reads is written again at
+/// the earliest by a later call whose first epoch is at least two higher: its writer has by then
+/// passed a barrier (of this call's chunks or of a call in between) that this block reaches only
+/// after reading the row. V: the access width (1 where this rank's pointers or offsets do not allow
+/// 16-byte accesses).
 template <class T, std::size_t V>
 __global__ void __launch_bounds__(device_threads_per_block, device_blocks_per_sm)
     all_to_all_v_kernel(device_view v, a2a_layout lay, const T* src, T* dst, std::size_t chunk, device_signature sig) {
   __shared__ std::uint64_t base;
   __shared__ int dead;
-  __shared__ std::uint64_t longest;
+  __shared__ unsigned long long longest;
+  __shared__ int bad_peer;
+  __shared__ unsigned long long bad_count;
   call_start(v, base, dead);
   if (dead) return;
+  if (threadIdx.x == 0) longest = 0, bad_peer = -1;
   if (threadIdx.x < static_cast<unsigned>(v.world))
     exchange_of(v, v.rank, base + 1, blockIdx.x)[threadIdx.x] = lay.send_counts[threadIdx.x];
-  if (!barrier(v, base + 1, sig)) return;
-  if (threadIdx.x == 0) {
-    std::uint64_t most = 0;
-    for (int q = 0; q < v.world && !dead; ++q) {
-      const std::uint64_t* row = exchange_of(v, q, base + 1, blockIdx.x);
-      for (int d = 0; d < v.world; ++d) {
-        const std::uint64_t c = load_cg(row + d);
-        most = c > most ? c : most;
-      }
-      const std::uint64_t to_me = load_cg(row + v.rank);
-      if (to_me != lay.recv_counts[q]) {
-        const auto clip32 = [](std::uint64_t x) { return static_cast<std::uint32_t>(x > 0xffffffffull ? 0xffffffffull : x); };
-        fail(v, device_failure::counts, q, base + 1, 0, clip32(to_me), clip32(lay.recv_counts[q]));
-        dead = 1;
-      }
-    }
-    longest = most;
+  if (!barrier(v, base + 1, sig)) return;  // (its first __syncthreads also orders the init above)
+  // Thread q * world + d reads what rank q sends rank d: the longest block sets the row length.
+  const unsigned cells = static_cast<unsigned>(v.world * v.world);
+  if (threadIdx.x < cells) {
+    const int q = static_cast<int>(threadIdx.x) / v.world, d = static_cast<int>(threadIdx.x) % v.world;
+    const unsigned long long c = load_cg(exchange_of(v, q, base + 1, blockIdx.x) + d);
+    atomicMax(&longest, c);
+    if (d == v.rank && c != lay.recv_counts[q] && atomicCAS(&bad_peer, -1, q) == -1) bad_count = c;
   }
   __syncthreads();
-  if (dead) return;  // the peers' next barrier finds this rank's poisoned flags
+  if (bad_peer >= 0) {  // the peers' next barrier finds this rank's poisoned flags
+    if (threadIdx.x == 0) {
+      const auto clip32 = [](std::uint64_t x) { return static_cast<std::uint32_t>(x > 0xffffffffull ? 0xffffffffull : x); };
+      fail(v, device_failure::counts, bad_peer, base + 1, 0, clip32(bad_count), clip32(lay.recv_counts[bad_peer]));
+    }
+    return;
+  }
   const std::size_t chunks = (longest + chunk - 1) / chunk;
   for (std::size_t c = 0; c < chunks; ++c) {
     const std::uint64_t epoch = base + 2 + c;
@@ -679,16 +700,26 @@ void launch_two_shot_all_reduce(device_communicator& dc, const char* name, const
                  all_gather_v_step<T, 1>{piece, recv, lay}, all_gather_v_step<T, V>{piece, recv, lay}, lay.hash ^ 0x2512);
 }
 
-/// Records a rejected call as this rank's failure and poisons its flags at every peer (one thread),
-/// so that peers waiting for this rank end at once (errc::aborted) instead of at their timeout.
+/// Records a rejected call as this rank's failure (one thread; runs after this rank's earlier calls
+/// on the stream, so counters[0] is their last epoch) and writes, as this rank's flag at every peer,
+/// the rejected call's first epoch with rejected_signature_bits: a peer waiting there ends at once
+/// (errc::aborted) instead of at its timeout, and a peer still waiting at an earlier epoch, for
+/// data this rank has already staged, passes (poison_epoch would end that valid call too). Nothing
+/// is written when this rank has already failed (its flags already carry poison_epoch).
+/// A template only so that every .cu file may include this header (one definition per program).
+template <int = 0>
 __global__ void reject_kernel(device_view v) {
-  if (threadIdx.x == 0 && blockIdx.x == 0) fail(v, device_failure::rejected, -1, 0, 0, 0, 0);
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  const std::uint64_t next = counters_of(v)[0] + 1;
+  if (record_failure(v, device_failure::rejected, -1, next, 0, 0, 0)) flag_all_peers(v, flag_word(next, {rejected_signature_bits}));
 }
 
 /// The argument checks of one call. A check that fails rejects the call as the host collectives
 /// do: the communicator ends for every rank (reject_kernel on the call's stream, after this rank's
-/// earlier calls, so they complete first), then collx::error (errc::invalid_argument) names the
-/// call and the problem. Nothing of the call itself is enqueued.
+/// earlier calls), then collx::error (errc::invalid_argument) names the call and the problem.
+/// Nothing of the call itself is enqueued. During stream capture nothing can be launched for the
+/// peers (the kernel would only join the graph): the call still throws, and the peers' graphs wait
+/// at this call until their timeout.
 struct call_check {
   device_communicator& dc;
   cudaStream_t stream;
@@ -696,8 +727,10 @@ struct call_check {
 
   /// Rejects the call with `what` (without the call's name).
   [[noreturn]] void reject(const std::string& what) const {
-    if (!dc.failed() && cudaSetDevice(dc.device()) == cudaSuccess) {
-      reject_kernel<<<1, 32, 0, stream>>>(dc.view());
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    if (!dc.failed() && cudaSetDevice(dc.device()) == cudaSuccess &&
+        cudaStreamIsCapturing(stream, &capturing) == cudaSuccess && capturing == cudaStreamCaptureStatusNone) {
+      reject_kernel<><<<1, 32, 0, stream>>>(dc.view());
       (void)cudaGetLastError();  // the error below is the one to report
     }
     COLLX_THROW(errc::invalid_argument, std::string(name) + ": " + what);
@@ -767,7 +800,10 @@ void all_reduce(device_communicator& dc, const T* send, T* recv, std::size_t cou
   chk.require(send && recv, "null buffer with count " + std::to_string(count));
   chk.require(send == recv || !ranges_overlap(send, count * sizeof(T), recv, count * sizeof(T)), "send and recv overlap but are not the same buffer");
   const bool vec = aligned16(send) && aligned16(recv);
-  if (direct_form_for(count * sizeof(T), dc.two_shot_min_bytes()) == direct_form::two_shot)
+  // Two-shot's reduce-scatter stages a row per rank: with a staging slot too small for one vector
+  // per row (huge element types), every rank stays one-shot alike.
+  const bool rows_fit = static_cast<std::size_t>(dc.size()) * device_vector_elements<T> * sizeof(T) <= dc.slot_bytes();
+  if (rows_fit && direct_form_for(count * sizeof(T), dc.two_shot_min_bytes()) == direct_form::two_shot)
     return launch_two_shot_all_reduce<T>(dc, name, send, recv, count, op, vec, stream);
   launch_call<T>(dc, name, collective::allreduce, detail::op_signature_key<Op>(), -1, count, 1, vec, stream,
                  all_reduce_step<T, Op, 1>{send, recv, op, -1},
@@ -930,8 +966,11 @@ void reduce_scatter_v(device_communicator& dc, const T* send, T* recv, std::span
 /// @param send sum of send_counts elements; @param recv sum of recv_counts elements; not
 ///        overlapping (never in place); either may be null when its counts are all 0
 /// @param send_counts,recv_counts one per rank; recv_counts[q] on this rank must equal
-///        send_counts[rank] on rank q, which the exchange checks (errc::mismatch at
-///        dc.synchronize(), naming both counts)
+///        send_counts[rank] on rank q, which the exchange checks: the rank whose recv count differs
+///        gets errc::mismatch at dc.synchronize(), naming both counts, and its peers errc::aborted
+///        (at this call when any block moves data, else at their next call)
+/// Small calls cost a full chunk's blocks (every rank must launch the same number, and no rank
+/// knows the others' counts before the exchange).
 /// @throws collx::error (errc::invalid_argument) for lists of the wrong length, a self count that
 ///         differs between the lists, null or overlapping buffers; otherwise as all_reduce.
 template <class T>
@@ -952,6 +991,7 @@ void all_to_all_v(device_communicator& dc, const T* send, std::span<const std::s
   constexpr std::size_t V = device_vector_elements<T>;
   const std::size_t world = static_cast<std::size_t>(dc.size());
   const chunk_plan full = plan_chunks(SIZE_MAX / 2, sizeof(T), world, V, dc.slot_bytes(), dc.block_limit());
+  // (full.chunk * world elements fill a slot: the kernel's row pitch is full.chunk.)
   const auto sig = device_signature::make(collective::all_to_all, detail::type_name<T>(), sizeof(T), "", -1, 0, 0x76);
   const bool vec = (lay.send_total == 0 || aligned16(send)) && (lay.recv_total == 0 || aligned16(recv)) &&
                    lay.offsets_aligned16(sizeof(T));

@@ -207,13 +207,15 @@ class device_communicator {
   /// What the kernels are given.
   const device_view& view() const noexcept { return view_; }
 
-  /// True once a kernel of this communicator has given up (timeout, mismatch, a failed peer).
+  /// True once a kernel of this communicator has given up (timeout, mismatch, a failed peer, or a
+  /// call this rank rejected for its arguments).
   bool failed() const noexcept { return status_ != nullptr && std::atomic_ref<std::uint32_t>(status_->failure).load() != 0; }
 
   /// Throws the failure a kernel reported, if any. Reads host-mapped memory: call it after the
   /// stream has been synchronised to see the failures of the calls before.
-  /// @throws collx::error (errc::timeout, errc::mismatch or errc::aborted) naming the rank, block
-  ///         and peer.
+  /// @throws collx::error (errc::timeout, errc::mismatch -- a call signature or all_to_all_v counts
+  ///         --, errc::aborted, or errc::invalid_argument after a call this rank rejected) naming
+  ///         the rank, block and peer.
   void check() const {
     if (!failed()) return;
     std::atomic_thread_fence(std::memory_order_acquire);

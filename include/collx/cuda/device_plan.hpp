@@ -90,6 +90,13 @@ struct workspace_layout {
 // ---------------------------------------------------------------------------------------------
 // Call signature and flag words
 
+/// Bits of a flag word below the epoch.
+inline constexpr unsigned flag_signature_bits = 24;
+/// The signature a rank writes with the epoch of the call it rejected (bad arguments): no call's
+/// signature (device_signature::make never gives it), so a peer waiting at that epoch knows the
+/// rank gave up, while peers still at earlier epochs pass (the rank finished those).
+inline constexpr std::uint32_t rejected_signature_bits = (1u << flag_signature_bits) - 1;
+
 /// A call's signature, packed into the low 24 bits of every flag word: collective (3 bits), element
 /// type (6 bits of the hash of its name and size), op (5 bits of the hash of its name), root (4 bits)
 /// and count (6 bits of the hash of the count and, for registered windows, the window and offset). Two ranks whose signatures differ are making different calls; the
@@ -125,6 +132,7 @@ struct device_signature {
                         detail::fnv1a(std::string_view(reinterpret_cast<const char*>(&count), sizeof count))))};
     for (std::size_t i = 0; i < fields.size(); ++i)
       v |= (parts[i] & ((1u << fields[i].width) - 1)) << fields[i].shift;
+    if (v == rejected_signature_bits) v ^= 1u << 18;  // reserved (the count hash loses one value)
     return {v};
   }
 
@@ -139,8 +147,6 @@ struct device_signature {
   }
 };
 
-/// Bits of a flag word below the epoch.
-inline constexpr unsigned flag_signature_bits = 24;
 /// The epoch a failing rank writes into its peers' flags so that their waits end at once.
 inline constexpr std::uint64_t poison_epoch = (std::uint64_t{1} << (64 - flag_signature_bits)) - 1;
 
