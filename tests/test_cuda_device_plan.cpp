@@ -374,25 +374,54 @@ TEST_CASE("device all_to_all_v: layouts, and the kernel's chunks move every elem
 }
 
 TEST_CASE("device signatures never take the reserved signature of a rejected call", "[cuda]") {
-  // A flag word with rejected_signature_bits at a call's epoch tells peers the rank rejected that
-  // call; no real call may sign the same.
-  const collective colls[] = {collective::allreduce, collective::reduce_scatter, collective::all_gather,
-                              collective::broadcast, collective::reduce, collective::all_to_all};
-  const char* types[] = {"float32", "float16", "int8", "custom_struct"};
-  const char* ops[] = {"", "sum", "max", "custom"};
-  long made = 0;
-  for (collective c : colls)
-    for (const char* t : types)
-      for (const char* o : ops)
-        for (int root = -1; root < 16; ++root)
-          for (std::size_t count = 0; count < 64; ++count) {
-            const auto sig = gpu::device_signature::make(c, t, 4, o, root, count * 977, count);
-            ++made;
-            if (sig.bits == gpu::rejected_signature_bits) FAIL("a call signs as a rejected one");
-          }
-  CHECK(made > 100000);
+  // The reserved bits are every field at its maximum: collective 7, and type, op, root and count
+  // fields all ones. Find a type name, an op name and a count whose fields are all ones (each field
+  // depends on its own input), so that only make()'s guard keeps the call off the reserved value.
+  using gpu::device_signature;
+  auto field = [](std::uint32_t bits, int k) {
+    const auto& f = device_signature::fields[static_cast<std::size_t>(k)];
+    return (bits >> f.shift) & ((1u << f.width) - 1);
+  };
+  auto all_ones = [](int k) { return (1u << device_signature::fields[static_cast<std::size_t>(k)].width) - 1; };
+  std::string type, op;
+  std::size_t count = 0;
+  for (int i = 0; type.empty(); ++i)
+    if (field(device_signature::make(collective::allreduce, "t" + std::to_string(i), 4, "", -1, 0).bits, 1) == all_ones(1))
+      type = "t" + std::to_string(i);
+  for (int i = 0; op.empty(); ++i)
+    if (field(device_signature::make(collective::allreduce, "x", 4, "o" + std::to_string(i), -1, 0).bits, 2) == all_ones(2))
+      op = "o" + std::to_string(i);
+  for (std::size_t c = 1; count == 0; ++c)
+    if (field(device_signature::make(collective::allreduce, "x", 4, "", -1, c).bits, 4) == all_ones(4)) count = c;
+  const int root = static_cast<int>(all_ones(3)) - 1;  // the root field holds root + 1
+  const auto sig = device_signature::make(collective::send_recv, type, 4, op, root, count);
+  CHECK(sig.bits != gpu::rejected_signature_bits);
+  CHECK((sig.bits ^ (1u << 18)) == gpu::rejected_signature_bits);  // the guard is what moved it
   const std::uint64_t w = gpu::flag_word(41, {gpu::rejected_signature_bits});
   CHECK(gpu::flag_epoch(w) == 41);
   CHECK(gpu::flag_signature(w).bits == gpu::rejected_signature_bits);
   CHECK(gpu::flag_epoch(w) < gpu::poison_epoch);
+}
+
+TEST_CASE("device barrier verdicts: a rejection ends only the rejected call, poison ends any", "[cuda]") {
+  using gpu::flag_verdict;
+  const auto sig = gpu::device_signature::make(collective::allreduce, "float32", 4, "sum", -1, 1000);
+  const auto other = gpu::device_signature::make(collective::allreduce, "float32", 4, "sum", -1, 1001);
+  REQUIRE(sig.bits != other.bits);
+  // A peer's ordinary flag: wait below its epoch, pass at or above it; another call at the same
+  // epoch is a mismatch, at a later epoch the peer is simply ahead.
+  CHECK(gpu::judge_flag(gpu::flag_word(7, sig), 8, sig) == flag_verdict::wait);
+  CHECK(gpu::judge_flag(gpu::flag_word(8, sig), 8, sig) == flag_verdict::pass);
+  CHECK(gpu::judge_flag(gpu::flag_word(9, other), 8, sig) == flag_verdict::pass);
+  CHECK(gpu::judge_flag(gpu::flag_word(8, other), 8, sig) == flag_verdict::mismatch);
+  // A rank that finished epochs up to 8 rejects its next call: it flags epoch 9 with the reserved
+  // signature. Peers still at 8 or before must pass (that rank's data for them is staged), peers
+  // at 9 end; a rejection is never taken for a mismatch.
+  const std::uint64_t rejection = gpu::flag_word(9, {gpu::rejected_signature_bits});
+  for (std::uint64_t e = 1; e <= 8; ++e) CHECK(gpu::judge_flag(rejection, e, sig) == flag_verdict::pass);
+  CHECK(gpu::judge_flag(rejection, 9, sig) == flag_verdict::rejected);
+  CHECK(gpu::judge_flag(rejection, 9, other) == flag_verdict::rejected);
+  // Poison ends a wait at any epoch.
+  const std::uint64_t poison = gpu::flag_word(gpu::poison_epoch, sig);
+  for (std::uint64_t e : {1ull, 9ull, 1000000ull}) CHECK(gpu::judge_flag(poison, e, sig) == flag_verdict::poisoned);
 }

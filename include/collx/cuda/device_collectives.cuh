@@ -202,20 +202,15 @@ __device__ inline bool barrier(const device_view& v, std::uint64_t epoch, device
     std::uint64_t start = 0;
     for (unsigned polls = 0;; ++polls) {
       const std::uint64_t w = in.load(cuda::memory_order_acquire);
-      const std::uint64_t e = flag_epoch(w);
-      if (e == poison_epoch) {
-        fail(v, device_failure::peer_failed, p, epoch, w, flag_signature(w).bits, sig.bits);
+      const flag_verdict verdict = judge_flag(w, epoch, sig);
+      if (verdict == flag_verdict::pass) break;
+      if (verdict != flag_verdict::wait) {
+        if (verdict == flag_verdict::rejected)  // every peer has the rejection already: poison nobody
+          record_failure(v, device_failure::peer_failed, p, epoch, w, flag_signature(w).bits, sig.bits);
+        else
+          fail(v, verdict == flag_verdict::mismatch ? device_failure::mismatch : device_failure::peer_failed, p, epoch, w,
+               flag_signature(w).bits, sig.bits);
         atomicExch(&failed, 1);
-        break;
-      }
-      if (e >= epoch) {
-        if (e == epoch && flag_signature(w).bits == rejected_signature_bits) {  // the peer rejected this call
-          fail(v, device_failure::peer_failed, p, epoch, w, flag_signature(w).bits, sig.bits);
-          atomicExch(&failed, 1);
-        } else if (e == epoch && flag_signature(w).bits != sig.bits) {
-          fail(v, device_failure::mismatch, p, epoch, w, flag_signature(w).bits, sig.bits);
-          atomicExch(&failed, 1);
-        }
         break;
       }
       if ((polls & 255) == 255) {
@@ -519,10 +514,9 @@ __global__ void __launch_bounds__(device_threads_per_block, device_blocks_per_sm
   __shared__ int dead;
   __shared__ unsigned long long longest;
   __shared__ int bad_peer;
-  __shared__ unsigned long long bad_count;
   call_start(v, base, dead);
   if (dead) return;
-  if (threadIdx.x == 0) longest = 0, bad_peer = -1;
+  if (threadIdx.x == 0) longest = 0, bad_peer = max_device_world;
   if (threadIdx.x < static_cast<unsigned>(v.world))
     exchange_of(v, v.rank, base + 1, blockIdx.x)[threadIdx.x] = lay.send_counts[threadIdx.x];
   if (!barrier(v, base + 1, sig)) return;  // (its first __syncthreads also orders the init above)
@@ -532,13 +526,14 @@ __global__ void __launch_bounds__(device_threads_per_block, device_blocks_per_sm
     const int q = static_cast<int>(threadIdx.x) / v.world, d = static_cast<int>(threadIdx.x) % v.world;
     const unsigned long long c = load_cg(exchange_of(v, q, base + 1, blockIdx.x) + d);
     atomicMax(&longest, c);
-    if (d == v.rank && c != lay.recv_counts[q] && atomicCAS(&bad_peer, -1, q) == -1) bad_count = c;
+    if (d == v.rank && c != lay.recv_counts[q]) atomicMin(&bad_peer, q);  // the lowest such rank is named
   }
   __syncthreads();
-  if (bad_peer >= 0) {  // the peers' next barrier finds this rank's poisoned flags
+  if (bad_peer < v.world) {  // the peers' next barrier finds this rank's poisoned flags
     if (threadIdx.x == 0) {
       const auto clip32 = [](std::uint64_t x) { return static_cast<std::uint32_t>(x > 0xffffffffull ? 0xffffffffull : x); };
-      fail(v, device_failure::counts, bad_peer, base + 1, 0, clip32(bad_count), clip32(lay.recv_counts[bad_peer]));
+      const std::uint64_t sent = load_cg(exchange_of(v, bad_peer, base + 1, blockIdx.x) + v.rank);
+      fail(v, device_failure::counts, bad_peer, base + 1, 0, clip32(sent), clip32(lay.recv_counts[bad_peer]));
     }
     return;
   }
@@ -717,9 +712,10 @@ __global__ void reject_kernel(device_view v) {
 /// The argument checks of one call. A check that fails rejects the call as the host collectives
 /// do: the communicator ends for every rank (reject_kernel on the call's stream, after this rank's
 /// earlier calls), then collx::error (errc::invalid_argument) names the call and the problem.
-/// Nothing of the call itself is enqueued. During stream capture nothing can be launched for the
-/// peers (the kernel would only join the graph): the call still throws, and the peers' graphs wait
-/// at this call until their timeout.
+/// Nothing of the call itself is enqueued; this rank's later calls fail at once (the failure is
+/// recorded on the host too). During stream capture nothing can be launched for the peers (the
+/// kernel would only join the graph): the call still throws, and the peers' graphs wait at this
+/// call until their timeout.
 struct call_check {
   device_communicator& dc;
   cudaStream_t stream;
@@ -733,6 +729,7 @@ struct call_check {
       reject_kernel<><<<1, 32, 0, stream>>>(dc.view());
       (void)cudaGetLastError();  // the error below is the one to report
     }
+    dc.mark_rejected();
     COLLX_THROW(errc::invalid_argument, std::string(name) + ": " + what);
   }
   void require(bool ok, const std::string& what) const {

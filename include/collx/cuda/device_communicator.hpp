@@ -175,12 +175,15 @@ class device_communicator {
 
   /// Collective: waits for this rank's device work, then for every rank (host barrier, so no peer
   /// still reads this workspace), then unmaps the peers and frees the workspace. Errors are
-  /// swallowed (a destructor); call synchronize() first to see them.
+  /// swallowed (a destructor); call synchronize() first to see them. A rank whose device calls
+  /// failed meets the others too: a failure need not have reached every rank (a peer whose last
+  /// call moved nothing never saw it), and one rank skipping the barrier would leave the others
+  /// in it until the host communicator's timeout. A dead peer ends the barrier as any host call.
   ~device_communicator() {
     (void)cudaSetDevice(device_);
     (void)cudaDeviceSynchronize();
     try {
-      if (!failed()) barrier(*host_);
+      barrier(*host_);
     } catch (...) {
     }
     release();
@@ -210,6 +213,15 @@ class device_communicator {
   /// True once a kernel of this communicator has given up (timeout, mismatch, a failed peer, or a
   /// call this rank rejected for its arguments).
   bool failed() const noexcept { return status_ != nullptr && std::atomic_ref<std::uint32_t>(status_->failure).load() != 0; }
+
+  /// Records on the host that this rank rejected a call's arguments (collx/cuda/device_collectives.cuh
+  /// call_check), unless a failure is recorded already: later calls then fail at check(), also when
+  /// no kernel could record it (during stream capture).
+  void mark_rejected() noexcept {
+    if (status_ == nullptr || failed()) return;
+    status_->peer = -1;
+    std::atomic_ref<std::uint32_t>(status_->failure).store(static_cast<std::uint32_t>(device_failure::rejected));
+  }
 
   /// Throws the failure a kernel reported, if any. Reads host-mapped memory: call it after the
   /// stream has been synchronised to see the failures of the calls before.

@@ -161,6 +161,29 @@ COLLX_HOST_DEVICE constexpr device_signature flag_signature(std::uint64_t word) 
   return {static_cast<std::uint32_t>(word & ((std::uint64_t{1} << flag_signature_bits) - 1))};
 }
 
+/// What a block waiting at chunk `epoch` of a call signed `sig` makes of a peer's flag word.
+enum class flag_verdict : std::uint8_t {
+  wait,      ///< the peer has not reached this epoch yet
+  pass,      ///< the peer's writes for this epoch (or a later one) are done
+  poisoned,  ///< the peer gave up (timeout, mismatch): end the call
+  rejected,  ///< the peer rejected this very call's arguments: end the call, poisoning nobody
+  mismatch,  ///< the peer is at this epoch in another call
+};
+
+/// The verdict on flag `word` for a wait at `epoch` in a call signed `sig` (barrier() in
+/// device_collectives.cuh). A rejection is flagged at the rejected call's first epoch: peers at
+/// earlier epochs pass (the rejecting rank finished them), peers at that epoch end. Every peer got
+/// the rejection from the rejecting rank itself, so a rank ending on it poisons nobody (poison
+/// would cut short a third rank still finishing the previous call).
+COLLX_HOST_DEVICE constexpr flag_verdict judge_flag(std::uint64_t word, std::uint64_t epoch, device_signature sig) noexcept {
+  const std::uint64_t e = flag_epoch(word);
+  if (e == poison_epoch) return flag_verdict::poisoned;
+  if (e < epoch) return flag_verdict::wait;
+  if (e == epoch && flag_signature(word).bits == rejected_signature_bits) return flag_verdict::rejected;
+  if (e == epoch && flag_signature(word).bits != sig.bits) return flag_verdict::mismatch;
+  return flag_verdict::pass;
+}
+
 /// What a device collective writes to the communicator's host-mapped status when it gives up.
 enum class device_failure : std::uint32_t {
   none = 0,
