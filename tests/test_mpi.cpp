@@ -231,13 +231,14 @@ void mismatch(collx::communicator& c) {
 }
 
 // Rank 1 passes count 0: it returns at once, sending nothing, while the others wait for its data.
-// Then, after `pause`, it makes a barrier call. Every rank must get errc::mismatch naming the
-// count, quickly. With the direct algorithm, messages of the two calls meet out of step (each side
-// names the field: rank 1 from its own record of call 1, the others by asking rank 1); with the
-// tree and a pause, no message meets before rank 1's next call, which finds the waiting ranks'
-// signature queries.
+// Then, after `pause`, it makes a barrier call (or, with `then_call` false, none: it goes on as
+// if the call had worked). Every rank that calls again must get errc::mismatch naming the count,
+// quickly, and so must the waiting ranks. With the direct algorithm, messages of the two calls
+// meet out of step (each side names the field: rank 1 from its own record of call 1, the others
+// by asking rank 1); with the tree, rank 1's signature, sent to every peer as it moves nothing,
+// tells the waiting ranks, whatever rank 1 does next.
 template <class Algo>
-void silent_mismatch(collx::communicator& c, std::chrono::milliseconds pause) {
+void silent_mismatch(collx::communicator& c, std::chrono::milliseconds pause, bool then_call = true) {
   std::vector<int> v(c.rank() == 1 ? 0 : 64, 1);
   const auto t0 = std::chrono::steady_clock::now();
   collx::errc code = collx::errc::internal;
@@ -245,6 +246,7 @@ void silent_mismatch(collx::communicator& c, std::chrono::milliseconds pause) {
   try {
     collx::allreduce<Algo>(c, std::span<int>(v));
     if (c.rank() == 1) {
+      if (!then_call) return;  // no error to see here: rank 1 moved nothing and never calls again
       std::this_thread::sleep_for(pause);
       collx::barrier(c);
     }
@@ -379,6 +381,10 @@ int main(int argc, char** argv) {
     {
       collx::communicator c = collx::mpi::connect(MPI_COMM_WORLD);
       silent_mismatch<collx::algo::tree>(c, std::chrono::milliseconds(300));
+    }
+    {
+      collx::communicator c = collx::mpi::connect(MPI_COMM_WORLD);
+      silent_mismatch<collx::algo::ring>(c, std::chrono::milliseconds(0), false);
     }
     {
       collx::communicator c = collx::mpi::connect(MPI_COMM_WORLD);

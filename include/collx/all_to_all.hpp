@@ -66,7 +66,9 @@ void all_to_all(communicator& comm, std::type_identity_t<std::span<const T>> sen
 
 /// All-to-all with uneven blocks, packed in rank order: this rank sends send_counts[c] elements to
 /// rank c and receives recv_counts[c] from it. send_counts[c] on rank r must equal recv_counts[r] on
-/// rank c: a disagreement is reported as errc::mismatch on both ranks (zero-element pairs included).
+/// rank c: a disagreement is reported as errc::mismatch on the receiving rank (zero-element pairs
+/// included) and reaches every rank; a sender whose sends completed may return from this call and
+/// see it at its next call.
 /// @throws collx::error invalid_argument, mismatch, timeout, aborted.
 template <class Algo = algo::automatic, element T>
 void all_to_all_v(communicator& comm, std::type_identity_t<std::span<const T>> send,

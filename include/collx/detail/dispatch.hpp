@@ -257,6 +257,7 @@ inline void run_flat_untyped(communicator& comm, collective coll, bool in_place,
   sig.op_hash = tc.op_hash;
   sig.root = root;
   sig.algo = static_cast<std::uint8_t>(alg);
+  sig.varying = lay.varying ? 1 : 0;
   sig.layout_hash = lay.varying && coll != collective::all_to_all ? hash_counts(lay.counts) : 0;
   if (alg == algorithm::ring && !comm.options().ring_order.empty()) {  // ranks must agree on the ring
     const std::vector<std::size_t> ring(comm.options().ring_order.begin(), comm.options().ring_order.end());
@@ -267,7 +268,10 @@ inline void run_flat_untyped(communicator& comm, collective coll, bool in_place,
   check_not_failed(comm, name);
   tp.announce(sig);
   try {
-    if (total == 0 && coll != collective::all_to_all && coll != collective::barrier) return;  // all ranks know
+    if (total == 0 && coll != collective::all_to_all && coll != collective::barrier) {  // all ranks know
+      tp.moves_nothing(sig);  // ... unless one disagrees: tell those that cannot see announcements
+      return;
+    }
 
     // Every field is set: the cached parameters keep the last call's values (and vectors).
     schedule::params& p = comm.schedules().params();

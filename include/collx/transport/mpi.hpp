@@ -20,8 +20,9 @@
 /// ends the job) or by the timeout.
 ///
 /// Disagreements that no message shows (a rank whose count is 0 returns at once; its peers wait for
-/// data it never sends): a rank that has waited `query_after` for a peer in a call sends it a query
-/// on the control tag carrying its own signature of the call. The peer answers nothing; it compares
+/// data it never sends): a rank that moves nothing in a call, and a rank that has waited
+/// `query_after` for a peer in a call, send a query on the control tag carrying their own
+/// signature of the call (to every peer, or to the peer waited for). The peer answers nothing; it compares
 /// the query with its own record of that call (each rank keeps its last published_call_history
 /// calls, or holds the query until it reaches the call) whenever it polls: in its waits, at the
 /// start of its next call, or when it announces the call. If they differ, it fails with
@@ -133,7 +134,7 @@ class mpi_transport final : public transport {
     level_ = thread_level();
     if (level_ < MPI_THREAD_SERIALIZED)
       COLLX_THROW(errc::transport,
-                  "collx::mpi: MPI was initialised with thread level " + std::to_string(level_) +
+                  "collx::mpi: MPI was initialised with thread level " + thread_level_name(level_) +
                       "; collx needs at least MPI_THREAD_SERIALIZED (MPI_THREAD_MULTIPLE for *_async calls): use "
                       "MPI_Init_thread");
     check_mpi(MPI_Comm_dup(comm, &comm_), "MPI_Comm_dup");
@@ -233,6 +234,15 @@ class mpi_transport final : public transport {
     if (!why.empty()) fail_out(errc::mismatch, why);
   }
 
+  /// Sends every peer this call's signature (a rank moving nothing sends no data): a peer that
+  /// expected data from this rank compares it with its own call and reports the mismatch, even
+  /// when this rank makes no further call (it may finalize at once).
+  void moves_nothing(const call_signature& sig) override {
+    enter();
+    (void)sig;  // the current call (announce came first)
+    for (int p = 0; p < size_; ++p) query(p);
+  }
+
   void fail(errc code, const std::string& why) noexcept override {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -325,7 +335,7 @@ class mpi_transport final : public transport {
 
   void wait_sends() override {
     enter();
-    wait("its sends to be delivered; last peer", -1, [&] {
+    wait("its sends to be delivered", -1, [&] {
       int done = 0;
       check_rc(MPI_Testall(static_cast<int>(sends_.size()), sends_.data(), &done, MPI_STATUSES_IGNORE), "MPI_Testall",
                -1);
@@ -338,6 +348,25 @@ class mpi_transport final : public transport {
 
  private:
   void enter() noexcept { owner_ = std::this_thread::get_id(); }
+
+  /// "its sends to ranks 2, 3 to be delivered" (the peers of the sends still pending).
+  std::string send_wait_text() const {
+    std::vector<int> peers = send_peers_;
+    std::sort(peers.begin(), peers.end());
+    peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
+    std::string s = "its sends to rank" + std::string(peers.size() > 1 ? "s " : " ");
+    for (std::size_t i = 0; i < peers.size(); ++i) s += (i ? ", " : "") + std::to_string(peers[i]);
+    return s + " to be delivered";
+  }
+
+  /// MPI_THREAD_SINGLE ... MPI_THREAD_MULTIPLE by name.
+  static std::string thread_level_name(int level) {
+    if (level == MPI_THREAD_SINGLE) return "MPI_THREAD_SINGLE";
+    if (level == MPI_THREAD_FUNNELED) return "MPI_THREAD_FUNNELED";
+    if (level == MPI_THREAD_SERIALIZED) return "MPI_THREAD_SERIALIZED";
+    if (level == MPI_THREAD_MULTIPLE) return "MPI_THREAD_MULTIPLE";
+    return std::to_string(level);
+  }
 
   void isend(const void* p, std::size_t n, int peer, int tag) {
     MPI_Request r = MPI_REQUEST_NULL;
@@ -371,9 +400,11 @@ class mpi_transport final : public transport {
         if (failed_.load(std::memory_order_acquire)) rethrow_failure();
         const auto now = std::chrono::steady_clock::now();
         if (now > deadline)
-          fail_out(errc::timeout, "timed out after " + std::to_string(timeout_.count()) + " ms waiting for " + what +
-                                      (peer >= 0 ? " rank " + std::to_string(peer) : std::string()) + " (rank " +
-                                      std::to_string(rank_) + "; the peer is late, stuck, dead, or called something else)");
+          fail_out(errc::timeout, "rank " + std::to_string(rank_) + " timed out after " + std::to_string(timeout_.count()) +
+                                      " ms waiting for " +
+                                      (peer >= 0 ? what + (" rank " + std::to_string(peer))
+                                                 : send_peers_.empty() ? std::string(what) : send_wait_text()) +
+                                      " (the peer is late, stuck, dead, or called something else)");
         const auto waited = now - start;
         if (waited > query_after) {
           if (peer >= 0) query(peer);

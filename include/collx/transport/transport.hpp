@@ -29,8 +29,14 @@ struct call_signature {
   std::int32_t root = -1;         ///< broadcast/reduce root, else -1
   collective coll = collective::allreduce;
   std::uint8_t algo = 0;          ///< the resolved algorithm (collx::algorithm)
+  std::uint8_t varying = 0;       ///< 1: the collective's v-form (a count per rank)
   constexpr bool operator==(const call_signature&) const = default;
 };
+
+/// The collective a signature names, as the user called it ("all_gather_v" for the v-form).
+inline std::string called(const call_signature& c) {
+  return std::string(collective_name(c.coll)) + (c.varying ? "_v" : "");
+}
 
 /// Names the first field in which rank `peer`'s signature `theirs` differs from rank `me`'s `mine`,
 /// or "" if they agree.
@@ -41,14 +47,13 @@ inline std::string describe_mismatch(const call_signature& mine, int me, const c
            std::to_string(a);
   };
   if (mine.seq != theirs.seq)
-    return "call sequence differs: " + rp + " is at call #" + std::to_string(theirs.seq) + " (" +
-           std::string(collective_name(theirs.coll)) + "), " + rm + " at #" + std::to_string(mine.seq) + " (" +
-           std::string(collective_name(mine.coll)) +
+    return "call sequence differs: " + rp + " is at call #" + std::to_string(theirs.seq) + " (" + called(theirs) +
+           "), " + rm + " at #" + std::to_string(mine.seq) + " (" + called(mine) +
            "): a rank skipped or added a call, or passed a count of zero where others did not";
-  if (mine.coll != theirs.coll)
-    return "collective differs: " + rp + " called " + std::string(collective_name(theirs.coll)) + ", " + rm +
-           " called " + std::string(collective_name(mine.coll));
-  if (mine.count != theirs.count) return field("count", theirs.count, mine.count);
+  if (mine.coll != theirs.coll || mine.varying != theirs.varying)
+    return "collective differs: " + rp + " called " + called(theirs) + ", " + rm + " called " + called(mine);
+  if (mine.count != theirs.count)
+    return field(mine.varying ? "count (the sum of the per-rank counts)" : "count", theirs.count, mine.count);
   if (mine.type_size != theirs.type_size || mine.type_hash != theirs.type_hash) {
     auto type = [](const call_signature& c) {
       const std::string bytes = std::to_string(c.type_size) + "-byte";
@@ -95,8 +100,8 @@ std::string first_disagreement(const call_signature& mine, int me, int n, Record
 
 /// One call in words, for error messages: "allreduce #3 (1024 elements of a 4-byte type, ring)".
 inline std::string describe_call(const call_signature& c) {
-  std::string s = std::string(collective_name(c.coll)) + " #" + std::to_string(c.seq) + " (" + std::to_string(c.count) +
-                  " elements of a " + std::to_string(c.type_size) + "-byte type";
+  std::string s = called(c) + " #" + std::to_string(c.seq) + " (" + std::to_string(c.count) +
+                  (c.varying ? " elements in all" : " elements") + " of a " + std::to_string(c.type_size) + "-byte type";
   if (c.root >= 0) s += ", root " + std::to_string(c.root);
   return s + ", " + std::string(algorithm_name(static_cast<algorithm>(c.algo))) + ")";
 }
@@ -175,6 +180,11 @@ class transport {
   /// errc::mismatch, where the ranks would otherwise wait for messages the other never sends (ranks
   /// that disagree on the root, or a rank whose count is 0). Default: nothing.
   virtual void announce(const call_signature& sig) { (void)sig; }
+  /// Tells the transport that this rank moves nothing in call `sig` (announced already) and returns
+  /// at once. A transport whose peers cannot see announcements (MPI) sends them the signature, so
+  /// that a peer waiting for this rank's data learns of the disagreement even if this rank makes no
+  /// further call. Default: nothing.
+  virtual void moves_nothing(const call_signature& sig) { (void)sig; }
   /// Sets the deadline applied to each wait from now on.
   virtual void set_timeout(std::chrono::milliseconds t) noexcept = 0;
 
