@@ -756,18 +756,20 @@ struct call_check {
   }
   /// An all_to_all_v's layout of this rank's counts.
   a2a_layout a2a(std::span<const std::size_t> send_counts, std::span<const std::size_t> recv_counts) const {
-    try {
+    return or_reject([&] {
       return make_a2a_layout(send_counts.data(), send_counts.size(), recv_counts.data(), recv_counts.size(), dc.size(),
                              dc.rank(), name);
-    } catch (const error& e) {
-      const std::string prefix = std::string(name) + ": ", what = e.what();
-      reject(what.rfind(prefix, 0) == 0 ? what.substr(prefix.size()) : what);
-    }
+    });
   }
   /// A v-form's layout of `counts` (one per rank).
   v_layout layout(std::span<const std::size_t> counts) const {
+    return or_reject([&] { return make_v_layout(counts.data(), counts.size(), dc.size(), name); });
+  }
+  /// make(), or the call rejected with make's collx::error (its text already names the call).
+  template <class Make>
+  auto or_reject(Make make) const -> decltype(make()) {
     try {
-      return make_v_layout(counts.data(), counts.size(), dc.size(), name);
+      return make();
     } catch (const error& e) {
       const std::string prefix = std::string(name) + ": ", what = e.what();
       reject(what.rfind(prefix, 0) == 0 ? what.substr(prefix.size()) : what);
