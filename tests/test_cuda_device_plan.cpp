@@ -141,6 +141,45 @@ TEST_CASE("device records: paths, checks and the agreed block count", "[cuda]") 
   CHECK_THROWS_AS(gpu::check_records(std::vector<gpu::peer_record>(gpu::max_device_world + 1), 0), collx::error);
 }
 
+TEST_CASE("device workspace memory: device only where every GPU reaches every other, as asked", "[cuda]") {
+  using gpu::workspace_memory;
+  std::vector<gpu::peer_record> r(3);
+  const std::uint64_t all = 0b111;
+  std::vector<std::uint64_t> reach{all, all, all};
+  CHECK(gpu::choose_workspace_memory(r, reach) == workspace_memory::device);
+  // One pair without peer access (rank 2 cannot reach rank 0's GPU): everyone stages through host.
+  reach[2] = 0b110;
+  CHECK(gpu::choose_workspace_memory(r, reach) == workspace_memory::host);
+  // Asking for device memory there is an error naming the pair, on every rank alike.
+  r[1].memory = workspace_memory::device;
+  try {
+    (void)gpu::choose_workspace_memory(r, reach);
+    FAIL("device memory accepted between GPUs without peer access");
+  } catch (const collx::error& e) {
+    CHECK(e.code() == collx::errc::invalid_argument);
+    const std::string what = e.what();
+    CHECK(what.find("rank 1 asks for device memory") != std::string::npos);
+    CHECK(what.find("rank 2's GPU has no peer access to rank 0's") != std::string::npos);
+  }
+  reach[2] = all;
+  CHECK(gpu::choose_workspace_memory(r, reach) == workspace_memory::device);
+  // One rank asking for host memory takes everyone there; device against host is a mismatch.
+  r[1].memory = workspace_memory::automatic;
+  r[0].memory = workspace_memory::host;
+  CHECK(gpu::choose_workspace_memory(r, reach) == workspace_memory::host);
+  r[2].memory = workspace_memory::device;
+  try {
+    (void)gpu::choose_workspace_memory(r, reach);
+    FAIL("device and host accepted together");
+  } catch (const collx::error& e) {
+    CHECK(e.code() == collx::errc::mismatch);
+    CHECK(std::string(e.what()).find("rank 2 asks for device memory, rank 0 for host memory") != std::string::npos);
+  }
+  // One rank alone always gets device memory unless it asks for host.
+  CHECK(gpu::choose_workspace_memory(std::vector<gpu::peer_record>(1), {0b1}) == workspace_memory::device);
+  CHECK(std::string(gpu::workspace_memory_name(workspace_memory::host)) == "host");
+}
+
 TEST_CASE("device chunks and block ranges cover every element once, vector-aligned", "[cuda]") {
   const std::size_t counts[] = {1, 2, 3, 5, 15, 16, 17, 1000, 4095, 4096, 4097, 100003};
   for (std::size_t elem : {std::size_t{1}, std::size_t{2}, std::size_t{4}, std::size_t{12}})

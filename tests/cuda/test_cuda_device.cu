@@ -6,7 +6,8 @@
 // calls makes its peer time out, all_to_all_v counts that disagree fail on every rank, a rank that rejects a call's arguments ends its peers' calls at
 // once, and later calls on a failed communicator fail at once; two-shot
 // all-reduce (forced at every size) against the same reference, and rank 0's form threshold
-// holding for ranks whose options say otherwise.
+// holding for ranks whose options say otherwise; the same sweep with the workspaces in shared
+// host memory (the path between GPUs without peer access).
 // Tagged [gpu]: without a device, gpu_test_main.cpp skips them.
 #include <catch2/catch.hpp>
 
@@ -130,6 +131,51 @@ TEST_CASE("gpu device collectives: reference sweep, ranks as threads", "[gpu][cu
       }
     }));
   }
+}
+
+TEST_CASE("gpu device collectives: workspaces in shared host memory give the same results", "[gpu][cuda]") {
+  // workspace_memory::host is the path between GPUs without peer access; forced here, it runs
+  // between ranks of one GPU too: every flag and staging slot crosses PCIe to host memory.
+  for (int world : {2, 3}) {
+    gpu::device_options opt;
+    opt.staging_bytes = 32 << 10;
+    opt.timeout = std::chrono::seconds(15);
+    opt.memory = gpu::workspace_memory::host;
+    opt.two_shot_min_bytes = world == 3 ? 1 : 0;  // two-shot at every size on 3 ranks
+    INFO("world " << world);
+    require_none(on_ranks(world, opt, std::chrono::seconds(60), [](gpu::device_communicator& dc, cudaStream_t s, auto& out) {
+      if (dc.memory() != gpu::workspace_memory::host) out.push_back("workspace memory is not host");
+      for (int peer = 0; peer < dc.size(); ++peer)
+        if (peer != dc.rank() && dc.path_to_peer(peer) != gpu::peer_path::host_memory)
+          out.push_back("rank " + std::to_string(dc.rank()) + ": peer " + std::to_string(peer) + " not reached through host memory");
+      int call = 0;
+      reduction_sweep(dc, s, call, out);
+      for (std::size_t count : sweep_counts) {
+        collx_cuda_test::sweep_copies<float>(dc, s, count, 1, ++call, out);
+        collx_cuda_test::sweep_v_forms<float>(dc, s, count, false, 1, ++call, collx::ops::sum{}, out);
+        collx_cuda_test::sweep_all_to_all_v<triple>(dc, s, count, true, 0, ++call, out);
+      }
+      collx_cuda_test::sweep_windows<float>(dc, s, 5000, ++call, collx::ops::sum{}, false, out);
+    }));
+  }
+  // A mismatch is still reported on every rank, through flags in host memory.
+  gpu::device_options opt;
+  opt.timeout = std::chrono::seconds(10);
+  opt.memory = gpu::workspace_memory::host;
+  require_none(on_ranks(2, opt, std::chrono::seconds(30), [](gpu::device_communicator& dc, cudaStream_t s, auto& out) {
+    float* buf = nullptr;
+    gpu::check(cudaMallocAsync(reinterpret_cast<void**>(&buf), 4096, s), "cudaMallocAsync");
+    gpu::all_reduce(dc, buf, buf, dc.rank() == 0 ? std::size_t{100} : std::size_t{101}, collx::ops::sum{}, s);
+    try {
+      dc.synchronize(s);
+      out.push_back("rank " + std::to_string(dc.rank()) + ": mismatched all_reduce succeeded over host memory");
+    } catch (const collx::error& e) {
+      if (e.code() != collx::errc::mismatch && e.code() != collx::errc::aborted)
+        out.push_back("rank " + std::to_string(dc.rank()) + ": unexpected error: " + e.what());
+    }
+    cudaFreeAsync(buf, s);
+    cudaStreamSynchronize(s);
+  }));
 }
 
 TEST_CASE("gpu device collectives: two-shot all-reduce gives one-shot's bits", "[gpu][cuda]") {

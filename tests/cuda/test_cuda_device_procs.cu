@@ -1,5 +1,7 @@
 // collx's device collectives with ranks as processes (run by `collx-run -n N`): the workspaces
-// are reached over CUDA IPC (cudaIpcOpenMemHandle), the host bootstrap is shared memory. Runs a
+// are reached over CUDA IPC (cudaIpcOpenMemHandle), then, on a second communicator, through one
+// shared pinned host-memory object (workspace_memory::host, the path between GPUs without peer
+// access); the host bootstrap is shared memory. Runs a
 // trimmed reference sweep of device_sweep.cuh on one device per rank (device rank % devices, so
 // several processes share a GPU on a one-GPU machine: correct, but each barrier then waits for
 // the GPU's time slicing between processes, milliseconds, so the sweep is short).
@@ -34,11 +36,14 @@ int main() {
     cudaStream_t s{};
     gpu::check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
     std::vector<std::string> problems;
-    {
+    for (gpu::workspace_memory memory : {gpu::workspace_memory::device, gpu::workspace_memory::host}) {
+      opt.memory = memory;
       gpu::device_communicator dc(host, opt);
+      const std::string tag = std::string("workspace memory ") + gpu::workspace_memory_name(memory) + ": ";
+      const gpu::peer_path want = memory == gpu::workspace_memory::host ? gpu::peer_path::host_memory : gpu::peer_path::ipc;
       for (int peer = 0; peer < dc.size(); ++peer)
-        if (peer != me && dc.path_to_peer(peer) != gpu::peer_path::ipc)
-          problems.push_back("peer " + std::to_string(peer) + " not reached over CUDA IPC");
+        if (peer != me && dc.path_to_peer(peer) != want) problems.push_back(tag + "peer " + std::to_string(peer) + " not reached as asked");
+      const std::size_t before = problems.size();
       int call = 0;
       for (std::size_t count : {std::size_t{7}, std::size_t{5000}})
         for (std::size_t offset : {std::size_t{0}, std::size_t{1}}) {
@@ -51,8 +56,11 @@ int main() {
         }
       // Registered windows over CUDA IPC, the cache shared by two windows on one allocation; then
       // again after the memory was freed and allocated anew (a new handle must be mapped afresh).
+      // With host memory the window calls stage and nothing is mapped.
       for (int round = 0; round < 2; ++round)
-        collx_cuda_test::sweep_windows<float>(dc, s, 3000, 100 + round, collx::ops::sum{}, true, problems);
+        collx_cuda_test::sweep_windows<float>(dc, s, 3000, 100 + round, collx::ops::sum{}, memory == gpu::workspace_memory::device,
+                                              problems);
+      for (std::size_t i = before; i < problems.size(); ++i) problems[i] = tag + problems[i];
     }
     cudaStreamDestroy(s);
     for (const auto& p : problems) std::fprintf(stderr, "rank %d: %s\n", me, p.c_str());

@@ -109,3 +109,128 @@ FAKE_EXPORT const char* cudaGetErrorString(cudaError_t error) {
     default: return "unknown error";
   }
 }
+
+// ---------------------------------------------------------------------------------------------
+// What a device communicator's construction calls (collx/cuda/device_communicator.hpp, host C++):
+// tests/test_device_bootstrap.cpp links this library in place of libcudart. "Device memory" is
+// host memory, the current device is per thread, an IPC handle carries the address (ranks are
+// threads of one process), and fake_cudart_live() counts the allocations and registrations still
+// held, so a test sees what a communicator leaves behind. Kernels are out of reach: nothing here
+// launches one. Only where NVIDIA's header gives the types (cudaDeviceProp, cudaIpcMemHandle_t).
+#if __has_include(<cuda_runtime_api.h>)
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+namespace {
+thread_local int current_device = 0;
+std::atomic<int> live{0};
+
+cudaError_t device_ok(int device) {
+  cudaError_t e;
+  const fake_gpu::machine* m = machine_or(e);
+  if (!m) return e;
+  return gpu_of(*m, device) < 0 ? cudaErrorInvalidDevice : cudaSuccess;
+}
+// The GPU index (machine::gpus) of the calling thread's device, for COLLX_FAKE_GPU_FAIL's @GPU.
+int current_gpu() {
+  const fake_gpu::machine* m = fake_gpu::current();
+  return m ? gpu_of(*m, current_device) : -1;
+}
+}  // namespace
+
+FAKE_EXPORT int fake_cudart_live() { return live.load(); }
+
+FAKE_EXPORT cudaError_t cudaGetDevice(int* device) {
+  const cudaError_t e = device_ok(current_device);
+  if (e == cudaSuccess) *device = current_device;
+  return e;
+}
+
+FAKE_EXPORT cudaError_t cudaSetDevice(int device) {
+  const cudaError_t e = device_ok(device);
+  if (e == cudaSuccess) current_device = device;
+  return e;
+}
+
+FAKE_EXPORT cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp* prop, int device) {
+  const cudaError_t e = device_ok(device);
+  if (e != cudaSuccess) return e;
+  const fake_gpu::machine& m = *fake_gpu::current();
+  const int g = gpu_of(m, device);
+  std::memset(prop, 0, sizeof *prop);
+  std::snprintf(prop->name, sizeof prop->name, "fake %s GPU %d", m.name, g);
+  prop->major = m.gpus[g].sm / 10;
+  prop->minor = m.gpus[g].sm % 10;
+  prop->multiProcessorCount = 132;
+  for (std::size_t i = 0; i < sizeof prop->uuid.bytes; ++i) prop->uuid.bytes[i] = static_cast<char>(m.gpus[g].busid[i % 12] + g);
+  return cudaSuccess;
+}
+
+FAKE_EXPORT cudaError_t cudaDeviceEnablePeerAccess(int peerDevice, unsigned int) {
+  const fake_gpu::machine* m = fake_gpu::current();
+  if (!m || gpu_of(*m, peerDevice) < 0) return cudaErrorInvalidDevice;
+  return fake_gpu::peer_access(*m, gpu_of(*m, current_device), gpu_of(*m, peerDevice)) ? cudaSuccess : cudaErrorPeerAccessUnsupported;
+}
+
+FAKE_EXPORT cudaError_t cudaMalloc(void** p, std::size_t bytes) {
+  if (fake_gpu::fail("cudaMalloc", current_gpu())) return cudaErrorMemoryAllocation;
+  *p = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
+  if (!*p) return cudaErrorMemoryAllocation;
+  ++live;
+  return cudaSuccess;
+}
+FAKE_EXPORT cudaError_t cudaFree(void* p) {
+  if (p) --live;
+  std::free(p);
+  return cudaSuccess;
+}
+FAKE_EXPORT cudaError_t cudaHostAlloc(void** p, std::size_t bytes, unsigned int) {
+  *p = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
+  if (!*p) return cudaErrorMemoryAllocation;
+  ++live;
+  return cudaSuccess;
+}
+FAKE_EXPORT cudaError_t cudaFreeHost(void* p) { return cudaFree(p); }
+FAKE_EXPORT cudaError_t cudaHostGetDevicePointer(void** device, void* host, unsigned int) {
+  *device = host;  // unified addressing: the host address is the device address
+  return cudaSuccess;
+}
+FAKE_EXPORT cudaError_t cudaHostRegister(void*, std::size_t, unsigned int) {
+  if (fake_gpu::fail("cudaHostRegister", current_gpu())) return cudaErrorHostMemoryAlreadyRegistered;
+  ++live;
+  return cudaSuccess;
+}
+FAKE_EXPORT cudaError_t cudaHostUnregister(void*) {
+  --live;
+  return cudaSuccess;
+}
+FAKE_EXPORT cudaError_t cudaMemset(void* p, int value, std::size_t bytes) {
+  std::memset(p, value, bytes);
+  return cudaSuccess;
+}
+FAKE_EXPORT cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+FAKE_EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+FAKE_EXPORT cudaError_t cudaGetLastError() { return cudaSuccess; }
+FAKE_EXPORT cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t* handle, void* p) {
+  std::memset(handle, 0, sizeof *handle);
+  std::memcpy(handle->reserved, &p, sizeof p);
+  return cudaSuccess;
+}
+FAKE_EXPORT cudaError_t cudaIpcOpenMemHandle(void** p, cudaIpcMemHandle_t handle, unsigned int) {
+  if (fake_gpu::fail("cudaIpcOpenMemHandle", current_gpu())) return cudaErrorInvalidResourceHandle;
+  std::memcpy(p, handle.reserved, sizeof *p);
+  return cudaSuccess;
+}
+FAKE_EXPORT cudaError_t cudaIpcCloseMemHandle(void*) { return cudaSuccess; }
+FAKE_EXPORT const char* cudaGetErrorName(cudaError_t error) {
+  switch (error) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorHostMemoryAlreadyRegistered: return "cudaErrorHostMemoryAlreadyRegistered";
+    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+    case cudaErrorPeerAccessUnsupported: return "cudaErrorPeerAccessUnsupported";
+    default: return "cudaErrorUnknown";
+  }
+}
+#endif

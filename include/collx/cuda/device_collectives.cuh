@@ -77,11 +77,11 @@ __device__ inline std::uint64_t* flags_of(const device_view& v, int owner) {
   return reinterpret_cast<std::uint64_t*>(v.workspace[owner] + v.flags_offset);
 }
 __device__ inline std::uint64_t* claim_of(const device_view& v) {
-  return reinterpret_cast<std::uint64_t*>(v.workspace[v.rank] + v.claim_offset);
+  return reinterpret_cast<std::uint64_t*>(v.local + v.claim_offset);
 }
 /// counters[0]: the epoch of the last chunk this rank finished; counters[1]: blocks done with the call.
 __device__ inline unsigned long long* counters_of(const device_view& v) {
-  return reinterpret_cast<unsigned long long*>(v.workspace[v.rank] + v.counters_offset);
+  return reinterpret_cast<unsigned long long*>(v.local + v.counters_offset);
 }
 /// Rank `owner`'s exchange row for block `block` of the call whose first epoch is `epoch`: one u64
 /// per rank (device_plan.hpp workspace_layout).
@@ -1004,7 +1004,10 @@ void all_to_all_v(device_communicator& dc, const T* send, std::span<const std::s
 // ---------------------------------------------------------------------------------------------
 // Zero-copy forms: the input is a registered window (device_communicator::register_window), read
 // by the peers in place. Two barriers per call and no staging, whatever the size. The element
-// offset into the window must be the same on every rank (part of the call signature).
+// offset into the window must be the same on every rank (part of the call signature). When the
+// workspaces are in host memory (device_communicator::zero_copy_windows() false: the GPUs cannot
+// read each other's memory), a window call checks its arguments the same way, then runs the
+// pointer form on this rank's window elements (staged).
 
 /// All-reduce from a window: recv[i] = fold over ranks q (in order) of element send_offset + i of
 /// rank q's window. recv must not overlap the elements read from this rank's window (the peers read
@@ -1023,6 +1026,7 @@ void all_reduce(device_communicator& dc, const window& send, std::size_t send_of
   const T* mine = reinterpret_cast<const T*>(send.base[static_cast<std::size_t>(dc.rank())]) + send_offset;
   chk.require(recv != nullptr, "null recv with count " + std::to_string(count));
   chk.require(!ranges_overlap(mine, count * sizeof(T), recv, count * sizeof(T)), "recv overlaps the window elements it reads");
+  if (!dc.zero_copy_windows()) return all_reduce(dc, mine, recv, count, op, stream);
   launch_direct<T>(dc, name, collective::allreduce, detail::op_signature_key<Op>(), -1, count, send, send_offset,
                    send.aligned16_at<T>(send_offset) && aligned16(recv), stream,
                    with_sources<T>(direct_all_reduce_step<T, Op, 1>{{}, recv, op, -1}, send, send_offset),
@@ -1045,6 +1049,7 @@ void reduce_scatter(device_communicator& dc, const window& send, std::size_t sen
   const T* mine = reinterpret_cast<const T*>(send.base[static_cast<std::size_t>(dc.rank())]) + send_offset;
   chk.require(recv != nullptr, "null recv with count " + std::to_string(recv_count));
   chk.require(!ranges_overlap(mine, n * recv_count * sizeof(T), recv, recv_count * sizeof(T)), "recv overlaps the window elements read");
+  if (!dc.zero_copy_windows()) return reduce_scatter(dc, mine, recv, recv_count, op, stream);
   const bool vec = send.aligned16_at<T>(send_offset) && aligned16(recv) && (recv_count * sizeof(T)) % 16 == 0;
   launch_direct<T>(dc, name, collective::reduce_scatter, detail::op_signature_key<Op>(), -1, recv_count, send, send_offset, vec, stream,
                    with_sources<T>(direct_reduce_scatter_step<T, Op, 1>{{}, recv, op}, send, send_offset),
@@ -1067,6 +1072,7 @@ void all_gather(device_communicator& dc, const window& send, std::size_t send_of
   const T* mine = reinterpret_cast<const T*>(send.base[static_cast<std::size_t>(dc.rank())]) + send_offset;
   chk.require(recv != nullptr, "null recv with count " + std::to_string(send_count));
   chk.require(!ranges_overlap(mine, send_count * sizeof(T), recv, n * send_count * sizeof(T)), "recv overlaps the window elements read");
+  if (!dc.zero_copy_windows()) return all_gather(dc, mine, recv, send_count, stream);
   const bool vec = send.aligned16_at<T>(send_offset) && aligned16(recv) && (send_count * sizeof(T)) % 16 == 0;
   launch_direct<T>(dc, name, collective::all_gather, "", -1, send_count, send, send_offset, vec, stream,
                    with_sources<T>(direct_all_gather_step<T, 1>{{}, recv}, send, send_offset),
@@ -1090,7 +1096,9 @@ void broadcast(device_communicator& dc, const window& send, std::size_t send_off
   if (dc.rank() == root) {
     const T* mine = reinterpret_cast<const T*>(send.base[static_cast<std::size_t>(root)]) + send_offset;
     chk.require(!ranges_overlap(mine, count * sizeof(T), recv, count * sizeof(T)), "the root's recv overlaps the window elements it serves");
+    if (!dc.zero_copy_windows()) return broadcast(dc, mine, recv, count, root, stream);
   }
+  if (!dc.zero_copy_windows()) return broadcast(dc, static_cast<const T*>(nullptr), recv, count, root, stream);
   const bool vec = (send.address[static_cast<std::size_t>(root)] + send_offset * sizeof(T)) % 16 == 0 && aligned16(recv);
   launch_direct<T>(dc, name, collective::broadcast, "", root, count, send, send_offset, vec, stream,
                    with_sources<T>(direct_broadcast_step<T, 1>{{}, recv, root}, send, send_offset),

@@ -1,8 +1,10 @@
 /// @file cuda/device_communicator.hpp
 /// collx's own communicator on device memory: the ranks of one node, one GPU each (several ranks
 /// may share a GPU), each rank's workspace (flags + a bounded staging buffer) mapped into every
-/// peer over CUDA IPC, or used directly between ranks of one process. Built collectively over any
-/// collx host communicator (shared memory, threads, MPI), which carries the IPC handles.
+/// peer over CUDA IPC, or used directly between ranks of one process; between GPUs without peer
+/// access, every workspace lies in one shared pinned host-memory object instead
+/// (workspace_memory). Built collectively over any collx host communicator (shared memory,
+/// threads, MPI), which carries the IPC handles.
 /// The collectives that run on it are in cuda/device_collectives.cuh (nvcc); this header is host
 /// C++ with the CUDA runtime.
 ///
@@ -18,12 +20,14 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <exception>
 #include <map>
 #include <random>
 #include <span>
@@ -37,6 +41,7 @@
 #include <collx/communicator.hpp>
 #include <collx/cuda/device_plan.hpp>
 #include <collx/cuda/runtime.hpp>
+#include <collx/cuda/shared_host_memory.hpp>
 #include <collx/error.hpp>
 
 namespace collx {
@@ -62,11 +67,17 @@ struct device_options {
   /// The figures two_shot_min_bytes = 0 decides by: by default an NVSwitch H100/H200;
   /// topo::device_direct_cost (collx/topo/device_cost.hpp) derives them from a machine's wiring.
   direct_cost cost{};
+  /// Where the workspaces live (device_plan.hpp workspace_memory): automatic takes device memory
+  /// where every rank's GPU has peer access to every other's, shared host memory otherwise; host
+  /// forces the host path (also between ranks of one GPU, e.g. to test it). Ranks may differ only
+  /// between automatic and one other choice.
+  workspace_memory memory = workspace_memory::automatic;
 };
 
 /// What a kernel needs to reach every rank's workspace (passed by value to the kernels).
 struct device_view {
-  std::byte* workspace[max_device_world] = {};  ///< rank r's workspace, mapped here
+  std::byte* workspace[max_device_world] = {};  ///< rank r's workspace, mapped here (device or shared host memory)
+  std::byte* local = nullptr;                   ///< this rank's device memory holding counters and claim (its alone)
   int rank = 0;                                 ///< this rank
   int world = 1;                                ///< ranks
   std::size_t counters_offset = 0;              ///< bytes into a workspace: workspace_layout::counters_offset
@@ -102,15 +113,20 @@ struct window {
 /// memory. Construction and destruction are collective over the host communicator.
 class device_communicator {
  public:
-  /// Creates rank host.rank() of host.size() ranks: allocates this rank's workspace on the device
-  /// (layout: device_plan.hpp), exchanges CUDA IPC handles over `host`, maps every peer's workspace
-  /// (cudaIpcOpenMemHandle across processes, the address itself within one process; enabling peer
-  /// access between different GPUs) and waits until every rank has done so.
+  /// Creates rank host.rank() of host.size() ranks: the ranks exchange records (device, process,
+  /// what they ask for), agree on the workspace memory (choose_workspace_memory: device memory
+  /// where every GPU has peer access to every other, shared pinned host memory otherwise), then
+  /// map every rank's workspace (layout: device_plan.hpp): cudaIpcOpenMemHandle across processes,
+  /// the address itself within one process (enabling peer access between different GPUs), or one
+  /// shared-memory object that rank 0 creates and every rank registers with CUDA. Returns once
+  /// every rank has done so.
   /// `host` must outlive this communicator and must not be used by another thread meanwhile.
-  /// @throws collx::error (errc::cuda) when a CUDA call fails, e.g. two GPUs without peer access
-  ///         (staging through host memory is not implemented); (errc::mismatch) when ranks ask for
-  ///         different staging sizes; (errc::invalid_argument) for more than max_device_world ranks
-  ///         or a staging too small; and the host communicator's errors.
+  /// @throws collx::error (errc::cuda) when a CUDA call fails; (errc::system) when the shared host
+  ///         workspace cannot be created (e.g. /dev/shm too small); (errc::mismatch) when ranks ask
+  ///         for different staging sizes or workspace memories; (errc::invalid_argument) for more
+  ///         than max_device_world ranks, a staging too small, or device memory asked for between
+  ///         GPUs without peer access; and the host communicator's errors. When mapping fails on
+  ///         one rank, every rank throws (naming it) rather than waiting for it.
   explicit device_communicator(communicator& host, device_options opt = {}) : host_(&host) {
     if (opt.device < 0) gpu::check(cudaGetDevice(&opt.device), "cudaGetDevice");
     device_ = opt.device;
@@ -123,23 +139,15 @@ class device_communicator {
     mine.device = device_;
     mine.staging_bytes = opt.staging_bytes;
     mine.workspace_bytes = layout_.total_bytes;
+    mine.memory = opt.memory;
     cudaDeviceProp prop{};
     gpu::check(cudaGetDeviceProperties(&prop, device_), "cudaGetDeviceProperties");
     mine.sm_count = prop.multiProcessorCount;
     std::memcpy(mine.uuid.data(), &prop.uuid, sizeof prop.uuid);
 
-    gpu::check(cudaMalloc(&workspace_, layout_.total_bytes), "cudaMalloc(device communicator workspace)");
     try {
-      // Zero flags and counters before any peer can see them, then publish.
-      gpu::check(cudaMemset(workspace_, 0, layout_.total_bytes), "cudaMemset(workspace)");
-      gpu::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-      mine.workspace_address = reinterpret_cast<std::uintptr_t>(workspace_);
-      cudaIpcMemHandle_t handle{};
-      gpu::check(cudaIpcGetMemHandle(&handle, workspace_), "cudaIpcGetMemHandle(workspace)");
-      static_assert(sizeof handle <= sizeof mine.ipc_handle);
-      std::memcpy(mine.ipc_handle.data(), &handle, sizeof handle);
       gpu::check(cudaHostAlloc(reinterpret_cast<void**>(&status_), sizeof(device_status), cudaHostAllocMapped),
-            "cudaHostAlloc(status)");
+                 "cudaHostAlloc(status)");
       *status_ = device_status{};
       gpu::check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&status_device_), status_, 0), "cudaHostGetDevicePointer(status)");
 
@@ -152,12 +160,26 @@ class device_communicator {
                                                            : two_shot_crossover_bytes(host.size(), opt.cost);
       collx::broadcast<algo::direct>(host, std::span<std::uint64_t>(&two_shot, 1), 0);
       two_shot_min_bytes_ = static_cast<std::size_t>(two_shot);
-      open_peers();
-      barrier(host);  // every rank has mapped every workspace: nobody frees one still being opened
+
+      std::vector<std::uint64_t> reach(static_cast<std::size_t>(host.size()));
+      const std::uint64_t my_reach = reach_mask();
+      all_gather<algo::direct>(host, std::span<const std::uint64_t>(&my_reach, 1), std::span<std::uint64_t>(reach));
+      memory_ = choose_workspace_memory(records_, reach);
+
+      // Counters and claim are this rank's alone: with host memory only they stay on the device.
+      const bool device = memory_ == workspace_memory::device;
+      on_every_rank("allocate its device workspace", [&] { allocate_workspace(device ? layout_.total_bytes : layout_.flags_offset); });
+      if (device) {
+        publish_device_workspace();
+        on_every_rank("map the peers' workspaces", [&] { open_peers(); });
+      } else {
+        open_host_workspaces();
+      }
     } catch (...) {
       release();
       throw;
     }
+    view_.local = static_cast<std::byte*>(workspace_);
     view_.rank = rank();
     view_.world = size();
     view_.counters_offset = layout_.counters_offset;
@@ -206,7 +228,16 @@ class device_communicator {
   /// All-reduces of this many bytes per rank or more run two-shot (device_options::two_shot_min_bytes).
   std::size_t two_shot_min_bytes() const noexcept { return two_shot_min_bytes_; }
   /// How this rank reaches rank `peer`'s workspace.
-  peer_path path_to_peer(int peer) const { return path_to(records_, rank(), peer); }
+  peer_path path_to_peer(int peer) const {
+    if (memory_ == workspace_memory::host && peer != rank()) return peer_path::host_memory;
+    return path_to(records_, rank(), peer);
+  }
+  /// Where the workspaces live: workspace_memory::device or host (never automatic), the same on
+  /// every rank.
+  workspace_memory memory() const noexcept { return memory_; }
+  /// True when peers read registered windows in place (device memory); with host memory a window
+  /// call stages its input like the pointer form.
+  bool zero_copy_windows() const noexcept { return memory_ == workspace_memory::device; }
   /// What the kernels are given.
   const device_view& view() const noexcept { return view_; }
 
@@ -239,6 +270,8 @@ class device_communicator {
   /// every rank registers its own buffer (sizes may differ), in the same order. Peers map it (CUDA
   /// IPC across processes: the allocation's handle is opened once per peer and cached, keyed by the
   /// handle, so memory freed and allocated again, which gets a new handle, is mapped afresh).
+  /// With workspace memory host nothing is mapped (window calls stage their input, as the pointer
+  /// forms do), but the registration is still collective and checked the same way.
   /// The buffer must stay allocated until deregister_window.
   /// @throws collx::error (errc::invalid_argument) for a null pointer, zero bytes, or a range that is
   ///         not inside one device allocation; (errc::cuda) when mapping fails; host errors.
@@ -255,10 +288,12 @@ class device_communicator {
       COLLX_THROW(errc::invalid_argument, "gpu::register_window: " + std::to_string(bytes) + " bytes from " +
                                               std::to_string(mine.address) + " run past the end of its allocation");
     mine.offset = mine.address - alloc_base;
-    cudaIpcMemHandle_t h{};
-    gpu::check(cudaIpcGetMemHandle(&h, reinterpret_cast<void*>(static_cast<std::uintptr_t>(alloc_base))),
-               "cudaIpcGetMemHandle(window)");
-    std::memcpy(mine.ipc_handle.data(), &h, sizeof h);
+    if (memory_ == workspace_memory::device) {  // peers map it
+      cudaIpcMemHandle_t h{};
+      gpu::check(cudaIpcGetMemHandle(&h, reinterpret_cast<void*>(static_cast<std::uintptr_t>(alloc_base))),
+                 "cudaIpcGetMemHandle(window)");
+      std::memcpy(mine.ipc_handle.data(), &h, sizeof h);
+    }
 
     std::vector<window_record> all(static_cast<std::size_t>(size()));
     all_gather<algo::direct>(*host_, std::span<const window_record>(&mine, 1), std::span<window_record>(all));
@@ -269,6 +304,7 @@ class device_communicator {
       const window_record& r = all[static_cast<std::size_t>(p)];
       w.bytes[static_cast<std::size_t>(p)] = r.bytes;
       w.address[static_cast<std::size_t>(p)] = r.address;
+      if (memory_ == workspace_memory::host && p != rank()) continue;  // window calls stage: peers never read it
       if (p == rank() || r.process == mine.process) {
         w.base[static_cast<std::size_t>(p)] = reinterpret_cast<const std::byte*>(static_cast<std::uintptr_t>(r.address));
         continue;
@@ -364,6 +400,102 @@ class device_communicator {
     return token;
   }
 
+  /// Bit p set when this rank's GPU can read and write rank p's device memory: the same GPU, or
+  /// peer access to it (a GPU this process cannot see is out of reach).
+  std::uint64_t reach_mask() const {
+    const peer_record& me = records_[static_cast<std::size_t>(rank())];
+    std::uint64_t mask = 0;
+    for (int p = 0; p < size(); ++p) {
+      const peer_record& r = records_[static_cast<std::size_t>(p)];
+      if (r.uuid == me.uuid) {
+        mask |= std::uint64_t{1} << p;
+        continue;
+      }
+      const int ordinal = r.process == me.process ? r.device : local_ordinal(r.uuid);
+      int can = 0;
+      if (ordinal >= 0 && cudaDeviceCanAccessPeer(&can, device_, ordinal) == cudaSuccess && can) mask |= std::uint64_t{1} << p;
+    }
+    (void)cudaGetLastError();
+    return mask;
+  }
+
+  /// This process's ordinal of the GPU with `uuid`, or -1 when it does not see that GPU.
+  static int local_ordinal(const std::array<unsigned char, 16>& uuid) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) return -1;
+    for (int d = 0; d < n; ++d) {
+      cudaDeviceProp prop{};
+      if (cudaGetDeviceProperties(&prop, d) == cudaSuccess && std::memcmp(&prop.uuid, uuid.data(), uuid.size()) == 0) return d;
+    }
+    return -1;
+  }
+
+  /// This rank's device workspace of `bytes`, zeroed before any peer can see it.
+  void allocate_workspace(std::size_t bytes) {
+    gpu::check(cudaMalloc(&workspace_, bytes), "cudaMalloc(device communicator workspace)");
+    gpu::check(cudaMemset(workspace_, 0, bytes), "cudaMemset(workspace)");
+    gpu::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  }
+
+  /// Gives every rank this rank's workspace address and IPC handle (records_).
+  void publish_device_workspace() {
+    struct published {
+      std::uint64_t address;
+      std::array<unsigned char, 64> ipc_handle;
+    } out{reinterpret_cast<std::uintptr_t>(workspace_), {}};
+    cudaIpcMemHandle_t handle{};
+    gpu::check(cudaIpcGetMemHandle(&handle, workspace_), "cudaIpcGetMemHandle(workspace)");
+    static_assert(sizeof handle <= sizeof out.ipc_handle);
+    std::memcpy(out.ipc_handle.data(), &handle, sizeof handle);
+    std::vector<published> all(static_cast<std::size_t>(size()));
+    all_gather<algo::direct>(*host_, std::span<const published>(&out, 1), std::span<published>(all));
+    for (std::size_t p = 0; p < all.size(); ++p) {
+      records_[p].workspace_address = all[p].address;
+      records_[p].ipc_handle = all[p].ipc_handle;
+    }
+  }
+
+  /// Runs `step` on this rank, then tells every rank whether each rank's step succeeded: this
+  /// rank rethrows its own error; the others throw errc::cuda naming the first rank that failed
+  /// (instead of waiting for it until the host communicator's timeout).
+  template <class Step>
+  void on_every_rank(const char* what, Step&& step) {
+    std::exception_ptr error;
+    try {
+      step();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    const std::uint8_t ok = error ? 0 : 1;
+    std::vector<std::uint8_t> all(static_cast<std::size_t>(size()));
+    all_gather<algo::direct>(*host_, std::span<const std::uint8_t>(&ok, 1), std::span<std::uint8_t>(all));
+    if (error) std::rethrow_exception(error);
+    for (int p = 0; p < size(); ++p)
+      if (!all[static_cast<std::size_t>(p)])
+        COLLX_THROW(errc::cuda, std::string("gpu: rank ") + std::to_string(p) + " could not " + what + " (its own error says why)");
+  }
+
+  /// Workspace memory host: rank 0 creates one shared-memory object holding every rank's workspace
+  /// (rank r's at r x the page-rounded workspace size), every rank maps and registers it, then the
+  /// name is removed (nothing is left in /dev/shm after a crash from then on).
+  void open_host_workspaces() {
+    const std::size_t region = workspace_layout::round_up(layout_.total_bytes, 4096);
+    const std::size_t bytes = region * static_cast<std::size_t>(size());
+    std::array<char, 64> name{};  // rank 0's object; empty when rank 0 could not create it
+    on_every_rank("create the shared host workspace", [&] {
+      if (rank() != 0) return;
+      shared_ = shared_host_memory::create(bytes);
+      std::memcpy(name.data(), shared_.name().c_str(), std::min(name.size() - 1, shared_.name().size()));
+    });
+    collx::broadcast<algo::direct>(*host_, std::span<char>(name.data(), name.size()), 0);
+    on_every_rank("map the shared host workspace", [&] {
+      if (rank() != 0) shared_ = shared_host_memory::open(name.data(), bytes);
+    });
+    if (rank() == 0) shared_.unlink_name();
+    for (int p = 0; p < size(); ++p) view_.workspace[p] = shared_.device() + static_cast<std::size_t>(p) * region;
+  }
+
+  /// Workspace memory device: maps every peer's device workspace (records_).
   void open_peers() {
     for (int p = 0; p < size(); ++p) {
       const peer_record& r = records_[static_cast<std::size_t>(p)];
@@ -383,11 +515,12 @@ class device_communicator {
                                         ") cannot map rank " + std::to_string(p) + "'s workspace (device " +
                                         std::to_string(r.device) + " of its process): cudaIpcOpenMemHandle: " +
                                         cudaGetErrorName(e) + " (" + cudaGetErrorString(e) +
-                                        "); peer access between the two GPUs is needed");
+                                        "); workspace_memory::host stages through host memory instead");
           opened_.push_back(mapped);
           view_.workspace[p] = static_cast<std::byte*>(mapped);
           break;
         }
+        case peer_path::host_memory: break;  // path_to never gives it: open_host_workspaces maps those
       }
     }
   }
@@ -398,7 +531,7 @@ class device_communicator {
     if (!can)
       COLLX_THROW(errc::cuda, "gpu: device " + std::to_string(device_) + " (rank " + std::to_string(rank()) +
                                   ") has no peer access to device " + std::to_string(peer_device) + " (rank " +
-                                  std::to_string(peer) + "); staging through host memory is not implemented");
+                                  std::to_string(peer) + "); workspace_memory::host stages through host memory instead");
     const cudaError_t e = cudaDeviceEnablePeerAccess(peer_device, 0);
     if (e == cudaErrorPeerAccessAlreadyEnabled) (void)cudaGetLastError();
     else gpu::check(e, "cudaDeviceEnablePeerAccess");
@@ -414,6 +547,7 @@ class device_communicator {
     workspace_ = nullptr;
     if (status_) (void)cudaFreeHost(status_);
     status_ = nullptr;
+    shared_ = shared_host_memory{};
   }
 
   communicator* host_;
@@ -429,6 +563,8 @@ class device_communicator {
   std::uint32_t next_window_ = 1;
   unsigned blocks_ = 1;
   std::size_t two_shot_min_bytes_ = SIZE_MAX;
+  workspace_memory memory_ = workspace_memory::device;
+  shared_host_memory shared_;                // the workspaces, when memory_ is host
   device_view view_{};
 };
 

@@ -7,7 +7,8 @@
 ///  - the 24-bit call signature every flag carries, so ranks that disagree on a call fail with
 ///    errc::mismatch naming the field instead of hanging,
 ///  - how a call is cut into chunks that fit a staging slot and into per-block element ranges.
-///  - which form of the direct all-reduce (one-shot or two-shot) a size gets, and two-shot's pieces.
+///  - which form of the direct all-reduce (one-shot or two-shot) a size gets, and two-shot's pieces,
+///  - whether the workspaces live in device memory (peer access) or in shared host memory.
 ///
 /// The protocol (one barrier per chunk, sequence numbers, two staging slots) is described in
 /// cuda/device_collectives.cuh.
@@ -249,17 +250,44 @@ constexpr errc errc_of(device_failure f) noexcept {
 // ---------------------------------------------------------------------------------------------
 // Peer records
 
+/// Where the ranks' workspaces (flags, exchange rows, staging slots) live, which decides how the
+/// GPUs reach each other. The same for every rank of a communicator (choose_workspace_memory).
+enum class workspace_memory : std::uint32_t {
+  /// device where every rank's GPU reaches every other rank's device memory, host otherwise.
+  automatic = 0,
+  /// Each rank's device memory, mapped into its peers (CUDA IPC, peer access): NVLink or PCIe
+  /// peer-to-peer. Registered windows are read in place (zero-copy).
+  device = 1,
+  /// Pinned host memory shared by all ranks (POSIX shared memory registered with
+  /// cudaHostRegister): every GPU writes its staging and its peers' flags there and reads its
+  /// peers' staging from there, over PCIe, as NCCL's SHM transport does between GPUs without peer
+  /// access. Works between any GPUs of one node, at host-memory bandwidth; window calls stage too.
+  host = 2,
+};
+
+/// "automatic", "device" or "host".
+inline const char* workspace_memory_name(workspace_memory m) noexcept {
+  switch (m) {
+    case workspace_memory::automatic: return "automatic";
+    case workspace_memory::device: return "device";
+    case workspace_memory::host: return "host";
+  }
+  return "unknown";
+}
+
 /// What each rank publishes when a device communicator is created (fixed size, exchanged as bytes
 /// over the host communicator).
 struct peer_record {
   std::uint32_t magic = 0x636f6c78;   ///< "colx"
-  std::uint32_t version = 2;          ///< layout version of this record and the workspace (2: exchange area)
+  std::uint32_t version = 3;          ///< layout version of this record and the workspace (2: exchange area; 3: memory)
   std::uint64_t process = 0;          ///< pid and a per-process random token: equal = same address space
   std::uint64_t workspace_address = 0;  ///< the workspace's device address in the owner's process
   std::uint64_t workspace_bytes = 0;  ///< size of the workspace
   std::uint64_t staging_bytes = 0;    ///< the staging the owner asked for (must agree)
   std::int32_t device = -1;           ///< CUDA ordinal in the owner's process
   std::int32_t sm_count = 0;          ///< multiprocessors of that device
+  workspace_memory memory = workspace_memory::automatic;  ///< what the owner asked for (device_options::memory)
+  std::uint32_t reserved = 0;         ///< zero
   std::array<unsigned char, 16> uuid{};        ///< the device's UUID (cudaDeviceProp::uuid)
   std::array<unsigned char, 64> ipc_handle{};  ///< cudaIpcMemHandle_t of the workspace
 };
@@ -269,6 +297,7 @@ enum class peer_path {
   self,          ///< its own workspace
   same_process,  ///< another rank of this process: the address is valid here (same or peer device)
   ipc,           ///< another process: cudaIpcOpenMemHandle
+  host_memory,   ///< any other rank of a communicator whose workspaces are in shared host memory
 };
 
 /// The path to the workspace of `peer` for rank `me`.
@@ -299,6 +328,35 @@ inline void check_records(const std::vector<peer_record>& records, int me) {
                                       std::to_string(p.staging_bytes) + " bytes, rank " + std::to_string(me) + " has " +
                                       std::to_string(mine.staging_bytes));
   }
+}
+
+/// The workspace memory of a communicator, decided alike on every rank from what each rank asked
+/// for (records[r].memory) and what its GPU reaches (reach[r] bit p: rank r's GPU can read and
+/// write rank p's device memory: the same GPU, or peer access): host when any rank asks for it;
+/// otherwise device when every GPU reaches every other, else host (unless a rank asked for device).
+/// @throws collx::error (errc::mismatch) when one rank asks for device memory and another for
+///         host; (errc::invalid_argument) when a rank asks for device memory and some rank's GPU
+///         cannot reach another's (the message names both ranks).
+inline workspace_memory choose_workspace_memory(const std::vector<peer_record>& records, const std::vector<std::uint64_t>& reach) {
+  int asked_device = -1, asked_host = -1;
+  for (std::size_t r = 0; r < records.size(); ++r) {
+    if (records[r].memory == workspace_memory::device && asked_device < 0) asked_device = static_cast<int>(r);
+    if (records[r].memory == workspace_memory::host && asked_host < 0) asked_host = static_cast<int>(r);
+  }
+  if (asked_device >= 0 && asked_host >= 0)
+    COLLX_THROW(errc::mismatch, "gpu: workspace memory differs: rank " + std::to_string(asked_device) +
+                                    " asks for device memory, rank " + std::to_string(asked_host) + " for host memory");
+  if (asked_host >= 0) return workspace_memory::host;
+  for (std::size_t r = 0; r < records.size(); ++r)
+    for (std::size_t p = 0; p < records.size(); ++p)
+      if (p != r && !((reach.at(r) >> p) & 1u)) {
+        if (asked_device < 0) return workspace_memory::host;
+        COLLX_THROW(errc::invalid_argument,
+                    "gpu: rank " + std::to_string(asked_device) + " asks for device memory, but rank " + std::to_string(r) +
+                        "'s GPU has no peer access to rank " + std::to_string(p) +
+                        "'s; use workspace_memory::host or automatic (staging through host memory)");
+      }
+  return workspace_memory::device;
 }
 
 /// Blocks a call may use, the same on every rank: two per multiprocessor of the smallest device,
