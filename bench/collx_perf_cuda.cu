@@ -7,13 +7,16 @@
 // r % (GPUs). First the device-to-device copy rate (cudaMemcpyAsync), the ceiling of a copy-bound
 // collective on one GPU; then float32 sum all-reduce, reduce-scatter and all-gather from -b to -e
 // bytes, each size twice: from ordinary buffers (staged through the communicator's bounded
-// staging) and from a registered window (zero-copy: peers read the send buffer in place); then
+// staging) and from a registered window (zero-copy: peers read the send buffer in place, where
+// the workspaces are in device memory; --memory host puts them in shared host memory, the path
+// between GPUs without peer access, where window calls stage too); then
 // custom ops and struct types against built-in sums of the same element size.
 // Each row: the median over --rounds rounds of the slowest rank's mean time over -n calls;
 // "#wrong" counts elements that differ from the expected sums (checked up to 64 MiB).
 //
 // usage: collx-perf-cuda [--ranks N] [-b BYTES] [-e BYTES] [-f FACTOR] [-n ITERS] [-w WARMUP]
-//                        [--rounds R] [--staging BYTES] [--two-shot-min BYTES|never] [--no-custom]
+//                        [--rounds R] [--staging BYTES] [--two-shot-min BYTES|never]
+//                        [--memory device|host|automatic] [--no-custom]
 // (sizes as collx-perf takes them: 8, 64K, 4M, 1G; -f an integer factor). --two-shot-min sets
 // device_options::two_shot_min_bytes: all-reduces from that size run two-shot (1: all of them;
 // never: none; default: the cost model's crossover for the rank count).
@@ -49,13 +52,14 @@ struct options {
   int iters = 20, warmup = 5, rounds = 3;
   std::size_t staging = std::size_t{8} << 20;
   std::size_t two_shot_min = 0;  // device_options::two_shot_min_bytes (0: the cost model's)
+  gpu::workspace_memory memory = gpu::workspace_memory::automatic;  // device_options::memory
   bool custom = true;
 };
 
 [[noreturn]] void usage(const char* why) {
   std::fprintf(stderr,
                "collx-perf-cuda: %s\nusage: collx-perf-cuda [--ranks N] [-b BYTES] [-e BYTES] [-f FACTOR] [-n ITERS] "
-               "[-w WARMUP] [--rounds R] [--staging BYTES] [--two-shot-min BYTES|never] [--no-custom]\n",
+               "[-w WARMUP] [--rounds R] [--staging BYTES] [--two-shot-min BYTES|never] [--memory device|host|automatic] [--no-custom]\n",
                why);
   std::exit(2);
 }
@@ -83,6 +87,12 @@ options parse(int argc, char** argv) {
       else if (a == "--two-shot-min") {
         const std::string v = val();
         o.two_shot_min = v == "never" ? SIZE_MAX : std::max<std::size_t>(1, parse_bytes(a, v));
+      }
+      else if (a == "--memory") {
+        const std::string v = val();
+        if (v == "device") o.memory = gpu::workspace_memory::device;
+        else if (v == "host") o.memory = gpu::workspace_memory::host;
+        else if (v != "automatic") usage("--memory takes device, host or automatic");
       }
       else if (a == "--no-custom") o.custom = false;
       else usage(("unknown option " + a).c_str());
@@ -350,10 +360,6 @@ int main(int argc, char** argv) {
   ok(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
   std::printf("# collx-perf-cuda: %d ranks as threads, %d GPU(s) (%s, %d SMs); rank r on GPU r %% %d; staging %zu B per rank\n",
               o.ranks, devices, prop.name, prop.multiProcessorCount, devices, o.staging);
-  const std::size_t two_shot_min =
-      o.two_shot_min != 0 ? o.two_shot_min : gpu::two_shot_crossover_bytes(o.ranks, gpu::direct_cost{});
-  if (two_shot_min == SIZE_MAX) std::printf("# all-reduce: one-shot at every size\n");
-  else std::printf("# all-reduce: one-shot below %zu B per rank, two-shot from there on\n", two_shot_min);
 
   {  // the copy ceiling: cudaMemcpyAsync device to device on GPU 0
     ok(cudaSetDevice(0), "cudaSetDevice");
@@ -403,8 +409,15 @@ int main(int argc, char** argv) {
         dopt.device = r % devices;
         dopt.staging_bytes = o.staging;
         dopt.two_shot_min_bytes = o.two_shot_min;
+        dopt.memory = o.memory;
         {
           gpu::device_communicator dc(hosts[static_cast<std::size_t>(r)], dopt);
+          if (r == 0) {
+            std::printf("# workspaces in %s memory%s\n", gpu::workspace_memory_name(dc.memory()),
+                        dc.zero_copy_windows() ? "" : " (the registered rows stage too)");
+            if (dc.two_shot_min_bytes() == SIZE_MAX) std::printf("# all-reduce: one-shot at every size\n");
+            else std::printf("# all-reduce: one-shot below %zu B per rank, two-shot from there on\n", dc.two_shot_min_bytes());
+          }
           rank_main(st, dc, s);
         }
         cudaStreamDestroy(s);

@@ -13,7 +13,8 @@
 #   6. collx-perf-cuda: the copy ceiling, then all-reduce, reduce-scatter and all-gather on device
 #      memory from 8 B to 1 GiB with 2 ranks (NCCL beside them when each rank has its own GPU), then
 #      custom ops against built-in sums; all-reduce one-shot against two-shot with 4 ranks (one per
-#      GPU where there are 4, else sharing them); with one rank per GPU when there are 4 or more GPUs;
+#      GPU where there are 4, else sharing them); 2 ranks with their workspaces in shared host
+#      memory (--memory host); with one rank per GPU when there are 4 or more GPUs;
 #   7. writes everything to bench/results/gpu-check-<host>-<UTC time>.log ($OUT/ instead when set).
 # Budget: under 8 minutes on one H200 (build about 1.5 min with 16 cores, tests and benchmark about
 # 2 min).
@@ -99,6 +100,10 @@ step() { printf '\n==== %s ====\n' "$*"; }
       timeout 60 "$build/bench/collx-perf-cuda" --ranks 4 -b 64K -e 256M -f 4 --rounds 2 --no-custom --two-shot-min "$form" ||
         { echo "gpu-check: collx-perf-cuda --two-shot-min $form failed"; status=1; }
     done
+    # Workspaces in shared host memory (the path between GPUs without peer access), 2 ranks.
+    echo "# --memory host"
+    timeout 45 "$build/bench/collx-perf-cuda" --ranks 2 -b 8 -e 64M -f 8 --rounds 2 --no-custom --memory host ||
+      { echo "gpu-check: collx-perf-cuda --memory host failed"; status=1; }
     gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
     if [[ ${gpus:-0} -ge 4 ]]; then
       timeout 120 "$build/bench/collx-perf-cuda" --ranks "$gpus" -b 8 -e 256M -f 8 --no-custom ||

@@ -13,6 +13,8 @@
 #include <collx/transport/threads.hpp>
 
 #include <dirent.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -40,11 +42,13 @@ struct fake_machine {
   }
 };
 
-// Objects in /dev/shm named like the host workspaces.
+// Objects in /dev/shm named like the host workspaces this process creates (other tests may run
+// at the same time).
 int host_workspace_objects() {
+  const std::string mine = "collx-gpu-" + std::to_string(::getpid()) + "-";
   int n = 0;
   if (DIR* d = ::opendir("/dev/shm")) {
-    while (const dirent* e = ::readdir(d)) n += std::string(e->d_name).rfind("collx-gpu-", 0) == 0;
+    while (const dirent* e = ::readdir(d)) n += std::string(e->d_name).rfind(mine, 0) == 0;
     ::closedir(d);
   }
   return n;
@@ -194,5 +198,38 @@ TEST_CASE("device bootstrap: a rank whose setup fails makes every rank throw at 
   }
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(15));  // no host timeout (20 s) waited out
   CHECK(fake_cudart_live() == 0);
+  CHECK(host_workspace_objects() == 0);
+}
+
+TEST_CASE("device bootstrap: objects left by a creator that no longer runs are removed", "[cuda][bootstrap]") {
+  // A child creates an object and exits without removing it, as a rank killed during setup would.
+  const pid_t child = ::fork();
+  if (child == 0) {
+    auto m = gpu::shared_host_memory::create(4096);
+    std::_Exit(m.name().empty() ? 1 : 0);  // no destructor: the name stays
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  const std::string orphan = "/dev/shm/collx-gpu-" + std::to_string(child) + "-";
+  auto left = [&] {
+    int n = 0;
+    if (DIR* d = ::opendir("/dev/shm")) {
+      while (const dirent* e = ::readdir(d)) n += ("/dev/shm/" + std::string(e->d_name)).rfind(orphan, 0) == 0;
+      ::closedir(d);
+    }
+    return n;
+  };
+  REQUIRE(left() == 1);
+  CHECK(gpu::shared_host_memory::remove_orphans() >= 1);
+  CHECK(left() == 0);
+  // A live creator's object stays.
+  fake_machine m("pcie2");
+  auto mine = gpu::shared_host_memory::create(4096);
+  CHECK(host_workspace_objects() == 1);
+  (void)gpu::shared_host_memory::remove_orphans();
+  CHECK(host_workspace_objects() == 1);
+  mine.unlink_name();
   CHECK(host_workspace_objects() == 0);
 }

@@ -642,6 +642,10 @@ void launch_call(device_communicator& dc, const char* name, collective coll, std
   check(cudaGetLastError(), name);
 }
 
+/// The signature layout of a call on window `w` at element `offset`: ranks that pass other windows
+/// or offsets make different calls.
+inline std::uint64_t window_layout(const window& w, std::size_t offset) noexcept { return (std::uint64_t{w.id} << 40) ^ offset; }
+
 /// Launches one zero-copy call on window `w` at element `offset` (same on every rank: part of the
 /// signature, with the window id).
 template <class T, class Scalar, class Vectored>
@@ -649,8 +653,7 @@ void launch_direct(device_communicator& dc, const char* name, collective coll, s
                    std::size_t count, const window& w, std::size_t offset, bool vector_ok, cudaStream_t stream,
                    const Scalar& scalar, const Vectored& vectored) {
   dc.check();
-  const std::uint64_t layout = (std::uint64_t{w.id} << 40) ^ offset;
-  const auto sig = device_signature::make(coll, detail::type_name<T>(), sizeof(T), op_name, root, count, layout);
+  const auto sig = device_signature::make(coll, detail::type_name<T>(), sizeof(T), op_name, root, count, window_layout(w, offset));
   constexpr std::size_t V = device_vector_elements<T>;
   const chunk_plan plan = plan_direct(count, V, dc.block_limit());
   check(cudaSetDevice(dc.device()), name);
@@ -1006,8 +1009,9 @@ void all_to_all_v(device_communicator& dc, const T* send, std::span<const std::s
 // by the peers in place. Two barriers per call and no staging, whatever the size. The element
 // offset into the window must be the same on every rank (part of the call signature). When the
 // workspaces are in host memory (device_communicator::zero_copy_windows() false: the GPUs cannot
-// read each other's memory), a window call checks its arguments the same way, then runs the
-// pointer form on this rank's window elements (staged).
+// read each other's memory), a window call checks its arguments the same way, then stages this
+// rank's window elements as the pointer form does (one-shot), still signed with the window and
+// offset.
 
 /// All-reduce from a window: recv[i] = fold over ranks q (in order) of element send_offset + i of
 /// rank q's window. recv must not overlap the elements read from this rank's window (the peers read
@@ -1026,9 +1030,12 @@ void all_reduce(device_communicator& dc, const window& send, std::size_t send_of
   const T* mine = reinterpret_cast<const T*>(send.base[static_cast<std::size_t>(dc.rank())]) + send_offset;
   chk.require(recv != nullptr, "null recv with count " + std::to_string(count));
   chk.require(!ranges_overlap(mine, count * sizeof(T), recv, count * sizeof(T)), "recv overlaps the window elements it reads");
-  if (!dc.zero_copy_windows()) return all_reduce(dc, mine, recv, count, op, stream);
-  launch_direct<T>(dc, name, collective::allreduce, detail::op_signature_key<Op>(), -1, count, send, send_offset,
-                   send.aligned16_at<T>(send_offset) && aligned16(recv), stream,
+  const bool vec = send.aligned16_at<T>(send_offset) && aligned16(recv);
+  if (!dc.zero_copy_windows())
+    return launch_call<T>(dc, name, collective::allreduce, detail::op_signature_key<Op>(), -1, count, 1, vec, stream,
+                          all_reduce_step<T, Op, 1>{mine, recv, op, -1},
+                          all_reduce_step<T, Op, device_vector_elements<T>>{mine, recv, op, -1}, window_layout(send, send_offset));
+  launch_direct<T>(dc, name, collective::allreduce, detail::op_signature_key<Op>(), -1, count, send, send_offset, vec, stream,
                    with_sources<T>(direct_all_reduce_step<T, Op, 1>{{}, recv, op, -1}, send, send_offset),
                    with_sources<T>(direct_all_reduce_step<T, Op, device_vector_elements<T>>{{}, recv, op, -1}, send, send_offset));
 }
@@ -1049,8 +1056,11 @@ void reduce_scatter(device_communicator& dc, const window& send, std::size_t sen
   const T* mine = reinterpret_cast<const T*>(send.base[static_cast<std::size_t>(dc.rank())]) + send_offset;
   chk.require(recv != nullptr, "null recv with count " + std::to_string(recv_count));
   chk.require(!ranges_overlap(mine, n * recv_count * sizeof(T), recv, recv_count * sizeof(T)), "recv overlaps the window elements read");
-  if (!dc.zero_copy_windows()) return reduce_scatter(dc, mine, recv, recv_count, op, stream);
   const bool vec = send.aligned16_at<T>(send_offset) && aligned16(recv) && (recv_count * sizeof(T)) % 16 == 0;
+  if (!dc.zero_copy_windows())
+    return launch_call<T>(dc, name, collective::reduce_scatter, detail::op_signature_key<Op>(), -1, recv_count, n, vec, stream,
+                          reduce_scatter_step<T, Op, 1>{mine, recv, op},
+                          reduce_scatter_step<T, Op, device_vector_elements<T>>{mine, recv, op}, window_layout(send, send_offset));
   launch_direct<T>(dc, name, collective::reduce_scatter, detail::op_signature_key<Op>(), -1, recv_count, send, send_offset, vec, stream,
                    with_sources<T>(direct_reduce_scatter_step<T, Op, 1>{{}, recv, op}, send, send_offset),
                    with_sources<T>(direct_reduce_scatter_step<T, Op, device_vector_elements<T>>{{}, recv, op}, send, send_offset));
@@ -1072,8 +1082,10 @@ void all_gather(device_communicator& dc, const window& send, std::size_t send_of
   const T* mine = reinterpret_cast<const T*>(send.base[static_cast<std::size_t>(dc.rank())]) + send_offset;
   chk.require(recv != nullptr, "null recv with count " + std::to_string(send_count));
   chk.require(!ranges_overlap(mine, send_count * sizeof(T), recv, n * send_count * sizeof(T)), "recv overlaps the window elements read");
-  if (!dc.zero_copy_windows()) return all_gather(dc, mine, recv, send_count, stream);
   const bool vec = send.aligned16_at<T>(send_offset) && aligned16(recv) && (send_count * sizeof(T)) % 16 == 0;
+  if (!dc.zero_copy_windows())
+    return launch_call<T>(dc, name, collective::all_gather, "", -1, send_count, 1, vec, stream, all_gather_step<T, 1>{mine, recv},
+                          all_gather_step<T, device_vector_elements<T>>{mine, recv}, window_layout(send, send_offset));
   launch_direct<T>(dc, name, collective::all_gather, "", -1, send_count, send, send_offset, vec, stream,
                    with_sources<T>(direct_all_gather_step<T, 1>{{}, recv}, send, send_offset),
                    with_sources<T>(direct_all_gather_step<T, device_vector_elements<T>>{{}, recv}, send, send_offset));
@@ -1093,13 +1105,13 @@ void broadcast(device_communicator& dc, const window& send, std::size_t send_off
   if (count == 0) return dc.check();
   chk.in_window<T>(send, send_offset, count);
   chk.require(recv != nullptr, "null recv with count " + std::to_string(count));
-  if (dc.rank() == root) {
-    const T* mine = reinterpret_cast<const T*>(send.base[static_cast<std::size_t>(root)]) + send_offset;
+  const T* mine = reinterpret_cast<const T*>(send.base[static_cast<std::size_t>(dc.rank())]) + send_offset;
+  if (dc.rank() == root)
     chk.require(!ranges_overlap(mine, count * sizeof(T), recv, count * sizeof(T)), "the root's recv overlaps the window elements it serves");
-    if (!dc.zero_copy_windows()) return broadcast(dc, mine, recv, count, root, stream);
-  }
-  if (!dc.zero_copy_windows()) return broadcast(dc, static_cast<const T*>(nullptr), recv, count, root, stream);
   const bool vec = (send.address[static_cast<std::size_t>(root)] + send_offset * sizeof(T)) % 16 == 0 && aligned16(recv);
+  if (!dc.zero_copy_windows())  // the staged step reads `mine` at the root only
+    return launch_call<T>(dc, name, collective::broadcast, "", root, count, 1, vec, stream, broadcast_step<T, 1>{mine, recv, root},
+                          broadcast_step<T, device_vector_elements<T>>{mine, recv, root}, window_layout(send, send_offset));
   launch_direct<T>(dc, name, collective::broadcast, "", root, count, send, send_offset, vec, stream,
                    with_sources<T>(direct_broadcast_step<T, 1>{{}, recv, root}, send, send_offset),
                    with_sources<T>(direct_broadcast_step<T, device_vector_elements<T>>{{}, recv, root}, send, send_offset));

@@ -52,14 +52,16 @@ namespace gpu {
 struct device_options {
   /// CUDA device ordinal of this rank; -1: the calling thread's current device (cudaGetDevice).
   int device = -1;
-  /// Bytes of staging per rank (two slots); bounds the device memory a communicator takes however
-  /// large the calls. Must be equal on every rank. Default 8 MiB.
+  /// Bytes of staging per rank (two slots); bounds the memory a communicator takes however large
+  /// the calls (device memory; or pinned host memory, one object of size() workspaces that every
+  /// rank maps, with workspace_memory::host). Must be equal on every rank. Default 8 MiB.
   std::size_t staging_bytes = std::size_t{8} << 20;
   /// How long a kernel waits for a peer's flag before it gives up (errc::timeout); default the host
   /// communicator's timeout (COLLX_TIMEOUT).
   std::chrono::milliseconds timeout{0};
   /// All-reduces of at least this many bytes per rank (count x sizeof(T)) run two-shot, smaller
-  /// ones one-shot (direct_form in device_plan.hpp). 0: two_shot_crossover_bytes(size(), cost),
+  /// ones one-shot (direct_form in device_plan.hpp). 0: two_shot_crossover_bytes(size(), cost)
+  /// (host_memory_direct_cost instead of cost when the workspaces are in host memory),
   /// the size from which the cost model predicts two-shot faster (never on two ranks); SIZE_MAX:
   /// always one-shot; 1: always two-shot. Rank 0's choice holds for every rank (sent to the others
   /// when the communicator is created), so ranks cannot disagree on a call's form.
@@ -80,8 +82,8 @@ struct device_view {
   std::byte* local = nullptr;                   ///< this rank's device memory holding counters and claim (its alone)
   int rank = 0;                                 ///< this rank
   int world = 1;                                ///< ranks
-  std::size_t counters_offset = 0;              ///< bytes into a workspace: workspace_layout::counters_offset
-  std::size_t claim_offset = 0;                 ///< bytes: workspace_layout::claim_offset
+  std::size_t counters_offset = 0;              ///< bytes into `local`: workspace_layout::counters_offset
+  std::size_t claim_offset = 0;                 ///< bytes into `local`: workspace_layout::claim_offset
   std::size_t flags_offset = 0;                 ///< bytes: workspace_layout::flags_offset
   std::size_t exchange_offset = 0;              ///< bytes: workspace_layout::exchange_offset
   std::size_t staging_offset = 0;               ///< bytes: workspace_layout::staging_offset
@@ -92,11 +94,13 @@ struct device_view {
 
 /// A buffer registered on every rank of a device communicator (device_communicator::register_window,
 /// as NCCL's ncclCommWindowRegister): peers read it in place, so collectives whose input is a window
-/// skip the staging copy (zero-copy). Every rank registers its own buffer, in the same order.
+/// skip the staging copy (zero-copy), where the workspaces are in device memory; with host memory
+/// the GPUs cannot reach each other's buffers and window calls stage (zero_copy_windows()).
+/// Every rank registers its own buffer, in the same order.
 struct window {
   std::uint32_t id = 0;                                 ///< registration number, the same on every rank
   int world = 0;                                        ///< ranks
-  std::array<const std::byte*, max_device_world> base{};   ///< rank r's buffer, as this rank reaches it
+  std::array<const std::byte*, max_device_world> base{};   ///< rank r's buffer, as this rank reaches it (null for peers with host memory)
   std::array<std::uint64_t, max_device_world> bytes{};     ///< rank r's buffer size
   std::array<std::uint64_t, max_device_world> address{};   ///< rank r's buffer address in its own process
   /// True when element `offset` of every rank's buffer, as type T, is 16-byte aligned (the same
@@ -121,53 +125,57 @@ class device_communicator {
   /// shared-memory object that rank 0 creates and every rank registers with CUDA. Returns once
   /// every rank has done so.
   /// `host` must outlive this communicator and must not be used by another thread meanwhile.
-  /// @throws collx::error (errc::cuda) when a CUDA call fails; (errc::system) when the shared host
-  ///         workspace cannot be created (e.g. /dev/shm too small); (errc::mismatch) when ranks ask
+  /// @throws collx::error (errc::cuda) when a CUDA call fails; (errc::system) on the rank that
+  ///         cannot create or open the shared host workspace (e.g. /dev/shm too small); (errc::mismatch) when ranks ask
   ///         for different staging sizes or workspace memories; (errc::invalid_argument) for more
   ///         than max_device_world ranks, a staging too small, or device memory asked for between
-  ///         GPUs without peer access; and the host communicator's errors. When mapping fails on
-  ///         one rank, every rank throws (naming it) rather than waiting for it.
+  ///         GPUs without peer access; and the host communicator's errors. When a CUDA call,
+  ///         allocation or mapping fails on one rank, that rank throws its error and every other
+  ///         rank throws errc::cuda naming it, rather than waiting for it.
   explicit device_communicator(communicator& host, device_options opt = {}) : host_(&host) {
-    if (opt.device < 0) gpu::check(cudaGetDevice(&opt.device), "cudaGetDevice");
-    device_ = opt.device;
-    gpu::check(cudaSetDevice(device_), "cudaSetDevice");
-    layout_ = workspace_layout::for_staging(opt.staging_bytes);
     const auto timeout = opt.timeout.count() > 0 ? opt.timeout : host.options().timeout;
-
     peer_record mine;
-    mine.process = process_token();
-    mine.device = device_;
-    mine.staging_bytes = opt.staging_bytes;
-    mine.workspace_bytes = layout_.total_bytes;
-    mine.memory = opt.memory;
-    cudaDeviceProp prop{};
-    gpu::check(cudaGetDeviceProperties(&prop, device_), "cudaGetDeviceProperties");
-    mine.sm_count = prop.multiProcessorCount;
-    std::memcpy(mine.uuid.data(), &prop.uuid, sizeof prop.uuid);
-
     try {
-      gpu::check(cudaHostAlloc(reinterpret_cast<void**>(&status_), sizeof(device_status), cudaHostAllocMapped),
-                 "cudaHostAlloc(status)");
-      *status_ = device_status{};
-      gpu::check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&status_device_), status_, 0), "cudaHostGetDevicePointer(status)");
+      on_every_rank("set up its device", [&] {
+        if (opt.device < 0) gpu::check(cudaGetDevice(&opt.device), "cudaGetDevice");
+        device_ = opt.device;
+        gpu::check(cudaSetDevice(device_), "cudaSetDevice");
+        layout_ = workspace_layout::for_staging(opt.staging_bytes);
+        mine.process = process_token();
+        mine.device = device_;
+        mine.staging_bytes = opt.staging_bytes;
+        mine.workspace_bytes = layout_.total_bytes;
+        mine.memory = opt.memory;
+        cudaDeviceProp prop{};
+        gpu::check(cudaGetDeviceProperties(&prop, device_), "cudaGetDeviceProperties");
+        mine.sm_count = prop.multiProcessorCount;
+        std::memcpy(mine.uuid.data(), &prop.uuid, sizeof prop.uuid);
+        gpu::check(cudaHostAlloc(reinterpret_cast<void**>(&status_), sizeof(device_status), cudaHostAllocMapped),
+                   "cudaHostAlloc(status)");
+        *status_ = device_status{};
+        gpu::check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&status_device_), status_, 0),
+                   "cudaHostGetDevicePointer(status)");
+      });
 
       records_.resize(static_cast<std::size_t>(host.size()));
       all_gather<algo::direct>(host, std::span<const peer_record>(&mine, 1), std::span<peer_record>(records_));
       check_records(records_, rank());
       blocks_ = block_cap(records_);
-      // Rank 0's form threshold for every rank: ranks that chose differently would fail each call.
-      std::uint64_t two_shot = opt.two_shot_min_bytes != 0 ? opt.two_shot_min_bytes
-                                                           : two_shot_crossover_bytes(host.size(), opt.cost);
-      collx::broadcast<algo::direct>(host, std::span<std::uint64_t>(&two_shot, 1), 0);
-      two_shot_min_bytes_ = static_cast<std::size_t>(two_shot);
 
       std::vector<std::uint64_t> reach(static_cast<std::size_t>(host.size()));
       const std::uint64_t my_reach = reach_mask();
       all_gather<algo::direct>(host, std::span<const std::uint64_t>(&my_reach, 1), std::span<std::uint64_t>(reach));
       memory_ = choose_workspace_memory(records_, reach);
 
-      // Counters and claim are this rank's alone: with host memory only they stay on the device.
+      // Rank 0's form threshold for every rank: ranks that chose differently would fail each call.
       const bool device = memory_ == workspace_memory::device;
+      std::uint64_t two_shot = opt.two_shot_min_bytes != 0
+                                   ? opt.two_shot_min_bytes
+                                   : two_shot_crossover_bytes(host.size(), device ? opt.cost : host_memory_direct_cost);
+      collx::broadcast<algo::direct>(host, std::span<std::uint64_t>(&two_shot, 1), 0);
+      two_shot_min_bytes_ = static_cast<std::size_t>(two_shot);
+
+      // Counters and claim are this rank's alone: with host memory only they stay on the device.
       on_every_rank("allocate its device workspace", [&] { allocate_workspace(device ? layout_.total_bytes : layout_.flags_offset); });
       if (device) {
         publish_device_workspace();
@@ -443,10 +451,12 @@ class device_communicator {
       std::uint64_t address;
       std::array<unsigned char, 64> ipc_handle;
     } out{reinterpret_cast<std::uintptr_t>(workspace_), {}};
-    cudaIpcMemHandle_t handle{};
-    gpu::check(cudaIpcGetMemHandle(&handle, workspace_), "cudaIpcGetMemHandle(workspace)");
-    static_assert(sizeof handle <= sizeof out.ipc_handle);
-    std::memcpy(out.ipc_handle.data(), &handle, sizeof handle);
+    on_every_rank("export its workspace", [&] {
+      cudaIpcMemHandle_t handle{};
+      gpu::check(cudaIpcGetMemHandle(&handle, workspace_), "cudaIpcGetMemHandle(workspace)");
+      static_assert(sizeof handle <= sizeof out.ipc_handle);
+      std::memcpy(out.ipc_handle.data(), &handle, sizeof handle);
+    });
     std::vector<published> all(static_cast<std::size_t>(size()));
     all_gather<algo::direct>(*host_, std::span<const published>(&out, 1), std::span<published>(all));
     for (std::size_t p = 0; p < all.size(); ++p) {

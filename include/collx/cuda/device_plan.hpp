@@ -591,6 +591,13 @@ struct direct_cost {
   double peer_read_bytes_per_second = 18 * 20.6e9;
 };
 
+/// The figures a communicator whose workspaces are in shared host memory (workspace_memory::host)
+/// decides its all-reduce form by: every rank reads its peers' staging from host memory through
+/// its own PCIe link, taken at NCCL's 12 GB/s for a PCIe link (PCI_BW, src/graph/topo.h: Gen3
+/// x16; later generations are faster, so two-shot starts later than it could there), and a flag
+/// round trip through host memory per chunk, taken as 10 us per call. Estimates: not measured.
+inline constexpr direct_cost host_memory_direct_cost{10e-6, 12e9};
+
 /// Predicted seconds of an all-reduce of `bytes` per rank on `world` ranks in form `f`.
 inline double predict_direct(direct_form f, std::size_t bytes, int world, const direct_cost& c) noexcept {
   const double n = static_cast<double>(bytes), w = static_cast<double>(world);

@@ -9,7 +9,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -38,10 +40,13 @@ class shared_host_memory {
 
   /// Creates a new object of `bytes` bytes under a fresh name ("/collx-gpu-<pid>-<random>"; the
   /// name() to give the other ranks), zero-filled and backed at once (posix_fallocate, so a full
-  /// /dev/shm fails here, not as SIGBUS later), then maps and registers it.
+  /// /dev/shm fails here, not as SIGBUS later), then maps and registers it. First removes the
+  /// objects that creators which no longer run left behind (killed during a communicator's setup,
+  /// before the name was removed).
   /// @throws collx::error (errc::system) when the object cannot be created, sized or mapped, e.g.
   ///         /dev/shm too small; (errc::cuda) when cudaHostRegister fails.
   static shared_host_memory create(std::size_t bytes) {
+    remove_orphans();
     shared_host_memory m;
     std::random_device rd;
     char name[64];
@@ -67,7 +72,7 @@ class shared_host_memory {
     shared_host_memory m;
     m.name_ = name;
     const int fd = ::shm_open(name.c_str(), O_RDWR, 0600);
-    if (fd < 0) fail("shm_open(" + name + ")");
+    if (fd < 0) fail("shm_open(" + name + ") (rank 0 created it: are all ranks on one node?)");
     struct stat st {};
     if (::fstat(fd, &st) != 0 || static_cast<std::size_t>(st.st_size) < bytes) {
       ::close(fd);
@@ -110,6 +115,22 @@ class shared_host_memory {
   std::byte* device() const noexcept { return device_; }
   /// Bytes mapped.
   std::size_t bytes() const noexcept { return bytes_; }
+
+  /// Removes every /dev/shm/collx-gpu-<pid>-* whose creator <pid> no longer runs. Returns how many.
+  static int remove_orphans() noexcept {
+    int removed = 0;
+    DIR* d = ::opendir("/dev/shm");
+    if (!d) return 0;
+    while (const dirent* e = ::readdir(d)) {
+      long pid = 0;
+      char rest = 0;
+      if (std::sscanf(e->d_name, "collx-gpu-%ld-%c", &pid, &rest) != 2 || pid <= 0) continue;
+      if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to judge
+      removed += ::shm_unlink(("/" + std::string(e->d_name)).c_str()) == 0;
+    }
+    ::closedir(d);
+    return removed;
+  }
 
  private:
   [[noreturn]] static void fail(const std::string& what) {
