@@ -8,6 +8,7 @@
 #include <collx/cuda/device_plan.hpp>
 
 #include <algorithm>
+#include <random>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -16,18 +17,26 @@
 namespace gpu = collx::gpu;
 using collx::collective;
 
-TEST_CASE("device workspace: regions apart, aligned, two slots", "[cuda]") {
+TEST_CASE("device workspace: regions apart, aligned, two slots and a point-to-point slot", "[cuda]") {
+  const std::size_t row = gpu::max_device_world * 8, table = gpu::max_device_blocks * row;
   for (std::size_t staging : {std::size_t{8192}, std::size_t{1} << 20, (std::size_t{8} << 20) + 100}) {
     const auto w = gpu::workspace_layout::for_staging(staging);
-    CHECK(w.claim_offset >= w.counters_offset + 2 * sizeof(std::uint64_t));
-    CHECK(w.flags_offset >= w.claim_offset + sizeof(std::uint64_t));
-    CHECK(w.staging_offset >= w.flags_offset + std::size_t{gpu::max_device_blocks} * gpu::max_device_world * 8);
-    CHECK(w.flags_offset % 256 == 0);
-    CHECK(w.staging_offset % 256 == 0);
+    // Every region in order, none overlapping the next: {offset, bytes}.
+    const std::pair<std::size_t, std::size_t> regions[] = {
+        {w.counters_offset, 16},   {w.claim_offset, 8},         {w.p2p_sent_offset, row}, {w.p2p_received_offset, row},
+        {w.flags_offset, table},   {w.exchange_offset, 2 * table}, {w.p2p_ready_offset, table}, {w.p2p_ack_offset, table},
+        {w.staging_offset, 2 * w.slot_bytes}, {w.p2p_staging_offset, w.slot_bytes}};
+    for (std::size_t i = 1; i < std::size(regions); ++i) {
+      INFO("region " << i);
+      CHECK(regions[i].first >= regions[i - 1].first + regions[i - 1].second);
+    }
+    CHECK(w.total_bytes == w.p2p_staging_offset + w.slot_bytes);
+    for (std::size_t off : {w.flags_offset, w.exchange_offset, w.p2p_ready_offset, w.staging_offset, w.p2p_staging_offset})
+      CHECK(off % 256 == 0);
+    CHECK(w.p2p_sent_offset % 8 == 0);
     CHECK(w.slot_bytes % 256 == 0);
     CHECK(2 * w.slot_bytes <= staging);
     CHECK(2 * w.slot_bytes > staging - 512);
-    CHECK(w.total_bytes == w.staging_offset + 2 * w.slot_bytes);
   }
   CHECK_THROWS_AS(gpu::workspace_layout::for_staging(8191), collx::error);
 }
@@ -463,4 +472,120 @@ TEST_CASE("device barrier verdicts: a rejection ends only the rejected call, poi
   // Poison ends a wait at any epoch.
   const std::uint64_t poison = gpu::flag_word(gpu::poison_epoch, sig);
   for (std::uint64_t e : {1ull, 9ull, 1000000ull}) CHECK(gpu::judge_flag(poison, e, sig) == flag_verdict::poisoned);
+}
+
+// The point-to-point protocol of p2p_kernel (device_collectives.cuh), one block of one sender and
+// one receiver, played step by step in random orders on the host with the kernel's rules: the
+// sender waits for the ack of chunk k - 2 before refilling half k % 2 (no signature check), fills
+// it, sets ready = flag_word(k, sig); the receiver waits until judge_p2p_flag(ready, k, sig) passes,
+// reads half k % 2, sets ack = flag_word(k, sig); a send ends once its last chunk is acked (with
+// the signature check). A message's signature stands for its count. Matched message sequences
+// must always complete with every chunk read intact; sequences that differ must never complete
+// unnoticed: a mismatch is found, or the ranks stop (the timeout).
+namespace {
+
+enum class p2p_outcome { completed, mismatch, stuck };
+
+p2p_outcome play_p2p(const std::vector<std::uint32_t>& sends, const std::vector<std::uint32_t>& recvs, std::uint64_t seed,
+                     bool& corrupt) {
+  // Chunks per message = the count here; the signature is the count.
+  struct side {
+    std::size_t msg = 0, k = 0;  // message and chunk within it
+    std::uint64_t base = 0;      // chunks of the pair before this message
+    bool final_wait = false;     // sender: all chunks out, waiting for the last ack
+  } snd, rcv;
+  std::uint64_t ready = 0, ack = 0, half[2] = {0, 0};
+  std::mt19937_64 rng(seed);
+  corrupt = false;
+  for (int idle = 0; idle < 64;) {
+    const bool sender_turn = (rng() & 1) != 0;
+    bool moved = false;
+    if (sender_turn && snd.msg < sends.size()) {
+      const gpu::device_signature sig{sends[snd.msg]};
+      if (snd.final_wait) {
+        const auto v = gpu::judge_p2p_flag(ack, snd.base + sends[snd.msg], sig, true);
+        if (v == gpu::flag_verdict::mismatch) return p2p_outcome::mismatch;
+        if (v == gpu::flag_verdict::pass) {
+          snd.base += sends[snd.msg], ++snd.msg, snd.k = 0, snd.final_wait = false;
+          moved = true;
+        }
+      } else {
+        const std::uint64_t seq = snd.base + snd.k + 1;
+        if (seq <= 2 || gpu::judge_p2p_flag(ack, seq - 2, sig, false) == gpu::flag_verdict::pass) {
+          half[seq & 1] = seq;
+          ready = gpu::flag_word(seq, sig);
+          if (++snd.k == sends[snd.msg]) snd.final_wait = true;
+          moved = true;
+        }
+      }
+    } else if (!sender_turn && rcv.msg < recvs.size()) {
+      const gpu::device_signature sig{recvs[rcv.msg]};
+      const std::uint64_t seq = rcv.base + rcv.k + 1;
+      const auto v = gpu::judge_p2p_flag(ready, seq, sig, true);
+      if (v == gpu::flag_verdict::mismatch) return p2p_outcome::mismatch;
+      if (v == gpu::flag_verdict::pass) {
+        if (half[seq & 1] != seq) corrupt = true;
+        ack = gpu::flag_word(seq, sig);
+        if (++rcv.k == recvs[rcv.msg]) rcv.base += recvs[rcv.msg], ++rcv.msg, rcv.k = 0;
+        moved = true;
+      }
+    }
+    if (snd.msg == sends.size() && rcv.msg == recvs.size()) return p2p_outcome::completed;
+    idle = moved ? 0 : idle + 1;
+  }
+  return p2p_outcome::stuck;
+}
+
+}  // namespace
+
+TEST_CASE("device point-to-point: chunks arrive intact, and messages that differ never pass unnoticed", "[cuda]") {
+  const std::vector<std::vector<std::uint32_t>> sequences = {{1}, {2}, {3}, {5, 1, 4}, {1, 1, 1}, {7, 2}, {2, 7}, {3, 3}, {4, 1}};
+  int completed = 0, mismatched = 0, stuck = 0;
+  for (const auto& s : sequences)
+    for (const auto& r : sequences)
+      for (std::uint64_t seed = 0; seed < 200; ++seed) {
+        bool corrupt = false;
+        const p2p_outcome o = play_p2p(s, r, seed, corrupt);
+        INFO("sends " << s.size() << " messages, recvs " << r.size() << ", seed " << seed);
+        CHECK_FALSE(corrupt);
+        if (s == r) {
+          CHECK(o == p2p_outcome::completed);
+        } else {
+          CHECK(o != p2p_outcome::completed);
+        }
+        completed += o == p2p_outcome::completed;
+        mismatched += o == p2p_outcome::mismatch;
+        stuck += o == p2p_outcome::stuck;
+      }
+  CHECK(completed == 200 * static_cast<int>(sequences.size()));
+  CHECK(mismatched > stuck);  // differing counts are mostly named, not left to the timeout
+  // The rules themselves: below the chunk wait; at or past it the signature must match, unless
+  // the sender only waits for a half to come back.
+  const gpu::device_signature a{5}, b{6};
+  CHECK(gpu::judge_p2p_flag(gpu::flag_word(3, a), 4, a, true) == gpu::flag_verdict::wait);
+  CHECK(gpu::judge_p2p_flag(gpu::flag_word(4, a), 4, a, true) == gpu::flag_verdict::pass);
+  CHECK(gpu::judge_p2p_flag(gpu::flag_word(6, a), 4, a, true) == gpu::flag_verdict::pass);
+  CHECK(gpu::judge_p2p_flag(gpu::flag_word(6, b), 4, a, true) == gpu::flag_verdict::mismatch);
+  CHECK(gpu::judge_p2p_flag(gpu::flag_word(6, b), 4, a, false) == gpu::flag_verdict::pass);
+}
+
+TEST_CASE("device point-to-point failures name the send or recv and the peer", "[cuda]") {
+  gpu::device_status s;
+  s.failure = static_cast<std::uint32_t>(gpu::device_failure::timeout);
+  s.peer = 1;
+  s.epoch = 7;
+  s.during = static_cast<std::uint32_t>(gpu::device_activity::send);
+  const std::string t = gpu::describe_failure(s, 0);
+  CHECK(t.find("sending chunk 7 to rank 1") != std::string::npos);
+  CHECK(t.find("not making the matching recv") != std::string::npos);
+  s.failure = static_cast<std::uint32_t>(gpu::device_failure::mismatch);
+  s.during = static_cast<std::uint32_t>(gpu::device_activity::recv);
+  s.mine = gpu::device_signature::make(collx::collective::send_recv, "float32", 4, "", -1, 100).bits;
+  s.theirs = gpu::device_signature::make(collx::collective::send_recv, "float32", 4, "", -1, 101).bits;
+  const std::string m = gpu::describe_failure(s, 0);
+  CHECK(m.find("receiving chunk 7 from rank 1") != std::string::npos);
+  CHECK(m.find("count") != std::string::npos);
+  CHECK(m.find("the send and the recv do not match") != std::string::npos);
+  s.during = static_cast<std::uint32_t>(gpu::device_activity::collective);
+  CHECK(gpu::describe_failure(s, 0).find("the ranks are not making the same collective call") != std::string::npos);
 }

@@ -166,6 +166,60 @@ void sweep_reductions(collx::gpu::device_communicator& dc, cudaStream_t s, std::
   }
 }
 
+/// Point-to-point on T: a ring shift with send_recv (each rank sends to rank + 1 and receives from
+/// rank - 1, count elements, buffers at `offset`), then a message from every rank to every other
+/// with send and recv in an order that cannot deadlock (the lower rank sends first), then a
+/// broadcast and one more message after them (collectives and messages interleave). Input and
+/// output checked; outputs start poisoned between guards.
+template <class T>
+void sweep_send_recv(collx::gpu::device_communicator& dc, cudaStream_t s, std::size_t count, std::size_t offset, int call,
+                     std::vector<std::string>& out) {
+  namespace gpu = collx::gpu;
+  const int n = dc.size(), me = dc.rank();
+  const std::string tag = std::string(collx::detail::type_name<T>()) + " count " + std::to_string(count) + " offset " +
+                          std::to_string(offset) + " rank " + std::to_string(me) + ": ";
+  auto note = [&](std::string p) { if (!p.empty()) out.push_back(std::move(p)); };
+  {
+    const int dst = (me + 1) % n, src = (me + n - 1) % n;
+    const auto mine = sweep_input<T>(me, count, call);
+    sweep_buffer<T> in(count, offset, s), res(count, offset, s);
+    in.set(mine);
+    gpu::send_recv(dc, in.data(), count, dst, res.data(), count, src, s);
+    note(sweep_sync(dc, s, tag + "send_recv ring"));
+    note(res.compare(sweep_input<T>(src, count, call), tag + "send_recv ring from rank " + std::to_string(src)));
+    note(in.compare(mine, tag + "send_recv ring input"));
+  }
+  for (int a = 0; a < n; ++a)
+    for (int b = a + 1; b < n; ++b) {
+      if (me != a && me != b) continue;
+      const int other = me == a ? b : a;
+      const std::size_t len = count + static_cast<std::size_t>(a);  // a different length per pair
+      const auto mine = sweep_input<T>(me, len, call + 1 + b);
+      sweep_buffer<T> in(len, offset, s), res(len, offset, s);
+      in.set(mine);
+      if (me == a) {
+        gpu::send(dc, in.data(), len, other, s);
+        gpu::recv(dc, res.data(), len, other, s);
+      } else {
+        gpu::recv(dc, res.data(), len, other, s);
+        gpu::send(dc, in.data(), len, other, s);
+      }
+      note(sweep_sync(dc, s, tag + "send/recv with rank " + std::to_string(other)));
+      note(res.compare(sweep_input<T>(other, len, call + 1 + b), tag + "recv from rank " + std::to_string(other)));
+    }
+  {  // a collective after the messages, then one more message: neither sees the other's flags or staging
+    const int root = n - 1;
+    sweep_buffer<T> in(count, offset, s), res(count, offset, s), msg(count, offset, s);
+    in.set(sweep_input<T>(me, count, call + 2 * n));
+    gpu::broadcast(dc, in.data(), res.data(), count, root, s);
+    if (me == 0) gpu::send(dc, in.data(), count, root, s);
+    if (me == root) gpu::recv(dc, msg.data(), count, 0, s);
+    note(sweep_sync(dc, s, tag + "broadcast and a message after the messages"));
+    note(res.compare(sweep_input<T>(root, count, call + 2 * n), tag + "broadcast after the messages"));
+    if (me == root) note(msg.compare(sweep_input<T>(0, count, call + 2 * n), tag + "message after the broadcast"));
+  }
+}
+
 /// all_gather, broadcast and all_to_all, each out of place and in place, on T.
 template <class T>
 void sweep_copies(collx::gpu::device_communicator& dc, cudaStream_t s, std::size_t count, std::size_t offset, int call,

@@ -7,7 +7,8 @@
 // once, and later calls on a failed communicator fail at once; two-shot
 // all-reduce (forced at every size) against the same reference, and rank 0's form threshold
 // holding for ranks whose options say otherwise; the same sweep with the workspaces in shared
-// host memory (the path between GPUs without peer access).
+// host memory (the path between GPUs without peer access); send/recv (rings, every pair,
+// collectives in between, a count mismatch, two ranks that both send first).
 // Tagged [gpu]: without a device, gpu_test_main.cpp skips them.
 #include <catch2/catch.hpp>
 
@@ -156,6 +157,7 @@ TEST_CASE("gpu device collectives: workspaces in shared host memory give the sam
         collx_cuda_test::sweep_all_to_all_v<triple>(dc, s, count, true, 0, ++call, out);
       }
       collx_cuda_test::sweep_windows<float>(dc, s, 5000, ++call, collx::ops::sum{}, false, out);
+      for (std::size_t count : sweep_counts) collx_cuda_test::sweep_send_recv<float>(dc, s, count, 1, call += 20, out);
     }));
   }
   // A mismatch is still reported on every rank, through flags in host memory.
@@ -172,6 +174,73 @@ TEST_CASE("gpu device collectives: workspaces in shared host memory give the sam
     } catch (const collx::error& e) {
       if (e.code() != collx::errc::mismatch && e.code() != collx::errc::aborted)
         out.push_back("rank " + std::to_string(dc.rank()) + ": unexpected error: " + e.what());
+    }
+    cudaFreeAsync(buf, s);
+    cudaStreamSynchronize(s);
+  }));
+}
+
+TEST_CASE("gpu device send/recv: rings, every pair, and collectives in between", "[gpu][cuda]") {
+  for (int world : {2, 3, 4}) {
+    gpu::device_options opt;
+    opt.staging_bytes = 32 << 10;  // 8 KiB halves: 9001 floats take five chunks
+    opt.timeout = std::chrono::seconds(15);
+    INFO("world " << world);
+    require_none(on_ranks(world, opt, std::chrono::seconds(60), [](gpu::device_communicator& dc, cudaStream_t s, auto& out) {
+      int call = 0;
+      for (std::size_t count : sweep_counts)
+        for (std::size_t offset : {std::size_t{0}, std::size_t{1}}) {
+          call += 20;
+          collx_cuda_test::sweep_send_recv<float>(dc, s, count, offset, call, out);
+          collx_cuda_test::sweep_send_recv<triple>(dc, s, count, offset, call, out);
+          collx_cuda_test::sweep_send_recv<collx::half>(dc, s, count, offset, call, out);
+        }
+    }));
+  }
+}
+
+TEST_CASE("gpu device send/recv: a count that differs fails with mismatch on both ranks", "[gpu][cuda]") {
+  gpu::device_options opt;
+  opt.timeout = std::chrono::seconds(10);
+  const auto t0 = std::chrono::steady_clock::now();
+  require_none(on_ranks(2, opt, std::chrono::seconds(30), [](gpu::device_communicator& dc, cudaStream_t s, auto& out) {
+    float* buf = nullptr;
+    gpu::check(cudaMallocAsync(reinterpret_cast<void**>(&buf), 4096, s), "cudaMallocAsync");
+    if (dc.rank() == 0) gpu::send(dc, buf, 100, 1, s);
+    else gpu::recv(dc, buf, 101, 0, s);
+    try {
+      dc.synchronize(s);
+      out.push_back("rank " + std::to_string(dc.rank()) + ": a send and recv of different counts succeeded");
+    } catch (const collx::error& e) {
+      const std::string what = e.what();
+      if (!(e.code() == collx::errc::mismatch && what.find("do not match") != std::string::npos) && e.code() != collx::errc::aborted)
+        out.push_back("rank " + std::to_string(dc.rank()) + ": unexpected error: " + what);
+    }
+    cudaFreeAsync(buf, s);
+    cudaStreamSynchronize(s);
+  }));
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));
+}
+
+TEST_CASE("gpu device send/recv: two ranks that both send first time out with a message saying why", "[gpu][cuda]") {
+  gpu::device_options opt;
+  opt.timeout = std::chrono::seconds(2);
+  opt.staging_bytes = 32 << 10;
+  require_none(on_ranks(2, opt, std::chrono::seconds(30), [](gpu::device_communicator& dc, cudaStream_t s, auto& out) {
+    const std::size_t count = 10000;  // more than two chunks: the sender needs its first chunk back
+    float* buf = nullptr;
+    gpu::check(cudaMallocAsync(reinterpret_cast<void**>(&buf), 2 * count * sizeof(float), s), "cudaMallocAsync");
+    const int other = 1 - dc.rank();
+    gpu::send(dc, buf, count, other, s);
+    gpu::recv(dc, buf + count, count, other, s);
+    try {
+      dc.synchronize(s);
+      out.push_back("rank " + std::to_string(dc.rank()) + ": two sends first did not time out");
+    } catch (const collx::error& e) {
+      const std::string what = e.what();
+      const bool named = e.code() == collx::errc::timeout ? what.find("matching recv") != std::string::npos
+                                                          : e.code() == collx::errc::aborted;
+      if (!named) out.push_back("rank " + std::to_string(dc.rank()) + ": unexpected error: " + what);
     }
     cudaFreeAsync(buf, s);
     cudaStreamSynchronize(s);

@@ -53,6 +53,7 @@ int main() {
           collx_cuda_test::sweep_copies<float>(dc, s, count, offset, call, problems);
           collx_cuda_test::sweep_v_forms<float>(dc, s, count, offset == 0, offset, call + 50, collx::ops::sum{}, problems);
           collx_cuda_test::sweep_all_to_all_v<float>(dc, s, count, offset == 0, offset, call + 60, problems);
+          collx_cuda_test::sweep_send_recv<float>(dc, s, count, offset, call + 70, problems);
         }
       // Registered windows over CUDA IPC, the cache shared by two windows on one allocation; then
       // again after the memory was freed and allocated anew (a new handle must be mapped afresh).

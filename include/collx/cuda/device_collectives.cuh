@@ -2,14 +2,16 @@
 /// collx's collectives on device memory over a gpu::device_communicator: all_reduce, reduce,
 /// reduce_scatter(_v), all_gather(_v), broadcast and all_to_all(_v), for any element type and reduction
 /// op (custom structs, non-commutative ops), stream-ordered, plus zero-copy forms that read
-/// registered windows. For .cu files (nvcc with collx::cuda's flags).
+/// registered windows, and point-to-point send, recv and send_recv. For .cu files (nvcc with
+/// collx::cuda's flags).
 ///
 /// Algorithm: one-shot direct through bounded staging (the "one-shot" all-reduce of NCCL's NVLS-less
 /// small-message path and of TensorRT-LLM / vLLM custom all-reduce, here for every collective and
 /// any size). A call is cut into chunks that fit one staging slot (device_plan.hpp). For each chunk,
 /// every rank copies what its peers need into its own slot, then the ranks meet at a barrier, then
-/// each rank reads what it needs straight from its peers' slots (over NVLink/PCIe peer mappings or
-/// the same GPU's memory) and writes its output. Reductions fold the ranks in rank order 0, 1, ...,
+/// each rank reads what it needs straight from its peers' slots (over NVLink/PCIe peer mappings,
+/// the same GPU's memory, or shared host memory where the GPUs lack peer access) and writes its
+/// output. Reductions fold the ranks in rank order 0, 1, ...,
 /// n-1 in the accumulator type (fp32 for half/bfloat16), so every rank gets the same bits as the
 /// host path, whatever the op.
 ///
@@ -35,7 +37,9 @@
 /// crossover): the reduce-scatter and all-gather steps of this file, one after the other, so each
 /// rank reads 2 (n - 1) / n of the vector from its peers instead of (n - 1) times it.
 /// all_to_all_v exchanges the ranks' counts on the device first (all_to_all_v_kernel). Ring forms
-/// over peer pointers (for GPUs that are not all directly connected) and send/recv are not here yet.
+/// over peer pointers (for GPUs that are not all directly connected) are not here yet.
+/// Point-to-point calls have their own flags and staging (p2p_kernel), so they never disturb the
+/// collectives' epochs.
 #pragma once
 
 #include <cuda/atomic>
@@ -95,6 +99,27 @@ __device__ inline T* slot_of(const device_view& v, int owner, std::uint64_t epoc
   return reinterpret_cast<T*>(v.workspace[owner] + v.staging_offset + (epoch & 1) * v.slot_bytes);
 }
 
+/// This rank's point-to-point counts per peer: chunks sent to it, chunks taken from it.
+__device__ inline unsigned long long* p2p_sent_of(const device_view& v) {
+  return reinterpret_cast<unsigned long long*>(v.local + v.p2p_sent_offset);
+}
+__device__ inline unsigned long long* p2p_received_of(const device_view& v) {
+  return reinterpret_cast<unsigned long long*>(v.local + v.p2p_received_offset);
+}
+/// Rank `owner`'s point-to-point flag tables ([block][peer]): ready (senders to it write) and
+/// ack (receivers from it write).
+__device__ inline std::uint64_t* p2p_ready_of(const device_view& v, int owner) {
+  return reinterpret_cast<std::uint64_t*>(v.workspace[owner] + v.p2p_ready_offset);
+}
+__device__ inline std::uint64_t* p2p_ack_of(const device_view& v, int owner) {
+  return reinterpret_cast<std::uint64_t*>(v.workspace[owner] + v.p2p_ack_offset);
+}
+/// Rank `owner`'s point-to-point staging half for its chunk `seq`, as elements of T.
+template <class T>
+__device__ inline T* p2p_half_of(const device_view& v, int owner, std::uint64_t seq) {
+  return reinterpret_cast<T*>(v.workspace[owner] + v.p2p_staging_offset + (seq & 1) * (v.slot_bytes / 2));
+}
+
 /// Reads one T bypassing L1 (ld.global.cg): peers rewrite staging between chunks, and only L2 (or
 /// the peer's memory) is coherent with their writes.
 template <class T>
@@ -150,13 +175,15 @@ __device__ inline void store_vec(T* p, const vec<T, V>& x) {
 /// Records this rank's first failure in its status (the claim word picks one writer); false when
 /// another failure was recorded first.
 __device__ inline bool record_failure(const device_view& v, device_failure what, int peer, std::uint64_t epoch,
-                                      std::uint64_t seen, std::uint32_t theirs, std::uint32_t mine) {
+                                      std::uint64_t seen, std::uint32_t theirs, std::uint32_t mine,
+                                      device_activity during = device_activity::collective) {
   if (atomicCAS(reinterpret_cast<unsigned long long*>(claim_of(v)), 0ull, 1ull) != 0ull) return false;
   device_status* s = v.status;
   s->peer = peer;
   s->block = blockIdx.x;
   s->theirs = theirs;
   s->mine = mine;
+  s->during = static_cast<std::uint32_t>(during);
   s->epoch = epoch;
   s->seen = seen;
   __threadfence_system();
@@ -179,8 +206,9 @@ __device__ inline void flag_all_peers(const device_view& v, std::uint64_t word) 
 /// Records this rank's first failure, then poisons the flags this rank writes at every peer, for
 /// every block, so the peers' waits end at once.
 __device__ inline void fail(const device_view& v, device_failure what, int peer, std::uint64_t epoch,
-                            std::uint64_t seen, std::uint32_t theirs, std::uint32_t mine) {
-  record_failure(v, what, peer, epoch, seen, theirs, mine);
+                            std::uint64_t seen, std::uint32_t theirs, std::uint32_t mine,
+                            device_activity during = device_activity::collective) {
+  record_failure(v, what, peer, epoch, seen, theirs, mine, during);
   flag_all_peers(v, flag_word(poison_epoch, {mine}));
 }
 
@@ -698,6 +726,168 @@ void launch_two_shot_all_reduce(device_communicator& dc, const char* name, const
                  all_gather_v_step<T, 1>{piece, recv, lay}, all_gather_v_step<T, V>{piece, recv, lay}, lay.hash ^ 0x2512);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Point-to-point (send, recv, send_recv). A message is cut into chunks of half a slot; block b of
+// the sender and block b of the receiver move the same range of each chunk. The sender's block
+// copies its range of chunk k (the pair's sequence number: p2p_sent, counted since the
+// communicator began) into half k % 2 of its own p2p staging and sets its ready flag at the
+// receiver to flag_word(k, signature); the receiver's block waits for it, copies the range out of
+// the sender's half and sets its ack flag at the sender. Before reusing half k % 2 the sender
+// waits for the ack of chunk k - 2, and a send ends only once the last chunk is acked, so the
+// halves are free when the next message (to any peer) starts. Collectives never touch the p2p
+// staging or flags, so messages and collectives may interleave in any order the ranks agree on.
+
+/// One side of a point-to-point launch: a send to `peer` (src) or a recv from it (dst); peer < 0:
+/// none.
+template <class T>
+struct p2p_part {
+  const T* src = nullptr;
+  T* dst = nullptr;
+  int peer = -1;
+  chunk_plan plan{};
+  device_signature sig{};
+};
+
+/// One thread's wait for point-to-point flag `word` (in this rank's workspace, written by `peer`)
+/// to reach chunk `seq` (judge_p2p_flag). A peer that gave up never writes it again, and the
+/// point-to-point words carry no poison: every 256 polls the wait also reads `peer`'s collective
+/// flag to this rank, which a failed peer poisons and a rejecting peer marks, and then ends,
+/// after one more look at `word` (the peer wrote it before giving up, if it ever did). False when
+/// the call must end; the failure is recorded.
+__device__ inline bool p2p_wait(const device_view& v, std::uint64_t* word, int peer, std::uint64_t seq, device_signature sig,
+                                bool check_signature, device_activity during) {
+  cuda::atomic_ref<std::uint64_t, cuda::thread_scope_system> in(*word);
+  cuda::atomic_ref<std::uint64_t, cuda::thread_scope_system> collective_flag(flags_of(v, v.rank)[blockIdx.x * max_device_world + peer]);
+  cuda::atomic_ref<std::uint64_t, cuda::thread_scope_device> claim(*claim_of(v));
+  std::uint64_t start = 0;
+  for (unsigned polls = 0;; ++polls) {
+    const std::uint64_t w = in.load(cuda::memory_order_acquire);
+    const flag_verdict verdict = judge_p2p_flag(w, seq, sig, check_signature);
+    if (verdict == flag_verdict::pass) return true;
+    if (verdict == flag_verdict::mismatch) {
+      fail(v, device_failure::mismatch, peer, seq, w, flag_signature(w).bits, sig.bits, during);
+      return false;
+    }
+    if ((polls & 255) == 255) {
+      if (claim.load(cuda::memory_order_relaxed) != 0) return false;  // another block of this rank failed
+      const std::uint64_t c = collective_flag.load(cuda::memory_order_acquire);
+      if (flag_epoch(c) == poison_epoch || flag_signature(c).bits == rejected_signature_bits) {
+        const std::uint64_t again = in.load(cuda::memory_order_acquire);
+        if (judge_p2p_flag(again, seq, sig, check_signature) == flag_verdict::pass) return true;
+        record_failure(v, device_failure::peer_failed, peer, seq, again, 0, sig.bits, during);  // the peer told everyone
+        return false;
+      }
+      const std::uint64_t now = global_timer_ns();
+      if (start == 0) start = now;
+      else if (now - start > v.timeout_ns) {
+        fail(v, device_failure::timeout, peer, seq, w, 0, sig.bits, during);
+        return false;
+      }
+      __nanosleep(64);
+    }
+  }
+}
+
+/// p2p_wait by thread 0 for the whole block.
+__device__ inline bool block_p2p_wait(const device_view& v, std::uint64_t* word, int peer, std::uint64_t seq, device_signature sig,
+                                      bool check_signature, device_activity during) {
+  __shared__ int ok;
+  __syncthreads();  // every thread has read the previous verdict
+  if (threadIdx.x == 0) ok = p2p_wait(v, word, peer, seq, sig, check_signature, during) ? 1 : 0;
+  __syncthreads();
+  return ok != 0;
+}
+
+/// Thread 0 sets `word` (a peer's p2p flag for this rank) to flag_word(seq, sig), after the block's
+/// staging reads or writes for that chunk.
+__device__ inline void p2p_signal(std::uint64_t* word, std::uint64_t seq, device_signature sig) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence_system();
+    cuda::atomic_ref<std::uint64_t, cuda::thread_scope_system>(*word).store(flag_word(seq, sig), cuda::memory_order_release);
+  }
+}
+
+/// A send, a recv, or both (send_recv: their chunks interleave, so two ranks exchanging with each
+/// other both progress) in one launch of max(send blocks, recv blocks) blocks. V: the access
+/// width (1 where this rank's pointers do not allow 16-byte accesses; the cut is the same).
+template <class T, std::size_t V>
+__global__ void __launch_bounds__(device_threads_per_block, device_blocks_per_sm)
+    p2p_kernel(device_view v, p2p_part<T> send, p2p_part<T> recv) {
+  __shared__ std::uint64_t sent, received;
+  __shared__ int dead;
+  if (threadIdx.x == 0) {
+    sent = send.peer >= 0 ? p2p_sent_of(v)[send.peer] : 0;
+    received = recv.peer >= 0 ? p2p_received_of(v)[recv.peer] : 0;
+    dead = cuda::atomic_ref<std::uint64_t, cuda::thread_scope_device>(*claim_of(v)).load(cuda::memory_order_relaxed) != 0;
+  }
+  __syncthreads();
+  if (dead) return;
+  const unsigned b = blockIdx.x;
+  const bool sends = send.peer >= 0 && b < send.plan.blocks;
+  const bool recvs = recv.peer >= 0 && b < recv.plan.blocks;
+  const std::size_t send_chunks = sends ? send.plan.chunks : 0, recv_chunks = recvs ? recv.plan.chunks : 0;
+  const std::size_t cell = std::size_t{b} * max_device_world + static_cast<std::size_t>(v.rank);
+  for (std::size_t k = 0; k < send_chunks || k < recv_chunks; ++k) {
+    if (k < send_chunks) {
+      const std::uint64_t seq = sent + k + 1;
+      std::uint64_t* ack = p2p_ack_of(v, v.rank) + std::size_t{b} * max_device_world + static_cast<std::size_t>(send.peer);
+      if (seq > 2 && !block_p2p_wait(v, ack, send.peer, seq - 2, send.sig, false, device_activity::send)) return;
+      const block_range r = range_of_block(send.plan.chunk_size(k), send.plan.blocks, b, send.plan.vector);
+      copy_range<T, V, false>(r, send.src + send.plan.chunk_begin(k), p2p_half_of<T>(v, v.rank, seq));
+      p2p_signal(p2p_ready_of(v, send.peer) + cell, seq, send.sig);
+    }
+    if (k < recv_chunks) {
+      const std::uint64_t seq = received + k + 1;
+      std::uint64_t* ready = p2p_ready_of(v, v.rank) + std::size_t{b} * max_device_world + static_cast<std::size_t>(recv.peer);
+      if (!block_p2p_wait(v, ready, recv.peer, seq, recv.sig, true, device_activity::recv)) return;
+      const block_range r = range_of_block(recv.plan.chunk_size(k), recv.plan.blocks, b, recv.plan.vector);
+      copy_range<T, V, true>(r, p2p_half_of<T>(v, recv.peer, seq), recv.dst + recv.plan.chunk_begin(k));
+      p2p_signal(p2p_ack_of(v, recv.peer) + cell, seq, recv.sig);
+    }
+  }
+  if (send_chunks > 0) {  // the send is done once the receiver has taken the last chunk: the halves are free
+    std::uint64_t* ack = p2p_ack_of(v, v.rank) + std::size_t{b} * max_device_world + static_cast<std::size_t>(send.peer);
+    if (!block_p2p_wait(v, ack, send.peer, sent + send_chunks, send.sig, true, device_activity::send)) return;
+  }
+  // The last block done advances the pair counts (counters[1] counts blocks, as in call_end).
+  __syncthreads();
+  unsigned long long* counters = counters_of(v);
+  if (threadIdx.x == 0 && atomicAdd(&counters[1], 1ull) == gridDim.x - 1) {
+    counters[1] = 0;
+    if (send.peer >= 0) p2p_sent_of(v)[send.peer] += send.plan.chunks;
+    if (recv.peer >= 0) p2p_received_of(v)[recv.peer] += recv.plan.chunks;
+  }
+}
+
+/// The plan of one side of a point-to-point call (peer -1 or count 0: none). Sender and receiver
+/// plan alike from the count and type, so their blocks and chunks match.
+template <class T>
+p2p_part<T> p2p_side(const device_communicator& dc, const T* src, T* dst, std::size_t count, int peer) {
+  p2p_part<T> p;
+  if (peer < 0 || count == 0) return p;
+  p.src = src;
+  p.dst = dst;
+  p.peer = peer;
+  p.plan = plan_chunks(count, sizeof(T), 1, device_vector_elements<T>, dc.slot_bytes() / 2, dc.block_limit());
+  p.sig = device_signature::make(collective::send_recv, detail::type_name<T>(), sizeof(T), "", -1, count);
+  return p;
+}
+
+/// Launches a point-to-point call (nothing when neither side moves data).
+template <class T>
+void launch_p2p(device_communicator& dc, const char* name, const p2p_part<T>& send, const p2p_part<T>& recv, bool vector_ok,
+                cudaStream_t stream) {
+  dc.check();
+  if (send.peer < 0 && recv.peer < 0) return;
+  const unsigned blocks = std::max(send.peer >= 0 ? send.plan.blocks : 0u, recv.peer >= 0 ? recv.plan.blocks : 0u);
+  constexpr std::size_t V = device_vector_elements<T>;
+  check(cudaSetDevice(dc.device()), name);
+  if (V > 1 && vector_ok) p2p_kernel<T, V><<<blocks, device_threads_per_block, 0, stream>>>(dc.view(), send, recv);
+  else p2p_kernel<T, 1><<<blocks, device_threads_per_block, 0, stream>>>(dc.view(), send, recv);
+  check(cudaGetLastError(), name);
+}
+
 /// Records a rejected call as this rank's failure (one thread; runs after this rank's earlier calls
 /// on the stream, so counters[0] is their last epoch) and writes, as this rank's flag at every peer,
 /// the rejected call's first epoch with rejected_signature_bits: a peer waiting there ends at once
@@ -741,6 +931,13 @@ struct call_check {
   /// `root` is a rank of the communicator.
   void root(int r) const {
     require(r >= 0 && r < dc.size(), "root " + std::to_string(r) + " is not a rank of this communicator of " + std::to_string(dc.size()));
+  }
+  /// `peer` is another rank of the communicator (a rank does not send to itself: the send would
+  /// wait for a recv queued behind it on the same stream).
+  void peer(int p) const {
+    require(p >= 0 && p < dc.size() && p != dc.rank(),
+            "peer " + std::to_string(p) + " is not another rank of this communicator of " + std::to_string(dc.size()) +
+                (p == dc.rank() ? " (a rank's copy to itself is a cudaMemcpyAsync)" : ""));
   }
   /// The buffers of a rooted call (reduce, broadcast): at the root, send and recv both given and
   /// either the same buffer or apart; elsewhere, `needed` (the one buffer a non-root uses) given.
@@ -1005,6 +1202,68 @@ void all_to_all_v(device_communicator& dc, const T* send, std::span<const std::s
 }
 
 // ---------------------------------------------------------------------------------------------
+// Point-to-point, as ncclSend / ncclRecv: stream-ordered, matched in order per pair of ranks
+// (the k-th send from rank a to rank b meets the k-th recv at b from a), and free to interleave
+// with collectives in any order both ranks agree on. A send completes once its receiver has taken
+// every element (the data moves through the sender's point-to-point staging, half a slot per
+// chunk, two chunks in flight), so two ranks that each send to the other before receiving wait
+// for each other until the timeout (errc::timeout, naming the peer): order them, or use
+// send_recv. A count of 0 launches nothing; its peer must pass 0 too (else it times out).
+
+/// Sends `count` elements of `buf` (device memory) to rank `peer`, whose gpu::recv from this rank
+/// with the same count and type takes them.
+/// @throws collx::error (errc::invalid_argument) for a peer that is not another rank, or a null
+///         buffer with count > 0 (the communicator then ends on every rank, as for collectives);
+///         (errc::cuda) when the launch fails; an earlier call's failure. At dc.synchronize():
+///         errc::mismatch when the receiver's count or type differs, errc::timeout when it does
+///         not post the recv in time, errc::aborted when it failed first.
+template <class T>
+void send(device_communicator& dc, const T* buf, std::size_t count, int peer, cudaStream_t stream = nullptr) {
+  static_assert(element<T>, "collx::gpu::send: T must be a trivially copyable object type (collx/concepts.hpp)");
+  constexpr const char* name = "gpu::send";
+  using namespace device_detail;
+  const call_check chk{dc, stream, name};
+  chk.peer(peer);
+  if (count == 0) return dc.check();
+  chk.require(buf != nullptr, "null buffer with count " + std::to_string(count));
+  launch_p2p<T>(dc, name, p2p_side<T>(dc, buf, nullptr, count, peer), {}, aligned16(buf), stream);
+}
+
+/// Receives `count` elements from rank `peer` into `buf` (device memory), from the matching
+/// gpu::send. Writes exactly buf[0, count).
+/// @throws as gpu::send.
+template <class T>
+void recv(device_communicator& dc, T* buf, std::size_t count, int peer, cudaStream_t stream = nullptr) {
+  static_assert(element<T>, "collx::gpu::recv: T must be a trivially copyable object type (collx/concepts.hpp)");
+  constexpr const char* name = "gpu::recv";
+  using namespace device_detail;
+  const call_check chk{dc, stream, name};
+  chk.peer(peer);
+  if (count == 0) return dc.check();
+  chk.require(buf != nullptr, "null buffer with count " + std::to_string(count));
+  launch_p2p<T>(dc, name, {}, p2p_side<T>(dc, nullptr, buf, count, peer), aligned16(buf), stream);
+}
+
+/// A send to `dst` and a recv from `src` in one launch, as MPI_Sendrecv (dst and src may be the
+/// same rank): their chunks interleave, so ranks that exchange with each other, or shift data
+/// around a ring, do not wait on each other. send and recv must not overlap.
+/// @throws as gpu::send, and errc::invalid_argument when send and recv overlap.
+template <class T>
+void send_recv(device_communicator& dc, const T* send, std::size_t send_count, int dst, T* recv, std::size_t recv_count,
+               int src, cudaStream_t stream = nullptr) {
+  static_assert(element<T>, "collx::gpu::send_recv: T must be a trivially copyable object type (collx/concepts.hpp)");
+  constexpr const char* name = "gpu::send_recv";
+  using namespace device_detail;
+  const call_check chk{dc, stream, name};
+  chk.peer(dst);
+  chk.peer(src);
+  if (send_count == 0 && recv_count == 0) return dc.check();
+  chk.require((send_count == 0 || send) && (recv_count == 0 || recv), "null buffer with a nonzero count");
+  chk.require(!ranges_overlap(send, send_count * sizeof(T), recv, recv_count * sizeof(T)), "send and recv overlap");
+  launch_p2p<T>(dc, name, p2p_side<T>(dc, send, nullptr, send_count, dst), p2p_side<T>(dc, nullptr, recv, recv_count, src),
+                (send_count == 0 || aligned16(send)) && (recv_count == 0 || aligned16(recv)), stream);
+}
+
 // Zero-copy forms: the input is a registered window (device_communicator::register_window), read
 // by the peers in place. Two barriers per call and no staging, whatever the size. The element
 // offset into the window must be the same on every rank (part of the call signature). When the

@@ -52,8 +52,8 @@ namespace gpu {
 struct device_options {
   /// CUDA device ordinal of this rank; -1: the calling thread's current device (cudaGetDevice).
   int device = -1;
-  /// Bytes of staging per rank (two slots); bounds the memory a communicator takes however large
-  /// the calls (device memory; or pinned host memory, one object of size() workspaces that every
+  /// Bytes of staging per rank (two slots, plus one more slot for send/recv); bounds the memory a
+  /// communicator takes however large the calls (device memory; or pinned host memory, one object of size() workspaces that every
   /// rank maps, with workspace_memory::host). Must be equal on every rank. Default 8 MiB.
   std::size_t staging_bytes = std::size_t{8} << 20;
   /// How long a kernel waits for a peer's flag before it gives up (errc::timeout); default the host
@@ -86,6 +86,11 @@ struct device_view {
   std::size_t claim_offset = 0;                 ///< bytes into `local`: workspace_layout::claim_offset
   std::size_t flags_offset = 0;                 ///< bytes: workspace_layout::flags_offset
   std::size_t exchange_offset = 0;              ///< bytes: workspace_layout::exchange_offset
+  std::size_t p2p_sent_offset = 0;              ///< bytes into `local`: workspace_layout::p2p_sent_offset
+  std::size_t p2p_received_offset = 0;          ///< bytes into `local`: workspace_layout::p2p_received_offset
+  std::size_t p2p_ready_offset = 0;             ///< bytes: workspace_layout::p2p_ready_offset
+  std::size_t p2p_ack_offset = 0;               ///< bytes: workspace_layout::p2p_ack_offset
+  std::size_t p2p_staging_offset = 0;           ///< bytes: workspace_layout::p2p_staging_offset
   std::size_t staging_offset = 0;               ///< bytes: workspace_layout::staging_offset
   std::size_t slot_bytes = 0;                   ///< bytes per staging slot
   device_status* status = nullptr;              ///< host-mapped status (device address)
@@ -194,6 +199,11 @@ class device_communicator {
     view_.claim_offset = layout_.claim_offset;
     view_.flags_offset = layout_.flags_offset;
     view_.exchange_offset = layout_.exchange_offset;
+    view_.p2p_sent_offset = layout_.p2p_sent_offset;
+    view_.p2p_received_offset = layout_.p2p_received_offset;
+    view_.p2p_ready_offset = layout_.p2p_ready_offset;
+    view_.p2p_ack_offset = layout_.p2p_ack_offset;
+    view_.p2p_staging_offset = layout_.p2p_staging_offset;
     view_.staging_offset = layout_.staging_offset;
     view_.slot_bytes = layout_.slot_bytes;
     view_.status = status_device_;

@@ -44,43 +44,65 @@ inline constexpr unsigned device_threads_per_block = 512;
 // ---------------------------------------------------------------------------------------------
 // Workspace
 
-/// Byte layout of one rank's workspace (one cudaMalloc, shared with the peers over CUDA IPC):
+/// Byte layout of one rank's workspace: one cudaMalloc shared with the peers over CUDA IPC; or,
+/// with workspace_memory::host, the words below flags_offset (this rank's alone) in device memory
+/// and the rest in the shared host object.
 ///   counters[2]   u64: [0] the epoch of the last chunk this rank finished (every block of a call
 ///                 uses the same chunk epochs, so staging slots alternate for the whole rank);
 ///                 [1] blocks of the running call that are done (the last one advances [0])
 ///   claim         u64: nonzero once a kernel of this rank has failed (the first failing thread
 ///                 sets it; later calls end at once)
+///   p2p_sent[max_device_world] u64: point-to-point chunks this rank has sent to rank p, ever
+///   p2p_received[max_device_world] u64: point-to-point chunks this rank has taken from rank p
 ///   flags[max_device_blocks][max_device_world] u64: flags[b][p] = the last flag_word rank p's block b
 ///                 wrote here (written by peers, read by this rank)
 ///   exchange[2][max_device_blocks][max_device_world] u64: counts a call publishes before its first
 ///                 barrier (all_to_all_v: this rank's send count per destination), one copy per
 ///                 block, the call's first epoch e in exchange[e % 2]
+///   p2p_ready[max_device_blocks][max_device_world] u64: [b][p] = flag_word(k, signature): rank p's
+///                 block b has put its part of its k-th chunk for this rank in p's p2p staging
+///   p2p_ack[max_device_blocks][max_device_world] u64: [b][p] = flag_word(k, signature): rank p's
+///                 block b has taken its part of this rank's k-th chunk for p
 ///   staging       two slots of slot_bytes; chunk epoch e uses slot e % 2
+///   p2p staging   one more slot_bytes, in two halves: point-to-point chunk k uses half k % 2
+///                 (apart from the collectives' slots, which peers may still read after a call)
 /// Regions start at multiples of 256 bytes, so vector loads of staging are aligned.
 struct workspace_layout {
-  std::size_t counters_offset = 0;  ///< bytes from the workspace start
-  std::size_t claim_offset = 0;     ///< bytes from the workspace start
-  std::size_t flags_offset = 0;     ///< bytes from the workspace start
-  std::size_t exchange_offset = 0;  ///< bytes from the workspace start
-  std::size_t staging_offset = 0;   ///< bytes from the workspace start
-  std::size_t slot_bytes = 0;       ///< bytes per staging slot
-  std::size_t total_bytes = 0;      ///< the allocation
+  std::size_t counters_offset = 0;      ///< bytes from the workspace start
+  std::size_t claim_offset = 0;         ///< bytes from the workspace start
+  std::size_t p2p_sent_offset = 0;      ///< bytes from the workspace start
+  std::size_t p2p_received_offset = 0;  ///< bytes from the workspace start
+  std::size_t flags_offset = 0;         ///< bytes from the workspace start (the shared part starts here)
+  std::size_t exchange_offset = 0;      ///< bytes from the workspace start
+  std::size_t p2p_ready_offset = 0;     ///< bytes from the workspace start
+  std::size_t p2p_ack_offset = 0;       ///< bytes from the workspace start
+  std::size_t staging_offset = 0;       ///< bytes from the workspace start
+  std::size_t p2p_staging_offset = 0;   ///< bytes from the workspace start
+  std::size_t slot_bytes = 0;           ///< bytes per staging slot
+  std::size_t total_bytes = 0;          ///< the allocation
 
-  /// Layout for a staging area of `staging_bytes` (two slots; rounded down to 256-byte slots).
+  /// Layout for a staging area of `staging_bytes` (two slots; rounded down to 256-byte slots),
+  /// plus one slot of point-to-point staging.
   /// @throws collx::error (errc::invalid_argument) when a slot would be smaller than 4 KiB.
   static workspace_layout for_staging(std::size_t staging_bytes) {
     workspace_layout w;
+    const std::size_t row = std::size_t{max_device_world} * sizeof(std::uint64_t);
+    const std::size_t table = std::size_t{max_device_blocks} * row;
     w.counters_offset = 0;
     w.claim_offset = 2 * sizeof(std::uint64_t);
-    w.flags_offset = round_up(w.claim_offset + sizeof(std::uint64_t), 256);
-    const std::size_t table = std::size_t{max_device_blocks} * max_device_world * sizeof(std::uint64_t);
+    w.p2p_sent_offset = round_up(w.claim_offset + sizeof(std::uint64_t), 64);
+    w.p2p_received_offset = w.p2p_sent_offset + row;
+    w.flags_offset = round_up(w.p2p_received_offset + row, 256);
     w.exchange_offset = round_up(w.flags_offset + table, 256);
-    w.staging_offset = round_up(w.exchange_offset + 2 * table, 256);
+    w.p2p_ready_offset = round_up(w.exchange_offset + 2 * table, 256);
+    w.p2p_ack_offset = w.p2p_ready_offset + table;
+    w.staging_offset = round_up(w.p2p_ack_offset + table, 256);
     w.slot_bytes = staging_bytes / 2 / 256 * 256;
     if (w.slot_bytes < 4096)
       COLLX_THROW(errc::invalid_argument, "gpu: staging of " + std::to_string(staging_bytes) +
                                               " bytes is too small (two slots of at least 4 KiB)");
-    w.total_bytes = w.staging_offset + 2 * w.slot_bytes;
+    w.p2p_staging_offset = w.staging_offset + 2 * w.slot_bytes;
+    w.total_bytes = w.p2p_staging_offset + w.slot_bytes;
     return w;
   }
 
@@ -185,6 +207,28 @@ COLLX_HOST_DEVICE constexpr flag_verdict judge_flag(std::uint64_t word, std::uin
   return flag_verdict::pass;
 }
 
+/// The verdict on a point-to-point flag word for a wait at chunk `seq` of a message signed `sig`:
+/// the sender's ready flag (the receiver waits for chunk seq) or the receiver's ack (the sender
+/// waits until the receiver has taken chunk seq). Below seq: wait. At or past it: the peer's flag
+/// was written in the message holding chunk seq (a sender cannot get past a chunk its receiver has
+/// not acked, nor a receiver past one not sent), so another signature is another message:
+/// mismatch. `check_signature` false for a sender waiting only for a staging half to come back,
+/// which the previous message may have acked. The point-to-point words are never poisoned (a
+/// peer's failure shows in its collective flags: see p2p_wait in device_collectives.cuh).
+COLLX_HOST_DEVICE constexpr flag_verdict judge_p2p_flag(std::uint64_t word, std::uint64_t seq, device_signature sig,
+                                                        bool check_signature) noexcept {
+  if (flag_epoch(word) < seq) return flag_verdict::wait;
+  if (check_signature && flag_signature(word).bits != sig.bits) return flag_verdict::mismatch;
+  return flag_verdict::pass;
+}
+
+/// What a rank was doing when it gave up (device_status::during).
+enum class device_activity : std::uint32_t {
+  collective = 0,  ///< a collective call (the waits are at chunk epochs)
+  send = 1,        ///< a send: waiting for the receiver to take a chunk (sequence numbers of the pair)
+  recv = 2,        ///< a recv: waiting for the sender's chunk
+};
+
 /// What a device collective writes to the communicator's host-mapped status when it gives up.
 enum class device_failure : std::uint32_t {
   none = 0,
@@ -202,24 +246,33 @@ struct device_status {
   std::uint32_t block = 0;      ///< the thread block that failed
   std::uint32_t theirs = 0;     ///< the peer's signature bits (mismatch)
   std::uint32_t mine = 0;       ///< this rank's signature bits (mismatch)
-  std::uint32_t reserved = 0;
+  std::uint32_t during = 0;     ///< a device_activity
   std::uint64_t epoch = 0;      ///< the chunk epoch waited for
   std::uint64_t seen = 0;       ///< the peer's flag word when the wait ended
 };
 
 /// The collx::error message for a failed status of rank `me`.
 inline std::string describe_failure(const device_status& s, int me) {
-  const std::string where = "gpu: rank " + std::to_string(me) + " (block " + std::to_string(s.block) + ", chunk epoch " +
-                            std::to_string(s.epoch) + ")";
+  const auto during = static_cast<device_activity>(s.during);
+  const bool p2p = during != device_activity::collective;
+  const std::string where =
+      "gpu: rank " + std::to_string(me) + " (block " + std::to_string(s.block) +
+      (during == device_activity::send   ? ", sending chunk " + std::to_string(s.epoch) + " to rank " + std::to_string(s.peer)
+       : during == device_activity::recv ? ", receiving chunk " + std::to_string(s.epoch) + " from rank " + std::to_string(s.peer)
+                                         : ", chunk epoch " + std::to_string(s.epoch)) +
+      ")";
   switch (static_cast<device_failure>(s.failure)) {
     case device_failure::none: return "";
     case device_failure::timeout:
-      return where + ": timed out waiting for rank " + std::to_string(s.peer) + " (its last flag: epoch " +
-             std::to_string(flag_epoch(s.seen)) + "); the peer is late, dead, or not making the same calls";
+      return where + ": timed out waiting for rank " + std::to_string(s.peer) + " (its last flag: " +
+             (p2p ? "chunk " : "epoch ") + std::to_string(flag_epoch(s.seen)) + "); the peer is late, dead, or " +
+             (p2p ? "not making the matching " + std::string(during == device_activity::send ? "recv" : "send") +
+                        " (a send completes only once received: two ranks that both send first wait for each other)"
+                  : std::string("not making the same calls"));
     case device_failure::mismatch:
       return where + ": call signature differs from rank " + std::to_string(s.peer) + "'s (" +
              device_signature::differing_fields({s.theirs}, {s.mine}) +
-             "): the ranks are not making the same collective call";
+             (p2p ? "): the send and the recv do not match" : "): the ranks are not making the same collective call");
     case device_failure::peer_failed:
       return where + ": rank " + std::to_string(s.peer) +
              " failed first (timeout, mismatch, or a call it rejected for invalid arguments) and ended the call";
@@ -279,7 +332,7 @@ inline const char* workspace_memory_name(workspace_memory m) noexcept {
 /// over the host communicator).
 struct peer_record {
   std::uint32_t magic = 0x636f6c78;   ///< "colx"
-  std::uint32_t version = 3;          ///< layout version of this record and the workspace (2: exchange area; 3: memory)
+  std::uint32_t version = 4;          ///< layout version of this record and the workspace (2: exchange area; 3: memory; 4: point-to-point)
   std::uint64_t process = 0;          ///< pid and a per-process random token: equal = same address space
   std::uint64_t workspace_address = 0;  ///< the workspace's device address in the owner's process
   std::uint64_t workspace_bytes = 0;  ///< size of the workspace
