@@ -403,4 +403,33 @@ TEST_CASE("a mismatch on one node reaches the ranks of the other node", "[hierar
   CHECK(mismatches.load() >= 2);
 }
 
+TEST_CASE("a call one rank rejects reaches ranks waiting on another level", "[hierarchical][errors]") {
+  // Rank 0 passes a root outside the communicator: it rejects the call before any level runs, which
+  // fails the whole communicator. The other ranks are already inside the hierarchical broadcast,
+  // waiting on the node or cross-node level for rank 0: they must learn of it there, not time out.
+  auto opt = small_segments();
+  opt.timeout = std::chrono::seconds(20);
+  auto comms = collx::make_hierarchical_thread_communicators(layouts()[0], opt);
+  std::vector<collx::errc> codes(4, collx::errc::internal);
+  std::vector<std::thread> threads;
+  for (auto& c : comms)
+    threads.emplace_back([&, comm = &c] {
+      std::vector<int> v(40, comm->rank());
+      try {
+        collx::broadcast<collx::algo::hierarchical<collx::algo::direct, collx::algo::direct>>(*comm, std::span<int>(v),
+                                                                                              comm->rank() == 0 ? 7 : 0);
+      } catch (const collx::error& e) {
+        codes[static_cast<size_t>(comm->rank())] = e.code();
+      }
+    });
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto& t : threads) t.join();
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));
+  CHECK(codes[0] == collx::errc::invalid_argument);
+  for (int r = 1; r < 4; ++r) {  // the communicator's failure, as in a flat call rank 0 rejected
+    INFO("rank " << r);
+    CHECK(codes[static_cast<size_t>(r)] == collx::errc::invalid_argument);
+  }
+}
+
 }  // namespace

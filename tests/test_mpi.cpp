@@ -6,7 +6,8 @@
 //   3. a slow rank in a correct program is not taken for a mismatch (the signature queries);
 //   4. failures: a count mismatch reaches every rank as errc::mismatch, also where no message
 //      shows it (one rank's count is 0: it sends nothing and returns at once), and abort() from
-//      another thread wakes a waiting rank and its peers, all within seconds, not at the timeout.
+//      another thread wakes a waiting rank and its peers, and a hierarchical call one rank rejects
+//      reaches ranks waiting on the node or cross-node level, all within seconds, not at the timeout.
 // Every result is compared with the sequential rank-order reference of tests/reference.hpp
 // (every rank generates every rank's inputs). A plain program, not Catch2: each rank checks, all
 // ranks keep making the same calls, and the exit status says whether any check failed.
@@ -338,6 +339,25 @@ void abort_wakes(collx::communicator& c) {
   check(s < 10.0, "abort seen in " + std::to_string(s) + " s");
 }
 
+// Rank 0 rejects a hierarchical broadcast (a root outside the communicator) before any level
+// runs, which fails only the whole communicator; the others are inside the call, waiting on the
+// node or cross-node level: they must learn of it there (the levels watch each other), well
+// before the timeout.
+void rejection_reaches_levels(collx::communicator& c) {
+  const auto t0 = std::chrono::steady_clock::now();
+  collx::errc code = collx::errc::internal;
+  try {
+    std::vector<int> v(64, c.rank());
+    collx::broadcast<collx::algo::hierarchical<>>(c, std::span<int>(v), c.rank() == 0 ? 99 : 0);
+  } catch (const collx::error& e) {
+    code = e.code();
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  check(code == collx::errc::invalid_argument,
+        "a call rank 0 rejected ends the hierarchical call on every rank (got " + std::to_string(static_cast<int>(code)) + ")");
+  check(s < 10.0, "rejection seen on every level in " + std::to_string(s) + " s");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -389,6 +409,10 @@ int main(int argc, char** argv) {
     {
       collx::communicator c = collx::mpi::connect(MPI_COMM_WORLD);
       abort_wakes(c);
+    }
+    {
+      collx::communicator c = collx::mpi::connect_hierarchical(MPI_COMM_WORLD);
+      rejection_reaches_levels(c);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rank %d: unexpected exception: %s\n", g_rank, e.what());

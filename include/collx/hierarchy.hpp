@@ -92,7 +92,8 @@ struct hierarchy {
 };
 
 /// Attaches `node` and `cross` to `world` so that algo::hierarchical (and algo::automatic, when
-/// there are several nodes) can use them; abort() on world aborts them too.
+/// there are several nodes) can use them; abort() on world aborts them too, and a wait on any of
+/// the three ends when another of them fails (transport::watch).
 /// @throws collx::error invalid_argument when their sizes or ranks do not match the layout.
 inline void attach_hierarchy(communicator& world, node_layout layout, communicator node, communicator cross) {
   auto fail = [&](const std::string& what) { COLLX_THROW(errc::invalid_argument, "attach_hierarchy: " + what); };
@@ -106,6 +107,11 @@ inline void attach_hierarchy(communicator& world, node_layout layout, communicat
   if (members.at(static_cast<std::size_t>(cross.rank())) != world.rank())
     fail("cross-node rank " + std::to_string(cross.rank()) + " is not world rank " + std::to_string(world.rank()));
   std::vector<std::shared_ptr<transport>> parts{node.shared_transport(), cross.shared_transport()};
+  // Each level's waits end when another level of this rank fails (transport::watch).
+  const std::shared_ptr<transport> levels[] = {world.shared_transport(), node.shared_transport(), cross.shared_transport()};
+  for (const auto& t : levels)
+    for (const auto& other : levels)
+      if (t != other) t->watch(other);
   world.set_hierarchy(std::make_shared<hierarchy>(hierarchy{std::move(layout), std::move(node), std::move(cross)}),
                       std::move(parts));
 }

@@ -256,6 +256,22 @@ class mpi_transport final : public transport {
     if (level_ == MPI_THREAD_MULTIPLE || std::this_thread::get_id() == owner_) send_notices();
   }
 
+  bool failure(errc& code, std::string& why) noexcept override {
+    enter();
+    try {
+      poll_control();  // the notices peers sent
+    } catch (...) {
+    }
+    if (!failed_.load(std::memory_order_acquire)) return false;
+    std::lock_guard<std::mutex> lock(mu_);
+    code = code_;
+    try {
+      why = why_;
+    } catch (...) {
+    }
+    return true;
+  }
+
   void post_send(int peer, const void* data, std::size_t bytes, std::size_t granularity,
                  const call_signature& sig) override {
     enter();
@@ -397,7 +413,7 @@ class mpi_transport final : public transport {
       if (ready()) return;
       if (polls % 64 == 0) {
         poll_control();
-        if (failed_.load(std::memory_order_acquire)) rethrow_failure();
+        if (failed_.load(std::memory_order_acquire) || watched_failed()) rethrow_failure();
         const auto now = std::chrono::steady_clock::now();
         if (now > deadline)
           fail_out(errc::timeout, "rank " + std::to_string(rank_) + " timed out after " + std::to_string(timeout_.count()) +

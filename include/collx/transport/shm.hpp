@@ -229,6 +229,17 @@ class shm_transport final : public transport {
     for (int r = 0; r < n_; ++r) peer(r).bell.ring(true);
   }
 
+  bool failure(errc& code, std::string& why) noexcept override {
+    shm_segment::header* h = hdr();
+    if (!h || !h->failed.load(std::memory_order_acquire)) return false;
+    code = static_cast<errc>(h->fail_code);
+    try {
+      why = h->fail_reason;
+    } catch (...) {
+    }
+    return true;
+  }
+
   void announce(const call_signature& sig) override {
     announced_ = sig;
     my_calls_[sig.seq % shm_segment::call_history] = sig;
@@ -538,6 +549,7 @@ class shm_transport final : public transport {
     const auto now = std::chrono::steady_clock::now();
     if (now - last_liveness_ < std::chrono::milliseconds(50)) return false;
     last_liveness_ = now;
+    if (watched_failed()) return true;  // another level of this rank's hierarchy failed
     // Rank r's record of this call, also after it moved on (a root that only sends returns early).
     const std::string why = first_disagreement(announced_, rank_, n_, [&](int r, call_signature& c) {
       return (watched < 0 || r == watched) && announced_call(r, announced_.seq, c);

@@ -107,6 +107,17 @@ class thread_world {
     std::lock_guard<std::mutex> lock(mutex_);
     COLLX_THROW(code_, reason_);
   }
+  /// The failure's code and reason, if failed.
+  bool failure(errc& code, std::string& why) noexcept {
+    if (!failed()) return false;
+    std::lock_guard<std::mutex> lock(mutex_);
+    code = code_;
+    try {
+      why = reason_;
+    } catch (...) {
+    }
+    return true;
+  }
 
  private:
   int size_;
@@ -141,6 +152,7 @@ class threads_transport final : public transport {
     if (world_->failed()) rethrow_failure();
   }
   void fail(errc code, const std::string& why) noexcept override { world_->fail(code, reported(why)); }
+  bool failure(errc& code, std::string& why) noexcept override { return world_->failure(code, why); }
 
   void post_send(int peer, const void* data, std::size_t bytes, std::size_t granularity,
                  const call_signature& sig) override {
@@ -201,11 +213,12 @@ class threads_transport final : public transport {
   template <class Ready>
   void wait(const char* what, int peer, Ready ready) {
     if (ready()) return;
-    // Checked on every wake-up and every 20 ms: the failure flag, and whether a peer announced
-    // this call with another signature (ranks that disagree on a root may never exchange a
-    // message to compare, as when both broadcast as the root).
+    // Checked on every wake-up and every 20 ms: the failure flag, whether a peer announced this
+    // call with another signature (ranks that disagree on a root may never exchange a message to
+    // compare, as when both broadcast as the root), and the other levels of a hierarchy.
     const auto st = detail::wait_until(world_->bell(rank_), false, std::chrono::nanoseconds(timeout_), spin_, ready,
-                                       [&] { return world_->failed() || peer_disagrees(); }, std::chrono::milliseconds(20));
+                                       [&] { return world_->failed() || peer_disagrees() || watched_failed(); },
+                                       std::chrono::milliseconds(20));
     if (st == detail::wait_status::ready) return;
     if (st == detail::wait_status::timed_out)
       fail_out(errc::timeout, "timed out after " + std::to_string(timeout_.count()) + " ms waiting for " + what +

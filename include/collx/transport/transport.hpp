@@ -6,9 +6,11 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <string_view>
+#include <vector>
 
 #include <collx/algo/schedule.hpp>
 #include <collx/detail/signature_names.hpp>
@@ -188,6 +190,20 @@ class transport {
   /// Sets the deadline applied to each wait from now on.
   virtual void set_timeout(std::chrono::milliseconds t) noexcept = 0;
 
+  /// This transport's failure, if it has failed: sets `code` and `why` and returns true. Learns
+  /// what it can without waiting (MPI reads the notices its peers sent). Owning thread only;
+  /// never throws.
+  virtual bool failure(errc& code, std::string& why) noexcept {
+    (void)code, (void)why;
+    return false;
+  }
+
+  /// Ends this transport's waits when `other`, another transport of the same rank, fails: the
+  /// levels of a hierarchy (attach_hierarchy) watch each other, so that a rank waiting on one level
+  /// learns of a failure that reached it on another (a call rejected before any level ran fails
+  /// only the whole communicator) instead of timing out. Held weakly.
+  void watch(const std::shared_ptr<transport>& other) { watched_.push_back(other); }
+
   // Memory every rank maps (shm: collx::shm_buffer), for collectives that read and write peers'
   // buffers in place. The default transport has none.
 
@@ -206,6 +222,25 @@ class transport {
     (void)r, (void)id, (void)offset, (void)bytes;
     return nullptr;
   }
+
+ protected:
+  /// For the wait loops, between polls: true when a watched transport has failed, after failing
+  /// this one with its code and reason (the wait then throws this transport's failure).
+  bool watched_failed() noexcept {
+    for (const auto& w : watched_)
+      if (const auto other = w.lock()) {
+        errc code{};
+        std::string why;
+        if (other->failure(code, why)) {
+          fail(code, why);
+          return true;
+        }
+      }
+    return false;
+  }
+
+ private:
+  std::vector<std::weak_ptr<transport>> watched_;
 };
 
 }  // namespace v0
