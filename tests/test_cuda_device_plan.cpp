@@ -24,7 +24,7 @@ TEST_CASE("device workspace: regions apart, aligned, two slots and a point-to-po
     // Every region in order, none overlapping the next: {offset, bytes}.
     const std::pair<std::size_t, std::size_t> regions[] = {
         {w.counters_offset, 16},   {w.claim_offset, 8},         {w.p2p_sent_offset, row}, {w.p2p_received_offset, row},
-        {w.flags_offset, table},   {w.exchange_offset, 2 * table}, {w.p2p_ready_offset, table}, {w.p2p_ack_offset, table},
+        {w.flags_offset, table},   {w.exchange_offset, 2 * table}, {w.p2p_ready_offset, table}, {w.p2p_ack_offset, table}, {w.p2p_size_offset, table},
         {w.staging_offset, 2 * w.slot_bytes}, {w.p2p_staging_offset, w.slot_bytes}};
     for (std::size_t i = 1; i < std::size(regions); ++i) {
       INFO("region " << i);
@@ -474,63 +474,102 @@ TEST_CASE("device barrier verdicts: a rejection ends only the rejected call, poi
   for (std::uint64_t e : {1ull, 9ull, 1000000ull}) CHECK(gpu::judge_flag(poison, e, sig) == flag_verdict::poisoned);
 }
 
-// The point-to-point protocol of p2p_kernel (device_collectives.cuh), one block of one sender and
-// one receiver, played step by step in random orders on the host with the kernel's rules: the
-// sender waits for the ack of chunk k - 2 before refilling half k % 2 (no signature check), fills
-// it, sets ready = flag_word(k, sig); the receiver waits until judge_p2p_flag(ready, k, sig) passes,
-// reads half k % 2, sets ack = flag_word(k, sig); a send ends once its last chunk is acked (with
-// the signature check). A message's signature stands for its count. Matched message sequences
-// must always complete with every chunk read intact; sequences that differ must never complete
-// unnoticed: a mismatch is found, or the ranks stop (the timeout).
+// The point-to-point protocol of p2p_kernel (device_collectives.cuh), played on the host: the
+// blocks of one sender and one receiver are actors run one step at a time in random orders, with
+// the kernel's rules and the plan functions it uses (plan_chunks, range_in_chunk,
+// judge_p2p_flag, p2p_message_word). Sender block b, per message: publish the size; for chunk k
+// (pair sequence number seq), once k < 2 or the ack of seq - 2 is back, write its range of the
+// half seq % 2 and set ready = flag_word(seq, sig); finally wait for the ack of its last chunk
+// (signature checked). Receiver block b: wait until judge_p2p_flag(ready, seq, sig) passes, check
+// the size on the first chunk, read its range of the half, set ack. A side's next message starts
+// once all its blocks finished the last one (a kernel boundary). Every element of a half carries
+// the sequence number that last wrote it: a read that finds another is corruption. Matched
+// messages must complete intact; messages that differ must never complete unnoticed.
 namespace {
 
 enum class p2p_outcome { completed, mismatch, stuck };
 
-p2p_outcome play_p2p(const std::vector<std::uint32_t>& sends, const std::vector<std::uint32_t>& recvs, std::uint64_t seed,
+struct p2p_message {
+  gpu::chunk_plan plan;
+  gpu::device_signature sig;
+  std::uint64_t size;
+};
+
+p2p_message p2p_plan_of(std::size_t count) {
+  // 16-byte elements (one per vector), halves of 1536 of them: messages of 1537+ elements take 3
+  // blocks (512 threads each), and a short last chunk.
+  constexpr std::size_t half_bytes = 1536 * 16;
+  return {gpu::plan_chunks(count, 16, 1, 1, half_bytes, 3),
+          gpu::device_signature::make(collective::send_recv, "triple16", 16, "", -1, count), gpu::p2p_message_word(count, 16)};
+}
+
+p2p_outcome play_p2p(const std::vector<std::size_t>& sends, const std::vector<std::size_t>& recvs, std::uint64_t seed,
                      bool& corrupt) {
-  // Chunks per message = the count here; the signature is the count.
-  struct side {
-    std::size_t msg = 0, k = 0;  // message and chunk within it
-    std::uint64_t base = 0;      // chunks of the pair before this message
-    bool final_wait = false;     // sender: all chunks out, waiting for the last ack
-  } snd, rcv;
-  std::uint64_t ready = 0, ack = 0, half[2] = {0, 0};
+  constexpr unsigned blocks = 3;
+  struct actor {
+    std::size_t msg = 0, k = 0;
+    bool finished = false;  // done with the current message (waits for its side's other blocks)
+  };
+  actor snd[blocks], rcv[blocks];
+  std::uint64_t sent = 0, received = 0;  // pair counts, advanced at a side's kernel boundary
+  std::uint64_t ready[blocks] = {}, ack[blocks] = {}, size_word[blocks] = {};
+  std::vector<std::uint64_t> half[2] = {std::vector<std::uint64_t>(1536), std::vector<std::uint64_t>(1536)};
   std::mt19937_64 rng(seed);
   corrupt = false;
-  for (int idle = 0; idle < 64;) {
-    const bool sender_turn = (rng() & 1) != 0;
+  auto side_done = [](const actor* a, std::size_t msgs) { return a[0].msg >= msgs; };
+  for (int idle = 0; idle < 400;) {
     bool moved = false;
-    if (sender_turn && snd.msg < sends.size()) {
-      const gpu::device_signature sig{sends[snd.msg]};
-      if (snd.final_wait) {
-        const auto v = gpu::judge_p2p_flag(ack, snd.base + sends[snd.msg], sig, true);
-        if (v == gpu::flag_verdict::mismatch) return p2p_outcome::mismatch;
-        if (v == gpu::flag_verdict::pass) {
-          snd.base += sends[snd.msg], ++snd.msg, snd.k = 0, snd.final_wait = false;
+    const unsigned who = static_cast<unsigned>(rng() % (2 * blocks));
+    const unsigned b = who % blocks;
+    if (who < blocks && !side_done(snd, sends.size()) && !snd[b].finished) {
+      const p2p_message m = p2p_plan_of(sends[snd[b].msg]);
+      actor& a = snd[b];
+      if (b >= m.plan.blocks) a.finished = moved = true;
+      else if (a.k < m.plan.chunks) {
+        const std::uint64_t seq = sent + a.k + 1;
+        if (a.k < 2 || gpu::judge_p2p_flag(ack[b], seq - 2, m.sig, false) == gpu::flag_verdict::pass) {
+          if (a.k == 0) size_word[b] = m.size;
+          const gpu::block_range r = gpu::range_in_chunk(m.plan, a.k, b);
+          for (std::size_t i = r.begin; i < r.end; ++i) half[seq & 1][i] = seq;
+          ready[b] = gpu::flag_word(seq, m.sig);
+          ++a.k;
           moved = true;
         }
       } else {
-        const std::uint64_t seq = snd.base + snd.k + 1;
-        if (seq <= 2 || gpu::judge_p2p_flag(ack, seq - 2, sig, false) == gpu::flag_verdict::pass) {
-          half[seq & 1] = seq;
-          ready = gpu::flag_word(seq, sig);
-          if (++snd.k == sends[snd.msg]) snd.final_wait = true;
+        const auto v = gpu::judge_p2p_flag(ack[b], sent + m.plan.chunks, m.sig, true);
+        if (v == gpu::flag_verdict::mismatch) return p2p_outcome::mismatch;
+        if (v == gpu::flag_verdict::pass) a.finished = moved = true;
+      }
+      if (std::all_of(snd, snd + blocks, [](const actor& x) { return x.finished; })) {  // the kernel ends
+        sent += m.plan.chunks;
+        const std::size_t next = a.msg + 1;
+        for (actor& x : snd) x = actor{next, 0, false};
+      }
+    } else if (who >= blocks && !side_done(rcv, recvs.size()) && !rcv[b].finished) {
+      const p2p_message m = p2p_plan_of(recvs[rcv[b].msg]);
+      actor& a = rcv[b];
+      if (b >= m.plan.blocks || a.k == m.plan.chunks) a.finished = moved = true;
+      else {
+        const std::uint64_t seq = received + a.k + 1;
+        const auto v = gpu::judge_p2p_flag(ready[b], seq, m.sig, true);
+        if (v == gpu::flag_verdict::mismatch) return p2p_outcome::mismatch;
+        if (v == gpu::flag_verdict::pass) {
+          if (a.k == 0 && size_word[b] != m.size) return p2p_outcome::mismatch;
+          const gpu::block_range r = gpu::range_in_chunk(m.plan, a.k, b);
+          for (std::size_t i = r.begin; i < r.end; ++i)
+            if (half[seq & 1][i] != seq) corrupt = true;
+          ack[b] = gpu::flag_word(seq, m.sig);
+          if (++a.k == m.plan.chunks) a.finished = true;
           moved = true;
         }
       }
-    } else if (!sender_turn && rcv.msg < recvs.size()) {
-      const gpu::device_signature sig{recvs[rcv.msg]};
-      const std::uint64_t seq = rcv.base + rcv.k + 1;
-      const auto v = gpu::judge_p2p_flag(ready, seq, sig, true);
-      if (v == gpu::flag_verdict::mismatch) return p2p_outcome::mismatch;
-      if (v == gpu::flag_verdict::pass) {
-        if (half[seq & 1] != seq) corrupt = true;
-        ack = gpu::flag_word(seq, sig);
-        if (++rcv.k == recvs[rcv.msg]) rcv.base += recvs[rcv.msg], ++rcv.msg, rcv.k = 0;
-        moved = true;
+      if (std::all_of(rcv, rcv + blocks, [](const actor& x) { return x.finished; })) {
+        received += m.plan.chunks;
+        const std::size_t next = a.msg + 1;
+        for (actor& x : rcv) x = actor{next, 0, false};
       }
     }
-    if (snd.msg == sends.size() && rcv.msg == recvs.size()) return p2p_outcome::completed;
+    if (side_done(snd, sends.size()) && side_done(rcv, recvs.size())) return p2p_outcome::completed;
     idle = moved ? 0 : idle + 1;
   }
   return p2p_outcome::stuck;
@@ -539,26 +578,25 @@ p2p_outcome play_p2p(const std::vector<std::uint32_t>& sends, const std::vector<
 }  // namespace
 
 TEST_CASE("device point-to-point: chunks arrive intact, and messages that differ never pass unnoticed", "[cuda]") {
-  const std::vector<std::vector<std::uint32_t>> sequences = {{1}, {2}, {3}, {5, 1, 4}, {1, 1, 1}, {7, 2}, {2, 7}, {3, 3}, {4, 1}};
+  // 1..1536: one chunk of one to three blocks; 1537+: several chunks, the last one short.
+  const std::vector<std::vector<std::size_t>> sequences = {
+      {1}, {1, 1, 4000}, {4000, 1, 1, 4000}, {5000}, {3073, 2}, {700, 1536, 1537}, {1537, 700}, {9001}, {1, 9001, 3}};
   int completed = 0, mismatched = 0, stuck = 0;
   for (const auto& s : sequences)
     for (const auto& r : sequences)
-      for (std::uint64_t seed = 0; seed < 200; ++seed) {
+      for (std::uint64_t seed = 0; seed < 40; ++seed) {
         bool corrupt = false;
         const p2p_outcome o = play_p2p(s, r, seed, corrupt);
-        INFO("sends " << s.size() << " messages, recvs " << r.size() << ", seed " << seed);
+        INFO("sequence pair, seed " << seed << ", first send " << s[0] << ", first recv " << r[0]);
         CHECK_FALSE(corrupt);
-        if (s == r) {
-          CHECK(o == p2p_outcome::completed);
-        } else {
-          CHECK(o != p2p_outcome::completed);
-        }
+        if (s == r) CHECK(o == p2p_outcome::completed);
+        else CHECK(o != p2p_outcome::completed);
         completed += o == p2p_outcome::completed;
         mismatched += o == p2p_outcome::mismatch;
         stuck += o == p2p_outcome::stuck;
       }
-  CHECK(completed == 200 * static_cast<int>(sequences.size()));
-  CHECK(mismatched > stuck);  // differing counts are mostly named, not left to the timeout
+  CHECK(completed == 40 * static_cast<int>(sequences.size()));
+  CHECK(mismatched > stuck);  // differing sizes are named, not left to the timeout
   // The rules themselves: below the chunk wait; at or past it the signature must match, unless
   // the sender only waits for a half to come back.
   const gpu::device_signature a{5}, b{6};
@@ -567,6 +605,25 @@ TEST_CASE("device point-to-point: chunks arrive intact, and messages that differ
   CHECK(gpu::judge_p2p_flag(gpu::flag_word(6, a), 4, a, true) == gpu::flag_verdict::pass);
   CHECK(gpu::judge_p2p_flag(gpu::flag_word(6, b), 4, a, true) == gpu::flag_verdict::mismatch);
   CHECK(gpu::judge_p2p_flag(gpu::flag_word(6, b), 4, a, false) == gpu::flag_verdict::pass);
+}
+
+TEST_CASE("device chunk ranges: a block keeps its slot offsets in every chunk, and the chunks are covered", "[cuda]") {
+  for (std::size_t count : {std::size_t{1}, std::size_t{1000}, std::size_t{4097}, std::size_t{9001}, std::size_t{100003}})
+    for (unsigned cap : {1u, 3u, 64u}) {
+      const auto p = gpu::plan_chunks(count, 4, 1, 4, 16384, cap);
+      for (std::size_t c = 0; c < p.chunks; ++c) {
+        std::vector<int> hits(p.chunk_size(c), 0);
+        for (unsigned b = 0; b < p.blocks; ++b) {
+          const gpu::block_range r = gpu::range_in_chunk(p, c, b), first = gpu::range_in_chunk(p, 0, b);
+          if (r.begin == r.end) continue;  // nothing of this chunk for block b
+          CHECK(r.begin >= first.begin);  // within the block's offsets of the first chunk
+          CHECK(r.end <= first.end);
+          CHECK(r.begin % p.vector == 0);
+          for (std::size_t i = r.begin; i < r.end; ++i) ++hits[i];
+        }
+        CHECK(std::all_of(hits.begin(), hits.end(), [](int h) { return h == 1; }));
+      }
+    }
 }
 
 TEST_CASE("device point-to-point failures name the send or recv and the peer", "[cuda]") {

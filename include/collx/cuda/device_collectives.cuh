@@ -20,7 +20,8 @@
 /// sequence number that only grows (kept in device memory, so CUDA graph replays go on counting)
 /// and the call's 24-bit signature. Chunk epoch e uses slot e % 2. Block b writes its range of a
 /// slot for epoch e only after the barrier of epoch e - 1: within a call, the peers' block b reach
-/// it only after reading that range at epoch e - 2; at a call boundary, a peer's kernel starts only
+/// it only after reading that range at epoch e - 2 (a block keeps the same slot offsets in every
+/// chunk, the last one clipped: chunk_block_range); at a call boundary, a peer's kernel starts only
 /// after its previous kernel (every block) has ended. So two slots and one barrier per chunk
 /// suffice, with no flag resets.
 /// A wait that exceeds the communicator's timeout, or a flag with another signature, ends the call:
@@ -515,7 +516,7 @@ __global__ void __launch_bounds__(device_threads_per_block, device_blocks_per_sm
   if (dead) return;  // an earlier call of this rank failed: the communicator is unusable
   for (std::size_t c = 0; c < plan.chunks; ++c) {
     const std::uint64_t epoch = base + c + 1;
-    const block_range r = range_of_block(plan.chunk_size(c), plan.blocks, blockIdx.x, plan.vector);
+    const block_range r = range_in_chunk(plan, c, blockIdx.x);
     step.stage(v, plan, epoch, plan.chunk_begin(c), r);
     if (!barrier(v, epoch, sig)) return;
     step.consume(v, plan, epoch, plan.chunk_begin(c), r);
@@ -569,8 +570,9 @@ __global__ void __launch_bounds__(device_threads_per_block, device_blocks_per_sm
   for (std::size_t c = 0; c < chunks; ++c) {
     const std::uint64_t epoch = base + 2 + c;
     const std::size_t cb = c * chunk, n = std::min<std::size_t>(longest, cb + chunk) - cb;
-    // Ranges in the type's vector width on every rank, whatever width this rank accesses with.
-    const block_range r = range_of_block(n, gridDim.x, blockIdx.x, device_vector_elements<T>);
+    // Ranges in the type's vector width on every rank, whatever width this rank accesses with; the
+    // same slot offsets in every chunk (chunk_block_range).
+    const block_range r = chunk_block_range(std::min<std::size_t>(longest, chunk), n, gridDim.x, blockIdx.x, device_vector_elements<T>);
     T* slot = slot_of<T>(v, v.rank, epoch);
     for (int d = 0; d < v.world; ++d)
       copy_range<T, V, false>(clip_to_row(r, cb, lay.send_counts[d]), src + lay.send_displs[d] + cb, slot + d * chunk);
@@ -728,14 +730,18 @@ void launch_two_shot_all_reduce(device_communicator& dc, const char* name, const
 
 // ---------------------------------------------------------------------------------------------
 // Point-to-point (send, recv, send_recv). A message is cut into chunks of half a slot; block b of
-// the sender and block b of the receiver move the same range of each chunk. The sender's block
-// copies its range of chunk k (the pair's sequence number: p2p_sent, counted since the
-// communicator began) into half k % 2 of its own p2p staging and sets its ready flag at the
-// receiver to flag_word(k, signature); the receiver's block waits for it, copies the range out of
-// the sender's half and sets its ack flag at the sender. Before reusing half k % 2 the sender
-// waits for the ack of chunk k - 2, and a send ends only once the last chunk is acked, so the
-// halves are free when the next message (to any peer) starts. Collectives never touch the p2p
-// staging or flags, so messages and collectives may interleave in any order the ranks agree on.
+// the sender and block b of the receiver move the same range of each chunk (the same offsets of a
+// half in every chunk: range_in_chunk). The sender's block publishes the message's size in the
+// receiver's p2p_size row, copies its range of chunk k (the pair's sequence number: p2p_sent,
+// counted since the communicator began) into half k % 2 of its own p2p staging and sets its ready
+// flag at the receiver to flag_word(k, signature); the receiver's block waits for it, checks the
+// size on the first chunk, copies the range out of the sender's half and sets its ack flag at the
+// sender. Within a message the sender refills half k % 2 only after the ack of chunk k - 2; a send
+// ends only once every block's last chunk is acked, so both halves are free when the next message
+// (to any peer) starts. A block never blocks on one direction: it polls its send's ack and its
+// recv's ready flag in turn and moves whichever can move, so a send_recv pairs with a peer's
+// recv-then-send, send-then-recv or send_recv alike. Collectives never touch the p2p staging or
+// flags, so messages and collectives interleave in any order the ranks agree on.
 
 /// One side of a point-to-point launch: a send to `peer` (src) or a recv from it (dst); peer < 0:
 /// none.
@@ -746,56 +752,107 @@ struct p2p_part {
   int peer = -1;
   chunk_plan plan{};
   device_signature sig{};
+  std::uint64_t size_word = 0;  ///< p2p_message_word(count, sizeof(T))
 };
 
-/// One thread's wait for point-to-point flag `word` (in this rank's workspace, written by `peer`)
-/// to reach chunk `seq` (judge_p2p_flag). A peer that gave up never writes it again, and the
-/// point-to-point words carry no poison: every 256 polls the wait also reads `peer`'s collective
-/// flag to this rank, which a failed peer poisons and a rejecting peer marks, and then ends,
-/// after one more look at `word` (the peer wrote it before giving up, if it ever did). False when
-/// the call must end; the failure is recorded.
-__device__ inline bool p2p_wait(const device_view& v, std::uint64_t* word, int peer, std::uint64_t seq, device_signature sig,
-                                bool check_signature, device_activity during) {
-  cuda::atomic_ref<std::uint64_t, cuda::thread_scope_system> in(*word);
-  cuda::atomic_ref<std::uint64_t, cuda::thread_scope_system> collective_flag(flags_of(v, v.rank)[blockIdx.x * max_device_world + peer]);
+/// What a block does next in p2p_kernel.
+enum p2p_step : int { p2p_send_chunk = 1, p2p_recv_chunk = 2, p2p_done = 4, p2p_stop = 8 };
+
+/// Ends this rank's point-to-point call after a peer's failure it learned of, and passes it on: a
+/// rank waiting on this one in a message (a pipeline a <- b <- c) learns of it through this rank's
+/// collective flags, which now carry a rejection mark at this rank's next epoch (what
+/// reject_kernel writes: peers still finishing earlier collectives with this rank are not cut
+/// short).
+__device__ inline void p2p_peer_failed(const device_view& v, int peer, std::uint64_t seq, std::uint64_t seen,
+                                       std::uint32_t mine, device_activity during) {
+  const std::uint64_t next = counters_of(v)[0] + 1;
+  if (record_failure(v, device_failure::peer_failed, peer, seq, seen, 0, mine, during))
+    flag_all_peers(v, flag_word(next, {rejected_signature_bits}));
+}
+
+/// Thread 0 of a p2p_kernel block: polls until the block can send its next chunk (the half it
+/// refills is back: chunk k - 2 of this message acked), take its next recv chunk (the sender's
+/// ready flag reached it with the same signature; on the first chunk also the same message size),
+/// or is done (every recv chunk taken, the send's last chunk acked), and returns that (p2p_step
+/// bits). Returns p2p_stop after recording a failure: a mismatch, a peer that failed (seen in its
+/// collective flags; one more look at the flags first), another block's failure, or no progress
+/// for the communicator's timeout.
+template <class T>
+__device__ int p2p_next(const device_view& v, const p2p_part<T>& send, const p2p_part<T>& recv, std::size_t send_chunks,
+                        std::size_t recv_chunks, std::uint64_t sent, std::uint64_t received, std::size_t ks, std::size_t kr) {
+  const std::size_t cell_send = std::size_t{blockIdx.x} * max_device_world + static_cast<std::size_t>(send.peer < 0 ? 0 : send.peer);
+  const std::size_t cell_recv = std::size_t{blockIdx.x} * max_device_world + static_cast<std::size_t>(recv.peer < 0 ? 0 : recv.peer);
+  cuda::atomic_ref<std::uint64_t, cuda::thread_scope_system> ack(p2p_ack_of(v, v.rank)[cell_send]);
+  cuda::atomic_ref<std::uint64_t, cuda::thread_scope_system> ready(p2p_ready_of(v, v.rank)[cell_recv]);
   cuda::atomic_ref<std::uint64_t, cuda::thread_scope_device> claim(*claim_of(v));
   std::uint64_t start = 0;
+  bool last_look = false;
   for (unsigned polls = 0;; ++polls) {
-    const std::uint64_t w = in.load(cuda::memory_order_acquire);
-    const flag_verdict verdict = judge_p2p_flag(w, seq, sig, check_signature);
-    if (verdict == flag_verdict::pass) return true;
-    if (verdict == flag_verdict::mismatch) {
-      fail(v, device_failure::mismatch, peer, seq, w, flag_signature(w).bits, sig.bits, during);
-      return false;
+    int step = 0;
+    if (ks < send_chunks && (ks < 2 || judge_p2p_flag(ack.load(cuda::memory_order_acquire), sent + ks - 1, send.sig, false) ==
+                                           flag_verdict::pass))
+      step |= p2p_send_chunk;
+    if (kr < recv_chunks) {
+      const std::uint64_t w = ready.load(cuda::memory_order_acquire);
+      const flag_verdict verdict = judge_p2p_flag(w, received + kr + 1, recv.sig, true);
+      if (verdict != flag_verdict::wait && kr == 0) {  // the message's exact size, published before this flag
+        const std::uint64_t theirs =
+            cuda::atomic_ref<std::uint64_t, cuda::thread_scope_system>(
+                reinterpret_cast<std::uint64_t*>(v.workspace[v.rank] + v.p2p_size_offset)[cell_recv])
+                .load(cuda::memory_order_relaxed);
+        if (theirs != recv.size_word) {
+          if (record_failure(v, device_failure::message_size, recv.peer, received + 1, theirs, 0, 0, device_activity::recv))
+            v.status->expected = recv.size_word;
+          flag_all_peers(v, flag_word(poison_epoch, {recv.sig.bits}));
+          return p2p_stop;
+        }
+      }
+      if (verdict == flag_verdict::mismatch) {  // the same size, another element type
+        fail(v, device_failure::mismatch, recv.peer, received + kr + 1, w, flag_signature(w).bits, recv.sig.bits, device_activity::recv);
+        return p2p_stop;
+      }
+      if (verdict == flag_verdict::pass) step |= p2p_recv_chunk;
+    }
+    if (step) return step;
+    if (ks == send_chunks && kr == recv_chunks) {
+      if (send_chunks == 0) return p2p_done;
+      const std::uint64_t w = ack.load(cuda::memory_order_acquire);
+      const flag_verdict verdict = judge_p2p_flag(w, sent + send_chunks, send.sig, true);
+      if (verdict == flag_verdict::pass) return p2p_done;
+      if (verdict == flag_verdict::mismatch) {
+        fail(v, device_failure::mismatch, send.peer, sent + send_chunks, w, flag_signature(w).bits, send.sig.bits, device_activity::send);
+        return p2p_stop;
+      }
+    }
+    if (last_look) {  // a peer gave up and its flags said nothing more
+      const bool on_recv = kr < recv_chunks;
+      p2p_peer_failed(v, on_recv ? recv.peer : send.peer, on_recv ? received + kr + 1 : sent + ks, 0,
+                      (on_recv ? recv.sig : send.sig).bits, on_recv ? device_activity::recv : device_activity::send);
+      return p2p_stop;
     }
     if ((polls & 255) == 255) {
-      if (claim.load(cuda::memory_order_relaxed) != 0) return false;  // another block of this rank failed
-      const std::uint64_t c = collective_flag.load(cuda::memory_order_acquire);
-      if (flag_epoch(c) == poison_epoch || flag_signature(c).bits == rejected_signature_bits) {
-        const std::uint64_t again = in.load(cuda::memory_order_acquire);
-        if (judge_p2p_flag(again, seq, sig, check_signature) == flag_verdict::pass) return true;
-        record_failure(v, device_failure::peer_failed, peer, seq, again, 0, sig.bits, during);  // the peer told everyone
-        return false;
+      if (claim.load(cuda::memory_order_relaxed) != 0) return p2p_stop;  // another block of this rank failed
+      const int peers[2] = {send.peer, recv.peer};
+      for (const int peer : peers) {
+        if (peer < 0) continue;
+        const std::uint64_t c = cuda::atomic_ref<std::uint64_t, cuda::thread_scope_system>(
+                                    flags_of(v, v.rank)[std::size_t{blockIdx.x} * max_device_world + static_cast<std::size_t>(peer)])
+                                    .load(cuda::memory_order_acquire);
+        if (flag_epoch(c) == poison_epoch || flag_signature(c).bits == rejected_signature_bits) last_look = true;
       }
+      if (last_look) continue;  // the peer wrote its p2p flags before giving up, if it ever did
       const std::uint64_t now = global_timer_ns();
       if (start == 0) start = now;
       else if (now - start > v.timeout_ns) {
-        fail(v, device_failure::timeout, peer, seq, w, 0, sig.bits, during);
-        return false;
+        const bool on_recv = kr < recv_chunks;
+        fail(v, device_failure::timeout, on_recv ? recv.peer : send.peer, on_recv ? received + kr + 1 : sent + ks + (ks == send_chunks ? 0 : 1),
+             on_recv ? ready.load(cuda::memory_order_relaxed) : ack.load(cuda::memory_order_relaxed), 0,
+             (on_recv ? recv.sig : send.sig).bits, on_recv ? device_activity::recv : device_activity::send);
+        return p2p_stop;
       }
       __nanosleep(64);
     }
   }
-}
-
-/// p2p_wait by thread 0 for the whole block.
-__device__ inline bool block_p2p_wait(const device_view& v, std::uint64_t* word, int peer, std::uint64_t seq, device_signature sig,
-                                      bool check_signature, device_activity during) {
-  __shared__ int ok;
-  __syncthreads();  // every thread has read the previous verdict
-  if (threadIdx.x == 0) ok = p2p_wait(v, word, peer, seq, sig, check_signature, during) ? 1 : 0;
-  __syncthreads();
-  return ok != 0;
 }
 
 /// Thread 0 sets `word` (a peer's p2p flag for this rank) to flag_word(seq, sig), after the block's
@@ -808,14 +865,14 @@ __device__ inline void p2p_signal(std::uint64_t* word, std::uint64_t seq, device
   }
 }
 
-/// A send, a recv, or both (send_recv: their chunks interleave, so two ranks exchanging with each
-/// other both progress) in one launch of max(send blocks, recv blocks) blocks. V: the access
-/// width (1 where this rank's pointers do not allow 16-byte accesses; the cut is the same).
+/// A send, a recv, or both (send_recv) in one launch of max(send blocks, recv blocks) blocks; each
+/// block moves its range of both messages as p2p_next allows. V: the access width (1 where this
+/// rank's pointers do not allow 16-byte accesses; the cut is the same).
 template <class T, std::size_t V>
 __global__ void __launch_bounds__(device_threads_per_block, device_blocks_per_sm)
     p2p_kernel(device_view v, p2p_part<T> send, p2p_part<T> recv) {
   __shared__ std::uint64_t sent, received;
-  __shared__ int dead;
+  __shared__ int dead, step;
   if (threadIdx.x == 0) {
     sent = send.peer >= 0 ? p2p_sent_of(v)[send.peer] : 0;
     received = recv.peer >= 0 ? p2p_received_of(v)[recv.peer] : 0;
@@ -824,31 +881,33 @@ __global__ void __launch_bounds__(device_threads_per_block, device_blocks_per_sm
   __syncthreads();
   if (dead) return;
   const unsigned b = blockIdx.x;
-  const bool sends = send.peer >= 0 && b < send.plan.blocks;
-  const bool recvs = recv.peer >= 0 && b < recv.plan.blocks;
-  const std::size_t send_chunks = sends ? send.plan.chunks : 0, recv_chunks = recvs ? recv.plan.chunks : 0;
+  const std::size_t send_chunks = send.peer >= 0 && b < send.plan.blocks ? send.plan.chunks : 0;
+  const std::size_t recv_chunks = recv.peer >= 0 && b < recv.plan.blocks ? recv.plan.chunks : 0;
   const std::size_t cell = std::size_t{b} * max_device_world + static_cast<std::size_t>(v.rank);
-  for (std::size_t k = 0; k < send_chunks || k < recv_chunks; ++k) {
-    if (k < send_chunks) {
-      const std::uint64_t seq = sent + k + 1;
-      std::uint64_t* ack = p2p_ack_of(v, v.rank) + std::size_t{b} * max_device_world + static_cast<std::size_t>(send.peer);
-      if (seq > 2 && !block_p2p_wait(v, ack, send.peer, seq - 2, send.sig, false, device_activity::send)) return;
-      const block_range r = range_of_block(send.plan.chunk_size(k), send.plan.blocks, b, send.plan.vector);
-      copy_range<T, V, false>(r, send.src + send.plan.chunk_begin(k), p2p_half_of<T>(v, v.rank, seq));
+  if (send_chunks > 0 && threadIdx.x == 0)  // the size, before the first ready flag (its release orders it)
+    cuda::atomic_ref<std::uint64_t, cuda::thread_scope_system>(
+        reinterpret_cast<std::uint64_t*>(v.workspace[send.peer] + v.p2p_size_offset)[cell])
+        .store(send.size_word, cuda::memory_order_relaxed);
+  std::size_t ks = 0, kr = 0;  // chunks sent and taken by this block, the same in every thread
+  for (;;) {
+    if (threadIdx.x == 0) step = p2p_next(v, send, recv, send_chunks, recv_chunks, sent, received, ks, kr);
+    __syncthreads();
+    const int s = step;
+    if (s & p2p_stop) return;
+    if (s & p2p_done) break;
+    if (s & p2p_send_chunk) {
+      const std::uint64_t seq = sent + ks + 1;
+      copy_range<T, V, false>(range_in_chunk(send.plan, ks, b), send.src + send.plan.chunk_begin(ks), p2p_half_of<T>(v, v.rank, seq));
       p2p_signal(p2p_ready_of(v, send.peer) + cell, seq, send.sig);
+      ++ks;
     }
-    if (k < recv_chunks) {
-      const std::uint64_t seq = received + k + 1;
-      std::uint64_t* ready = p2p_ready_of(v, v.rank) + std::size_t{b} * max_device_world + static_cast<std::size_t>(recv.peer);
-      if (!block_p2p_wait(v, ready, recv.peer, seq, recv.sig, true, device_activity::recv)) return;
-      const block_range r = range_of_block(recv.plan.chunk_size(k), recv.plan.blocks, b, recv.plan.vector);
-      copy_range<T, V, true>(r, p2p_half_of<T>(v, recv.peer, seq), recv.dst + recv.plan.chunk_begin(k));
+    if (s & p2p_recv_chunk) {
+      const std::uint64_t seq = received + kr + 1;
+      copy_range<T, V, true>(range_in_chunk(recv.plan, kr, b), p2p_half_of<T>(v, recv.peer, seq), recv.dst + recv.plan.chunk_begin(kr));
       p2p_signal(p2p_ack_of(v, recv.peer) + cell, seq, recv.sig);
+      ++kr;
     }
-  }
-  if (send_chunks > 0) {  // the send is done once the receiver has taken the last chunk: the halves are free
-    std::uint64_t* ack = p2p_ack_of(v, v.rank) + std::size_t{b} * max_device_world + static_cast<std::size_t>(send.peer);
-    if (!block_p2p_wait(v, ack, send.peer, sent + send_chunks, send.sig, true, device_activity::send)) return;
+    __syncthreads();  // every thread has read `step` before thread 0 writes the next
   }
   // The last block done advances the pair counts (counters[1] counts blocks, as in call_end).
   __syncthreads();
@@ -862,6 +921,7 @@ __global__ void __launch_bounds__(device_threads_per_block, device_blocks_per_sm
 
 /// The plan of one side of a point-to-point call (peer -1 or count 0: none). Sender and receiver
 /// plan alike from the count and type, so their blocks and chunks match.
+/// @throws collx::error (errc::invalid_argument) when half a staging slot cannot hold one vector of T.
 template <class T>
 p2p_part<T> p2p_side(const device_communicator& dc, const T* src, T* dst, std::size_t count, int peer) {
   p2p_part<T> p;
@@ -871,6 +931,7 @@ p2p_part<T> p2p_side(const device_communicator& dc, const T* src, T* dst, std::s
   p.peer = peer;
   p.plan = plan_chunks(count, sizeof(T), 1, device_vector_elements<T>, dc.slot_bytes() / 2, dc.block_limit());
   p.sig = device_signature::make(collective::send_recv, detail::type_name<T>(), sizeof(T), "", -1, count);
+  p.size_word = p2p_message_word(count, sizeof(T));
   return p;
 }
 
@@ -932,12 +993,17 @@ struct call_check {
   void root(int r) const {
     require(r >= 0 && r < dc.size(), "root " + std::to_string(r) + " is not a rank of this communicator of " + std::to_string(dc.size()));
   }
-  /// `peer` is another rank of the communicator (a rank does not send to itself: the send would
-  /// wait for a recv queued behind it on the same stream).
-  void peer(int p) const {
-    require(p >= 0 && p < dc.size() && p != dc.rank(),
-            "peer " + std::to_string(p) + " is not another rank of this communicator of " + std::to_string(dc.size()) +
-                (p == dc.rank() ? " (a rank's copy to itself is a cudaMemcpyAsync)" : ""));
+  /// `peer` is a rank of the communicator; another rank unless `self_ok` (a send to itself would
+  /// wait for a recv queued behind it on the same stream; send_recv does both in one launch).
+  void peer(int p, bool self_ok = false) const {
+    require(p >= 0 && p < dc.size() && (self_ok || p != dc.rank()),
+            "peer " + std::to_string(p) + " is not " + (self_ok ? "a" : "another") + " rank of this communicator of " +
+                std::to_string(dc.size()) + (p == dc.rank() ? " (a send to itself: use send_recv or cudaMemcpyAsync)" : ""));
+  }
+  /// One side of a point-to-point call (p2p_side), or the call rejected (half a slot too small for T).
+  template <class T>
+  p2p_part<T> p2p(const T* src, T* dst, std::size_t count, int peer) const {
+    return or_reject([&] { return p2p_side<T>(dc, src, dst, count, peer); });
   }
   /// The buffers of a rooted call (reduce, broadcast): at the root, send and recv both given and
   /// either the same buffer or apart; elsewhere, `needed` (the one buffer a non-root uses) given.
@@ -1208,15 +1274,18 @@ void all_to_all_v(device_communicator& dc, const T* send, std::span<const std::s
 // every element (the data moves through the sender's point-to-point staging, half a slot per
 // chunk, two chunks in flight), so two ranks that each send to the other before receiving wait
 // for each other until the timeout (errc::timeout, naming the peer): order them, or use
-// send_recv. A count of 0 launches nothing; its peer must pass 0 too (else it times out).
+// send_recv. A count of 0 launches nothing; its peer must pass 0 too (else it times out). A
+// receiver whose count or element size differs from the sender's fails with errc::mismatch
+// naming both; the sender then fails with errc::aborted.
 
 /// Sends `count` elements of `buf` (device memory) to rank `peer`, whose gpu::recv from this rank
 /// with the same count and type takes them.
 /// @throws collx::error (errc::invalid_argument) for a peer that is not another rank, or a null
 ///         buffer with count > 0 (the communicator then ends on every rank, as for collectives);
 ///         (errc::cuda) when the launch fails; an earlier call's failure. At dc.synchronize():
-///         errc::mismatch when the receiver's count or type differs, errc::timeout when it does
-///         not post the recv in time, errc::aborted when it failed first.
+///         errc::timeout when the peer does not post the matching call in time; errc::aborted
+///         when it failed first, e.g. a receiver whose count or type differs (which itself gets
+///         errc::mismatch naming both sizes).
 template <class T>
 void send(device_communicator& dc, const T* buf, std::size_t count, int peer, cudaStream_t stream = nullptr) {
   static_assert(element<T>, "collx::gpu::send: T must be a trivially copyable object type (collx/concepts.hpp)");
@@ -1226,7 +1295,7 @@ void send(device_communicator& dc, const T* buf, std::size_t count, int peer, cu
   chk.peer(peer);
   if (count == 0) return dc.check();
   chk.require(buf != nullptr, "null buffer with count " + std::to_string(count));
-  launch_p2p<T>(dc, name, p2p_side<T>(dc, buf, nullptr, count, peer), {}, aligned16(buf), stream);
+  launch_p2p<T>(dc, name, chk.p2p<T>(buf, nullptr, count, peer), {}, aligned16(buf), stream);
 }
 
 /// Receives `count` elements from rank `peer` into `buf` (device memory), from the matching
@@ -1241,12 +1310,14 @@ void recv(device_communicator& dc, T* buf, std::size_t count, int peer, cudaStre
   chk.peer(peer);
   if (count == 0) return dc.check();
   chk.require(buf != nullptr, "null buffer with count " + std::to_string(count));
-  launch_p2p<T>(dc, name, {}, p2p_side<T>(dc, nullptr, buf, count, peer), aligned16(buf), stream);
+  launch_p2p<T>(dc, name, {}, chk.p2p<T>(nullptr, buf, count, peer), aligned16(buf), stream);
 }
 
-/// A send to `dst` and a recv from `src` in one launch, as MPI_Sendrecv (dst and src may be the
-/// same rank): their chunks interleave, so ranks that exchange with each other, or shift data
-/// around a ring, do not wait on each other. send and recv must not overlap.
+/// A send to `dst` and a recv from `src` in one launch, as MPI_Sendrecv: both directions progress
+/// together, so it pairs with a peer's send_recv, recv-then-send or send-then-recv, and ring
+/// shifts and pairwise exchanges cannot deadlock. dst and src may be this rank (a copy through the
+/// staging). A side whose count is 0 moves nothing and its peer is not looked at (-1 is fine, as
+/// MPI_PROC_NULL). send and recv must not overlap.
 /// @throws as gpu::send, and errc::invalid_argument when send and recv overlap.
 template <class T>
 void send_recv(device_communicator& dc, const T* send, std::size_t send_count, int dst, T* recv, std::size_t recv_count,
@@ -1255,12 +1326,12 @@ void send_recv(device_communicator& dc, const T* send, std::size_t send_count, i
   constexpr const char* name = "gpu::send_recv";
   using namespace device_detail;
   const call_check chk{dc, stream, name};
-  chk.peer(dst);
-  chk.peer(src);
+  if (send_count > 0) chk.peer(dst, true);
+  if (recv_count > 0) chk.peer(src, true);
   if (send_count == 0 && recv_count == 0) return dc.check();
   chk.require((send_count == 0 || send) && (recv_count == 0 || recv), "null buffer with a nonzero count");
   chk.require(!ranges_overlap(send, send_count * sizeof(T), recv, recv_count * sizeof(T)), "send and recv overlap");
-  launch_p2p<T>(dc, name, p2p_side<T>(dc, send, nullptr, send_count, dst), p2p_side<T>(dc, nullptr, recv, recv_count, src),
+  launch_p2p<T>(dc, name, chk.p2p<T>(send, nullptr, send_count, dst), chk.p2p<T>(nullptr, recv, recv_count, src),
                 (send_count == 0 || aligned16(send)) && (recv_count == 0 || aligned16(recv)), stream);
 }
 

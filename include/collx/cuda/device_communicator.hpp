@@ -90,6 +90,7 @@ struct device_view {
   std::size_t p2p_received_offset = 0;          ///< bytes into `local`: workspace_layout::p2p_received_offset
   std::size_t p2p_ready_offset = 0;             ///< bytes: workspace_layout::p2p_ready_offset
   std::size_t p2p_ack_offset = 0;               ///< bytes: workspace_layout::p2p_ack_offset
+  std::size_t p2p_size_offset = 0;              ///< bytes: workspace_layout::p2p_size_offset
   std::size_t p2p_staging_offset = 0;           ///< bytes: workspace_layout::p2p_staging_offset
   std::size_t staging_offset = 0;               ///< bytes: workspace_layout::staging_offset
   std::size_t slot_bytes = 0;                   ///< bytes per staging slot
@@ -203,6 +204,7 @@ class device_communicator {
     view_.p2p_received_offset = layout_.p2p_received_offset;
     view_.p2p_ready_offset = layout_.p2p_ready_offset;
     view_.p2p_ack_offset = layout_.p2p_ack_offset;
+    view_.p2p_size_offset = layout_.p2p_size_offset;
     view_.p2p_staging_offset = layout_.p2p_staging_offset;
     view_.staging_offset = layout_.staging_offset;
     view_.slot_bytes = layout_.slot_bytes;

@@ -63,6 +63,8 @@ inline constexpr unsigned device_threads_per_block = 512;
 ///                 block b has put its part of its k-th chunk for this rank in p's p2p staging
 ///   p2p_ack[max_device_blocks][max_device_world] u64: [b][p] = flag_word(k, signature): rank p's
 ///                 block b has taken its part of this rank's k-th chunk for p
+///   p2p_size[max_device_blocks][max_device_world] u64: [b][p] = p2p_message_word of the message
+///                 rank p's block b is sending here (written before its first ready flag)
 ///   staging       two slots of slot_bytes; chunk epoch e uses slot e % 2
 ///   p2p staging   one more slot_bytes, in two halves: point-to-point chunk k uses half k % 2
 ///                 (apart from the collectives' slots, which peers may still read after a call)
@@ -76,6 +78,7 @@ struct workspace_layout {
   std::size_t exchange_offset = 0;      ///< bytes from the workspace start
   std::size_t p2p_ready_offset = 0;     ///< bytes from the workspace start
   std::size_t p2p_ack_offset = 0;       ///< bytes from the workspace start
+  std::size_t p2p_size_offset = 0;      ///< bytes from the workspace start
   std::size_t staging_offset = 0;       ///< bytes from the workspace start
   std::size_t p2p_staging_offset = 0;   ///< bytes from the workspace start
   std::size_t slot_bytes = 0;           ///< bytes per staging slot
@@ -96,7 +99,8 @@ struct workspace_layout {
     w.exchange_offset = round_up(w.flags_offset + table, 256);
     w.p2p_ready_offset = round_up(w.exchange_offset + 2 * table, 256);
     w.p2p_ack_offset = w.p2p_ready_offset + table;
-    w.staging_offset = round_up(w.p2p_ack_offset + table, 256);
+    w.p2p_size_offset = w.p2p_ack_offset + table;
+    w.staging_offset = round_up(w.p2p_size_offset + table, 256);
     w.slot_bytes = staging_bytes / 2 / 256 * 256;
     if (w.slot_bytes < 4096)
       COLLX_THROW(errc::invalid_argument, "gpu: staging of " + std::to_string(staging_bytes) +
@@ -237,7 +241,14 @@ enum class device_failure : std::uint32_t {
   peer_failed = 3,    ///< a peer gave up first and poisoned this rank's flags
   rejected = 4,       ///< this rank rejected a call's arguments, which ended the communicator
   counts = 5,         ///< all_to_all_v: a peer sends another count than this rank receives from it
+  message_size = 6,   ///< recv: the matching send carries another count or element size
 };
+
+/// A point-to-point message's size as its sender publishes it: the count (low 48 bits kept) and
+/// the element size (capped at 65535), so a receiver compares both exactly.
+COLLX_HOST_DEVICE constexpr std::uint64_t p2p_message_word(std::uint64_t count, std::uint64_t type_size) noexcept {
+  return (count << 16) | (type_size > 0xffff ? 0xffff : type_size);
+}
 
 /// The host-mapped status of a device communicator (written once by the first failing thread).
 struct device_status {
@@ -248,7 +259,8 @@ struct device_status {
   std::uint32_t mine = 0;       ///< this rank's signature bits (mismatch)
   std::uint32_t during = 0;     ///< a device_activity
   std::uint64_t epoch = 0;      ///< the chunk epoch waited for
-  std::uint64_t seen = 0;       ///< the peer's flag word when the wait ended
+  std::uint64_t seen = 0;       ///< the peer's flag word when the wait ended (message_size: its p2p_message_word)
+  std::uint64_t expected = 0;   ///< message_size: this rank's p2p_message_word
 };
 
 /// The collx::error message for a failed status of rank `me`.
@@ -279,6 +291,10 @@ inline std::string describe_failure(const device_status& s, int me) {
     case device_failure::rejected:
       return "gpu: rank " + std::to_string(me) +
              " rejected a call's arguments (see the error that call threw), which ended the communicator on every rank";
+    case device_failure::message_size:
+      return where + ": the send and the recv do not match: rank " + std::to_string(s.peer) + " sends " +
+             std::to_string(s.seen >> 16) + " elements of " + std::to_string(s.seen & 0xffff) + " bytes, this recv takes " +
+             std::to_string(s.expected >> 16) + " elements of " + std::to_string(s.expected & 0xffff) + " bytes";
     case device_failure::counts:
       return where + ": all_to_all_v counts differ: rank " + std::to_string(s.peer) + " sends " + std::to_string(s.theirs) +
              " elements to rank " + std::to_string(me) + ", whose recv_counts[" + std::to_string(s.peer) + "] is " +
@@ -295,6 +311,7 @@ constexpr errc errc_of(device_failure f) noexcept {
     case device_failure::peer_failed: return errc::aborted;
     case device_failure::rejected: return errc::invalid_argument;
     case device_failure::counts: return errc::mismatch;
+    case device_failure::message_size: return errc::mismatch;
     case device_failure::none: break;
   }
   return errc::internal;
@@ -514,6 +531,23 @@ COLLX_HOST_DEVICE constexpr block_range range_of_block(std::size_t n, unsigned b
   const std::size_t first = b * per + std::min<std::size_t>(b, extra);
   const std::size_t len = per + (b < extra ? 1 : 0);
   return {std::min(n, first * vector), std::min(n, (first + len) * vector)};
+}
+
+/// Block b's range of an n-element chunk of a call whose first chunk has n0 >= n elements: its
+/// range of the first chunk, clipped to n. A block so keeps the same offsets of a staging slot in
+/// every chunk: when it refills a slot it overwrites only what it staged there itself two chunks
+/// before, which the same block of every peer has read by the barrier in between. (Cutting a
+/// short last chunk afresh, range_of_block(n), moves ranges onto other blocks' offsets, which
+/// their peers may still be reading.)
+COLLX_HOST_DEVICE constexpr block_range chunk_block_range(std::size_t n0, std::size_t n, unsigned blocks, unsigned b,
+                                                          std::size_t vector) noexcept {
+  const block_range r = range_of_block(n0, blocks, b, vector);
+  return {std::min(r.begin, n), std::min(r.end, n)};
+}
+
+/// Block b's range of chunk i of plan p (chunk_block_range).
+COLLX_HOST_DEVICE constexpr block_range range_in_chunk(const chunk_plan& p, std::size_t i, unsigned b) noexcept {
+  return chunk_block_range(p.chunk_size(0), p.chunk_size(i), p.blocks, b, p.vector);
 }
 
 /// The part of block range `r` of a chunk starting at element `cb` that lies within a row of
