@@ -177,9 +177,10 @@ __device__ inline void store_vec(T* p, const vec<T, V>& x) {
 /// another failure was recorded first.
 __device__ inline bool record_failure(const device_view& v, device_failure what, int peer, std::uint64_t epoch,
                                       std::uint64_t seen, std::uint32_t theirs, std::uint32_t mine,
-                                      device_activity during = device_activity::collective) {
+                                      device_activity during = device_activity::collective, std::uint64_t expected = 0) {
   if (atomicCAS(reinterpret_cast<unsigned long long*>(claim_of(v)), 0ull, 1ull) != 0ull) return false;
   device_status* s = v.status;
+  s->expected = expected;
   s->peer = peer;
   s->block = blockIdx.x;
   s->theirs = theirs;
@@ -755,43 +756,57 @@ struct p2p_part {
   std::uint64_t size_word = 0;  ///< p2p_message_word(count, sizeof(T))
 };
 
-/// What a block does next in p2p_kernel.
-enum p2p_step : int { p2p_send_chunk = 1, p2p_recv_chunk = 2, p2p_done = 4, p2p_stop = 8 };
-
-/// Ends this rank's point-to-point call after a peer's failure it learned of, and passes it on: a
-/// rank waiting on this one in a message (a pipeline a <- b <- c) learns of it through this rank's
-/// collective flags, which now carry a rejection mark at this rank's next epoch (what
-/// reject_kernel writes: peers still finishing earlier collectives with this rank are not cut
-/// short).
-__device__ inline void p2p_peer_failed(const device_view& v, int peer, std::uint64_t seq, std::uint64_t seen,
-                                       std::uint32_t mine, device_activity during) {
+/// Ends this rank's point-to-point call with a failure and tells the peers: a rank waiting on this
+/// one in a message (a pipeline a <- b <- c) or in its next collective learns of it through this
+/// rank's collective flags, which get the rejection mark at this rank's next epoch (what
+/// reject_kernel writes), not poison: peers still finishing earlier collectives with this rank,
+/// whose data it staged already, are not cut short.
+__device__ inline void p2p_fail(const device_view& v, device_failure what, int peer, std::uint64_t seq, std::uint64_t seen,
+                                std::uint32_t theirs, std::uint32_t mine, device_activity during, std::uint64_t expected = 0) {
   const std::uint64_t next = counters_of(v)[0] + 1;
-  if (record_failure(v, device_failure::peer_failed, peer, seq, seen, 0, mine, during))
+  if (record_failure(v, what, peer, seq, seen, theirs, mine, during, expected))
     flag_all_peers(v, flag_word(next, {rejected_signature_bits}));
 }
 
+/// What a block does next in p2p_kernel (bits).
+enum p2p_step : int { p2p_send_chunk = 1, p2p_recv_chunk = 2, p2p_send_acked = 4, p2p_done = 8, p2p_stop = 16 };
+
 /// Thread 0 of a p2p_kernel block: polls until the block can send its next chunk (the half it
 /// refills is back: chunk k - 2 of this message acked), take its next recv chunk (the sender's
-/// ready flag reached it with the same signature; on the first chunk also the same message size),
-/// or is done (every recv chunk taken, the send's last chunk acked), and returns that (p2p_step
-/// bits). Returns p2p_stop after recording a failure: a mismatch, a peer that failed (seen in its
-/// collective flags; one more look at the flags first), another block's failure, or no progress
-/// for the communicator's timeout.
+/// ready flag reached it with the same signature; on the first chunk also the same exact size),
+/// learns that its send's last chunk was acked, or is done, and returns that (p2p_step bits).
+/// Returns p2p_stop after p2p_fail: a size or signature mismatch, no progress for the
+/// communicator's timeout, or a peer of a direction still pending that gave up (its collective
+/// flags carry poison or the rejection mark; one more look at the p2p flags first, which it wrote
+/// before giving up if it ever did). Also p2p_stop when another block of this rank failed.
 template <class T>
 __device__ int p2p_next(const device_view& v, const p2p_part<T>& send, const p2p_part<T>& recv, std::size_t send_chunks,
-                        std::size_t recv_chunks, std::uint64_t sent, std::uint64_t received, std::size_t ks, std::size_t kr) {
-  const std::size_t cell_send = std::size_t{blockIdx.x} * max_device_world + static_cast<std::size_t>(send.peer < 0 ? 0 : send.peer);
-  const std::size_t cell_recv = std::size_t{blockIdx.x} * max_device_world + static_cast<std::size_t>(recv.peer < 0 ? 0 : recv.peer);
+                        std::size_t recv_chunks, std::uint64_t sent, std::uint64_t received, std::size_t ks, std::size_t kr,
+                        bool send_acked) {
+  const std::size_t row = std::size_t{blockIdx.x} * max_device_world;
+  const std::size_t cell_send = row + static_cast<std::size_t>(send.peer < 0 ? 0 : send.peer);
+  const std::size_t cell_recv = row + static_cast<std::size_t>(recv.peer < 0 ? 0 : recv.peer);
   cuda::atomic_ref<std::uint64_t, cuda::thread_scope_system> ack(p2p_ack_of(v, v.rank)[cell_send]);
   cuda::atomic_ref<std::uint64_t, cuda::thread_scope_system> ready(p2p_ready_of(v, v.rank)[cell_recv]);
   cuda::atomic_ref<std::uint64_t, cuda::thread_scope_device> claim(*claim_of(v));
+  const bool sends = send_chunks > 0;
   std::uint64_t start = 0;
-  bool last_look = false;
+  int gone = -1;  // 0: the send's peer gave up, 1: the recv's (one more look, then fail)
   for (unsigned polls = 0;; ++polls) {
     int step = 0;
     if (ks < send_chunks && (ks < 2 || judge_p2p_flag(ack.load(cuda::memory_order_acquire), sent + ks - 1, send.sig, false) ==
                                            flag_verdict::pass))
       step |= p2p_send_chunk;
+    if (sends && ks == send_chunks && !send_acked) {  // the last chunk taken: the halves are free
+      const std::uint64_t w = ack.load(cuda::memory_order_acquire);
+      const flag_verdict verdict = judge_p2p_flag(w, sent + send_chunks, send.sig, true);
+      if (verdict == flag_verdict::mismatch) {
+        p2p_fail(v, device_failure::mismatch, send.peer, sent + send_chunks, w, flag_signature(w).bits, send.sig.bits,
+                 device_activity::send);
+        return p2p_stop;
+      }
+      if (verdict == flag_verdict::pass) step |= p2p_send_acked;
+    }
     if (kr < recv_chunks) {
       const std::uint64_t w = ready.load(cuda::memory_order_acquire);
       const flag_verdict verdict = judge_p2p_flag(w, received + kr + 1, recv.sig, true);
@@ -801,53 +816,46 @@ __device__ int p2p_next(const device_view& v, const p2p_part<T>& send, const p2p
                 reinterpret_cast<std::uint64_t*>(v.workspace[v.rank] + v.p2p_size_offset)[cell_recv])
                 .load(cuda::memory_order_relaxed);
         if (theirs != recv.size_word) {
-          if (record_failure(v, device_failure::message_size, recv.peer, received + 1, theirs, 0, 0, device_activity::recv))
-            v.status->expected = recv.size_word;
-          flag_all_peers(v, flag_word(poison_epoch, {recv.sig.bits}));
+          p2p_fail(v, device_failure::message_size, recv.peer, received + 1, theirs, 0, 0, device_activity::recv, recv.size_word);
           return p2p_stop;
         }
       }
       if (verdict == flag_verdict::mismatch) {  // the same size, another element type
-        fail(v, device_failure::mismatch, recv.peer, received + kr + 1, w, flag_signature(w).bits, recv.sig.bits, device_activity::recv);
+        p2p_fail(v, device_failure::mismatch, recv.peer, received + kr + 1, w, flag_signature(w).bits, recv.sig.bits,
+                 device_activity::recv);
         return p2p_stop;
       }
       if (verdict == flag_verdict::pass) step |= p2p_recv_chunk;
     }
-    if (step) return step;
-    if (ks == send_chunks && kr == recv_chunks) {
-      if (send_chunks == 0) return p2p_done;
-      const std::uint64_t w = ack.load(cuda::memory_order_acquire);
-      const flag_verdict verdict = judge_p2p_flag(w, sent + send_chunks, send.sig, true);
-      if (verdict == flag_verdict::pass) return p2p_done;
-      if (verdict == flag_verdict::mismatch) {
-        fail(v, device_failure::mismatch, send.peer, sent + send_chunks, w, flag_signature(w).bits, send.sig.bits, device_activity::send);
-        return p2p_stop;
-      }
-    }
-    if (last_look) {  // a peer gave up and its flags said nothing more
-      const bool on_recv = kr < recv_chunks;
-      p2p_peer_failed(v, on_recv ? recv.peer : send.peer, on_recv ? received + kr + 1 : sent + ks, 0,
-                      (on_recv ? recv.sig : send.sig).bits, on_recv ? device_activity::recv : device_activity::send);
+    const bool send_pending = sends && !(send_acked || (step & p2p_send_acked));
+    const bool recv_pending = kr < recv_chunks;
+    if (step) return step | (!send_pending && !recv_pending && !(step & (p2p_send_chunk | p2p_recv_chunk)) ? p2p_done : 0);
+    if (!send_pending && !recv_pending) return p2p_done;
+    if (gone >= 0) {  // that peer gave up and its p2p flags said nothing more
+      const bool on_recv = gone == 1;
+      p2p_fail(v, device_failure::peer_failed, on_recv ? recv.peer : send.peer, on_recv ? received + kr + 1 : sent + ks, 0, 0,
+               (on_recv ? recv.sig : send.sig).bits, on_recv ? device_activity::recv : device_activity::send);
       return p2p_stop;
     }
     if ((polls & 255) == 255) {
       if (claim.load(cuda::memory_order_relaxed) != 0) return p2p_stop;  // another block of this rank failed
-      const int peers[2] = {send.peer, recv.peer};
-      for (const int peer : peers) {
-        if (peer < 0) continue;
+      for (int side = 0; side < 2 && gone < 0; ++side) {  // only the peers of directions still pending
+        const int peer = side == 0 ? send.peer : recv.peer;
+        if (!(side == 0 ? send_pending : recv_pending)) continue;
         const std::uint64_t c = cuda::atomic_ref<std::uint64_t, cuda::thread_scope_system>(
-                                    flags_of(v, v.rank)[std::size_t{blockIdx.x} * max_device_world + static_cast<std::size_t>(peer)])
+                                    flags_of(v, v.rank)[row + static_cast<std::size_t>(peer)])
                                     .load(cuda::memory_order_acquire);
-        if (flag_epoch(c) == poison_epoch || flag_signature(c).bits == rejected_signature_bits) last_look = true;
+        if (flag_epoch(c) == poison_epoch || flag_signature(c).bits == rejected_signature_bits) gone = side;
       }
-      if (last_look) continue;  // the peer wrote its p2p flags before giving up, if it ever did
+      if (gone >= 0) continue;
       const std::uint64_t now = global_timer_ns();
       if (start == 0) start = now;
       else if (now - start > v.timeout_ns) {
-        const bool on_recv = kr < recv_chunks;
-        fail(v, device_failure::timeout, on_recv ? recv.peer : send.peer, on_recv ? received + kr + 1 : sent + ks + (ks == send_chunks ? 0 : 1),
-             on_recv ? ready.load(cuda::memory_order_relaxed) : ack.load(cuda::memory_order_relaxed), 0,
-             (on_recv ? recv.sig : send.sig).bits, on_recv ? device_activity::recv : device_activity::send);
+        const bool on_recv = recv_pending;
+        p2p_fail(v, device_failure::timeout, on_recv ? recv.peer : send.peer,
+                 on_recv ? received + kr + 1 : sent + (ks < send_chunks ? ks + 1 : send_chunks),
+                 on_recv ? ready.load(cuda::memory_order_relaxed) : ack.load(cuda::memory_order_relaxed), 0,
+                 (on_recv ? recv.sig : send.sig).bits, on_recv ? device_activity::recv : device_activity::send);
         return p2p_stop;
       }
       __nanosleep(64);
@@ -889,12 +897,13 @@ __global__ void __launch_bounds__(device_threads_per_block, device_blocks_per_sm
         reinterpret_cast<std::uint64_t*>(v.workspace[send.peer] + v.p2p_size_offset)[cell])
         .store(send.size_word, cuda::memory_order_relaxed);
   std::size_t ks = 0, kr = 0;  // chunks sent and taken by this block, the same in every thread
+  bool send_acked = false;     // the send's last chunk taken by the receiver
   for (;;) {
-    if (threadIdx.x == 0) step = p2p_next(v, send, recv, send_chunks, recv_chunks, sent, received, ks, kr);
+    if (threadIdx.x == 0) step = p2p_next(v, send, recv, send_chunks, recv_chunks, sent, received, ks, kr, send_acked);
     __syncthreads();
     const int s = step;
     if (s & p2p_stop) return;
-    if (s & p2p_done) break;
+    if (s & p2p_send_acked) send_acked = true;
     if (s & p2p_send_chunk) {
       const std::uint64_t seq = sent + ks + 1;
       copy_range<T, V, false>(range_in_chunk(send.plan, ks, b), send.src + send.plan.chunk_begin(ks), p2p_half_of<T>(v, v.rank, seq));
@@ -908,6 +917,7 @@ __global__ void __launch_bounds__(device_threads_per_block, device_blocks_per_sm
       ++kr;
     }
     __syncthreads();  // every thread has read `step` before thread 0 writes the next
+    if (s & p2p_done) break;
   }
   // The last block done advances the pair counts (counters[1] counts blocks, as in call_end).
   __syncthreads();
