@@ -1053,6 +1053,20 @@ struct call_check {
   }
 };
 
+/// gpu::send (`sending`: src, to `peer`) or gpu::recv (dst, from `peer`): the checks, then one
+/// direction of p2p_kernel.
+template <class T>
+void one_way(device_communicator& dc, const char* name, bool sending, const T* src, T* dst, std::size_t count, int peer,
+             cudaStream_t stream) {
+  const call_check chk{dc, stream, name};
+  chk.peer(peer);
+  if (count == 0) return dc.check();
+  const void* buf = sending ? static_cast<const void*>(src) : dst;
+  chk.require(buf != nullptr, "null buffer with count " + std::to_string(count));
+  const p2p_part<T> side = chk.p2p<T>(src, dst, count, peer);
+  launch_p2p<T>(dc, name, sending ? side : p2p_part<T>{}, sending ? p2p_part<T>{} : side, aligned16(buf), stream);
+}
+
 }  // namespace device_detail
 
 /// All-reduce on device memory: recv[i] = op(... op(op(send_0[i], send_1[i]), send_2[i]) ..., send_{n-1}[i])
@@ -1299,13 +1313,7 @@ void all_to_all_v(device_communicator& dc, const T* send, std::span<const std::s
 template <class T>
 void send(device_communicator& dc, const T* buf, std::size_t count, int peer, cudaStream_t stream = nullptr) {
   static_assert(element<T>, "collx::gpu::send: T must be a trivially copyable object type (collx/concepts.hpp)");
-  constexpr const char* name = "gpu::send";
-  using namespace device_detail;
-  const call_check chk{dc, stream, name};
-  chk.peer(peer);
-  if (count == 0) return dc.check();
-  chk.require(buf != nullptr, "null buffer with count " + std::to_string(count));
-  launch_p2p<T>(dc, name, chk.p2p<T>(buf, nullptr, count, peer), {}, aligned16(buf), stream);
+  device_detail::one_way<T>(dc, "gpu::send", true, buf, nullptr, count, peer, stream);
 }
 
 /// Receives `count` elements from rank `peer` into `buf` (device memory), from the matching
@@ -1314,13 +1322,7 @@ void send(device_communicator& dc, const T* buf, std::size_t count, int peer, cu
 template <class T>
 void recv(device_communicator& dc, T* buf, std::size_t count, int peer, cudaStream_t stream = nullptr) {
   static_assert(element<T>, "collx::gpu::recv: T must be a trivially copyable object type (collx/concepts.hpp)");
-  constexpr const char* name = "gpu::recv";
-  using namespace device_detail;
-  const call_check chk{dc, stream, name};
-  chk.peer(peer);
-  if (count == 0) return dc.check();
-  chk.require(buf != nullptr, "null buffer with count " + std::to_string(count));
-  launch_p2p<T>(dc, name, {}, chk.p2p<T>(nullptr, buf, count, peer), aligned16(buf), stream);
+  device_detail::one_way<T>(dc, "gpu::recv", false, nullptr, buf, count, peer, stream);
 }
 
 /// A send to `dst` and a recv from `src` in one launch, as MPI_Sendrecv: both directions progress
