@@ -138,10 +138,15 @@ class communicator {
   /// Fails the communicator for every rank: waiters wake within milliseconds with errc::aborted and
   /// every later call on it fails at once. Safe from any thread; never throws.
   /// With a hierarchy attached, its node and cross-node communicators are aborted too.
-  void abort() noexcept {
-    const std::string why = "communicator aborted by rank " + std::to_string(rank());
-    transport_->fail(errc::aborted, why);
-    for (const auto& t : linked_) t->fail(errc::aborted, why);
+  void abort() noexcept { fail(errc::aborted, "communicator aborted by rank " + std::to_string(rank())); }
+
+  /// Fails the communicator for every rank with `code` and `why` (what their calls then throw), and
+  /// with it the node and cross-node communicators of an attached hierarchy, at once: a peer
+  /// waiting on one of those learns the reason there, before it can see this rank leave. Safe from
+  /// any thread; never throws; the first failure's reason is kept.
+  void fail(errc code, const std::string& why) noexcept {
+    transport_->fail(code, why);
+    for (const auto& t : linked_) t->fail(code, why);
   }
 
   /// The node-local and cross-node communicators algo::hierarchical runs on (hierarchy.hpp), or

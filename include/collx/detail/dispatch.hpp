@@ -100,7 +100,7 @@ void check_not_failed(communicator& comm, What&& what) {
 [[noreturn]] inline void invalid_call(communicator& comm, collective c, std::string_view type, std::string_view op,
                                       const std::string& what, bool varying = false) {
   const std::string msg = call_name(comm, c, 0, type, op, "", varying) + ": " + what;
-  comm.get_transport().fail(errc::invalid_argument, "peer failed on invalid arguments: " + msg);
+  comm.fail(errc::invalid_argument, "peer failed on invalid arguments: " + msg);
   COLLX_THROW(errc::invalid_argument, msg);
 }
 

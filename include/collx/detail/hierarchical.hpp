@@ -314,16 +314,12 @@ inline void run_hierarchical_untyped(communicator& comm, collective coll, const 
                  "[m*L, (m+1)*L)) to combine in rank order", lay.varying);
   const std::uint64_t seq = comm.next_sequence();  // keeps the call count in step with flat calls
   const std::string name = call_name(comm, coll, seq, t.type_name, t.op_name, "hierarchical", lay.varying);
-  // One level failing must fail the others, or ranks waiting on another node would time out.
-  auto fail_levels = [&](errc code, const std::string& why) {
-    comm.get_transport().fail(code, why);
-    h->node.get_transport().fail(code, why);
-    h->cross.get_transport().fail(code, why);
-  };
+  // One level failing must fail the others (communicator::fail), or ranks waiting on another node
+  // would time out.
   try {
     check_not_failed(comm, [&] { return name; });  // failed earlier: tell the levels too (a rank may be waiting in one)
   } catch (const error& e) {
-    fail_levels(e.code(), e.what());
+    comm.fail(e.code(), e.what());
     throw;
   }
   hierarchical_call call{comm, *h, t, intra, inter};
@@ -339,7 +335,7 @@ inline void run_hierarchical_untyped(communicator& comm, collective coll, const 
     else COLLX_THROW(errc::internal, "no hierarchical form of this collective with this op");
   } catch (const error& e) {
     const std::string why = name + ": " + e.what();
-    fail_levels(e.code(), why);
+    comm.fail(e.code(), why);
     COLLX_THROW(e.code(), why);
   }
 }

@@ -343,11 +343,7 @@ void run_threads(std::vector<communicator>& comms, F&& fn) {
           why += e.what();
         } catch (...) {
         }
-        comm->get_transport().fail(errc::aborted, why);
-        if (hierarchy* h = comm->get_hierarchy()) {
-          h->node.get_transport().fail(errc::aborted, why);
-          h->cross.get_transport().fail(errc::aborted, why);
-        }
+        comm->fail(errc::aborted, why);  // its hierarchy's levels too
       }
     });
   for (auto& t : threads) t.join();
