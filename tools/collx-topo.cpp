@@ -403,6 +403,8 @@ int show(const opts& o) {
     if (d->two_shot_min == SIZE_MAX) std::printf("  one-shot at every size\n");
     else std::printf("  one-shot below %s, two-shot from there on (device_options::cost = topo::device_direct_cost(...))\n",
                      size_name(d->two_shot_min).c_str());
+    std::printf("  (where every pair of these GPUs has peer access; otherwise the workspaces go to shared host memory and\n"
+                "  gpu::host_memory_direct_cost decides)\n");
   }
   return 0;
 }

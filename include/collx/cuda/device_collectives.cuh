@@ -1304,8 +1304,9 @@ void all_to_all_v(device_communicator& dc, const T* send, std::span<const std::s
 
 /// Sends `count` elements of `buf` (device memory) to rank `peer`, whose gpu::recv from this rank
 /// with the same count and type takes them.
-/// @throws collx::error (errc::invalid_argument) for a peer that is not another rank, or a null
-///         buffer with count > 0 (the communicator then ends on every rank, as for collectives);
+/// @throws collx::error (errc::invalid_argument) for a peer that is not another rank, a null
+///         buffer with count > 0, or an element type too large for half a staging slot (the
+///         communicator then ends on every rank, as for collectives);
 ///         (errc::cuda) when the launch fails; an earlier call's failure. At dc.synchronize():
 ///         errc::timeout when the peer does not post the matching call in time; errc::aborted
 ///         when it failed first, e.g. a receiver whose count or type differs (which itself gets

@@ -9,7 +9,8 @@
 /// C++ with the CUDA runtime.
 ///
 /// Like NCCL's, calls are stream-ordered: they enqueue a kernel on the caller's stream and return;
-/// every rank must make the same calls in the same order, and one communicator's calls must not run
+/// every rank must make the same collective calls in the same order (sends and recvs match per
+/// pair of ranks, in order), and one communicator's calls must not run
 /// concurrently (use one stream, or order the streams). Unlike NCCL's, a call that waits too long for
 /// a peer, or whose peers make a different call, ends and reports a collx::error at the next
 /// synchronize() / check() (and every later call fails at once): see device_plan.hpp.
@@ -52,8 +53,8 @@ namespace gpu {
 struct device_options {
   /// CUDA device ordinal of this rank; -1: the calling thread's current device (cudaGetDevice).
   int device = -1;
-  /// Bytes of staging per rank (two slots, plus one more slot for send/recv); bounds the memory a
-  /// communicator takes however large the calls (device memory; or pinned host memory, one object of size() workspaces that every
+  /// Bytes of staging per rank: two collective slots of staging_bytes / 2 (the workspace adds a
+  /// third such slot for send/recv); bounds the memory a communicator takes however large the calls (device memory; or pinned host memory, one object of size() workspaces that every
   /// rank maps, with workspace_memory::host). Must be equal on every rank. Default 8 MiB.
   std::size_t staging_bytes = std::size_t{8} << 20;
   /// How long a kernel waits for a peer's flag before it gives up (errc::timeout); default the host
@@ -68,6 +69,7 @@ struct device_options {
   std::size_t two_shot_min_bytes = 0;
   /// The figures two_shot_min_bytes = 0 decides by: by default an NVSwitch H100/H200;
   /// topo::device_direct_cost (collx/topo/device_cost.hpp) derives them from a machine's wiring.
+  /// Ignored when the workspaces are in host memory (host_memory_direct_cost decides then).
   direct_cost cost{};
   /// Where the workspaces live (device_plan.hpp workspace_memory): automatic takes device memory
   /// where every rank's GPU has peer access to every other's, shared host memory otherwise; host
@@ -79,7 +81,7 @@ struct device_options {
 /// What a kernel needs to reach every rank's workspace (passed by value to the kernels).
 struct device_view {
   std::byte* workspace[max_device_world] = {};  ///< rank r's workspace, mapped here (device or shared host memory)
-  std::byte* local = nullptr;                   ///< this rank's device memory holding counters and claim (its alone)
+  std::byte* local = nullptr;                   ///< this rank's device memory below flags_offset: counters, claim, p2p counts (its alone)
   int rank = 0;                                 ///< this rank
   int world = 1;                                ///< ranks
   std::size_t counters_offset = 0;              ///< bytes into `local`: workspace_layout::counters_offset
@@ -101,7 +103,7 @@ struct device_view {
 /// A buffer registered on every rank of a device communicator (device_communicator::register_window,
 /// as NCCL's ncclCommWindowRegister): peers read it in place, so collectives whose input is a window
 /// skip the staging copy (zero-copy), where the workspaces are in device memory; with host memory
-/// the GPUs cannot reach each other's buffers and window calls stage (zero_copy_windows()).
+/// peers' buffers are not mapped and window calls stage (zero_copy_windows()).
 /// Every rank registers its own buffer, in the same order.
 struct window {
   std::uint32_t id = 0;                                 ///< registration number, the same on every rank
@@ -276,8 +278,8 @@ class device_communicator {
 
   /// Throws the failure a kernel reported, if any. Reads host-mapped memory: call it after the
   /// stream has been synchronised to see the failures of the calls before.
-  /// @throws collx::error (errc::timeout, errc::mismatch -- a call signature or all_to_all_v counts
-  ///         --, errc::aborted, or errc::invalid_argument after a call this rank rejected) naming
+  /// @throws collx::error (errc::timeout, errc::mismatch -- a call signature, all_to_all_v counts
+  ///         or a recv whose count or element size differs from the send's --, errc::aborted, or errc::invalid_argument after a call this rank rejected) naming
   ///         the rank, block and peer.
   void check() const {
     if (!failed()) return;

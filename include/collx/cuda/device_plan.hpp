@@ -68,7 +68,7 @@ inline constexpr unsigned device_threads_per_block = 512;
 ///   staging       two slots of slot_bytes; chunk epoch e uses slot e % 2
 ///   p2p staging   one more slot_bytes, in two halves: point-to-point chunk k uses half k % 2
 ///                 (apart from the collectives' slots, which peers may still read after a call)
-/// Regions start at multiples of 256 bytes, so vector loads of staging are aligned.
+/// The tables and staging start at multiples of 256 bytes, so vector loads of staging are aligned.
 struct workspace_layout {
   std::size_t counters_offset = 0;      ///< bytes from the workspace start
   std::size_t claim_offset = 0;         ///< bytes from the workspace start
@@ -238,7 +238,7 @@ enum class device_failure : std::uint32_t {
   none = 0,
   timeout = 1,        ///< a peer's flag did not arrive within the communicator's timeout
   mismatch = 2,       ///< a peer's flag carried another call signature
-  peer_failed = 3,    ///< a peer gave up first and poisoned this rank's flags
+  peer_failed = 3,    ///< a peer gave up first and poisoned or marked this rank's flags
   rejected = 4,       ///< this rank rejected a call's arguments, which ended the communicator
   counts = 5,         ///< all_to_all_v: a peer sends another count than this rank receives from it
   message_size = 6,   ///< recv: the matching send carries another count or element size
@@ -258,7 +258,7 @@ struct device_status {
   std::uint32_t theirs = 0;     ///< the peer's signature bits (mismatch)
   std::uint32_t mine = 0;       ///< this rank's signature bits (mismatch)
   std::uint32_t during = 0;     ///< a device_activity
-  std::uint64_t epoch = 0;      ///< the chunk epoch waited for
+  std::uint64_t epoch = 0;      ///< the chunk epoch waited for (send/recv: the pair's chunk sequence number)
   std::uint64_t seen = 0;       ///< the peer's flag word when the wait ended (message_size: its p2p_message_word)
   std::uint64_t expected = 0;   ///< message_size: this rank's p2p_message_word
 };
@@ -404,6 +404,7 @@ inline void check_records(const std::vector<peer_record>& records, int me) {
 /// for (records[r].memory) and what its GPU reaches (reach[r] bit p: rank r's GPU can read and
 /// write rank p's device memory: the same GPU, or peer access): host when any rank asks for it;
 /// otherwise device when every GPU reaches every other, else host (unless a rank asked for device).
+/// Precondition: reach.size() == records.size().
 /// @throws collx::error (errc::mismatch) when one rank asks for device memory and another for
 ///         host; (errc::invalid_argument) when a rank asks for device memory and some rank's GPU
 ///         cannot reach another's (the message names both ranks).

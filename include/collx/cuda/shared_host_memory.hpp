@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
@@ -36,15 +37,17 @@ namespace gpu {
 /// not removed it yet, so a failed start-up leaves nothing in /dev/shm).
 class shared_host_memory {
  public:
+  /// No mapping (host() and device() null).
   shared_host_memory() = default;
 
-  /// Creates a new object of `bytes` bytes under a fresh name ("/collx-gpu-<pid>-<random>"; the
+  /// Creates a new object of `bytes` (> 0) bytes under a fresh name ("/collx-gpu-<pid>-<random>"; the
   /// name() to give the other ranks), zero-filled and backed at once (posix_fallocate, so a full
-  /// /dev/shm fails here, not as SIGBUS later), then maps and registers it. First removes the
-  /// objects that creators which no longer run left behind (killed during a communicator's setup,
-  /// before the name was removed).
+  /// /dev/shm fails here, not as SIGBUS later), then maps and registers it. First removes what
+  /// creators that no longer run left behind at least 10 minutes ago (remove_orphans: killed
+  /// during a communicator's setup, before the name was removed).
   /// @throws collx::error (errc::system) when the object cannot be created, sized or mapped, e.g.
-  ///         /dev/shm too small; (errc::cuda) when cudaHostRegister fails.
+  ///         /dev/shm too small or bytes 0; (errc::cuda) when cudaHostRegister or
+  ///         cudaHostGetDevicePointer fails.
   static shared_host_memory create(std::size_t bytes) {
     remove_orphans();
     shared_host_memory m;
@@ -67,7 +70,7 @@ class shared_host_memory {
 
   /// Maps and registers the object `name` of `bytes` bytes that another rank created.
   /// @throws collx::error (errc::system) when it cannot be opened or is smaller than `bytes`;
-  ///         (errc::cuda) when cudaHostRegister fails.
+  ///         (errc::cuda) when cudaHostRegister or cudaHostGetDevicePointer fails.
   static shared_host_memory open(const std::string& name, std::size_t bytes) {
     shared_host_memory m;
     m.name_ = name;
@@ -83,7 +86,9 @@ class shared_host_memory {
     return m;
   }
 
+  /// Takes o's mapping (o is left empty).
   shared_host_memory(shared_host_memory&& o) noexcept { *this = std::move(o); }
+  /// Releases this mapping, then takes o's (o is left empty).
   shared_host_memory& operator=(shared_host_memory&& o) noexcept {
     if (this != &o) {
       reset();
@@ -116,16 +121,24 @@ class shared_host_memory {
   /// Bytes mapped.
   std::size_t bytes() const noexcept { return bytes_; }
 
-  /// Removes every /dev/shm/collx-gpu-<pid>-* whose creator <pid> no longer runs. Returns how many.
-  static int remove_orphans() noexcept {
+  /// Removes every /dev/shm/collx-gpu-<pid>-* of this user, last changed at least `min_age` ago,
+  /// whose creator <pid> no longer runs here. The age guards a live creator that this process
+  /// cannot see (another PID namespace sharing /dev/shm), whose setup takes seconds. Returns how
+  /// many were removed.
+  static int remove_orphans(std::chrono::seconds min_age = std::chrono::minutes(10)) noexcept {
     int removed = 0;
     DIR* d = ::opendir("/dev/shm");
     if (!d) return 0;
+    const auto now = std::chrono::system_clock::now();
     while (const dirent* e = ::readdir(d)) {
       long pid = 0;
       char rest = 0;
       if (std::sscanf(e->d_name, "collx-gpu-%ld-%c", &pid, &rest) != 2 || pid <= 0) continue;
       if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to judge
+      const std::string path = "/dev/shm/" + std::string(e->d_name);
+      struct stat st {};
+      if (::stat(path.c_str(), &st) != 0 || st.st_uid != ::getuid()) continue;
+      if (now - std::chrono::system_clock::from_time_t(st.st_mtime) < min_age) continue;
       removed += ::shm_unlink(("/" + std::string(e->d_name)).c_str()) == 0;
     }
     ::closedir(d);

@@ -200,8 +200,9 @@ class transport {
 
   /// Ends this transport's waits when `other`, another transport of the same rank, fails: the
   /// levels of a hierarchy (attach_hierarchy) watch each other, so that a rank waiting on one level
-  /// learns of a failure that reached it on another (a call rejected before any level ran fails
-  /// only the whole communicator) instead of timing out. Held weakly.
+  /// learns of a failure that reached it on another (a timeout, mismatch or dead peer one level's
+  /// transport found, or a notice that arrived there) instead of timing out. Held weakly. Call it
+  /// before the transport is used (it is not synchronised with the waits).
   void watch(const std::shared_ptr<transport>& other) { watched_.push_back(other); }
 
   // Memory every rank maps (shm: collx::shm_buffer), for collectives that read and write peers'
