@@ -218,7 +218,7 @@ COLLX_HOST_DEVICE constexpr flag_verdict judge_flag(std::uint64_t word, std::uin
 /// not acked, nor a receiver past one not sent), so another signature is another message:
 /// mismatch. `check_signature` false for a sender waiting only for a staging half to come back,
 /// which the previous message may have acked. The point-to-point words are never poisoned (a
-/// peer's failure shows in its collective flags: see p2p_wait in device_collectives.cuh).
+/// peer's failure shows in its collective flags: see p2p_next in device_collectives.cuh).
 COLLX_HOST_DEVICE constexpr flag_verdict judge_p2p_flag(std::uint64_t word, std::uint64_t seq, device_signature sig,
                                                         bool check_signature) noexcept {
   if (flag_epoch(word) < seq) return flag_verdict::wait;
