@@ -294,6 +294,24 @@ struct hierarchical_call {
   }
 };
 
+/// Which world ranks the ranks of this rank's level communicators are, for errors the levels
+/// raise (they number ranks within the level): "(rank 2's node communicator: its ranks 0, 1 are
+/// world ranks 2, 3; its cross-node communicator: its ranks 0, 1 are world ranks 0, 2)".
+inline std::string level_ranks_legend(int world_rank, const node_layout& l) {
+  const auto list = [](const std::vector<int>& v) {
+    std::string a, b;
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      a += (i ? ", " : "") + std::to_string(i);
+      b += (i ? ", " : "") + std::to_string(v[i]);
+    }
+    return "its rank" + std::string(v.size() > 1 ? "s " : " ") + a + (v.size() > 1 ? " are" : " is") + " world rank" +
+           (v.size() > 1 ? "s " : " ") + b;
+  };
+  return "(rank " + std::to_string(world_rank) + "'s node communicator: " +
+         list(l.ranks.at(static_cast<std::size_t>(l.node_index))) + "; its cross-node communicator: " +
+         list(l.cross_ranks(l.local_rank)) + ")";
+}
+
 /// run_hierarchical's body on hierarchical_types (all_to_all, barrier and send/recv excepted).
 inline void run_hierarchical_untyped(communicator& comm, collective coll, const void* in, void* out, int root,
                                   const call_layout& lay, std::optional<algorithm> intra,
@@ -334,7 +352,7 @@ inline void run_hierarchical_untyped(communicator& comm, collective coll, const 
     else if (!t.reduces && coll == collective::broadcast) call.broadcast(in, out, lay.count, root);
     else COLLX_THROW(errc::internal, "no hierarchical form of this collective with this op");
   } catch (const error& e) {
-    const std::string why = name + ": " + e.what();
+    const std::string why = name + ": " + e.what() + " " + level_ranks_legend(comm.rank(), l);
     comm.fail(e.code(), why);
     COLLX_THROW(e.code(), why);
   }
