@@ -11,7 +11,6 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -26,6 +25,7 @@
 #include <utility>
 
 #include <collx/cuda/runtime.hpp>
+#include <collx/detail/process.hpp>
 #include <collx/error.hpp>
 
 namespace collx {
@@ -134,7 +134,7 @@ class shared_host_memory {
       long pid = 0;
       char rest = 0;
       if (std::sscanf(e->d_name, "collx-gpu-%ld-%c", &pid, &rest) != 2 || pid <= 0) continue;
-      if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to judge
+      if (!detail::process_dead(static_cast<pid_t>(pid), 0)) continue;  // alive (a zombie counts as dead)
       const std::string path = "/dev/shm/" + std::string(e->d_name);
       struct stat st {};
       if (::stat(path.c_str(), &st) != 0 || st.st_uid != ::getuid()) continue;
