@@ -1,0 +1,257 @@
+/// @file cuda/ring_plan.hpp
+/// The host-side decisions of collx's ring collectives on device memory (gpu::all_reduce,
+/// reduce_scatter and all_gather with algo::ring; ring_kernel in cuda/device_collectives.cuh), in
+/// plain C++ so they are unit-tested without a GPU: the ring order, how a call is cut into chunks
+/// and pieces, and what each step of a chunk does.
+///
+/// The ring (Patarasuk & Yuan, JPDC 2009; NCCL's ring) over the staging of cuda/device_plan.hpp:
+/// a chunk of the call is cut into world pieces, one per ring position. In step s the rank at
+/// position k reads, from its ring predecessor's staging slot, the piece the predecessor staged in
+/// step s - 1, combines it with its own input, and stages the result in its own slot for its
+/// successor; then it meets its two ring neighbours at a barrier. Each rank so reads from one peer
+/// only, 2 (world - 1) / world of the vector per all-reduce (the bandwidth-optimal amount), over
+/// the one link to its predecessor: rings need peer access between ring neighbours only, and a
+/// ring order that follows NVLink (topo::device_ring_order) avoids the slow pairs of machines
+/// whose GPUs are not all directly connected.
+///
+/// Order of combination: piece k is folded along the ring starting at position k + 1,
+/// op(...op(op(x_{k+1}, x_{k+2}), x_{k+3})..., x_k) (positions mod world), as collx's host ring
+/// (algo/ring.hpp) folds its blocks: a commutative op is needed; for a given (world size, count,
+/// element type, staging size, ring order) the bits are the same on every rank and every run.
+/// Partial results travel in the accumulator type (fp32 for half and bfloat16 under built-in ops).
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <collx/cuda/device_plan.hpp>
+#include <collx/detail/host_device.hpp>
+#include <collx/error.hpp>
+
+namespace collx {
+inline namespace v0 {
+namespace gpu {
+
+/// Which collective a ring call runs.
+enum class ring_phase : std::uint8_t {
+  all_reduce,      ///< reduce-scatter then all-gather around the ring: 2 (world - 1) steps per chunk
+  reduce_scatter,  ///< the reduce-scatter half: world - 1 steps per chunk
+  all_gather,      ///< the all-gather half: world - 1 steps per chunk
+};
+
+/// A ring order: order[k] is the rank at ring position k (k < world); the rest unused.
+struct ring_order {
+  int order[max_device_world] = {};  ///< rank at each position
+  int world = 0;                     ///< ranks in the ring
+
+  /// The rank order 0, 1, ..., world - 1.
+  static ring_order identity(int world) noexcept {
+    ring_order r;
+    r.world = world;
+    for (int k = 0; k < world; ++k) r.order[k] = k;
+    return r;
+  }
+  /// The position of `rank` (-1 when absent).
+  COLLX_HOST_DEVICE constexpr int position_of(int rank) const noexcept {
+    for (int k = 0; k < world; ++k)
+      if (order[k] == rank) return k;
+    return -1;
+  }
+  /// The rank at position k (any integer, taken mod world).
+  COLLX_HOST_DEVICE constexpr int at(int k) const noexcept { return order[((k % world) + world) % world]; }
+};
+
+/// Checks that `ranks` is a permutation of 0 .. world - 1 (empty: the rank order) and returns it.
+/// @throws collx::error (errc::invalid_argument) naming the first rank that is missing, repeated or
+///         out of range, or when world is outside [1, max_device_world].
+inline ring_order make_ring_order(const std::vector<int>& ranks, int world) {
+  if (world < 1 || world > max_device_world)
+    COLLX_THROW(errc::invalid_argument, "gpu: ring order for a world of " + std::to_string(world) + " ranks (1 to " +
+                                            std::to_string(max_device_world) + ")");
+  if (ranks.empty()) return ring_order::identity(world);
+  if (ranks.size() != static_cast<std::size_t>(world))
+    COLLX_THROW(errc::invalid_argument, "gpu: the ring order lists " + std::to_string(ranks.size()) + " ranks for a world of " +
+                                            std::to_string(world) + " (every rank once)");
+  ring_order r;
+  r.world = world;
+  std::uint32_t seen = 0;
+  for (int k = 0; k < world; ++k) {
+    const int q = ranks[static_cast<std::size_t>(k)];
+    if (q < 0 || q >= world)
+      COLLX_THROW(errc::invalid_argument, "gpu: ring order position " + std::to_string(k) + " holds rank " +
+                                              std::to_string(q) + ", outside [0, " + std::to_string(world) + ")");
+    if ((seen >> q) & 1u)
+      COLLX_THROW(errc::invalid_argument, "gpu: ring order lists rank " + std::to_string(q) + " twice (every rank once)");
+    seen |= 1u << q;
+    r.order[k] = q;
+  }
+  return r;
+}
+
+/// Where a piece of a call lies: `offset` elements into the buffer, `length` elements.
+struct piece_span {
+  std::size_t offset = 0;  ///< first element
+  std::size_t length = 0;  ///< elements (0 for an empty piece)
+};
+
+/// What the rank at one ring position does in one step of a chunk (ring_plan::step).
+struct ring_step {
+  int piece = 0;            ///< ring position whose piece this step moves
+  bool read_prev = false;   ///< reads what the predecessor staged in the previous step
+  bool read_input = false;  ///< reads this rank's own input of the piece
+  bool partial = false;     ///< the staged result is a partial fold (accumulator type), not a final element
+  bool write_output = false;  ///< writes the piece's final elements to this rank's output
+  bool stage = false;       ///< stages the result for the successor (followed by a barrier)
+};
+
+/// How a ring call moves: chunks of `world` pieces, `steps()` ring steps per chunk, each step
+/// staging one piece per rank; blocks split every piece alike (the same slot offsets in every step
+/// and chunk, as chunk_block_range keeps them).
+struct ring_plan {
+  ring_phase phase = ring_phase::all_reduce;
+  ring_order ring{};       ///< the ring
+  int position = 0;        ///< this rank's ring position
+  int prev = 0;            ///< the rank before this one (whose slot it reads)
+  int next = 0;            ///< the rank after this one (which reads this rank's slot)
+  /// all_reduce: elements of the vector; reduce_scatter / all_gather: elements of one rank's block.
+  std::size_t count = 0;
+  std::size_t piece = 0;   ///< elements per piece of a full chunk (a multiple of vector; fills a slot)
+  std::size_t chunks = 0;  ///< chunks of the call (0 when count is 0)
+  unsigned blocks = 0;     ///< thread blocks of the launch
+  std::size_t vector = 1;  ///< elements per vector
+
+  /// Ring steps (barriers) per chunk; a chunk runs steps 0 .. steps(), the last one only reading.
+  COLLX_HOST_DEVICE constexpr unsigned steps() const noexcept {
+    const unsigned n = static_cast<unsigned>(ring.world);
+    return phase == ring_phase::all_reduce ? 2 * (n - 1) : n - 1;
+  }
+  /// Elements of the call chunk i covers: all_reduce world pieces of the vector; the other phases
+  /// one piece of every rank's block.
+  COLLX_HOST_DEVICE constexpr std::size_t chunk_elements() const noexcept {
+    return phase == ring_phase::all_reduce ? piece * static_cast<std::size_t>(ring.world) : piece;
+  }
+  /// Elements of chunk i (of the vector, or of each block).
+  COLLX_HOST_DEVICE constexpr std::size_t chunk_size(std::size_t i) const noexcept {
+    const std::size_t c = chunk_elements();
+    return std::min(count, (i + 1) * c) - i * c;
+  }
+  /// Elements per piece of chunk i: all_reduce ceil(size / world) rounded up to the vector (the
+  /// last pieces shorter or empty); the other phases the chunk's size.
+  COLLX_HOST_DEVICE constexpr std::size_t piece_length(std::size_t i) const noexcept {
+    const std::size_t c = chunk_size(i);
+    if (phase != ring_phase::all_reduce) return c;
+    const std::size_t n = static_cast<std::size_t>(ring.world);
+    return ((c + n - 1) / n + vector - 1) / vector * vector;
+  }
+  /// The piece of ring position k in chunk i, in the buffer holding every rank's piece (all_reduce:
+  /// the vector; reduce_scatter: the input, blocks in rank order; all_gather: the output, blocks in
+  /// rank order).
+  COLLX_HOST_DEVICE constexpr piece_span span(std::size_t i, int k) const noexcept {
+    if (phase != ring_phase::all_reduce)
+      return {static_cast<std::size_t>(ring.at(k)) * count + i * piece, chunk_size(i)};
+    const std::size_t c = chunk_size(i), p = piece_length(i), base = i * chunk_elements();
+    const std::size_t b = std::min(c, static_cast<std::size_t>(k) * p), e = std::min(c, (static_cast<std::size_t>(k) + 1) * p);
+    return {base + b, e - b};
+  }
+  /// Where this rank's input of position k's piece of chunk i starts (all_gather: its send buffer
+  /// of count elements, which holds only its own piece).
+  COLLX_HOST_DEVICE constexpr std::size_t input_offset(std::size_t i, int k) const noexcept {
+    return phase == ring_phase::all_gather ? i * piece : span(i, k).offset;
+  }
+  /// Where this rank's output of position k's piece of chunk i starts (reduce_scatter: its recv
+  /// buffer of count elements, which receives only its own piece).
+  COLLX_HOST_DEVICE constexpr std::size_t output_offset(std::size_t i, int k) const noexcept {
+    return phase == ring_phase::reduce_scatter ? i * piece : span(i, k).offset;
+  }
+  /// Block b's range of a piece of `length` elements of chunk i (the offsets it has in chunk 0's
+  /// pieces, clipped: chunk_block_range).
+  COLLX_HOST_DEVICE constexpr block_range range(std::size_t length, unsigned b) const noexcept {
+    return chunk_block_range(piece_length(0), length, blocks, b, vector);
+  }
+  /// Step s (0 .. steps()) of the rank at `position` (see the file comment): reduce-scatter steps
+  /// 0 .. world - 1 fold, all-gather steps copy.
+  COLLX_HOST_DEVICE constexpr ring_step step(unsigned s) const noexcept {
+    const int n = ring.world, k = position, si = static_cast<int>(s);
+    const unsigned last = steps();
+    ring_step st;
+    if (phase == ring_phase::all_gather) {  // step s passes on the piece of position k - s
+      st.piece = ((k - si) % n + n) % n;
+      st.read_prev = s > 0;
+      st.read_input = s == 0;
+      st.write_output = true;
+      st.stage = s < last;
+      return st;
+    }
+    if (si < n - 1) {  // folding: stage the partial of position k - s - 1
+      st.piece = ((k - si - 1) % n + n) % n;
+      st.read_prev = s > 0;
+      st.read_input = true;
+      st.partial = true;
+      st.stage = true;
+      return st;
+    }
+    if (si == n - 1) {  // the last fold: this rank's piece is complete
+      st.piece = k;
+      st.read_prev = s > 0;
+      st.read_input = true;
+      st.write_output = true;
+      st.stage = s < last;
+      return st;
+    }
+    st.piece = ((k - (si - n + 1)) % n + n) % n;  // all-gather half of an all-reduce
+    st.read_prev = true;
+    st.write_output = true;
+    st.stage = s < last;
+    return st;
+  }
+};
+
+/// Plans a ring call on rank `rank` of a ring `ring` (world >= 2): `count` as ring_plan::count,
+/// staging slots of `slot_bytes` holding one piece of `slot_elem_bytes`-byte elements (the larger of
+/// the element and its accumulator), vectors of `vector` elements, at most `block_cap` blocks
+/// (as many as the first piece's vectors need, one per thread).
+/// @throws collx::error (errc::invalid_argument) for a world outside [2, max_device_world], a rank
+///         not in the ring, zero sizes, or a slot that cannot hold one vector.
+inline ring_plan plan_ring(ring_phase phase, const ring_order& ring, int rank, std::size_t count, std::size_t slot_elem_bytes,
+                           std::size_t vector, std::size_t slot_bytes, unsigned block_cap) {
+  if (ring.world < 2 || ring.world > max_device_world)
+    COLLX_THROW(errc::invalid_argument, "gpu::plan_ring: a ring of " + std::to_string(ring.world) + " ranks (2 to " +
+                                            std::to_string(max_device_world) + ")");
+  if (slot_elem_bytes == 0 || vector == 0 || block_cap == 0)
+    COLLX_THROW(errc::invalid_argument, "gpu::plan_ring: zero element size, vector or block cap");
+  ring_plan p;
+  p.phase = phase;
+  p.ring = ring;
+  p.position = ring.position_of(rank);
+  if (p.position < 0) COLLX_THROW(errc::invalid_argument, "gpu::plan_ring: rank " + std::to_string(rank) + " is not in the ring");
+  p.prev = ring.at(p.position - 1);
+  p.next = ring.at(p.position + 1);
+  p.count = count;
+  p.vector = vector;
+  p.piece = slot_bytes / slot_elem_bytes / vector * vector;
+  if (p.piece == 0)
+    COLLX_THROW(errc::invalid_argument, "gpu: a staging slot of " + std::to_string(slot_bytes) + " bytes cannot hold " +
+                                            std::to_string(vector) + " elements of " + std::to_string(slot_elem_bytes) + " bytes");
+  p.chunks = count == 0 ? 0 : (count + p.chunk_elements() - 1) / p.chunk_elements();
+  const std::size_t vectors = count == 0 ? 0 : (p.piece_length(0) + vector - 1) / vector;
+  const std::size_t want = (vectors + device_threads_per_block - 1) / device_threads_per_block;
+  p.blocks = static_cast<unsigned>(std::clamp<std::size_t>(want, 1, block_cap));
+  return p;
+}
+
+/// The peers a ring barrier at chunk epoch `epoch` waits for, as a bit mask of ranks: every rank at
+/// the call's first epoch `first` (a rank not next to this one in the ring may still be reading
+/// this rank's slot from the call before, whatever it was), the ring neighbours after it (only the
+/// successor reads this rank's slot, only the predecessor writes what it reads).
+COLLX_HOST_DEVICE constexpr std::uint32_t ring_barrier_peers(const ring_plan& p, int rank, std::uint64_t epoch,
+                                                             std::uint64_t first) noexcept {
+  if (epoch == first) return (p.ring.world >= 32 ? ~0u : (1u << p.ring.world) - 1u);
+  return (1u << rank) | (1u << p.prev) | (1u << p.next);
+}
+
+}  // namespace gpu
+}  // namespace v0
+}  // namespace collx
