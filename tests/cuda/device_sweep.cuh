@@ -13,6 +13,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <span>
@@ -454,6 +455,106 @@ void sweep_windows(collx::gpu::device_communicator& dc, cudaStream_t s, std::siz
     out.push_back(tag + std::to_string(dc.mapped_window_allocations()) + " window mappings left after deregistering");
   cudaFree(mem);
   collx::barrier(dc.host());  // nobody launches again while a peer's cudaFree waits for the device
+}
+
+}  // namespace collx_cuda_test
+
+namespace collx_cuda_test {
+
+/// The ring's fold (cuda/ring_plan.hpp) of elements [first, first + count) of the ranks' inputs
+/// of call `call`: element i of the call lies in the piece of some ring position k (found with the
+/// plan's spans), and is folded along the ring from position k + 1 in the accumulator type.
+/// `phase` all_reduce: i indexes the vector (first = 0); reduce_scatter: the n x count input, the
+/// block of rank `rank` (first = rank * count).
+template <class T, class Op>
+std::vector<T> sweep_ring_fold(const collx::gpu::device_communicator& dc, collx::gpu::ring_phase phase, std::size_t count,
+                               std::size_t first, int call, const Op& op) {
+  namespace gpu = collx::gpu;
+  using red = collx::detail::reduction<T, Op>;
+  const int n = dc.size();
+  const gpu::ring_plan plan = gpu::plan_ring(phase, dc.ring(), dc.rank(), count, std::max(sizeof(T), sizeof(typename red::acc)),
+                                             gpu::device_vector_elements<T>, dc.slot_bytes(), dc.block_limit());
+  std::vector<T> out(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    const std::size_t at = first + i;  // where the element lies in the buffer the spans describe
+    int owner = -1;
+    for (std::size_t c = 0; c < plan.chunks && owner < 0; ++c)
+      for (int k = 0; k < n; ++k) {
+        const gpu::piece_span sp = plan.span(c, k);
+        if (at >= sp.offset && at < sp.offset + sp.length) owner = k;
+      }
+    if (owner < 0) throw std::logic_error("sweep_ring_fold: element " + std::to_string(at) + " lies in no piece");
+    auto a = red::widen(sweep_value<T>(dc.ring().at(owner + 1), at, call));
+    for (int m = 2; m <= n; ++m) a = red::combine(op, a, red::widen(sweep_value<T>(dc.ring().at(owner + m), at, call)));
+    out[i] = red::finalize(a, n);
+  }
+  return out;
+}
+
+/// The ring forms (algo::ring) on T with commutative Op: all_reduce out of place and in place,
+/// reduce_scatter, all_gather out of place and in place, each against its reference (the ring's
+/// fold; the concatenation), with a direct all_reduce between them (ring and direct calls share
+/// the staging slots, which the ring's first barrier guards). Appends problems to `out`.
+template <class T, class Op>
+void sweep_ring(collx::gpu::device_communicator& dc, cudaStream_t s, std::size_t count, std::size_t offset, int call,
+                const Op& op, std::vector<std::string>& out) {
+  namespace gpu = collx::gpu;
+  using collx::algo::ring;
+  const int n = dc.size(), me = dc.rank();
+  const std::string tag = std::string(collx::detail::type_name<T>()) + " count " + std::to_string(count) + " offset " +
+                          std::to_string(offset) + " rank " + std::to_string(me) + " ring: ";
+  auto note = [&](std::string p) { if (!p.empty()) out.push_back(std::move(p)); };
+  const auto mine = sweep_input<T>(me, count, call);
+  const auto want = n == 1 ? sweep_fold<T>(n, count, 0, call, op) : sweep_ring_fold<T>(dc, gpu::ring_phase::all_reduce, count, 0, call, op);
+  {
+    sweep_buffer<T> in(count, offset, s), res(count, offset, s);
+    in.set(mine);
+    gpu::all_reduce<ring>(dc, in.data(), res.data(), count, op, s);
+    note(sweep_sync(dc, s, tag + "all_reduce"));
+    note(res.compare(want, tag + "all_reduce"));
+    note(in.compare(mine, tag + "all_reduce input"));
+    gpu::all_reduce(dc, in.data(), res.data(), count, op, s);  // direct, between ring calls
+    note(sweep_sync(dc, s, tag + "direct all_reduce after a ring"));
+    note(res.compare(sweep_fold<T>(n, count, 0, call, op), tag + "direct all_reduce after a ring"));
+  }
+  {
+    sweep_buffer<T> buf(count, offset, s);
+    buf.set(mine);
+    gpu::all_reduce<ring>(dc, buf.data(), buf.data(), count, op, s);
+    note(sweep_sync(dc, s, tag + "in-place all_reduce"));
+    note(buf.compare(want, tag + "in-place all_reduce"));
+  }
+  {
+    std::vector<T> all(static_cast<std::size_t>(n) * count);
+    for (std::size_t i = 0; i < all.size(); ++i) all[i] = sweep_value<T>(me, i, call + 1);
+    sweep_buffer<T> in(all.size(), offset, s), res(count, offset, s);
+    in.set(all);
+    gpu::reduce_scatter<ring>(dc, in.data(), res.data(), count, op, s);
+    note(sweep_sync(dc, s, tag + "reduce_scatter"));
+    const std::size_t first = static_cast<std::size_t>(me) * count;
+    note(res.compare(n == 1 ? sweep_fold<T>(n, count, first, call + 1, op)
+                            : sweep_ring_fold<T>(dc, gpu::ring_phase::reduce_scatter, count, first, call + 1, op),
+                     tag + "reduce_scatter"));
+    note(in.compare(all, tag + "reduce_scatter input"));
+  }
+  {
+    std::vector<T> want_all;
+    for (int q = 0; q < n; ++q) {
+      const auto v = sweep_input<T>(q, count, call + 2);
+      want_all.insert(want_all.end(), v.begin(), v.end());
+    }
+    const auto own = sweep_input<T>(me, count, call + 2);
+    sweep_buffer<T> in(count, offset, s), res(want_all.size(), offset, s);
+    in.set(own);
+    gpu::all_gather<ring>(dc, in.data(), res.data(), count, s);
+    note(sweep_sync(dc, s, tag + "all_gather"));
+    note(res.compare(want_all, tag + "all_gather"));
+    sweep_buffer<T> buf(want_all.size(), offset, s);  // in place: this rank's block already in recv
+    buf.set(own, static_cast<std::size_t>(me) * count);
+    gpu::all_gather<ring>(dc, buf.data() + static_cast<std::size_t>(me) * count, buf.data(), count, s);
+    note(sweep_sync(dc, s, tag + "in-place all_gather"));
+    note(buf.compare(want_all, tag + "in-place all_gather"));
+  }
 }
 
 }  // namespace collx_cuda_test

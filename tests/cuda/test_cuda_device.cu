@@ -8,7 +8,8 @@
 // all-reduce (forced at every size) against the same reference, and rank 0's form threshold
 // holding for ranks whose options say otherwise; the same sweep with the workspaces in shared
 // host memory (the path between GPUs without peer access); send/recv (rings, every pair,
-// collectives in between, a count mismatch, two ranks that both send first).
+// collectives in between, a count mismatch, two ranks that both send first); the ring forms
+// (algo::ring) against the ring's own fold, in several ring orders, over device and host memory.
 // Tagged [gpu]: without a device, gpu_test_main.cpp skips them.
 #include <catch2/catch.hpp>
 
@@ -178,6 +179,78 @@ TEST_CASE("gpu device collectives: workspaces in shared host memory give the sam
     cudaFreeAsync(buf, s);
     cudaStreamSynchronize(s);
   }));
+}
+
+TEST_CASE("gpu device ring: all_reduce, reduce_scatter and all_gather give the ring's fold", "[gpu][cuda]") {
+  // Rings in rank order and in other orders (the order decides the fold), staging small enough
+  // that 9001 elements take several chunks; a direct call between ring calls in every sweep.
+  const std::vector<std::vector<int>> orders[] = {{{}}, {{}, {1, 0, 2}}, {{}, {0, 2, 1, 3}, {3, 1, 2, 0}}};
+  for (int world : {2, 3, 4})
+    for (const auto& order : orders[world - 2]) {
+      gpu::device_options opt;
+      opt.staging_bytes = 32 << 10;
+      opt.timeout = std::chrono::seconds(15);
+      opt.ring_order = order;
+      INFO("world " << world << ", ring order of " << order.size() << " ranks");
+      require_none(on_ranks(world, opt, std::chrono::seconds(60), [&](gpu::device_communicator& dc, cudaStream_t s, auto& out) {
+        for (int k = 0; k < dc.size(); ++k)
+          if (dc.ring().at(k) != (order.empty() ? k : order[static_cast<std::size_t>(k)]))
+            out.push_back("rank " + std::to_string(dc.rank()) + ": ring position " + std::to_string(k) + " holds the wrong rank");
+        int call = 0;
+        for (std::size_t count : sweep_counts)
+          for (std::size_t offset : {std::size_t{0}, std::size_t{1}}) {
+            call += 3;
+            collx_cuda_test::sweep_ring<float>(dc, s, count, offset, call, collx::ops::sum{}, out);
+            collx_cuda_test::sweep_ring<collx::half>(dc, s, count, offset, call, collx::ops::sum{}, out);
+            collx_cuda_test::sweep_ring<triple>(dc, s, count, offset, call, triple_op{}, out);
+          }
+      }));
+    }
+}
+
+TEST_CASE("gpu device ring: through shared host memory, and with the default staging", "[gpu][cuda]") {
+  for (auto memory : {gpu::workspace_memory::host, gpu::workspace_memory::automatic}) {
+    gpu::device_options opt;
+    opt.timeout = std::chrono::seconds(15);
+    opt.memory = memory;
+    if (memory == gpu::workspace_memory::host) opt.staging_bytes = 32 << 10;
+    INFO("memory " << gpu::workspace_memory_name(memory));
+    require_none(on_ranks(3, opt, std::chrono::seconds(60), [&](gpu::device_communicator& dc, cudaStream_t s, auto& out) {
+      int call = 0;
+      const std::size_t big = memory == gpu::workspace_memory::host ? 9001 : (std::size_t{3} << 20) + 17;  // several 4 MiB slots
+      for (std::size_t count : {std::size_t{5}, big}) {
+        collx_cuda_test::sweep_ring<float>(dc, s, count, 0, call += 3, collx::ops::sum{}, out);
+        collx_cuda_test::sweep_ring<collx::half>(dc, s, count, 1, call += 3, collx::ops::sum{}, out);
+      }
+    }));
+  }
+}
+
+TEST_CASE("gpu device ring: a ring call against a direct call fails on every rank; bad ring orders are rejected", "[gpu][cuda]") {
+  gpu::device_options opt;
+  opt.timeout = std::chrono::seconds(10);
+  const auto t0 = std::chrono::steady_clock::now();
+  require_none(on_ranks(3, opt, std::chrono::seconds(30), [](gpu::device_communicator& dc, cudaStream_t s, auto& out) {
+    float* buf = nullptr;
+    gpu::check(cudaMallocAsync(reinterpret_cast<void**>(&buf), 4096, s), "cudaMallocAsync");
+    if (dc.rank() == 1) gpu::all_reduce(dc, buf, buf, 100, collx::ops::sum{}, s);
+    else gpu::all_reduce<collx::algo::ring>(dc, buf, buf, 100, collx::ops::sum{}, s);
+    try {
+      dc.synchronize(s);
+      out.push_back("rank " + std::to_string(dc.rank()) + ": a ring all_reduce against a direct one succeeded");
+    } catch (const collx::error& e) {
+      if (e.code() != collx::errc::mismatch && e.code() != collx::errc::aborted)
+        out.push_back("rank " + std::to_string(dc.rank()) + ": unexpected error: " + e.what());
+    }
+    cudaFreeAsync(buf, s);
+    cudaStreamSynchronize(s);
+  }));
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));
+  // A ring order that repeats a rank fails on every rank when the communicator is created.
+  opt.ring_order = {0, 0};
+  const auto problems = on_ranks(2, opt, std::chrono::seconds(30), [](gpu::device_communicator&, cudaStream_t, auto&) {});
+  REQUIRE(problems.size() == 2);
+  for (const auto& p : problems) CHECK(p.find("ring order") != std::string::npos);
 }
 
 TEST_CASE("gpu device send/recv: rings, every pair, and collectives in between", "[gpu][cuda]") {

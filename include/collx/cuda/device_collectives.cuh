@@ -37,8 +37,10 @@
 /// all-reduces run two-shot (device_plan.hpp direct_form, chosen by size against the cost model's
 /// crossover): the reduce-scatter and all-gather steps of this file, one after the other, so each
 /// rank reads 2 (n - 1) / n of the vector from its peers instead of (n - 1) times it.
-/// all_to_all_v exchanges the ranks' counts on the device first (all_to_all_v_kernel). Ring forms
-/// over peer pointers (for GPUs that are not all directly connected) are not here yet.
+/// all_to_all_v exchanges the ranks' counts on the device first (all_to_all_v_kernel). The ring
+/// forms (algo::ring: all_reduce, reduce_scatter, all_gather; ring_kernel, cuda/ring_plan.hpp)
+/// read from one ring neighbour only, so GPUs that are not all directly connected move data over
+/// the ring's links alone; they need a commutative op.
 /// Point-to-point calls have their own flags and staging (p2p_kernel), so they never disturb the
 /// collectives' epochs.
 #pragma once
@@ -46,6 +48,7 @@
 #include <cuda/atomic>
 #include <cuda_runtime_api.h>
 
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -53,6 +56,9 @@
 #include <string>
 #include <type_traits>
 
+#include <collx/algo/automatic.hpp>
+#include <collx/algo/direct.hpp>
+#include <collx/algo/ring.hpp>
 #include <collx/algo/schedule.hpp>
 #include <collx/detail/signature_names.hpp>
 #include <collx/concepts.hpp>
@@ -60,6 +66,7 @@
 #include <collx/cuda/device_communicator.hpp>
 #include <collx/cuda/device_plan.hpp>
 #include <collx/cuda/reduce_kernel.cuh>  // ranges_overlap
+#include <collx/cuda/ring_plan.hpp>
 #include <collx/cuda/runtime.hpp>
 #include <collx/cuda_types.hpp>
 #include <collx/detail/reduction.hpp>
@@ -214,15 +221,16 @@ __device__ inline void fail(const device_view& v, device_failure what, int peer,
   flag_all_peers(v, flag_word(poison_epoch, {mine}));
 }
 
-/// The barrier of chunk `epoch` for this block: thread p < world tells rank p that this block's
-/// staging writes for the chunk are done, then waits for rank p's same block. Returns false (the
-/// call must end) when a wait failed here or anywhere on this rank.
-__device__ inline bool barrier(const device_view& v, std::uint64_t epoch, device_signature sig) {
+/// The barrier of chunk `epoch` for this block: thread p < world, for each rank p in `peers` (a bit
+/// mask; the ring forms meet only their neighbours), tells rank p that this block's staging writes
+/// for the chunk are done, then waits for rank p's same block. Returns false (the call must end)
+/// when a wait failed here or anywhere on this rank.
+__device__ inline bool barrier(const device_view& v, std::uint64_t epoch, device_signature sig, std::uint32_t peers = ~0u) {
   __shared__ int failed;
   if (threadIdx.x == 0) failed = 0;
   __syncthreads();  // the block's staging writes for this chunk are done
   const int p = static_cast<int>(threadIdx.x);
-  if (p < v.world) {
+  if (p < v.world && ((peers >> p) & 1u)) {
     __threadfence_system();
     cuda::atomic_ref<std::uint64_t, cuda::thread_scope_system> out(flags_of(v, p)[blockIdx.x * max_device_world + v.rank]);
     out.store(flag_word(epoch, sig), cuda::memory_order_release);
@@ -730,6 +738,177 @@ void launch_two_shot_all_reduce(device_communicator& dc, const char* name, const
 }
 
 // ---------------------------------------------------------------------------------------------
+// Ring forms (algo::ring; the plan and the order of combination are in cuda/ring_plan.hpp). Step s
+// of a chunk reads the piece the ring predecessor staged at the step's epoch - 1, combines it with
+// this rank's input or copies it, writes it to the output where the step completes it, stages the
+// result in this rank's slot for the epoch, and meets the ring neighbours. A rank writes its slot
+// for epoch e only after the barrier of epoch e - 1, which its successor (the only reader of that
+// slot) passes only after reading what it staged at e - 2; the call's first barrier meets every
+// rank, since a non-neighbour may still be reading this rank's slot from a direct call before.
+
+/// The op of an all_gather ring (nothing is combined).
+struct no_reduction {};
+
+/// Loads and stores of W, a vec of 16 or 32 bytes, as 16-byte words (the accumulator vector of a
+/// 2-byte type is 32 bytes); _cg bypasses L1 (a peer's staging).
+template <class W>
+__device__ inline W load_words_cg(const void* p) {
+  static_assert(sizeof(W) % 16 == 0);
+  uint4 w[sizeof(W) / 16];
+  for (std::size_t i = 0; i < sizeof(W) / 16; ++i) w[i] = __ldcg(static_cast<const uint4*>(p) + i);
+  W out;
+  std::memcpy(&out, w, sizeof(W));
+  return out;
+}
+template <class W>
+__device__ inline W load_words(const void* p) {
+  static_assert(sizeof(W) % 16 == 0);
+  uint4 w[sizeof(W) / 16];
+  for (std::size_t i = 0; i < sizeof(W) / 16; ++i) w[i] = static_cast<const uint4*>(p)[i];
+  W out;
+  std::memcpy(&out, w, sizeof(W));
+  return out;
+}
+template <class W>
+__device__ inline void store_words(void* p, const W& x) {
+  static_assert(sizeof(W) % 16 == 0);
+  uint4 w[sizeof(W) / 16];
+  std::memcpy(w, &x, sizeof(W));
+  for (std::size_t i = 0; i < sizeof(W) / 16; ++i) static_cast<uint4*>(p)[i] = w[i];
+}
+
+/// The type a ring stages partial folds in: the op's accumulator (T itself for all_gather).
+template <class T, class Op>
+struct ring_types {
+  using acc = typename detail::reduction<T, Op>::acc;
+};
+template <class T>
+struct ring_types<T, no_reduction> {
+  using acc = T;
+};
+
+/// One ring step over the block's range `r` of a piece: `in` = this rank's input of the piece,
+/// `out` = its output, `prev` = the predecessor's slot (staged at the previous epoch), `own` = this
+/// rank's slot for this step's epoch.
+template <class T, class Op, std::size_t V>
+__device__ inline void ring_move(const ring_step& st, block_range r, const T* in, T* out, const std::byte* prev,
+                                 std::byte* own, const Op& op, int world) {
+  constexpr bool reduces = !std::is_same_v<Op, no_reduction>;
+  using acc = typename ring_types<T, Op>::acc;
+  const bool fold = reduces && st.read_input;  // a reduce-scatter step (all_gather's first step only copies)
+  const bool write_out = st.write_output && !(st.read_input && !fold && in == out);  // in-place all_gather: already there
+  const acc* prev_acc = reinterpret_cast<const acc*>(prev);
+  const T* prev_t = reinterpret_cast<const T*>(prev);
+  acc* own_acc = reinterpret_cast<acc*>(own);
+  T* own_t = reinterpret_cast<T*>(own);
+  if constexpr (reduces)  // never taken: an op without a __device__ call operator fails to compile here
+    if (r.begin == ~std::size_t{0}) require_device_callable<T>(op, *out);
+  // Element j's final value t, written where the step says.
+  const auto emit = [&](std::size_t j, const T& t) {
+    if (write_out) out[j] = t;
+    if (st.stage) own_t[j] = t;
+  };
+  for_each_in<V>(
+      r,
+      [&](std::size_t first, unsigned n) {
+        if constexpr (V > 1) {
+          using VT = vec<T, V>;
+          using VA = vec<acc, V>;
+          VT x[device_unroll];
+          VA a[device_unroll];
+#pragma unroll
+          for (unsigned u = 0; u < device_unroll; ++u)
+            if (u < n) {
+              const std::size_t j = (first + u * blockDim.x) * V;
+              if (st.read_input) x[u] = load_vec<T, V>(in + j);
+              if (st.read_prev) {
+                if (fold) a[u] = load_words_cg<VA>(prev_acc + j);
+                else x[u] = load_words_cg<VT>(prev_t + j);
+              }
+            }
+#pragma unroll
+          for (unsigned u = 0; u < device_unroll; ++u)
+            if (u < n) {
+              const std::size_t j = (first + u * blockDim.x) * V;
+              if constexpr (reduces) {
+                using red = detail::reduction<T, Op>;
+                if (fold) {
+                  for (std::size_t k = 0; k < V; ++k)
+                    a[u].e[k] = st.read_prev ? red::combine(op, a[u].e[k], red::widen(x[u].e[k])) : red::widen(x[u].e[k]);
+                  if (st.partial) {
+                    store_words(own_acc + j, a[u]);
+                    continue;
+                  }
+                  for (std::size_t k = 0; k < V; ++k) x[u].e[k] = red::finalize(a[u].e[k], world);
+                }
+              }
+              if (write_out) store_vec<T, V>(out + j, x[u]);
+              if (st.stage) store_vec<T, V>(own_t + j, x[u]);
+            }
+        }
+      },
+      [&](std::size_t j) {
+        if constexpr (reduces) {
+          if (fold) {
+            using red = detail::reduction<T, Op>;
+            acc a = red::widen(in[j]);
+            if (st.read_prev) a = red::combine(op, load_cg(prev_acc + j), a);
+            if (st.partial) own_acc[j] = a;
+            else emit(j, red::finalize(a, world));
+            return;
+          }
+        }
+        emit(j, st.read_prev ? load_cg(prev_t + j) : in[j]);
+      });
+}
+
+/// A ring call in one launch: every chunk's steps 0 .. plan.steps() (ring_plan::step), each but
+/// the last followed by a barrier with the ring neighbours (every rank at the call's first epoch).
+/// V: the access width (1 where this rank's pointers do not allow 16-byte accesses).
+template <class T, class Op, std::size_t V>
+__global__ void __launch_bounds__(device_threads_per_block, device_blocks_per_sm)
+    ring_kernel(device_view v, ring_plan plan, device_signature sig, const T* src, T* dst, Op op) {
+  __shared__ std::uint64_t base;
+  __shared__ int dead;
+  call_start(v, base, dead);
+  if (dead) return;
+  const unsigned steps = plan.steps();
+  for (std::size_t c = 0; c < plan.chunks; ++c)
+    for (unsigned s = 0; s <= steps; ++s) {
+      const ring_step st = plan.step(s);
+      const piece_span sp = plan.span(c, st.piece);
+      const std::uint64_t epoch = base + c * steps + s + 1;  // what this step stages (s < steps)
+      ring_move<T, Op, V>(st, plan.range(sp.length, blockIdx.x), src + plan.input_offset(c, st.piece), dst + plan.output_offset(c, st.piece),
+                          slot_of<std::byte>(v, plan.prev, epoch - 1), slot_of<std::byte>(v, v.rank, epoch), op, v.world);
+      if (st.stage && !barrier(v, epoch, sig, ring_barrier_peers(plan, v.rank, epoch, base + 1))) return;
+    }
+  call_end(v, base + plan.chunks * steps);
+}
+
+/// The signature layout of ring calls: a ring and a direct call of the same collective differ.
+inline constexpr std::uint64_t ring_layout_tag = 0x72696e67;  // "ring"
+
+/// Launches one ring call of `phase` (count as ring_plan::count). A world of one has no ring: the
+/// caller runs the direct form. `vector_ok`: this rank's buffers and offsets allow 16-byte accesses.
+template <class T, class Op>
+void launch_ring(device_communicator& dc, const char* name, ring_phase phase, collective coll, std::string_view op_name,
+                 std::size_t count, const T* send, T* recv, const Op& op, bool vector_ok, cudaStream_t stream) {
+  dc.check();
+  constexpr std::size_t V = device_vector_elements<T>;
+  using acc = typename ring_types<T, Op>::acc;
+  std::uint64_t ring_hash = ring_layout_tag;
+  for (int k = 0; k < dc.size(); ++k) ring_hash = (ring_hash ^ static_cast<std::uint64_t>(dc.ring().order[k])) * 0x100000001b3ull;
+  const auto sig = device_signature::make(coll, detail::type_name<T>(), sizeof(T), op_name, -1, count, ring_hash);
+  const ring_plan plan =
+      plan_ring(phase, dc.ring(), dc.rank(), count, std::max(sizeof(T), sizeof(acc)), V, dc.slot_bytes(), dc.block_limit());
+  if (plan.chunks == 0) return;
+  check(cudaSetDevice(dc.device()), name);
+  if (V > 1 && vector_ok) ring_kernel<T, Op, V><<<plan.blocks, device_threads_per_block, 0, stream>>>(dc.view(), plan, sig, send, recv, op);
+  else ring_kernel<T, Op, 1><<<plan.blocks, device_threads_per_block, 0, stream>>>(dc.view(), plan, sig, send, recv, op);
+  check(cudaGetLastError(), name);
+}
+
+// ---------------------------------------------------------------------------------------------
 // Point-to-point (send, recv, send_recv). A message is cut into chunks of half a slot; block b of
 // the sender and block b of the receiver move the same range of each chunk (the same offsets of a
 // half in every chunk: range_in_chunk). The sender's block publishes the message's size in the
@@ -999,6 +1178,37 @@ struct call_check {
   void require(bool ok, const std::string& what) const {
     if (!ok) reject(what);
   }
+  /// all_reduce's buffers: given, and the same or apart. False when the call moves nothing.
+  template <class T>
+  bool all_reduce_buffers(const T* send, const T* recv, std::size_t count) const {
+    if (count == 0) return false;
+    require(send && recv, "null buffer with count " + std::to_string(count));
+    require(send == recv || !ranges_overlap(send, count * sizeof(T), recv, count * sizeof(T)),
+            "send and recv overlap but are not the same buffer");
+    return true;
+  }
+  /// reduce_scatter's buffers (size() x recv_count and recv_count elements): given and apart.
+  /// False when the call moves nothing.
+  template <class T>
+  bool reduce_scatter_buffers(const T* send, const T* recv, std::size_t recv_count) const {
+    if (recv_count == 0) return false;
+    const std::size_t n = static_cast<std::size_t>(dc.size());
+    require(send && recv, "null buffer with count " + std::to_string(recv_count));
+    require(!ranges_overlap(send, n * recv_count * sizeof(T), recv, recv_count * sizeof(T)), "send and recv overlap");
+    return true;
+  }
+  /// all_gather's buffers (send_count and size() x send_count elements): given, and send apart
+  /// from recv or this rank's block of it (in place). False when the call moves nothing.
+  template <class T>
+  bool all_gather_buffers(const T* send, const T* recv, std::size_t send_count) const {
+    if (send_count == 0) return false;
+    const std::size_t n = static_cast<std::size_t>(dc.size());
+    require(send && recv, "null buffer with count " + std::to_string(send_count));
+    require(send == recv + static_cast<std::size_t>(dc.rank()) * send_count ||
+                !ranges_overlap(send, send_count * sizeof(T), recv, n * send_count * sizeof(T)),
+            "send overlaps recv but is not this rank's block of it");
+    return true;
+  }
   /// `root` is a rank of the communicator.
   void root(int r) const {
     require(r >= 0 && r < dc.size(), "root " + std::to_string(r) + " is not a rank of this communicator of " + std::to_string(dc.size()));
@@ -1085,9 +1295,7 @@ void all_reduce(device_communicator& dc, const T* send, T* recv, std::size_t cou
   constexpr const char* name = "gpu::all_reduce";
   using namespace device_detail;
   const call_check chk{dc, stream, name};
-  if (count == 0) return dc.check();
-  chk.require(send && recv, "null buffer with count " + std::to_string(count));
-  chk.require(send == recv || !ranges_overlap(send, count * sizeof(T), recv, count * sizeof(T)), "send and recv overlap but are not the same buffer");
+  if (!chk.all_reduce_buffers(send, recv, count)) return dc.check();
   const bool vec = aligned16(send) && aligned16(recv);
   // Two-shot's reduce-scatter stages a row per rank: with a staging slot too small for one vector
   // per row (huge element types), every rank stays one-shot alike.
@@ -1130,10 +1338,8 @@ void reduce_scatter(device_communicator& dc, const T* send, T* recv, std::size_t
   constexpr const char* name = "gpu::reduce_scatter";
   using namespace device_detail;
   const call_check chk{dc, stream, name};
-  if (recv_count == 0) return dc.check();
+  if (!chk.reduce_scatter_buffers(send, recv, recv_count)) return dc.check();
   const std::size_t n = static_cast<std::size_t>(dc.size());
-  chk.require(send && recv, "null buffer with count " + std::to_string(recv_count));
-  chk.require(!ranges_overlap(send, n * recv_count * sizeof(T), recv, recv_count * sizeof(T)), "send and recv overlap");
   const bool vec = aligned16(send) && aligned16(recv) && (recv_count * sizeof(T)) % 16 == 0;
   launch_call<T>(dc, name, collective::reduce_scatter, detail::op_signature_key<Op>(), -1, recv_count, n, vec, stream,
                  reduce_scatter_step<T, Op, 1>{send, recv, op},
@@ -1150,15 +1356,88 @@ void all_gather(device_communicator& dc, const T* send, T* recv, std::size_t sen
   constexpr const char* name = "gpu::all_gather";
   using namespace device_detail;
   const call_check chk{dc, stream, name};
-  if (send_count == 0) return dc.check();
-  const std::size_t n = static_cast<std::size_t>(dc.size());
-  chk.require(send && recv, "null buffer with count " + std::to_string(send_count));
-  chk.require(send == recv + static_cast<std::size_t>(dc.rank()) * send_count ||
-                  !ranges_overlap(send, send_count * sizeof(T), recv, n * send_count * sizeof(T)),
-              "send overlaps recv but is not this rank's block of it");
+  if (!chk.all_gather_buffers(send, recv, send_count)) return dc.check();
   const bool vec = aligned16(send) && aligned16(recv) && (send_count * sizeof(T)) % 16 == 0;
   launch_call<T>(dc, name, collective::all_gather, "", -1, send_count, 1, vec, stream, all_gather_step<T, 1>{send, recv},
                  all_gather_step<T, device_vector_elements<T>>{send, recv});
+}
+
+/// The algorithms all_reduce, reduce_scatter and all_gather on device memory take as an optional
+/// first template argument: algo::ring (ring_kernel over dc.ring()), or algo::direct and
+/// algo::automatic, which are the forms without one (one-shot / two-shot direct).
+template <class Algo>
+concept device_algorithm = std::same_as<Algo, algo::ring> || std::same_as<Algo, algo::direct> || std::same_as<Algo, algo::automatic>;
+
+/// All-reduce on device memory with a chosen algorithm, e.g. `gpu::all_reduce<algo::ring>(dc, send,
+/// recv, count)`. algo::ring: the ring over dc.ring() (device_options::ring_order; cuda/ring_plan.hpp),
+/// each rank reading 2 (n - 1) / n of the vector from its ring predecessor only, so the bandwidth is
+/// that of the ring's slowest hop rather than of every pair: for large messages where the GPUs are not
+/// all directly connected (a ring that follows NVLink). It needs a commutative op (checked at compile
+/// time: the ring folds each piece starting at another rank); its bits are fixed for a given world
+/// size, count, type, staging size and ring, and equal on every rank, but they are not the rank-order
+/// fold's. algo::direct and algo::automatic: the all_reduce above. One rank: every algorithm copies.
+/// @throws as all_reduce.
+template <device_algorithm Algo, class T, class Op = ops::sum>
+void all_reduce(device_communicator& dc, const T* send, T* recv, std::size_t count, const Op& op = {},
+                cudaStream_t stream = nullptr) {
+  if constexpr (!std::same_as<Algo, algo::ring>) {
+    all_reduce<T, Op>(dc, send, recv, count, op, stream);
+  } else {
+    static_assert(reduction_op<Op, T>, "collx::gpu::all_reduce: Op must be a reduction op on T (collx/concepts.hpp)");
+    static_assert(op_traits<Op>::commutative,
+                  "collx::gpu::all_reduce<algo::ring>: the ring folds each piece starting at another rank, so it needs a "
+                  "commutative op; use the rank-order forms (no algorithm) or declare the op commutative (collx::commutative_op)");
+    if (dc.size() == 1) return all_reduce<T, Op>(dc, send, recv, count, op, stream);
+    constexpr const char* name = "gpu::all_reduce<algo::ring>";
+    using namespace device_detail;
+    const call_check chk{dc, stream, name};
+    if (!chk.all_reduce_buffers(send, recv, count)) return dc.check();
+    launch_ring<T>(dc, name, ring_phase::all_reduce, collective::allreduce, detail::op_signature_key<Op>(), count, send, recv, op,
+                   aligned16(send) && aligned16(recv), stream);
+  }
+}
+
+/// Reduce-scatter on device memory with a chosen algorithm: algo::ring runs the reduce-scatter half
+/// of the ring (each rank reads (n - 1) / n of its input's size from its predecessor; commutative
+/// ops only; the order of combination of cuda/ring_plan.hpp); the others are the reduce_scatter
+/// above. @throws as reduce_scatter.
+template <device_algorithm Algo, class T, class Op = ops::sum>
+void reduce_scatter(device_communicator& dc, const T* send, T* recv, std::size_t recv_count, const Op& op = {},
+                    cudaStream_t stream = nullptr) {
+  if constexpr (!std::same_as<Algo, algo::ring>) {
+    reduce_scatter<T, Op>(dc, send, recv, recv_count, op, stream);
+  } else {
+    static_assert(reduction_op<Op, T>, "collx::gpu::reduce_scatter: Op must be a reduction op on T (collx/concepts.hpp)");
+    static_assert(op_traits<Op>::commutative,
+                  "collx::gpu::reduce_scatter<algo::ring>: the ring folds each block starting at another rank, so it needs "
+                  "a commutative op; use the rank-order form (no algorithm) or declare the op commutative (collx::commutative_op)");
+    if (dc.size() == 1) return reduce_scatter<T, Op>(dc, send, recv, recv_count, op, stream);
+    constexpr const char* name = "gpu::reduce_scatter<algo::ring>";
+    using namespace device_detail;
+    const call_check chk{dc, stream, name};
+    if (!chk.reduce_scatter_buffers(send, recv, recv_count)) return dc.check();
+    launch_ring<T>(dc, name, ring_phase::reduce_scatter, collective::reduce_scatter, detail::op_signature_key<Op>(), recv_count,
+                   send, recv, op, aligned16(send) && aligned16(recv) && (recv_count * sizeof(T)) % 16 == 0, stream);
+  }
+}
+
+/// All-gather on device memory with a chosen algorithm: algo::ring passes the blocks around the
+/// ring (each rank reads (n - 1) blocks from its predecessor); the others are the all_gather above.
+/// The same bytes whatever the algorithm. @throws as all_gather.
+template <device_algorithm Algo, class T>
+void all_gather(device_communicator& dc, const T* send, T* recv, std::size_t send_count, cudaStream_t stream = nullptr) {
+  if constexpr (!std::same_as<Algo, algo::ring>) {
+    all_gather<T>(dc, send, recv, send_count, stream);
+  } else {
+    static_assert(element<T>, "collx::gpu::all_gather: T must be a trivially copyable object type (collx/concepts.hpp)");
+    if (dc.size() == 1) return all_gather<T>(dc, send, recv, send_count, stream);
+    constexpr const char* name = "gpu::all_gather<algo::ring>";
+    using namespace device_detail;
+    const call_check chk{dc, stream, name};
+    if (!chk.all_gather_buffers(send, recv, send_count)) return dc.check();
+    launch_ring<T>(dc, name, ring_phase::all_gather, collective::all_gather, "", send_count, send, recv, no_reduction{},
+                   aligned16(send) && aligned16(recv) && (send_count * sizeof(T)) % 16 == 0, stream);
+  }
 }
 
 /// Broadcast on device memory: every rank's recv = root's send. In place when send == recv (the

@@ -41,6 +41,7 @@
 #include <collx/broadcast.hpp>
 #include <collx/communicator.hpp>
 #include <collx/cuda/device_plan.hpp>
+#include <collx/cuda/ring_plan.hpp>
 #include <collx/cuda/runtime.hpp>
 #include <collx/cuda/shared_host_memory.hpp>
 #include <collx/error.hpp>
@@ -76,6 +77,13 @@ struct device_options {
   /// forces the host path (also between ranks of one GPU, e.g. to test it). Ranks may differ only
   /// between automatic and one other choice.
   workspace_memory memory = workspace_memory::automatic;
+  /// The ring of algo::ring calls (cuda/ring_plan.hpp): ring_order[k] is the rank at ring position
+  /// k, every rank once; empty: the rank order 0, 1, ..., size() - 1. A ring that follows NVLink
+  /// (topo::device_ring_order) keeps each rank's reads on one fast link. Rank 0's ring holds for
+  /// every rank (sent to the others when the communicator is created).
+  /// @throws (from the constructor) collx::error (errc::invalid_argument) on every rank when a
+  ///   rank's ring_order is not empty and not a permutation of its ranks.
+  std::vector<int> ring_order;
 };
 
 /// What a kernel needs to reach every rank's workspace (passed by value to the kernels).
@@ -183,6 +191,12 @@ class device_communicator {
       collx::broadcast<algo::direct>(host, std::span<std::uint64_t>(&two_shot, 1), 0);
       two_shot_min_bytes_ = static_cast<std::size_t>(two_shot);
 
+      // Rank 0's ring for every rank; every rank's own is checked (a typo fails loudly anywhere).
+      on_every_rank(
+          "accept its device_options::ring_order", [&] { ring_ = make_ring_order(opt.ring_order, host.size()); },
+          errc::invalid_argument);
+      collx::broadcast<algo::direct>(host, std::span<int>(ring_.order, max_device_world), 0);
+
       // Counters and claim are this rank's alone: with host memory only they stay on the device.
       on_every_rank("allocate its device workspace", [&] { allocate_workspace(device ? layout_.total_bytes : layout_.flags_offset); });
       if (device) {
@@ -249,6 +263,8 @@ class device_communicator {
   unsigned block_limit() const noexcept { return blocks_; }
   /// All-reduces of this many bytes per rank or more run two-shot (device_options::two_shot_min_bytes).
   std::size_t two_shot_min_bytes() const noexcept { return two_shot_min_bytes_; }
+  /// The ring of algo::ring calls (device_options::ring_order, rank 0's).
+  const ring_order& ring() const noexcept { return ring_; }
   /// How this rank reaches rank `peer`'s workspace.
   peer_path path_to_peer(int peer) const {
     if (memory_ == workspace_memory::host && peer != rank()) return peer_path::host_memory;
@@ -480,10 +496,10 @@ class device_communicator {
   }
 
   /// Runs `step` on this rank, then tells every rank whether each rank's step succeeded: this
-  /// rank rethrows its own error; the others throw errc::cuda naming the first rank that failed
+  /// rank rethrows its own error; the others throw `peers_code` naming the first rank that failed
   /// (instead of waiting for it until the host communicator's timeout).
   template <class Step>
-  void on_every_rank(const char* what, Step&& step) {
+  void on_every_rank(const char* what, Step&& step, errc peers_code = errc::cuda) {
     std::exception_ptr error;
     try {
       step();
@@ -496,7 +512,7 @@ class device_communicator {
     if (error) std::rethrow_exception(error);
     for (int p = 0; p < size(); ++p)
       if (!all[static_cast<std::size_t>(p)])
-        COLLX_THROW(errc::cuda, std::string("gpu: rank ") + std::to_string(p) + " could not " + what + " (its own error says why)");
+        COLLX_THROW(peers_code, std::string("gpu: rank ") + std::to_string(p) + " could not " + what + " (its own error says why)");
   }
 
   /// Workspace memory host: rank 0 creates one shared-memory object holding every rank's workspace
@@ -587,6 +603,7 @@ class device_communicator {
   std::uint32_t next_window_ = 1;
   unsigned blocks_ = 1;
   std::size_t two_shot_min_bytes_ = SIZE_MAX;
+  ring_order ring_{};
   workspace_memory memory_ = workspace_memory::device;
   shared_host_memory shared_;                // the workspaces, when memory_ is host
   device_view view_{};
