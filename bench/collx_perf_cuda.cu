@@ -16,10 +16,11 @@
 //
 // usage: collx-perf-cuda [--ranks N] [-b BYTES] [-e BYTES] [-f FACTOR] [-n ITERS] [-w WARMUP]
 //                        [--rounds R] [--staging BYTES] [--two-shot-min BYTES|never]
-//                        [--memory device|host|automatic] [--no-custom]
+//                        [--memory device|host|automatic] [--algo direct|ring] [--no-custom]
 // (sizes as collx-perf takes them: 8, 64K, 4M, 1G; -f an integer factor). --two-shot-min sets
 // device_options::two_shot_min_bytes: all-reduces from that size run two-shot (1: all of them;
-// never: none; default: the cost model's crossover for the rank count).
+// never: none; default: the cost model's crossover for the rank count). --algo ring runs the
+// staged columns as algo::ring (the ring over peer pointers; the reg columns stay direct).
 #include <collx/cuda/device_collectives.cuh>
 #include <collx/transport/threads.hpp>
 
@@ -54,12 +55,14 @@ struct options {
   std::size_t two_shot_min = 0;  // device_options::two_shot_min_bytes (0: the cost model's)
   gpu::workspace_memory memory = gpu::workspace_memory::automatic;  // device_options::memory
   bool custom = true;
+  bool ring = false;  // --algo ring: the staged columns run algo::ring
 };
 
 [[noreturn]] void usage(const char* why) {
   std::fprintf(stderr,
                "collx-perf-cuda: %s\nusage: collx-perf-cuda [--ranks N] [-b BYTES] [-e BYTES] [-f FACTOR] [-n ITERS] "
-               "[-w WARMUP] [--rounds R] [--staging BYTES] [--two-shot-min BYTES|never] [--memory device|host|automatic] [--no-custom]\n",
+               "[-w WARMUP] [--rounds R] [--staging BYTES] [--two-shot-min BYTES|never] [--memory device|host|automatic] "
+               "[--algo direct|ring] [--no-custom]\n",
                why);
   std::exit(2);
 }
@@ -93,6 +96,11 @@ options parse(int argc, char** argv) {
         if (v == "device") o.memory = gpu::workspace_memory::device;
         else if (v == "host") o.memory = gpu::workspace_memory::host;
         else if (v != "automatic") usage("--memory takes device, host or automatic");
+      }
+      else if (a == "--algo") {
+        const std::string v = val();
+        if (v == "ring") o.ring = true;
+        else if (v != "direct") usage("--algo takes direct or ring");
       }
       else if (a == "--no-custom") o.custom = false;
       else usage(("unknown option " + a).c_str());
@@ -227,9 +235,18 @@ void rank_main(shared_state& st, gpu::device_communicator& dc, cudaStream_t s) {
       if (k.param_count == 0) continue;
       auto run = [&] {
         switch (c) {
-          case coll::allreduce: gpu::all_reduce(dc, send, recv, k.param_count, collx::ops::sum{}, s); break;
-          case coll::reduce_scatter: gpu::reduce_scatter(dc, send, recv, k.param_count, collx::ops::sum{}, s); break;
-          default: gpu::all_gather(dc, send, recv, k.param_count, s); break;
+          case coll::allreduce:
+            if (o.ring) gpu::all_reduce<collx::algo::ring>(dc, send, recv, k.param_count, collx::ops::sum{}, s);
+            else gpu::all_reduce(dc, send, recv, k.param_count, collx::ops::sum{}, s);
+            break;
+          case coll::reduce_scatter:
+            if (o.ring) gpu::reduce_scatter<collx::algo::ring>(dc, send, recv, k.param_count, collx::ops::sum{}, s);
+            else gpu::reduce_scatter(dc, send, recv, k.param_count, collx::ops::sum{}, s);
+            break;
+          default:
+            if (o.ring) gpu::all_gather<collx::algo::ring>(dc, send, recv, k.param_count, s);
+            else gpu::all_gather(dc, send, recv, k.param_count, s);
+            break;
         }
       };
       auto run_registered = [&] {
@@ -417,6 +434,7 @@ int main(int argc, char** argv) {
                         dc.zero_copy_windows() ? "" : " (the registered rows stage too)");
             if (dc.two_shot_min_bytes() == SIZE_MAX) std::printf("# all-reduce: one-shot at every size\n");
             else std::printf("# all-reduce: one-shot below %zu B per rank, two-shot from there on\n", dc.two_shot_min_bytes());
+            if (o.ring) std::printf("# --algo ring: the staged columns run algo::ring over the rank order; the reg columns stay direct\n");
           }
           rank_main(st, dc, s);
         }

@@ -13,7 +13,8 @@
 #   6. collx-perf-cuda: the copy ceiling, then all-reduce, reduce-scatter and all-gather on device
 #      memory from 8 B to 1 GiB with 2 ranks (NCCL beside them when each rank has its own GPU), then
 #      custom ops against built-in sums; all-reduce one-shot against two-shot with 4 ranks (one per
-#      GPU where there are 4, else sharing them); 2 ranks with their workspaces in shared host
+#      GPU where there are 4, else sharing them); the ring (--algo ring) with 4 ranks; 2 ranks with
+#      their workspaces in shared host
 #      memory (--memory host); with one rank per GPU when there are 4 or more GPUs;
 #   7. writes everything to bench/results/gpu-check-<host>-<UTC time>.log ($OUT/ instead when set).
 # Budget: under 8 minutes on one H200 (build about 1.5 min with 16 cores, tests and benchmark about
@@ -100,6 +101,10 @@ step() { printf '\n==== %s ====\n' "$*"; }
       timeout 60 "$build/bench/collx-perf-cuda" --ranks 4 -b 64K -e 256M -f 4 --rounds 2 --no-custom --two-shot-min "$form" ||
         { echo "gpu-check: collx-perf-cuda --two-shot-min $form failed"; status=1; }
     done
+    # The ring (algo::ring: each rank reads 2(n-1)/n of the vector from its ring predecessor only).
+    echo "# --algo ring"
+    timeout 50 "$build/bench/collx-perf-cuda" --ranks 4 -b 64K -e 256M -f 4 --rounds 2 --no-custom --algo ring ||
+      { echo "gpu-check: collx-perf-cuda --algo ring failed"; status=1; }
     # Workspaces in shared host memory (the path between GPUs without peer access), 2 ranks.
     echo "# --memory host"
     timeout 45 "$build/bench/collx-perf-cuda" --ranks 2 -b 8 -e 64M -f 8 --rounds 2 --no-custom --memory host ||
@@ -108,6 +113,8 @@ step() { printf '\n==== %s ====\n' "$*"; }
     if [[ ${gpus:-0} -ge 4 ]]; then
       timeout 120 "$build/bench/collx-perf-cuda" --ranks "$gpus" -b 8 -e 256M -f 8 --no-custom ||
         { echo "gpu-check: collx-perf-cuda --ranks $gpus failed"; status=1; }
+      timeout 90 "$build/bench/collx-perf-cuda" --ranks "$gpus" -b 1M -e 256M -f 4 --no-custom --algo ring ||
+        { echo "gpu-check: collx-perf-cuda --ranks $gpus --algo ring failed"; status=1; }
     fi
     echo "benchmark took $((SECONDS - start)) s"
   fi
