@@ -3,6 +3,7 @@
 // (tests/data/topologies/SOURCES.md).
 #include <catch2/catch.hpp>
 
+#include <collx/cuda/ring_plan.hpp>
 #include <collx/topo/cost_model.hpp>
 #include <collx/topo/device_cost.hpp>
 #include <collx/topo/nccl_tests.hpp>
@@ -397,4 +398,36 @@ TEST_CASE("device all-reduce form: the read rate and the two-shot crossover foll
   custom.peer_read_bytes_per_second = 1e9;
   CHECK(device_direct_cost(hgx, {hgx.gpu(0)}, custom).peer_read_bytes_per_second == 1e9);
   CHECK_THROWS_AS(device_direct_cost(hgx, {hgx.gpu(0), hgx.gpu(0)}), collx::error);
+}
+
+TEST_CASE("device ring order: the ring search's ring as ranks, over NVLink on a DGX-1") {
+  namespace gpu = collx::gpu;
+  // DGX-1 V100 (hybrid cube mesh): half the pairs have no NVLink; the rank order 0..7 crosses
+  // such pairs (3 -> 4 sits across the sockets), the device ring must not.
+  const topology dgx1 = read_nccl_topology(topo_fixture("dgx1-v100-como-nccl-topo.xml"), "dgx1");
+  std::vector<int> gpus;
+  for (int d = 0; d < 8; ++d) gpus.push_back(dgx1.gpu(d));
+  const std::vector<int> order = device_ring_order(dgx1, gpus);
+  REQUIRE(order.size() == 8);
+  const gpu::ring_order ring = gpu::make_ring_order(order, 8);  // a permutation of the ranks
+  router r(dgx1);
+  std::vector<int> ring_gpus, rank_order_gpus = gpus;
+  for (int k = 0; k < 8; ++k) {
+    const int a = gpus[static_cast<std::size_t>(ring.at(k))], b = gpus[static_cast<std::size_t>(ring.at(k + 1))];
+    INFO("hop " << k << ": rank " << ring.at(k) << " -> rank " << ring.at(k + 1));
+    CHECK(r.between(a, b).cls == transport_class::nvlink);
+    CHECK_FALSE(r.between(a, b).host_staged);
+    ring_gpus.push_back(a);
+  }
+  const ring_evaluation found = evaluate_rings(r, {ring_gpus}), plain = evaluate_rings(r, {rank_order_gpus});
+  INFO("bottleneck GB/s: device ring " << found.min_channel_GBps << ", rank order " << plain.min_channel_GBps);
+  CHECK(found.min_channel_GBps > 2 * plain.min_channel_GBps);
+  // Ranks that drive the GPUs in another order get a ring over NVLink in their own numbering.
+  std::vector<int> reversed(gpus.rbegin(), gpus.rend());
+  const gpu::ring_order ring_r = gpu::make_ring_order(device_ring_order(dgx1, reversed), 8);
+  for (int k = 0; k < 8; ++k)
+    CHECK(r.between(reversed[static_cast<std::size_t>(ring_r.at(k))], reversed[static_cast<std::size_t>(ring_r.at(k + 1))]).cls ==
+          transport_class::nvlink);
+  CHECK(device_ring_order(dgx1, {gpus[0]}).empty());
+  CHECK_THROWS_AS(device_ring_order(dgx1, {gpus[0], gpus[0]}), collx::error);
 }

@@ -1,7 +1,8 @@
 /// @file topo/device_cost.hpp
-/// The machine's wiring in the choice between one-shot and two-shot of collx's device all-reduce
-/// (gpu::direct_form, cuda/device_plan.hpp): what a rank reads from all its peers at once, from the
-/// topology model's routes and link figures, instead of collx's default (an NVSwitch H100/H200).
+/// The machine's wiring in collx's device collectives: the choice between one-shot and two-shot
+/// of the device all-reduce (gpu::direct_form, cuda/device_plan.hpp), from what a rank reads from
+/// all its peers at once (the topology model's routes and link figures) instead of collx's default
+/// (an NVSwitch H100/H200); and the ring of algo::ring calls on device (device_ring_order).
 /// Plain C++: it needs neither CUDA nor a GPU. Use it as
 ///
 ///     gpu::device_options o;
@@ -19,6 +20,8 @@
 #include <collx/cuda/device_plan.hpp>
 #include <collx/topo/cost_model.hpp>
 #include <collx/topo/discover.hpp>
+#include <collx/topo/ring_search.hpp>
+#include <collx/topo/routing.hpp>
 
 namespace collx {
 inline namespace v0 {
@@ -49,6 +52,20 @@ inline gpu::direct_cost device_direct_cost(const topology& t, const std::vector<
   if (!p.valid || !(p.bandwidth_s > 0)) return base;
   base.peer_read_bytes_per_second = static_cast<double>(gpus.size() - 1) * static_cast<double>(probe) / p.bandwidth_s;
   return base;
+}
+
+/// The ring of collx's device ring calls (gpu::device_options::ring_order, algo::ring on device)
+/// for one rank on each of `gpus` (GPU vertex ids of `t` in rank order): the first ring
+/// topo::search_rings finds over them (the fastest bottleneck, hops over the fastest links: NVLink
+/// where the GPUs have it), as ranks. A device ring runs one channel, so only the first ring is
+/// used. Empty (the rank order) for fewer than two GPUs.
+/// @throws collx::error (errc::invalid_argument) for GPUs the search rejects (repeated, not GPUs,
+///         or GPUs no ring can join).
+inline std::vector<int> device_ring_order(const topology& t, const std::vector<int>& gpus, const route_options& routing = {}) {
+  if (gpus.size() < 2) return {};
+  router r(t, routing);
+  const ring_set rings = search_rings(r, gpus);
+  return ring_in_rank_order(rings.rings.at(0), gpus);
 }
 
 /// device_direct_cost for every GPU this process sees (topo::discover with `o`), in CUDA device
