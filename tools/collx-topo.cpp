@@ -116,12 +116,14 @@ std::string size_name(std::size_t b) {
   return buf;
 }
 
-// collx's device all-reduce on one node's GPUs: what a rank reads from its peers at once, and the
-// size from which two-shot beats one-shot (topo/device_cost.hpp). Empty with fewer than 2 GPUs.
+// collx's device all-reduce on one node's GPUs: what a rank reads from its peers at once, the
+// size from which two-shot beats one-shot, and the ring for algo::ring with rank r on the node's
+// r-th GPU (topo/device_cost.hpp). Empty with fewer than 2 GPUs.
 struct device_form_info {
   int gpus = 0;
   collx::gpu::direct_cost cost;
   std::size_t two_shot_min = SIZE_MAX;
+  std::vector<int> ring;  // device_options::ring_order; empty when no ring joins the GPUs
 };
 std::optional<device_form_info> device_form(const topology& node, const std::vector<int>& gpus, const model_options& mo) {
   if (gpus.size() < 2 || static_cast<int>(gpus.size()) > collx::gpu::max_device_world) return std::nullopt;
@@ -129,6 +131,10 @@ std::optional<device_form_info> device_form(const topology& node, const std::vec
   d.gpus = static_cast<int>(gpus.size());
   d.cost = device_direct_cost(node, gpus, {}, mo.routing);
   d.two_shot_min = collx::gpu::two_shot_crossover_bytes(d.gpus, d.cost);
+  try {
+    d.ring = device_ring_order(node, gpus, mo.routing);
+  } catch (const collx::error&) {  // GPUs no ring joins: no ring order to suggest
+  }
   return d;
 }
 
@@ -310,10 +316,13 @@ int show(const opts& o) {
         }
       std::printf("]");
     }
-    if (const auto d = device_form(node, node_gpus, mo))
-      std::printf(",\"device_allreduce\":{\"gpus\":%d,\"peer_read_GBps\":%s,\"two_shot_min_bytes\":%s}", d->gpus,
-                  json_GBps(d->cost.peer_read_bytes_per_second / 1e9).c_str(),
-                  d->two_shot_min == SIZE_MAX ? "null" : std::to_string(d->two_shot_min).c_str());
+    if (const auto d = device_form(node, node_gpus, mo)) {
+      std::string ring = "[";
+      for (std::size_t k = 0; k < d->ring.size(); ++k) ring += (k ? "," : "") + std::to_string(d->ring[k]);
+      std::printf(",\"device_allreduce\":{\"gpus\":%d,\"peer_read_GBps\":%s,\"two_shot_min_bytes\":%s,\"ring_order\":%s}",
+                  d->gpus, json_GBps(d->cost.peer_read_bytes_per_second / 1e9).c_str(),
+                  d->two_shot_min == SIZE_MAX ? "null" : std::to_string(d->two_shot_min).c_str(), (ring + "]").c_str());
+    }
     std::printf("}\n");
     return 0;
   }
@@ -405,6 +414,11 @@ int show(const opts& o) {
                      size_name(d->two_shot_min).c_str());
     std::printf("  (where every pair of these GPUs has peer access; otherwise the workspaces go to shared host memory and\n"
                 "  gpu::host_memory_direct_cost decides)\n");
+    if (!d->ring.empty()) {
+      std::printf("  algo::ring on device, rank r on the r-th GPU: device_options::ring_order = {");
+      for (std::size_t k = 0; k < d->ring.size(); ++k) std::printf("%s%d", k ? ", " : "", d->ring[k]);
+      std::printf("} (topo::device_ring_order)\n");
+    }
   }
   return 0;
 }
