@@ -54,8 +54,8 @@ TEST_CASE("device signature: every field is told apart and named", "[cuda]") {
       {gpu::device_signature::make(collective::allreduce, "int32", 4, "sum", -1, 1000), "element type"},
       {gpu::device_signature::make(collective::allreduce, "float32", 4, "max", -1, 1000), "reduction op"},
       {gpu::device_signature::make(collective::allreduce, "float32", 4, "sum", 3, 1000), "root"},
-      {gpu::device_signature::make(collective::allreduce, "float32", 4, "sum", -1, 1001), "count (or window and offset)"},
-      {gpu::device_signature::make(collective::allreduce, "float32", 4, "sum", -1, 1000, 7), "count (or window and offset)"},
+      {gpu::device_signature::make(collective::allreduce, "float32", 4, "sum", -1, 1001), "count (or window and offset, or algorithm)"},
+      {gpu::device_signature::make(collective::allreduce, "float32", 4, "sum", -1, 1000, 7), "count (or window and offset, or algorithm)"},
   };
   for (const auto& v : variants) {
     INFO(v.field);

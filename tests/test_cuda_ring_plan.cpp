@@ -96,6 +96,31 @@ TEST_CASE("device ring plans: every element in one piece, pieces on vector bound
   CHECK_THROWS_AS(gpu::plan_ring(gpu::ring_phase::all_reduce, gpu::make_ring_order({}, 2), 0, 10, 4096, 4, 4096, 8), collx::error);
 }
 
+TEST_CASE("device ring signatures: never a direct or two-shot call's, whatever the count", "[cuda]") {
+  // A separate hash of the count would let 1 count in 64 pass a ring call off as a direct one
+  // (the direct rank would fold partial sums); flipping count bits cannot.
+  using collx::collective;
+  int checked = 0;
+  for (int n : {2, 3, 8})
+    for (std::size_t count = 1; count <= 5000; ++count) {
+      const auto direct = gpu::device_signature::make(collective::allreduce, "float16", 2, "sum", -1, count);
+      const gpu::v_layout pieces = gpu::two_shot_pieces(count, n, 8);
+      const auto rs = gpu::device_signature::make(collective::allreduce, "float16", 2, "sum", -1, pieces.longest, gpu::two_shot_layout(pieces, 0));
+      const auto ag = gpu::device_signature::make(collective::allreduce, "float16", 2, "sum", -1, pieces.longest, gpu::two_shot_layout(pieces, 1));
+      const auto ring = gpu::ring_signature(direct, {rs, ag});
+      CHECK(ring.bits != direct.bits);
+      CHECK(ring.bits != rs.bits);
+      CHECK(ring.bits != ag.bits);
+      CHECK(ring.bits != gpu::rejected_signature_bits);
+      CHECK(gpu::device_signature::differing_fields(ring, direct) == "count (or window and offset, or algorithm)");
+      ++checked;
+    }
+  CHECK(checked == 15000);
+  // Every count field value but the reserved one is reachable, and the flips stay in that field.
+  const gpu::device_signature d{gpu::rejected_signature_bits ^ (1u << 18)};
+  CHECK(gpu::ring_signature(d).bits != gpu::rejected_signature_bits);
+}
+
 namespace {
 
 // The op of the played calls: a * K + x, wrapping. Not commutative, so the order of combination
@@ -119,14 +144,20 @@ struct outcome {
 
 // Plays `calls` on `n` ranks (ring `order`), each call's blocks interleaved at random: a rank's
 // next call starts once every block of its last one ended (a kernel after a kernel on a stream).
-// Slots hold `slot_elems` 8-byte elements; blocks are of 512 threads, one element each.
+// Elements are 4 bytes and partial folds 8 (as half and its fp32 accumulator), placed in the slots
+// byte for byte as the kernel places them; blocks are of 512 threads, one element each.
 outcome play(int n, const std::vector<int>& order, const std::vector<std::pair<call_kind, std::size_t>>& calls, std::uint64_t seed,
              bool full_first_barrier = true) {
-  constexpr std::size_t slot_elems = 2048;
+  constexpr std::size_t slot_bytes = 16384, elem = 4, acc = 8;
   constexpr unsigned cap = 4;
   const gpu::ring_order ring = gpu::make_ring_order(order, n);
   const std::size_t N = static_cast<std::size_t>(n);
-  std::vector<std::vector<std::vector<cell>>> slots(N, std::vector<std::vector<cell>>(2, std::vector<cell>(slot_elems)));
+  // slots[rank][parity][byte]: the epoch each byte was staged at, and the element starting there.
+  std::vector<std::vector<std::vector<cell>>> slots(N, std::vector<std::vector<cell>>(2, std::vector<cell>(slot_bytes)));
+  auto stage = [&](std::size_t r, std::uint64_t e, std::size_t at, std::size_t size, std::uint64_t v) {
+    auto& slot = slots[r][e & 1];
+    for (std::size_t k = at; k < at + size; ++k) slot.at(k) = {k == at ? v : 0, e};
+  };
   std::vector<std::vector<std::vector<std::uint64_t>>> flags(N, std::vector<std::vector<std::uint64_t>>(cap, std::vector<std::uint64_t>(N, 0)));
   // outputs[rank][call]
   std::vector<std::vector<std::vector<std::uint64_t>>> outputs(N);
@@ -150,9 +181,10 @@ outcome play(int n, const std::vector<int>& order, const std::vector<std::pair<c
                                               : gpu::ring_phase::all_reduce;
   };
   auto ring_plan_of = [&](std::size_t ci, int rank) {
-    return gpu::plan_ring(phase_of(calls[ci].first), ring, rank, calls[ci].second, 8, 1, slot_elems * 8, cap);
+    const bool reduces = calls[ci].first != call_kind::ring_all_gather;
+    return gpu::plan_ring(phase_of(calls[ci].first), ring, rank, calls[ci].second, reduces ? acc : elem, 1, slot_bytes, cap);
   };
-  auto direct_plan_of = [&](std::size_t ci) { return gpu::plan_chunks(calls[ci].second, 8, 1, 1, slot_elems * 8, cap); };
+  auto direct_plan_of = [&](std::size_t ci) { return gpu::plan_chunks(calls[ci].second, elem, 1, 1, slot_bytes, cap); };
   auto is_ring = [&](std::size_t ci) { return calls[ci].first != call_kind::direct_all_reduce; };
   auto blocks_of = [&](std::size_t ci) { return is_ring(ci) ? ring_plan_of(ci, 0).blocks : direct_plan_of(ci).blocks; };
   auto epochs_of = [&](std::size_t ci) {
@@ -200,23 +232,26 @@ outcome play(int n, const std::vector<int>& order, const std::vector<std::pair<c
           const gpu::block_range br = p.range(sp.length, b);
           const std::uint64_t e = b0 + a.chunk * steps + a.step + 1;
           const auto& prev = slots[static_cast<std::size_t>(p.prev)][(e - 1) & 1];
-          auto& own = slots[r][e & 1];
           auto& outv = outputs[r][ci];
+          const bool reduces = calls[ci].first != call_kind::ring_all_gather;
+          // Where element j of the piece sits in the block's region, staged as `size` bytes.
+          auto at = [&](std::size_t j, std::size_t size) { return p.region_offset(b) + (j - p.region_first(b)) * size; };
           for (std::size_t j = br.begin; j < br.end; ++j) {
             std::uint64_t v = 0;
-            if (st.read_prev) {
-              if (prev[j].epoch != e - 1)
-                note("rank " + std::to_string(me) + " block " + std::to_string(b) + " read epoch " +
-                     std::to_string(prev[j].epoch) + " where it needed " + std::to_string(e - 1));
-              v = prev[j].value;
+            if (st.read_prev) {  // the predecessor staged a partial fold in the reduce-scatter steps
+              const std::size_t size = reduces && st.read_input ? acc : elem, o = at(j, size);
+              for (std::size_t k = o; k < o + size; ++k)
+                if (prev.at(k).epoch != e - 1)
+                  note("rank " + std::to_string(me) + " block " + std::to_string(b) + " read epoch " +
+                       std::to_string(prev.at(k).epoch) + " where it needed " + std::to_string(e - 1));
+              v = prev.at(o).value;
             }
-            const bool reduces = calls[ci].first != call_kind::ring_all_gather;
             if (st.read_input) {
               const std::uint64_t x = in_of(ci, me, p.input_offset(a.chunk, st.piece) + j);
               v = !reduces ? x : st.read_prev ? fold(v, x) : x;
             }
             if (st.write_output) outv.at(p.output_offset(a.chunk, st.piece) + j) = v;
-            if (st.stage) own[j] = {v, e};
+            if (st.stage) stage(r, e, at(j, st.partial ? acc : elem), st.partial ? acc : elem, v);
           }
           if (st.stage) {
             const std::uint32_t peers = full_first_barrier ? gpu::ring_barrier_peers(p, me, e, b0 + 1)
@@ -241,7 +276,7 @@ outcome play(int n, const std::vector<int>& order, const std::vector<std::pair<c
           const gpu::block_range br = gpu::range_in_chunk(p, a.chunk, b);
           const std::uint64_t e = b0 + a.chunk + 1;
           if (a.step == 0) {
-            for (std::size_t j = br.begin; j < br.end; ++j) slots[r][e & 1][j] = {in_of(ci, me, p.chunk_begin(a.chunk) + j), e};
+            for (std::size_t j = br.begin; j < br.end; ++j) stage(r, e, j * elem, elem, in_of(ci, me, p.chunk_begin(a.chunk) + j));
             for (std::size_t q = 0; q < N; ++q) flags[q][b][r] = std::max(flags[q][b][r], e);
             a.waiting = true;
             a.wait_epoch = e;
@@ -251,11 +286,12 @@ outcome play(int n, const std::vector<int>& order, const std::vector<std::pair<c
             for (std::size_t j = br.begin; j < br.end; ++j) {
               std::uint64_t v = 0;
               for (std::size_t q = 0; q < N; ++q) {
-                const cell c = slots[q][e & 1][j];
-                if (c.epoch != e)
-                  note("rank " + std::to_string(me) + " (direct) read epoch " + std::to_string(c.epoch) + " of rank " +
-                       std::to_string(q) + " where it needed " + std::to_string(e));
-                v = q == 0 ? c.value : fold(v, c.value);
+                for (std::size_t k = j * elem; k < (j + 1) * elem; ++k)
+                  if (slots[q][e & 1][k].epoch != e)
+                    note("rank " + std::to_string(me) + " (direct) read epoch " + std::to_string(slots[q][e & 1][k].epoch) +
+                         " of rank " + std::to_string(q) + " where it needed " + std::to_string(e));
+                const std::uint64_t x = slots[q][e & 1][j * elem].value;
+                v = q == 0 ? x : fold(v, x);
               }
               outputs[r][ci].at(p.chunk_begin(a.chunk) + j) = v;
             }

@@ -209,7 +209,7 @@ TEST_CASE("gpu device ring: all_reduce, reduce_scatter and all_gather give the r
 }
 
 TEST_CASE("gpu device ring: through shared host memory, and with the default staging", "[gpu][cuda]") {
-  for (auto memory : {gpu::workspace_memory::host, gpu::workspace_memory::automatic}) {
+  for (auto memory : {gpu::workspace_memory::automatic, gpu::workspace_memory::host}) {
     gpu::device_options opt;
     opt.timeout = std::chrono::seconds(15);
     opt.memory = memory;
@@ -220,6 +220,9 @@ TEST_CASE("gpu device ring: through shared host memory, and with the default sta
       const std::size_t big = memory == gpu::workspace_memory::host ? 9001 : (std::size_t{3} << 20) + 17;  // several 4 MiB slots
       for (std::size_t count : {std::size_t{5}, big}) {
         collx_cuda_test::sweep_ring<float>(dc, s, count, 0, call += 3, collx::ops::sum{}, out);
+        // half stages fp32 partials and half elements in the same slot: many blocks on the
+        // 16-byte path must each keep to their own bytes (ring_plan::region_offset).
+        collx_cuda_test::sweep_ring<collx::half>(dc, s, count, 0, call += 3, collx::ops::sum{}, out);
         collx_cuda_test::sweep_ring<collx::half>(dc, s, count, 1, call += 3, collx::ops::sum{}, out);
       }
     }));

@@ -732,9 +732,9 @@ void launch_two_shot_all_reduce(device_communicator& dc, const char* name, const
   const auto key = detail::op_signature_key<Op>();
   launch_call<T>(dc, name, collective::allreduce, key, -1, lay.longest, static_cast<std::size_t>(dc.size()), vector_ok,
                  stream, reduce_scatter_v_step<T, Op, 1>{send, piece, op, lay},
-                 reduce_scatter_v_step<T, Op, V>{send, piece, op, lay}, lay.hash ^ 0x2511);
+                 reduce_scatter_v_step<T, Op, V>{send, piece, op, lay}, two_shot_layout(lay, 0));
   launch_call<T>(dc, name, collective::allreduce, key, -1, lay.longest, 1, vector_ok, stream,
-                 all_gather_v_step<T, 1>{piece, recv, lay}, all_gather_v_step<T, V>{piece, recv, lay}, lay.hash ^ 0x2512);
+                 all_gather_v_step<T, 1>{piece, recv, lay}, all_gather_v_step<T, V>{piece, recv, lay}, two_shot_layout(lay, 1));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -788,11 +788,12 @@ struct ring_types<T, no_reduction> {
 };
 
 /// One ring step over the block's range `r` of a piece: `in` = this rank's input of the piece,
-/// `out` = its output, `prev` = the predecessor's slot (staged at the previous epoch), `own` = this
-/// rank's slot for this step's epoch.
+/// `out` = its output, `prev` = the block's region (ring_plan::region_offset) of the predecessor's
+/// slot (staged at the previous epoch), `own` = its region of this rank's slot for this step's
+/// epoch; element j of the piece sits at index j - `first` of a region (ring_plan::region_first).
 template <class T, class Op, std::size_t V>
 __device__ inline void ring_move(const ring_step& st, block_range r, const T* in, T* out, const std::byte* prev,
-                                 std::byte* own, const Op& op, int world) {
+                                 std::byte* own, std::size_t region_first, const Op& op, int world) {
   constexpr bool reduces = !std::is_same_v<Op, no_reduction>;
   using acc = typename ring_types<T, Op>::acc;
   const bool fold = reduces && st.read_input;  // a reduce-scatter step (all_gather's first step only copies)
@@ -806,7 +807,7 @@ __device__ inline void ring_move(const ring_step& st, block_range r, const T* in
   // Element j's final value t, written where the step says.
   const auto emit = [&](std::size_t j, const T& t) {
     if (write_out) out[j] = t;
-    if (st.stage) own_t[j] = t;
+    if (st.stage) own_t[j - region_first] = t;
   };
   for_each_in<V>(
       r,
@@ -822,8 +823,8 @@ __device__ inline void ring_move(const ring_step& st, block_range r, const T* in
               const std::size_t j = (first + u * blockDim.x) * V;
               if (st.read_input) x[u] = load_vec<T, V>(in + j);
               if (st.read_prev) {
-                if (fold) a[u] = load_words_cg<VA>(prev_acc + j);
-                else x[u] = load_words_cg<VT>(prev_t + j);
+                if (fold) a[u] = load_words_cg<VA>(prev_acc + (j - region_first));
+                else x[u] = load_words_cg<VT>(prev_t + (j - region_first));
               }
             }
 #pragma unroll
@@ -836,14 +837,14 @@ __device__ inline void ring_move(const ring_step& st, block_range r, const T* in
                   for (std::size_t k = 0; k < V; ++k)
                     a[u].e[k] = st.read_prev ? red::combine(op, a[u].e[k], red::widen(x[u].e[k])) : red::widen(x[u].e[k]);
                   if (st.partial) {
-                    store_words(own_acc + j, a[u]);
+                    store_words(own_acc + (j - region_first), a[u]);
                     continue;
                   }
                   for (std::size_t k = 0; k < V; ++k) x[u].e[k] = red::finalize(a[u].e[k], world);
                 }
               }
               if (write_out) store_vec<T, V>(out + j, x[u]);
-              if (st.stage) store_vec<T, V>(own_t + j, x[u]);
+              if (st.stage) store_vec<T, V>(own_t + (j - region_first), x[u]);
             }
         }
       },
@@ -852,13 +853,13 @@ __device__ inline void ring_move(const ring_step& st, block_range r, const T* in
           if (fold) {
             using red = detail::reduction<T, Op>;
             acc a = red::widen(in[j]);
-            if (st.read_prev) a = red::combine(op, load_cg(prev_acc + j), a);
-            if (st.partial) own_acc[j] = a;
+            if (st.read_prev) a = red::combine(op, load_cg(prev_acc + (j - region_first)), a);
+            if (st.partial) own_acc[j - region_first] = a;
             else emit(j, red::finalize(a, world));
             return;
           }
         }
-        emit(j, st.read_prev ? load_cg(prev_t + j) : in[j]);
+        emit(j, st.read_prev ? load_cg(prev_t + (j - region_first)) : in[j]);
       });
 }
 
@@ -873,32 +874,29 @@ __global__ void __launch_bounds__(device_threads_per_block, device_blocks_per_sm
   call_start(v, base, dead);
   if (dead) return;
   const unsigned steps = plan.steps();
+  const std::size_t region = plan.region_offset(blockIdx.x), first = plan.region_first(blockIdx.x);
   for (std::size_t c = 0; c < plan.chunks; ++c)
     for (unsigned s = 0; s <= steps; ++s) {
       const ring_step st = plan.step(s);
       const piece_span sp = plan.span(c, st.piece);
       const std::uint64_t epoch = base + c * steps + s + 1;  // what this step stages (s < steps)
       ring_move<T, Op, V>(st, plan.range(sp.length, blockIdx.x), src + plan.input_offset(c, st.piece), dst + plan.output_offset(c, st.piece),
-                          slot_of<std::byte>(v, plan.prev, epoch - 1), slot_of<std::byte>(v, v.rank, epoch), op, v.world);
+                          slot_of<std::byte>(v, plan.prev, epoch - 1) + region, slot_of<std::byte>(v, v.rank, epoch) + region, first, op,
+                          v.world);
       if (st.stage && !barrier(v, epoch, sig, ring_barrier_peers(plan, v.rank, epoch, base + 1))) return;
     }
   call_end(v, base + plan.chunks * steps);
 }
 
-/// The signature layout of ring calls: a ring and a direct call of the same collective differ.
-inline constexpr std::uint64_t ring_layout_tag = 0x72696e67;  // "ring"
-
-/// Launches one ring call of `phase` (count as ring_plan::count). A world of one has no ring: the
-/// caller runs the direct form. `vector_ok`: this rank's buffers and offsets allow 16-byte accesses.
+/// Launches one ring call of `phase` (count as ring_plan::count), signed `sig` (ring_signature). A
+/// world of one has no ring: the caller runs the direct form. `vector_ok`: this rank's buffers and
+/// offsets allow 16-byte accesses.
 template <class T, class Op>
-void launch_ring(device_communicator& dc, const char* name, ring_phase phase, collective coll, std::string_view op_name,
-                 std::size_t count, const T* send, T* recv, const Op& op, bool vector_ok, cudaStream_t stream) {
+void launch_ring(device_communicator& dc, const char* name, ring_phase phase, device_signature sig, std::size_t count,
+                 const T* send, T* recv, const Op& op, bool vector_ok, cudaStream_t stream) {
   dc.check();
   constexpr std::size_t V = device_vector_elements<T>;
   using acc = typename ring_types<T, Op>::acc;
-  std::uint64_t ring_hash = ring_layout_tag;
-  for (int k = 0; k < dc.size(); ++k) ring_hash = (ring_hash ^ static_cast<std::uint64_t>(dc.ring().order[k])) * 0x100000001b3ull;
-  const auto sig = device_signature::make(coll, detail::type_name<T>(), sizeof(T), op_name, -1, count, ring_hash);
   const ring_plan plan =
       plan_ring(phase, dc.ring(), dc.rank(), count, std::max(sizeof(T), sizeof(acc)), V, dc.slot_bytes(), dc.block_limit());
   if (plan.chunks == 0) return;
@@ -1370,7 +1368,8 @@ concept device_algorithm = std::same_as<Algo, algo::ring> || std::same_as<Algo, 
 
 /// All-reduce on device memory with a chosen algorithm, e.g. `gpu::all_reduce<algo::ring>(dc, send,
 /// recv, count)`. algo::ring: the ring over dc.ring() (device_options::ring_order; cuda/ring_plan.hpp),
-/// each rank reading 2 (n - 1) / n of the vector from its ring predecessor only, so the bandwidth is
+/// each rank reading 2 (n - 1) / n of the vector from its ring predecessor only (3 (n - 1) / n of
+/// its bytes for half/bfloat16, whose partials travel as fp32), so the bandwidth is
 /// that of the ring's slowest hop rather than of every pair: for large messages where the GPUs are not
 /// all directly connected (a ring that follows NVLink). It needs a commutative op (checked at compile
 /// time: the ring folds each piece starting at another rank); its bits are fixed for a given world
@@ -1392,8 +1391,15 @@ void all_reduce(device_communicator& dc, const T* send, T* recv, std::size_t cou
     using namespace device_detail;
     const call_check chk{dc, stream, name};
     if (!chk.all_reduce_buffers(send, recv, count)) return dc.check();
-    launch_ring<T>(dc, name, ring_phase::all_reduce, collective::allreduce, detail::op_signature_key<Op>(), count, send, recv, op,
-                   aligned16(send) && aligned16(recv), stream);
+    // Signed apart from one-shot and from two-shot's two launches, whichever a peer runs.
+    const auto key = detail::op_signature_key<Op>();
+    const auto make = [&](std::size_t n, std::uint64_t layout) {
+      return device_signature::make(collective::allreduce, detail::type_name<T>(), sizeof(T), key, -1, n, layout);
+    };
+    const v_layout pieces = two_shot_pieces(count, dc.size(), device_vector_elements<T>);
+    const device_signature sig = ring_signature(
+        make(count, 0), {make(pieces.longest, two_shot_layout(pieces, 0)), make(pieces.longest, two_shot_layout(pieces, 1))});
+    launch_ring<T>(dc, name, ring_phase::all_reduce, sig, count, send, recv, op, aligned16(send) && aligned16(recv), stream);
   }
 }
 
@@ -1416,8 +1422,10 @@ void reduce_scatter(device_communicator& dc, const T* send, T* recv, std::size_t
     using namespace device_detail;
     const call_check chk{dc, stream, name};
     if (!chk.reduce_scatter_buffers(send, recv, recv_count)) return dc.check();
-    launch_ring<T>(dc, name, ring_phase::reduce_scatter, collective::reduce_scatter, detail::op_signature_key<Op>(), recv_count,
-                   send, recv, op, aligned16(send) && aligned16(recv) && (recv_count * sizeof(T)) % 16 == 0, stream);
+    const device_signature sig = ring_signature(device_signature::make(
+        collective::reduce_scatter, detail::type_name<T>(), sizeof(T), detail::op_signature_key<Op>(), -1, recv_count));
+    launch_ring<T>(dc, name, ring_phase::reduce_scatter, sig, recv_count, send, recv, op,
+                   aligned16(send) && aligned16(recv) && (recv_count * sizeof(T)) % 16 == 0, stream);
   }
 }
 
@@ -1435,7 +1443,9 @@ void all_gather(device_communicator& dc, const T* send, T* recv, std::size_t sen
     using namespace device_detail;
     const call_check chk{dc, stream, name};
     if (!chk.all_gather_buffers(send, recv, send_count)) return dc.check();
-    launch_ring<T>(dc, name, ring_phase::all_gather, collective::all_gather, "", send_count, send, recv, no_reduction{},
+    const device_signature sig =
+        ring_signature(device_signature::make(collective::all_gather, detail::type_name<T>(), sizeof(T), "", -1, send_count));
+    launch_ring<T>(dc, name, ring_phase::all_gather, sig, send_count, send, recv, no_reduction{},
                    aligned16(send) && aligned16(recv) && (send_count * sizeof(T)) % 16 == 0, stream);
   }
 }

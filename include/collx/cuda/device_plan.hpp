@@ -126,8 +126,10 @@ inline constexpr std::uint32_t rejected_signature_bits = (1u << flag_signature_b
 
 /// A call's signature, packed into the low 24 bits of every flag word: collective (3 bits), element
 /// type (6 bits of the hash of its name and size), op (5 bits of the hash of its name), root (4 bits)
-/// and count (6 bits of the hash of the count and, for registered windows, the window and offset). Two ranks whose signatures differ are making different calls; the
-/// converse holds up to hash collisions of the type, op and count (1 in 64, 32 and 64).
+/// and count (6 bits of the hash of the count and, for registered windows, the window and offset;
+/// ring calls flip bits of it: ring_signature). Two ranks whose signatures differ are making
+/// different calls; the converse holds up to hash collisions of the type, op and count (1 in 64,
+/// 32 and 64).
 struct device_signature {
   std::uint32_t bits = 0;  ///< the packed 24 bits
 
@@ -141,7 +143,7 @@ struct device_signature {
                                                 {3, 6, "element type"},
                                                 {9, 5, "reduction op"},
                                                 {14, 4, "root"},
-                                                {18, 6, "count (or window and offset)"}}};
+                                                {18, 6, "count (or window and offset, or algorithm)"}}};
 
   /// Packs a call: `type_name`/`type_size` of the element, `op_name` ("" for collectives without an
   /// op), `root` (-1 when the collective has none), `count` (elements, as the host API counts them)
@@ -731,6 +733,11 @@ inline v_layout two_shot_pieces(std::size_t count, int world, std::size_t vector
   }
   return make_v_layout(counts, w, world, "gpu::two_shot_pieces");
 }
+
+/// The signature layout (device_signature::make's `layout`) of two-shot's launch `phase` (0: the
+/// reduce-scatter, 1: the all-gather) over pieces `lay`: both sign as all-reduces of lay.longest
+/// elements, told apart from one-shot, from each other and from other piece layouts.
+inline std::uint64_t two_shot_layout(const v_layout& lay, int phase) noexcept { return lay.hash ^ (phase == 0 ? 0x2511 : 0x2512); }
 
 }  // namespace gpu
 }  // namespace v0

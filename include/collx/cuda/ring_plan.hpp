@@ -8,11 +8,13 @@
 /// a chunk of the call is cut into world pieces, one per ring position. In step s the rank at
 /// position k reads, from its ring predecessor's staging slot, the piece the predecessor staged in
 /// step s - 1, combines it with its own input, and stages the result in its own slot for its
-/// successor; then it meets its two ring neighbours at a barrier. Each rank so reads from one peer
-/// only, 2 (world - 1) / world of the vector per all-reduce (the bandwidth-optimal amount), over
-/// the one link to its predecessor: rings need peer access between ring neighbours only, and a
-/// ring order that follows NVLink (topo::device_ring_order) avoids the slow pairs of machines
-/// whose GPUs are not all directly connected.
+/// successor; then it meets its two ring neighbours at a barrier (every rank at a call's first
+/// epoch). Each rank so reads staging from one peer only, 2 (world - 1) / world of the vector per
+/// all-reduce (the bandwidth-optimal amount; for half and bfloat16 the reduce-scatter half moves
+/// fp32 partials, 3 (world - 1) / world of the vector's bytes), over the one link to its
+/// predecessor, so a ring order that follows NVLink (topo::device_ring_order) keeps the bulk off
+/// the slow pairs of machines whose GPUs are not all directly connected. (Flags still go to every
+/// rank, and the workspaces are where the communicator put them: device_communicator::memory.)
 ///
 /// Order of combination: piece k is folded along the ring starting at position k + 1,
 /// op(...op(op(x_{k+1}, x_{k+2}), x_{k+3})..., x_k) (positions mod world), as collx's host ring
@@ -24,6 +26,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -122,6 +125,9 @@ struct ring_plan {
   std::size_t chunks = 0;  ///< chunks of the call (0 when count is 0)
   unsigned blocks = 0;     ///< thread blocks of the launch
   std::size_t vector = 1;  ///< elements per vector
+  /// Bytes per element of the slot: the larger of the element and its accumulator (a slot holds
+  /// partial folds in one step and elements in another).
+  std::size_t cell_bytes = 0;
 
   /// Ring steps (barriers) per chunk; a chunk runs steps 0 .. steps(), the last one only reading.
   COLLX_HOST_DEVICE constexpr unsigned steps() const noexcept {
@@ -171,6 +177,16 @@ struct ring_plan {
   COLLX_HOST_DEVICE constexpr block_range range(std::size_t length, unsigned b) const noexcept {
     return chunk_block_range(piece_length(0), length, blocks, b, vector);
   }
+  /// Where block b's part of a slot starts, in bytes: its chunk-0 range's first element times
+  /// cell_bytes. A block stages partial folds (accumulator) and elements (T) from there on, packed
+  /// (the j-th element of the piece at region + (j - region_first(b)) x size), so whatever it
+  /// stages it stays inside its own region: a wider accumulator cannot reach the bytes of another
+  /// block, whose successor may still be reading them (blocks meet only their own peers).
+  COLLX_HOST_DEVICE constexpr std::size_t region_offset(unsigned b) const noexcept {
+    return region_first(b) * cell_bytes;
+  }
+  /// The first element of the piece block b's region holds (its chunk-0 range's begin).
+  COLLX_HOST_DEVICE constexpr std::size_t region_first(unsigned b) const noexcept { return range(piece_length(0), b).begin; }
   /// Step s (0 .. steps()) of the rank at `position` (see the file comment): reduce-scatter steps
   /// 0 .. world - 1 fold, all-gather steps copy.
   COLLX_HOST_DEVICE constexpr ring_step step(unsigned s) const noexcept {
@@ -231,6 +247,7 @@ inline ring_plan plan_ring(ring_phase phase, const ring_order& ring, int rank, s
   p.next = ring.at(p.position + 1);
   p.count = count;
   p.vector = vector;
+  p.cell_bytes = slot_elem_bytes;
   p.piece = slot_bytes / slot_elem_bytes / vector * vector;
   if (p.piece == 0)
     COLLX_THROW(errc::invalid_argument, "gpu: a staging slot of " + std::to_string(slot_bytes) + " bytes cannot hold " +
@@ -240,6 +257,22 @@ inline ring_plan plan_ring(ring_phase phase, const ring_order& ring, int rank, s
   const std::size_t want = (vectors + device_threads_per_block - 1) / device_threads_per_block;
   p.blocks = static_cast<unsigned>(std::clamp<std::size_t>(want, 1, block_cap));
   return p;
+}
+
+/// The signature of a ring call whose direct form (the same collective and arguments, no
+/// algorithm) signs `direct`: `direct` with bits of its count field flipped, the fewest that make
+/// it differ from `direct`, from each of `others` (for all_reduce: two-shot's two launches) and
+/// from the reserved rejected signature. A ring call met by a direct or two-shot one therefore
+/// fails with errc::mismatch whatever the count (a hash of its own would collide 1 time in 64).
+inline device_signature ring_signature(device_signature direct, std::initializer_list<device_signature> others = {}) noexcept {
+  const unsigned shift = device_signature::fields[4].shift;
+  for (std::uint32_t m = 1; m < 64; ++m) {
+    const std::uint32_t bits = direct.bits ^ (m << shift);
+    bool clash = bits == rejected_signature_bits;
+    for (const device_signature o : others) clash = clash || bits == o.bits;
+    if (!clash) return {bits};
+  }
+  return {direct.bits ^ (1u << shift)};  // not reached: at most three values are excluded
 }
 
 /// The peers a ring barrier at chunk epoch `epoch` waits for, as a bit mask of ranks: every rank at
