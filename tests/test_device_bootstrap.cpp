@@ -5,7 +5,8 @@
 // neighbours of a DGX-1, shared host memory between GPUs without peer access, host when asked);
 // with host memory every rank's workspace lies in one shared-memory object that each rank maps
 // itself and whose name is gone once the communicator exists; requests that cannot be met fail on
-// every rank; a rank whose setup fails makes every rank throw at once; nothing stays allocated.
+// every rank; a rank whose setup fails makes every rank throw at once; nothing stays allocated;
+// ring calls keep their slots in device memory where every ring hop has peer access.
 // Kernels cannot run here: the collectives themselves are tested on a GPU (tests/cuda).
 #include <catch2/catch.hpp>
 
@@ -64,7 +65,8 @@ struct rank_result {
 // Creates a device communicator on every rank (rank r on devices[r], asking for memory[r] when
 // given), runs `inside(dc)` on each while all exist, and returns what each rank saw.
 std::vector<rank_result> create(const std::vector<int>& devices, std::vector<gpu::workspace_memory> memory = {},
-                                std::function<void(gpu::device_communicator&)> inside = {}) {
+                                std::function<void(gpu::device_communicator&)> inside = {},
+                                std::function<void(gpu::device_options&)> adjust = {}) {
   collx::env::warn_unknown_variables_once(false);  // the fake's COLLX_FAKE_* variables are not collx's
   const int world = static_cast<int>(devices.size());
   if (memory.empty()) memory.assign(devices.size(), gpu::workspace_memory::automatic);
@@ -81,6 +83,7 @@ std::vector<rank_result> create(const std::vector<int>& devices, std::vector<gpu
         opt.device = devices[ur];
         opt.staging_bytes = 64 << 10;
         opt.memory = memory[ur];
+        if (adjust) adjust(opt);
         gpu::device_communicator dc(comms[ur], opt);
         out[ur].memory = dc.memory();
         for (int p = 0; p < world; ++p) out[ur].paths.push_back(dc.path_to_peer(p));
@@ -145,6 +148,60 @@ TEST_CASE("device bootstrap: without peer access the workspaces share one host m
   }
   CHECK(objects_while_alive == 0);  // the name went once every rank had mapped it
   CHECK(fake_cudart_live() == 0);
+}
+
+TEST_CASE("device bootstrap: ring calls stage in device memory where every ring hop has peer access", "[cuda][bootstrap]") {
+  // DGX-1 GPUs 0, 1, 5, 4: the ring 0 -> 1 -> 5 -> 4 -> 0 runs over NVLink, but 0-5 and 1-4 have
+  // no peer access, so the workspaces go to host memory while the ring's slots stay on the GPUs.
+  fake_machine dgx("dgx1-v100");
+  struct lanes {
+    std::byte* own = nullptr;
+    std::byte* prev = nullptr;
+    gpu::workspace_memory ring{};
+  };
+  const gpu::workspace_layout lay = gpu::workspace_layout::for_staging(64 << 10);
+  auto run = [&](std::vector<int> order, bool allowed) {
+    std::vector<lanes> seen(4);
+    const auto res = create(
+        {0, 1, 5, 4}, {},
+        [&](gpu::device_communicator& dc) {
+          const gpu::device_view& v = dc.view();
+          seen[static_cast<std::size_t>(dc.rank())] = {v.ring_own_staging, v.ring_prev_staging, dc.ring_staging_memory()};
+          if (v.ring_own_staging) CHECK(v.ring_own_staging == v.local + lay.staging_offset);  // its own device workspace
+        },
+        [&](gpu::device_options& o) {
+          o.ring_order = order;
+          o.ring_device_staging = allowed;
+        });
+    for (const auto& r : res) {
+      INFO(r.error);
+      REQUIRE(r.error.empty());
+      CHECK(r.memory == gpu::workspace_memory::host);
+    }
+    return seen;
+  };
+  const auto on = run({}, true);
+  for (int r = 0; r < 4; ++r) {
+    const lanes& l = on[static_cast<std::size_t>(r)];
+    CHECK(l.ring == gpu::workspace_memory::device);
+    REQUIRE(l.own != nullptr);
+    CHECK(l.prev == on[static_cast<std::size_t>((r + 3) % 4)].own);  // the predecessor's slots, as it sees them
+  }
+  // A ring with a hop without peer access (GPU 0 -> GPU 5), or the option off: the host slots.
+  for (const auto& seen : {run({0, 2, 1, 3}, true), run({}, false)})
+    for (const lanes& l : seen) {
+      CHECK(l.ring == gpu::workspace_memory::host);
+      CHECK(l.own == nullptr);
+      CHECK(l.prev == nullptr);
+    }
+  // Device workspaces: the ring uses their slots, no extra staging.
+  for (const auto& r : create({0, 1, 2, 3}, {}, [&](gpu::device_communicator& dc) {
+         CHECK(dc.ring_staging_memory() == gpu::workspace_memory::device);
+         CHECK(dc.view().ring_own_staging == nullptr);
+       }))
+    CHECK(r.error.empty());
+  CHECK(fake_cudart_live() == 0);
+  CHECK(host_workspace_objects() == 0);
 }
 
 TEST_CASE("device bootstrap: asked-for memory holds, or every rank fails alike", "[cuda][bootstrap]") {

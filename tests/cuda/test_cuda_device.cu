@@ -209,13 +209,19 @@ TEST_CASE("gpu device ring: all_reduce, reduce_scatter and all_gather give the r
 }
 
 TEST_CASE("gpu device ring: through shared host memory, and with the default staging", "[gpu][cuda]") {
-  for (auto memory : {gpu::workspace_memory::automatic, gpu::workspace_memory::host}) {
+  // Host workspaces with the ring's slots in device memory (every hop reaches: one GPU) and
+  // without (ring_device_staging off); device workspaces with the default staging.
+  for (int config = 0; config < 3; ++config) {
+    const auto memory = config == 0 ? gpu::workspace_memory::automatic : gpu::workspace_memory::host;
     gpu::device_options opt;
     opt.timeout = std::chrono::seconds(15);
     opt.memory = memory;
+    opt.ring_device_staging = config != 2;
     if (memory == gpu::workspace_memory::host) opt.staging_bytes = 32 << 10;
-    INFO("memory " << gpu::workspace_memory_name(memory));
+    INFO("memory " << gpu::workspace_memory_name(memory) << ", ring slots in device memory allowed: " << opt.ring_device_staging);
     require_none(on_ranks(3, opt, std::chrono::seconds(60), [&](gpu::device_communicator& dc, cudaStream_t s, auto& out) {
+      const auto want = config == 2 ? gpu::workspace_memory::host : gpu::workspace_memory::device;
+      if (dc.ring_staging_memory() != want) out.push_back("ring slots not where the options put them");
       int call = 0;
       const std::size_t big = memory == gpu::workspace_memory::host ? 9001 : (std::size_t{3} << 20) + 17;  // several 4 MiB slots
       for (std::size_t count : {std::size_t{5}, big}) {

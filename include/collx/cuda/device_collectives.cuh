@@ -863,6 +863,14 @@ __device__ inline void ring_move(const ring_step& st, block_range r, const T* in
       });
 }
 
+/// The ring slot of `owner` (this rank or its ring predecessor) for chunk epoch `epoch`: in the
+/// ranks' device memory where the workspaces are in host memory but every ring hop has peer access
+/// (device_options::ring_device_staging), else the workspace's own slot.
+__device__ inline std::byte* ring_slot(const device_view& v, int owner, std::uint64_t epoch) {
+  std::byte* lane = owner == v.rank ? v.ring_own_staging : v.ring_prev_staging;
+  return lane ? lane + (epoch & 1) * v.slot_bytes : slot_of<std::byte>(v, owner, epoch);
+}
+
 /// A ring call in one launch: every chunk's steps 0 .. plan.steps() (ring_plan::step), each but
 /// the last followed by a barrier with the ring neighbours (every rank at the call's first epoch).
 /// V: the access width (1 where this rank's pointers do not allow 16-byte accesses).
@@ -881,8 +889,7 @@ __global__ void __launch_bounds__(device_threads_per_block, device_blocks_per_sm
       const piece_span sp = plan.span(c, st.piece);
       const std::uint64_t epoch = base + c * steps + s + 1;  // what this step stages (s < steps)
       ring_move<T, Op, V>(st, plan.range(sp.length, blockIdx.x), src + plan.input_offset(c, st.piece), dst + plan.output_offset(c, st.piece),
-                          slot_of<std::byte>(v, plan.prev, epoch - 1) + region, slot_of<std::byte>(v, v.rank, epoch) + region, first, op,
-                          v.world);
+                          ring_slot(v, plan.prev, epoch - 1) + region, ring_slot(v, v.rank, epoch) + region, first, op, v.world);
       if (st.stage && !barrier(v, epoch, sig, ring_barrier_peers(plan, v.rank, epoch, base + 1))) return;
     }
   call_end(v, base + plan.chunks * steps);

@@ -84,6 +84,13 @@ struct device_options {
   /// @throws (from the constructor) collx::error (errc::invalid_argument) on every rank when a
   ///   rank's ring_order is not empty and not a permutation of its ranks.
   std::vector<int> ring_order;
+  /// With the workspaces in shared host memory, let ring calls stage in device memory instead, when
+  /// every ring hop has peer access (the successor's GPU reaches the predecessor's): each rank
+  /// reads only its ring predecessor's slots, so a ring over NVLink (topo::device_ring_order) moves
+  /// its bulk over NVLink on a machine where other pairs lack peer access, such as a DGX-1. Costs
+  /// one more device allocation of the workspace's size per rank. Flags stay in host memory. Rank
+  /// 0's choice holds for every rank. device_communicator::ring_staging_memory() says which.
+  bool ring_device_staging = true;
 };
 
 /// What a kernel needs to reach every rank's workspace (passed by value to the kernels).
@@ -104,6 +111,8 @@ struct device_view {
   std::size_t p2p_staging_offset = 0;           ///< bytes: workspace_layout::p2p_staging_offset
   std::size_t staging_offset = 0;               ///< bytes: workspace_layout::staging_offset
   std::size_t slot_bytes = 0;                   ///< bytes per staging slot
+  std::byte* ring_own_staging = nullptr;        ///< this rank's ring slots in device memory (ring_device_staging), else null
+  std::byte* ring_prev_staging = nullptr;       ///< the ring predecessor's, mapped here, else null
   device_status* status = nullptr;              ///< host-mapped status (device address)
   std::uint64_t timeout_ns = 0;                 ///< wait limit per flag
 };
@@ -182,6 +191,7 @@ class device_communicator {
       const std::uint64_t my_reach = reach_mask();
       all_gather<algo::direct>(host, std::span<const std::uint64_t>(&my_reach, 1), std::span<std::uint64_t>(reach));
       memory_ = choose_workspace_memory(records_, reach);
+      ring_staging_ = memory_;
 
       // Rank 0's form threshold for every rank: ranks that chose differently would fail each call.
       const bool device = memory_ == workspace_memory::device;
@@ -196,13 +206,26 @@ class device_communicator {
           "accept its device_options::ring_order", [&] { ring_ = make_ring_order(opt.ring_order, host.size()); },
           errc::invalid_argument);
       collx::broadcast<algo::direct>(host, std::span<int>(ring_.order, max_device_world), 0);
+      std::uint8_t ring_lanes = opt.ring_device_staging ? 1 : 0;
+      collx::broadcast<algo::direct>(host, std::span<std::uint8_t>(&ring_lanes, 1), 0);
+      const bool ring_in_device = !device && ring_lanes && ring_hops_reach(reach);
 
       // Counters and claim are this rank's alone: with host memory only they stay on the device.
-      on_every_rank("allocate its device workspace", [&] { allocate_workspace(device ? layout_.total_bytes : layout_.flags_offset); });
+      on_every_rank("allocate its device workspace",
+                    [&] { allocate_workspace(device || ring_in_device ? layout_.total_bytes : layout_.flags_offset); });
       if (device) {
         publish_device_workspace();
         on_every_rank("map the peers' workspaces", [&] { open_peers(); });
       } else {
+        if (ring_in_device) {  // the device workspace's staging slots, read by the ring successor only
+          publish_device_workspace();
+          on_every_rank("map its ring predecessor's staging", [&] {
+            const int prev = ring_.at(ring_.position_of(rank()) - 1);
+            view_.ring_prev_staging = map_peer(prev) + layout_.staging_offset;
+            view_.ring_own_staging = static_cast<std::byte*>(workspace_) + layout_.staging_offset;
+          });
+          ring_staging_ = workspace_memory::device;
+        }
         open_host_workspaces();
       }
     } catch (...) {
@@ -265,6 +288,10 @@ class device_communicator {
   std::size_t two_shot_min_bytes() const noexcept { return two_shot_min_bytes_; }
   /// The ring of algo::ring calls (device_options::ring_order, rank 0's).
   const ring_order& ring() const noexcept { return ring_; }
+  /// Where ring calls stage: device memory with device workspaces, and with host workspaces where
+  /// every ring hop has peer access (device_options::ring_device_staging); host otherwise. The
+  /// same on every rank.
+  workspace_memory ring_staging_memory() const noexcept { return ring_staging_; }
   /// How this rank reaches rank `peer`'s workspace.
   peer_path path_to_peer(int peer) const {
     if (memory_ == workspace_memory::host && peer != rank()) return peer_path::host_memory;
@@ -537,32 +564,40 @@ class device_communicator {
 
   /// Workspace memory device: maps every peer's device workspace (records_).
   void open_peers() {
-    for (int p = 0; p < size(); ++p) {
-      const peer_record& r = records_[static_cast<std::size_t>(p)];
-      switch (path_to(records_, rank(), p)) {
-        case peer_path::self: view_.workspace[p] = static_cast<std::byte*>(workspace_); break;
-        case peer_path::same_process:
-          if (r.device != device_) enable_peer_access(r.device, p);
-          view_.workspace[p] = reinterpret_cast<std::byte*>(static_cast<std::uintptr_t>(r.workspace_address));
-          break;
-        case peer_path::ipc: {
-          cudaIpcMemHandle_t h{};
-          std::memcpy(&h, r.ipc_handle.data(), sizeof h);
-          void* mapped = nullptr;
-          const cudaError_t e = cudaIpcOpenMemHandle(&mapped, h, cudaIpcMemLazyEnablePeerAccess);
-          if (e != cudaSuccess)
-            COLLX_THROW(errc::cuda, "gpu: rank " + std::to_string(rank()) + " (device " + std::to_string(device_) +
-                                        ") cannot map rank " + std::to_string(p) + "'s workspace (device " +
-                                        std::to_string(r.device) + " of its process): cudaIpcOpenMemHandle: " +
-                                        cudaGetErrorName(e) + " (" + cudaGetErrorString(e) +
-                                        "); workspace_memory::host stages through host memory instead");
-          opened_.push_back(mapped);
-          view_.workspace[p] = static_cast<std::byte*>(mapped);
-          break;
-        }
-        case peer_path::host_memory: break;  // path_to never gives it: open_host_workspaces maps those
-      }
+    for (int p = 0; p < size(); ++p) view_.workspace[p] = map_peer(p);
+  }
+
+  /// Rank p's device workspace (records_, after publish_device_workspace) as this rank reaches it:
+  /// its own, the address itself in this process (peer access enabled), or mapped over CUDA IPC.
+  std::byte* map_peer(int p) {
+    const peer_record& r = records_[static_cast<std::size_t>(p)];
+    if (p == rank()) return static_cast<std::byte*>(workspace_);
+    if (r.process == records_[static_cast<std::size_t>(rank())].process) {
+      if (r.device != device_) enable_peer_access(r.device, p);
+      return reinterpret_cast<std::byte*>(static_cast<std::uintptr_t>(r.workspace_address));
     }
+    cudaIpcMemHandle_t h{};
+    std::memcpy(&h, r.ipc_handle.data(), sizeof h);
+    void* mapped = nullptr;
+    const cudaError_t e = cudaIpcOpenMemHandle(&mapped, h, cudaIpcMemLazyEnablePeerAccess);
+    if (e != cudaSuccess)
+      COLLX_THROW(errc::cuda, "gpu: rank " + std::to_string(rank()) + " (device " + std::to_string(device_) +
+                                  ") cannot map rank " + std::to_string(p) + "'s workspace (device " + std::to_string(r.device) +
+                                  " of its process): cudaIpcOpenMemHandle: " + cudaGetErrorName(e) + " (" +
+                                  cudaGetErrorString(e) + "); workspace_memory::host stages through host memory instead");
+    opened_.push_back(mapped);
+    return static_cast<std::byte*>(mapped);
+  }
+
+  /// True when every ring hop has peer access: the successor's GPU reaches the predecessor's
+  /// device memory (reach as choose_workspace_memory takes it).
+  bool ring_hops_reach(const std::vector<std::uint64_t>& reach) const {
+    if (size() < 2) return false;
+    for (int k = 0; k < size(); ++k) {
+      const int prev = ring_.at(k), next = ring_.at(k + 1);
+      if (!((reach[static_cast<std::size_t>(next)] >> prev) & 1u)) return false;
+    }
+    return true;
   }
 
   void enable_peer_access(int peer_device, int peer) const {
@@ -604,6 +639,7 @@ class device_communicator {
   unsigned blocks_ = 1;
   std::size_t two_shot_min_bytes_ = SIZE_MAX;
   ring_order ring_{};
+  workspace_memory ring_staging_ = workspace_memory::device;
   workspace_memory memory_ = workspace_memory::device;
   shared_host_memory shared_;                // the workspaces, when memory_ is host
   device_view view_{};
