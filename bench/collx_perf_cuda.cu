@@ -434,10 +434,7 @@ int main(int argc, char** argv) {
                         dc.zero_copy_windows() ? "" : " (the registered rows stage too)");
             if (dc.two_shot_min_bytes() == SIZE_MAX) std::printf("# all-reduce: one-shot at every size\n");
             else std::printf("# all-reduce: one-shot below %zu B per rank, two-shot from there on\n", dc.two_shot_min_bytes());
-            if (o.ring)
-              std::printf("# --algo ring: the staged columns run algo::ring over the rank order, slots in %s memory; the reg columns "
-                          "stay direct\n",
-                          gpu::workspace_memory_name(dc.ring_staging_memory()));
+            if (o.ring) std::printf("# --algo ring: the staged columns run algo::ring over the rank order; the reg columns stay direct\n");
           }
           rank_main(st, dc, s);
         }

@@ -14,8 +14,8 @@
 #      memory from 8 B to 1 GiB with 2 ranks (NCCL beside them when each rank has its own GPU), then
 #      custom ops against built-in sums; all-reduce one-shot against two-shot with 4 ranks (one per
 #      GPU where there are 4, else sharing them); the ring (--algo ring) with 4 ranks; 2 ranks with
-#      their workspaces in shared host memory (--memory host; also with --algo ring, whose slots
-#      stay on the GPU); with one rank per GPU when there are 4 or more GPUs;
+#      their workspaces in shared host memory (--memory host; also with --algo ring); with one
+#      rank per GPU when there are 4 or more GPUs;
 #   7. writes everything to bench/results/gpu-check-<host>-<UTC time>.log ($OUT/ instead when set).
 # Budget: under 8 minutes on one H200 (build about 1.5 min with 16 cores, tests and benchmark about
 # 2 min).
@@ -109,7 +109,7 @@ step() { printf '\n==== %s ====\n' "$*"; }
     echo "# --memory host"
     timeout 45 "$build/bench/collx-perf-cuda" --ranks 2 -b 8 -e 64M -f 8 --rounds 2 --no-custom --memory host ||
       { echo "gpu-check: collx-perf-cuda --memory host failed"; status=1; }
-    # The ring with host workspaces: its slots stay in device memory (ring_device_staging).
+    # The ring with host workspaces (its slots and flags over PCIe).
     echo "# --memory host --algo ring"
     timeout 30 "$build/bench/collx-perf-cuda" --ranks 2 -b 1M -e 64M -f 8 --rounds 2 --no-custom --memory host --algo ring ||
       { echo "gpu-check: collx-perf-cuda --memory host --algo ring failed"; status=1; }

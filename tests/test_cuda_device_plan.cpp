@@ -150,15 +150,21 @@ TEST_CASE("device records: paths, checks and the agreed block count", "[cuda]") 
   CHECK_THROWS_AS(gpu::check_records(std::vector<gpu::peer_record>(gpu::max_device_world + 1), 0), collx::error);
 }
 
-TEST_CASE("device workspace memory: device only where every GPU reaches every other, as asked", "[cuda]") {
+TEST_CASE("device workspace memory: device where every GPU reaches every other, mixed where some do, as asked", "[cuda]") {
   using gpu::workspace_memory;
   std::vector<gpu::peer_record> r(3);
   const std::uint64_t all = 0b111;
   std::vector<std::uint64_t> reach{all, all, all};
   CHECK(gpu::choose_workspace_memory(r, reach) == workspace_memory::device);
-  // One pair without peer access (rank 2 cannot reach rank 0's GPU): everyone stages through host.
+  // One pair without peer access (rank 2 cannot reach rank 0's GPU): that pair goes through host
+  // memory, the others keep device memory (mixed); with no pair of GPUs in reach, all of it host.
   reach[2] = 0b110;
-  CHECK(gpu::choose_workspace_memory(r, reach) == workspace_memory::host);
+  CHECK(gpu::choose_workspace_memory(r, reach) == workspace_memory::mixed);
+  CHECK(gpu::choose_workspace_memory(r, {0b001, 0b010, 0b100}) == workspace_memory::host);
+  r[0].memory = workspace_memory::mixed;  // asking for mixed is asking for automatic
+  CHECK(gpu::choose_workspace_memory(r, reach) == workspace_memory::mixed);
+  CHECK(gpu::choose_workspace_memory(r, {all, all, all}) == workspace_memory::device);
+  r[0].memory = workspace_memory::automatic;
   // Asking for device memory there is an error naming the pair, on every rank alike.
   r[1].memory = workspace_memory::device;
   try {
@@ -187,6 +193,7 @@ TEST_CASE("device workspace memory: device only where every GPU reaches every ot
   // One rank alone always gets device memory unless it asks for host.
   CHECK(gpu::choose_workspace_memory(std::vector<gpu::peer_record>(1), {0b1}) == workspace_memory::device);
   CHECK(std::string(gpu::workspace_memory_name(workspace_memory::host)) == "host");
+  CHECK(std::string(gpu::workspace_memory_name(workspace_memory::mixed)) == "mixed");
 }
 
 TEST_CASE("device chunks and block ranges cover every element once, vector-aligned", "[cuda]") {

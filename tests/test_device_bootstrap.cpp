@@ -2,11 +2,12 @@
 // program links tests/fakes/fake_cudart.cpp in place of libcudart, so the canned machines of
 // fake_gpu_machines.hpp decide peer access. Ranks are threads. Checked: the ranks agree on the
 // workspace memory from the wiring (device memory on an NVSwitch machine and between NVLink
-// neighbours of a DGX-1, shared host memory between GPUs without peer access, host when asked);
+// neighbours of a DGX-1, shared host memory between GPUs without peer access: mixed where some
+// pairs have it, host when asked);
 // with host memory every rank's workspace lies in one shared-memory object that each rank maps
 // itself and whose name is gone once the communicator exists; requests that cannot be met fail on
 // every rank; a rank whose setup fails makes every rank throw at once; nothing stays allocated;
-// ring calls keep their slots in device memory where every ring hop has peer access.
+// with mixed memory the pointers of every pair of ranks meet in the same memory.
 // Kernels cannot run here: the collectives themselves are tested on a GPU (tests/cuda).
 #include <catch2/catch.hpp>
 
@@ -115,7 +116,7 @@ TEST_CASE("device bootstrap: device memory where every GPU reaches every other",
   for (const auto& r : create({0, 1, 2, 3})) CHECK(r.memory == gpu::workspace_memory::device);
   for (const auto& r : create({0, 1, 5})) {
     INFO(r.error);
-    CHECK(r.memory == gpu::workspace_memory::host);
+    CHECK(r.memory == gpu::workspace_memory::mixed);
   }
   CHECK(fake_cudart_live() == 0);
   CHECK(host_workspace_objects() == 0);
@@ -150,58 +151,108 @@ TEST_CASE("device bootstrap: without peer access the workspaces share one host m
   CHECK(fake_cudart_live() == 0);
 }
 
-TEST_CASE("device bootstrap: ring calls stage in device memory where every ring hop has peer access", "[cuda][bootstrap]") {
-  // DGX-1 GPUs 0, 1, 5, 4: the ring 0 -> 1 -> 5 -> 4 -> 0 runs over NVLink, but 0-5 and 1-4 have
-  // no peer access, so the workspaces go to host memory while the ring's slots stay on the GPUs.
+TEST_CASE("device bootstrap: mixed memory, device between GPUs with peer access and host between the others", "[cuda][bootstrap]") {
+  // DGX-1 GPUs 0, 1, 5, 4: 0-1, 1-5, 5-4, 4-0 are NVLink neighbours, 0-5 and 1-4 have no peer
+  // access. Every rank writes a distinct word through each of its pointers (flags into each peer,
+  // a slot every peer reads, staging one peer reads), then every rank checks it reads each word
+  // where the kernels read it: the pointers of every pair must meet in the same memory.
   fake_machine dgx("dgx1-v100");
-  struct lanes {
-    std::byte* own = nullptr;
-    std::byte* prev = nullptr;
-    gpu::workspace_memory ring{};
-  };
-  const gpu::workspace_layout lay = gpu::workspace_layout::for_staging(64 << 10);
-  auto run = [&](std::vector<int> order, bool allowed) {
-    std::vector<lanes> seen(4);
-    const auto res = create(
-        {0, 1, 5, 4}, {},
-        [&](gpu::device_communicator& dc) {
-          const gpu::device_view& v = dc.view();
-          seen[static_cast<std::size_t>(dc.rank())] = {v.ring_own_staging, v.ring_prev_staging, dc.ring_staging_memory()};
-          if (v.ring_own_staging) CHECK(v.ring_own_staging == v.local + lay.staging_offset);  // its own device workspace
-        },
-        [&](gpu::device_options& o) {
-          o.ring_order = order;
-          o.ring_device_staging = allowed;
-        });
-    for (const auto& r : res) {
-      INFO(r.error);
-      REQUIRE(r.error.empty());
-      CHECK(r.memory == gpu::workspace_memory::host);
+  const std::vector<int> gpus{0, 1, 5, 4};
+  const int n = 4;
+  auto word = [](int writer, int reader, int what) { return 0x1000000ull * (what + 1) + 0x1000ull * writer + reader; };
+  std::atomic<int> wrong{0}, checked{0};
+  std::vector<std::vector<gpu::peer_path>> paths(n);
+  const auto res = create(gpus, {}, [&](gpu::device_communicator& dc) {
+    const gpu::device_view& v = dc.view();
+    const int me = dc.rank();
+    auto u64 = [](std::byte* base, std::size_t offset, std::size_t index) {
+      return reinterpret_cast<std::atomic<std::uint64_t>*>(base + offset) + index;
+    };
+    for (int q = 0; q < n; ++q) {
+      // flags: this rank's word in q's table, row 0, column me (barrier, flag_all_peers)
+      u64(v.workspace[q], v.flags_offset, static_cast<std::size_t>(me))->store(word(me, q, 0));
+      // what only q reads (a send's staging, the ring's slot for q): word at this rank's outbox[q]
+      u64(v.outbox[q], v.p2p_staging_offset, static_cast<std::size_t>(q))->store(word(me, q, 1));
     }
-    return seen;
-  };
-  const auto on = run({}, true);
-  for (int r = 0; r < 4; ++r) {
-    const lanes& l = on[static_cast<std::size_t>(r)];
-    CHECK(l.ring == gpu::workspace_memory::device);
-    REQUIRE(l.own != nullptr);
-    CHECK(l.prev == on[static_cast<std::size_t>((r + 3) % 4)].own);  // the predecessor's slots, as it sees them
+    // a slot every peer reads: its own workspace, and the mirror where some peers read
+    u64(v.workspace[me], v.staging_offset, 0)->store(word(me, -1, 2));
+    if (v.mirror) u64(v.mirror, v.staging_offset, 0)->store(word(me, -1, 2));
+    collx::barrier(dc.host());
+    for (int p = 0; p < n; ++p) {
+      if (u64(v.inbox[p], v.flags_offset, static_cast<std::size_t>(p))->load() != word(p, me, 0)) ++wrong;
+      if (u64(v.workspace[p], v.p2p_staging_offset, static_cast<std::size_t>(me))->load() != word(p, me, 1)) ++wrong;
+      if (u64(v.workspace[p], v.staging_offset, 0)->load() != word(p, -1, 2)) ++wrong;
+      checked += 3;
+    }
+    paths[static_cast<std::size_t>(me)] = {};
+    for (int p = 0; p < n; ++p) paths[static_cast<std::size_t>(me)].push_back(dc.path_to_peer(p));
+    // Only ranks some peer cannot reach keep a mirror: here every rank (each has one such peer).
+    CHECK(v.mirror != nullptr);
+    CHECK(v.local == v.workspace[me]);  // device workspace first: counters, claim, then the rest
+    collx::barrier(dc.host());
+  });
+  for (const auto& r : res) {
+    INFO(r.error);
+    REQUIRE(r.error.empty());
+    CHECK(r.memory == gpu::workspace_memory::mixed);
   }
-  // A ring with a hop without peer access (GPU 0 -> GPU 5), or the option off: the host slots.
-  for (const auto& seen : {run({0, 2, 1, 3}, true), run({}, false)})
-    for (const lanes& l : seen) {
-      CHECK(l.ring == gpu::workspace_memory::host);
-      CHECK(l.own == nullptr);
-      CHECK(l.prev == nullptr);
-    }
-  // Device workspaces: the ring uses their slots, no extra staging.
-  for (const auto& r : create({0, 1, 2, 3}, {}, [&](gpu::device_communicator& dc) {
-         CHECK(dc.ring_staging_memory() == gpu::workspace_memory::device);
-         CHECK(dc.view().ring_own_staging == nullptr);
-       }))
-    CHECK(r.error.empty());
+  CHECK(wrong == 0);
+  CHECK(checked == 3 * n * n);
+  // Rank 0 (GPU 0) reaches ranks 1 (GPU 1) and 3 (GPU 4) in device memory, rank 2 (GPU 5) in host.
+  CHECK(paths[0][1] == gpu::peer_path::same_process);
+  CHECK(paths[0][2] == gpu::peer_path::host_memory);
+  CHECK(paths[0][3] == gpu::peer_path::same_process);
+  CHECK(paths[1][3] == gpu::peer_path::host_memory);
+  // The same exchange with every pair in host memory (asked for), and with every pair in device
+  // memory (GPUs 0-3), where nobody needs a mirror.
+  for (auto [devs, memory] : {std::pair{gpus, gpu::workspace_memory::host}, std::pair{std::vector<int>{0, 1, 2, 3}, gpu::workspace_memory::automatic}}) {
+    wrong = 0;
+    const auto again = create(devs, std::vector<gpu::workspace_memory>(4, memory), [&](gpu::device_communicator& dc) {
+      const gpu::device_view& v = dc.view();
+      const int me = dc.rank();
+      CHECK(v.mirror == nullptr);
+      for (int q = 0; q < n; ++q)
+        reinterpret_cast<std::atomic<std::uint64_t>*>(v.workspace[q] + v.flags_offset)[me].store(word(me, q, 0));
+      collx::barrier(dc.host());
+      for (int p = 0; p < n; ++p)
+        if (reinterpret_cast<std::atomic<std::uint64_t>*>(v.inbox[p] + v.flags_offset)[p].load() != word(p, me, 0)) ++wrong;
+      collx::barrier(dc.host());
+    });
+    for (const auto& r : again) CHECK(r.error.empty());
+    CHECK(again[0].memory == (memory == gpu::workspace_memory::host ? gpu::workspace_memory::host : gpu::workspace_memory::device));
+    CHECK(wrong == 0);
+  }
   CHECK(fake_cudart_live() == 0);
   CHECK(host_workspace_objects() == 0);
+}
+
+TEST_CASE("device bootstrap: pairs the options take out of peer access go through host memory", "[cuda][bootstrap]") {
+  fake_machine m("hgx-h100");
+  // Rank 1 alone names (0, 2): every rank takes the union, so all agree on mixed.
+  std::vector<std::vector<gpu::peer_path>> paths(3);
+  const auto res = create(
+      {0, 1, 2}, {}, [&](gpu::device_communicator& dc) { paths[static_cast<std::size_t>(dc.rank())] = {dc.path_to_peer(0), dc.path_to_peer(1), dc.path_to_peer(2)}; },
+      [](gpu::device_options& o) {
+        if (o.device == 1) o.no_peer_access = {{0, 2}};
+      });
+  for (const auto& r : res) {
+    INFO(r.error);
+    REQUIRE(r.error.empty());
+    CHECK(r.memory == gpu::workspace_memory::mixed);
+  }
+  CHECK(paths[0][2] == gpu::peer_path::host_memory);
+  CHECK(paths[2][0] == gpu::peer_path::host_memory);
+  CHECK(paths[0][1] == gpu::peer_path::same_process);
+  // No pair left: all of it host. A rank outside the communicator: invalid_argument everywhere.
+  for (const auto& r : create({0, 1}, {}, {}, [](gpu::device_options& o) { o.no_peer_access = {{1, 0}}; }))
+    CHECK(r.memory == gpu::workspace_memory::host);
+  for (const auto& r : create({0, 1}, {}, {}, [](gpu::device_options& o) {
+         if (o.device == 0) o.no_peer_access = {{0, 2}};
+       })) {
+    CHECK(r.code == collx::errc::invalid_argument);
+    CHECK(r.error.find("no_peer_access") != std::string::npos);
+  }
+  CHECK(fake_cudart_live() == 0);
 }
 
 TEST_CASE("device bootstrap: asked-for memory holds, or every rank fails alike", "[cuda][bootstrap]") {

@@ -9,7 +9,8 @@
 // holding for ranks whose options say otherwise; the same sweep with the workspaces in shared
 // host memory (the path between GPUs without peer access); send/recv (rings, every pair,
 // collectives in between, a count mismatch, two ranks that both send first); the ring forms
-// (algo::ring) against the ring's own fold, in several ring orders, over device and host memory.
+// (algo::ring) against the ring's own fold, in several ring orders, over device and host memory;
+// and everything with mixed memory (pairs taken out of peer access go through host memory).
 // Tagged [gpu]: without a device, gpu_test_main.cpp skips them.
 #include <catch2/catch.hpp>
 
@@ -209,19 +210,14 @@ TEST_CASE("gpu device ring: all_reduce, reduce_scatter and all_gather give the r
 }
 
 TEST_CASE("gpu device ring: through shared host memory, and with the default staging", "[gpu][cuda]") {
-  // Host workspaces with the ring's slots in device memory (every hop reaches: one GPU) and
-  // without (ring_device_staging off); device workspaces with the default staging.
-  for (int config = 0; config < 3; ++config) {
-    const auto memory = config == 0 ? gpu::workspace_memory::automatic : gpu::workspace_memory::host;
+  // Host workspaces (every slot and flag over PCIe), then device workspaces with the default staging.
+  for (auto memory : {gpu::workspace_memory::host, gpu::workspace_memory::automatic}) {
     gpu::device_options opt;
     opt.timeout = std::chrono::seconds(15);
     opt.memory = memory;
-    opt.ring_device_staging = config != 2;
     if (memory == gpu::workspace_memory::host) opt.staging_bytes = 32 << 10;
-    INFO("memory " << gpu::workspace_memory_name(memory) << ", ring slots in device memory allowed: " << opt.ring_device_staging);
+    INFO("memory " << gpu::workspace_memory_name(memory));
     require_none(on_ranks(3, opt, std::chrono::seconds(60), [&](gpu::device_communicator& dc, cudaStream_t s, auto& out) {
-      const auto want = config == 2 ? gpu::workspace_memory::host : gpu::workspace_memory::device;
-      if (dc.ring_staging_memory() != want) out.push_back("ring slots not where the options put them");
       int call = 0;
       const std::size_t big = memory == gpu::workspace_memory::host ? 9001 : (std::size_t{3} << 20) + 17;  // several 4 MiB slots
       for (std::size_t count : {std::size_t{5}, big}) {
@@ -260,6 +256,33 @@ TEST_CASE("gpu device ring: a ring call against a direct call fails on every ran
   const auto problems = on_ranks(2, opt, std::chrono::seconds(30), [](gpu::device_communicator&, cudaStream_t, auto&) {});
   REQUIRE(problems.size() == 2);
   for (const auto& p : problems) CHECK(p.find("ring order") != std::string::npos);
+}
+
+TEST_CASE("gpu device collectives: mixed memory, some pairs through host memory, gives the same results", "[gpu][cuda]") {
+  // Ranks 0-2 and 1-3 taken out of peer access (device_options::no_peer_access): those pairs
+  // read and flag each other through shared host memory, the others in device memory, and every
+  // rank stages what all peers read in both. The sweeps of the other tests, the ring included
+  // (its hops 0-1, 1-2, 2-3, 3-0 all in device memory).
+  gpu::device_options opt;
+  opt.staging_bytes = 32 << 10;
+  opt.timeout = std::chrono::seconds(15);
+  opt.no_peer_access = {{0, 2}, {1, 3}};
+  require_none(on_ranks(4, opt, std::chrono::seconds(60), [](gpu::device_communicator& dc, cudaStream_t s, auto& out) {
+    if (dc.memory() == gpu::workspace_memory::device) out.push_back("workspace memory is device despite no_peer_access");
+    const int across = (dc.rank() + 2) % 4;
+    if (dc.path_to_peer(across) != gpu::peer_path::host_memory) out.push_back("the pair without peer access is not in host memory");
+    int call = 0;
+    reduction_sweep(dc, s, call, out);
+    for (std::size_t count : sweep_counts) {
+      collx_cuda_test::sweep_copies<float>(dc, s, count, 0, ++call, out);
+      collx_cuda_test::sweep_v_forms<float>(dc, s, count, false, 1, ++call, collx::ops::sum{}, out);
+      collx_cuda_test::sweep_all_to_all_v<triple>(dc, s, count, true, 0, ++call, out);
+      collx_cuda_test::sweep_ring<float>(dc, s, count, 0, call += 3, collx::ops::sum{}, out);
+      collx_cuda_test::sweep_ring<collx::half>(dc, s, count, 1, call += 3, collx::ops::sum{}, out);
+    }
+    collx_cuda_test::sweep_windows<float>(dc, s, 5000, ++call, collx::ops::sum{}, false, out);
+    for (std::size_t count : sweep_counts) collx_cuda_test::sweep_send_recv<float>(dc, s, count, 1, call += 20, out);
+  }));
 }
 
 TEST_CASE("gpu device send/recv: rings, every pair, and collectives in between", "[gpu][cuda]") {

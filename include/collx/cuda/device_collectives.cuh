@@ -10,7 +10,9 @@
 /// any size). A call is cut into chunks that fit one staging slot (device_plan.hpp). For each chunk,
 /// every rank copies what its peers need into its own slot, then the ranks meet at a barrier, then
 /// each rank reads what it needs straight from its peers' slots (over NVLink/PCIe peer mappings,
-/// the same GPU's memory, or shared host memory where the GPUs lack peer access) and writes its
+/// the same GPU's memory, or shared host memory where the GPUs lack peer access: per pair with
+/// workspace_memory::mixed, whose ranks also stage into host memory what such peers read; see
+/// device_view) and writes its
 /// output. Reductions fold the ranks in rank order 0, 1, ...,
 /// n-1 in the accumulator type (fp32 for half/bfloat16), so every rank gets the same bits as the
 /// host path, whatever the op.
@@ -128,6 +130,32 @@ __device__ inline T* p2p_half_of(const device_view& v, int owner, std::uint64_t 
   return reinterpret_cast<T*>(v.workspace[owner] + v.p2p_staging_offset + (seq & 1) * (v.slot_bytes / 2));
 }
 
+// Where this rank reads what peers write to it, and writes what peers read (device_view: with
+// memory mixed these differ by pair).
+
+/// The flags rank p writes to this rank ([block][p] words of this rank's flag table).
+__device__ inline std::uint64_t* flags_from(const device_view& v, int p) {
+  return reinterpret_cast<std::uint64_t*>(v.inbox[p] + v.flags_offset);
+}
+/// This rank's staging slot for chunk epoch `epoch` where rank `reader` alone reads it (the ring's
+/// successor), as elements of T.
+template <class T>
+__device__ inline T* slot_for(const device_view& v, int reader, std::uint64_t epoch) {
+  return reinterpret_cast<T*>(v.outbox[reader] + v.staging_offset + (epoch & 1) * v.slot_bytes);
+}
+/// This rank's point-to-point staging half for its chunk `seq` to rank `reader`, where it reads it.
+template <class T>
+__device__ inline T* p2p_half_for(const device_view& v, int reader, std::uint64_t seq) {
+  return reinterpret_cast<T*>(v.outbox[reader] + v.p2p_staging_offset + (seq & 1) * (v.slot_bytes / 2));
+}
+/// The same bytes as `own` (in this rank's workspace as v.workspace[v.rank] has it) in its mirror,
+/// or null without one.
+template <class T>
+__device__ inline T* mirror_of(const device_view& v, T* own) {
+  if (!v.mirror) return nullptr;
+  return reinterpret_cast<T*>(v.mirror + (reinterpret_cast<std::byte*>(own) - v.workspace[v.rank]));
+}
+
 /// Reads one T bypassing L1 (ld.global.cg): peers rewrite staging between chunks, and only L2 (or
 /// the peer's memory) is coherent with their writes.
 template <class T>
@@ -235,7 +263,7 @@ __device__ inline bool barrier(const device_view& v, std::uint64_t epoch, device
     cuda::atomic_ref<std::uint64_t, cuda::thread_scope_system> out(flags_of(v, p)[blockIdx.x * max_device_world + v.rank]);
     out.store(flag_word(epoch, sig), cuda::memory_order_release);
 
-    cuda::atomic_ref<std::uint64_t, cuda::thread_scope_system> in(flags_of(v, v.rank)[blockIdx.x * max_device_world + p]);
+    cuda::atomic_ref<std::uint64_t, cuda::thread_scope_system> in(flags_from(v, p)[blockIdx.x * max_device_world + p]);
     cuda::atomic_ref<std::uint64_t, cuda::thread_scope_device> claim(*claim_of(v));
     std::uint64_t start = 0;
     for (unsigned polls = 0;; ++polls) {
@@ -370,6 +398,14 @@ __device__ inline void copy_range(block_range r, const T* src, T* dst) {
       });
 }
 
+/// copy_range into this rank's own workspace (`own`: a slot or row every peer reads), and into the
+/// same bytes of its mirror when some peers read it there (device_view::mirror).
+template <class T, std::size_t V>
+__device__ inline void stage_range(const device_view& v, block_range r, const T* src, T* own) {
+  copy_range<T, V, false>(r, src, own);
+  if (T* m = mirror_of(v, own)) copy_range<T, V, false>(r, src, m);
+}
+
 // The collectives: stage(chunk) copies this rank's contribution into its slot; consume(chunk) reads
 // the peers' slots and writes the output. Both see the chunk's first element `cb`, its epoch and the
 // block's range of the chunk.
@@ -382,7 +418,7 @@ struct all_reduce_step {
   Op op;
   int root;
   __device__ void stage(const device_view& v, const chunk_plan&, std::uint64_t epoch, std::size_t cb, block_range r) const {
-    copy_range<T, V, false>(r, src + cb, slot_of<T>(v, v.rank, epoch));
+    stage_range<T, V>(v, r, src + cb, slot_of<T>(v, v.rank, epoch));
   }
   __device__ void consume(const device_view& v, const chunk_plan&, std::uint64_t epoch, std::size_t cb, block_range r) const {
     if (root < 0 || root == v.rank)
@@ -398,7 +434,7 @@ struct reduce_scatter_step {
   Op op;
   __device__ void stage(const device_view& v, const chunk_plan& p, std::uint64_t epoch, std::size_t cb, block_range r) const {
     for (int d = 0; d < v.world; ++d)
-      copy_range<T, V, false>(r, src + static_cast<std::size_t>(d) * p.count + cb, slot_of<T>(v, v.rank, epoch) + d * p.row_pitch);
+      stage_range<T, V>(v, r, src + static_cast<std::size_t>(d) * p.count + cb, slot_of<T>(v, v.rank, epoch) + d * p.row_pitch);
   }
   __device__ void consume(const device_view& v, const chunk_plan& p, std::uint64_t epoch, std::size_t cb, block_range r) const {
     const std::size_t row = static_cast<std::size_t>(v.rank) * p.row_pitch;
@@ -412,7 +448,7 @@ struct all_gather_step {
   const T* src;
   T* dst;
   __device__ void stage(const device_view& v, const chunk_plan&, std::uint64_t epoch, std::size_t cb, block_range r) const {
-    copy_range<T, V, false>(r, src + cb, slot_of<T>(v, v.rank, epoch));
+    stage_range<T, V>(v, r, src + cb, slot_of<T>(v, v.rank, epoch));
   }
   __device__ void consume(const device_view& v, const chunk_plan& p, std::uint64_t epoch, std::size_t cb, block_range r) const {
     for (int q = 0; q < v.world; ++q)
@@ -427,7 +463,7 @@ struct broadcast_step {
   T* dst;
   int root;
   __device__ void stage(const device_view& v, const chunk_plan&, std::uint64_t epoch, std::size_t cb, block_range r) const {
-    if (v.rank == root) copy_range<T, V, false>(r, src + cb, slot_of<T>(v, v.rank, epoch));
+    if (v.rank == root) stage_range<T, V>(v, r, src + cb, slot_of<T>(v, v.rank, epoch));
   }
   __device__ void consume(const device_view& v, const chunk_plan&, std::uint64_t epoch, std::size_t cb, block_range r) const {
     if (v.rank != root || src != dst) copy_range<T, V, true>(r, slot_of<T>(v, root, epoch), dst + cb);
@@ -442,7 +478,7 @@ struct all_to_all_step {
   T* dst;
   __device__ void stage(const device_view& v, const chunk_plan& p, std::uint64_t epoch, std::size_t cb, block_range r) const {
     for (int d = 0; d < v.world; ++d)
-      copy_range<T, V, false>(r, src + static_cast<std::size_t>(d) * p.count + cb, slot_of<T>(v, v.rank, epoch) + d * p.row_pitch);
+      stage_range<T, V>(v, r, src + static_cast<std::size_t>(d) * p.count + cb, slot_of<T>(v, v.rank, epoch) + d * p.row_pitch);
   }
   __device__ void consume(const device_view& v, const chunk_plan& p, std::uint64_t epoch, std::size_t cb, block_range r) const {
     for (int q = 0; q < v.world; ++q)
@@ -459,7 +495,7 @@ struct all_gather_v_step {
   T* dst;
   v_layout lay;
   __device__ void stage(const device_view& v, const chunk_plan&, std::uint64_t epoch, std::size_t cb, block_range r) const {
-    copy_range<T, V, false>(clip_to_row(r, cb, lay.counts[v.rank]), src + cb, slot_of<T>(v, v.rank, epoch));
+    stage_range<T, V>(v, clip_to_row(r, cb, lay.counts[v.rank]), src + cb, slot_of<T>(v, v.rank, epoch));
   }
   __device__ void consume(const device_view& v, const chunk_plan&, std::uint64_t epoch, std::size_t cb, block_range r) const {
     for (int q = 0; q < v.world; ++q)
@@ -477,7 +513,7 @@ struct reduce_scatter_v_step {
   v_layout lay;
   __device__ void stage(const device_view& v, const chunk_plan& p, std::uint64_t epoch, std::size_t cb, block_range r) const {
     for (int d = 0; d < v.world; ++d)
-      copy_range<T, V, false>(clip_to_row(r, cb, lay.counts[d]), src + lay.displs[d] + cb,
+      stage_range<T, V>(v, clip_to_row(r, cb, lay.counts[d]), src + lay.displs[d] + cb,
                               slot_of<T>(v, v.rank, epoch) + d * p.row_pitch);
   }
   __device__ void consume(const device_view& v, const chunk_plan& p, std::uint64_t epoch, std::size_t cb, block_range r) const {
@@ -555,8 +591,11 @@ __global__ void __launch_bounds__(device_threads_per_block, device_blocks_per_sm
   call_start(v, base, dead);
   if (dead) return;
   if (threadIdx.x == 0) longest = 0, bad_peer = max_device_world;
-  if (threadIdx.x < static_cast<unsigned>(v.world))
-    exchange_of(v, v.rank, base + 1, blockIdx.x)[threadIdx.x] = lay.send_counts[threadIdx.x];
+  if (threadIdx.x < static_cast<unsigned>(v.world)) {
+    std::uint64_t* row = exchange_of(v, v.rank, base + 1, blockIdx.x);
+    row[threadIdx.x] = lay.send_counts[threadIdx.x];
+    if (std::uint64_t* m = mirror_of(v, row)) m[threadIdx.x] = lay.send_counts[threadIdx.x];
+  }
   if (!barrier(v, base + 1, sig)) return;  // (its first __syncthreads also orders the init above)
   // Thread q * world + d reads what rank q sends rank d: the longest block sets the row length.
   const unsigned cells = static_cast<unsigned>(v.world * v.world);
@@ -584,7 +623,7 @@ __global__ void __launch_bounds__(device_threads_per_block, device_blocks_per_sm
     const block_range r = chunk_block_range(std::min<std::size_t>(longest, chunk), n, gridDim.x, blockIdx.x, device_vector_elements<T>);
     T* slot = slot_of<T>(v, v.rank, epoch);
     for (int d = 0; d < v.world; ++d)
-      copy_range<T, V, false>(clip_to_row(r, cb, lay.send_counts[d]), src + lay.send_displs[d] + cb, slot + d * chunk);
+      stage_range<T, V>(v, clip_to_row(r, cb, lay.send_counts[d]), src + lay.send_displs[d] + cb, slot + d * chunk);
     if (!barrier(v, epoch, sig)) return;
     for (int q = 0; q < v.world; ++q)
       copy_range<T, V, true>(clip_to_row(r, cb, lay.recv_counts[q]), slot_of<T>(v, q, epoch) + static_cast<std::size_t>(v.rank) * chunk,
@@ -863,14 +902,6 @@ __device__ inline void ring_move(const ring_step& st, block_range r, const T* in
       });
 }
 
-/// The ring slot of `owner` (this rank or its ring predecessor) for chunk epoch `epoch`: in the
-/// ranks' device memory where the workspaces are in host memory but every ring hop has peer access
-/// (device_options::ring_device_staging), else the workspace's own slot.
-__device__ inline std::byte* ring_slot(const device_view& v, int owner, std::uint64_t epoch) {
-  std::byte* lane = owner == v.rank ? v.ring_own_staging : v.ring_prev_staging;
-  return lane ? lane + (epoch & 1) * v.slot_bytes : slot_of<std::byte>(v, owner, epoch);
-}
-
 /// A ring call in one launch: every chunk's steps 0 .. plan.steps() (ring_plan::step), each but
 /// the last followed by a barrier with the ring neighbours (every rank at the call's first epoch).
 /// V: the access width (1 where this rank's pointers do not allow 16-byte accesses).
@@ -889,7 +920,8 @@ __global__ void __launch_bounds__(device_threads_per_block, device_blocks_per_sm
       const piece_span sp = plan.span(c, st.piece);
       const std::uint64_t epoch = base + c * steps + s + 1;  // what this step stages (s < steps)
       ring_move<T, Op, V>(st, plan.range(sp.length, blockIdx.x), src + plan.input_offset(c, st.piece), dst + plan.output_offset(c, st.piece),
-                          ring_slot(v, plan.prev, epoch - 1) + region, ring_slot(v, v.rank, epoch) + region, first, op, v.world);
+                          slot_of<std::byte>(v, plan.prev, epoch - 1) + region, slot_for<std::byte>(v, plan.next, epoch) + region, first,
+                          op, v.world);
       if (st.stage && !barrier(v, epoch, sig, ring_barrier_peers(plan, v.rank, epoch, base + 1))) return;
     }
   call_end(v, base + plan.chunks * steps);
@@ -970,8 +1002,11 @@ __device__ int p2p_next(const device_view& v, const p2p_part<T>& send, const p2p
   const std::size_t row = std::size_t{blockIdx.x} * max_device_world;
   const std::size_t cell_send = row + static_cast<std::size_t>(send.peer < 0 ? 0 : send.peer);
   const std::size_t cell_recv = row + static_cast<std::size_t>(recv.peer < 0 ? 0 : recv.peer);
-  cuda::atomic_ref<std::uint64_t, cuda::thread_scope_system> ack(p2p_ack_of(v, v.rank)[cell_send]);
-  cuda::atomic_ref<std::uint64_t, cuda::thread_scope_system> ready(p2p_ready_of(v, v.rank)[cell_recv]);
+  // The tables the peers write to this rank, where each writes them (device_view::inbox).
+  cuda::atomic_ref<std::uint64_t, cuda::thread_scope_system> ack(
+      reinterpret_cast<std::uint64_t*>(v.inbox[send.peer < 0 ? v.rank : send.peer] + v.p2p_ack_offset)[cell_send]);
+  cuda::atomic_ref<std::uint64_t, cuda::thread_scope_system> ready(
+      reinterpret_cast<std::uint64_t*>(v.inbox[recv.peer < 0 ? v.rank : recv.peer] + v.p2p_ready_offset)[cell_recv]);
   cuda::atomic_ref<std::uint64_t, cuda::thread_scope_device> claim(*claim_of(v));
   const bool sends = send_chunks > 0;
   std::uint64_t start = 0;
@@ -997,7 +1032,7 @@ __device__ int p2p_next(const device_view& v, const p2p_part<T>& send, const p2p
       if (verdict != flag_verdict::wait && kr == 0) {  // the message's exact size, published before this flag
         const std::uint64_t theirs =
             cuda::atomic_ref<std::uint64_t, cuda::thread_scope_system>(
-                reinterpret_cast<std::uint64_t*>(v.workspace[v.rank] + v.p2p_size_offset)[cell_recv])
+                reinterpret_cast<std::uint64_t*>(v.inbox[recv.peer] + v.p2p_size_offset)[cell_recv])
                 .load(cuda::memory_order_relaxed);
         if (theirs != recv.size_word) {
           p2p_fail(v, device_failure::message_size, recv.peer, received + 1, theirs, 0, 0, device_activity::recv, recv.size_word);
@@ -1027,7 +1062,7 @@ __device__ int p2p_next(const device_view& v, const p2p_part<T>& send, const p2p
         const int peer = side == 0 ? send.peer : recv.peer;
         if (!(side == 0 ? send_pending : recv_pending)) continue;
         const std::uint64_t c = cuda::atomic_ref<std::uint64_t, cuda::thread_scope_system>(
-                                    flags_of(v, v.rank)[row + static_cast<std::size_t>(peer)])
+                                    flags_from(v, peer)[row + static_cast<std::size_t>(peer)])
                                     .load(cuda::memory_order_acquire);
         if (flag_epoch(c) == poison_epoch || flag_signature(c).bits == rejected_signature_bits) gone = side;
       }
@@ -1090,7 +1125,7 @@ __global__ void __launch_bounds__(device_threads_per_block, device_blocks_per_sm
     if (s & p2p_send_acked) send_acked = true;
     if (s & p2p_send_chunk) {
       const std::uint64_t seq = sent + ks + 1;
-      copy_range<T, V, false>(range_in_chunk(send.plan, ks, b), send.src + send.plan.chunk_begin(ks), p2p_half_of<T>(v, v.rank, seq));
+      copy_range<T, V, false>(range_in_chunk(send.plan, ks, b), send.src + send.plan.chunk_begin(ks), p2p_half_for<T>(v, send.peer, seq));
       p2p_signal(p2p_ready_of(v, send.peer) + cell, seq, send.sig);
       ++ks;
     }

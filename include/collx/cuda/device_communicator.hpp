@@ -63,19 +63,20 @@ struct device_options {
   std::chrono::milliseconds timeout{0};
   /// All-reduces of at least this many bytes per rank (count x sizeof(T)) run two-shot, smaller
   /// ones one-shot (direct_form in device_plan.hpp). 0: two_shot_crossover_bytes(size(), cost)
-  /// (host_memory_direct_cost instead of cost when the workspaces are in host memory),
+  /// (host_memory_direct_cost instead of cost when some workspace is reached in host memory),
   /// the size from which the cost model predicts two-shot faster (never on two ranks); SIZE_MAX:
   /// always one-shot; 1: always two-shot. Rank 0's choice holds for every rank (sent to the others
   /// when the communicator is created), so ranks cannot disagree on a call's form.
   std::size_t two_shot_min_bytes = 0;
   /// The figures two_shot_min_bytes = 0 decides by: by default an NVSwitch H100/H200;
   /// topo::device_direct_cost (collx/topo/device_cost.hpp) derives them from a machine's wiring.
-  /// Ignored when the workspaces are in host memory (host_memory_direct_cost decides then).
+  /// Ignored unless the workspaces are all in device memory (host_memory_direct_cost decides then).
   direct_cost cost{};
   /// Where the workspaces live (device_plan.hpp workspace_memory): automatic takes device memory
-  /// where every rank's GPU has peer access to every other's, shared host memory otherwise; host
-  /// forces the host path (also between ranks of one GPU, e.g. to test it). Ranks may differ only
-  /// between automatic and one other choice.
+  /// where every rank's GPU has peer access to every other's, and otherwise mixed (device memory
+  /// between the pairs with peer access, shared host memory between the others); host forces the
+  /// host path for every pair (also between ranks of one GPU, e.g. to test it, or where peer
+  /// access or CUDA IPC misbehaves). Ranks may differ only between automatic and one other choice.
   workspace_memory memory = workspace_memory::automatic;
   /// The ring of algo::ring calls (cuda/ring_plan.hpp): ring_order[k] is the rank at ring position
   /// k, every rank once; empty: the rank order 0, 1, ..., size() - 1. A ring that follows NVLink
@@ -84,18 +85,31 @@ struct device_options {
   /// @throws (from the constructor) collx::error (errc::invalid_argument) on every rank when a
   ///   rank's ring_order is not empty and not a permutation of its ranks.
   std::vector<int> ring_order;
-  /// With the workspaces in shared host memory, let ring calls stage in device memory instead, when
-  /// every ring hop has peer access (the successor's GPU reaches the predecessor's): each rank
-  /// reads only its ring predecessor's slots, so a ring over NVLink (topo::device_ring_order) moves
-  /// its bulk over NVLink on a machine where other pairs lack peer access, such as a DGX-1. Costs
-  /// one more device allocation of the workspace's size per rank. Flags stay in host memory. Rank
-  /// 0's choice holds for every rank. device_communicator::ring_staging_memory() says which.
-  bool ring_device_staging = true;
+  /// Pairs of ranks to treat as without peer access (both directions), whatever the GPUs allow:
+  /// their traffic goes through shared host memory (workspace_memory mixed, or host when no pair
+  /// is left), as with NCCL_P2P_DISABLE for chosen pairs: for a pair whose peer access misbehaves,
+  /// or to run the mixed path on one GPU. The union of every rank's pairs holds.
+  /// @throws (from the constructor) collx::error (errc::invalid_argument) on every rank when a
+  ///   rank lists a rank outside [0, size()).
+  std::vector<std::pair<int, int>> no_peer_access;
 };
 
 /// What a kernel needs to reach every rank's workspace (passed by value to the kernels).
+/// Which memory a kernel touches for what, per rank (memory mixed makes them differ by pair):
+///  - workspace[q]: where this rank reads rank q's data (slots, exchange rows, point-to-point
+///    staging) and writes its flags into rank q's tables;
+///  - inbox[p]: where this rank reads the flags rank p writes to it (its own workspace, in device
+///    memory if p's GPU reaches it, else its part of the shared host memory);
+///  - outbox[q]: where this rank stages what only rank q reads (a send to q, the ring's slot
+///    for its successor q): where q reads it;
+///  - workspace[rank] and mirror: where this rank stages what every peer reads (collective slots,
+///    exchange rows): workspace[rank], and the same offsets of mirror too when some peer reads it
+///    elsewhere (mixed: its host memory part), else mirror is null.
 struct device_view {
-  std::byte* workspace[max_device_world] = {};  ///< rank r's workspace, mapped here (device or shared host memory)
+  std::byte* workspace[max_device_world] = {};  ///< rank q's workspace as this rank reaches it (device or shared host memory)
+  std::byte* inbox[max_device_world] = {};      ///< this rank's workspace where rank p writes its flags to it
+  std::byte* outbox[max_device_world] = {};     ///< this rank's workspace where rank q reads what only it reads
+  std::byte* mirror = nullptr;                  ///< a second copy of this rank's workspace some peers read, or null
   std::byte* local = nullptr;                   ///< this rank's device memory below flags_offset: counters, claim, p2p counts (its alone)
   int rank = 0;                                 ///< this rank
   int world = 1;                                ///< ranks
@@ -111,8 +125,6 @@ struct device_view {
   std::size_t p2p_staging_offset = 0;           ///< bytes: workspace_layout::p2p_staging_offset
   std::size_t staging_offset = 0;               ///< bytes: workspace_layout::staging_offset
   std::size_t slot_bytes = 0;                   ///< bytes per staging slot
-  std::byte* ring_own_staging = nullptr;        ///< this rank's ring slots in device memory (ring_device_staging), else null
-  std::byte* ring_prev_staging = nullptr;       ///< the ring predecessor's, mapped here, else null
   device_status* status = nullptr;              ///< host-mapped status (device address)
   std::uint64_t timeout_ns = 0;                 ///< wait limit per flag
 };
@@ -190,8 +202,28 @@ class device_communicator {
       std::vector<std::uint64_t> reach(static_cast<std::size_t>(host.size()));
       const std::uint64_t my_reach = reach_mask();
       all_gather<algo::direct>(host, std::span<const std::uint64_t>(&my_reach, 1), std::span<std::uint64_t>(reach));
+      // Pairs any rank's options take out of reach (the union, so every rank decides alike).
+      std::array<std::uint16_t, max_device_world> deny{};
+      on_every_rank(
+          "accept its device_options::no_peer_access",
+          [&] {
+            for (const auto& [a, b] : opt.no_peer_access) {
+              if (a < 0 || a >= host.size() || b < 0 || b >= host.size())
+                COLLX_THROW(errc::invalid_argument, "gpu: device_options::no_peer_access names the pair (" + std::to_string(a) + ", " +
+                                                        std::to_string(b) + "), outside ranks 0 to " + std::to_string(host.size() - 1));
+              if (a == b) continue;  // a rank always reaches its own memory
+              deny[static_cast<std::size_t>(a)] |= static_cast<std::uint16_t>(1u << b);
+              deny[static_cast<std::size_t>(b)] |= static_cast<std::uint16_t>(1u << a);
+            }
+          },
+          errc::invalid_argument);
+      std::vector<std::array<std::uint16_t, max_device_world>> denied(static_cast<std::size_t>(host.size()));
+      all_gather<algo::direct>(host, std::span<const std::array<std::uint16_t, max_device_world>>(&deny, 1),
+                               std::span<std::array<std::uint16_t, max_device_world>>(denied));
+      for (const auto& d : denied)
+        for (std::size_t r = 0; r < reach.size(); ++r) reach[r] &= ~std::uint64_t{d[r]};
       memory_ = choose_workspace_memory(records_, reach);
-      ring_staging_ = memory_;
+      reach_ = reach;
 
       // Rank 0's form threshold for every rank: ranks that chose differently would fail each call.
       const bool device = memory_ == workspace_memory::device;
@@ -206,28 +238,16 @@ class device_communicator {
           "accept its device_options::ring_order", [&] { ring_ = make_ring_order(opt.ring_order, host.size()); },
           errc::invalid_argument);
       collx::broadcast<algo::direct>(host, std::span<int>(ring_.order, max_device_world), 0);
-      std::uint8_t ring_lanes = opt.ring_device_staging ? 1 : 0;
-      collx::broadcast<algo::direct>(host, std::span<std::uint8_t>(&ring_lanes, 1), 0);
-      const bool ring_in_device = !device && ring_lanes && ring_hops_reach(reach);
 
       // Counters and claim are this rank's alone: with host memory only they stay on the device.
-      on_every_rank("allocate its device workspace",
-                    [&] { allocate_workspace(device || ring_in_device ? layout_.total_bytes : layout_.flags_offset); });
-      if (device) {
+      const bool host_only = memory_ == workspace_memory::host;
+      on_every_rank("allocate its device workspace", [&] { allocate_workspace(host_only ? layout_.flags_offset : layout_.total_bytes); });
+      if (!host_only) {
         publish_device_workspace();
         on_every_rank("map the peers' workspaces", [&] { open_peers(); });
-      } else {
-        if (ring_in_device) {  // the device workspace's staging slots, read by the ring successor only
-          publish_device_workspace();
-          on_every_rank("map its ring predecessor's staging", [&] {
-            const int prev = ring_.at(ring_.position_of(rank()) - 1);
-            view_.ring_prev_staging = map_peer(prev) + layout_.staging_offset;
-            view_.ring_own_staging = static_cast<std::byte*>(workspace_) + layout_.staging_offset;
-          });
-          ring_staging_ = workspace_memory::device;
-        }
-        open_host_workspaces();
       }
+      if (!device) open_host_workspaces();
+      route_workspaces();
     } catch (...) {
       release();
       throw;
@@ -267,6 +287,13 @@ class device_communicator {
       barrier(*host_);
     } catch (...) {
     }
+    // Every rank unmaps its peers' workspaces before any rank frees its own (freeing memory another
+    // process still has mapped over CUDA IPC is undefined).
+    close_mappings();
+    try {
+      barrier(*host_);
+    } catch (...) {
+    }
     release();
   }
 
@@ -288,13 +315,9 @@ class device_communicator {
   std::size_t two_shot_min_bytes() const noexcept { return two_shot_min_bytes_; }
   /// The ring of algo::ring calls (device_options::ring_order, rank 0's).
   const ring_order& ring() const noexcept { return ring_; }
-  /// Where ring calls stage: device memory with device workspaces, and with host workspaces where
-  /// every ring hop has peer access (device_options::ring_device_staging); host otherwise. The
-  /// same on every rank.
-  workspace_memory ring_staging_memory() const noexcept { return ring_staging_; }
   /// How this rank reaches rank `peer`'s workspace.
   peer_path path_to_peer(int peer) const {
-    if (memory_ == workspace_memory::host && peer != rank()) return peer_path::host_memory;
+    if (peer != rank() && !reaches(rank(), peer)) return peer_path::host_memory;
     return path_to(records_, rank(), peer);
   }
   /// Where the workspaces live: workspace_memory::device or host (never automatic), the same on
@@ -369,7 +392,7 @@ class device_communicator {
       const window_record& r = all[static_cast<std::size_t>(p)];
       w.bytes[static_cast<std::size_t>(p)] = r.bytes;
       w.address[static_cast<std::size_t>(p)] = r.address;
-      if (memory_ == workspace_memory::host && p != rank()) continue;  // window calls stage: peers never read it
+      if (memory_ != workspace_memory::device && p != rank()) continue;  // window calls stage: peers never read it
       if (p == rank() || r.process == mine.process) {
         w.base[static_cast<std::size_t>(p)] = reinterpret_cast<const std::byte*>(static_cast<std::uintptr_t>(r.address));
         continue;
@@ -559,12 +582,40 @@ class device_communicator {
       if (rank() != 0) shared_ = shared_host_memory::open(name.data(), bytes);
     });
     if (rank() == 0) shared_.unlink_name();
-    for (int p = 0; p < size(); ++p) view_.workspace[p] = shared_.device() + static_cast<std::size_t>(p) * region;
+    for (int p = 0; p < size(); ++p) host_part_[static_cast<std::size_t>(p)] = shared_.device() + static_cast<std::size_t>(p) * region;
   }
 
-  /// Workspace memory device: maps every peer's device workspace (records_).
+  /// Maps the device workspace of every peer this rank reaches (records_; every peer with memory
+  /// device, those its GPU reaches with mixed).
   void open_peers() {
-    for (int p = 0; p < size(); ++p) view_.workspace[p] = map_peer(p);
+    for (int p = 0; p < size(); ++p)
+      if (reaches(rank(), p)) view_.workspace[p] = map_peer(p);
+  }
+
+  /// True when rank a reads and writes rank b's workspace in b's device memory: always with memory
+  /// device, never with host, where a's GPU reaches b's with mixed (and a's own, unless host).
+  bool reaches(int a, int b) const {
+    if (memory_ == workspace_memory::host) return false;
+    if (memory_ == workspace_memory::device || a == b) return true;
+    return (reach_[static_cast<std::size_t>(a)] >> b) & 1u;
+  }
+
+  /// Fills the view's per-pair pointers (device_view) from what reaches what: device memory where
+  /// the reader reaches it (mapped by open_peers), this rank's part of the shared host memory (set
+  /// by open_host_workspaces, in host_[]) otherwise.
+  void route_workspaces() {
+    std::byte* own_device = static_cast<std::byte*>(workspace_);
+    std::byte* own_host = host_part_[static_cast<std::size_t>(rank())];
+    bool some_peer_reads_host = false;
+    for (int p = 0; p < size(); ++p) {
+      if (!reaches(rank(), p)) view_.workspace[p] = host_part_[static_cast<std::size_t>(p)];
+      const bool p_reaches_me = reaches(p, rank());
+      view_.inbox[p] = p_reaches_me ? own_device : own_host;
+      view_.outbox[p] = p_reaches_me ? own_device : own_host;
+      some_peer_reads_host = some_peer_reads_host || !p_reaches_me;
+    }
+    view_.workspace[rank()] = memory_ == workspace_memory::host ? own_host : own_device;
+    view_.mirror = memory_ == workspace_memory::mixed && some_peer_reads_host ? own_host : nullptr;
   }
 
   /// Rank p's device workspace (records_, after publish_device_workspace) as this rank reaches it:
@@ -589,16 +640,7 @@ class device_communicator {
     return static_cast<std::byte*>(mapped);
   }
 
-  /// True when every ring hop has peer access: the successor's GPU reaches the predecessor's
-  /// device memory (reach as choose_workspace_memory takes it).
-  bool ring_hops_reach(const std::vector<std::uint64_t>& reach) const {
-    if (size() < 2) return false;
-    for (int k = 0; k < size(); ++k) {
-      const int prev = ring_.at(k), next = ring_.at(k + 1);
-      if (!((reach[static_cast<std::size_t>(next)] >> prev) & 1u)) return false;
-    }
-    return true;
-  }
+
 
   void enable_peer_access(int peer_device, int peer) const {
     int can = 0;
@@ -612,12 +654,17 @@ class device_communicator {
     else gpu::check(e, "cudaDeviceEnablePeerAccess");
   }
 
-  void release() noexcept {
+  /// Closes the IPC mappings of peers' workspaces and windows.
+  void close_mappings() noexcept {
     for (auto& [key, m] : mappings_) (void)cudaIpcCloseMemHandle(m.base);
     mappings_.clear();
     window_keys_.clear();
     for (void* p : opened_) (void)cudaIpcCloseMemHandle(p);
     opened_.clear();
+  }
+
+  void release() noexcept {
+    close_mappings();
     if (workspace_) (void)cudaFree(workspace_);
     workspace_ = nullptr;
     if (status_) (void)cudaFreeHost(status_);
@@ -639,8 +686,9 @@ class device_communicator {
   unsigned blocks_ = 1;
   std::size_t two_shot_min_bytes_ = SIZE_MAX;
   ring_order ring_{};
-  workspace_memory ring_staging_ = workspace_memory::device;
   workspace_memory memory_ = workspace_memory::device;
+  std::vector<std::uint64_t> reach_;        // reach_[a] bit b: rank a's GPU reaches rank b's (choose_workspace_memory)
+  std::array<std::byte*, max_device_world> host_part_{};  // each rank's part of the shared host memory, mapped here
   shared_host_memory shared_;                // the workspaces, when memory_ is host
   device_view view_{};
 };

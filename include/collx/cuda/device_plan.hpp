@@ -325,7 +325,7 @@ constexpr errc errc_of(device_failure f) noexcept {
 /// Where the ranks' workspaces (flags, exchange rows, staging slots) live, which decides how the
 /// GPUs reach each other. The same for every rank of a communicator (choose_workspace_memory).
 enum class workspace_memory : std::uint32_t {
-  /// device where every rank's GPU reaches every other rank's device memory, host otherwise.
+  /// device where every rank's GPU reaches every other rank's device memory, mixed otherwise.
   automatic = 0,
   /// Each rank's device memory, mapped into its peers (CUDA IPC, peer access): NVLink or PCIe
   /// peer-to-peer. Registered windows are read in place (zero-copy).
@@ -335,6 +335,14 @@ enum class workspace_memory : std::uint32_t {
   /// peers' staging from there, over PCIe, as NCCL's SHM transport does between GPUs without peer
   /// access. Works between any GPUs of one node, at host-memory bandwidth; window calls stage too.
   host = 2,
+  /// Both, per pair of ranks (what automatic picks when some GPUs reach each other and others do
+  /// not, as on a DGX-1 across its sockets): a rank reads a peer's data from, and writes its flags
+  /// into, the peer's device memory where its GPU reaches the peer's, the peer's part of the
+  /// shared host memory otherwise; it stages what several peers read (collective slots, exchange
+  /// rows) in both when some reader lacks peer access, and what one peer reads (its ring
+  /// successor's slot, a send's staging) where that peer reads it. Window calls stage. Asking for
+  /// it is asking for automatic.
+  mixed = 3,
 };
 
 /// "automatic", "device" or "host".
@@ -343,6 +351,7 @@ inline const char* workspace_memory_name(workspace_memory m) noexcept {
     case workspace_memory::automatic: return "automatic";
     case workspace_memory::device: return "device";
     case workspace_memory::host: return "host";
+    case workspace_memory::mixed: return "mixed";
   }
   return "unknown";
 }
@@ -351,7 +360,7 @@ inline const char* workspace_memory_name(workspace_memory m) noexcept {
 /// over the host communicator).
 struct peer_record {
   std::uint32_t magic = 0x636f6c78;   ///< "colx"
-  std::uint32_t version = 4;          ///< layout version of this record and the workspace (2: exchange area; 3: memory; 4: point-to-point)
+  std::uint32_t version = 5;          ///< layout version of this record, the workspace and the setup (2: exchange area; 3: memory; 4: point-to-point; 5: ring, mixed memory)
   std::uint64_t process = 0;          ///< pid and a per-process random token: equal = same address space
   std::uint64_t workspace_address = 0;  ///< the workspace's device address in the owner's process
   std::uint64_t workspace_bytes = 0;  ///< size of the workspace
@@ -369,7 +378,7 @@ enum class peer_path {
   self,          ///< its own workspace
   same_process,  ///< another rank of this process: the address is valid here (same or peer device)
   ipc,           ///< another process: cudaIpcOpenMemHandle
-  host_memory,   ///< any other rank of a communicator whose workspaces are in shared host memory
+  host_memory,   ///< another rank whose workspace this rank reaches in shared host memory (memory host, or mixed without peer access)
 };
 
 /// The path to the workspace of `peer` for rank `me`.
@@ -405,7 +414,9 @@ inline void check_records(const std::vector<peer_record>& records, int me) {
 /// The workspace memory of a communicator, decided alike on every rank from what each rank asked
 /// for (records[r].memory) and what its GPU reaches (reach[r] bit p: rank r's GPU can read and
 /// write rank p's device memory: the same GPU, or peer access): host when any rank asks for it;
-/// otherwise device when every GPU reaches every other, else host (unless a rank asked for device).
+/// otherwise device when every GPU reaches every other, else mixed where some pair of ranks
+/// reaches each other and host where none does (unless a rank asked for device). Asking for
+/// mixed counts as automatic.
 /// Precondition: reach.size() == records.size().
 /// @throws collx::error (errc::mismatch) when one rank asks for device memory and another for
 ///         host; (errc::invalid_argument) when a rank asks for device memory and some rank's GPU
@@ -420,10 +431,13 @@ inline workspace_memory choose_workspace_memory(const std::vector<peer_record>& 
     COLLX_THROW(errc::mismatch, "gpu: workspace memory differs: rank " + std::to_string(asked_device) +
                                     " asks for device memory, rank " + std::to_string(asked_host) + " for host memory");
   if (asked_host >= 0) return workspace_memory::host;
+  bool some_pair = false;  // two ranks on different GPUs with peer access, or on one GPU
+  for (std::size_t r = 0; r < records.size(); ++r)
+    for (std::size_t p = 0; p < records.size(); ++p) some_pair = some_pair || (p != r && ((reach.at(r) >> p) & 1u));
   for (std::size_t r = 0; r < records.size(); ++r)
     for (std::size_t p = 0; p < records.size(); ++p)
       if (p != r && !((reach.at(r) >> p) & 1u)) {
-        if (asked_device < 0) return workspace_memory::host;
+        if (asked_device < 0) return some_pair ? workspace_memory::mixed : workspace_memory::host;
         COLLX_THROW(errc::invalid_argument,
                     "gpu: rank " + std::to_string(asked_device) + " asks for device memory, but rank " + std::to_string(r) +
                         "'s GPU has no peer access to rank " + std::to_string(p) +

@@ -34,8 +34,9 @@ namespace topo {
 /// inputs over the model's busiest link for those flows (link sharing counted, NCCL's achievable
 /// link figures; a pair without peer access is host-staged, as the router decides). `base` when
 /// there are fewer than two GPUs. The device communicator takes these figures only where every
-/// pair of its GPUs has peer access: otherwise its workspaces are in shared host memory and
-/// gpu::host_memory_direct_cost decides (device_options::cost ignored). `routing`: peer access as the router sees it (route_options).
+/// pair of its GPUs has peer access: otherwise some pairs go through shared host memory
+/// (workspace_memory mixed or host) and gpu::host_memory_direct_cost decides (device_options::cost
+/// ignored). `routing`: peer access as the router sees it (route_options).
 /// @throws collx::error (errc::invalid_argument) for GPUs the model rejects (not GPU vertices,
 ///         repeated, or machines not contiguous).
 inline gpu::direct_cost device_direct_cost(const topology& t, const std::vector<int>& gpus, gpu::direct_cost base = {},
