@@ -261,12 +261,16 @@ TEST_CASE("gpu device ring: a ring call against a direct call fails on every ran
 TEST_CASE("gpu device collectives: mixed memory, some pairs through host memory, gives the same results", "[gpu][cuda]") {
   // Ranks 0-2 and 1-3 taken out of peer access (device_options::no_peer_access): those pairs
   // read and flag each other through shared host memory, the others in device memory, and every
-  // rank stages what all peers read in both. The sweeps of the other tests, the ring included
-  // (its hops 0-1, 1-2, 2-3, 3-0 all in device memory).
+  // rank stages what all peers read in both. The sweeps of the other tests, the ring included:
+  // in rank order (hops 0-1, 1-2, 2-3, 3-0, all in device memory), then 0-2-1-3 (two hops
+  // through host memory).
+  for (const std::vector<int>& order : {std::vector<int>{}, std::vector<int>{0, 2, 1, 3}}) {
   gpu::device_options opt;
   opt.staging_bytes = 32 << 10;
   opt.timeout = std::chrono::seconds(15);
   opt.no_peer_access = {{0, 2}, {1, 3}};
+  opt.ring_order = order;
+  INFO("ring order of " << order.size() << " ranks");
   require_none(on_ranks(4, opt, std::chrono::seconds(60), [](gpu::device_communicator& dc, cudaStream_t s, auto& out) {
     if (dc.memory() == gpu::workspace_memory::device) out.push_back("workspace memory is device despite no_peer_access");
     const int across = (dc.rank() + 2) % 4;
@@ -283,6 +287,7 @@ TEST_CASE("gpu device collectives: mixed memory, some pairs through host memory,
     collx_cuda_test::sweep_windows<float>(dc, s, 5000, ++call, collx::ops::sum{}, false, out);
     for (std::size_t count : sweep_counts) collx_cuda_test::sweep_send_recv<float>(dc, s, count, 1, call += 20, out);
   }));
+  }
 }
 
 TEST_CASE("gpu device send/recv: rings, every pair, and collectives in between", "[gpu][cuda]") {

@@ -1,7 +1,8 @@
 // collx's device collectives with ranks as processes (run by `collx-run -n N`): the workspaces
 // are reached over CUDA IPC (cudaIpcOpenMemHandle), then, on a second communicator, through one
 // shared pinned host-memory object (workspace_memory::host, the path between GPUs without peer
-// access); the host bootstrap is shared memory. Runs a
+// access), then both (workspace_memory::mixed, ranks 0 and 2 without peer access); the host
+// bootstrap is shared memory. Runs a
 // trimmed reference sweep of device_sweep.cuh on one device per rank (device rank % devices, so
 // several processes share a GPU on a one-GPU machine: correct, but each barrier then waits for
 // the GPU's time slicing between processes, milliseconds, so the sweep is short).
@@ -36,13 +37,19 @@ int main() {
     cudaStream_t s{};
     gpu::check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
     std::vector<std::string> problems;
-    for (gpu::workspace_memory memory : {gpu::workspace_memory::device, gpu::workspace_memory::host}) {
+    // device, host, then mixed: ranks 0 and 2 taken out of peer access (device_options::
+    // no_peer_access), so that pair goes through host memory and the others over CUDA IPC.
+    for (gpu::workspace_memory memory : {gpu::workspace_memory::device, gpu::workspace_memory::host, gpu::workspace_memory::mixed}) {
       opt.memory = memory;
+      if (memory == gpu::workspace_memory::mixed) opt.no_peer_access = {{0, 2}};
       gpu::device_communicator dc(host, opt);
       const std::string tag = std::string("workspace memory ") + gpu::workspace_memory_name(memory) + ": ";
-      const gpu::peer_path want = memory == gpu::workspace_memory::host ? gpu::peer_path::host_memory : gpu::peer_path::ipc;
-      for (int peer = 0; peer < dc.size(); ++peer)
+      if (dc.memory() != memory) problems.push_back(tag + "the communicator chose " + gpu::workspace_memory_name(dc.memory()));
+      for (int peer = 0; peer < dc.size(); ++peer) {
+        const bool across = memory == gpu::workspace_memory::host || (memory == gpu::workspace_memory::mixed && me + peer == 2 && me != peer);
+        const gpu::peer_path want = across ? gpu::peer_path::host_memory : gpu::peer_path::ipc;
         if (peer != me && dc.path_to_peer(peer) != want) problems.push_back(tag + "peer " + std::to_string(peer) + " not reached as asked");
+      }
       const std::size_t before = problems.size();
       int call = 0;
       for (std::size_t count : {std::size_t{7}, std::size_t{5000}})
@@ -60,8 +67,7 @@ int main() {
       // again after the memory was freed and allocated anew (a new handle must be mapped afresh).
       // With host memory the window calls stage and nothing is mapped.
       for (int round = 0; round < 2; ++round)
-        collx_cuda_test::sweep_windows<float>(dc, s, 3000, 100 + round, collx::ops::sum{}, memory == gpu::workspace_memory::device,
-                                              problems);
+        collx_cuda_test::sweep_windows<float>(dc, s, 3000, 100 + round, collx::ops::sum{}, dc.zero_copy_windows(), problems);
       for (std::size_t i = before; i < problems.size(); ++i) problems[i] = tag + problems[i];
     }
     cudaStreamDestroy(s);

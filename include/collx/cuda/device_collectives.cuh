@@ -399,7 +399,8 @@ __device__ inline void copy_range(block_range r, const T* src, T* dst) {
 }
 
 /// copy_range into this rank's own workspace (`own`: a slot or row every peer reads), and into the
-/// same bytes of its mirror when some peers read it there (device_view::mirror).
+/// same bytes of its mirror when some peers read it there (device_view::mirror). A row only rank
+/// d reads (reduce-scatter, all-to-all) is staged at slot_for(d) instead, where d reads it.
 template <class T, std::size_t V>
 __device__ inline void stage_range(const device_view& v, block_range r, const T* src, T* own) {
   copy_range<T, V, false>(r, src, own);
@@ -434,7 +435,7 @@ struct reduce_scatter_step {
   Op op;
   __device__ void stage(const device_view& v, const chunk_plan& p, std::uint64_t epoch, std::size_t cb, block_range r) const {
     for (int d = 0; d < v.world; ++d)
-      stage_range<T, V>(v, r, src + static_cast<std::size_t>(d) * p.count + cb, slot_of<T>(v, v.rank, epoch) + d * p.row_pitch);
+      copy_range<T, V, false>(r, src + static_cast<std::size_t>(d) * p.count + cb, slot_for<T>(v, d, epoch) + d * p.row_pitch);
   }
   __device__ void consume(const device_view& v, const chunk_plan& p, std::uint64_t epoch, std::size_t cb, block_range r) const {
     const std::size_t row = static_cast<std::size_t>(v.rank) * p.row_pitch;
@@ -478,7 +479,7 @@ struct all_to_all_step {
   T* dst;
   __device__ void stage(const device_view& v, const chunk_plan& p, std::uint64_t epoch, std::size_t cb, block_range r) const {
     for (int d = 0; d < v.world; ++d)
-      stage_range<T, V>(v, r, src + static_cast<std::size_t>(d) * p.count + cb, slot_of<T>(v, v.rank, epoch) + d * p.row_pitch);
+      copy_range<T, V, false>(r, src + static_cast<std::size_t>(d) * p.count + cb, slot_for<T>(v, d, epoch) + d * p.row_pitch);
   }
   __device__ void consume(const device_view& v, const chunk_plan& p, std::uint64_t epoch, std::size_t cb, block_range r) const {
     for (int q = 0; q < v.world; ++q)
@@ -513,8 +514,7 @@ struct reduce_scatter_v_step {
   v_layout lay;
   __device__ void stage(const device_view& v, const chunk_plan& p, std::uint64_t epoch, std::size_t cb, block_range r) const {
     for (int d = 0; d < v.world; ++d)
-      stage_range<T, V>(v, clip_to_row(r, cb, lay.counts[d]), src + lay.displs[d] + cb,
-                              slot_of<T>(v, v.rank, epoch) + d * p.row_pitch);
+      copy_range<T, V, false>(clip_to_row(r, cb, lay.counts[d]), src + lay.displs[d] + cb, slot_for<T>(v, d, epoch) + d * p.row_pitch);
   }
   __device__ void consume(const device_view& v, const chunk_plan& p, std::uint64_t epoch, std::size_t cb, block_range r) const {
     const std::size_t row = static_cast<std::size_t>(v.rank) * p.row_pitch;
@@ -621,9 +621,8 @@ __global__ void __launch_bounds__(device_threads_per_block, device_blocks_per_sm
     // Ranges in the type's vector width on every rank, whatever width this rank accesses with; the
     // same slot offsets in every chunk (chunk_block_range).
     const block_range r = chunk_block_range(std::min<std::size_t>(longest, chunk), n, gridDim.x, blockIdx.x, device_vector_elements<T>);
-    T* slot = slot_of<T>(v, v.rank, epoch);
-    for (int d = 0; d < v.world; ++d)
-      stage_range<T, V>(v, clip_to_row(r, cb, lay.send_counts[d]), src + lay.send_displs[d] + cb, slot + d * chunk);
+    for (int d = 0; d < v.world; ++d)  // row d is rank d's alone: staged where it reads
+      copy_range<T, V, false>(clip_to_row(r, cb, lay.send_counts[d]), src + lay.send_displs[d] + cb, slot_for<T>(v, d, epoch) + d * chunk);
     if (!barrier(v, epoch, sig)) return;
     for (int q = 0; q < v.world; ++q)
       copy_range<T, V, true>(clip_to_row(r, cb, lay.recv_counts[q]), slot_of<T>(v, q, epoch) + static_cast<std::size_t>(v.rank) * chunk,
@@ -1681,9 +1680,9 @@ void send_recv(device_communicator& dc, const T* send, std::size_t send_count, i
 
 // Zero-copy forms: the input is a registered window (device_communicator::register_window), read
 // by the peers in place. Two barriers per call and no staging, whatever the size. The element
-// offset into the window must be the same on every rank (part of the call signature). When the
-// workspaces are in host memory (device_communicator::zero_copy_windows() false: the GPUs cannot
-// read each other's memory), a window call checks its arguments the same way, then stages this
+// offset into the window must be the same on every rank (part of the call signature). When some
+// pair of ranks goes through host memory (device_communicator::zero_copy_windows() false: memory
+// host or mixed), a window call checks its arguments the same way, then stages this
 // rank's window elements as the pointer form does (one-shot), still signed with the window and
 // offset.
 

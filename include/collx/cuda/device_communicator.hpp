@@ -131,13 +131,13 @@ struct device_view {
 
 /// A buffer registered on every rank of a device communicator (device_communicator::register_window,
 /// as NCCL's ncclCommWindowRegister): peers read it in place, so collectives whose input is a window
-/// skip the staging copy (zero-copy), where the workspaces are in device memory; with host memory
-/// peers' buffers are not mapped and window calls stage (zero_copy_windows()).
+/// skip the staging copy (zero-copy), where every pair of ranks has peer access (memory device);
+/// otherwise (host, mixed) peers' buffers are not mapped and window calls stage (zero_copy_windows()).
 /// Every rank registers its own buffer, in the same order.
 struct window {
   std::uint32_t id = 0;                                 ///< registration number, the same on every rank
   int world = 0;                                        ///< ranks
-  std::array<const std::byte*, max_device_world> base{};   ///< rank r's buffer, as this rank reaches it (null for peers with host memory)
+  std::array<const std::byte*, max_device_world> base{};   ///< rank r's buffer, as this rank reaches it (null for every peer unless memory is device)
   std::array<std::uint64_t, max_device_world> bytes{};     ///< rank r's buffer size
   std::array<std::uint64_t, max_device_world> address{};   ///< rank r's buffer address in its own process
   /// True when element `offset` of every rank's buffer, as type T, is 16-byte aligned (the same
@@ -156,11 +156,12 @@ class device_communicator {
  public:
   /// Creates rank host.rank() of host.size() ranks: the ranks exchange records (device, process,
   /// what they ask for), agree on the workspace memory (choose_workspace_memory: device memory
-  /// where every GPU has peer access to every other, shared pinned host memory otherwise), then
-  /// map every rank's workspace (layout: device_plan.hpp): cudaIpcOpenMemHandle across processes,
-  /// the address itself within one process (enabling peer access between different GPUs), or one
-  /// shared-memory object that rank 0 creates and every rank registers with CUDA. Returns once
-  /// every rank has done so.
+  /// where every GPU has peer access to every other, mixed where some pairs have it, shared pinned
+  /// host memory where none do or when asked), then map the workspaces each rank reaches (layout:
+  /// device_plan.hpp): cudaIpcOpenMemHandle across processes, the address itself within one
+  /// process (enabling peer access between different GPUs), and, unless every pair has peer
+  /// access, one shared-memory object that rank 0 creates and every rank registers with CUDA.
+  /// Returns once every rank has done so.
   /// `host` must outlive this communicator and must not be used by another thread meanwhile.
   /// @throws collx::error (errc::cuda) when a CUDA call fails; (errc::system) on the rank that
   ///         cannot create or open the shared host workspace (e.g. /dev/shm too small); (errc::mismatch) when ranks ask
@@ -240,15 +241,25 @@ class device_communicator {
       collx::broadcast<algo::direct>(host, std::span<int>(ring_.order, max_device_world), 0);
 
       // Counters and claim are this rank's alone: with host memory only they stay on the device.
+      // Mapping the peers comes last, so that nothing fails once a peer may map this workspace.
       const bool host_only = memory_ == workspace_memory::host;
+      if (!device) open_host_workspaces();
       on_every_rank("allocate its device workspace", [&] { allocate_workspace(host_only ? layout_.flags_offset : layout_.total_bytes); });
       if (!host_only) {
         publish_device_workspace();
         on_every_rank("map the peers' workspaces", [&] { open_peers(); });
       }
-      if (!device) open_host_workspaces();
       route_workspaces();
     } catch (...) {
+      // Every rank failed together (on_every_rank): unmap, then meet, before anyone frees what a
+      // peer may still have mapped. (A failure of the host communicator itself skips the meeting.)
+      if (failed_together_) {
+        close_mappings();
+        try {
+          barrier(*host_);
+        } catch (...) {
+        }
+      }
       release();
       throw;
     }
@@ -283,16 +294,21 @@ class device_communicator {
   ~device_communicator() {
     (void)cudaSetDevice(device_);
     (void)cudaDeviceSynchronize();
+    bool met = false;
     try {
       barrier(*host_);
+      met = true;
     } catch (...) {
     }
     // Every rank unmaps its peers' workspaces before any rank frees its own (freeing memory another
-    // process still has mapped over CUDA IPC is undefined).
+    // process still has mapped over CUDA IPC is undefined). Not after a failed first meeting: a
+    // second one could pair with a late peer's first, or wait a second timeout for a dead peer.
     close_mappings();
-    try {
-      barrier(*host_);
-    } catch (...) {
+    if (met) {
+      try {
+        barrier(*host_);
+      } catch (...) {
+      }
     }
     release();
   }
@@ -320,11 +336,11 @@ class device_communicator {
     if (peer != rank() && !reaches(rank(), peer)) return peer_path::host_memory;
     return path_to(records_, rank(), peer);
   }
-  /// Where the workspaces live: workspace_memory::device or host (never automatic), the same on
-  /// every rank.
+  /// Where the workspaces live: workspace_memory::device, mixed or host (never automatic), the
+  /// same on every rank.
   workspace_memory memory() const noexcept { return memory_; }
-  /// True when peers read registered windows in place (device memory); with host memory a window
-  /// call stages its input like the pointer form.
+  /// True when peers read registered windows in place (memory device); with host or mixed memory
+  /// a window call stages its input like the pointer form.
   bool zero_copy_windows() const noexcept { return memory_ == workspace_memory::device; }
   /// What the kernels are given.
   const device_view& view() const noexcept { return view_; }
@@ -358,8 +374,8 @@ class device_communicator {
   /// every rank registers its own buffer (sizes may differ), in the same order. Peers map it (CUDA
   /// IPC across processes: the allocation's handle is opened once per peer and cached, keyed by the
   /// handle, so memory freed and allocated again, which gets a new handle, is mapped afresh).
-  /// With workspace memory host nothing is mapped (window calls stage their input, as the pointer
-  /// forms do), but the registration is still collective and checked the same way.
+  /// With workspace memory host or mixed nothing is mapped (window calls stage their input, as the
+  /// pointer forms do), but the registration is still collective and checked the same way.
   /// The buffer must stay allocated until deregister_window.
   /// @throws collx::error (errc::invalid_argument) for a null pointer, zero bytes, or a range that is
   ///         not inside one device allocation; (errc::cuda) when mapping fails; host errors.
@@ -559,6 +575,7 @@ class device_communicator {
     const std::uint8_t ok = error ? 0 : 1;
     std::vector<std::uint8_t> all(static_cast<std::size_t>(size()));
     all_gather<algo::direct>(*host_, std::span<const std::uint8_t>(&ok, 1), std::span<std::uint8_t>(all));
+    failed_together_ = std::find(all.begin(), all.end(), std::uint8_t{0}) != all.end();
     if (error) std::rethrow_exception(error);
     for (int p = 0; p < size(); ++p)
       if (!all[static_cast<std::size_t>(p)])
@@ -686,10 +703,11 @@ class device_communicator {
   unsigned blocks_ = 1;
   std::size_t two_shot_min_bytes_ = SIZE_MAX;
   ring_order ring_{};
+  bool failed_together_ = false;            // an on_every_rank step failed on some rank: every rank throws there
   workspace_memory memory_ = workspace_memory::device;
   std::vector<std::uint64_t> reach_;        // reach_[a] bit b: rank a's GPU reaches rank b's (choose_workspace_memory)
   std::array<std::byte*, max_device_world> host_part_{};  // each rank's part of the shared host memory, mapped here
-  shared_host_memory shared_;                // the workspaces, when memory_ is host
+  shared_host_memory shared_;                // every rank's host workspace, when memory_ is host or mixed
   device_view view_{};
 };
 

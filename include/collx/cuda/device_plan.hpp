@@ -345,7 +345,7 @@ enum class workspace_memory : std::uint32_t {
   mixed = 3,
 };
 
-/// "automatic", "device" or "host".
+/// "automatic", "device", "host" or "mixed".
 inline const char* workspace_memory_name(workspace_memory m) noexcept {
   switch (m) {
     case workspace_memory::automatic: return "automatic";
@@ -441,7 +441,8 @@ inline workspace_memory choose_workspace_memory(const std::vector<peer_record>& 
         COLLX_THROW(errc::invalid_argument,
                     "gpu: rank " + std::to_string(asked_device) + " asks for device memory, but rank " + std::to_string(r) +
                         "'s GPU has no peer access to rank " + std::to_string(p) +
-                        "'s; use workspace_memory::host or automatic (staging through host memory)");
+                        "'s (or device_options::no_peer_access takes that pair out); use workspace_memory::host or "
+                        "automatic (staging through host memory)");
       }
   return workspace_memory::device;
 }
