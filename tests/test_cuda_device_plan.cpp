@@ -145,6 +145,22 @@ TEST_CASE("device records: paths, checks and the agreed block count", "[cuda]") 
     CHECK(std::string(e.what()).find("rank 3") != std::string::npos);
   }
   r[3].staging_bytes = 1 << 20;
+  // Ranks on two nodes: a device communicator cannot join them, and says so on every rank.
+  for (auto& x : r) x.set_node("gpu-node-a");
+  CHECK_NOTHROW(gpu::check_records(r, 0));
+  r[2].set_node(std::string(100, 'b'));  // cut to 63 bytes
+  CHECK(std::string(r[2].node.data()) == std::string(63, 'b'));
+  for (int me : {0, 2}) {
+    try {
+      gpu::check_records(r, me);
+      FAIL("ranks on two nodes accepted");
+    } catch (const collx::error& e) {
+      CHECK(e.code() == collx::errc::invalid_argument);
+      CHECK(std::string(e.what()).find("one node") != std::string::npos);
+      CHECK(std::string(e.what()).find("gpu-node-a") != std::string::npos);
+    }
+  }
+  r[2].set_node("gpu-node-a");
   r[2].magic = 0;
   CHECK_THROWS_AS(gpu::check_records(r, 0), collx::error);
   CHECK_THROWS_AS(gpu::check_records(std::vector<gpu::peer_record>(gpu::max_device_world + 1), 0), collx::error);

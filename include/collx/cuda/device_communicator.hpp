@@ -45,6 +45,7 @@
 #include <collx/cuda/runtime.hpp>
 #include <collx/cuda/shared_host_memory.hpp>
 #include <collx/error.hpp>
+#include <collx/hierarchy.hpp>  // node_id_from_environment
 
 namespace collx {
 inline namespace v0 {
@@ -184,6 +185,7 @@ class device_communicator {
         mine.staging_bytes = opt.staging_bytes;
         mine.workspace_bytes = layout_.total_bytes;
         mine.memory = opt.memory;
+        mine.set_node(node_id_from_environment());
         cudaDeviceProp prop{};
         gpu::check(cudaGetDeviceProperties(&prop, device_), "cudaGetDeviceProperties");
         mine.sm_count = prop.multiProcessorCount;

@@ -371,6 +371,13 @@ struct peer_record {
   std::uint32_t reserved = 0;         ///< zero
   std::array<unsigned char, 16> uuid{};        ///< the device's UUID (cudaDeviceProp::uuid)
   std::array<unsigned char, 64> ipc_handle{};  ///< cudaIpcMemHandle_t of the workspace
+  std::array<char, 64> node{};        ///< the owner's node id (node_id_from_environment: COLLX_NODE_ID or the host name), cut to 63 bytes
+
+  /// Sets `node` from a node id (cut to 63 bytes, zero-terminated).
+  void set_node(std::string_view id) noexcept {
+    node.fill('\0');
+    std::memcpy(node.data(), id.data(), std::min(id.size(), node.size() - 1));
+  }
 };
 
 /// How this rank reaches a peer's workspace.
@@ -390,9 +397,9 @@ inline peer_path path_to(const std::vector<peer_record>& records, int me, int pe
 }
 
 /// Checks the records of all ranks (index = rank) as rank `me` sees them.
-/// @throws collx::error (errc::invalid_argument) when the world is larger than max_device_world or a
-///         record is not a collx record; (errc::mismatch) when ranks asked for different staging
-///         sizes or run different record versions.
+/// @throws collx::error (errc::invalid_argument) when the world is larger than max_device_world, a
+///         record is not a collx record, or the ranks are on different nodes; (errc::mismatch) when
+///         ranks asked for different staging sizes or run different record versions.
 inline void check_records(const std::vector<peer_record>& records, int me) {
   if (records.size() > static_cast<std::size_t>(max_device_world))
     COLLX_THROW(errc::invalid_argument, "gpu: " + std::to_string(records.size()) + " ranks; a device communicator holds at most " +
@@ -409,6 +416,13 @@ inline void check_records(const std::vector<peer_record>& records, int me) {
                                       std::to_string(p.staging_bytes) + " bytes, rank " + std::to_string(me) + " has " +
                                       std::to_string(mine.staging_bytes));
   }
+  for (std::size_t r = 0; r < records.size(); ++r)
+    if (records[r].node != mine.node)
+      COLLX_THROW(errc::invalid_argument, "gpu: a device communicator joins the GPUs of one node, but rank " + std::to_string(r) +
+                                              " is on node '" + std::string(records[r].node.data()) + "' and rank " +
+                                              std::to_string(me) + " on '" + std::string(mine.node.data()) +
+                                              "' (COLLX_NODE_ID or the host name); between nodes use collx::nccl, or a "
+                                              "device communicator per node under a hierarchy");
 }
 
 /// The workspace memory of a communicator, decided alike on every rank from what each rank asked
