@@ -8,8 +8,9 @@
 // collective on one GPU; then float32 sum all-reduce, reduce-scatter and all-gather from -b to -e
 // bytes, each size twice: from ordinary buffers (staged through the communicator's bounded
 // staging) and from a registered window (zero-copy: peers read the send buffer in place, where
-// the workspaces are in device memory; --memory host puts them in shared host memory, the path
-// between GPUs without peer access, where window calls stage too); then
+// every pair has peer access, memory device; --memory host puts every workspace in shared host
+// memory, the path between GPUs without peer access, where window calls stage too, as with
+// mixed); then
 // custom ops and struct types against built-in sums of the same element size.
 // Each row: the median over --rounds rounds of the slowest rank's mean time over -n calls;
 // "#wrong" counts elements that differ from the expected sums (checked up to 64 MiB).
@@ -20,7 +21,8 @@
 // (sizes as collx-perf takes them: 8, 64K, 4M, 1G; -f an integer factor). --two-shot-min sets
 // device_options::two_shot_min_bytes: all-reduces from that size run two-shot (1: all of them;
 // never: none; default: the cost model's crossover for the rank count). --algo ring runs the
-// staged columns as algo::ring (the ring over peer pointers; the reg columns stay direct).
+// staged columns as algo::ring (each rank reading its ring predecessor's slots, in device memory
+// or, with --memory host, host memory); the reg columns and the custom-op rows stay direct.
 #include <collx/cuda/device_collectives.cuh>
 #include <collx/transport/threads.hpp>
 
@@ -434,7 +436,9 @@ int main(int argc, char** argv) {
                         dc.zero_copy_windows() ? "" : " (the registered rows stage too)");
             if (dc.two_shot_min_bytes() == SIZE_MAX) std::printf("# all-reduce: one-shot at every size\n");
             else std::printf("# all-reduce: one-shot below %zu B per rank, two-shot from there on\n", dc.two_shot_min_bytes());
-            if (o.ring) std::printf("# --algo ring: the staged columns run algo::ring over the rank order; the reg columns stay direct\n");
+            if (o.ring)
+              std::printf("# --algo ring: the staged columns run algo::ring over the rank order (the form threshold above applies to "
+                          "the direct rows only); the reg columns and custom rows stay direct\n");
           }
           rank_main(st, dc, s);
         }

@@ -6,7 +6,8 @@
 // Every slot cell carries the epoch it was staged at, so a read that finds another epoch (a slot
 // overwritten before its reader got there) is caught, and every output is compared with an
 // independent fold in the ring's order of combination (a non-commutative op, so a wrong order
-// shows). A mutation (the call's first barrier meeting only the neighbours) must be caught.
+// shows). Two mutations must be caught: the call's first barrier meeting only the neighbours, and
+// blocks placing partials (wider than elements) outside their own bytes of a slot.
 #include <catch2/catch.hpp>
 
 #include <collx/cuda/ring_plan.hpp>
@@ -146,8 +147,10 @@ struct outcome {
 // next call starts once every block of its last one ended (a kernel after a kernel on a stream).
 // Elements are 4 bytes and partial folds 8 (as half and its fp32 accumulator), placed in the slots
 // byte for byte as the kernel places them; blocks are of 512 threads, one element each.
+// Mutations: full_first_barrier false meets only the neighbours at a call's first epoch;
+// own_regions false places element j at j x its size (the layout before region_offset).
 outcome play(int n, const std::vector<int>& order, const std::vector<std::pair<call_kind, std::size_t>>& calls, std::uint64_t seed,
-             bool full_first_barrier = true) {
+             bool full_first_barrier = true, bool own_regions = true) {
   constexpr std::size_t slot_bytes = 16384, elem = 4, acc = 8;
   constexpr unsigned cap = 4;
   const gpu::ring_order ring = gpu::make_ring_order(order, n);
@@ -235,7 +238,9 @@ outcome play(int n, const std::vector<int>& order, const std::vector<std::pair<c
           auto& outv = outputs[r][ci];
           const bool reduces = calls[ci].first != call_kind::ring_all_gather;
           // Where element j of the piece sits in the block's region, staged as `size` bytes.
-          auto at = [&](std::size_t j, std::size_t size) { return p.region_offset(b) + (j - p.region_first(b)) * size; };
+          auto at = [&](std::size_t j, std::size_t size) {
+            return own_regions ? p.region_offset(b) + (j - p.region_first(b)) * size : j * size;
+          };
           for (std::size_t j = br.begin; j < br.end; ++j) {
             std::uint64_t v = 0;
             if (st.read_prev) {  // the predecessor staged a partial fold in the reduce-scatter steps
@@ -399,4 +404,15 @@ TEST_CASE("device ring protocol: meeting only the neighbours at a call's first b
   }
   CHECK(caught > 0);
   for (std::uint64_t seed = 0; seed < 20; ++seed) CHECK(play(5, {}, calls, seed).problem == "");
+}
+
+TEST_CASE("device ring protocol: blocks staging 8-byte partials at j x 8 overwrite their neighbours' bytes", "[cuda]") {
+  // The mutation ring_plan::region_offset prevents: a block's partials (8 bytes) and elements (4)
+  // placed by element index reach the bytes of the next block, whose successor may still read them.
+  using K = call_kind;
+  const std::vector<std::pair<K, std::size_t>> calls = {{K::ring_all_reduce, 20000}};
+  int caught = 0;
+  for (std::uint64_t seed = 0; seed < 50 && caught == 0; ++seed) caught += !play(3, {}, calls, seed, true, false).problem.empty();
+  CHECK(caught > 0);
+  for (std::uint64_t seed = 0; seed < 10; ++seed) CHECK(play(3, {}, calls, seed).problem == "");
 }

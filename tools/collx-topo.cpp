@@ -413,7 +413,7 @@ int show(const opts& o) {
     else std::printf("  one-shot below %s, two-shot from there on (device_options::cost = topo::device_direct_cost(...))\n",
                      size_name(d->two_shot_min).c_str());
     std::printf("  (where every pair of these GPUs has peer access; otherwise the pairs without it go through shared host\n"
-                "  memory, workspace_memory::mixed, and gpu::host_memory_direct_cost decides)\n");
+                "  memory, workspace_memory mixed or host, and gpu::host_memory_direct_cost decides)\n");
     if (!d->ring.empty()) {
       std::printf("  algo::ring on device, rank r on the r-th GPU: device_options::ring_order = {");
       for (std::size_t k = 0; k < d->ring.size(); ++k) std::printf("%s%d", k ? ", " : "", d->ring[k]);

@@ -1407,8 +1407,8 @@ void all_gather(device_communicator& dc, const T* send, T* recv, std::size_t sen
 template <class Algo>
 concept device_algorithm = std::same_as<Algo, algo::ring> || std::same_as<Algo, algo::direct> || std::same_as<Algo, algo::automatic>;
 
-/// All-reduce on device memory with a chosen algorithm, e.g. `gpu::all_reduce<algo::ring>(dc, send,
-/// recv, count)`. algo::ring: the ring over dc.ring() (device_options::ring_order; cuda/ring_plan.hpp),
+/// All-reduce on device memory with a chosen algorithm, e.g. `gpu::all_reduce<collx::algo::ring>(dc,
+/// send, recv, count)`. algo::ring: the ring over dc.ring() (device_options::ring_order; cuda/ring_plan.hpp),
 /// each rank reading 2 (n - 1) / n of the vector from its ring predecessor only (3 (n - 1) / n of
 /// its bytes for half/bfloat16, whose partials travel as fp32), so the bandwidth is
 /// that of the ring's slowest hop rather than of every pair: for large messages where the GPUs are not
@@ -1445,7 +1445,8 @@ void all_reduce(device_communicator& dc, const T* send, T* recv, std::size_t cou
 }
 
 /// Reduce-scatter on device memory with a chosen algorithm: algo::ring runs the reduce-scatter half
-/// of the ring (each rank reads (n - 1) / n of its input's size from its predecessor; commutative
+/// of the ring (each rank reads (n - 1) / n of its input's size from its predecessor, 2 (n - 1) / n
+/// of its bytes for half/bfloat16, whose partials travel as fp32; commutative
 /// ops only; the order of combination of cuda/ring_plan.hpp); the others are the reduce_scatter
 /// above. @throws as reduce_scatter.
 template <device_algorithm Algo, class T, class Op = ops::sum>

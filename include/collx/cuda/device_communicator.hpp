@@ -1,9 +1,10 @@
 /// @file cuda/device_communicator.hpp
 /// collx's own communicator on device memory: the ranks of one node, one GPU each (several ranks
-/// may share a GPU), each rank's workspace (flags + a bounded staging buffer) mapped into every
-/// peer over CUDA IPC, or used directly between ranks of one process; between GPUs without peer
-/// access, every workspace lies in one shared pinned host-memory object instead
-/// (workspace_memory). Built collectively over any collx host communicator (shared memory,
+/// may share a GPU), each rank's workspace (flags + a bounded staging buffer) mapped into each
+/// peer whose GPU reaches it over CUDA IPC, or used directly between ranks of one process; the
+/// pairs without peer access go through one shared pinned host-memory object instead (memory
+/// mixed), or every pair does (memory host; workspace_memory). Built collectively over any collx
+/// host communicator (shared memory,
 /// threads, MPI), which carries the IPC handles.
 /// The collectives that run on it are in cuda/device_collectives.cuh (nvcc); this header is host
 /// C++ with the CUDA runtime.
@@ -56,8 +57,9 @@ struct device_options {
   /// CUDA device ordinal of this rank; -1: the calling thread's current device (cudaGetDevice).
   int device = -1;
   /// Bytes of staging per rank: two collective slots of staging_bytes / 2 (the workspace adds a
-  /// third such slot for send/recv); bounds the memory a communicator takes however large the calls (device memory; or pinned host memory, one object of size() workspaces that every
-  /// rank maps, with workspace_memory::host). Must be equal on every rank. Default 8 MiB.
+  /// third such slot for send/recv); bounds the memory a communicator takes however large the
+  /// calls: device memory; or pinned host memory, one object of size() workspaces that every rank
+  /// maps, with workspace_memory::host; both with mixed. Must be equal on every rank. Default 8 MiB.
   std::size_t staging_bytes = std::size_t{8} << 20;
   /// How long a kernel waits for a peer's flag before it gives up (errc::timeout); default the host
   /// communicator's timeout (COLLX_TIMEOUT).
@@ -74,8 +76,9 @@ struct device_options {
   /// Ignored unless the workspaces are all in device memory (host_memory_direct_cost decides then).
   direct_cost cost{};
   /// Where the workspaces live (device_plan.hpp workspace_memory): automatic takes device memory
-  /// where every rank's GPU has peer access to every other's, and otherwise mixed (device memory
-  /// between the pairs with peer access, shared host memory between the others); host forces the
+  /// where every rank's GPU has peer access to every other's, mixed where only some pairs have it
+  /// (device memory between those, shared host memory between the others), and host where none
+  /// do; host forces the
   /// host path for every pair (also between ranks of one GPU, e.g. to test it, or where peer
   /// access or CUDA IPC misbehaves). Ranks may differ only between automatic and one other choice.
   workspace_memory memory = workspace_memory::automatic;
@@ -102,7 +105,7 @@ struct device_options {
 ///  - inbox[p]: where this rank reads the flags rank p writes to it (its own workspace, in device
 ///    memory if p's GPU reaches it, else its part of the shared host memory);
 ///  - outbox[q]: where this rank stages what only rank q reads (a send to q, the ring's slot
-///    for its successor q): where q reads it;
+///    for its successor q, row q of a reduce-scatter's or all-to-all's slot): where q reads it;
 ///  - workspace[rank] and mirror: where this rank stages what every peer reads (collective slots,
 ///    exchange rows): workspace[rank], and the same offsets of mirror too when some peer reads it
 ///    elsewhere (mixed: its host memory part), else mirror is null.
@@ -167,14 +170,18 @@ class device_communicator {
   /// @throws collx::error (errc::cuda) when a CUDA call fails; (errc::system) on the rank that
   ///         cannot create or open the shared host workspace (e.g. /dev/shm too small); (errc::mismatch) when ranks ask
   ///         for different staging sizes or workspace memories; (errc::invalid_argument) for more
-  ///         than max_device_world ranks, a staging too small, or device memory asked for between
-  ///         GPUs without peer access; and the host communicator's errors. When a CUDA call,
+  ///         than max_device_world ranks, ranks on different nodes (COLLX_NODE_ID or the host
+  ///         name: one device communicator joins one node's GPUs), a staging too small, device
+  ///         memory asked for between GPUs without peer access, or a bad ring_order or
+  ///         no_peer_access (on every rank); and the host communicator's errors. When a CUDA call,
   ///         allocation or mapping fails on one rank, that rank throws its error and every other
   ///         rank throws errc::cuda naming it, rather than waiting for it.
   explicit device_communicator(communicator& host, device_options opt = {}) : host_(&host) {
     const auto timeout = opt.timeout.count() > 0 ? opt.timeout : host.options().timeout;
     peer_record mine;
     try {
+      on_every_rank("read its node id (COLLX_NODE_ID or the host name)", [&] { mine.set_node(node_id_from_environment()); },
+                    errc::invalid_argument);
       on_every_rank("set up its device", [&] {
         if (opt.device < 0) gpu::check(cudaGetDevice(&opt.device), "cudaGetDevice");
         device_ = opt.device;
@@ -185,7 +192,6 @@ class device_communicator {
         mine.staging_bytes = opt.staging_bytes;
         mine.workspace_bytes = layout_.total_bytes;
         mine.memory = opt.memory;
-        mine.set_node(node_id_from_environment());
         cudaDeviceProp prop{};
         gpu::check(cudaGetDeviceProperties(&prop, device_), "cudaGetDeviceProperties");
         mine.sm_count = prop.multiProcessorCount;

@@ -325,7 +325,8 @@ constexpr errc errc_of(device_failure f) noexcept {
 /// Where the ranks' workspaces (flags, exchange rows, staging slots) live, which decides how the
 /// GPUs reach each other. The same for every rank of a communicator (choose_workspace_memory).
 enum class workspace_memory : std::uint32_t {
-  /// device where every rank's GPU reaches every other rank's device memory, mixed otherwise.
+  /// device where every rank's GPU reaches every other rank's device memory, mixed where some
+  /// pairs of ranks reach each other, host where none do.
   automatic = 0,
   /// Each rank's device memory, mapped into its peers (CUDA IPC, peer access): NVLink or PCIe
   /// peer-to-peer. Registered windows are read in place (zero-copy).
@@ -340,8 +341,8 @@ enum class workspace_memory : std::uint32_t {
   /// into, the peer's device memory where its GPU reaches the peer's, the peer's part of the
   /// shared host memory otherwise; it stages what several peers read (collective slots, exchange
   /// rows) in both when some reader lacks peer access, and what one peer reads (its ring
-  /// successor's slot, a send's staging) where that peer reads it. Window calls stage. Asking for
-  /// it is asking for automatic.
+  /// successor's slot, a send's staging, a reduce-scatter's or all-to-all's row for that peer)
+  /// where that peer reads it. Window calls stage. Asking for it is asking for automatic.
   mixed = 3,
 };
 
@@ -371,7 +372,7 @@ struct peer_record {
   std::uint32_t reserved = 0;         ///< zero
   std::array<unsigned char, 16> uuid{};        ///< the device's UUID (cudaDeviceProp::uuid)
   std::array<unsigned char, 64> ipc_handle{};  ///< cudaIpcMemHandle_t of the workspace
-  std::array<char, 64> node{};        ///< the owner's node id (node_id_from_environment: COLLX_NODE_ID or the host name), cut to 63 bytes
+  std::array<char, 64> node{};        ///< the owner's node id (node_id_from_environment: COLLX_NODE_ID or the host name), cut to 63 bytes (ids alike in those are taken as one node)
 
   /// Sets `node` from a node id (cut to 63 bytes, zero-terminated).
   void set_node(std::string_view id) noexcept {

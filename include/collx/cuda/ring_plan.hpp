@@ -13,8 +13,9 @@
 /// all-reduce (the bandwidth-optimal amount; for half and bfloat16 the reduce-scatter half moves
 /// fp32 partials, 3 (world - 1) / world of the vector's bytes), over the one link to its
 /// predecessor, so a ring order that follows NVLink (topo::device_ring_order) keeps the bulk off
-/// the slow pairs of machines whose GPUs are not all directly connected. (Flags still go to every
-/// rank, and the workspaces are where the communicator put them: device_communicator::memory.)
+/// the slow pairs of machines whose GPUs are not all directly connected. (Flags go to every rank at
+/// a call's first barrier, then to the ring neighbours only; the slots are where the communicator
+/// put them: device_communicator::memory.)
 ///
 /// Order of combination: piece k is folded along the ring starting at position k + 1,
 /// op(...op(op(x_{k+1}, x_{k+2}), x_{k+3})..., x_k) (positions mod world), as collx's host ring
@@ -114,7 +115,7 @@ struct ring_step {
 /// staging one piece per rank; blocks split every piece alike (the same slot offsets in every step
 /// and chunk, as chunk_block_range keeps them).
 struct ring_plan {
-  ring_phase phase = ring_phase::all_reduce;
+  ring_phase phase = ring_phase::all_reduce;  ///< the collective
   ring_order ring{};       ///< the ring
   int position = 0;        ///< this rank's ring position
   int prev = 0;            ///< the rank before this one (whose slot it reads)

@@ -59,7 +59,8 @@ inline gpu::direct_cost device_direct_cost(const topology& t, const std::vector<
 /// for one rank on each of `gpus` (GPU vertex ids of `t` in rank order): the first ring
 /// topo::search_rings finds over them (the fastest bottleneck, hops over the fastest links: NVLink
 /// where the GPUs have it), as ranks. A device ring runs one channel, so only the first ring is
-/// used. Empty (the rank order) for fewer than two GPUs.
+/// used. Empty (the rank order) for fewer than two GPUs. `routing`: peer access as the router sees
+/// it (route_options), as for device_direct_cost.
 /// @throws collx::error (errc::invalid_argument) for GPUs the search rejects (repeated, not GPUs,
 ///         or GPUs no ring can join).
 inline std::vector<int> device_ring_order(const topology& t, const std::vector<int>& gpus, const route_options& routing = {}) {
