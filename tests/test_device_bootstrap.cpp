@@ -302,7 +302,20 @@ TEST_CASE("device bootstrap: a rank whose setup fails makes every rank throw at 
     CHECK(res[2].code == collx::errc::cuda);
     CHECK(res[2].error.find("cudaMalloc") != std::string::npos);
     CHECK(res[0].error.find("rank 2 could not allocate its device workspace") != std::string::npos);
+    CHECK(res[0].error.find("cudaMalloc") != std::string::npos);  // the failing rank's own reason, passed on
     CHECK(res[1].error.find("rank 2 could not allocate its device workspace") != std::string::npos);
+  }
+  {
+    fake_machine m("nodevice");  // no GPU (or no driver): every rank says so, naming itself
+    const auto res = create({0, 1});
+    for (int r = 0; r < 2; ++r) {
+      INFO(res[static_cast<std::size_t>(r)].error);
+      CHECK(res[static_cast<std::size_t>(r)].code == collx::errc::cuda);
+      CHECK(res[static_cast<std::size_t>(r)].error.find("finds no CUDA device") != std::string::npos);
+    }
+    INFO(res[1].error);
+    CHECK(res[1].error.find("rank 1 finds no CUDA device (cudaGetDeviceCount: ") != std::string::npos);
+    CHECK(res[1].error.find("no CUDA-capable device") != std::string::npos);  // the runtime's own words
   }
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(15));  // no host timeout (20 s) waited out
   CHECK(fake_cudart_live() == 0);

@@ -429,5 +429,7 @@ TEST_CASE("device ring order: the ring search's ring as ranks, over NVLink on a 
     CHECK(r.between(reversed[static_cast<std::size_t>(ring_r.at(k))], reversed[static_cast<std::size_t>(ring_r.at(k + 1))]).cls ==
           transport_class::nvlink);
   CHECK(device_ring_order(dgx1, {gpus[0]}).empty());
+  CHECK_THROWS_AS(device_ring_order(dgx1, {0, 1, 2, 3}), collx::error);  // vertex 0 is a CPU, not GPU 0
+  CHECK_THROWS_AS(device_ring_order(dgx1, {gpus[0], 99}), collx::error);
   CHECK_THROWS_AS(device_ring_order(dgx1, {gpus[0], gpus[0]}), collx::error);
 }

@@ -2,6 +2,10 @@
 /// collx::error, the one exception type collx throws, and its error codes.
 #pragma once
 
+#if __cplusplus < 202002L
+#error "collx needs C++20: compile with -std=c++20 (for nvcc too: CMake 3.25 does not pass it to CUDA sources by itself)"
+#endif
+
 #include <cstdio>
 #include <cstdlib>
 #include <stdexcept>

@@ -85,11 +85,13 @@ struct device_options {
   /// The ring of algo::ring calls (cuda/ring_plan.hpp): ring_order[k] is the rank at ring position
   /// k, every rank once; empty: the rank order 0, 1, ..., size() - 1. A ring that follows NVLink
   /// (topo::device_ring_order) keeps each rank's reads on one fast link. Rank 0's ring holds for
-  /// every rank (sent to the others when the communicator is created).
+  /// every rank (sent to the others when the communicator is created). Apart from the host
+  /// communicator's communicator_options::ring_order, which this does not read.
   /// @throws (from the constructor) collx::error (errc::invalid_argument) on every rank when a
   ///   rank's ring_order is not empty and not a permutation of its ranks.
   std::vector<int> ring_order;
-  /// Pairs of ranks to treat as without peer access (both directions), whatever the GPUs allow:
+  /// Pairs of ranks of this communicator (not GPU ids) to treat as without peer access (both
+  /// directions), whatever the GPUs allow:
   /// their traffic goes through shared host memory (workspace_memory mixed, or host when no pair
   /// is left), as with NCCL_P2P_DISABLE for chosen pairs: for a pair whose peer access misbehaves,
   /// or to run the mixed path on one GPU. The union of every rank's pairs holds.
@@ -183,6 +185,13 @@ class device_communicator {
       on_every_rank("read its node id (COLLX_NODE_ID or the host name)", [&] { mine.set_node(node_id_from_environment()); },
                     errc::invalid_argument);
       on_every_rank("set up its device", [&] {
+        int devices = 0;
+        const cudaError_t found = cudaGetDeviceCount(&devices);
+        if (found != cudaSuccess || devices < 1)
+          COLLX_THROW(errc::cuda, "gpu: rank " + std::to_string(host.rank()) + " finds no CUDA device (cudaGetDeviceCount: " +
+                                      (found == cudaSuccess ? std::string("0 devices") : std::string(cudaGetErrorName(found)) + ", " +
+                                                                                              cudaGetErrorString(found)) +
+                                      ")");
         if (opt.device < 0) gpu::check(cudaGetDevice(&opt.device), "cudaGetDevice");
         device_ = opt.device;
         gpu::check(cudaSetDevice(device_), "cudaSetDevice");
@@ -570,24 +579,35 @@ class device_communicator {
   }
 
   /// Runs `step` on this rank, then tells every rank whether each rank's step succeeded: this
-  /// rank rethrows its own error; the others throw `peers_code` naming the first rank that failed
-  /// (instead of waiting for it until the host communicator's timeout).
+  /// rank rethrows its own error; the others throw `peers_code` naming the first rank that failed,
+  /// with the start (254 bytes) of its message (instead of waiting for it until the host
+  /// communicator's timeout).
   template <class Step>
   void on_every_rank(const char* what, Step&& step, errc peers_code = errc::cuda) {
+    // Each rank's outcome with the start of its message, so that every rank can say why.
+    struct outcome {
+      std::uint8_t ok = 1;
+      std::array<char, 255> why{};
+    } mine;
     std::exception_ptr error;
     try {
       step();
+    } catch (const std::exception& e) {
+      error = std::current_exception();
+      mine.ok = 0;
+      std::strncpy(mine.why.data(), e.what(), mine.why.size() - 1);
     } catch (...) {
       error = std::current_exception();
+      mine.ok = 0;
     }
-    const std::uint8_t ok = error ? 0 : 1;
-    std::vector<std::uint8_t> all(static_cast<std::size_t>(size()));
-    all_gather<algo::direct>(*host_, std::span<const std::uint8_t>(&ok, 1), std::span<std::uint8_t>(all));
-    failed_together_ = std::find(all.begin(), all.end(), std::uint8_t{0}) != all.end();
+    std::vector<outcome> all(static_cast<std::size_t>(size()));
+    all_gather<algo::direct>(*host_, std::span<const outcome>(&mine, 1), std::span<outcome>(all));
+    failed_together_ = std::any_of(all.begin(), all.end(), [](const outcome& o) { return o.ok == 0; });
     if (error) std::rethrow_exception(error);
     for (int p = 0; p < size(); ++p)
-      if (!all[static_cast<std::size_t>(p)])
-        COLLX_THROW(peers_code, std::string("gpu: rank ") + std::to_string(p) + " could not " + what + " (its own error says why)");
+      if (!all[static_cast<std::size_t>(p)].ok)
+        COLLX_THROW(peers_code, std::string("gpu: rank ") + std::to_string(p) + " could not " + what + ": " +
+                                    std::string(all[static_cast<std::size_t>(p)].why.data()));
   }
 
   /// Workspace memory host: rank 0 creates one shared-memory object holding every rank's workspace

@@ -56,14 +56,19 @@ inline gpu::direct_cost device_direct_cost(const topology& t, const std::vector<
 }
 
 /// The ring of collx's device ring calls (gpu::device_options::ring_order, algo::ring on device)
-/// for one rank on each of `gpus` (GPU vertex ids of `t` in rank order): the first ring
+/// for one rank on each of `gpus` (GPU vertex ids of `t` in rank order, e.g. t.gpu(d) for CUDA
+/// device d; not device numbers): the first ring
 /// topo::search_rings finds over them (the fastest bottleneck, hops over the fastest links: NVLink
 /// where the GPUs have it), as ranks. A device ring runs one channel, so only the first ring is
 /// used. Empty (the rank order) for fewer than two GPUs. `routing`: peer access as the router sees
 /// it (route_options), as for device_direct_cost.
-/// @throws collx::error (errc::invalid_argument) for GPUs the search rejects (repeated, not GPUs,
-///         or GPUs no ring can join).
+/// @throws collx::error (errc::invalid_argument) for ids that are not GPU vertices of `t`, and for
+///         GPUs the search rejects (repeated, or GPUs no ring can join).
 inline std::vector<int> device_ring_order(const topology& t, const std::vector<int>& gpus, const route_options& routing = {}) {
+  for (int g : gpus)
+    if (g < 0 || static_cast<std::size_t>(g) >= t.vertices.size() || t.vertices[static_cast<std::size_t>(g)].kind != vertex_kind::gpu)
+      COLLX_THROW(errc::invalid_argument, "topo::device_ring_order: " + std::to_string(g) +
+                                              " is not a GPU vertex of the topology (pass t.gpu(d) for CUDA device d)");
   if (gpus.size() < 2) return {};
   router r(t, routing);
   const ring_set rings = search_rings(r, gpus);
