@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <cstdlib>
 #include <functional>
@@ -224,6 +225,28 @@ TEST_CASE("device bootstrap: mixed memory, device between GPUs with peer access 
   }
   CHECK(fake_cudart_live() == 0);
   CHECK(host_workspace_objects() == 0);
+}
+
+TEST_CASE("device bootstrap: COLLX_ALGO's ring choices reach the device communicator", "[cuda][bootstrap]") {
+  fake_machine m("hgx-h100");
+  for (const char* v : {"allreduce:ring,all_gather:ring", "ring", "tree"}) {
+    ::setenv("COLLX_ALGO", v, 1);  // the host communicators' default algorithm_overrides
+    std::vector<std::array<bool, 3>> seen(2);
+    const auto res = create({0, 1}, {}, [&](gpu::device_communicator& dc) {
+      seen[static_cast<std::size_t>(dc.rank())] = {dc.ring_by_default(collx::collective::allreduce),
+                                                   dc.ring_by_default(collx::collective::reduce_scatter),
+                                                   dc.ring_by_default(collx::collective::all_gather)};
+    });
+    ::unsetenv("COLLX_ALGO");
+    INFO("COLLX_ALGO=" << v);
+    for (const auto& r : res) CHECK(r.error.empty());
+    const std::string s(v);
+    const std::array<bool, 3> want = s == "ring" ? std::array<bool, 3>{true, true, true}
+                                     : s == "tree" ? std::array<bool, 3>{false, false, false}
+                                                   : std::array<bool, 3>{true, false, true};
+    CHECK(seen[0] == want);
+    CHECK(seen[1] == want);
+  }
 }
 
 TEST_CASE("device bootstrap: pairs the options take out of peer access go through host memory", "[cuda][bootstrap]") {

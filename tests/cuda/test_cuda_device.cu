@@ -9,7 +9,8 @@
 // holding for ranks whose options say otherwise; the same sweep with the workspaces in shared
 // host memory (the path between GPUs without peer access); send/recv (rings, every pair,
 // collectives in between, a count mismatch, two ranks that both send first); the ring forms
-// (algo::ring) against the ring's own fold, in several ring orders, over device and host memory;
+// (algo::ring) against the ring's own fold, in several ring orders, over device and host memory,
+// and untagged calls under COLLX_ALGO=allreduce:ring;
 // and everything with mixed memory (pairs taken out of peer access go through host memory).
 // Tagged [gpu]: without a device, gpu_test_main.cpp skips them.
 #include <catch2/catch.hpp>
@@ -229,6 +230,38 @@ TEST_CASE("gpu device ring: through shared host memory, and with the default sta
       }
     }));
   }
+}
+
+TEST_CASE("gpu device ring: COLLX_ALGO=allreduce:ring sends untagged commutative all-reduces to the ring", "[gpu][cuda]") {
+  ::setenv("COLLX_ALGO", "allreduce:ring", 1);  // read by the host communicators' default options
+  gpu::device_options opt;
+  opt.staging_bytes = 32 << 10;
+  opt.timeout = std::chrono::seconds(15);
+  const auto problems = on_ranks(3, opt, std::chrono::seconds(60), [](gpu::device_communicator& dc, cudaStream_t s, auto& out) {
+    if (!dc.ring_by_default(collx::collective::allreduce) || dc.ring_by_default(collx::collective::all_gather))
+      out.push_back("ring_by_default does not follow COLLX_ALGO");
+    const std::size_t count = 9001;
+    const auto mine = collx_cuda_test::sweep_input<float>(dc.rank(), count, 7);
+    collx_cuda_test::sweep_buffer<float> in(count, 0, s), res(count, 0, s);
+    in.set(mine);
+    gpu::all_reduce(dc, in.data(), res.data(), count, collx::ops::sum{}, s);  // commutative: the ring
+    out.push_back(collx_cuda_test::sweep_sync(dc, s, "ring by default"));
+    out.push_back(res.compare(collx_cuda_test::sweep_ring_fold<float>(dc, gpu::ring_phase::all_reduce, count, 0, 7, collx::ops::sum{}),
+                              "untagged all_reduce under COLLX_ALGO=allreduce:ring"));
+    gpu::all_reduce<collx::algo::direct>(dc, in.data(), res.data(), count, collx::ops::sum{}, s);  // the tag still forces direct
+    out.push_back(collx_cuda_test::sweep_sync(dc, s, "direct"));
+    out.push_back(res.compare(collx_cuda_test::sweep_fold<float>(dc.size(), count, 0, 7, collx::ops::sum{}), "all_reduce<algo::direct>"));
+    // A non-commutative op stays in rank order.
+    const auto am = collx_cuda_test::sweep_input<affine>(dc.rank(), count, 8);
+    collx_cuda_test::sweep_buffer<affine> ain(count, 0, s), ares(count, 0, s);
+    ain.set(am);
+    gpu::all_reduce(dc, ain.data(), ares.data(), count, then_op{}, s);
+    out.push_back(collx_cuda_test::sweep_sync(dc, s, "then"));
+    out.push_back(ares.compare(collx_cuda_test::sweep_fold<affine>(dc.size(), count, 0, 8, then_op{}), "non-commutative all_reduce"));
+    std::erase(out, std::string());
+  });
+  ::unsetenv("COLLX_ALGO");
+  require_none(problems);
 }
 
 TEST_CASE("gpu device ring: a ring call against a direct call fails on every rank; bad ring orders are rejected", "[gpu][cuda]") {

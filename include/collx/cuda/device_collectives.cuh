@@ -1318,18 +1318,29 @@ void one_way(device_communicator& dc, const char* name, bool sending, const T* s
 
 }  // namespace device_detail
 
-/// All-reduce on device memory: recv[i] = op(... op(op(send_0[i], send_1[i]), send_2[i]) ..., send_{n-1}[i])
-/// on every rank (rank order, so non-commutative ops and floats give the same bits everywhere).
-/// Enqueued on `stream`; returns at once. In place when send == recv.
-/// One-shot below dc.two_shot_min_bytes() bytes per rank, two-shot (two launches) from there on:
-/// see direct_form in device_plan.hpp. Both give the same bits.
-/// @param send,recv `count` elements in device memory of dc.device() (or memory it can access)
-/// @throws collx::error (errc::invalid_argument) for null buffers with count > 0 or partly overlapping
-///         buffers; (errc::cuda) when the launch fails; a failure reported by an earlier call (see
-///         device_communicator::check). Failures of this call show at dc.synchronize().
-template <class T, class Op = ops::sum>
-void all_reduce(device_communicator& dc, const T* send, T* recv, std::size_t count, const Op& op = {},
-                cudaStream_t stream = nullptr) {
+/// The algorithms all_reduce, reduce_scatter and all_gather on device memory take as an optional
+/// first template argument: algo::ring (ring_kernel over dc.ring()), or algo::direct and
+/// algo::automatic, which are the forms without one (one-shot / two-shot direct, or the ring where
+/// the host communicator's COLLX_ALGO says so: device_communicator::ring_by_default).
+template <class Algo>
+concept device_algorithm = std::same_as<Algo, algo::ring> || std::same_as<Algo, algo::direct> || std::same_as<Algo, algo::automatic>;
+
+/// all_reduce with a chosen algorithm (defined, and documented, further down).
+template <device_algorithm Algo, class T, class Op = ops::sum>
+void all_reduce(device_communicator& dc, const T* send, T* recv, std::size_t count, const Op& op = {}, cudaStream_t stream = nullptr);
+/// reduce_scatter with a chosen algorithm (defined, and documented, further down).
+template <device_algorithm Algo, class T, class Op = ops::sum>
+void reduce_scatter(device_communicator& dc, const T* send, T* recv, std::size_t recv_count, const Op& op = {},
+                    cudaStream_t stream = nullptr);
+/// all_gather with a chosen algorithm (defined, and documented, further down).
+template <device_algorithm Algo, class T>
+void all_gather(device_communicator& dc, const T* send, T* recv, std::size_t send_count, cudaStream_t stream = nullptr);
+
+namespace device_detail {
+/// all_reduce's direct forms, whatever the host communicator's COLLX_ALGO says (the body of
+/// gpu::all_reduce without algo::ring).
+template <class T, class Op>
+void direct_all_reduce(device_communicator& dc, const T* send, T* recv, std::size_t count, const Op& op, cudaStream_t stream) {
   static_assert(reduction_op<Op, T>, "collx::gpu::all_reduce: Op must be a reduction op on T (collx/concepts.hpp)");
   constexpr const char* name = "gpu::all_reduce";
   using namespace device_detail;
@@ -1344,6 +1355,26 @@ void all_reduce(device_communicator& dc, const T* send, T* recv, std::size_t cou
   launch_call<T>(dc, name, collective::allreduce, detail::op_signature_key<Op>(), -1, count, 1, vec, stream,
                  all_reduce_step<T, Op, 1>{send, recv, op, -1},
                  all_reduce_step<T, Op, device_vector_elements<T>>{send, recv, op, -1});
+}
+}  // namespace device_detail
+
+/// All-reduce on device memory: recv[i] = op(... op(op(send_0[i], send_1[i]), send_2[i]) ..., send_{n-1}[i])
+/// on every rank (rank order, so non-commutative ops and floats give the same bits everywhere).
+/// Enqueued on `stream`; returns at once. In place when send == recv.
+/// One-shot below dc.two_shot_min_bytes() bytes per rank, two-shot (two launches) from there on:
+/// see direct_form in device_plan.hpp. Both give the same bits. Where rank 0's host communicator
+/// sends all-reduces to the ring (COLLX_ALGO=ring or allreduce:ring: ring_by_default),
+/// commutative ops run all_reduce<algo::ring> instead, with the ring's bits.
+/// @param send,recv `count` elements in device memory of dc.device() (or memory it can access)
+/// @throws collx::error (errc::invalid_argument) for null buffers with count > 0 or partly overlapping
+///         buffers; (errc::cuda) when the launch fails; a failure reported by an earlier call (see
+///         device_communicator::check). Failures of this call show at dc.synchronize().
+template <class T, class Op = ops::sum>
+void all_reduce(device_communicator& dc, const T* send, T* recv, std::size_t count, const Op& op = {},
+                cudaStream_t stream = nullptr) {
+  if constexpr (op_traits<Op>::commutative)
+    if (dc.ring_by_default(collective::allreduce) && dc.size() > 1) return all_reduce<algo::ring, T, Op>(dc, send, recv, count, op, stream);
+  device_detail::direct_all_reduce<T, Op>(dc, send, recv, count, op, stream);
 }
 
 /// Reduce on device memory: as all_reduce, but only `root` receives (recv is not touched, and may be
@@ -1366,13 +1397,11 @@ void reduce(device_communicator& dc, const T* send, T* recv, std::size_t count, 
                  all_reduce_step<T, Op, device_vector_elements<T>>{send, recv, op, root});
 }
 
-/// Reduce-scatter on device memory: rank r receives block r of the reduction,
-/// recv[i] = fold over ranks q of send_q[r * recv_count + i] (rank order).
-/// @param send size() * recv_count elements; @param recv recv_count elements (device memory)
-/// @throws as all_reduce (recv may not overlap send: no in-place form).
-template <class T, class Op = ops::sum>
-void reduce_scatter(device_communicator& dc, const T* send, T* recv, std::size_t recv_count, const Op& op = {},
-                    cudaStream_t stream = nullptr) {
+namespace device_detail {
+/// reduce_scatter's direct forms, whatever the host communicator's COLLX_ALGO says (the body of
+/// gpu::reduce_scatter without algo::ring).
+template <class T, class Op>
+void direct_reduce_scatter(device_communicator& dc, const T* send, T* recv, std::size_t recv_count, const Op& op, cudaStream_t stream) {
   static_assert(reduction_op<Op, T>, "collx::gpu::reduce_scatter: Op must be a reduction op on T (collx/concepts.hpp)");
   constexpr const char* name = "gpu::reduce_scatter";
   using namespace device_detail;
@@ -1384,13 +1413,28 @@ void reduce_scatter(device_communicator& dc, const T* send, T* recv, std::size_t
                  reduce_scatter_step<T, Op, 1>{send, recv, op},
                  reduce_scatter_step<T, Op, device_vector_elements<T>>{send, recv, op});
 }
+}  // namespace device_detail
 
-/// All-gather on device memory: recv = send_0 | send_1 | ... | send_{n-1} on every rank.
-/// @param send send_count elements; @param recv size() * send_count elements. In place when
-///        send == recv + rank * send_count (NCCL's convention); any other overlap is an error.
-/// @throws as all_reduce.
+/// Reduce-scatter on device memory: rank r receives block r of the reduction,
+/// recv[i] = fold over ranks q of send_q[r * recv_count + i] (rank order).
+/// @param send size() * recv_count elements; @param recv recv_count elements (device memory)
+/// With COLLX_ALGO naming the ring for reduce_scatter (ring_by_default), commutative ops run
+/// reduce_scatter<algo::ring>.
+/// @throws as all_reduce (recv may not overlap send: no in-place form).
+template <class T, class Op = ops::sum>
+void reduce_scatter(device_communicator& dc, const T* send, T* recv, std::size_t recv_count, const Op& op = {},
+                    cudaStream_t stream = nullptr) {
+  if constexpr (op_traits<Op>::commutative)
+    if (dc.ring_by_default(collective::reduce_scatter) && dc.size() > 1)
+      return reduce_scatter<algo::ring, T, Op>(dc, send, recv, recv_count, op, stream);
+  device_detail::direct_reduce_scatter<T, Op>(dc, send, recv, recv_count, op, stream);
+}
+
+namespace device_detail {
+/// all_gather's direct forms, whatever the host communicator's COLLX_ALGO says (the body of
+/// gpu::all_gather without algo::ring).
 template <class T>
-void all_gather(device_communicator& dc, const T* send, T* recv, std::size_t send_count, cudaStream_t stream = nullptr) {
+void direct_all_gather(device_communicator& dc, const T* send, T* recv, std::size_t send_count, cudaStream_t stream) {
   static_assert(element<T>, "collx::gpu::all_gather: T must be a trivially copyable object type (collx/concepts.hpp)");
   constexpr const char* name = "gpu::all_gather";
   using namespace device_detail;
@@ -1400,12 +1444,19 @@ void all_gather(device_communicator& dc, const T* send, T* recv, std::size_t sen
   launch_call<T>(dc, name, collective::all_gather, "", -1, send_count, 1, vec, stream, all_gather_step<T, 1>{send, recv},
                  all_gather_step<T, device_vector_elements<T>>{send, recv});
 }
+}  // namespace device_detail
 
-/// The algorithms all_reduce, reduce_scatter and all_gather on device memory take as an optional
-/// first template argument: algo::ring (ring_kernel over dc.ring()), or algo::direct and
-/// algo::automatic, which are the forms without one (one-shot / two-shot direct).
-template <class Algo>
-concept device_algorithm = std::same_as<Algo, algo::ring> || std::same_as<Algo, algo::direct> || std::same_as<Algo, algo::automatic>;
+/// All-gather on device memory: recv = send_0 | send_1 | ... | send_{n-1} on every rank.
+/// @param send send_count elements; @param recv size() * send_count elements. In place when
+///        send == recv + rank * send_count (NCCL's convention); any other overlap is an error.
+/// With COLLX_ALGO naming the ring for all_gather (ring_by_default), it runs all_gather<algo::ring>
+/// (the same bytes).
+/// @throws as all_reduce.
+template <class T>
+void all_gather(device_communicator& dc, const T* send, T* recv, std::size_t send_count, cudaStream_t stream = nullptr) {
+  if (dc.ring_by_default(collective::all_gather) && dc.size() > 1) return all_gather<algo::ring, T>(dc, send, recv, send_count, stream);
+  device_detail::direct_all_gather<T>(dc, send, recv, send_count, stream);
+}
 
 /// All-reduce on device memory with a chosen algorithm, e.g. `gpu::all_reduce<collx::algo::ring>(dc,
 /// send, recv, count)`. algo::ring: the ring over dc.ring() (device_options::ring_order; cuda/ring_plan.hpp),
@@ -1417,17 +1468,18 @@ concept device_algorithm = std::same_as<Algo, algo::ring> || std::same_as<Algo, 
 /// size, count, type, staging size and ring, and equal on every rank, but they are not the rank-order
 /// fold's. algo::direct and algo::automatic: the all_reduce above. One rank: every algorithm copies.
 /// @throws as all_reduce.
-template <device_algorithm Algo, class T, class Op = ops::sum>
-void all_reduce(device_communicator& dc, const T* send, T* recv, std::size_t count, const Op& op = {},
-                cudaStream_t stream = nullptr) {
-  if constexpr (!std::same_as<Algo, algo::ring>) {
+template <device_algorithm Algo, class T, class Op>
+void all_reduce(device_communicator& dc, const T* send, T* recv, std::size_t count, const Op& op, cudaStream_t stream) {
+  if constexpr (std::same_as<Algo, algo::automatic>) {
     all_reduce<T, Op>(dc, send, recv, count, op, stream);
+  } else if constexpr (std::same_as<Algo, algo::direct>) {
+    device_detail::direct_all_reduce<T, Op>(dc, send, recv, count, op, stream);
   } else {
     static_assert(reduction_op<Op, T>, "collx::gpu::all_reduce: Op must be a reduction op on T (collx/concepts.hpp)");
     static_assert(op_traits<Op>::commutative,
                   "collx::gpu::all_reduce<algo::ring>: the ring folds each piece starting at another rank, so it needs a "
                   "commutative op; use the rank-order forms (no algorithm) or declare the op commutative (collx::commutative_op)");
-    if (dc.size() == 1) return all_reduce<T, Op>(dc, send, recv, count, op, stream);
+    if (dc.size() == 1) return device_detail::direct_all_reduce<T, Op>(dc, send, recv, count, op, stream);
     constexpr const char* name = "gpu::all_reduce<algo::ring>";
     using namespace device_detail;
     const call_check chk{dc, stream, name};
@@ -1449,17 +1501,18 @@ void all_reduce(device_communicator& dc, const T* send, T* recv, std::size_t cou
 /// of its bytes for half/bfloat16, whose partials travel as fp32; commutative
 /// ops only; the order of combination of cuda/ring_plan.hpp); the others are the reduce_scatter
 /// above. @throws as reduce_scatter.
-template <device_algorithm Algo, class T, class Op = ops::sum>
-void reduce_scatter(device_communicator& dc, const T* send, T* recv, std::size_t recv_count, const Op& op = {},
-                    cudaStream_t stream = nullptr) {
-  if constexpr (!std::same_as<Algo, algo::ring>) {
+template <device_algorithm Algo, class T, class Op>
+void reduce_scatter(device_communicator& dc, const T* send, T* recv, std::size_t recv_count, const Op& op, cudaStream_t stream) {
+  if constexpr (std::same_as<Algo, algo::automatic>) {
     reduce_scatter<T, Op>(dc, send, recv, recv_count, op, stream);
+  } else if constexpr (std::same_as<Algo, algo::direct>) {
+    device_detail::direct_reduce_scatter<T, Op>(dc, send, recv, recv_count, op, stream);
   } else {
     static_assert(reduction_op<Op, T>, "collx::gpu::reduce_scatter: Op must be a reduction op on T (collx/concepts.hpp)");
     static_assert(op_traits<Op>::commutative,
                   "collx::gpu::reduce_scatter<algo::ring>: the ring folds each block starting at another rank, so it needs "
                   "a commutative op; use the rank-order form (no algorithm) or declare the op commutative (collx::commutative_op)");
-    if (dc.size() == 1) return reduce_scatter<T, Op>(dc, send, recv, recv_count, op, stream);
+    if (dc.size() == 1) return device_detail::direct_reduce_scatter<T, Op>(dc, send, recv, recv_count, op, stream);
     constexpr const char* name = "gpu::reduce_scatter<algo::ring>";
     using namespace device_detail;
     const call_check chk{dc, stream, name};
@@ -1475,12 +1528,14 @@ void reduce_scatter(device_communicator& dc, const T* send, T* recv, std::size_t
 /// ring (each rank reads (n - 1) blocks from its predecessor); the others are the all_gather above.
 /// The same bytes whatever the algorithm. @throws as all_gather.
 template <device_algorithm Algo, class T>
-void all_gather(device_communicator& dc, const T* send, T* recv, std::size_t send_count, cudaStream_t stream = nullptr) {
-  if constexpr (!std::same_as<Algo, algo::ring>) {
+void all_gather(device_communicator& dc, const T* send, T* recv, std::size_t send_count, cudaStream_t stream) {
+  if constexpr (std::same_as<Algo, algo::automatic>) {
     all_gather<T>(dc, send, recv, send_count, stream);
+  } else if constexpr (std::same_as<Algo, algo::direct>) {
+    device_detail::direct_all_gather<T>(dc, send, recv, send_count, stream);
   } else {
     static_assert(element<T>, "collx::gpu::all_gather: T must be a trivially copyable object type (collx/concepts.hpp)");
-    if (dc.size() == 1) return all_gather<T>(dc, send, recv, send_count, stream);
+    if (dc.size() == 1) return device_detail::direct_all_gather<T>(dc, send, recv, send_count, stream);
     constexpr const char* name = "gpu::all_gather<algo::ring>";
     using namespace device_detail;
     const call_check chk{dc, stream, name};

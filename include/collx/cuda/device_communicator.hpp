@@ -256,6 +256,12 @@ class device_communicator {
           "accept its device_options::ring_order", [&] { ring_ = make_ring_order(opt.ring_order, host.size()); },
           errc::invalid_argument);
       collx::broadcast<algo::direct>(host, std::span<int>(ring_.order, max_device_world), 0);
+      // Rank 0's host algorithm overrides (COLLX_ALGO by default) for the collectives with a ring.
+      std::uint8_t ring_mask = 0;
+      for (const collective c : {collective::allreduce, collective::reduce_scatter, collective::all_gather})
+        if (host.options().algorithm_overrides.for_collective(c) == algorithm::ring) ring_mask |= ring_bit(c);
+      collx::broadcast<algo::direct>(host, std::span<std::uint8_t>(&ring_mask, 1), 0);
+      ring_by_default_ = ring_mask;
 
       // Counters and claim are this rank's alone: with host memory only they stay on the device.
       // Mapping the peers comes last, so that nothing fails once a peer may map this workspace.
@@ -348,6 +354,12 @@ class device_communicator {
   std::size_t two_shot_min_bytes() const noexcept { return two_shot_min_bytes_; }
   /// The ring of algo::ring calls (device_options::ring_order, rank 0's).
   const ring_order& ring() const noexcept { return ring_; }
+  /// True when calls of collective `c` (allreduce, reduce_scatter, all_gather) without an
+  /// algorithm, or with algo::automatic, run the ring (commutative ops only; the others stay
+  /// direct): when rank 0's host communicator's algorithm_overrides (COLLX_ALGO by default, e.g.
+  /// COLLX_ALGO=ring or allreduce:ring) name algo::ring for it, as they do for the host's
+  /// algo::automatic.
+  bool ring_by_default(collective c) const noexcept { return (ring_by_default_ & ring_bit(c)) != 0; }
   /// How this rank reaches rank `peer`'s workspace.
   peer_path path_to_peer(int peer) const {
     if (peer != rank() && !reaches(rank(), peer)) return peer_path::host_memory;
@@ -731,7 +743,11 @@ class device_communicator {
   unsigned blocks_ = 1;
   std::size_t two_shot_min_bytes_ = SIZE_MAX;
   ring_order ring_{};
-  bool failed_together_ = false;            // an on_every_rank step failed on some rank: every rank throws there
+  bool failed_together_ = false;
+  std::uint8_t ring_by_default_ = 0;        // ring_bit of the collectives COLLX_ALGO sends to the ring
+  static constexpr std::uint8_t ring_bit(collective c) noexcept {
+    return c == collective::allreduce ? 1 : c == collective::reduce_scatter ? 2 : c == collective::all_gather ? 4 : 0;
+  }            // an on_every_rank step failed on some rank: every rank throws there
   workspace_memory memory_ = workspace_memory::device;
   std::vector<std::uint64_t> reach_;        // reach_[a] bit b: rank a's GPU reaches rank b's (choose_workspace_memory)
   std::array<std::byte*, max_device_world> host_part_{};  // each rank's part of the shared host memory, mapped here
