@@ -787,22 +787,13 @@ void launch_two_shot_all_reduce(device_communicator& dc, const char* name, const
 /// The op of an all_gather ring (nothing is combined).
 struct no_reduction {};
 
-/// Loads and stores of W, a vec of 16 or 32 bytes, as 16-byte words (the accumulator vector of a
-/// 2-byte type is 32 bytes); _cg bypasses L1 (a peer's staging).
+/// A load (bypassing L1: a peer's staging) and a store of W, a vec of 16 or 32 bytes, as 16-byte
+/// words (the accumulator vector of a 2-byte type is 32 bytes).
 template <class W>
 __device__ inline W load_words_cg(const void* p) {
   static_assert(sizeof(W) % 16 == 0);
   uint4 w[sizeof(W) / 16];
   for (std::size_t i = 0; i < sizeof(W) / 16; ++i) w[i] = __ldcg(static_cast<const uint4*>(p) + i);
-  W out;
-  std::memcpy(&out, w, sizeof(W));
-  return out;
-}
-template <class W>
-__device__ inline W load_words(const void* p) {
-  static_assert(sizeof(W) % 16 == 0);
-  uint4 w[sizeof(W) / 16];
-  for (std::size_t i = 0; i < sizeof(W) / 16; ++i) w[i] = static_cast<const uint4*>(p)[i];
   W out;
   std::memcpy(&out, w, sizeof(W));
   return out;
@@ -1466,7 +1457,8 @@ void all_gather(device_communicator& dc, const T* send, T* recv, std::size_t sen
 /// all directly connected (a ring that follows NVLink). It needs a commutative op (checked at compile
 /// time: the ring folds each piece starting at another rank); its bits are fixed for a given world
 /// size, count, type, staging size and ring, and equal on every rank, but they are not the rank-order
-/// fold's. algo::direct and algo::automatic: the all_reduce above. One rank: every algorithm copies.
+/// fold's. algo::direct: the rank-order forms of the all_reduce above (one-shot, two-shot), whatever
+/// COLLX_ALGO says; algo::automatic: the all_reduce above. One rank: every algorithm copies.
 /// @throws as all_reduce.
 template <device_algorithm Algo, class T, class Op>
 void all_reduce(device_communicator& dc, const T* send, T* recv, std::size_t count, const Op& op, cudaStream_t stream) {
@@ -1499,8 +1491,8 @@ void all_reduce(device_communicator& dc, const T* send, T* recv, std::size_t cou
 /// Reduce-scatter on device memory with a chosen algorithm: algo::ring runs the reduce-scatter half
 /// of the ring (each rank reads (n - 1) / n of its input's size from its predecessor, 2 (n - 1) / n
 /// of its bytes for half/bfloat16, whose partials travel as fp32; commutative
-/// ops only; the order of combination of cuda/ring_plan.hpp); the others are the reduce_scatter
-/// above. @throws as reduce_scatter.
+/// ops only; the order of combination of cuda/ring_plan.hpp); algo::direct the rank-order form
+/// whatever COLLX_ALGO says, algo::automatic the reduce_scatter above. @throws as reduce_scatter.
 template <device_algorithm Algo, class T, class Op>
 void reduce_scatter(device_communicator& dc, const T* send, T* recv, std::size_t recv_count, const Op& op, cudaStream_t stream) {
   if constexpr (std::same_as<Algo, algo::automatic>) {
@@ -1525,7 +1517,8 @@ void reduce_scatter(device_communicator& dc, const T* send, T* recv, std::size_t
 }
 
 /// All-gather on device memory with a chosen algorithm: algo::ring passes the blocks around the
-/// ring (each rank reads (n - 1) blocks from its predecessor); the others are the all_gather above.
+/// ring (each rank reads (n - 1) blocks from its predecessor); algo::direct the direct form
+/// whatever COLLX_ALGO says, algo::automatic the all_gather above.
 /// The same bytes whatever the algorithm. @throws as all_gather.
 template <device_algorithm Algo, class T>
 void all_gather(device_communicator& dc, const T* send, T* recv, std::size_t send_count, cudaStream_t stream) {

@@ -590,17 +590,20 @@ class device_communicator {
     }
   }
 
+  /// One rank's outcome of a setup step with the start of its message, so that every rank can say
+  /// why (a named type: its name is part of the host all_gather's type check across ranks).
+  struct setup_outcome {
+    std::uint8_t ok = 1;
+    std::array<char, 255> why{};
+  };
+
   /// Runs `step` on this rank, then tells every rank whether each rank's step succeeded: this
   /// rank rethrows its own error; the others throw `peers_code` naming the first rank that failed,
   /// with the start (254 bytes) of its message (instead of waiting for it until the host
   /// communicator's timeout).
   template <class Step>
   void on_every_rank(const char* what, Step&& step, errc peers_code = errc::cuda) {
-    // Each rank's outcome with the start of its message, so that every rank can say why.
-    struct outcome {
-      std::uint8_t ok = 1;
-      std::array<char, 255> why{};
-    } mine;
+    setup_outcome mine;
     std::exception_ptr error;
     try {
       step();
@@ -611,10 +614,11 @@ class device_communicator {
     } catch (...) {
       error = std::current_exception();
       mine.ok = 0;
+      std::strncpy(mine.why.data(), "an exception not derived from std::exception", mine.why.size() - 1);
     }
-    std::vector<outcome> all(static_cast<std::size_t>(size()));
-    all_gather<algo::direct>(*host_, std::span<const outcome>(&mine, 1), std::span<outcome>(all));
-    failed_together_ = std::any_of(all.begin(), all.end(), [](const outcome& o) { return o.ok == 0; });
+    std::vector<setup_outcome> all(static_cast<std::size_t>(size()));
+    all_gather<algo::direct>(*host_, std::span<const setup_outcome>(&mine, 1), std::span<setup_outcome>(all));
+    failed_together_ = std::any_of(all.begin(), all.end(), [](const setup_outcome& o) { return o.ok == 0; });
     if (error) std::rethrow_exception(error);
     for (int p = 0; p < size(); ++p)
       if (!all[static_cast<std::size_t>(p)].ok)
@@ -743,11 +747,11 @@ class device_communicator {
   unsigned blocks_ = 1;
   std::size_t two_shot_min_bytes_ = SIZE_MAX;
   ring_order ring_{};
-  bool failed_together_ = false;
+  bool failed_together_ = false;            // an on_every_rank step failed on some rank: every rank throws there
   std::uint8_t ring_by_default_ = 0;        // ring_bit of the collectives COLLX_ALGO sends to the ring
   static constexpr std::uint8_t ring_bit(collective c) noexcept {
     return c == collective::allreduce ? 1 : c == collective::reduce_scatter ? 2 : c == collective::all_gather ? 4 : 0;
-  }            // an on_every_rank step failed on some rank: every rank throws there
+  }
   workspace_memory memory_ = workspace_memory::device;
   std::vector<std::uint64_t> reach_;        // reach_[a] bit b: rank a's GPU reaches rank b's (choose_workspace_memory)
   std::array<std::byte*, max_device_world> host_part_{};  // each rank's part of the shared host memory, mapped here
