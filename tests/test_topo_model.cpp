@@ -9,6 +9,7 @@
 #include <collx/topo/nccl_tests.hpp>
 #include <collx/topo/nvidia_smi.hpp>
 #include <collx/topo/placement.hpp>
+#include <collx/topo/predict.hpp>
 
 #include <cstdio>
 #include <set>
@@ -151,11 +152,8 @@ TEST_CASE("cost model against nccl-tests: predicted peak busbw within 25% of the
     o.routing.p2p = f.p2p;
     model m(t, gpus, o);
     const nccl_tests_table table = read_nccl_tests(topo_fixture(f.perf), f.perf);
-    prediction peak;
-    for (const nccl_tests_row& row : table.rows) {
-      const prediction p = m.best(collective::allreduce, row.bytes, nccl_allreduce_algos(m.nodes()));
-      if (p.busbw_GBps > peak.busbw_GBps) peak = p;
-    }
+    const prediction peak = predicted_peak_busbw(m, table);
+    REQUIRE(peak.valid);
     const double ratio = peak.busbw_GBps / table.peak_busbw();
     std::printf("%-52s %9.2f %9.2f %6.2f  %-13s %-18s %s\n", f.perf, table.peak_busbw(), peak.busbw_GBps, ratio,
                 (std::string(algo_name(peak.method)) + "/" + std::string(protocol_name(peak.proto))).c_str(), f.basis, peak.bottleneck.c_str());
@@ -269,6 +267,54 @@ TEST_CASE("scaling: tree wins latency-bound sizes at scale, ring/hierarchical ba
   // GPU's PCIe Gen5 x16 link to it reaches the same; NVLink (370.8 GB/s per GPU) has room to spare.
   CHECK(ring.bottleneck.find("NVLink") == std::string::npos);
   CHECK(ring.busbw_GBps == Approx(8 * 48.0).epsilon(0.15));  // less the ring's 1022 network steps of latency
+}
+
+TEST_CASE("simulate_allreduce (collx-topo simulate): consistent predictions, and docs/scaling.md's table") {
+  const topology node = make_hgx_node(*find_gpu_arch("H100"), 8, 18, 1, 400);
+  const std::vector<scaling_point> points = simulate_allreduce(node);
+  const std::vector<algo> algos = scaling_algos();
+  REQUIRE(points.size() == 10 * 11);  // 8, 16, ..., 4096 GPUs x 8 KiB, 32 KiB, ..., 8 GiB
+  const auto win = [&](int gpus, std::size_t bytes) {
+    for (const scaling_point& s : points)
+      if (s.gpus == gpus && s.bytes == bytes) return algos[s.winner];
+    FAIL("no point for " << gpus << " GPUs, " << bytes << " B");
+    return algo::direct;
+  };
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    const scaling_point& s = points[i];
+    INFO(s.gpus << " GPUs, " << s.bytes << " B");
+    REQUIRE(s.by_algo.size() == algos.size());
+    CHECK(s.nodes * 8 == s.gpus);
+    CHECK(s.by_algo[s.winner].valid);
+    const double n = s.gpus;
+    for (std::size_t k = 0; k < algos.size(); ++k) {
+      const prediction& p = s.by_algo[k];
+      // Hierarchical needs several nodes; everything else is predicted everywhere.
+      CHECK(p.valid == (algos[k] != algo::hierarchical || s.nodes > 1));
+      if (!p.valid) continue;
+      CHECK(p.time_s > 0);
+      // busbw as nccl-tests defines it: algbw x 2 (n - 1) / n.
+      CHECK(p.busbw_GBps == Approx(static_cast<double>(s.bytes) / p.time_s / 1e9 * 2 * (n - 1) / n).epsilon(1e-9));
+      CHECK(s.by_algo[s.winner].time_s <= p.time_s);
+      // More bytes never take less time.
+      if (i > 0 && points[i - 1].gpus == s.gpus && points[i - 1].by_algo[k].valid) CHECK(points[i - 1].by_algo[k].time_s <= p.time_s);
+    }
+  }
+  // docs/scaling.md, "What it shows" (keep the two in step).
+  const std::size_t KiB = 1024, MiB = KiB << 10, GiB = MiB << 10;
+  for (std::size_t b = 8 * KiB; b <= 8 * GiB; b *= 4) {
+    INFO(b << " B");
+    CHECK(win(8, b) == (b == 2 * MiB || b == 8 * MiB ? algo::double_tree : algo::ring));
+    CHECK(win(32, b) == algo::hierarchical);
+    CHECK(win(4096, b) == algo::double_tree);
+    for (int g = 16; g <= 4096; g *= 2) CHECK(win(g, b) != algo::ring);  // the ring never wins beyond one node
+  }
+  for (int g = 64; g <= 4096; g *= 2) CHECK(win(g, 512 * KiB) == algo::double_tree);
+  for (int g = 16; g <= 1024; g *= 2) CHECK(win(g, 8 * GiB) == algo::hierarchical);
+  CHECK(win(16, 2 * MiB) == algo::double_tree);
+  CHECK(win(2048, 2 * GiB) == algo::double_tree);
+  CHECK(win(1024, 2 * GiB) == algo::hierarchical);
+  CHECK(points[10].by_algo[0].busbw_GBps == Approx(370).epsilon(0.01));  // 8 GPUs, 8 GiB: NVLink-bound ring
 }
 
 namespace {

@@ -13,6 +13,7 @@
 #include <collx/topo/nccl_tests.hpp>
 #include <collx/topo/nccl_xml.hpp>
 #include <collx/topo/nvidia_smi.hpp>
+#include <collx/topo/predict.hpp>
 
 #include <cmath>
 #include <cstdio>
@@ -245,6 +246,9 @@ std::string vname(const topology& t, int v) {
 
 const std::vector<std::size_t> show_sizes = {1024, 64 << 10, 1 << 20, 16 << 20, 256 << 20, std::size_t{1} << 30, std::size_t{4} << 30};
 
+// The number of a CPU vertex's logical CPUs (0 when not known).
+std::size_t cpu_count(const vertex& c) { return !c.cores.empty() ? c.cores.size() : parse_cpulist(c.cpu_affinity).size(); }
+
 int show(const opts& o) {
   const topology node = load(o, o.file);
   const topology t = make_cluster(node, o.nodes);
@@ -283,6 +287,14 @@ int show(const opts& o) {
                   json_str(v.arch ? std::string(v.arch->name) : v.device).c_str());
       for (std::size_t j = 0; j < dev.size(); ++j) std::printf("%s%s", j ? "," : "", json_str(node.classify(dev[i], dev[j]).cell()).c_str());
       std::printf("]}");
+    }
+    std::printf("],\"cpus\":[");
+    const std::vector<int> cpus = node.of_kind(vertex_kind::cpu, 0);
+    for (std::size_t i = 0; i < cpus.size(); ++i) {
+      const vertex& c = node.vertices[static_cast<std::size_t>(cpus[i])];
+      std::printf("%s{\"name\":%s,\"numa_node\":%d,\"socket\":%d,\"vendor\":%s,\"family\":%d,\"model\":%d,\"cpus\":%s,\"count\":%zu}",
+                  i ? "," : "", json_str(c.name).c_str(), c.index, c.socket, json_str(c.cpu_vendor).c_str(), c.cpu_family,
+                  c.cpu_model, json_str(c.cpu_affinity).c_str(), cpu_count(c));
     }
     std::printf("]");
     if (m) {
@@ -330,6 +342,18 @@ int show(const opts& o) {
   if (!t.notes.empty()) {
     std::printf("\nNotes (what was assumed):\n");
     for (const std::string& n : t.notes) std::printf("  - %s\n", n.c_str());
+  }
+  if (const std::vector<int> cpus = node.of_kind(vertex_kind::cpu, 0); !cpus.empty()) {
+    std::printf("\nCPUs (NUMA nodes: what ranks on this machine are pinned to and allocate on):\n");
+    for (int id : cpus) {
+      const vertex& c = node.vertices[static_cast<std::size_t>(id)];
+      std::string what = c.cpu_vendor.empty() ? "" : c.cpu_vendor + " family " + std::to_string(c.cpu_family) + " model " +
+                                                      std::to_string(c.cpu_model);
+      if (c.socket >= 0) what = "socket " + std::to_string(c.socket) + (what.empty() ? "" : ", " + what);
+      const std::string& list = c.cpu_affinity;
+      std::printf("  %-6s NUMA node %d: %zu CPUs%s%s%s%s\n", c.name.c_str(), c.index, cpu_count(c), list.empty() ? "" : " (",
+                  list.c_str(), list.empty() ? "" : ")", what.empty() ? "" : ("; " + what).c_str());
+    }
   }
   std::printf("\nLinks (GB/s per direction: datasheet / reachable):\n");
   for (const collx::topo::link& l : node.links) {
@@ -433,46 +457,36 @@ int simulate(const opts& o) {
   }
   const int per = static_cast<int>(node.gpus().size());
   if (per < 1) die("the node has no GPU");
-  std::vector<std::size_t> sizes;
-  for (std::size_t b = 8 << 10; b <= (std::size_t{8} << 30); b *= 4) sizes.push_back(b);
-  const std::vector<algo> algos = {algo::ring, algo::double_tree, algo::hierarchical};
+  scaling_options so;
+  so.max_gpus = o.max_gpus;
+  so.network_step_us = o.net_us;
+  const std::vector<scaling_point> points = simulate_allreduce(node, so);
+  const std::vector<algo> algos = scaling_algos();
   if (o.json) std::printf("{\"node\":%s,\"gpus_per_node\":%d,\"net_gbps\":%g,\"results\":[", json_str(node.source).c_str(), per, o.net_gbps);
   else
     std::printf("All-reduce on nodes like: %s (%d GPUs each), network %g Gb/s per NIC, %d NIC(s) per GPU\n"
                 "busbw GB/s (time us) per algorithm, best protocol each; * marks the fastest\n\n",
                 node.source.c_str(), per, o.net_gbps, o.nics_per_gpu);
   bool first = true;
-  for (int gpus = per; gpus <= o.max_gpus; gpus *= 2) {
-    if (gpus % per) continue;
-    const topology t = make_cluster(node, gpus / per);
-    model_options mo;
-    if (o.net_us > 0)  // a measured figure replaces NCCL's per-protocol ones for network steps
-      for (int p = 0; p < 3; ++p) mo.latency.ring_step[2][p] = mo.latency.tree_step[2][p] = o.net_us * 1e-6;
-    model m(t, t.gpus(), mo);
-    if (!o.json) std::printf("%5d GPUs %4d nodes\n", gpus, gpus / per);
-    for (std::size_t b : sizes) {
-      std::vector<prediction> ps;
-      for (algo a : algos) ps.push_back(m.best(collective::allreduce, b, {a}));
-      std::size_t win = 0;
-      for (std::size_t k = 0; k < ps.size(); ++k)
-        if (ps[k].valid && (!ps[win].valid || ps[k].time_s < ps[win].time_s)) win = k;
-      if (o.json) {
-        for (std::size_t k = 0; k < ps.size(); ++k) {
-          if (!ps[k].valid) continue;
-          std::printf("%s{\"gpus\":%d,\"nodes\":%d,\"bytes\":%zu,\"algorithm\":%s,\"protocol\":%s,\"time_s\":%.9g,\"busbw_GBps\":%.4f,\"winner\":%s}",
-                      first ? "" : ",", gpus, gpus / per, b, json_str(std::string(algo_name(algos[k]))).c_str(),
-                      json_str(std::string(protocol_name(ps[k].proto))).c_str(), ps[k].time_s, ps[k].busbw_GBps, k == win ? "true" : "false");
-          first = false;
-        }
-      } else {
-        std::printf("  %-9s", size_name(b).c_str());
-        for (std::size_t k = 0; k < ps.size(); ++k) {
-          if (!ps[k].valid) std::printf("   %-13s %20s", algo_name(algos[k]).data(), "-");
-          else std::printf("   %-13s%c%8.2f (%9.1f us)", algo_name(algos[k]).data(), k == win ? '*' : ' ', ps[k].busbw_GBps, ps[k].time_s * 1e6);
-        }
-        std::printf("\n");
+  for (const scaling_point& s : points) {
+    const std::vector<prediction>& ps = s.by_algo;
+    if (o.json) {
+      for (std::size_t k = 0; k < ps.size(); ++k) {
+        if (!ps[k].valid) continue;
+        std::printf("%s{\"gpus\":%d,\"nodes\":%d,\"bytes\":%zu,\"algorithm\":%s,\"protocol\":%s,\"time_s\":%.9g,\"busbw_GBps\":%.4f,\"winner\":%s}",
+                    first ? "" : ",", s.gpus, s.nodes, s.bytes, json_str(std::string(algo_name(algos[k]))).c_str(),
+                    json_str(std::string(protocol_name(ps[k].proto))).c_str(), ps[k].time_s, ps[k].busbw_GBps, k == s.winner ? "true" : "false");
+        first = false;
       }
+      continue;
     }
+    if (&s == points.data() || s.gpus != (&s - 1)->gpus) std::printf("%5d GPUs %4d nodes\n", s.gpus, s.nodes);
+    std::printf("  %-9s", size_name(s.bytes).c_str());
+    for (std::size_t k = 0; k < ps.size(); ++k) {
+      if (!ps[k].valid) std::printf("   %-13s %20s", algo_name(algos[k]).data(), "-");
+      else std::printf("   %-13s%c%8.2f (%9.1f us)", algo_name(algos[k]).data(), k == s.winner ? '*' : ' ', ps[k].busbw_GBps, ps[k].time_s * 1e6);
+    }
+    std::printf("\n");
   }
   if (o.json) std::printf("]}\n");
   return 0;
@@ -489,11 +503,7 @@ int check(const opts& o) {
   model_options mo;
   mo.routing.p2p = o.p2p && !table.p2p_disabled;
   model m(t, gpus, mo);
-  prediction peak;
-  for (const nccl_tests_row& row : table.rows) {
-    const prediction p = m.best(collective::allreduce, row.bytes, nccl_allreduce_algos(m.nodes()));
-    if (p.busbw_GBps > peak.busbw_GBps) peak = p;
-  }
+  const prediction peak = predicted_peak_busbw(m, table);
   const double ratio = peak.busbw_GBps / table.peak_busbw();
   if (o.json)
     std::printf("{\"measured_GBps\":%.4f,\"predicted_GBps\":%.4f,\"ratio\":%.4f,\"algorithm\":%s,\"bottleneck\":%s}\n", table.peak_busbw(), peak.busbw_GBps,
