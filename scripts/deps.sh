@@ -9,10 +9,11 @@
 #   openmpi-bin libopenmpi-dev  the test that launches ranks with Open MPI's mpirun; bench peers
 #   zlib1g-dev            examples/train_digits reads the gzipped digits with zlib
 #   procps                pgrep, in tests/collx_run_cli.sh (no rank's children left running)
+#   libhwloc-dev pkg-config  hwloc CPU discovery (COLLX_TOPO_HWLOC, .ci/run's g++ pass)
 # Usage: scripts/deps.sh [extra-package...]
 set -euo pipefail
 
-packages=(catch2 cmake make ninja-build g++ clang libclang-rt-dev git ca-certificates openmpi-bin libopenmpi-dev zlib1g-dev procps "$@")
+packages=(catch2 cmake make ninja-build g++ clang libclang-rt-dev git ca-certificates openmpi-bin libopenmpi-dev zlib1g-dev procps libhwloc-dev pkg-config "$@")
 missing=()
 for p in "${packages[@]}"; do
   if [[ "$(dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null)" != ii* ]]; then

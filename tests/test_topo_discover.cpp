@@ -105,3 +105,29 @@ TEST_CASE("discovery on this machine gives at least its CPUs") {
   for (int c : t.of_kind(vertex_kind::cpu)) CHECK_FALSE(t.vertices[static_cast<std::size_t>(c)].cores.empty());
   CHECK(numa_node_for_local_rank(t, 0, 1) >= 0);
 }
+
+// hwloc's view of the CPUs (COLLX_TOPO_HWLOC=ON, as .ci/run's g++ pass builds) must be sysfs's:
+// collx-topo --hwloc and a program using discover_cpus_hwloc then pin and place ranks alike.
+TEST_CASE("discovery: hwloc and sysfs agree on NUMA nodes, their CPUs, sockets and CPU model") {
+#if defined(COLLX_TOPO_HAVE_HWLOC)
+  const topology a = discover_cpus(), b = discover_cpus_hwloc();
+  const std::vector<int> ca = a.of_kind(vertex_kind::cpu), cb = b.of_kind(vertex_kind::cpu);
+  REQUIRE(ca.size() == cb.size());
+  REQUIRE_FALSE(ca.empty());
+  for (std::size_t i = 0; i < ca.size(); ++i) {
+    const vertex& x = a.vertices[static_cast<std::size_t>(ca[i])];
+    const vertex& y = b.vertices[static_cast<std::size_t>(cb[i])];
+    INFO("NUMA node " << x.index << ": sysfs CPUs " << x.cpu_affinity << ", hwloc CPUs " << y.cpu_affinity);
+    CHECK(x.index == y.index);
+    CHECK(x.cores == y.cores);
+    CHECK(x.socket == y.socket);
+    CHECK(x.cpu_vendor == y.cpu_vendor);
+    CHECK(x.cpu_family == y.cpu_family);
+    CHECK(x.cpu_model == y.cpu_model);
+  }
+  REQUIRE(a.links.size() == b.links.size());
+  for (std::size_t i = 0; i < a.links.size(); ++i) CHECK(a.links[i].GBps == b.links[i].GBps);
+#else
+  WARN("SKIPPED: built without COLLX_TOPO_HWLOC (hwloc discovery is compiled and compared in .ci/run's g++ pass)");
+#endif
+}

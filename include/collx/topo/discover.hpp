@@ -816,16 +816,28 @@ inline topology discover(const discover_options& o = {}) {
 }
 
 #if defined(COLLX_TOPO_HAVE_HWLOC)
-/// The CPU part of the machine from hwloc (NUMA nodes with their cpusets and packages), instead of
-/// sysfs. Only with COLLX_TOPO_USE_HWLOC defined and hwloc linked.
+/// The CPU part of the machine from hwloc (NUMA nodes with their cpusets, packages and the CPU
+/// model hwloc's x86 backend reports), instead of sysfs: the same vertices and links as
+/// discover_cpus, the CPUs this process may not use included (as sysfs lists them).
+/// Only with COLLX_TOPO_USE_HWLOC defined and hwloc linked.
 /// @throws collx::error(system) if hwloc fails.
 inline topology discover_cpus_hwloc() {
   hwloc_topology_t h;
-  if (hwloc_topology_init(&h) != 0 || hwloc_topology_load(h) != 0) COLLX_THROW(errc::system, "hwloc: cannot load the topology");
+  if (hwloc_topology_init(&h) != 0) COLLX_THROW(errc::system, "hwloc: cannot initialise a topology");
+  if (hwloc_topology_set_flags(h, HWLOC_TOPOLOGY_FLAG_INCLUDE_DISALLOWED) != 0 || hwloc_topology_load(h) != 0) {
+    hwloc_topology_destroy(h);
+    COLLX_THROW(errc::system, "hwloc: cannot load the topology");
+  }
   topology t;
   t.source = "hwloc";
+  const auto info = [](hwloc_obj_t o, const char* name) -> std::string {
+    const char* v = o ? hwloc_obj_get_info_by_name(o, name) : nullptr;
+    return v ? v : "";
+  };
   const int n = hwloc_get_nbobjs_by_type(h, HWLOC_OBJ_NUMANODE);
   std::vector<int> ids;
+  std::string vendor;
+  int family = 0, model = 0;
   for (int i = 0; i < n; ++i) {
     hwloc_obj_t o = hwloc_get_obj_by_type(h, HWLOC_OBJ_NUMANODE, static_cast<unsigned>(i));
     vertex v;
@@ -837,12 +849,23 @@ inline topology discover_cpus_hwloc() {
     v.cpu_affinity = buf;
     v.cores = parse_cpulist(v.cpu_affinity);
     hwloc_obj_t pkg = hwloc_get_ancestor_obj_by_type(h, HWLOC_OBJ_PACKAGE, o);
+    if (!pkg && !v.cores.empty())  // a NUMA node attached above the packages: the package of its first CPU
+      pkg = hwloc_get_ancestor_obj_by_type(h, HWLOC_OBJ_PACKAGE, hwloc_get_pu_obj_by_os_index(h, static_cast<unsigned>(v.cores.front())));
     if (pkg) v.socket = static_cast<int>(pkg->os_index);
+    if (vendor.empty() && pkg) {
+      vendor = info(pkg, "CPUVendor");
+      family = std::atoi(info(pkg, "CPUFamilyNumber").c_str());
+      model = std::atoi(info(pkg, "CPUModelNumber").c_str());
+    }
     ids.push_back(t.add_vertex(v));
   }
   hwloc_topology_destroy(h);
+  for (int id : ids) {
+    vertex& v = t.vertices[static_cast<std::size_t>(id)];
+    v.cpu_vendor = vendor, v.cpu_family = family, v.cpu_model = model;
+  }
   for (std::size_t i = 0; i < ids.size(); ++i)
-    for (std::size_t j = i + 1; j < ids.size(); ++j) t.add_link(make_smp(ids[i], ids[j], smp_GBps("", 0, 0)));
+    for (std::size_t j = i + 1; j < ids.size(); ++j) t.add_link(make_smp(ids[i], ids[j], smp_GBps(vendor, family, model)));
   return t;
 }
 #endif
