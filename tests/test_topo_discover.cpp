@@ -2,8 +2,11 @@
 // machine (which must at least give a CPU-only topology without throwing).
 #include <catch2/catch.hpp>
 
+#include <collx/topo/cost_model.hpp>
 #include <collx/topo/discover.hpp>
+#include <collx/topo/host_cost.hpp>
 #include <collx/topo/placement.hpp>
+#include <collx/transport/threads.hpp>
 
 #include <filesystem>
 #include <fstream>
@@ -29,7 +32,11 @@ fs::path fake_sysfs() {
   fs::remove_all(root);
   write(root / "sys/devices/system/node/node0/cpulist", "0-3");
   write(root / "sys/devices/system/node/node1/cpulist", "4-7");
-  for (int c = 0; c < 8; ++c) write(root / "sys/devices/system/cpu" / ("cpu" + std::to_string(c)) / "topology/physical_package_id", c < 4 ? "0" : "1");
+  for (int c = 0; c < 8; ++c) {
+    const fs::path cpu = root / "sys/devices/system/cpu" / ("cpu" + std::to_string(c));
+    write(cpu / "topology/physical_package_id", c < 4 ? "0" : "1");
+    fs::create_directories(cpu / (c < 4 ? "node0" : "node1"));  // as sysfs links each CPU to its node
+  }
   write(root / "proc/cpuinfo", "processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 143\n");
   const fs::path pci0 = root / "sys/devices/pci0000:00/0000:00:01.0";
   const fs::path sw_up = pci0 / "0000:01:00.0";
@@ -130,4 +137,88 @@ TEST_CASE("discovery: hwloc and sysfs agree on NUMA nodes, their CPUs, sockets a
 #else
   WARN("SKIPPED: built without COLLX_TOPO_HWLOC (hwloc discovery is compiled and compared in .ci/run's g++ pass)");
 #endif
+}
+
+// algo::automatic's default on host ranks (topo::host_cost_model, what the threads and shm
+// transports report as transport::costs) follows the machine: the inter-CPU link's bandwidth
+// when the ranks' CPUs span NUMA nodes, as topo::make_selector decides for the same topology.
+TEST_CASE("host ranks: automatic's figures follow the NUMA nodes the ranks span and the CPU model") {
+  const fs::path root = fake_sysfs();  // two nodes, CPUs 0-3 and 4-7; cpuinfo: Sapphire Rapids
+  const std::string sys = (root / "sys").string(), sapphire = (root / "proc").string();
+  const std::string broadwell = (root / "proc-broadwell").string();
+  write(fs::path(broadwell) / "cpuinfo", "processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 79\n");
+  const auto cpus = [](std::initializer_list<int> list) {
+    collx::detail::cpu_bits b;
+    for (int c : list) b.set(c);
+    return b;
+  };
+  const collx::cost_model plain{};
+  // One node: nothing changes, whatever the CPU.
+  CHECK(host_cost_model(cpus({0, 1, 2}), sys, broadwell).bandwidth_Bps == plain.bandwidth_Bps);
+  CHECK(host_cost_model(cpus({5, 6}), sys, broadwell).bandwidth_Bps == plain.bandwidth_Bps);
+  // Both nodes: the link's 6 GB/s on Broadwell; Sapphire Rapids' 22 GB/s is above cost_model's 8.
+  CHECK(host_cost_model(cpus({0, 5}), sys, broadwell).bandwidth_Bps == Approx(6e9));
+  CHECK(host_cost_model(cpus({0, 5}), sys, sapphire).bandwidth_Bps == plain.bandwidth_Bps);
+  CHECK(host_cost_model(cpus({0, 5}), sys, broadwell).latency_s == plain.latency_s);
+
+  // The same answers as the selector made from the discovered topology (ranks in blocks over both
+  // nodes), and different from the one-node defaults somewhere.
+  discover_options o;
+  o.sysfs = sys, o.procfs = broadwell;
+  const auto selector = make_selector(discover_cpus(o));
+  const collx::cost_model spanning = host_cost_model(cpus({0, 5}), sys, broadwell);
+  int differ = 0;
+  for (collx::collective c : {collx::collective::allreduce, collx::collective::reduce_scatter, collx::collective::all_gather,
+                              collx::collective::broadcast, collx::collective::reduce})
+    for (int n = 2; n <= 8; ++n)
+      for (std::size_t b = 8; b <= (std::size_t{1} << 30); b *= 4) {
+        const collx::selection_query q{c, n, b, true};
+        INFO("collective " << static_cast<int>(c) << ", " << n << " ranks, " << b << " B");
+        CHECK(spanning.choose(q) == selector(q));
+        differ += spanning.choose(q) != plain.choose(q);
+      }
+  CHECK(differ > 0);
+  fs::remove_all(root);
+}
+
+namespace {
+// A transport that moves nothing and reports given figures: what communicator::select does with them.
+class figures_only_transport final : public collx::transport {
+ public:
+  figures_only_transport(int size, collx::cost_model costs) : size_(size), costs_(costs) {}
+  int rank() const noexcept override { return 0; }
+  int size() const noexcept override { return size_; }
+  std::string_view name() const noexcept override { return "figures-only"; }
+  void post_send(int, const void*, std::size_t, std::size_t, const collx::call_signature&) override { unused(); }
+  void recv(int, std::size_t, std::size_t, const collx::call_signature&, collx::consumer_ref) override { unused(); }
+  void wait_sends() override {}
+  void check() override {}
+  void fail(collx::errc, const std::string&) noexcept override {}
+  void set_timeout(std::chrono::milliseconds) noexcept override {}
+  collx::cost_model costs() const noexcept override { return costs_; }
+
+ private:
+  [[noreturn]] static void unused() { throw std::logic_error("figures_only_transport moves no data"); }
+  int size_;
+  collx::cost_model costs_;
+};
+}  // namespace
+
+TEST_CASE("host ranks: a communicator's automatic asks its transport's figures") {
+  // The threads transport reports host_cost_model of the process's CPUs.
+  auto comms = collx::make_thread_communicators(3);
+  const collx::cost_model want = host_cost_model(collx::detail::allowed_cpus());
+  CHECK(comms[0].get_transport().costs().bandwidth_Bps == want.bandwidth_Bps);
+  CHECK(comms[0].get_transport().costs().latency_s == want.latency_s);
+  // select() follows the transport's figures, not cost_model's defaults: a slow link (0.1 GB/s)
+  // turns large all-reduces from one choice to another somewhere in the sweep.
+  const collx::cost_model slow = collx::cost_model{}.across_numa_link(0.1);
+  collx::communicator c(std::make_shared<figures_only_transport>(6, slow));
+  int differ = 0;
+  for (std::size_t b = 8; b <= (std::size_t{1} << 30); b *= 2) {
+    const collx::selection_query q{collx::collective::allreduce, 6, b, true};
+    CHECK(c.select(q) == slow.choose(q));
+    differ += slow.choose(q) != collx::cost_model{}.choose(q);
+  }
+  CHECK(differ > 0);
 }

@@ -65,7 +65,8 @@ struct communicator_options {
   /// inputs and outputs together exceed four times this (the cache, by default). Results do not
   /// depend on it.
   std::size_t streaming_min_bytes = detail::default_streaming_min_bytes();
-  /// Replaces algo::automatic's choice; empty: collx::cost_model{}.choose. Must return the same
+  /// Replaces algo::automatic's choice; empty: the transport's figures (transport::costs, e.g.
+  /// topo/host_cost.hpp for threads and shared memory) in collx::cost_model. Must return the same
   /// answer on every rank for the same query.
   std::function<algorithm(const selection_query&)> selector;
   /// Per-collective algorithms for algo::automatic that win over the selector (default: COLLX_ALGO).
@@ -164,7 +165,7 @@ class communicator {
   /// The algorithm algo::automatic resolves to for `q`.
   algorithm select(const selection_query& q) const {
     const auto forced = options_.algorithm_overrides.for_collective(q.coll);
-    algorithm a = forced ? *forced : options_.selector ? options_.selector(q) : cost_model{}.choose(q);
+    algorithm a = forced ? *forced : options_.selector ? options_.selector(q) : transport_->costs().choose(q);
     if (a == algorithm::ring && !q.commutative) a = algorithm::direct;
     if (a == algorithm::tree && q.coll == collective::all_to_all) a = algorithm::direct;
     return a;

@@ -1,7 +1,9 @@
 /// @file algo/automatic.hpp
 /// algo::automatic: picks ring, tree or direct per call from an alpha-beta cost model (Hockney:
 /// time = steps * latency + bytes moved per rank / bandwidth). The model is a plain struct so a
-/// topology-aware one can replace it; a communicator option can replace the whole selector.
+/// topology-aware one can replace it; a communicator option can replace the whole selector. Each
+/// transport gives the figures for its wiring (transport::costs: the host transports lower the
+/// bandwidth when the ranks' CPUs span NUMA nodes, topo/host_cost.hpp).
 #pragma once
 
 #include <bit>
@@ -63,6 +65,18 @@ struct cost_model {
       default:
         return a == algorithm::direct ? al : std::numeric_limits<double>::infinity();
     }
+  }
+
+  /// This model for ranks whose CPUs span NUMA nodes joined by an inter-CPU link (QPI, UPI,
+  /// Infinity Fabric) that reaches `link_GBps` per direction: a rank's copies to and from the far
+  /// node run at most at the link's rate, so the bandwidth is the lower of the two (unchanged for
+  /// link_GBps <= 0). topo::smp_GBps gives the link's figure from the CPU model (NCCL's: 6 GB/s
+  /// Broadwell, 10 Skylake to Ice Lake, 16 AMD, ...); topo::host_cost_model applies it to the
+  /// live machine.
+  constexpr cost_model across_numa_link(double link_GBps) const noexcept {
+    cost_model m = *this;
+    if (link_GBps > 0 && link_GBps * 1e9 < m.bandwidth_Bps) m.bandwidth_Bps = link_GBps * 1e9;
+    return m;
   }
 
   /// Direct allreduce: one-shot below this many bytes, two-shot above (both give the same bits).

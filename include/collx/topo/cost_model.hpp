@@ -493,7 +493,7 @@ inline std::function<algorithm(const selection_query&)> make_selector(const topo
           double smp = std::numeric_limits<double>::infinity();
           for (const link& l : s->base.links)
             if (l.kind == link_kind::smp) smp = std::min(smp, l.GBps);
-          if (std::isfinite(smp)) cm.bandwidth_Bps = std::min(cm.bandwidth_Bps, smp * 1e9);
+          if (std::isfinite(smp)) cm = cm.across_numa_link(smp);
         }
       }
       return cm.choose(q);

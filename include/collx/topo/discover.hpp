@@ -56,6 +56,7 @@
 #include <vector>
 
 #include <collx/detail/numa.hpp>
+#include <collx/topo/host_cost.hpp>
 #include <collx/topo/topology.hpp>
 
 #if defined(__linux__) && __has_include(<dlfcn.h>)
@@ -136,23 +137,9 @@ inline topology discover_cpus(const discover_options& o = {}) {
   namespace fs = std::filesystem;
   topology t;
   t.source = "sysfs (" + o.sysfs + ")";
-  std::string vendor;
-  int family = 0, model = 0;
-  {
-    std::ifstream f(fs::path(o.procfs) / "cpuinfo");
-    std::string line;
-    while (std::getline(f, line)) {
-      const auto colon = line.find(':');
-      if (colon == std::string::npos) continue;
-      std::string key = line.substr(0, colon);
-      while (!key.empty() && (key.back() == ' ' || key.back() == '\t')) key.pop_back();
-      std::string val = line.substr(colon + 1);
-      while (!val.empty() && val.front() == ' ') val.erase(val.begin());
-      if (key == "vendor_id" && vendor.empty()) vendor = val;
-      else if (key == "cpu family" && !family) family = std::atoi(val.c_str());
-      else if (key == "model" && !model) model = std::atoi(val.c_str());
-    }
-  }
+  const cpu_identity cpu = read_cpu_identity(o.procfs);
+  const std::string& vendor = cpu.vendor;
+  const int family = cpu.family, model = cpu.model;
   const fs::path node_dir = fs::path(o.sysfs) / "devices/system/node";
   const fs::path cpu_dir = fs::path(o.sysfs) / "devices/system/cpu";
   std::map<int, std::string> nodes;

@@ -6,8 +6,9 @@
 /// that slot on its own NUMA node (Linux places a page on the node of the CPU that first touches
 /// it), so the writes stay local and only the peers' reads cross the SMP link; a rank that drives a
 /// GPU should sit on the NUMA node the GPU's PCIe tree hangs from, so host-device copies do not
-/// cross it either. collx's shm transport can ask place_local_rank() for the node (wiring it into
-/// shm.hpp is left to the transport).
+/// cross it either. collx's shm transport places each rank's staging on the node of the CPUs the
+/// rank runs on, which collx-run and run_processes pin with pin_cpus (docs/topology.md, "Rank
+/// placement").
 #pragma once
 
 #include <algorithm>

@@ -48,6 +48,7 @@
 #include <collx/detail/process.hpp>
 #include <collx/environment.hpp>
 #include <collx/error.hpp>
+#include <collx/topo/host_cost.hpp>
 #include <collx/transport/transport.hpp>
 
 namespace collx {
@@ -191,6 +192,8 @@ class shm_transport final : public transport {
   int rank() const noexcept override { return rank_; }
   int size() const noexcept override { return n_; }
   std::string_view name() const noexcept override { return "shm"; }
+  /// algo::automatic's figures: topo::host_cost_model over the CPUs the ranks may run on together.
+  cost_model costs() const noexcept override { return costs_; }
   void set_timeout(std::chrono::milliseconds t) noexcept override { timeout_ = t; }
   /// Whether this rank sends with single-copy (process_vm_readv) transfers (see shm_options::cma).
   bool cma_enabled() const noexcept { return cma_; }
@@ -831,6 +834,7 @@ class shm_transport final : public transport {
     detail::cpu_bits job_cpus;
     for (int r = 0; r < n_; ++r) job_cpus |= peer(r).cpus;
     usable_cpus_ = detail::usable_cpus(job_cpus);
+    costs_ = topo::host_cost_model(job_cpus);  // from the union of masks: the same on every rank
     oversubscribed_ = static_cast<unsigned>(std::max(n_, opt.ranks_on_host)) > usable_cpus_;
     spin_ = oversubscribed_ ? std::chrono::microseconds(0) : std::chrono::microseconds(50);
 
@@ -905,6 +909,7 @@ class shm_transport final : public transport {
   bool oversubscribed_ = false;  // more ranks on this host than the CPUs they may use
   unsigned usable_cpus_ = 1;     // CPUs the ranks may use together (detail::usable_cpus)
   int numa_node_ = -1;           // node this rank's outgoing staging lies on (-1: not placed)
+  cost_model costs_;             // what algo::automatic chooses with (costs())
   std::chrono::nanoseconds spin_{0};  // poll this long before sleeping (0 when ranks outnumber cores)
   std::vector<std::byte> bounce_;
   std::vector<std::deque<outgoing>> out_;

@@ -20,6 +20,7 @@
 #include <collx/detail/cpus.hpp>
 #include <collx/detail/futex.hpp>
 #include <collx/error.hpp>
+#include <collx/topo/host_cost.hpp>
 #include <collx/transport/transport.hpp>
 
 namespace collx {
@@ -63,7 +64,8 @@ class thread_world {
       : size_(world_size),
         boxes_(new mailbox[static_cast<std::size_t>(world_size) * static_cast<std::size_t>(world_size)]),
         bells_(new padded_bell[static_cast<std::size_t>(world_size)]),
-        calls_(new published_calls[static_cast<std::size_t>(world_size)]) {}
+        calls_(new published_calls[static_cast<std::size_t>(world_size)]),
+        costs_(topo::host_cost_model(detail::allowed_cpus())) {}
 
   /// Publishes rank r's current call (by rank r only).
   void announce(int r, const call_signature& sig) {
@@ -84,6 +86,8 @@ class thread_world {
   }
 
   int size() const noexcept { return size_; }
+  /// algo::automatic's figures for ranks on this process's CPUs (topo::host_cost_model).
+  const cost_model& costs() const noexcept { return costs_; }
   mailbox& box(int from, int to) noexcept {
     return boxes_[static_cast<std::size_t>(from) * static_cast<std::size_t>(size_) + static_cast<std::size_t>(to)];
   }
@@ -124,6 +128,7 @@ class thread_world {
   std::unique_ptr<mailbox[]> boxes_;
   std::unique_ptr<padded_bell[]> bells_;
   std::unique_ptr<published_calls[]> calls_;
+  cost_model costs_;
   std::atomic<bool> failed_{false};
   std::mutex mutex_;
   errc code_ = errc::internal;
@@ -143,6 +148,7 @@ class threads_transport final : public transport {
   int rank() const noexcept override { return rank_; }
   int size() const noexcept override { return world_->size(); }
   std::string_view name() const noexcept override { return "threads"; }
+  cost_model costs() const noexcept override { return world_->costs(); }
   void set_timeout(std::chrono::milliseconds t) noexcept override { timeout_ = t; }
   void announce(const call_signature& sig) override {
     announced_ = sig;

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include <collx/algo/automatic.hpp>
 #include <collx/algo/schedule.hpp>
 #include <collx/detail/signature_names.hpp>
 #include <collx/error.hpp>
@@ -189,6 +190,10 @@ class transport {
   virtual void moves_nothing(const call_signature& sig) { (void)sig; }
   /// Sets the deadline applied to each wait from now on.
   virtual void set_timeout(std::chrono::milliseconds t) noexcept = 0;
+  /// The figures algo::automatic chooses with on this transport when no selector is set
+  /// (communicator_options::selector): collx::cost_model's defaults (shared memory on one NUMA
+  /// node), or what the transport knows of its wiring. The same on every rank.
+  virtual cost_model costs() const noexcept { return {}; }
 
   /// This transport's failure, if it has failed: sets `code` and `why` and returns true. Learns
   /// what it can without waiting (MPI reads the notices its peers sent). Owning thread only;
