@@ -11,6 +11,7 @@
 #include <collx/topo/placement.hpp>
 #include <collx/topo/predict.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <set>
 
@@ -344,6 +345,27 @@ TEST_CASE("placement: local ranks go to their GPU's NUMA node, or spread over no
   for (int r = 0; r < 8; ++r) nodes.push_back(numa_node_for_local_rank(cpu, r, 8));
   CHECK(nodes == std::vector<int>{0, 0, 1, 1, 1, 1, 1, 1});
   CHECK_THROWS_AS(place_local_rank(cpu, 8, 8), collx::error);
+}
+
+TEST_CASE("placement: a rank pinned by pin_cpus runs on the NUMA node place_local_rank names") {
+  const char* layouts[][2] = {{"0-1", "2-3"}, {"0-15", "16-63"}, {"0-3,8-11", "4-7,12-15"}, {"0-2", "3-9"}, {"0", "1-6"}};
+  for (const auto& l : layouts) {
+    const topology t = two_numa_nodes(l[0], l[1]);
+    std::vector<int> all;
+    for (int c : t.of_kind(vertex_kind::cpu))
+      for (int cpu : parse_cpulist(t.vertices[static_cast<std::size_t>(c)].cpu_affinity)) all.push_back(cpu);
+    std::sort(all.begin(), all.end());
+    for (int n = 1; n <= static_cast<int>(all.size()); ++n) {
+      const std::vector<int> pinned = pin_cpus(t, all, n);
+      REQUIRE(pinned.size() == static_cast<std::size_t>(n));
+      for (int r = 0; r < n; ++r) {
+        INFO("nodes " << l[0] << " | " << l[1] << ", rank " << r << " of " << n << " pinned to CPU " << pinned[static_cast<std::size_t>(r)]);
+        const int node = numa_node_for_local_rank(t, r, n);
+        const std::vector<int> on_node = parse_cpulist(node == 0 ? l[0] : l[1]);
+        CHECK(std::count(on_node.begin(), on_node.end(), pinned[static_cast<std::size_t>(r)]) == 1);
+      }
+    }
+  }
 }
 
 TEST_CASE("placement: pin_cpus gives each rank its own allowed CPU, nodes in contiguous blocks") {

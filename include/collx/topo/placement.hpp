@@ -32,8 +32,10 @@ struct rank_placement {
 /// - if the machine has at least local_size GPUs, rank r drives the r-th GPU (by index) and lives on
 ///   the NUMA node at the root of that GPU's PCIe tree;
 /// - otherwise ranks are spread over NUMA nodes in contiguous blocks proportional to each node's
-///   CPU count (equal shares when counts are unknown): 8 ranks on two 16-core nodes -> 0-3 on the
-///   first, 4-7 on the second.
+///   CPU count (equal shares when counts are unknown), block edges rounded up as pin_cpus rounds
+///   them (so with every CPU allowed, a rank pinned by pin_cpus runs on the node placed here):
+///   8 ranks on two 16-core nodes -> 0-3 on the first, 4-7 on the second; 3 on two 2-core nodes
+///   -> 0-1, 2.
 /// @throws collx::error(invalid_argument) unless 0 <= local_rank < local_size.
 inline rank_placement place_local_rank(const topology& t, int local_rank, int local_size) {
   if (local_size < 1 || local_rank < 0 || local_rank >= local_size)
@@ -52,15 +54,17 @@ inline rank_placement place_local_rank(const topology& t, int local_rank, int lo
   }
   const std::vector<int> cpus = t.of_kind(vertex_kind::cpu, 0);
   if (cpus.empty()) return p;
-  std::vector<double> weight;
-  double total = 0;
-  for (int c : cpus) weight.push_back(std::max<double>(1.0, static_cast<double>(cpus_of(c).size()))), total += weight.back();
-  // Node k takes ranks [floor(W_k / W * size), floor(W_{k+1} / W * size)), W_k the weight before k.
-  double before = 0;
+  std::vector<std::size_t> weight;
+  std::size_t total = 0;
+  for (int c : cpus) weight.push_back(std::max<std::size_t>(1, cpus_of(c).size())), total += weight.back();
+  // Node k takes ranks [ceil(W_k / W * size), ceil(W_{k+1} / W * size)), W_k the CPUs before it:
+  // pin_cpus's blocks, so a rank pinned there is placed on the node it runs on.
+  const std::size_t size = static_cast<std::size_t>(local_size);
+  std::size_t before = 0;
   for (std::size_t k = 0; k < cpus.size(); ++k) {
-    const int lo = static_cast<int>(before / total * local_size + 1e-9);
+    const int lo = static_cast<int>((before * size + total - 1) / total);
     before += weight[k];
-    const int hi = k + 1 == cpus.size() ? local_size : static_cast<int>(before / total * local_size + 1e-9);
+    const int hi = static_cast<int>((before * size + total - 1) / total);
     if (local_rank >= lo && local_rank < hi) {
       p.numa_node = t.vertices[static_cast<std::size_t>(cpus[k])].index;
       p.cpus = cpus_of(cpus[k]);
