@@ -9,7 +9,7 @@
 #   openmpi-bin libopenmpi-dev  the test that launches ranks with Open MPI's mpirun; bench peers
 #   zlib1g-dev            examples/train_digits reads the gzipped digits with zlib
 #   procps                pgrep, in tests/collx_run_cli.sh (no rank's children left running)
-#   libhwloc-dev pkg-config  hwloc CPU discovery (COLLX_TOPO_HWLOC, .ci/run's g++ pass)
+#   libhwloc-dev pkg-config  hwloc CPU discovery (COLLX_TOPO_HWLOC, .ci/run's ASan pass)
 # Usage: scripts/deps.sh [extra-package...]
 set -euo pipefail
 

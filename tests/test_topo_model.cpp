@@ -10,6 +10,9 @@
 #include <collx/topo/nvidia_smi.hpp>
 #include <collx/topo/placement.hpp>
 #include <collx/topo/predict.hpp>
+// After headers that open collx::topo::detail (topo/detail/xml.hpp): the transports' use of the
+// topology headers must still compile (a user reading a topology file, then making communicators).
+#include <collx/collx.hpp>
 
 #include <algorithm>
 #include <cstdio>

@@ -15,6 +15,7 @@
 
 #include <collx/algo/automatic.hpp>
 #include <collx/detail/async_engine.hpp>
+#include <collx/detail/ring_order_check.hpp>
 #include <collx/detail/schedule_cache.hpp>
 #include <collx/detail/streaming_store.hpp>
 #include <collx/environment.hpp>
@@ -111,19 +112,9 @@ class communicator {
       : transport_(std::move(t)), options_(std::move(opt)) {
     if (!transport_) COLLX_THROW(errc::invalid_argument, "communicator: null transport");
     env::warn_unknown_variables_once(transport_->rank() == 0);  // once per job, not once per rank
-    if (!options_.ring_order.empty()) {
-      std::vector<bool> seen(static_cast<std::size_t>(size()), false);
-      bool ok = options_.ring_order.size() == seen.size();
-      for (int r : options_.ring_order) {
-        ok = ok && r >= 0 && r < size() && !seen[static_cast<std::size_t>(r)];
-        if (ok) seen[static_cast<std::size_t>(r)] = true;
-      }
-      if (!ok)
-        COLLX_THROW(errc::invalid_argument, "communicator_options::ring_order has " +
-                                                std::to_string(options_.ring_order.size()) +
-                                                " entries; it must list every rank of the " + std::to_string(size()) +
-                                                "-rank communicator exactly once");
-    }
+    if (!options_.ring_order.empty())
+      if (const std::string why = detail::ring_order_problem(options_.ring_order, size()); !why.empty())
+        COLLX_THROW(errc::invalid_argument, "communicator_options::ring_order: " + why);
     transport_->set_timeout(options_.timeout);
   }
 

@@ -33,6 +33,7 @@
 
 #include <collx/cuda/device_plan.hpp>
 #include <collx/detail/host_device.hpp>
+#include <collx/detail/ring_order_check.hpp>
 #include <collx/error.hpp>
 
 namespace collx {
@@ -76,22 +77,11 @@ inline ring_order make_ring_order(const std::vector<int>& ranks, int world) {
     COLLX_THROW(errc::invalid_argument, "gpu: ring order for a world of " + std::to_string(world) + " ranks (1 to " +
                                             std::to_string(max_device_world) + ")");
   if (ranks.empty()) return ring_order::identity(world);
-  if (ranks.size() != static_cast<std::size_t>(world))
-    COLLX_THROW(errc::invalid_argument, "gpu: the ring order lists " + std::to_string(ranks.size()) + " ranks for a world of " +
-                                            std::to_string(world) + " (every rank once)");
+  if (const std::string why = detail::ring_order_problem(ranks, world); !why.empty())
+    COLLX_THROW(errc::invalid_argument, "gpu: ring order: " + why);
   ring_order r;
   r.world = world;
-  std::uint32_t seen = 0;
-  for (int k = 0; k < world; ++k) {
-    const int q = ranks[static_cast<std::size_t>(k)];
-    if (q < 0 || q >= world)
-      COLLX_THROW(errc::invalid_argument, "gpu: ring order position " + std::to_string(k) + " holds rank " +
-                                              std::to_string(q) + ", outside [0, " + std::to_string(world) + ")");
-    if ((seen >> q) & 1u)
-      COLLX_THROW(errc::invalid_argument, "gpu: ring order lists rank " + std::to_string(q) + " twice (every rank once)");
-    seen |= 1u << q;
-    r.order[k] = q;
-  }
+  for (int k = 0; k < world; ++k) r.order[k] = ranks[static_cast<std::size_t>(k)];
   return r;
 }
 

@@ -804,7 +804,7 @@ inline topology discover(const discover_options& o = {}) {
 
 #if defined(COLLX_TOPO_HAVE_HWLOC)
 /// The CPU part of the machine from hwloc (NUMA nodes with their cpusets, packages and the CPU
-/// model hwloc's x86 backend reports), instead of sysfs: the same vertices and links as
+/// model hwloc reports: CPUVendor, CPUFamilyNumber, CPUModelNumber; hwloc 2), instead of sysfs: the same vertices and links as
 /// discover_cpus, the CPUs this process may not use included (as sysfs lists them).
 /// Only with COLLX_TOPO_USE_HWLOC defined and hwloc linked.
 /// @throws collx::error(system) if hwloc fails.

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include <collx/error.hpp>
+#include <collx/topo/smp_link.hpp>
 
 namespace collx {
 inline namespace v0 {
@@ -132,24 +133,6 @@ inline const gpu_arch* gpu_arch_for_pci_device(unsigned device) noexcept {
     case 0x2335: return find_gpu_arch("H200");  // H200 SXM 141GB (seen on a live H200: device 0x2335)
     default: return nullptr;
   }
-}
-
-/// What the CPU-to-CPU interconnect (QPI/UPI/Infinity Fabric/...) reaches for a collective, per
-/// direction, GB/s, from the CPU's vendor and model: NCCL's figures in src/graph/topo.h
-/// (BDW_QPI_BW 6 for Broadwell and older, SKL_QPI_BW 10 for Skylake to Ice Lake, SRP_QPI_BW 22 for
-/// Sapphire Rapids, ERP_QPI_BW 40 for Emerald Rapids, AMD_BW 16, ARM_BW 6, P9_BW 32). Unknown
-/// CPUs get 10 (Skylake-class).
-inline double smp_GBps(std::string_view vendor, int family, int model) noexcept {
-  if (vendor == "GenuineIntel") {
-    if (family == 6 && model >= 0xCF) return 40.0;   // Emerald Rapids
-    if (family == 6 && model >= 0x8F) return 22.0;   // Sapphire Rapids
-    if (family == 6 && model >= 0x55) return 10.0;   // Skylake-SP .. Ice Lake
-    return 6.0;                                      // Broadwell and older (QPI)
-  }
-  if (vendor == "AuthenticAMD" || vendor == "HygonGenuine") return 16.0;
-  if (vendor == "ARM" || vendor.find("arm") != std::string_view::npos) return 6.0;
-  if (vendor == "IBM" || vendor == "ppc64") return 32.0;
-  return 10.0;
 }
 
 /// GPU-to-GPU bandwidth, GB/s per direction, when peer access is off (NCCL_P2P_DISABLE=1 or a path

@@ -148,6 +148,7 @@ class threads_transport final : public transport {
   int rank() const noexcept override { return rank_; }
   int size() const noexcept override { return world_->size(); }
   std::string_view name() const noexcept override { return "threads"; }
+  /// algo::automatic's figures: topo::host_cost_model of this process's CPUs (one for all ranks).
   cost_model costs() const noexcept override { return world_->costs(); }
   void set_timeout(std::chrono::milliseconds t) noexcept override { timeout_ = t; }
   void announce(const call_signature& sig) override {
