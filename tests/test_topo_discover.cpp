@@ -166,6 +166,11 @@ TEST_CASE("host ranks: automatic's figures follow the NUMA nodes the ranks span 
   CHECK(host_cost_model(cpus({0, 5}), sys, broadwell).bandwidth_Bps == Approx(6e9));
   CHECK(host_cost_model(cpus({0, 5}), sys, sapphire).bandwidth_Bps == plain.bandwidth_Bps);
   CHECK(host_cost_model(cpus({0, 5}), sys, broadwell).latency_s == plain.latency_s);
+  // Arm's cpuinfo has no vendor_id: its "CPU implementer" makes it ARM (NCCL's 6 GB/s).
+  const std::string arm = (root / "proc-arm").string();
+  write(fs::path(arm) / "cpuinfo", "processor\t: 0\nBogoMIPS\t: 50.00\nCPU implementer\t: 0x41\nCPU part\t: 0xd0c\n");
+  CHECK(read_cpu_identity(arm).vendor == "ARM");
+  CHECK(host_cost_model(cpus({0, 5}), sys, arm).bandwidth_Bps == Approx(6e9));
 
   // The same answers as the selector made from the discovered topology (ranks in blocks over both
   // nodes), and different from the one-node defaults somewhere.

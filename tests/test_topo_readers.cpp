@@ -161,6 +161,16 @@ TEST_CASE("nvidia-smi: text it cannot understand is an error naming line and col
       },
       "m.txt:2:15:", "SYS");
   expect_error([&] { read_nvidia_smi(good + "\nsomething else\n", "m.txt"); }, "m.txt:6:1:", "unexpected text");
+  // Numbers too large for the format: a collx::error with line and column, not std::stoi's
+  // out_of_range; a CPU range that would take gigabytes is not a CPU list.
+  expect_error([] { read_nvidia_smi("\tGPU0\tGPU1\nGPU0\t X \tNV999999999999\nGPU1\tNV2\t X \n", "m.txt"); }, "m.txt:2:10:", "NV999999999999");
+  expect_error([] { read_nvidia_smi("\tGPU0\tGPU99999999999\nGPU0\t X \tNV2\nGPU99999999999\tNV2\t X \n", "m.txt"); }, "m.txt:1:7:", "too large");
+  expect_error([] { read_nvidia_smi("\tGPU0\tCPU Affinity\nGPU0\t X \t0-99999999999\n", "m.txt"); }, "m.txt:2:", "not a CPU list");
+  CHECK(parse_cpulist("0-65535").size() == 65536);
+  CHECK(parse_cpulist("0-65536").empty());
+  CHECK(parse_cpulist("0-99999999999").empty());
+  // A byte order mark before the text (files saved by Windows editors) is skipped.
+  CHECK(all_cells(read_topology("\xEF\xBB\xBF" + good, "bom.txt")) == all_cells(read_nvidia_smi(good)));
 }
 
 TEST_CASE("NCCL topology XML: DGX-1 with NVLink counts, PLX switches, NICs with and without PCI") {
@@ -204,6 +214,15 @@ TEST_CASE("NCCL topology XML: static cloud files and their edge cases") {
   CHECK(gg(p4, 1, 2) == "NODE");
   CHECK(gg(p4, 3, 4) == "SYS");
   CHECK(p4.vertices[static_cast<std::size_t>(p4.gpu(0))].arch == find_gpu_arch("A100"));  // PCI id 0x20b0
+  // The file leaves NVLink out (the machine has NVSwitch): a note says so and names the fix; the
+  // DGX-1 file, which lists its NVLinks, gets no such note.
+  const auto says_no_nvlink = [](const topology& t) {
+    for (const std::string& n : t.notes)
+      if (n.find("no NVLink listed") != std::string::npos && n.find("--nvswitch 12") != std::string::npos) return true;
+    return false;
+  };
+  CHECK(says_no_nvlink(p4));
+  CHECK_FALSE(says_no_nvlink(read_nccl_topology(topo_fixture("dgx1-v100-como-nccl-topo.xml"))));
   // NC A100 v4: each GPU lists an NVLink to itself (count 12) and link_speed="": noted, not linked.
   const topology nc = read_nccl_topology(topo_fixture("azure-ncv4-nccl-topo.xml"));
   CHECK(gg(nc, 0, 1) == "SYS");
@@ -236,6 +255,16 @@ TEST_CASE("NCCL XML: input it cannot understand is an error naming line and colu
   expect_error([] { read_nccl_graph("<graphs><graph id=\"0\" pattern=\"4\" nchannels=\"1\">\n<channel><gpu dev=\"0\"/><gpu dev=\"0\"/></channel></graph></graphs>", "g.xml"); },
                "g.xml:2:24:", "twice");
   expect_error([] { read_topology("<graphs/>", "g.xml"); }, "g.xml:1:1:", "graph file");
+  // A count past int's range is an error, not a wrapped count (4294967298 would read as 2).
+  expect_error(
+      [] {
+        read_nccl_topology(
+            "<system><cpu numaid=\"0\">\n<pci busid=\"0000:01:00.0\" class=\"0x030200\">\n"
+            "  <gpu dev=\"0\" sm=\"80\"><nvlink target=\"0000:02:00.0\" count=\"4294967298\" tclass=\"0x030200\"/></gpu>\n"
+            "</pci></cpu></system>",
+            "t.xml");
+      },
+      "t.xml:3:", "out of range");
 }
 
 TEST_CASE("NCCL graph XML: the DGX-1's six rings and NC A100 v4's rings and trees") {

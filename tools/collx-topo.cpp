@@ -159,11 +159,20 @@ opts parse(int argc, char** argv) {
       if (i + 1 >= argc) die(a + " needs a value");
       return argv[++i];
     };
+    // A positive finite number (GB/s, Gb/s, microseconds).
     auto num = [&](const std::string& v) {
       char* end = nullptr;
       const double x = std::strtod(v.c_str(), &end);
-      if (end == v.c_str() || *end) die(a + ": '" + v + "' is not a number");
+      if (end == v.c_str() || *end || !std::isfinite(x) || x <= 0) die(a + ": '" + v + "' is not a positive number");
       return x;
+    };
+    // A count or index: decimal digits, at most `most`.
+    auto count = [&](const std::string& v, long least, long most) {
+      char* end = nullptr;
+      const long x = std::strtol(v.c_str(), &end, 10);
+      if (v.empty() || end == v.c_str() || *end || x < least || x > most)
+        die(a + ": '" + v + "' is not a whole number from " + std::to_string(least) + " to " + std::to_string(most));
+      return static_cast<int>(x);
     };
     if (a == "-h" || a == "--help") std::fputs(usage, stdout), std::exit(0);
     else if (a == "--gpu") {
@@ -174,9 +183,10 @@ opts parse(int argc, char** argv) {
     else if (a == "--gpus") {
       std::stringstream ss(val());
       std::string x;
-      while (std::getline(ss, x, ',')) o.gpus.push_back(static_cast<int>(num(x)));
-    } else if (a == "--nodes") o.nodes = static_cast<int>(num(val()));
-    else if (a == "--nvswitch") o.nvswitch = static_cast<int>(num(val()));
+      while (std::getline(ss, x, ',')) o.gpus.push_back(count(x, 0, 4095));
+      if (o.gpus.empty()) die("--gpus needs GPU indices, e.g. 0,1,6,7");
+    } else if (a == "--nodes") o.nodes = count(val(), 1, 64);  // the model grows with nodes squared: use simulate beyond
+    else if (a == "--nvswitch") o.nvswitch = count(val(), 1, 64);
     else if (a == "--nic-gbps") o.nic_gbps = num(val());
     else if (a == "--p2p") {
       const std::string v = val();
@@ -187,12 +197,12 @@ opts parse(int argc, char** argv) {
     else if (a == "--cudart") o.discovery.cudart_library = val();
     else if (a == "--nvml") o.discovery.nvml_library = val();
     else if (a == "--node") o.node_file = val();
-    else if (a == "--nvlinks") o.nvlinks = static_cast<int>(num(val()));
-    else if (a == "--gpus-per-node") o.per_node = static_cast<int>(num(val()));
+    else if (a == "--nvlinks") o.nvlinks = count(val(), 1, 64);
+    else if (a == "--gpus-per-node") o.per_node = count(val(), 1, 72);
     else if (a == "--net-gbps") o.net_gbps = num(val());
     else if (a == "--net-us") o.net_us = num(val());
-    else if (a == "--nics-per-gpu") o.nics_per_gpu = static_cast<int>(num(val()));
-    else if (a == "--max-gpus") o.max_gpus = static_cast<int>(num(val()));
+    else if (a == "--nics-per-gpu") o.nics_per_gpu = count(val(), 1, 16);
+    else if (a == "--max-gpus") o.max_gpus = count(val(), 1, 1 << 16);
     else if (!a.empty() && a[0] == '-') die("unknown option " + a + " (see --help)");
     else pos.push_back(a);
   }
@@ -204,7 +214,6 @@ opts parse(int argc, char** argv) {
   }
   if (k < pos.size()) o.file = pos[k++];
   if (k < pos.size()) die("unexpected argument " + pos[k]);
-  if (o.nodes < 1 || o.per_node < 1 || o.max_gpus < 1) die("counts must be >= 1");
   return o;
 }
 
@@ -457,6 +466,7 @@ int simulate(const opts& o) {
   }
   const int per = static_cast<int>(node.gpus().size());
   if (per < 1) die("the node has no GPU");
+  if (o.max_gpus < per) die("--max-gpus " + std::to_string(o.max_gpus) + " is below one node's " + std::to_string(per) + " GPUs");
   scaling_options so;
   so.max_gpus = o.max_gpus;
   so.network_step_us = o.net_us;
@@ -500,6 +510,11 @@ int check(const opts& o) {
   if (o.gpus.empty()) gpus = t.gpus();
   for (int h = 0; h < t.hosts; ++h)
     for (int i : o.gpus) gpus.push_back(t.gpu(i, h));
+  // The table's rank count (from busbw / algbw) must be the model's: a 4-GPU table against an 8-GPU
+  // topology would compare unlike things and still print a ratio.
+  if (const int ranks = table.allreduce_ranks(); ranks > 0 && ranks != static_cast<int>(gpus.size()))
+    die(o.perf + " is a " + std::to_string(ranks) + "-rank all-reduce table (busbw / algbw), but the model has " +
+        std::to_string(gpus.size()) + " GPUs: choose them with --gpus (and --nodes)");
   model_options mo;
   mo.routing.p2p = o.p2p && !table.p2p_disabled;
   model m(t, gpus, mo);

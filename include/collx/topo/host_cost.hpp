@@ -20,9 +20,10 @@ namespace collx {
 inline namespace v0 {
 namespace topo {
 
-/// The CPU model, as /proc/cpuinfo's first processor gives it (x86: vendor_id, cpu family, model).
+/// The CPU model, as /proc/cpuinfo's first processor gives it (x86: vendor_id, cpu family, model;
+/// Arm CPUs, which list a "CPU implementer" instead, are vendor "ARM").
 struct cpu_identity {
-  std::string vendor;  ///< "GenuineIntel", "AuthenticAMD", ...; empty when not known
+  std::string vendor;  ///< "GenuineIntel", "AuthenticAMD", "ARM", ...; empty when not known
   int family = 0;      ///< "cpu family"; 0 when not known
   int model = 0;       ///< "model"; 0 when not known
 };
@@ -45,6 +46,7 @@ inline cpu_identity read_cpu_identity(const std::string& procfs = "/proc") {
     if (key == "vendor_id" && id.vendor.empty()) id.vendor = val;
     else if (key == "cpu family" && !id.family) id.family = std::atoi(val.c_str());
     else if (key == "model" && !id.model) id.model = std::atoi(val.c_str());
+    else if (key == "CPU implementer" && id.vendor.empty()) id.vendor = "ARM";  // Arm's /proc/cpuinfo
   }
   std::fclose(f);
   return id;

@@ -40,6 +40,17 @@ struct nccl_tests_table {
   std::vector<nccl_tests_row> rows;
 
   /// The largest busbw of any row, in- or out-of-place, GB/s (0 for no rows).
+  /// The rank count of an all-reduce table, from its figures: busbw / algbw = 2 (n - 1) / n (as
+  /// nccl-tests defines busbw) on the row with the highest algbw; 0 when no row has both figures.
+  int allreduce_ranks() const noexcept {
+    double best = 0, ratio = 0;
+    for (const nccl_tests_row& r : rows)
+      for (int k = 0; k < 2; ++k)
+        if (r.algbw[k] > best && r.busbw[k] > 0) best = r.algbw[k], ratio = r.busbw[k] / r.algbw[k];
+    if (!(ratio > 0) || ratio >= 2) return 0;
+    return static_cast<int>(2 / (2 - ratio) + 0.5);
+  }
+  /// The highest busbw of any row, in or out of place, GB/s.
   double peak_busbw() const noexcept {
     double b = 0;
     for (const nccl_tests_row& r : rows) b = std::max({b, r.busbw[0], r.busbw[1]});

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -40,8 +41,12 @@ inline long parse_long(const xml_attribute& a, std::string_view src, int base = 
   const std::string& v = a.value;
   if (v.empty()) fail_at(src, a.pos, "attribute '" + a.name + "' is empty, expected a number");
   char* end = nullptr;
+  errno = 0;
   const long r = std::strtol(v.c_str(), &end, base);
   if (end == v.c_str() || *end != '\0') fail_at(src, a.pos, "attribute '" + a.name + "'=\"" + v + "\" is not a number");
+  // Every number of these files fits an int (counts, ids, speeds in Mb/s, 16-bit PCI ids).
+  if (errno == ERANGE || r > 2147483647L || r < -2147483647L)
+    fail_at(src, a.pos, "attribute '" + a.name + "'=\"" + v + "\" is out of range");
   return r;
 }
 
@@ -313,6 +318,7 @@ inline topology read_nccl_topology(std::string_view text, std::string_view sourc
     for (const auto& [gpu, count] : to_switch)
       t.add_link(make_nvlink(gpu, sw, *t.vertices[static_cast<std::size_t>(gpu)].arch, count));
   }
+  note_nvlink_not_listed(t);
   return t;
 }
 

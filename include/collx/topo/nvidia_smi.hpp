@@ -68,9 +68,12 @@ struct union_find {
   void unite(int a, int b) { p[static_cast<std::size_t>(find(a))] = find(b); }
 };
 
-inline bool is_number(std::string_view s) {
+inline bool all_digits(std::string_view s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
+/// A number this format can hold (device numbers, NVLink counts, NUMA nodes): at most 6 digits, so
+/// std::stoi never overflows; longer digit strings are not numbers here (and get a line:col error).
+inline bool is_number(std::string_view s) { return all_digits(s) && s.size() <= 6; }
 
 }  // namespace detail
 
@@ -137,6 +140,8 @@ inline topology read_nvidia_smi(std::string_view text, std::string_view source =
           fail_at(source, {l.no, tk[k].col}, "device column '" + w + "' after the affinity columns");
         for (const std::string& d : devices)
           if (d == w) fail_at(source, {l.no, tk[k].col}, "column '" + w + "' twice");
+        if (w.rfind("GPU", 0) == 0 && all_digits(std::string_view(w).substr(3)) && !is_number(std::string_view(w).substr(3)))
+          fail_at(source, {l.no, tk[k].col}, "device number of '" + w + "' is too large");
         cols.push_back({col_kind::device, w});
         devices.push_back(w);
       }
@@ -451,6 +456,7 @@ inline topology read_nvidia_smi(std::string_view text, std::string_view source =
       for (std::size_t j = i + 1; j < n; ++j)
         if (cell[i][j].type == path_type::nvlink) t.add_link(make_nvlink(dev_vertex[i], dev_vertex[j], *arch, cell[i][j].nvlinks));
   }
+  note_nvlink_not_listed(t);
   return t;
 }
 
@@ -505,8 +511,8 @@ inline std::string format_nvidia_smi(const topology& t, int host = 0) {
 /// @throws collx::error(invalid_argument) as the chosen reader does (an NCCL *graph* file is named
 ///         as such: read it with read_nccl_graph).
 inline topology read_topology(std::string_view text, std::string_view source = "<topology>", read_options opt = {}) {
+  if (text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);  // a UTF-8 byte order mark (Windows editors)
   std::size_t i = 0;
-  if (text.substr(0, 3) == "\xEF\xBB\xBF") i = 3;
   while (i < text.size() && (text[i] == ' ' || text[i] == '\t' || text[i] == '\r' || text[i] == '\n')) ++i;
   if (i < text.size() && text[i] == '<') return read_nccl_topology(text, source, opt);
   return read_nvidia_smi(text, source, opt);

@@ -51,7 +51,8 @@ inline std::vector<algo> scaling_algos() { return {algo::ring, algo::double_tree
 
 /// Predicted all-reduce on 1, 2, 4, ... copies of `node` (make_cluster: nodes joined by a
 /// non-blocking network at the NICs' speed), up to o.max_gpus GPUs, for each size and each of
-/// scaling_algos(), all ranks on all GPUs. Rows in order of GPU count, then size.
+/// scaling_algos(), all ranks on all GPUs. Rows in order of GPU count, then size; none when
+/// o.max_gpus is below the node's GPU count.
 /// @throws collx::error (errc::invalid_argument) for a node without GPUs, and what make_cluster and
 ///         model throw (e.g. NICs of unknown speed beyond one node).
 inline std::vector<scaling_point> simulate_allreduce(const topology& node, const scaling_options& o = {}) {

@@ -516,6 +516,27 @@ class topology {
 // ---------------------------------------------------------------------------------------------
 // Helpers the readers and tools share
 
+/// Adds a note to a topology read from a file when its GPUs are of a model that has NVLink but the
+/// file lists no NVLink or NVSwitch at all: NCCL topology dumps of NVSwitch machines (AWS p4d/p4de,
+/// Azure NDv4/NDv5) often leave NVLink out, and the model then routes every pair over PCIe. The
+/// readers call it; the fix is add_nvswitch (collx-topo --nvswitch LINKS) where the machine has one.
+inline void note_nvlink_not_listed(topology& t) {
+  for (const link& l : t.links)
+    if (l.kind == link_kind::nvlink) return;
+  for (const vertex& v : t.vertices)
+    if (v.kind == vertex_kind::nvswitch) return;
+  for (int g : t.gpus()) {
+    const gpu_arch* a = t.vertices[static_cast<std::size_t>(g)].arch;
+    if (a && a->nvlink_generation > 0) {
+      t.notes.push_back("no NVLink listed, though the GPUs are " + std::string(a->name) + "s, which have up to " +
+                        std::to_string(a->max_nvlinks) + " NVLinks (SXM form): PCIe only assumed; on a machine with " +
+                        "NVSwitch (HGX/DGX) add it: collx-topo --nvswitch " + std::to_string(a->max_nvlinks) +
+                        ", topo::add_nvswitch");
+      return;
+    }
+  }
+}
+
 /// Adds an NVSwitch fabric to every host that has none and links each GPU on it with `links_per_gpu`
 /// NVLinks of its model (e.g. 12 for HGX A100, 18 for HGX H100: every GPU's links go to the
 /// NVSwitches). For NCCL topology files written without NVLink elements (AWS p4d/p5 static files).
@@ -580,11 +601,13 @@ inline topology make_cluster(const topology& node, int nodes) {
   }
   if (nodes > 1) {
     const std::vector<int> nics = node.nics();
-    if (nics.empty()) COLLX_THROW(errc::invalid_argument, "make_cluster: the node has no NIC to join nodes with");
+    if (nics.empty())
+      COLLX_THROW(errc::invalid_argument, "make_cluster: the node has no NIC to join nodes with (a topology without NICs "
+                                          "models one node: an nvidia-smi paste without NIC columns, for example)");
     for (int n : nics)
       if (!(node.vertices[static_cast<std::size_t>(n)].nic_Gbps > 0))
         COLLX_THROW(errc::invalid_argument, "make_cluster: NIC " + node.vertices[static_cast<std::size_t>(n)].name +
-                                                " has no known speed (pass one, e.g. --nic-gbps)");
+                                                " has no known speed (set it: set_unknown_nic_speed, collx-topo --nic-gbps)");
     vertex f;
     f.kind = vertex_kind::fabric, f.name = "network", f.host = -1;
     const int fab = t.add_vertex(f);
@@ -669,15 +692,22 @@ inline std::string cpulist_from_mask(std::string_view mask) {
   return out;
 }
 
+/// CPU numbers parse_cpulist accepts are below this: no machine has more CPUs, and a range up to a
+/// number past it (a typo, or a corrupt file) would take gigabytes.
+inline constexpr int max_cpu_number = 1 << 16;
+
 /// The CPU numbers of a CPU list ("0-3,8,10-11" -> 0 1 2 3 8 10 11). Returns an empty vector for
-/// text that is not a CPU list.
+/// text that is not a CPU list, and for CPU numbers of max_cpu_number or more.
 inline std::vector<int> parse_cpulist(std::string_view s) {
   std::vector<int> out;
   std::size_t i = 0;
   auto number = [&](int& v) {
     if (i >= s.size() || s[i] < '0' || s[i] > '9') return false;
     v = 0;
-    while (i < s.size() && s[i] >= '0' && s[i] <= '9') v = v * 10 + (s[i++] - '0');
+    while (i < s.size() && s[i] >= '0' && s[i] <= '9') {
+      v = v * 10 + (s[i++] - '0');
+      if (v >= max_cpu_number) return false;
+    }
     return true;
   };
   while (i < s.size() && (s[i] == ' ' || s[i] == '\n')) ++i;
