@@ -283,6 +283,13 @@ int show(const opts& o) {
         }
         break;
       }
+    // NCCL's rings join the GPUs its graph was made for: set against rings over another set of
+    // GPUs (--gpus) they would compare unlike things.
+    if (!nccl_rings.empty() && nccl_rings.front().size() != node_gpus.size()) {
+      std::fprintf(stderr, "collx-topo: %s: NCCL's rings join %zu GPUs, the selection %zu: not compared\n", o.graph.c_str(),
+                   nccl_rings.front().size(), node_gpus.size());
+      nccl_rings.clear();
+    }
   }
   if (o.json) {
     std::printf("{\"source\":%s,\"hosts\":%d,\"notes\":[", json_str(t.source).c_str(), t.hosts);
@@ -360,8 +367,8 @@ int show(const opts& o) {
                                                       std::to_string(c.cpu_model);
       if (c.socket >= 0) what = "socket " + std::to_string(c.socket) + (what.empty() ? "" : ", " + what);
       const std::string& list = c.cpu_affinity;
-      std::printf("  %-6s NUMA node %d: %zu CPUs%s%s%s%s\n", c.name.c_str(), c.index, cpu_count(c), list.empty() ? "" : " (",
-                  list.c_str(), list.empty() ? "" : ")", what.empty() ? "" : ("; " + what).c_str());
+      const std::string cpus = list.empty() ? "CPUs not given" : std::to_string(cpu_count(c)) + " CPUs (" + list + ")";
+      std::printf("  %-6s NUMA node %d: %s%s\n", c.name.c_str(), c.index, cpus.c_str(), what.empty() ? "" : ("; " + what).c_str());
     }
   }
   std::printf("\nLinks (GB/s per direction: datasheet / reachable):\n");

@@ -204,7 +204,11 @@ inline int discover_pci(topology& t, const discover_options& o = {}, const std::
     const std::string w = detail::read_first_line(p / "current_link_width");
     const double gt = std::atof(sp.c_str());
     const int gen = gt <= 0 ? 0 : gt < 3 ? 1 : gt < 6 ? 2 : gt < 12 ? 3 : gt < 24 ? 4 : gt < 48 ? 5 : 6;
-    return make_pcie(a, b, gen, std::atoi(w.c_str()));
+    const link l = make_pcie(a, b, gen, std::atoi(w.c_str()));
+    if (gen == 0 || std::atoi(w.c_str()) <= 0)  // a virtual device (virtio) reports neither
+      t.notes.push_back(p.filename().string() + ": no PCIe link speed or width in sysfs: Gen" + std::to_string(l.generation) +
+                        " x" + std::to_string(l.width) + " assumed");
+    return l;
   };
   int gpus = 0, nics = 0;
   for (const std::string& id : ids) {
