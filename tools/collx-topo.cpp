@@ -304,6 +304,16 @@ int show(const opts& o) {
       for (std::size_t j = 0; j < dev.size(); ++j) std::printf("%s%s", j ? "," : "", json_str(node.classify(dev[i], dev[j]).cell()).c_str());
       std::printf("]}");
     }
+    std::printf("],\"links\":[");  // as the text's Links table: GB/s per direction
+    bool first_link = true;
+    for (const collx::topo::link& l : node.links) {
+      if (l.kind == link_kind::internal) continue;
+      std::printf("%s{\"a\":%s,\"b\":%s,\"kind\":%s,\"generation\":%d,\"count\":%d,\"width\":%d,\"spec_GBps\":%s,\"GBps\":%s}",
+                  first_link ? "" : ",", json_str(node.vertices[static_cast<std::size_t>(l.a)].name).c_str(),
+                  json_str(node.vertices[static_cast<std::size_t>(l.b)].name).c_str(), json_str(std::string(link_kind_name(l.kind))).c_str(),
+                  l.generation, l.count, l.width, l.spec_GBps > 0 ? json_GBps(l.spec_GBps).c_str() : "null", json_GBps(l.GBps).c_str());
+      first_link = false;
+    }
     std::printf("],\"cpus\":[");
     const std::vector<int> cpus = node.of_kind(vertex_kind::cpu, 0);
     for (std::size_t i = 0; i < cpus.size(); ++i) {
@@ -325,6 +335,20 @@ int show(const opts& o) {
         std::printf("]");
       }
       std::printf("]}");
+      if (!m->trees().empty() && m->ranks() > 1) {  // the double binary tree of channel 0: each GPU's parent per tree
+        const double_tree& dt = m->trees().front();
+        std::printf(",\"trees\":[");
+        for (int k = 0; k < 2; ++k) {
+          std::printf("%s[", k ? "," : "");
+          for (std::size_t i = 0; i < dt.gpus.size(); ++i) {
+            const int p = dt.parent[k][i];
+            std::printf("%s{\"gpu\":%s,\"parent\":%s}", i ? "," : "", json_str(vname(t, dt.gpus[i])).c_str(),
+                        p < 0 ? "null" : json_str(vname(t, dt.gpus[static_cast<std::size_t>(p)])).c_str());
+          }
+          std::printf("]");
+        }
+        std::printf("]");
+      }
       if (!nccl_rings.empty()) {
         router r(node, mo.routing);
         const ring_evaluation e = evaluate_rings(r, nccl_rings);
