@@ -44,6 +44,86 @@ TEST_CASE("device ring order: a permutation of the ranks, or the rank order", "[
   CHECK(message_of({}, 17).find("17 ranks") != std::string::npos);
 }
 
+TEST_CASE("device ring by default: the rank order, or a ring whose every hop has peer access", "[cuda]") {
+  // reach[a] bit b, symmetric here; every rank reaches itself.
+  const auto reach_of = [](int n, const std::vector<std::pair<int, int>>& pairs) {
+    std::vector<std::uint64_t> r(static_cast<std::size_t>(n));
+    for (int a = 0; a < n; ++a) r[static_cast<std::size_t>(a)] |= std::uint64_t{1} << a;
+    for (const auto& [a, b] : pairs) r[static_cast<std::size_t>(a)] |= std::uint64_t{1} << b, r[static_cast<std::size_t>(b)] |= std::uint64_t{1} << a;
+    return r;
+  };
+  const auto hops_ok = [](const gpu::ring_order& ring, const std::vector<std::uint64_t>& reach) {
+    std::vector<int> ranks(ring.order, ring.order + ring.world);
+    std::sort(ranks.begin(), ranks.end());
+    for (int k = 0; k < ring.world; ++k) {
+      if (ranks[static_cast<std::size_t>(k)] != k) return false;  // a permutation
+      const int a = ring.at(k), b = ring.at(k + 1);
+      if (!((reach[static_cast<std::size_t>(a)] >> b) & 1u) || !((reach[static_cast<std::size_t>(b)] >> a) & 1u)) return false;
+    }
+    return true;
+  };
+  const auto is_identity = [](const gpu::ring_order& r) {
+    for (int k = 0; k < r.world; ++k)
+      if (r.order[k] != k) return false;
+    return true;
+  };
+  // Every pair: the rank order.
+  std::vector<std::pair<int, int>> all;
+  for (int a = 0; a < 8; ++a)
+    for (int b = a + 1; b < 8; ++b) all.push_back({a, b});
+  CHECK(is_identity(gpu::ring_through_reach(reach_of(8, all), 8)));
+  // The DGX-1 (peer access = NVLink: 0-1,0-2,0-3,0-4, 1-2,1-3,1-5, 2-3,2-6, 3-7, 4-5,4-6,4-7, 5-6,5-7,
+  // 6-7): the rank order's 3-4 and 7-0 hops lack it; the ring found has none.
+  const std::vector<std::pair<int, int>> dgx1{{0, 1}, {0, 2}, {0, 3}, {0, 4}, {1, 2}, {1, 3}, {1, 5}, {2, 3},
+                                              {2, 6}, {3, 7}, {4, 5}, {4, 6}, {4, 7}, {5, 6}, {5, 7}, {6, 7}};
+  const auto dgx = reach_of(8, dgx1);
+  CHECK_FALSE(hops_ok(gpu::ring_order::identity(8), dgx));
+  const gpu::ring_order found = gpu::ring_through_reach(dgx, 8);
+  CHECK(hops_ok(found, dgx));
+  CHECK(found.order[0] == 0);
+  // Ranks 0, 1, 2, 3 on DGX-1 GPUs 0, 5, 1, 4 (the bootstrap test's): 0-1 and 2-3 lack peer access.
+  const auto four = reach_of(4, {{0, 2}, {0, 3}, {1, 2}, {1, 3}});
+  const gpu::ring_order r4 = gpu::ring_through_reach(four, 4);
+  CHECK(hops_ok(r4, four));
+  CHECK(std::vector<int>(r4.order, r4.order + 4) == std::vector<int>{0, 2, 1, 3});
+  // A partial reach that the rank order already satisfies: kept.
+  CHECK(is_identity(gpu::ring_through_reach(reach_of(4, {{0, 1}, {1, 2}, {2, 3}, {3, 0}}), 4)));
+  // No such ring (two islands; a star): the rank order. Two ranks: the rank order.
+  CHECK(is_identity(gpu::ring_through_reach(reach_of(4, {{0, 1}, {2, 3}}), 4)));
+  CHECK(is_identity(gpu::ring_through_reach(reach_of(5, {{0, 1}, {0, 2}, {0, 3}, {0, 4}}), 5)));
+  CHECK(is_identity(gpu::ring_through_reach(reach_of(2, {}), 2)));
+  // One-way access is not enough (the ring's flags go both ways).
+  auto one_way = reach_of(3, {{0, 1}, {1, 2}});
+  one_way[0] |= std::uint64_t{1} << 2;  // 0 reaches 2, 2 does not reach 0
+  CHECK(is_identity(gpu::ring_through_reach(one_way, 3)));
+  // The search gives up after max_steps extensions: the rank order.
+  CHECK(is_identity(gpu::ring_through_reach(dgx, 8, 2)));
+  // Every reach of 5 ranks (symmetric, 2^10 of them): a ring with all hops reachable whenever one
+  // exists (checked by trying all 24 rings through rank 0), the rank order otherwise.
+  std::vector<std::pair<int, int>> pairs5;
+  for (int a = 0; a < 5; ++a)
+    for (int b = a + 1; b < 5; ++b) pairs5.push_back({a, b});
+  for (unsigned mask = 0; mask < (1u << pairs5.size()); ++mask) {
+    std::vector<std::pair<int, int>> chosen;
+    for (std::size_t i = 0; i < pairs5.size(); ++i)
+      if ((mask >> i) & 1u) chosen.push_back(pairs5[i]);
+    const auto reach = reach_of(5, chosen);
+    std::vector<int> perm{1, 2, 3, 4};
+    bool exists = false;
+    do {
+      gpu::ring_order r;
+      r.world = 5;
+      r.order[0] = 0;
+      for (int k = 0; k < 4; ++k) r.order[k + 1] = perm[static_cast<std::size_t>(k)];
+      exists = exists || hops_ok(r, reach);
+    } while (std::next_permutation(perm.begin(), perm.end()));
+    const gpu::ring_order got = gpu::ring_through_reach(reach, 5);
+    INFO("reach mask " << mask);
+    CHECK(hops_ok(got, reach) == exists);
+    if (!exists) CHECK(is_identity(got));
+  }
+}
+
 TEST_CASE("device ring plans: every element in one piece, pieces on vector boundaries, steps as the ring needs", "[cuda]") {
   for (auto phase : {gpu::ring_phase::all_reduce, gpu::ring_phase::reduce_scatter, gpu::ring_phase::all_gather})
     for (int n : {2, 3, 5, 8})

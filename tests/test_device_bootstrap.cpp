@@ -249,6 +249,41 @@ TEST_CASE("device bootstrap: COLLX_ALGO's ring choices reach the device communic
   }
 }
 
+TEST_CASE("device bootstrap: without a ring order, the ring keeps to pairs with peer access", "[cuda][bootstrap]") {
+  // DGX-1 GPUs 0, 5, 1, 4 for ranks 0-3: GPU0-GPU5 and GPU1-GPU4 have no peer access, so the rank
+  // order's hops 0-1 and 2-3 would go through host memory; ranks 0, 2, 1, 3 (GPUs 0, 1, 5, 4) keep
+  // every hop on NVLink. A ring order given in the options wins.
+  fake_machine dgx("dgx1-v100");
+  for (const bool given : {false, true}) {
+    std::vector<std::vector<int>> rings(4);
+    const auto res = create({0, 5, 1, 4}, {}, [&](gpu::device_communicator& dc) {
+      const gpu::ring_order& r = dc.ring();
+      rings[static_cast<std::size_t>(dc.rank())].assign(r.order, r.order + r.world);
+    }, [&](gpu::device_options& o) { if (given) o.ring_order = {0, 1, 2, 3}; });
+    INFO("ring order given: " << given);
+    for (int r = 0; r < 4; ++r) {
+      INFO("rank " << r << ": " << res[static_cast<std::size_t>(r)].error);
+      REQUIRE(res[static_cast<std::size_t>(r)].error.empty());
+      CHECK(res[static_cast<std::size_t>(r)].memory == gpu::workspace_memory::mixed);
+      CHECK(rings[static_cast<std::size_t>(r)] == (given ? std::vector<int>{0, 1, 2, 3} : std::vector<int>{0, 2, 1, 3}));
+    }
+    // Each hop of the default ring is a pair whose path is not host memory.
+    if (!given)
+      for (int k = 0; k < 4; ++k) {
+        const int a = rings[0][static_cast<std::size_t>(k)], b = rings[0][static_cast<std::size_t>((k + 1) % 4)];
+        CHECK(res[static_cast<std::size_t>(a)].paths[static_cast<std::size_t>(b)] != gpu::peer_path::host_memory);
+      }
+  }
+  // Every GPU a peer of every other: the rank order.
+  fake_machine hgx("hgx-h100");
+  std::vector<int> ring0;
+  create({0, 1, 2, 3}, {}, [&](gpu::device_communicator& dc) {
+    if (dc.rank() == 0) ring0.assign(dc.ring().order, dc.ring().order + dc.ring().world);
+  });
+  CHECK(ring0 == std::vector<int>{0, 1, 2, 3});
+  CHECK(fake_cudart_live() == 0);
+}
+
 TEST_CASE("device bootstrap: pairs the options take out of peer access go through host memory", "[cuda][bootstrap]") {
   fake_machine m("hgx-h100");
   // Rank 1 alone names (0, 2): every rank takes the union, so all agree on mixed.

@@ -83,8 +83,10 @@ struct device_options {
   /// access or CUDA IPC misbehaves). Ranks may differ only between automatic and one other choice.
   workspace_memory memory = workspace_memory::automatic;
   /// The ring of algo::ring calls (cuda/ring_plan.hpp): ring_order[k] is the rank at ring position
-  /// k, every rank once; empty: the rank order 0, 1, ..., size() - 1. A ring that follows NVLink
-  /// (topo::device_ring_order) keeps each rank's reads on one fast link. Rank 0's ring holds for
+  /// k, every rank once; empty: the rank order 0, 1, ..., size() - 1, or where one of its hops
+  /// joins GPUs without peer access, the first ring whose hops all have it (ring_through_reach),
+  /// if there is one. A ring that follows NVLink (topo::device_ring_order) keeps each rank's reads
+  /// on one fast link. Rank 0's ring holds for
   /// every rank (sent to the others when the communicator is created). Apart from the host
   /// communicator's communicator_options::ring_order, which this does not read.
   /// @throws (from the constructor) collx::error (errc::invalid_argument) on every rank when a
@@ -253,7 +255,8 @@ class device_communicator {
 
       // Rank 0's ring for every rank; every rank's own is checked (a typo fails loudly anywhere).
       on_every_rank(
-          "accept its device_options::ring_order", [&] { ring_ = make_ring_order(opt.ring_order, host.size()); },
+          "accept its device_options::ring_order",
+          [&] { ring_ = opt.ring_order.empty() ? ring_through_reach(reach_, host.size()) : make_ring_order(opt.ring_order, host.size()); },
           errc::invalid_argument);
       collx::broadcast<algo::direct>(host, std::span<int>(ring_.order, max_device_world), 0);
       // Rank 0's host algorithm overrides (COLLX_ALGO by default) for the collectives with a ring.

@@ -85,6 +85,47 @@ inline ring_order make_ring_order(const std::vector<int>& ranks, int world) {
   return r;
 }
 
+/// The device ring when the user names none (device_options::ring_order empty): the rank order if
+/// each of its hops joins two ranks whose GPUs reach each other both ways (`reach[a]` bit b: rank
+/// a's GPU reads and writes rank b's device memory -- the same GPU or peer access, as
+/// choose_workspace_memory takes it), else the first ring, in depth-first order from rank 0 trying
+/// lower ranks first, whose every hop does; the rank order again when no such ring exists or the
+/// search gives up after `max_steps` extensions. So where only some GPUs are peers (a DGX-1 across
+/// its sockets, where peer access follows NVLink) the ring keeps every hop off host memory without
+/// a topology file; topo::device_ring_order, which reads link speeds, can still do better. The
+/// same reach gives the same ring on every rank.
+/// Precondition: reach.size() >= world, 1 <= world <= max_device_world.
+inline ring_order ring_through_reach(const std::vector<std::uint64_t>& reach, int world, long max_steps = 100000) {
+  const ring_order rank_order = ring_order::identity(world);
+  const auto reach_both = [&](int a, int b) {
+    return ((reach[static_cast<std::size_t>(a)] >> b) & 1u) != 0 && ((reach[static_cast<std::size_t>(b)] >> a) & 1u) != 0;
+  };
+  bool all = true;
+  for (int k = 0; k < world && all; ++k) all = reach_both(k, (k + 1) % world);
+  if (all || world < 3) return rank_order;
+  struct search {
+    const decltype(reach_both)& peers;
+    int world;
+    long steps_left;
+    int path[max_device_world] = {};
+    bool extend(int depth, std::uint32_t used) {  // path[0 .. depth) is a chain of peers
+      if (depth == world) return peers(path[world - 1], path[0]);
+      for (int q = 1; q < world; ++q) {
+        if (((used >> q) & 1u) != 0 || !peers(path[depth - 1], q)) continue;
+        if (--steps_left < 0) return false;
+        path[depth] = q;
+        if (extend(depth + 1, used | (1u << q))) return true;
+      }
+      return false;
+    }
+  } s{reach_both, world, max_steps};
+  if (!s.extend(1, 1u)) return rank_order;
+  ring_order r;
+  r.world = world;
+  for (int k = 0; k < world; ++k) r.order[k] = s.path[k];
+  return r;
+}
+
 /// Where a piece of a call lies: `offset` elements into the buffer, `length` elements.
 struct piece_span {
   std::size_t offset = 0;  ///< first element
