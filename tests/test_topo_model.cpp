@@ -156,7 +156,9 @@ TEST_CASE("cost model against nccl-tests: predicted peak busbw within 25% of the
     o.routing.p2p = f.p2p;
     model m(t, gpus, o);
     const nccl_tests_table table = read_nccl_tests(topo_fixture(f.perf), f.perf);
-    CHECK(table.allreduce_ranks() == static_cast<int>(gpus.size()));  // the model's GPUs are the table's ranks
+    // The model's GPUs are the table's ranks, and no other count fits its figures.
+    CHECK(table.fits_allreduce_ranks(static_cast<int>(gpus.size())));
+    CHECK_FALSE(table.fits_allreduce_ranks(static_cast<int>(gpus.size()) * 2));
     const prediction peak = predicted_peak_busbw(m, table);
     REQUIRE(peak.valid);
     const double ratio = peak.busbw_GBps / table.peak_busbw();

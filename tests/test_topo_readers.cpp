@@ -223,6 +223,11 @@ TEST_CASE("NCCL topology XML: static cloud files and their edge cases") {
   };
   CHECK(says_no_nvlink(p4));
   CHECK_FALSE(says_no_nvlink(read_nccl_topology(topo_fixture("dgx1-v100-como-nccl-topo.xml"))));
+  // Not for GPUs of unknown model, nor for nvidia-smi text (which prints NVLinks where there are some).
+  CHECK_FALSE(says_no_nvlink(read_nccl_topology(topo_fixture("azure-ndv4-nccl-topo.xml"))));
+  read_options a100;
+  a100.gpu = find_gpu_arch("A100");
+  CHECK_FALSE(says_no_nvlink(read_nvidia_smi("\tGPU0\tGPU1\nGPU0\t X \tSYS\nGPU1\tSYS\t X \n", "pcie.txt", a100)));
   // NC A100 v4: each GPU lists an NVLink to itself (count 12) and link_speed="": noted, not linked.
   const topology nc = read_nccl_topology(topo_fixture("azure-ncv4-nccl-topo.xml"));
   CHECK(gg(nc, 0, 1) == "SYS");
@@ -285,6 +290,11 @@ TEST_CASE("NCCL graph XML: the DGX-1's six rings and NC A100 v4's rings and tree
 }
 
 TEST_CASE("nccl-tests tables: every fixture's peak busbw and command line") {
+  {  // A byte order mark before the table is skipped.
+    const std::string text = topo_fixture("dgx-h100-640gb-4gpu-allreduce-perf.txt");
+    CHECK(read_nccl_tests("\xEF\xBB\xBF" + text, "bom.txt").rows.size() == read_nccl_tests(text).rows.size());
+    CHECK_FALSE(read_nccl_tests(text).rows.empty());
+  }
   struct expect_t {
     const char* file;
     double peak;

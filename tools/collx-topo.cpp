@@ -15,6 +15,7 @@
 #include <collx/topo/nvidia_smi.hpp>
 #include <collx/topo/predict.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -285,10 +286,14 @@ int show(const opts& o) {
       }
     // NCCL's rings join the GPUs its graph was made for: set against rings over another set of
     // GPUs (--gpus) they would compare unlike things.
-    if (!nccl_rings.empty() && nccl_rings.front().size() != node_gpus.size()) {
-      std::fprintf(stderr, "collx-topo: %s: NCCL's rings join %zu GPUs, the selection %zu: not compared\n", o.graph.c_str(),
-                   nccl_rings.front().size(), node_gpus.size());
-      nccl_rings.clear();
+    if (!nccl_rings.empty()) {
+      std::vector<int> theirs = nccl_rings.front(), ours = node_gpus;
+      std::sort(theirs.begin(), theirs.end());
+      std::sort(ours.begin(), ours.end());
+      if (theirs != ours) {
+        std::fprintf(stderr, "collx-topo: %s: NCCL's rings join other GPUs than the selection: not compared\n", o.graph.c_str());
+        nccl_rings.clear();
+      }
     }
   }
   if (o.json) {
@@ -391,7 +396,7 @@ int show(const opts& o) {
                                                       std::to_string(c.cpu_model);
       if (c.socket >= 0) what = "socket " + std::to_string(c.socket) + (what.empty() ? "" : ", " + what);
       const std::string& list = c.cpu_affinity;
-      const std::string cpus = list.empty() ? "CPUs not given" : std::to_string(cpu_count(c)) + " CPUs (" + list + ")";
+      const std::string cpus = list.empty() ? "no CPUs listed" : std::to_string(cpu_count(c)) + " CPUs (" + list + ")";
       std::printf("  %-6s NUMA node %d: %s%s\n", c.name.c_str(), c.index, cpus.c_str(), what.empty() ? "" : ("; " + what).c_str());
     }
   }
@@ -543,9 +548,9 @@ int check(const opts& o) {
     for (int i : o.gpus) gpus.push_back(t.gpu(i, h));
   // The table's rank count (from busbw / algbw) must be the model's: a 4-GPU table against an 8-GPU
   // topology would compare unlike things and still print a ratio.
-  if (const int ranks = table.allreduce_ranks(); ranks > 0 && ranks != static_cast<int>(gpus.size()))
-    die(o.perf + " is a " + std::to_string(ranks) + "-rank all-reduce table (busbw / algbw), but the model has " +
-        std::to_string(gpus.size()) + " GPUs: choose them with --gpus (and --nodes)");
+  if (!table.fits_allreduce_ranks(static_cast<int>(gpus.size())))
+    die(o.perf + ": its busbw / algbw is not 2 (n - 1) / n for the model's n = " + std::to_string(gpus.size()) +
+        " GPUs (another GPU count, or not an all-reduce table): choose the GPUs with --gpus (and --nodes)");
   model_options mo;
   mo.routing.p2p = o.p2p && !table.p2p_disabled;
   model m(t, gpus, mo);

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdlib>
 #include <string>
 #include <string_view>
@@ -39,18 +40,19 @@ struct nccl_tests_table {
   double avg_busbw = 0;              ///< "# Avg bus bandwidth" (0 if absent)
   std::vector<nccl_tests_row> rows;
 
-  /// The largest busbw of any row, in- or out-of-place, GB/s (0 for no rows).
-  /// The rank count of an all-reduce table, from its figures: busbw / algbw = 2 (n - 1) / n (as
-  /// nccl-tests defines busbw) on the row with the highest algbw; 0 when no row has both figures.
-  int allreduce_ranks() const noexcept {
-    double best = 0, ratio = 0;
+  /// Whether the table's figures fit an all-reduce over `ranks` ranks: on every row with both,
+  /// busbw = algbw * 2 (ranks - 1) / ranks (as nccl-tests defines busbw) within the rounding of two
+  /// printed decimals. True for a table without such rows. A table of another collective (whose
+  /// busbw factor differs) does not fit.
+  bool fits_allreduce_ranks(int ranks) const noexcept {
+    if (ranks < 1) return false;
+    const double factor = 2.0 * (ranks - 1) / ranks;
     for (const nccl_tests_row& r : rows)
       for (int k = 0; k < 2; ++k)
-        if (r.algbw[k] > best && r.busbw[k] > 0) best = r.algbw[k], ratio = r.busbw[k] / r.algbw[k];
-    if (!(ratio > 0) || ratio >= 2) return 0;
-    return static_cast<int>(2 / (2 - ratio) + 0.5);
+        if (r.algbw[k] > 0 && r.busbw[k] > 0 && std::abs(r.busbw[k] - r.algbw[k] * factor) > 0.0051 * (1 + factor)) return false;
+    return true;
   }
-  /// The highest busbw of any row, in or out of place, GB/s.
+  /// The largest busbw of any row, in or out of place, GB/s (0 for no rows).
   double peak_busbw() const noexcept {
     double b = 0;
     for (const nccl_tests_row& r : rows) b = std::max({b, r.busbw[0], r.busbw[1]});
@@ -62,6 +64,7 @@ struct nccl_tests_table {
 /// line that is neither a comment, the command line, nor a well-formed data row, and for text with
 /// no data row at all.
 inline nccl_tests_table read_nccl_tests(std::string_view text, std::string_view source = "<nccl-tests>") {
+  if (text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);  // a UTF-8 byte order mark
   using detail::fail_at;
   nccl_tests_table t;
   int no = 0;

@@ -82,6 +82,7 @@ inline bool is_number(std::string_view s) { return all_digits(s) && s.size() <= 
 /// @throws collx::error(invalid_argument) naming source:line:col for text outside the format, an
 ///         asymmetric matrix, X off the diagonal, or cells no PCIe tree gives.
 inline topology read_nvidia_smi(std::string_view text, std::string_view source = "<nvidia-smi>", read_options opt = {}) {
+  if (text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);  // a UTF-8 byte order mark
   using namespace detail;
   // Lines, with CR removed and the prefix (# or "N: ") skipped.
   struct line_t {
@@ -456,7 +457,6 @@ inline topology read_nvidia_smi(std::string_view text, std::string_view source =
       for (std::size_t j = i + 1; j < n; ++j)
         if (cell[i][j].type == path_type::nvlink) t.add_link(make_nvlink(dev_vertex[i], dev_vertex[j], *arch, cell[i][j].nvlinks));
   }
-  note_nvlink_not_listed(t);
   return t;
 }
 
