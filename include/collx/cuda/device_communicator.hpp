@@ -86,9 +86,9 @@ struct device_options {
   /// k, every rank once; empty: the rank order 0, 1, ..., size() - 1, or where one of its hops
   /// joins GPUs without peer access, the first ring whose hops all have it (ring_through_reach),
   /// if there is one. A ring that follows NVLink (topo::device_ring_order) keeps each rank's reads
-  /// on one fast link. Rank 0's ring holds for
-  /// every rank (sent to the others when the communicator is created). Apart from the host
-  /// communicator's communicator_options::ring_order, which this does not read.
+  /// on one fast link. Rank 0's ring holds for every rank (sent to the others when the
+  /// communicator is created). Apart from the host communicator's communicator_options::ring_order,
+  /// which this does not read.
   /// @throws (from the constructor) collx::error (errc::invalid_argument) on every rank when a
   ///   rank's ring_order is not empty and not a permutation of its ranks.
   std::vector<int> ring_order;

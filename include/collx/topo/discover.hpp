@@ -138,8 +138,6 @@ inline topology discover_cpus(const discover_options& o = {}) {
   topology t;
   t.source = "sysfs (" + o.sysfs + ")";
   const cpu_identity cpu = read_cpu_identity(o.procfs);
-  const std::string& vendor = cpu.vendor;
-  const int family = cpu.family, model = cpu.model;
   const fs::path node_dir = fs::path(o.sysfs) / "devices/system/node";
   const fs::path cpu_dir = fs::path(o.sysfs) / "devices/system/cpu";
   std::map<int, std::string> nodes;
@@ -160,7 +158,7 @@ inline topology discover_cpus(const discover_options& o = {}) {
     v.name = "CPU" + std::to_string(id);
     v.cpu_affinity = list;
     v.cores = parse_cpulist(list);
-    v.cpu_vendor = vendor, v.cpu_family = family, v.cpu_model = model;
+    v.cpu_vendor = cpu.vendor, v.cpu_family = cpu.family, v.cpu_model = cpu.model;
     if (!v.cores.empty()) {
       const std::string pkg = detail::read_first_line(cpu_dir / ("cpu" + std::to_string(v.cores.front())) / "topology/physical_package_id");
       if (!pkg.empty()) v.socket = std::atoi(pkg.c_str());
@@ -168,8 +166,8 @@ inline topology discover_cpus(const discover_options& o = {}) {
     ids.push_back(t.add_vertex(v));
   }
   for (std::size_t i = 0; i < ids.size(); ++i)
-    for (std::size_t j = i + 1; j < ids.size(); ++j) t.add_link(make_smp(ids[i], ids[j], smp_GBps(vendor, family, model)));
-  if (vendor.empty()) t.notes.push_back("no cpuinfo: CPU model unknown, inter-CPU bandwidth " + std::to_string(static_cast<int>(smp_GBps("", 0, 0))) + " GB/s assumed");
+    for (std::size_t j = i + 1; j < ids.size(); ++j) t.add_link(make_smp(ids[i], ids[j], smp_GBps(cpu.vendor, cpu.family, cpu.model)));
+  if (cpu.vendor.empty()) t.notes.push_back("no cpuinfo: CPU model unknown, inter-CPU bandwidth " + std::to_string(static_cast<int>(smp_GBps("", 0, 0))) + " GB/s assumed");
   return t;
 }
 
@@ -204,8 +202,9 @@ inline int discover_pci(topology& t, const discover_options& o = {}, const std::
     const std::string w = detail::read_first_line(p / "current_link_width");
     const double gt = std::atof(sp.c_str());
     const int gen = gt <= 0 ? 0 : gt < 3 ? 1 : gt < 6 ? 2 : gt < 12 ? 3 : gt < 24 ? 4 : gt < 48 ? 5 : 6;
-    const link l = make_pcie(a, b, gen, std::atoi(w.c_str()));
-    if (gen == 0 || std::atoi(w.c_str()) <= 0)  // a virtual device (virtio) reports neither
+    const int width = std::atoi(w.c_str());
+    const link l = make_pcie(a, b, gen, width);
+    if (gen == 0 || width <= 0)  // a virtual device (virtio) reports neither
       t.notes.push_back(p.filename().string() + ": no PCIe link speed or width in sysfs: Gen" + std::to_string(l.generation) +
                         " x" + std::to_string(l.width) + " assumed");
     return l;
@@ -808,8 +807,9 @@ inline topology discover(const discover_options& o = {}) {
 
 #if defined(COLLX_TOPO_HAVE_HWLOC)
 /// The CPU part of the machine from hwloc (NUMA nodes with their cpusets, packages and the CPU
-/// model hwloc reports: CPUVendor, CPUFamilyNumber, CPUModelNumber; hwloc 2), instead of sysfs: the same vertices and links as
-/// discover_cpus, the CPUs this process may not use included (as sysfs lists them).
+/// model hwloc reports: CPUVendor, CPUFamilyNumber, CPUModelNumber; hwloc 2), instead of sysfs:
+/// the same vertices and links as discover_cpus, the CPUs this process may not use included (as
+/// sysfs lists them).
 /// Only with COLLX_TOPO_USE_HWLOC defined and hwloc linked.
 /// @throws collx::error(system) if hwloc fails.
 inline topology discover_cpus_hwloc() {

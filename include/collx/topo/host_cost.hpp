@@ -58,8 +58,9 @@ inline cpu_identity read_cpu_identity(const std::string& procfs = "/proc") {
 /// with smp_GBps of the CPU model: Broadwell-class 6 GB/s changes choices; Skylake to Emerald
 /// Rapids, every AMD CPU and unknown ones reach cost_model's 8 GB/s and change nothing). So on a
 /// multi-socket machine with a slow link, automatic's choice -- and with it the result's bits --
-/// can depend on the CPUs the ranks may run on; name an algorithm for the same bits everywhere. CPUs whose node
-/// sysfs does not say are ignored. `sysfs` and `procfs` are the roots to read (tests use fakes).
+/// can depend on the CPUs the ranks may run on; name an algorithm for the same bits everywhere.
+/// CPUs whose node sysfs does not say are ignored. `sysfs` and `procfs` are the roots to read
+/// (tests use fakes).
 inline cost_model host_cost_model(const collx::detail::cpu_bits& job_cpus, const std::string& sysfs = "/sys",
                                   const std::string& procfs = "/proc") {
   // collx::detail, not topo::detail (topo/detail/xml.hpp): these are the core's sysfs readers.

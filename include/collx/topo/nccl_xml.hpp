@@ -37,6 +37,29 @@ struct read_options {
 
 namespace detail {
 
+/// Adds a note to a topology read from an NCCL topology file when its GPUs are of a known model
+/// that comes on NVSwitch boards (12 or more NVLinks: A100, H100, H200, B200) but the file lists
+/// no NVLink or NVSwitch at all: NCCL topology dumps of NVSwitch machines (AWS p4d/p4de, Azure
+/// NDv4/NDv5) often leave NVLink out, and the model then routes every pair over PCIe (nvidia-smi
+/// prints NVLinks where there are some, so its reader needs no such note); the fix is add_nvswitch
+/// (collx-topo --nvswitch LINKS) where the machine has one.
+inline void note_nvlink_not_listed(topology& t) {
+  for (const link& l : t.links)
+    if (l.kind == link_kind::nvlink) return;
+  for (const vertex& v : t.vertices)
+    if (v.kind == vertex_kind::nvswitch) return;
+  for (int g : t.gpus()) {
+    const gpu_arch* a = t.vertices[static_cast<std::size_t>(g)].arch;
+    if (a && a != &unknown_gpu_arch && a->nvlink_generation > 0 && a->max_nvlinks >= 12) {
+      t.notes.push_back("no NVLink listed, though the GPUs are " + std::string(a->name) + "s, which have up to " +
+                        std::to_string(a->max_nvlinks) + " NVLinks (SXM form): PCIe only assumed; on a machine with " +
+                        "NVSwitch (HGX/DGX) add it: collx-topo --nvswitch " + std::to_string(a->max_nvlinks) +
+                        ", topo::add_nvswitch");
+      return;
+    }
+  }
+}
+
 inline long parse_long(const xml_attribute& a, std::string_view src, int base = 10) {
   const std::string& v = a.value;
   if (v.empty()) fail_at(src, a.pos, "attribute '" + a.name + "' is empty, expected a number");
@@ -92,7 +115,7 @@ inline int pcie_gen_from_speed(const xml_attribute& a, std::string_view src) {
 /// @param source name used in messages (the file name)
 /// @throws collx::error(invalid_argument) naming source:line:col for input outside the format.
 inline topology read_nccl_topology(std::string_view text, std::string_view source = "<nccl-topo>", read_options opt = {}) {
-  if (text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);  // a UTF-8 byte order mark
+  text = detail::without_bom(text);
   using namespace detail;
   const xml_element root = parse_xml(text, source);
   if (root.name != "system")
@@ -319,7 +342,7 @@ inline topology read_nccl_topology(std::string_view text, std::string_view sourc
     for (const auto& [gpu, count] : to_switch)
       t.add_link(make_nvlink(gpu, sw, *t.vertices[static_cast<std::size_t>(gpu)].arch, count));
   }
-  note_nvlink_not_listed(t);
+  detail::note_nvlink_not_listed(t);
   return t;
 }
 
@@ -361,7 +384,7 @@ constexpr std::string_view nccl_pattern_name(int p) noexcept {
 /// source:line:col for anything outside the format, a GPU twice in one channel, or an `nchannels`
 /// that disagrees with the channels listed.
 inline std::vector<nccl_graph> read_nccl_graph(std::string_view text, std::string_view source = "<nccl-graph>") {
-  if (text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);  // a UTF-8 byte order mark
+  text = detail::without_bom(text);
   using namespace detail;
   const xml_element root = parse_xml(text, source);
   if (root.name != "graphs") fail_at(source, root.pos, "expected <graphs> (an NCCL graph file), found <" + root.name + ">");

@@ -82,7 +82,7 @@ inline bool is_number(std::string_view s) { return all_digits(s) && s.size() <= 
 /// @throws collx::error(invalid_argument) naming source:line:col for text outside the format, an
 ///         asymmetric matrix, X off the diagonal, or cells no PCIe tree gives.
 inline topology read_nvidia_smi(std::string_view text, std::string_view source = "<nvidia-smi>", read_options opt = {}) {
-  if (text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);  // a UTF-8 byte order mark
+  text = detail::without_bom(text);
   using namespace detail;
   // Lines, with CR removed and the prefix (# or "N: ") skipped.
   struct line_t {
@@ -511,7 +511,7 @@ inline std::string format_nvidia_smi(const topology& t, int host = 0) {
 /// @throws collx::error(invalid_argument) as the chosen reader does (an NCCL *graph* file is named
 ///         as such: read it with read_nccl_graph).
 inline topology read_topology(std::string_view text, std::string_view source = "<topology>", read_options opt = {}) {
-  if (text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);  // a UTF-8 byte order mark (Windows editors)
+  text = detail::without_bom(text);
   std::size_t i = 0;
   while (i < text.size() && (text[i] == ' ' || text[i] == '\t' || text[i] == '\r' || text[i] == '\n')) ++i;
   if (i < text.size() && text[i] == '<') return read_nccl_topology(text, source, opt);

@@ -516,29 +516,6 @@ class topology {
 // ---------------------------------------------------------------------------------------------
 // Helpers the readers and tools share
 
-/// Adds a note to a topology read from an NCCL topology file when its GPUs are of a known model
-/// that comes on NVSwitch boards (12 or more NVLinks: A100, H100, H200, B200) but the file lists
-/// no NVLink or NVSwitch at all: NCCL topology dumps of NVSwitch machines (AWS p4d/p4de, Azure
-/// NDv4/NDv5) often leave NVLink out, and the model then routes every pair over PCIe. The NCCL XML
-/// reader calls it (nvidia-smi prints NVLinks where there are some); the fix is add_nvswitch
-/// (collx-topo --nvswitch LINKS) where the machine has one.
-inline void note_nvlink_not_listed(topology& t) {
-  for (const link& l : t.links)
-    if (l.kind == link_kind::nvlink) return;
-  for (const vertex& v : t.vertices)
-    if (v.kind == vertex_kind::nvswitch) return;
-  for (int g : t.gpus()) {
-    const gpu_arch* a = t.vertices[static_cast<std::size_t>(g)].arch;
-    if (a && a != &unknown_gpu_arch && a->nvlink_generation > 0 && a->max_nvlinks >= 12) {
-      t.notes.push_back("no NVLink listed, though the GPUs are " + std::string(a->name) + "s, which have up to " +
-                        std::to_string(a->max_nvlinks) + " NVLinks (SXM form): PCIe only assumed; on a machine with " +
-                        "NVSwitch (HGX/DGX) add it: collx-topo --nvswitch " + std::to_string(a->max_nvlinks) +
-                        ", topo::add_nvswitch");
-      return;
-    }
-  }
-}
-
 /// Adds an NVSwitch fabric to every host that has none and links each GPU on it with `links_per_gpu`
 /// NVLinks of its model (e.g. 12 for HGX A100, 18 for HGX H100: every GPU's links go to the
 /// NVSwitches). For NCCL topology files written without NVLink elements (AWS p4d/p5 static files).

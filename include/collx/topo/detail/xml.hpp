@@ -34,6 +34,12 @@ struct text_pos {
                                           ":" + std::to_string(p.col) + ": " + message);
 }
 
+/// `text` without a leading UTF-8 byte order mark (files saved by Windows editors): every reader
+/// starts with it, so line 1 column 1 is the first character a person sees.
+inline std::string_view without_bom(std::string_view text) noexcept {
+  return text.substr(0, 3) == "\xEF\xBB\xBF" ? text.substr(3) : text;
+}
+
 /// One attribute and where its name starts.
 struct xml_attribute {
   std::string name;
