@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -175,6 +176,94 @@ TEST_CASE("device ring plans: every element in one piece, pieces on vector bound
         }
   CHECK_THROWS_AS(gpu::plan_ring(gpu::ring_phase::all_reduce, gpu::make_ring_order({}, 1), 0, 10, 4, 1, 4096, 8), collx::error);
   CHECK_THROWS_AS(gpu::plan_ring(gpu::ring_phase::all_reduce, gpu::make_ring_order({}, 2), 0, 10, 4096, 4, 4096, 8), collx::error);
+}
+
+namespace {
+// Seconds of a ring call as its plan runs it (an independent count of what ring_crossover_bytes
+// models in closed form): one call's fixed cost, a barrier after every staged step of every chunk,
+// and the bytes this rank reads from its predecessor, summed step by step over the plan's pieces.
+double ring_seconds_by_plan(gpu::ring_phase phase, int world, std::size_t vector_bytes, std::size_t slot_bytes,
+                            const gpu::direct_cost& d, const gpu::ring_cost& r) {
+  const std::size_t count = phase == gpu::ring_phase::all_reduce ? vector_bytes : vector_bytes / static_cast<std::size_t>(world);
+  const gpu::ring_plan p = gpu::plan_ring(phase, gpu::ring_order::identity(world), 0, count, 1, 1, slot_bytes, 1);
+  double barriers = 0, read = 0;
+  for (std::size_t c = 0; c < p.chunks; ++c)
+    for (unsigned s = 0; s <= p.steps(); ++s) {
+      const gpu::ring_step st = p.step(s);
+      if (st.stage) barriers += 1;
+      if (st.read_prev) read += static_cast<double>(p.span(c, st.piece).length);
+    }
+  return d.call_seconds + barriers * r.step_seconds + read / r.hop_bytes_per_second;
+}
+// The direct forms' seconds: all-reduce the faster of one-shot (every peer's whole input) and
+// two-shot (every peer's piece twice, two calls); the halves one call reading every peer's block.
+double direct_seconds(gpu::ring_phase phase, int world, std::size_t vector_bytes, const gpu::direct_cost& d) {
+  const double n = static_cast<double>(vector_bytes), peers = world - 1, rate = d.peer_read_bytes_per_second;
+  if (phase != gpu::ring_phase::all_reduce) return d.call_seconds + peers * (n / world) / rate;
+  return std::min(d.call_seconds + peers * n / rate, 2 * d.call_seconds + 2 * peers * (n / world) / rate);
+}
+}  // namespace
+
+TEST_CASE("device ring or direct: the ring from the size where its hops' speed pays for its barriers", "[cuda]") {
+  const std::size_t slot = 4 << 20;
+  const gpu::direct_cost nvswitch{};
+  const gpu::ring_cost nvswitch_hops{18 * 20.6e9, 1.6e-6};
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (const auto phase : {gpu::ring_phase::all_reduce, gpu::ring_phase::reduce_scatter, gpu::ring_phase::all_gather}) {
+    // NVSwitch: a hop gets what a rank reads from all its peers, so the ring never pays.
+    for (int world = 1; world <= 8; ++world) CHECK(gpu::ring_crossover_bytes(phase, world, slot, nvswitch, nvswitch_hops) == SIZE_MAX);
+    // All through host memory: the same per byte either way, so never either.
+    CHECK(gpu::ring_crossover_bytes(phase, 8, slot, gpu::host_memory_direct_cost, gpu::host_memory_ring_cost) == SIZE_MAX);
+    // The default hop rate is not known (0): the direct figures' rate, on device memory or mixed.
+    for (const bool device : {true, false}) CHECK(gpu::ring_crossover_bytes_where(phase, 8, slot, device, nvswitch, true, {}) == SIZE_MAX);
+    // Figures that are not finite and positive never choose the ring.
+    for (const gpu::ring_cost bad : {gpu::ring_cost{0, 1e-6}, gpu::ring_cost{-40e9, 1e-6}, gpu::ring_cost{nan, 1e-6},
+                                     gpu::ring_cost{40e9, nan}, gpu::ring_cost{40e9, -1.0}})
+      CHECK(gpu::ring_crossover_bytes(phase, 8, slot, gpu::host_memory_direct_cost, bad) == SIZE_MAX);
+    CHECK(gpu::ring_crossover_bytes(phase, 8, slot, gpu::direct_cost{nan, 12e9}, gpu::ring_cost{40e9, 1e-6}) == SIZE_MAX);
+    CHECK(gpu::ring_crossover_bytes(phase, 8, 0, gpu::host_memory_direct_cost, gpu::ring_cost{40e9, 1e-6}) == SIZE_MAX);
+  }
+  // A DGX-1-like machine: the direct forms stage through host memory, the ring's hops are NVLink.
+  const gpu::ring_cost nvlink{2 * 20e9, 2e-6};
+  for (const auto phase : {gpu::ring_phase::all_reduce, gpu::ring_phase::reduce_scatter, gpu::ring_phase::all_gather})
+    for (int world : {2, 3, 4, 8}) {
+      INFO("phase " << static_cast<int>(phase) << ", world " << world);
+      const std::size_t x = gpu::ring_crossover_bytes(phase, world, slot, gpu::host_memory_direct_cost, nvlink);
+      REQUIRE(x != SIZE_MAX);
+      // The break-even size of the closed form, to the byte.
+      CHECK(gpu::predict_ring(phase, x, world, slot, gpu::host_memory_direct_cost, nvlink) <=
+            gpu::predict_direct_call(phase, x, world, gpu::host_memory_direct_cost));
+      if (x > 1)
+        CHECK(gpu::predict_ring(phase, x - 1, world, slot, gpu::host_memory_direct_cost, nvlink) >
+              gpu::predict_direct_call(phase, x - 1, world, gpu::host_memory_direct_cost));
+      // The plan's own steps and reads agree: the direct forms win at a quarter of it, the ring
+      // at four times it (sizes rounded to whole pieces).
+      const std::size_t w = static_cast<std::size_t>(world);
+      for (const std::size_t bytes : {x / 4 / w * w, (4 * x + w - 1) / w * w}) {
+        if (bytes == 0) continue;
+        INFO(bytes << " B");
+        const double ring = ring_seconds_by_plan(phase, world, bytes, slot, gpu::host_memory_direct_cost, nvlink);
+        const double direct = direct_seconds(phase, world, bytes, gpu::host_memory_direct_cost);
+        CHECK((bytes < x ? ring > direct : ring < direct));
+      }
+    }
+  // Slower barriers or a slower hop move the crossover up; a hop at the direct rate never pays.
+  const auto ar = [&](const gpu::ring_cost& r) {
+    return gpu::ring_crossover_bytes(gpu::ring_phase::all_reduce, 8, slot, gpu::host_memory_direct_cost, r);
+  };
+  CHECK(ar({2 * 20e9, 20e-6}) > ar(nvlink));
+  CHECK(ar({20e9, 2e-6}) > ar(nvlink));
+  CHECK(ar({12e9, 2e-6}) == SIZE_MAX);
+  // On 8 ranks with the figures above the ring's 14 barriers of 2 us cost 18 us more than
+  // two-shot's second call of 10 us; reading at 40 GB/s instead of 12 pays for them at ~180 KB.
+  CHECK(ar(nvlink) > (64u << 10));
+  CHECK(ar(nvlink) < (1u << 20));
+  // Sizes as the calls count them: blocks x count x element size, saturating.
+  CHECK(gpu::call_vector_bytes(9001, 1, 4) == 36004);
+  CHECK(gpu::call_vector_bytes(3000, 3, 4) == 36000);
+  CHECK(gpu::call_vector_bytes(SIZE_MAX / 4, 8, 4) == SIZE_MAX);
+  CHECK(gpu::call_vector_bytes(SIZE_MAX / 2, 1, 4) == SIZE_MAX);
+  CHECK(gpu::call_vector_bytes(0, 8, 4) == 0);
 }
 
 TEST_CASE("device ring signatures: never a direct or two-shot call's, whatever the count", "[cuda]") {

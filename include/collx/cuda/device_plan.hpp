@@ -44,6 +44,9 @@ inline constexpr unsigned device_threads_per_block = 512;
 // ---------------------------------------------------------------------------------------------
 // Workspace
 
+/// Bytes of staging per rank when device_options::staging_bytes is not given: two 4 MiB slots.
+inline constexpr std::size_t default_staging_bytes = std::size_t{8} << 20;
+
 /// Byte layout of one rank's workspace: one cudaMalloc shared with the peers over CUDA IPC; or,
 /// with workspace_memory::host, the words below flags_offset (this rank's alone) in device memory
 /// and the rest in the shared host object.

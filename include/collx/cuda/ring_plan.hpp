@@ -25,6 +25,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
@@ -289,6 +290,145 @@ inline ring_plan plan_ring(ring_phase phase, const ring_order& ring, int rank, s
   const std::size_t want = (vectors + device_threads_per_block - 1) / device_threads_per_block;
   p.blocks = static_cast<unsigned>(std::clamp<std::size_t>(want, 1, block_cap));
   return p;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Direct or ring: from which size calls without an algorithm take the ring
+
+/// The latency-bandwidth figures of the device ring (alpha-beta, as direct_cost for the direct
+/// forms), which with direct_cost decide from which size calls without an algorithm take it
+/// (ring_crossover_bytes, device_communicator::ring_min_bytes).
+struct ring_cost {
+  /// Bytes per second each rank reads from its ring predecessor while every rank does: the ring's
+  /// slowest hop. 0 (the default): not known, taken as the direct forms' read rate, so that the
+  /// ring never takes over (it reads what two-shot reads, after more barriers): a machine's figure
+  /// comes from topo::device_ring_cost (collx/topo/device_cost.hpp), which reads its wiring.
+  double hop_bytes_per_second = 0;
+  /// Seconds of one ring step apart from its bytes: a barrier with the two ring neighbours.
+  /// Default 1.6 us, a flag round trip between two streams of one H200 (bench/results/h200-1gpu.md;
+  /// across NVLink it is longer).
+  double step_seconds = 1.6e-6;
+};
+
+/// The ring figures where a hop goes through shared host memory (workspace_memory host, or a
+/// mixed ring with a hop between GPUs without peer access): NCCL's 12 GB/s for a PCIe link, and a
+/// flag round trip through host memory per step taken as host_memory_direct_cost's 10 us.
+/// Estimates: not measured.
+inline constexpr ring_cost host_memory_ring_cost{12e9, 10e-6};
+
+namespace ring_detail {
+/// Seconds of a call as fixed + per_byte x bytes.
+struct cost_line {
+  double fixed = 0;     ///< seconds whatever the size
+  double per_byte = 0;  ///< seconds per byte of vector
+  /// Seconds for a vector of `bytes`.
+  double at(double bytes) const noexcept { return fixed + per_byte * bytes; }
+};
+
+/// The ring's line for `phase` on `world` ranks (world >= 2): one call's fixed cost, every step's
+/// barrier once per chunk (a chunk is world slots of the vector, counted as 1 + bytes / (world x
+/// slot_bytes), within one chunk of plan_ring's), and 2 (world - 1) / world of the vector read
+/// from the predecessor for all_reduce, (world - 1) / world for its halves.
+inline cost_line ring_line(ring_phase phase, int world, std::size_t slot_bytes, const direct_cost& d, const ring_cost& r) noexcept {
+  const double w = static_cast<double>(world);
+  const double steps = (phase == ring_phase::all_reduce ? 2 : 1) * (w - 1);
+  const double share = steps / w;
+  return {d.call_seconds + steps * r.step_seconds,
+          share / r.hop_bytes_per_second + steps * r.step_seconds / (w * static_cast<double>(slot_bytes))};
+}
+
+/// The direct forms' lines for `phase`: all_reduce one-shot and two-shot (predict_direct);
+/// reduce_scatter and all_gather one call reading (world - 1) / world of the vector. Returns how
+/// many of `out` it filled. Simpler than the ring's line in two ways that pull apart: a direct
+/// call's per-chunk barriers are not counted (one call_seconds whatever the size), and with
+/// host_memory_direct_cost every byte is taken at host memory's rate, though only the pairs
+/// without peer access go through it.
+inline int direct_lines(ring_phase phase, int world, const direct_cost& d, cost_line (&out)[2]) noexcept {
+  const double w = static_cast<double>(world), rate = d.peer_read_bytes_per_second;
+  if (phase != ring_phase::all_reduce) {
+    out[0] = {d.call_seconds, (w - 1) / w / rate};
+    return 1;
+  }
+  out[0] = {d.call_seconds, (w - 1) / rate};
+  out[1] = {2 * d.call_seconds, 2 * (w - 1) / w / rate};
+  return 2;
+}
+}  // namespace ring_detail
+
+/// Predicted seconds of a ring call of `phase` moving a vector of `bytes` (as nccl-tests' size:
+/// all_reduce count x element size, reduce_scatter the send buffer, all_gather the receive
+/// buffer) on `world` ranks (>= 2) with staging slots of `slot_bytes`: one call's fixed cost
+/// (d.call_seconds), a barrier (r.step_seconds) per step of every chunk, and the bytes read from
+/// the predecessor at r.hop_bytes_per_second. Partials of half and bfloat16, which travel as fp32,
+/// are not counted.
+inline double predict_ring(ring_phase phase, std::size_t bytes, int world, std::size_t slot_bytes, const direct_cost& d,
+                           const ring_cost& r) noexcept {
+  return ring_detail::ring_line(phase, world, slot_bytes, d, r).at(static_cast<double>(bytes));
+}
+
+/// Predicted seconds of the direct form of `phase` for a vector of `bytes` (as predict_ring): for
+/// all_reduce the faster of one-shot and two-shot (predict_direct), for reduce_scatter and
+/// all_gather one call reading the world - 1 peers' blocks.
+inline double predict_direct_call(ring_phase phase, std::size_t bytes, int world, const direct_cost& d) noexcept {
+  ring_detail::cost_line lines[2];
+  const int n = ring_detail::direct_lines(phase, world, d, lines);
+  double best = lines[0].at(static_cast<double>(bytes));
+  for (int i = 1; i < n; ++i) best = std::min(best, lines[i].at(static_cast<double>(bytes)));
+  return best;
+}
+
+/// The vector size, in bytes (as predict_ring), from which the figures predict the ring of
+/// `phase` no slower than every direct form (the break-even size, rounded up): SIZE_MAX when it
+/// never is (fewer than two ranks, a hop no faster per byte than the direct forms' reads, as on
+/// NVSwitch, or figures that are not finite and positive -- an unknown hop rate of 0 among them),
+/// at least 1. The ring reads as many bytes as two-shot (and
+/// as reduce-scatter and all-gather's direct forms) in more barriers, so it takes over only where
+/// its hops are faster than what a rank reads from all its peers at once: where some pairs stage
+/// through host memory and the ring's hops do not (a DGX-1 across its sockets).
+/// Precondition: slot_bytes > 0.
+inline std::size_t ring_crossover_bytes(ring_phase phase, int world, std::size_t slot_bytes, const direct_cost& d,
+                                        const ring_cost& r) noexcept {
+  const auto rate = [](double x) { return std::isfinite(x) && x > 0; };
+  const auto seconds = [](double x) { return std::isfinite(x) && x >= 0; };
+  if (world < 2 || slot_bytes == 0 || !rate(d.peer_read_bytes_per_second) || !rate(r.hop_bytes_per_second) ||
+      !seconds(d.call_seconds) || !seconds(r.step_seconds))
+    return SIZE_MAX;
+  const ring_detail::cost_line ring = ring_detail::ring_line(phase, world, slot_bytes, d, r);
+  ring_detail::cost_line lines[2];
+  const int n = ring_detail::direct_lines(phase, world, d, lines);
+  double bytes = 0;
+  for (int i = 0; i < n; ++i) {
+    if (!(ring.per_byte < lines[i].per_byte)) return SIZE_MAX;
+    bytes = std::max(bytes, (ring.fixed - lines[i].fixed) / (lines[i].per_byte - ring.per_byte));
+  }
+  if (!(bytes < 1e18)) return SIZE_MAX;
+  return std::max<std::size_t>(1, static_cast<std::size_t>(std::ceil(bytes)));
+}
+
+/// The vector size of a call as device_options::ring_min_bytes counts it (nccl-tests' size):
+/// `blocks` blocks of `count` elements of `element_bytes` each (all_reduce: 1 block of the
+/// vector; reduce_scatter and all_gather: size() blocks), SIZE_MAX where that overflows, 0 for
+/// blocks <= 0 or element_bytes 0.
+constexpr std::size_t call_vector_bytes(std::size_t count, int blocks, std::size_t element_bytes) noexcept {
+  if (blocks <= 0 || element_bytes == 0) return 0;
+  const std::size_t per_block = count > SIZE_MAX / element_bytes ? SIZE_MAX : count * element_bytes;
+  const std::size_t b = static_cast<std::size_t>(blocks);
+  return per_block > SIZE_MAX / b ? SIZE_MAX : per_block * b;
+}
+
+/// ring_crossover_bytes with the figures of where the bytes go: `d` when every workspace is in
+/// device memory (`direct_on_device`: workspace_memory device), else host_memory_direct_cost (the
+/// direct forms read some peer through host memory); `r` when every hop of the ring joins GPUs
+/// with peer access (`hops_on_device`), else host_memory_ring_cost. A hop rate of 0 in `r` (not
+/// known) is the direct figures' read rate, so that the ring takes over only with a machine's
+/// own figures (topo::device_ring_cost). What device_communicator decides
+/// device_options::ring_min_bytes = 0 by.
+inline std::size_t ring_crossover_bytes_where(ring_phase phase, int world, std::size_t slot_bytes, bool direct_on_device,
+                                              const direct_cost& d, bool hops_on_device, const ring_cost& r) noexcept {
+  const direct_cost& direct = direct_on_device ? d : host_memory_direct_cost;
+  ring_cost hops = hops_on_device ? r : host_memory_ring_cost;
+  if (hops.hop_bytes_per_second == 0) hops.hop_bytes_per_second = direct.peer_read_bytes_per_second;
+  return ring_crossover_bytes(phase, world, slot_bytes, direct, hops);
 }
 
 /// The signature of a ring call whose direct form (the same collective and arguments, no
