@@ -17,12 +17,14 @@
 //
 // usage: collx-perf-cuda [--ranks N] [-b BYTES] [-e BYTES] [-f FACTOR] [-n ITERS] [-w WARMUP]
 //                        [--rounds R] [--staging BYTES] [--two-shot-min BYTES|never]
-//                        [--memory device|host|automatic] [--algo direct|ring] [--no-custom]
+//                        [--memory device|host|automatic] [--algo automatic|direct|ring] [--no-custom]
 // (sizes as collx-perf takes them: 8, 64K, 4M, 1G; -f an integer factor). --two-shot-min sets
 // device_options::two_shot_min_bytes: all-reduces from that size run two-shot (1: all of them;
-// never: none; default: the cost model's crossover for the rank count). --algo ring runs the
-// staged columns as algo::ring (each rank reading its ring predecessor's slots, in device memory
-// or, with --memory host, host memory); the reg columns and the custom-op rows stay direct.
+// never: none; default: the cost model's crossover for the rank count). --algo picks the staged
+// columns' algorithm: automatic (the default) the calls without one (direct, or the ring from
+// device_communicator::ring_min_bytes on), direct algo::direct, ring algo::ring (each rank reading
+// its ring predecessor's slots, in device memory or, with --memory host, host memory); the reg
+// columns and the custom-op rows run algo::direct whatever it says.
 #include <collx/cuda/device_collectives.cuh>
 #include <collx/transport/threads.hpp>
 
@@ -38,6 +40,7 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "perf_common.hpp"
@@ -57,14 +60,14 @@ struct options {
   std::size_t two_shot_min = 0;  // device_options::two_shot_min_bytes (0: the cost model's)
   gpu::workspace_memory memory = gpu::workspace_memory::automatic;  // device_options::memory
   bool custom = true;
-  bool ring = false;  // --algo ring: the staged columns run algo::ring
+  enum class algorithm { automatic, direct, ring } algo = algorithm::automatic;  // --algo: the staged columns
 };
 
 [[noreturn]] void usage(const char* why) {
   std::fprintf(stderr,
                "collx-perf-cuda: %s\nusage: collx-perf-cuda [--ranks N] [-b BYTES] [-e BYTES] [-f FACTOR] [-n ITERS] "
                "[-w WARMUP] [--rounds R] [--staging BYTES] [--two-shot-min BYTES|never] [--memory device|host|automatic] "
-               "[--algo direct|ring] [--no-custom]\n",
+               "[--algo automatic|direct|ring] [--no-custom]\n",
                why);
   std::exit(2);
 }
@@ -101,8 +104,9 @@ options parse(int argc, char** argv) {
       }
       else if (a == "--algo") {
         const std::string v = val();
-        if (v == "ring") o.ring = true;
-        else if (v != "direct") usage("--algo takes direct or ring");
+        if (v == "ring") o.algo = options::algorithm::ring;
+        else if (v == "direct") o.algo = options::algorithm::direct;
+        else if (v != "automatic") usage("--algo takes automatic, direct or ring");
       }
       else if (a == "--no-custom") o.custom = false;
       else usage(("unknown option " + a).c_str());
@@ -124,6 +128,17 @@ void ok(cudaError_t e, const char* what) {
 __global__ void fill_kernel(float* p, std::size_t n, int rank) {
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n; i += std::size_t{gridDim.x} * blockDim.x)
     p[i] = static_cast<float>(rank + 1 + static_cast<int>(i % 7));
+}
+
+// One staged call of collective `c` on float32 sums with algorithm Algo (algo::automatic: the
+// calls without one).
+template <class Algo>
+void staged_call(coll c, gpu::device_communicator& dc, const float* send, float* recv, std::size_t count, cudaStream_t s) {
+  switch (c) {
+    case coll::allreduce: gpu::all_reduce<Algo>(dc, send, recv, count, collx::ops::sum{}, s); break;
+    case coll::reduce_scatter: gpu::reduce_scatter<Algo>(dc, send, recv, count, collx::ops::sum{}, s); break;
+    default: gpu::all_gather<Algo>(dc, send, recv, count, s); break;
+  }
 }
 
 /// A user op the compiler knows nothing about: collx compiles it into the kernel.
@@ -236,19 +251,10 @@ void rank_main(shared_state& st, gpu::device_communicator& dc, cudaStream_t s) {
       const auto k = collx_perf::counts_for(c, bytes / sizeof(float), n);
       if (k.param_count == 0) continue;
       auto run = [&] {
-        switch (c) {
-          case coll::allreduce:
-            if (o.ring) gpu::all_reduce<collx::algo::ring>(dc, send, recv, k.param_count, collx::ops::sum{}, s);
-            else gpu::all_reduce(dc, send, recv, k.param_count, collx::ops::sum{}, s);
-            break;
-          case coll::reduce_scatter:
-            if (o.ring) gpu::reduce_scatter<collx::algo::ring>(dc, send, recv, k.param_count, collx::ops::sum{}, s);
-            else gpu::reduce_scatter(dc, send, recv, k.param_count, collx::ops::sum{}, s);
-            break;
-          default:
-            if (o.ring) gpu::all_gather<collx::algo::ring>(dc, send, recv, k.param_count, s);
-            else gpu::all_gather(dc, send, recv, k.param_count, s);
-            break;
+        switch (o.algo) {
+          case options::algorithm::ring: return staged_call<collx::algo::ring>(c, dc, send, recv, k.param_count, s);
+          case options::algorithm::direct: return staged_call<collx::algo::direct>(c, dc, send, recv, k.param_count, s);
+          default: return staged_call<collx::algo::automatic>(c, dc, send, recv, k.param_count, s);
         }
       };
       auto run_registered = [&] {
@@ -338,13 +344,14 @@ void rank_main(shared_state& st, gpu::device_communicator& dc, cudaStream_t s) {
       if (bytes > o.max_bytes) continue;
       const int it = iters_for(o, bytes);
       const std::size_t nf = bytes / 4, nd = bytes / 8;
-      const double t_sum = time_call(st, me, s, it, [&] { gpu::all_reduce(dc, send, recv, nf, collx::ops::sum{}, s); });
-      const double t_user = time_call(st, me, s, it, [&] { gpu::all_reduce(dc, send, recv, nf, user_plus{}, s); });
+      const double t_sum = time_call(st, me, s, it, [&] { gpu::all_reduce<collx::algo::direct>(dc, send, recv, nf, collx::ops::sum{}, s); });
+      const double t_user = time_call(st, me, s, it, [&] { gpu::all_reduce<collx::algo::direct>(dc, send, recv, nf, user_plus{}, s); });
       const double t_dsum = time_call(st, me, s, it, [&] {
-        gpu::all_reduce(dc, reinterpret_cast<const double*>(send), reinterpret_cast<double*>(recv), nd, collx::ops::sum{}, s);
+        gpu::all_reduce<collx::algo::direct>(dc, reinterpret_cast<const double*>(send), reinterpret_cast<double*>(recv), nd,
+                                             collx::ops::sum{}, s);
       });
       const double t_aff = time_call(st, me, s, it, [&] {
-        gpu::all_reduce(dc, reinterpret_cast<const affine*>(send), reinterpret_cast<affine*>(recv), nd, then_op{}, s);
+        gpu::all_reduce<collx::algo::direct>(dc, reinterpret_cast<const affine*>(send), reinterpret_cast<affine*>(recv), nd, then_op{}, s);
       });
       dc.check();
       if (me == 0) {
@@ -436,9 +443,16 @@ int main(int argc, char** argv) {
                         dc.zero_copy_windows() ? "" : " (the registered rows stage too)");
             if (dc.two_shot_min_bytes() == SIZE_MAX) std::printf("# all-reduce: one-shot at every size\n");
             else std::printf("# all-reduce: one-shot below %zu B per rank, two-shot from there on\n", dc.two_shot_min_bytes());
-            if (o.ring)
-              std::printf("# --algo ring: the staged columns run algo::ring over the rank order (the form threshold above applies to "
-                          "the direct rows only); the reg columns and custom rows stay direct\n");
+            for (const auto& [c, what] : {std::pair{collx::collective::allreduce, "all-reduce"},
+                                         std::pair{collx::collective::reduce_scatter, "reduce-scatter"},
+                                         std::pair{collx::collective::all_gather, "all-gather"}}) {
+              if (dc.ring_min_bytes(c) == SIZE_MAX) std::printf("# %s: never on the ring\n", what);
+              else std::printf("# %s: on the ring from %zu B (device_options::ring_min_bytes)\n", what, dc.ring_min_bytes(c));
+            }
+            if (o.algo != options::algorithm::automatic)
+              std::printf("# --algo %s: the staged columns run algo::%s whatever the sizes above say; the reg columns and custom "
+                          "rows run algo::direct\n", o.algo == options::algorithm::ring ? "ring" : "direct",
+                          o.algo == options::algorithm::ring ? "ring" : "direct");
           }
           rank_main(st, dc, s);
         }

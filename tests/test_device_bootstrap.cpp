@@ -229,24 +229,83 @@ TEST_CASE("device bootstrap: mixed memory, device between GPUs with peer access 
 
 TEST_CASE("device bootstrap: COLLX_ALGO's ring choices reach the device communicator", "[cuda][bootstrap]") {
   fake_machine m("hgx-h100");
-  for (const char* v : {"allreduce:ring,all_gather:ring", "ring", "tree"}) {
-    ::setenv("COLLX_ALGO", v, 1);  // the host communicators' default algorithm_overrides
-    std::vector<std::array<bool, 3>> seen(2);
+  const std::size_t never = SIZE_MAX;
+  const auto seen_under = [](const char* algo, std::size_t option) {
+    ::setenv("COLLX_ALGO", algo, 1);  // the host communicators' default algorithm_overrides
+    std::vector<std::array<std::size_t, 3>> seen(2);
     const auto res = create({0, 1}, {}, [&](gpu::device_communicator& dc) {
-      seen[static_cast<std::size_t>(dc.rank())] = {dc.ring_by_default(collx::collective::allreduce),
-                                                   dc.ring_by_default(collx::collective::reduce_scatter),
-                                                   dc.ring_by_default(collx::collective::all_gather)};
-    });
+      seen[static_cast<std::size_t>(dc.rank())] = {dc.ring_min_bytes(collx::collective::allreduce),
+                                                   dc.ring_min_bytes(collx::collective::reduce_scatter),
+                                                   dc.ring_min_bytes(collx::collective::all_gather)};
+    }, [&](gpu::device_options& o) { o.ring_min_bytes = option; });
     ::unsetenv("COLLX_ALGO");
-    INFO("COLLX_ALGO=" << v);
     for (const auto& r : res) CHECK(r.error.empty());
-    const std::string s(v);
-    const std::array<bool, 3> want = s == "ring" ? std::array<bool, 3>{true, true, true}
-                                     : s == "tree" ? std::array<bool, 3>{false, false, false}
-                                                   : std::array<bool, 3>{true, false, true};
-    CHECK(seen[0] == want);
-    CHECK(seen[1] == want);
+    CHECK(seen[0] == seen[1]);
+    return seen[0];
+  };
+  // ring: always; direct: never; others (tree): the figures, which never choose the ring here.
+  CHECK(seen_under("allreduce:ring,all_gather:ring", 0) == std::array<std::size_t, 3>{1, never, 1});
+  CHECK(seen_under("ring", 0) == std::array<std::size_t, 3>{1, 1, 1});
+  CHECK(seen_under("tree", 0) == std::array<std::size_t, 3>{never, never, never});
+  CHECK(seen_under("allreduce:direct", 0) == std::array<std::size_t, 3>{never, never, never});
+  // The options' size, where given, wins over COLLX_ALGO (set for the host communicators).
+  CHECK(seen_under("ring", 12345) == std::array<std::size_t, 3>{12345, 12345, 12345});
+  CHECK(seen_under("allreduce:direct", never) == std::array<std::size_t, 3>{never, never, never});
+}
+
+TEST_CASE("device bootstrap: untagged calls take the ring where its hops beat the direct forms' reads", "[cuda][bootstrap]") {
+  const auto thresholds = [](const std::vector<int>& devices, std::function<void(gpu::device_options&)> adjust = {}) {
+    std::vector<std::array<std::size_t, 3>> seen(devices.size());
+    const auto res = create(devices, {}, [&](gpu::device_communicator& dc) {
+      seen[static_cast<std::size_t>(dc.rank())] = {dc.ring_min_bytes(collx::collective::allreduce),
+                                                   dc.ring_min_bytes(collx::collective::reduce_scatter),
+                                                   dc.ring_min_bytes(collx::collective::all_gather)};
+    }, [&](gpu::device_options& o) {
+      o.staging_bytes = 8 << 20;  // the default: 4 MiB slots
+      if (adjust) adjust(o);
+    });
+    for (const auto& r : res) {
+      INFO(r.error);
+      CHECK(r.error.empty());
+    }
+    for (const auto& s : seen) CHECK(s == seen[0]);  // rank 0's for every rank
+    return seen[0];
+  };
+  const std::size_t slot = 4 << 20, never = SIZE_MAX;
+  const auto phases = {gpu::ring_phase::all_reduce, gpu::ring_phase::reduce_scatter, gpu::ring_phase::all_gather};
+  // Every GPU a peer (NVSwitch), default figures: never; nor with only the direct figures given
+  // (a slower machine's: the unknown hop rate is taken as theirs), nor with NVSwitch's hop rate.
+  {
+    fake_machine hgx("hgx-h100");
+    CHECK(thresholds({0, 1, 2, 3}) == std::array<std::size_t, 3>{never, never, never});
+    CHECK(thresholds({0, 1, 2, 3}, [](gpu::device_options& o) { o.cost = gpu::direct_cost{7e-6, 24e9}; }) ==
+          std::array<std::size_t, 3>{never, never, never});
+    CHECK(thresholds({0, 1, 2, 3}, [](gpu::device_options& o) { o.ring_hops.hop_bytes_per_second = 18 * 20.6e9; }) ==
+          std::array<std::size_t, 3>{never, never, never});
   }
+  // DGX-1 GPUs 0, 5, 1, 4: mixed memory, so the direct forms decide by host memory's figures; the
+  // default ring (0, 2, 1, 3) keeps every hop on NVLink, so the ring's own figures count.
+  fake_machine dgx("dgx1-v100");
+  // Without the hops' rate: never, mixed memory or not.
+  CHECK(thresholds({0, 5, 1, 4}) == std::array<std::size_t, 3>{never, never, never});
+  const gpu::ring_cost nvlink{40e9, 2e-6};
+  const auto with_nvlink = [&](gpu::device_options& o) { o.ring_hops = nvlink; };
+  std::array<std::size_t, 3> want{};
+  std::size_t i = 0;
+  for (const auto phase : phases) want[i++] = gpu::ring_crossover_bytes(phase, 4, slot, gpu::host_memory_direct_cost, nvlink);
+  for (const std::size_t w : want) CHECK((w > 1 && w < never));
+  CHECK(thresholds({0, 5, 1, 4}, with_nvlink) == want);
+  // A ring order with hops between GPUs without peer access (0-5, 1-4): host memory's ring
+  // figures, no faster per byte than the direct forms': never.
+  CHECK(thresholds({0, 5, 1, 4}, [&](gpu::device_options& o) { with_nvlink(o), o.ring_order = {0, 1, 2, 3}; }) ==
+        std::array<std::size_t, 3>{never, never, never});
+  // The option, where given, wins over the figures.
+  CHECK(thresholds({0, 5, 1, 4}, [&](gpu::device_options& o) { with_nvlink(o), o.ring_min_bytes = 777; }) ==
+        std::array<std::size_t, 3>{777, 777, 777});
+  // Rank 0's figures decide (rank 0 is on GPU 0): the others' slower hops are not heard.
+  CHECK(thresholds({0, 5, 1, 4}, [&](gpu::device_options& o) { o.ring_hops = o.device == 0 ? nvlink : gpu::ring_cost{1e9, 1e-3}; }) ==
+        want);
+  CHECK(fake_cudart_live() == 0);
 }
 
 TEST_CASE("device bootstrap: without a ring order, the ring keeps to pairs with peer access", "[cuda][bootstrap]") {

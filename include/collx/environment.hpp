@@ -34,8 +34,9 @@ inline constexpr std::array<env_var_doc, 12> environment_variables{{
     {"COLLX_TIMEOUT", "seconds > 0 (decimal), default 300", "deadline of every wait inside a call"},
     {"COLLX_ALGO", "ring, tree or direct; or per collective: allreduce:ring,broadcast:tree",
      "what algo::automatic picks (names are case-insensitive; ring falls back to direct for "
-     "non-commutative ops); ring also sends a device communicator's untagged all_reduce, reduce_scatter and "
-     "all_gather to algo::ring (rank 0's)"},
+     "non-commutative ops); for a device communicator's untagged all_reduce, reduce_scatter and all_gather "
+     "(rank 0's), ring means algo::ring at every size and direct the direct forms at every size, unless "
+     "device_options::ring_min_bytes is given"},
     {"COLLX_SEGMENT_BYTES", "size (4096, 64K, 4M, 0x1000), default 8M", "scratch memory per rank per call segment"},
     {"COLLX_SHM_BYTES_PER_PEER", "size, default 1M (less for > 8 ranks)", "shared-memory staging per ordered pair of ranks"},
     {"COLLX_CMA", "auto, 0 or 1 (also off/on, false/true); default auto",

@@ -10,7 +10,7 @@
 // host memory (the path between GPUs without peer access); send/recv (rings, every pair,
 // collectives in between, a count mismatch, two ranks that both send first); the ring forms
 // (algo::ring) against the ring's own fold, in several ring orders, over device and host memory,
-// and untagged calls under COLLX_ALGO=allreduce:ring;
+// and untagged calls under COLLX_ALGO=allreduce:ring or from device_options::ring_min_bytes on;
 // and everything with mixed memory (pairs taken out of peer access go through host memory).
 // Tagged [gpu]: without a device, gpu_test_main.cpp skips them.
 #include <catch2/catch.hpp>
@@ -238,8 +238,8 @@ TEST_CASE("gpu device ring: COLLX_ALGO=allreduce:ring sends untagged commutative
   opt.staging_bytes = 32 << 10;
   opt.timeout = std::chrono::seconds(15);
   const auto problems = on_ranks(3, opt, std::chrono::seconds(60), [](gpu::device_communicator& dc, cudaStream_t s, auto& out) {
-    if (!dc.ring_by_default(collx::collective::allreduce) || dc.ring_by_default(collx::collective::all_gather))
-      out.push_back("ring_by_default does not follow COLLX_ALGO");
+    if (dc.ring_min_bytes(collx::collective::allreduce) != 1 || dc.ring_min_bytes(collx::collective::all_gather) != SIZE_MAX)
+      out.push_back("ring_min_bytes does not follow COLLX_ALGO");
     const std::size_t count = 9001;
     const auto mine = collx_cuda_test::sweep_input<float>(dc.rank(), count, 7);
     collx_cuda_test::sweep_buffer<float> in(count, 0, s), res(count, 0, s);
@@ -262,6 +262,59 @@ TEST_CASE("gpu device ring: COLLX_ALGO=allreduce:ring sends untagged commutative
   });
   ::unsetenv("COLLX_ALGO");
   require_none(problems);
+}
+
+TEST_CASE("gpu device ring: from device_options::ring_min_bytes on, untagged calls take the ring", "[gpu][cuda]") {
+  gpu::device_options opt;
+  opt.staging_bytes = 32 << 10;
+  opt.timeout = std::chrono::seconds(15);
+  opt.ring_min_bytes = 4096;  // 9001 floats (36 KB) take the ring, 500 (2 KB) do not
+  require_none(on_ranks(3, opt, std::chrono::seconds(60), [](gpu::device_communicator& dc, cudaStream_t s, auto& out) {
+    const std::size_t n = static_cast<std::size_t>(dc.size());
+    for (const auto c : {collx::collective::allreduce, collx::collective::reduce_scatter, collx::collective::all_gather})
+      if (dc.ring_min_bytes(c) != 4096) out.push_back("ring_min_bytes does not follow device_options::ring_min_bytes");
+    int call = 20;
+    for (const std::size_t count : {std::size_t{500}, std::size_t{9001}}) {
+      const bool ring = count * sizeof(float) >= 4096;
+      const std::string what = std::to_string(count) + " floats, " + (ring ? "ring" : "direct") + ": ";
+      ++call;
+      const auto mine = collx_cuda_test::sweep_input<float>(dc.rank(), count, call);
+      collx_cuda_test::sweep_buffer<float> in(count, 0, s), res(count, 0, s);
+      in.set(mine);
+      gpu::all_reduce(dc, in.data(), res.data(), count, collx::ops::sum{}, s);
+      out.push_back(collx_cuda_test::sweep_sync(dc, s, what + "all_reduce"));
+      out.push_back(res.compare(ring ? collx_cuda_test::sweep_ring_fold<float>(dc, gpu::ring_phase::all_reduce, count, 0, call, collx::ops::sum{})
+                                     : collx_cuda_test::sweep_fold<float>(dc.size(), count, 0, call, collx::ops::sum{}),
+                                what + "untagged all_reduce"));
+      // reduce_scatter counts its whole input, size() blocks.
+      ++call;
+      const std::size_t block = count / n;
+      const auto rs_in = collx_cuda_test::sweep_input<float>(dc.rank(), block * n, call);
+      collx_cuda_test::sweep_buffer<float> rin(block * n, 0, s), rout(block, 0, s);
+      rin.set(rs_in);
+      gpu::reduce_scatter(dc, rin.data(), rout.data(), block, collx::ops::sum{}, s);
+      out.push_back(collx_cuda_test::sweep_sync(dc, s, what + "reduce_scatter"));
+      const std::size_t first = static_cast<std::size_t>(dc.rank()) * block;
+      out.push_back(rout.compare(block * n * sizeof(float) >= 4096
+                                     ? collx_cuda_test::sweep_ring_fold<float>(dc, gpu::ring_phase::reduce_scatter, block, first, call,
+                                                                               collx::ops::sum{})
+                                     : collx_cuda_test::sweep_fold<float>(dc.size(), block, first, call, collx::ops::sum{}),
+                                 what + "untagged reduce_scatter"));
+      // all_gather counts its whole output (the same bytes whichever form runs).
+      ++call;
+      collx_cuda_test::sweep_buffer<float> gin(block, 0, s), gout(block * n, 0, s);
+      gin.set(collx_cuda_test::sweep_input<float>(dc.rank(), block, call));
+      gpu::all_gather(dc, gin.data(), gout.data(), block, s);
+      out.push_back(collx_cuda_test::sweep_sync(dc, s, what + "all_gather"));
+      std::vector<float> gathered;
+      for (int q = 0; q < dc.size(); ++q) {
+        const auto theirs = collx_cuda_test::sweep_input<float>(q, block, call);
+        gathered.insert(gathered.end(), theirs.begin(), theirs.end());
+      }
+      out.push_back(gout.compare(gathered, what + "untagged all_gather"));
+    }
+    std::erase(out, std::string());
+  }));
 }
 
 TEST_CASE("gpu device ring: a ring call against a direct call fails on every rank; bad ring orders are rejected", "[gpu][cuda]") {
@@ -303,6 +356,7 @@ TEST_CASE("gpu device collectives: mixed memory, some pairs through host memory,
   opt.timeout = std::chrono::seconds(15);
   opt.no_peer_access = {{0, 2}, {1, 3}};
   opt.ring_order = order;
+  opt.ring_min_bytes = SIZE_MAX;  // the sweeps check untagged calls against the rank-order fold
   INFO("ring order of " << order.size() << " ranks");
   require_none(on_ranks(4, opt, std::chrono::seconds(60), [](gpu::device_communicator& dc, cudaStream_t s, auto& out) {
     if (dc.memory() == gpu::workspace_memory::device) out.push_back("workspace memory is device despite no_peer_access");

@@ -15,7 +15,8 @@
 /// device_view) and writes its
 /// output. Reductions fold the ranks in rank order 0, 1, ...,
 /// n-1 in the accumulator type (fp32 for half/bfloat16), so every rank gets the same bits as the
-/// host path, whatever the op.
+/// host path, whatever the op (the ring forms below fold in the ring's order instead; untagged
+/// calls take them only from device_communicator::ring_min_bytes on).
 ///
 /// Synchronisation: each thread block b meets only block b of its peers (same element range on
 /// every rank), through flags in the peers' workspaces. A flag word carries the chunk's epoch, a
@@ -1311,8 +1312,8 @@ void one_way(device_communicator& dc, const char* name, bool sending, const T* s
 
 /// The algorithms all_reduce, reduce_scatter and all_gather on device memory take as an optional
 /// first template argument: algo::ring (ring_kernel over dc.ring()), or algo::direct and
-/// algo::automatic, which are the forms without one (one-shot / two-shot direct, or the ring where
-/// the host communicator's COLLX_ALGO says so: device_communicator::ring_by_default).
+/// algo::automatic, which are the forms without one (one-shot / two-shot direct, or the ring from
+/// device_communicator::ring_min_bytes on: device_options::ring_min_bytes, COLLX_ALGO).
 template <class Algo>
 concept device_algorithm = std::same_as<Algo, algo::ring> || std::same_as<Algo, algo::direct> || std::same_as<Algo, algo::automatic>;
 
@@ -1353,9 +1354,11 @@ void direct_all_reduce(device_communicator& dc, const T* send, T* recv, std::siz
 /// on every rank (rank order, so non-commutative ops and floats give the same bits everywhere).
 /// Enqueued on `stream`; returns at once. In place when send == recv.
 /// One-shot below dc.two_shot_min_bytes() bytes per rank, two-shot (two launches) from there on:
-/// see direct_form in device_plan.hpp. Both give the same bits. Where rank 0's host communicator
-/// sends all-reduces to the ring (COLLX_ALGO=ring or allreduce:ring: ring_by_default),
-/// commutative ops run all_reduce<algo::ring> instead, with the ring's bits.
+/// see direct_form in device_plan.hpp. Both give the same bits. From dc.ring_min_bytes(allreduce)
+/// bytes on, commutative ops run all_reduce<algo::ring> instead, with the ring's bits: with the
+/// default figures only where the ring's hops are faster than the direct forms' reads (pairs
+/// without peer access; device_options::ring_min_bytes), or at every size with COLLX_ALGO=ring
+/// (or allreduce:ring). all_reduce<algo::direct> keeps the rank-order bits at every size.
 /// @param send,recv `count` elements in device memory of dc.device() (or memory it can access)
 /// @throws collx::error (errc::invalid_argument) for null buffers with count > 0 or partly overlapping
 ///         buffers; (errc::cuda) when the launch fails; a failure reported by an earlier call (see
@@ -1364,7 +1367,8 @@ template <class T, class Op = ops::sum>
 void all_reduce(device_communicator& dc, const T* send, T* recv, std::size_t count, const Op& op = {},
                 cudaStream_t stream = nullptr) {
   if constexpr (op_traits<Op>::commutative)
-    if (dc.ring_by_default(collective::allreduce) && dc.size() > 1) return all_reduce<algo::ring, T, Op>(dc, send, recv, count, op, stream);
+    if (dc.ring_for(collective::allreduce, call_vector_bytes(count, 1, sizeof(T))))
+      return all_reduce<algo::ring, T, Op>(dc, send, recv, count, op, stream);
   device_detail::direct_all_reduce<T, Op>(dc, send, recv, count, op, stream);
 }
 
@@ -1409,14 +1413,14 @@ void direct_reduce_scatter(device_communicator& dc, const T* send, T* recv, std:
 /// Reduce-scatter on device memory: rank r receives block r of the reduction,
 /// recv[i] = fold over ranks q of send_q[r * recv_count + i] (rank order).
 /// @param send size() * recv_count elements; @param recv recv_count elements (device memory)
-/// With COLLX_ALGO naming the ring for reduce_scatter (ring_by_default), commutative ops run
-/// reduce_scatter<algo::ring>.
+/// From dc.ring_min_bytes(reduce_scatter) bytes of send buffer on (as all_reduce), commutative
+/// ops run reduce_scatter<algo::ring>.
 /// @throws as all_reduce (recv may not overlap send: no in-place form).
 template <class T, class Op = ops::sum>
 void reduce_scatter(device_communicator& dc, const T* send, T* recv, std::size_t recv_count, const Op& op = {},
                     cudaStream_t stream = nullptr) {
   if constexpr (op_traits<Op>::commutative)
-    if (dc.ring_by_default(collective::reduce_scatter) && dc.size() > 1)
+    if (dc.ring_for(collective::reduce_scatter, call_vector_bytes(recv_count, dc.size(), sizeof(T))))
       return reduce_scatter<algo::ring, T, Op>(dc, send, recv, recv_count, op, stream);
   device_detail::direct_reduce_scatter<T, Op>(dc, send, recv, recv_count, op, stream);
 }
@@ -1440,12 +1444,13 @@ void direct_all_gather(device_communicator& dc, const T* send, T* recv, std::siz
 /// All-gather on device memory: recv = send_0 | send_1 | ... | send_{n-1} on every rank.
 /// @param send send_count elements; @param recv size() * send_count elements. In place when
 ///        send == recv + rank * send_count (NCCL's convention); any other overlap is an error.
-/// With COLLX_ALGO naming the ring for all_gather (ring_by_default), it runs all_gather<algo::ring>
-/// (the same bytes).
+/// From dc.ring_min_bytes(all_gather) bytes of receive buffer on (as all_reduce), it runs
+/// all_gather<algo::ring> (the same bytes).
 /// @throws as all_reduce.
 template <class T>
 void all_gather(device_communicator& dc, const T* send, T* recv, std::size_t send_count, cudaStream_t stream = nullptr) {
-  if (dc.ring_by_default(collective::all_gather) && dc.size() > 1) return all_gather<algo::ring, T>(dc, send, recv, send_count, stream);
+  if (dc.ring_for(collective::all_gather, call_vector_bytes(send_count, dc.size(), sizeof(T))))
+    return all_gather<algo::ring, T>(dc, send, recv, send_count, stream);
   device_detail::direct_all_gather<T>(dc, send, recv, send_count, stream);
 }
 

@@ -31,6 +31,7 @@
 #include <cstring>
 #include <exception>
 #include <map>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -60,7 +61,7 @@ struct device_options {
   /// third such slot for send/recv); bounds the memory a communicator takes however large the
   /// calls: device memory; or pinned host memory, one object of size() workspaces that every rank
   /// maps, with workspace_memory::host; both with mixed. Must be equal on every rank. Default 8 MiB.
-  std::size_t staging_bytes = std::size_t{8} << 20;
+  std::size_t staging_bytes = default_staging_bytes;
   /// How long a kernel waits for a peer's flag before it gives up (errc::timeout); default the host
   /// communicator's timeout (COLLX_TIMEOUT).
   std::chrono::milliseconds timeout{0};
@@ -75,6 +76,25 @@ struct device_options {
   /// topo::device_direct_cost (collx/topo/device_cost.hpp) derives them from a machine's wiring.
   /// Ignored unless the workspaces are all in device memory (host_memory_direct_cost decides then).
   direct_cost cost{};
+  /// Calls of all_reduce, reduce_scatter and all_gather without an algorithm (or algo::automatic)
+  /// with a commutative op take the ring (algo::ring) from this many bytes of vector on (count x
+  /// sizeof(T) for all_reduce; size() x recv_count x sizeof(T) for reduce_scatter, size() x
+  /// send_count x sizeof(T) for all_gather: nccl-tests' size), and the direct forms below it.
+  /// SIZE_MAX: never; 1: always. 0 (the default): the host communicator's algorithm_overrides
+  /// (COLLX_ALGO) where they name ring (always) or direct (never) for the collective, else
+  /// ring_crossover_bytes_where of the figures (cost and ring_hops; host memory's where the
+  /// workspaces or the ring's hops are there), per collective: never unless ring_hops gives the
+  /// hops' rate. Rank 0's choice holds for every rank. The ring's bits are not the rank-order
+  /// fold's (see gpu::all_reduce<algo::ring>): for those at every size, call algo::direct or set
+  /// SIZE_MAX here.
+  std::size_t ring_min_bytes = 0;
+  /// The figures of the ring's hops that ring_min_bytes = 0 decides by (with cost). By default the
+  /// hop rate is not known and the ring never takes over; topo::device_ring_cost
+  /// (collx/topo/device_cost.hpp) derives it from a machine's wiring: over a DGX-1's NVLink, for
+  /// instance, where the direct forms read the GPUs without peer access through host memory, the
+  /// ring then takes over from 119 KiB (8 ranks). Ignored where a hop of the ring stages through
+  /// host memory (host_memory_ring_cost decides then).
+  ring_cost ring_hops{};
   /// Where the workspaces live (device_plan.hpp workspace_memory): automatic takes device memory
   /// where every rank's GPU has peer access to every other's, mixed where only some pairs have it
   /// (device memory between those, shared host memory between the others), and host where none
@@ -259,12 +279,12 @@ class device_communicator {
           [&] { ring_ = opt.ring_order.empty() ? ring_through_reach(reach_, host.size()) : make_ring_order(opt.ring_order, host.size()); },
           errc::invalid_argument);
       collx::broadcast<algo::direct>(host, std::span<int>(ring_.order, max_device_world), 0);
-      // Rank 0's host algorithm overrides (COLLX_ALGO by default) for the collectives with a ring.
-      std::uint8_t ring_mask = 0;
+      // Rank 0's ring thresholds for every rank: ranks that chose differently would fail each call.
+      std::array<std::uint64_t, 3> ring_min{};
       for (const collective c : {collective::allreduce, collective::reduce_scatter, collective::all_gather})
-        if (host.options().algorithm_overrides.for_collective(c) == algorithm::ring) ring_mask |= ring_bit(c);
-      collx::broadcast<algo::direct>(host, std::span<std::uint8_t>(&ring_mask, 1), 0);
-      ring_by_default_ = ring_mask;
+        ring_min[ring_index(c)] = choose_ring_min_bytes(c, host.options().algorithm_overrides.for_collective(c), opt, device);
+      collx::broadcast<algo::direct>(host, std::span<std::uint64_t>(ring_min.data(), ring_min.size()), 0);
+      for (std::size_t i = 0; i < ring_min.size(); ++i) ring_min_bytes_[i] = static_cast<std::size_t>(ring_min[i]);
 
       // Counters and claim are this rank's alone: with host memory only they stay on the device.
       // Mapping the peers comes last, so that nothing fails once a peer may map this workspace.
@@ -357,12 +377,21 @@ class device_communicator {
   std::size_t two_shot_min_bytes() const noexcept { return two_shot_min_bytes_; }
   /// The ring of algo::ring calls (device_options::ring_order, rank 0's).
   const ring_order& ring() const noexcept { return ring_; }
-  /// True when calls of collective `c` (allreduce, reduce_scatter, all_gather) without an
-  /// algorithm, or with algo::automatic, run the ring (commutative ops only; the others stay
-  /// direct): when rank 0's host communicator's algorithm_overrides (COLLX_ALGO by default, e.g.
-  /// COLLX_ALGO=ring or allreduce:ring) name algo::ring for it, as they do for the host's
-  /// algo::automatic.
-  bool ring_by_default(collective c) const noexcept { return (ring_by_default_ & ring_bit(c)) != 0; }
+  /// The vector size in bytes (device_options::ring_min_bytes) from which calls of collective `c`
+  /// (allreduce, reduce_scatter, all_gather; SIZE_MAX for the others) without an algorithm, or
+  /// with algo::automatic, take the ring when their op is commutative: SIZE_MAX never, 1 always.
+  /// Rank 0's, the same on every rank.
+  std::size_t ring_min_bytes(collective c) const noexcept {
+    const std::size_t i = ring_index(c);
+    return i < ring_min_bytes_.size() ? ring_min_bytes_[i] : SIZE_MAX;
+  }
+  /// True when a call of `c` moving a vector of `bytes` (as device_options::ring_min_bytes counts
+  /// them) without an algorithm takes the ring: more than one rank, bytes > 0 and at least
+  /// ring_min_bytes(c), which is not SIZE_MAX (never).
+  bool ring_for(collective c, std::size_t bytes) const noexcept {
+    const std::size_t min = ring_min_bytes(c);
+    return size() > 1 && bytes > 0 && min != SIZE_MAX && bytes >= min;
+  }
   /// How this rank reaches rank `peer`'s workspace.
   peer_path path_to_peer(int peer) const {
     if (peer != rank() && !reaches(rank(), peer)) return peer_path::host_memory;
@@ -751,9 +780,24 @@ class device_communicator {
   std::size_t two_shot_min_bytes_ = SIZE_MAX;
   ring_order ring_{};
   bool failed_together_ = false;            // an on_every_rank step failed on some rank: every rank throws there
-  std::uint8_t ring_by_default_ = 0;        // ring_bit of the collectives COLLX_ALGO sends to the ring
-  static constexpr std::uint8_t ring_bit(collective c) noexcept {
-    return c == collective::allreduce ? 1 : c == collective::reduce_scatter ? 2 : c == collective::all_gather ? 4 : 0;
+  std::array<std::size_t, 3> ring_min_bytes_{SIZE_MAX, SIZE_MAX, SIZE_MAX};  // per ring_index
+  static constexpr std::size_t ring_index(collective c) noexcept {
+    return c == collective::allreduce ? 0 : c == collective::reduce_scatter ? 1 : c == collective::all_gather ? 2 : 3;
+  }
+  // This rank's ring threshold for `c` (device_options::ring_min_bytes): the option, else the
+  // host's override `chosen` for c, else the figures of where the workspaces and the ring's hops
+  // are (`device`: every workspace in device memory).
+  std::size_t choose_ring_min_bytes(collective c, std::optional<algorithm> chosen, const device_options& opt, bool device) const {
+    if (opt.ring_min_bytes != 0) return opt.ring_min_bytes;
+    if (chosen == algorithm::ring) return 1;
+    if (chosen == algorithm::direct) return SIZE_MAX;
+    bool hops_on_device = true;  // every hop between workspaces in device memory, both ways
+    for (int k = 0; k < ring_.world && hops_on_device; ++k)
+      hops_on_device = reaches(ring_.at(k), ring_.at(k + 1)) && reaches(ring_.at(k + 1), ring_.at(k));
+    const ring_phase phase = c == collective::allreduce        ? ring_phase::all_reduce
+                             : c == collective::reduce_scatter ? ring_phase::reduce_scatter
+                                                               : ring_phase::all_gather;
+    return ring_crossover_bytes_where(phase, size(), layout_.slot_bytes, device, opt.cost, hops_on_device, opt.ring_hops);
   }
   workspace_memory memory_ = workspace_memory::device;
   std::vector<std::uint64_t> reach_;        // reach_[a] bit b: rank a's GPU reaches rank b's (choose_workspace_memory)
