@@ -474,6 +474,45 @@ TEST_CASE("device all-reduce form: the read rate and the two-shot crossover foll
   CHECK_THROWS_AS(device_direct_cost(hgx, {hgx.gpu(0), hgx.gpu(0)}), collx::error);
 }
 
+TEST_CASE("device ring cost: the ring's slowest hop, which takes over from the direct forms on a DGX-1 only") {
+  namespace gpu = collx::gpu;
+  const std::size_t slot = gpu::workspace_layout::for_staging(gpu::default_staging_bytes).slot_bytes;
+  // DGX-1 V100: the device ring's hops are NVLinks; its rate is that of the slowest hop's direct
+  // link (what the topology file gives: bonded links at NCCL's per-link figure), as every hop moves
+  // at once on links of its own.
+  const topology dgx1 = read_nccl_topology(topo_fixture("dgx1-v100-como-nccl-topo.xml"), "dgx1");
+  std::vector<int> gpus;
+  for (int d = 0; d < 8; ++d) gpus.push_back(dgx1.gpu(d));
+  const gpu::ring_order ring = gpu::make_ring_order(device_ring_order(dgx1, gpus), 8);
+  double slowest = 1e30;
+  for (int k = 0; k < 8; ++k) {
+    const int a = gpus[static_cast<std::size_t>(ring.at(k))], b = gpus[static_cast<std::size_t>(ring.at(k + 1))];
+    double hop = 0;
+    for (const collx::topo::link& l : dgx1.links)
+      if (l.kind == link_kind::nvlink && ((l.a == a && l.b == b) || (l.a == b && l.b == a))) hop += l.GBps;
+    REQUIRE(hop > 0);  // a direct NVLink
+    slowest = std::min(slowest, hop);
+  }
+  const gpu::ring_cost on_dgx1 = device_ring_cost(dgx1, gpus);
+  CHECK(on_dgx1.hop_bytes_per_second == Approx(slowest * 1e9).epsilon(1e-6));
+  CHECK(on_dgx1.step_seconds == gpu::ring_cost{}.step_seconds);  // collx's barrier, not the wiring's
+  // Half the pairs lack peer access there (mixed memory): against host memory's direct figures
+  // the ring takes over from 119 KiB (122269 B) for the whole of an all-reduce...
+  const std::size_t x = gpu::ring_crossover_bytes_where(gpu::ring_phase::all_reduce, 8, slot, false, device_direct_cost(dgx1, gpus), true, on_dgx1);
+  CHECK(x == 122269);
+  // ...and never through host memory's ring figures (a ring order with host-staged hops).
+  CHECK(gpu::ring_crossover_bytes_where(gpu::ring_phase::all_reduce, 8, slot, false, {}, false, on_dgx1) == SIZE_MAX);
+  // HGX H100 (NVSwitch): a hop gets what a rank reads from all its peers, so never.
+  const topology hgx = make_hgx_node(*find_gpu_arch("H100"));
+  const gpu::ring_cost on_hgx = device_ring_cost(hgx, hgx.gpus());
+  CHECK(on_hgx.hop_bytes_per_second == Approx(device_direct_cost(hgx, hgx.gpus()).peer_read_bytes_per_second).epsilon(1e-6));
+  for (const auto phase : {gpu::ring_phase::all_reduce, gpu::ring_phase::reduce_scatter, gpu::ring_phase::all_gather})
+    CHECK(gpu::ring_crossover_bytes_where(phase, 8, slot, true, device_direct_cost(hgx, hgx.gpus()), true, on_hgx) == SIZE_MAX);
+  // Fewer than two GPUs: the figures given; ids that are not GPUs: an error.
+  CHECK(device_ring_cost(hgx, {hgx.gpu(0)}, gpu::ring_cost{5e9, 1e-6}).hop_bytes_per_second == 5e9);
+  CHECK_THROWS_AS(device_ring_cost(dgx1, {0, 1}), collx::error);
+}
+
 TEST_CASE("device ring order: the ring search's ring as ranks, over NVLink on a DGX-1") {
   namespace gpu = collx::gpu;
   // DGX-1 V100 (hybrid cube mesh): half the pairs have no NVLink; the rank order 0..7 crosses

@@ -119,24 +119,40 @@ std::string size_name(std::size_t b) {
 }
 
 // collx's device all-reduce on one node's GPUs: what a rank reads from its peers at once, the
-// size from which two-shot beats one-shot, and the ring for algo::ring with rank r on the node's
-// r-th GPU (topo/device_cost.hpp). Empty with fewer than 2 GPUs.
+// size from which two-shot beats one-shot, the ring for algo::ring with rank r on the node's r-th
+// GPU, and the size from which untagged all-reduces take that ring (topo/device_cost.hpp, as the
+// device communicator decides with these figures and its default 4 MiB staging slots). Empty with
+// fewer than 2 GPUs.
 struct device_form_info {
   int gpus = 0;
   collx::gpu::direct_cost cost;
   std::size_t two_shot_min = SIZE_MAX;
   std::vector<int> ring;  // device_options::ring_order; empty when no ring joins the GPUs
+  bool all_peers = true;  // every pair has peer access (workspace_memory device), else mixed or host
+  double ring_hop_GBps = 0;
+  std::size_t ring_min = SIZE_MAX;  // untagged all-reduces of this many bytes or more take the ring
 };
 std::optional<device_form_info> device_form(const topology& node, const std::vector<int>& gpus, const model_options& mo) {
   if (gpus.size() < 2 || static_cast<int>(gpus.size()) > collx::gpu::max_device_world) return std::nullopt;
   device_form_info d;
   d.gpus = static_cast<int>(gpus.size());
+  router r(node, mo.routing);
+  const auto peers = [&](int a, int b) { return !r.between(gpus[static_cast<std::size_t>(a)], gpus[static_cast<std::size_t>(b)]).host_staged; };
+  for (int a = 0; a < d.gpus; ++a)
+    for (int b = 0; b < d.gpus; ++b) d.all_peers = d.all_peers && (a == b || peers(a, b));
   d.cost = device_direct_cost(node, gpus, {}, mo.routing);
-  d.two_shot_min = collx::gpu::two_shot_crossover_bytes(d.gpus, d.cost);
+  d.two_shot_min = collx::gpu::two_shot_crossover_bytes(d.gpus, d.all_peers ? d.cost : collx::gpu::host_memory_direct_cost);
   try {
     d.ring = device_ring_order(node, gpus, mo.routing);
   } catch (const collx::error&) {  // GPUs no ring joins: no ring order to suggest
+    return d;
   }
+  bool hops_peer = true;
+  for (std::size_t k = 0; k < d.ring.size(); ++k) hops_peer = hops_peer && peers(d.ring[k], d.ring[(k + 1) % d.ring.size()]);
+  const collx::gpu::ring_cost hops = device_ring_cost(node, gpus, {}, mo.routing);
+  d.ring_hop_GBps = hops.hop_bytes_per_second / 1e9;
+  const std::size_t slot = collx::gpu::workspace_layout::for_staging(collx::gpu::default_staging_bytes).slot_bytes;
+  d.ring_min = collx::gpu::ring_crossover_bytes_where(collx::gpu::ring_phase::all_reduce, d.gpus, slot, d.all_peers, d.cost, hops_peer, hops);
   return d;
 }
 
@@ -376,9 +392,12 @@ int show(const opts& o) {
     if (const auto d = device_form(node, node_gpus, mo)) {
       std::string ring = "[";
       for (std::size_t k = 0; k < d->ring.size(); ++k) ring += (k ? "," : "") + std::to_string(d->ring[k]);
-      std::printf(",\"device_allreduce\":{\"gpus\":%d,\"peer_read_GBps\":%s,\"two_shot_min_bytes\":%s,\"ring_order\":%s}",
+      std::printf(",\"device_allreduce\":{\"gpus\":%d,\"peer_read_GBps\":%s,\"two_shot_min_bytes\":%s,\"ring_order\":%s,"
+                  "\"all_pairs_peer_access\":%s,\"ring_hop_GBps\":%s,\"ring_min_bytes\":%s}",
                   d->gpus, json_GBps(d->cost.peer_read_bytes_per_second / 1e9).c_str(),
-                  d->two_shot_min == SIZE_MAX ? "null" : std::to_string(d->two_shot_min).c_str(), (ring + "]").c_str());
+                  d->two_shot_min == SIZE_MAX ? "null" : std::to_string(d->two_shot_min).c_str(), (ring + "]").c_str(),
+                  d->all_peers ? "true" : "false", d->ring.empty() ? "null" : json_GBps(d->ring_hop_GBps).c_str(),
+                  d->ring_min == SIZE_MAX ? "null" : std::to_string(d->ring_min).c_str());
     }
     std::printf("}\n");
     return 0;
@@ -478,15 +497,20 @@ int show(const opts& o) {
   if (const auto d = device_form(node, node_gpus, mo)) {
     std::printf("\ncollx's device all-reduce (gpu::all_reduce, one rank per GPU of a node): a rank reads its %d peer%s at %s GB/s;\n",
                 d->gpus - 1, d->gpus > 2 ? "s" : "", text_GBps(d->cost.peer_read_bytes_per_second / 1e9).c_str());
+    if (!d->all_peers)
+      std::printf("  some pairs have no peer access: they go through shared host memory (workspace_memory mixed or host),\n"
+                  "  and gpu::host_memory_direct_cost's figures decide the direct forms instead\n");
     if (d->two_shot_min == SIZE_MAX) std::printf("  one-shot at every size\n");
-    else std::printf("  one-shot below %s, two-shot from there on (device_options::cost = topo::device_direct_cost(...))\n",
-                     size_name(d->two_shot_min).c_str());
-    std::printf("  (where every pair of these GPUs has peer access; otherwise the pairs without it go through shared host\n"
-                "  memory, workspace_memory mixed or host, and gpu::host_memory_direct_cost decides)\n");
+    else std::printf("  one-shot below %s, two-shot from there on%s\n", size_name(d->two_shot_min).c_str(),
+                     d->all_peers ? " (device_options::cost = topo::device_direct_cost(...))" : "");
     if (!d->ring.empty()) {
       std::printf("  algo::ring on device, rank r on the r-th GPU: device_options::ring_order = {");
       for (std::size_t k = 0; k < d->ring.size(); ++k) std::printf("%s%d", k ? ", " : "", d->ring[k]);
       std::printf("} (topo::device_ring_order)\n");
+      std::printf("  its slowest hop moves %s GB/s (device_options::ring_hops = topo::device_ring_cost(...)):\n",
+                  text_GBps(d->ring_hop_GBps).c_str());
+      if (d->ring_min == SIZE_MAX) std::printf("  untagged all-reduces never take the ring\n");
+      else std::printf("  untagged all-reduces take the ring from %s on\n", size_name(d->ring_min).c_str());
     }
   }
   return 0;

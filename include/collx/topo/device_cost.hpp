@@ -2,22 +2,30 @@
 /// The machine's wiring in collx's device collectives: the choice between one-shot and two-shot
 /// of the device all-reduce (gpu::direct_form, cuda/device_plan.hpp), from what a rank reads from
 /// all its peers at once (the topology model's routes and link figures) instead of collx's default
-/// (an NVSwitch H100/H200); and the ring of algo::ring calls on device (device_ring_order).
+/// (an NVSwitch H100/H200); the ring of algo::ring calls on device (device_ring_order); and the
+/// rate of that ring's hops, which decides from which size calls without an algorithm take it
+/// (device_ring_cost, cuda/ring_plan.hpp ring_crossover_bytes).
 /// Plain C++: it needs neither CUDA nor a GPU. Use it as
 ///
 ///     gpu::device_options o;
-///     o.cost = collx::topo::device_direct_cost(collx::topo::discover(), gpus);  // or a topology file
+///     const collx::topo::topology t = collx::topo::discover();  // or a topology file
+///     o.cost = collx::topo::device_direct_cost(t, gpus);
+///     o.ring_order = collx::topo::device_ring_order(t, gpus);
+///     o.ring_hops = collx::topo::device_ring_cost(t, gpus);
 ///     gpu::device_communicator dc(host, o);
 ///
-/// where `gpus` are the ranks' GPU vertices in rank order (discovered_device_direct_cost does it
-/// for every GPU this process sees). Rank 0's figures decide for every rank.
+/// where `gpus` are the ranks' GPU vertices in rank order (discovered_device_direct_cost does the
+/// first for every GPU this process sees). Rank 0's figures decide for every rank.
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
+#include <string>
 #include <vector>
 
 #include <collx/cuda/device_plan.hpp>
+#include <collx/cuda/ring_plan.hpp>
 #include <collx/topo/cost_model.hpp>
 #include <collx/topo/discover.hpp>
 #include <collx/topo/ring_search.hpp>
@@ -26,6 +34,15 @@
 namespace collx {
 inline namespace v0 {
 namespace topo {
+namespace detail {
+/// Throws unless every id of `gpus` is a GPU vertex of `t` (`who` names the caller).
+inline void require_gpu_vertices(const topology& t, const std::vector<int>& gpus, const char* who) {
+  for (int g : gpus)
+    if (g < 0 || static_cast<std::size_t>(g) >= t.vertices.size() || t.vertices[static_cast<std::size_t>(g)].kind != vertex_kind::gpu)
+      COLLX_THROW(errc::invalid_argument, std::string(who) + ": " + std::to_string(g) +
+                                              " is not a GPU vertex of the topology (pass t.gpu(d) for CUDA device d)");
+}
+}  // namespace detail
 
 /// gpu::direct_cost for collx's device communicator with one rank on each of `gpus` (GPU vertex
 /// ids of `t` in rank order, distinct, ranks of one machine contiguous): call_seconds from `base`
@@ -65,14 +82,31 @@ inline gpu::direct_cost device_direct_cost(const topology& t, const std::vector<
 /// @throws collx::error (errc::invalid_argument) for ids that are not GPU vertices of `t`, and for
 ///         GPUs the search rejects (repeated, or GPUs no ring can join).
 inline std::vector<int> device_ring_order(const topology& t, const std::vector<int>& gpus, const route_options& routing = {}) {
-  for (int g : gpus)
-    if (g < 0 || static_cast<std::size_t>(g) >= t.vertices.size() || t.vertices[static_cast<std::size_t>(g)].kind != vertex_kind::gpu)
-      COLLX_THROW(errc::invalid_argument, "topo::device_ring_order: " + std::to_string(g) +
-                                              " is not a GPU vertex of the topology (pass t.gpu(d) for CUDA device d)");
+  detail::require_gpu_vertices(t, gpus, "topo::device_ring_order");
   if (gpus.size() < 2) return {};
   router r(t, routing);
   const ring_set rings = search_rings(r, gpus);
   return ring_in_rank_order(rings.rings.at(0), gpus);
+}
+
+/// gpu::ring_cost for collx's device ring over device_ring_order's ring on `gpus` (as there):
+/// hop_bytes_per_second the rate of that ring's slowest hop with every hop moving at once (one
+/// channel: evaluate_rings, link sharing counted, NCCL's achievable link figures), step_seconds
+/// from `base` (collx's barrier, not a link property). `base` for fewer than two GPUs. With
+/// device_direct_cost's figures it sets from which size calls without an algorithm take the ring
+/// (gpu::device_options::ring_hops, ring_min_bytes): on NVSwitch one hop gets what a rank reads
+/// from all its peers, so never; over a DGX-1's NVLink (40 GB/s), where the direct forms stage the
+/// pairs without peer access through host memory, all-reduces from 119 KiB on 8 ranks.
+/// @throws collx::error (errc::invalid_argument) as device_ring_order.
+inline gpu::ring_cost device_ring_cost(const topology& t, const std::vector<int>& gpus, gpu::ring_cost base = {},
+                                       const route_options& routing = {}) {
+  detail::require_gpu_vertices(t, gpus, "topo::device_ring_cost");
+  if (gpus.size() < 2) return base;
+  router r(t, routing);
+  const ring_set rings = search_rings(r, gpus);
+  const ring_evaluation e = evaluate_rings(r, {rings.rings.at(0)});
+  if (std::isfinite(e.min_channel_GBps) && e.min_channel_GBps > 0) base.hop_bytes_per_second = e.min_channel_GBps * 1e9;
+  return base;
 }
 
 /// device_direct_cost for every GPU this process sees (topo::discover with `o`), in CUDA device
