@@ -305,19 +305,27 @@ __device__ inline bool barrier(const device_view& v, std::uint64_t epoch, device
 /// flight, not the threads).
 inline constexpr unsigned device_unroll = 4;
 
+/// Vectors each thread keeps in flight per pass where each also holds an accumulator (the folds:
+/// fold_ranks, ring_move): two, so that the loaded vectors and the accumulators fit in the 64
+/// registers a thread may use (2 resident blocks of 512 threads, device_blocks_per_sm). With four,
+/// ptxas spilled them to local memory (sm_90: 292 bytes of spill loads in the float32 ring
+/// kernel, 524 in the fp16 one, 344 in the fp16 all-reduce); two 16-byte loads per thread still
+/// keep 16 KiB per block in flight.
+inline constexpr unsigned device_fold_unroll = 2;
+
 /// For the elements [r.begin, r.end) of a chunk, over the block's threads: f(first, n) for batches
-/// of n <= device_unroll vectors (vector indices first, first + blockDim.x, ...; elements
+/// of n <= Unroll vectors (vector indices first, first + blockDim.x, ...; elements
 /// [i*V, i*V+V) of each), then g(j) for each element j of the tail. V == 1: g only.
-template <std::size_t V, class F, class G>
+template <std::size_t V, unsigned Unroll = device_unroll, class F, class G>
 __device__ inline void for_each_in(block_range r, F&& f, G&& g) {
   std::size_t vend = r.begin;
   if constexpr (V > 1) {
     const std::size_t vectors = (r.end - r.begin) / V;
     vend = r.begin + vectors * V;
     const std::size_t first_vector = r.begin / V;
-    for (std::size_t k = threadIdx.x; k < vectors; k += std::size_t{device_unroll} * blockDim.x) {
+    for (std::size_t k = threadIdx.x; k < vectors; k += std::size_t{Unroll} * blockDim.x) {
       const std::size_t left = (vectors - k + blockDim.x - 1) / blockDim.x;
-      f(first_vector + k, static_cast<unsigned>(left < device_unroll ? left : device_unroll));
+      f(first_vector + k, static_cast<unsigned>(left < Unroll ? left : Unroll));
     }
   }
   for (std::size_t j = vend + threadIdx.x; j < r.end; j += blockDim.x) g(j);
@@ -333,32 +341,33 @@ __device__ inline void fold_ranks(const device_view& v, Source source, block_ran
   // Never taken: makes an op without a __device__ call operator a compile error here (the shared
   // host/device reduction code has nvcc's check off, so it would otherwise compile to nothing).
   if (r.begin == ~std::size_t{0}) require_device_callable<T>(op, *out);
-  for_each_in<V>(
+  constexpr unsigned U = device_fold_unroll;
+  for_each_in<V, U>(
       r,
       [&](std::size_t first, unsigned n) {
         if constexpr (V > 1) {
-          acc a[device_unroll][V];
-          vec<T, V> x[device_unroll];
+          acc a[U][V];
+          vec<T, V> x[U];
           const T* s0 = source(0);
 #pragma unroll
-          for (unsigned u = 0; u < device_unroll; ++u)
+          for (unsigned u = 0; u < U; ++u)
             if (u < n) x[u] = load_vec_cg<T, V>(s0 + (first + u * blockDim.x) * V);
 #pragma unroll
-          for (unsigned u = 0; u < device_unroll; ++u)
+          for (unsigned u = 0; u < U; ++u)
             if (u < n)
               for (std::size_t k = 0; k < V; ++k) a[u][k] = red::widen(x[u].e[k]);
           for (int q = 1; q < v.world; ++q) {
             const T* sq = source(q);
 #pragma unroll
-            for (unsigned u = 0; u < device_unroll; ++u)
+            for (unsigned u = 0; u < U; ++u)
               if (u < n) x[u] = load_vec_cg<T, V>(sq + (first + u * blockDim.x) * V);
 #pragma unroll
-            for (unsigned u = 0; u < device_unroll; ++u)
+            for (unsigned u = 0; u < U; ++u)
               if (u < n)
                 for (std::size_t k = 0; k < V; ++k) a[u][k] = red::combine(op, a[u][k], red::widen(x[u].e[k]));
           }
 #pragma unroll
-          for (unsigned u = 0; u < device_unroll; ++u)
+          for (unsigned u = 0; u < U; ++u)
             if (u < n) {
               vec<T, V> o;
               for (std::size_t k = 0; k < V; ++k) o.e[k] = red::finalize(a[u][k], v.world);
@@ -839,16 +848,17 @@ __device__ inline void ring_move(const ring_step& st, block_range r, const T* in
     if (write_out) out[j] = t;
     if (st.stage) own_t[j - region_first] = t;
   };
-  for_each_in<V>(
+  constexpr unsigned U = device_fold_unroll;
+  for_each_in<V, U>(
       r,
       [&](std::size_t first, unsigned n) {
         if constexpr (V > 1) {
           using VT = vec<T, V>;
           using VA = vec<acc, V>;
-          VT x[device_unroll];
-          VA a[device_unroll];
+          VT x[U];
+          VA a[U];
 #pragma unroll
-          for (unsigned u = 0; u < device_unroll; ++u)
+          for (unsigned u = 0; u < U; ++u)
             if (u < n) {
               const std::size_t j = (first + u * blockDim.x) * V;
               if (st.read_input) x[u] = load_vec<T, V>(in + j);
@@ -858,7 +868,7 @@ __device__ inline void ring_move(const ring_step& st, block_range r, const T* in
               }
             }
 #pragma unroll
-          for (unsigned u = 0; u < device_unroll; ++u)
+          for (unsigned u = 0; u < U; ++u)
             if (u < n) {
               const std::size_t j = (first + u * blockDim.x) * V;
               if constexpr (reduces) {
