@@ -222,6 +222,9 @@ TEST_CASE("NCCL topology XML: static cloud files and their edge cases") {
     return false;
   };
   CHECK(says_no_nvlink(p4));
+  topology p4_switched = p4;  // once the fabric is added, the note would contradict it
+  add_nvswitch(p4_switched, 12);
+  CHECK_FALSE(says_no_nvlink(p4_switched));
   CHECK_FALSE(says_no_nvlink(read_nccl_topology(topo_fixture("dgx1-v100-como-nccl-topo.xml"))));
   // Not for GPUs of unknown model, nor for nvidia-smi text (which prints NVLinks where there are some).
   CHECK_FALSE(says_no_nvlink(read_nccl_topology(topo_fixture("azure-ndv4-nccl-topo.xml"))));
@@ -270,6 +273,19 @@ TEST_CASE("NCCL XML: input it cannot understand is an error naming line and colu
             "t.xml");
       },
       "t.xml:3:", "out of range");
+  // A link speed no PCIe link has (inf, nan, 0, negative) is an error, not Gen6 or Gen1.
+  for (const char* speed : {"inf GT/s", "nan GT/s", "0 GT/s", "-8 GT/s", "1e308 GT/s"})
+    expect_error(
+        [&] {
+          read_nccl_topology(std::string("<system><cpu numaid=\"0\">\n<pci busid=\"0000:01:00.0\" class=\"0x030200\" link_speed=\"") +
+                                 speed + "\" link_width=\"16\"/>\n</cpu></system>",
+                             "t.xml");
+        },
+        "t.xml:2:", "outside PCIe's rates");
+  // Nesting past max_xml_depth is an error, not a stack overflow (50,000 levels crashed the reader).
+  std::string deep = "<system>";
+  for (int k = 0; k < 50000; ++k) deep += "<cpu numaid=\"0\">";
+  expect_error([&] { read_nccl_topology(deep, "t.xml"); }, "t.xml:1:1017:", "nested more than 64 deep");
 }
 
 TEST_CASE("NCCL graph XML: the DGX-1's six rings and NC A100 v4's rings and trees") {
@@ -325,4 +341,8 @@ TEST_CASE("nccl-tests tables: every fixture's peak busbw and command line") {
   expect_error([] { read_nccl_tests("# size\n  1024  256  float  sum  -1  10.0  0.10\n", "p.txt"); }, "p.txt:2:", "columns");
   expect_error([] { read_nccl_tests("  1024  256  float  sum  -1  1x0  0.1  0.1  0  10  0.1  0.1  0\n", "p.txt"); }, "p.txt:1:30:", "not a number");
   expect_error([] { read_nccl_tests("hello world\n", "p.txt"); }, "p.txt:1:1:");
+  // Sizes, times and rates that are not finite or are negative: errors, not a cast or an inf ratio.
+  expect_error([] { read_nccl_tests("  1024  256  float  sum  -1  10  0.1  nan  0  10  0.1  0.1  0\n", "p.txt"); }, "p.txt:1:", "finite");
+  expect_error([] { read_nccl_tests("  1024  256  float  sum  -1  -10  0.1  0.1  0  10  0.1  0.1  0\n", "p.txt"); }, "p.txt:1:", "finite");
+  expect_error([] { read_nccl_tests("  1024  256  float  sum  -1  10  inf  0.1  0  10  0.1  0.1  0\n", "p.txt"); }, "p.txt:1:", "finite");
 }

@@ -99,6 +99,9 @@ inline int pcie_gen_from_speed(const xml_attribute& a, std::string_view src) {
   char* end = nullptr;
   const double gt = std::strtod(a.value.c_str(), &end);
   if (end == a.value.c_str()) fail_at(src, a.pos, "link_speed \"" + a.value + "\" is not a PCIe rate");
+  // PCIe runs 2.5 (Gen1) to 64 GT/s (Gen6); anything far outside (0, inf, nan) is a broken file.
+  if (!(gt >= 2 && gt <= 128))
+    fail_at(src, a.pos, "link_speed \"" + a.value + "\" is outside PCIe's rates (2.5 to 64 GT/s)");
   if (gt < 3) return 1;
   if (gt < 6) return 2;
   if (gt < 12) return 3;

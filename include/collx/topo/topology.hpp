@@ -519,7 +519,7 @@ class topology {
 /// Adds an NVSwitch fabric to every host that has none and links each GPU on it with `links_per_gpu`
 /// NVLinks of its model (e.g. 12 for HGX A100, 18 for HGX H100: every GPU's links go to the
 /// NVSwitches). For NCCL topology files written without NVLink elements (AWS p4d/p5 static files).
-/// Adds a note. @throws collx::error(invalid_argument) if links_per_gpu < 1.
+/// Adds a note (and drops the reader's note that no NVLink was listed). @throws collx::error(invalid_argument) if links_per_gpu < 1.
 inline void add_nvswitch(topology& t, int links_per_gpu) {
   if (links_per_gpu < 1) COLLX_THROW(errc::invalid_argument, "add_nvswitch: links_per_gpu must be >= 1");
   for (int h = 0; h < t.hosts; ++h) {
@@ -535,6 +535,8 @@ inline void add_nvswitch(topology& t, int links_per_gpu) {
       t.add_link(make_nvlink(v, sw, a, links_per_gpu));
     }
   }
+  // The reader's "no NVLink listed ... PCIe only assumed" note (nccl_xml.hpp) no longer holds.
+  std::erase_if(t.notes, [](const std::string& n) { return n.starts_with("no NVLink listed"); });
   t.notes.push_back("NVSwitch fabric added: " + std::to_string(links_per_gpu) + " NVLinks per GPU (given, not read)");
 }
 
