@@ -11,6 +11,7 @@
 #include <random>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -366,6 +367,13 @@ TEST_CASE("device direct all-reduce: two-shot from the size where the cost model
   CHECK(static_cast<double>(gpu::two_shot_crossover_bytes(8, cost)) == Approx(494.4e3).epsilon(1e-5));
   CHECK(static_cast<double>(gpu::two_shot_crossover_bytes(4, cost)) == Approx(1.7304e6).epsilon(1e-5));
   CHECK(static_cast<double>(gpu::two_shot_crossover_bytes(3, cost)) == Approx(3.8934e6).epsilon(1e-5));
+  // Figures that are not finite and positive never choose two-shot (a negative crossover once
+  // converted to size_t: undefined behaviour).
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  for (const gpu::direct_cost bad : {gpu::direct_cost{-7e-6, 1e9}, gpu::direct_cost{nan, 1e9}, gpu::direct_cost{inf, 1e9},
+                                     gpu::direct_cost{7e-6, 0}, gpu::direct_cost{7e-6, -1e9}, gpu::direct_cost{7e-6, -inf},
+                                     gpu::direct_cost{7e-6, nan}, gpu::direct_cost{7e-6, inf}})
+    CHECK(gpu::two_shot_crossover_bytes(8, bad) == SIZE_MAX);
   // The option's extremes: SIZE_MAX keeps every size one-shot, 1 sends every size two-shot.
   CHECK(gpu::direct_form_for(std::size_t{1} << 40, SIZE_MAX) == gpu::direct_form::one_shot);
   CHECK(gpu::direct_form_for(1, 1) == gpu::direct_form::two_shot);

@@ -472,6 +472,9 @@ TEST_CASE("device all-reduce form: the read rate and the two-shot crossover foll
   custom.peer_read_bytes_per_second = 1e9;
   CHECK(device_direct_cost(hgx, {hgx.gpu(0)}, custom).peer_read_bytes_per_second == 1e9);
   CHECK_THROWS_AS(device_direct_cost(hgx, {hgx.gpu(0), hgx.gpu(0)}), collx::error);
+  // Ids that are not GPU vertices are errors even alone (as device_ring_order and device_ring_cost).
+  CHECK_THROWS_AS(device_direct_cost(hgx, {-1}), collx::error);
+  CHECK_THROWS_AS(device_direct_cost(dgx1, {0}), collx::error);  // vertex 0 is a CPU
 }
 
 TEST_CASE("device ring cost: the ring's slowest hop, which takes over from the direct forms on a DGX-1 only") {
@@ -508,6 +511,20 @@ TEST_CASE("device ring cost: the ring's slowest hop, which takes over from the d
   CHECK(on_hgx.hop_bytes_per_second == Approx(device_direct_cost(hgx, hgx.gpus()).peer_read_bytes_per_second).epsilon(1e-6));
   for (const auto phase : {gpu::ring_phase::all_reduce, gpu::ring_phase::reduce_scatter, gpu::ring_phase::all_gather})
     CHECK(gpu::ring_crossover_bytes_where(phase, 8, slot, true, device_direct_cost(hgx, hgx.gpus()), true, on_hgx) == SIZE_MAX);
+  // device_ring_min_bytes puts it together as the communicator would (4 MiB slots by default):
+  // the DGX-1's pairs across the sockets lack peer access (mixed memory), GPUs 0-3 do not.
+  CHECK_FALSE(all_pairs_peer_access(dgx1, gpus));
+  CHECK(all_pairs_peer_access(dgx1, {gpus[0], gpus[1], gpus[2], gpus[3]}));
+  CHECK(all_pairs_peer_access(hgx, hgx.gpus()));
+  CHECK(device_ring_min_bytes(dgx1, gpus, gpu::ring_phase::all_reduce) == 122269);
+  CHECK(device_ring_min_bytes(dgx1, gpus, gpu::ring_phase::reduce_scatter) == 220873);
+  CHECK(device_ring_min_bytes(dgx1, gpus, gpu::ring_phase::all_gather) == 220873);
+  CHECK(device_ring_min_bytes(dgx1, {gpus[0], gpus[1], gpus[2], gpus[3]}, gpu::ring_phase::all_reduce) == SIZE_MAX);
+  CHECK(device_ring_min_bytes(hgx, hgx.gpus(), gpu::ring_phase::all_reduce) == SIZE_MAX);
+  CHECK(device_ring_min_bytes(dgx1, {gpus[0]}, gpu::ring_phase::all_reduce) == SIZE_MAX);
+  // Smaller staging: more chunks, so more barriers per byte, and a later crossover.
+  CHECK(device_ring_min_bytes(dgx1, gpus, gpu::ring_phase::all_reduce, 256 << 10) > 122269);
+  CHECK_THROWS_AS(device_ring_min_bytes(dgx1, gpus, gpu::ring_phase::all_reduce, 1024), collx::error);  // slots under 4 KiB
   // Fewer than two GPUs: the figures given; ids that are not GPUs: an error.
   CHECK(device_ring_cost(hgx, {hgx.gpu(0)}, gpu::ring_cost{5e9, 1e-6}).hop_bytes_per_second == 5e9);
   CHECK_THROWS_AS(device_ring_cost(dgx1, {0, 1}), collx::error);

@@ -731,9 +731,12 @@ inline double predict_direct(direct_form f, std::size_t bytes, int world, const 
 /// The all-reduce size, in bytes per rank, from which `c` predicts two-shot no slower than one-shot
 /// on `world` ranks (the break-even size, rounded up): two-shot saves (world - 1)(world - 2) / world
 /// x bytes of reading for one more call. SIZE_MAX when it never is (world <= 2: two-shot reads as
-/// much and pays two calls).
+/// much and pays two calls), and for figures that are not finite and positive (a rate) or
+/// non-negative (call_seconds).
 inline std::size_t two_shot_crossover_bytes(int world, const direct_cost& c) noexcept {
-  if (world <= 2) return SIZE_MAX;
+  if (world <= 2 || !std::isfinite(c.peer_read_bytes_per_second) || !(c.peer_read_bytes_per_second > 0) ||
+      !std::isfinite(c.call_seconds) || !(c.call_seconds >= 0))
+    return SIZE_MAX;
   const double w = static_cast<double>(world);
   const double saved_per_byte = (w - 1) * (w - 2) / w / c.peer_read_bytes_per_second;
   const double bytes = c.call_seconds / saved_per_byte;

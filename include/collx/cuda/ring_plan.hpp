@@ -29,6 +29,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -360,9 +361,10 @@ inline int direct_lines(ring_phase phase, int world, const direct_cost& d, cost_
 /// buffer) on `world` ranks (>= 2) with staging slots of `slot_bytes`: one call's fixed cost
 /// (d.call_seconds), a barrier (r.step_seconds) per step of every chunk, and the bytes read from
 /// the predecessor at r.hop_bytes_per_second. Partials of half and bfloat16, which travel as fp32,
-/// are not counted.
+/// are not counted. Infinity for fewer than two ranks or slot_bytes 0 (no ring to run).
 inline double predict_ring(ring_phase phase, std::size_t bytes, int world, std::size_t slot_bytes, const direct_cost& d,
                            const ring_cost& r) noexcept {
+  if (world < 2 || slot_bytes == 0) return std::numeric_limits<double>::infinity();
   return ring_detail::ring_line(phase, world, slot_bytes, d, r).at(static_cast<double>(bytes));
 }
 

@@ -7,7 +7,7 @@
 /// (device_ring_cost, cuda/ring_plan.hpp ring_crossover_bytes).
 /// Plain C++: it needs neither CUDA nor a GPU. Use it as
 ///
-///     gpu::device_options o;
+///     gpu::device_options o;  // collx/cuda/device_communicator.hpp (CUDA's headers, no GPU)
 ///     const collx::topo::topology t = collx::topo::discover();  // or a topology file
 ///     o.cost = collx::topo::device_direct_cost(t, gpus);
 ///     o.ring_order = collx::topo::device_ring_order(t, gpus);
@@ -58,6 +58,7 @@ inline void require_gpu_vertices(const topology& t, const std::vector<int>& gpus
 ///         repeated, or machines not contiguous).
 inline gpu::direct_cost device_direct_cost(const topology& t, const std::vector<int>& gpus, gpu::direct_cost base = {},
                                            const route_options& routing = {}) {
+  detail::require_gpu_vertices(t, gpus, "topo::device_direct_cost");
   if (gpus.size() < 2) return base;
   model_options o;
   o.routing = routing;
@@ -107,6 +108,51 @@ inline gpu::ring_cost device_ring_cost(const topology& t, const std::vector<int>
   const ring_evaluation e = evaluate_rings(r, {rings.rings.at(0)});
   if (std::isfinite(e.min_channel_GBps) && e.min_channel_GBps > 0) base.hop_bytes_per_second = e.min_channel_GBps * 1e9;
   return base;
+}
+
+/// True when the router gives every pair of `gpus` (GPU vertex ids of `t`) peer access: the
+/// device communicator then keeps every workspace in device memory (workspace_memory device);
+/// otherwise some pairs go through shared host memory (mixed, or host where no pair has it). A
+/// pair counts as without when the router host-stages it (peer access off, across sockets, PCIe
+/// beyond NCCL's P2P level: route_options); on a live machine the communicator asks the CUDA
+/// runtime. @throws collx::error (errc::invalid_argument) for ids that are not GPU vertices.
+inline bool all_pairs_peer_access(const topology& t, const std::vector<int>& gpus, const route_options& routing = {}) {
+  detail::require_gpu_vertices(t, gpus, "topo::all_pairs_peer_access");
+  router r(t, routing);
+  for (std::size_t a = 0; a < gpus.size(); ++a)
+    for (std::size_t b = 0; b < gpus.size(); ++b)
+      if (gpus[a] != gpus[b] && r.between(gpus[a], gpus[b]).host_staged) return false;
+  return true;
+}
+
+/// The size (bytes of vector, as gpu::device_options::ring_min_bytes counts them) from which a
+/// device communicator with one rank on each of `gpus` (in rank order) and this file's figures
+/// (cost = device_direct_cost, ring_order = device_ring_order, ring_hops = device_ring_cost),
+/// with `staging_bytes` of staging, sends calls of `phase` without an algorithm to the ring:
+/// gpu::ring_crossover_bytes_where, the direct forms in device memory where all_pairs_peer_access,
+/// the ring's hops where each of them has peer access. SIZE_MAX: never (fewer than two GPUs, or
+/// GPUs no ring joins, too). What collx-topo prints.
+/// @throws collx::error (errc::invalid_argument) as device_ring_order, or for staging the
+///         communicator refuses (gpu::workspace_layout::for_staging).
+inline std::size_t device_ring_min_bytes(const topology& t, const std::vector<int>& gpus, gpu::ring_phase phase,
+                                         std::size_t staging_bytes = gpu::default_staging_bytes, const route_options& routing = {}) {
+  const std::size_t slot = gpu::workspace_layout::for_staging(staging_bytes).slot_bytes;
+  detail::require_gpu_vertices(t, gpus, "topo::device_ring_min_bytes");
+  if (gpus.size() < 2) return SIZE_MAX;
+  std::vector<int> ring;
+  try {
+    ring = device_ring_order(t, gpus, routing);
+  } catch (const collx::error&) {  // GPUs no ring joins
+    return SIZE_MAX;
+  }
+  router r(t, routing);
+  bool hops_peer = true;
+  for (std::size_t k = 0; k < ring.size(); ++k) {
+    const int a = gpus[static_cast<std::size_t>(ring[k])], b = gpus[static_cast<std::size_t>(ring[(k + 1) % ring.size()])];
+    hops_peer = hops_peer && !r.between(a, b).host_staged && !r.between(b, a).host_staged;
+  }
+  return gpu::ring_crossover_bytes_where(phase, static_cast<int>(gpus.size()), slot, all_pairs_peer_access(t, gpus, routing),
+                                         device_direct_cost(t, gpus, {}, routing), hops_peer, device_ring_cost(t, gpus, {}, routing));
 }
 
 /// device_direct_cost for every GPU this process sees (topo::discover with `o`), in CUDA device
