@@ -136,10 +136,7 @@ std::optional<device_form_info> device_form(const topology& node, const std::vec
   if (gpus.size() < 2 || static_cast<int>(gpus.size()) > collx::gpu::max_device_world) return std::nullopt;
   device_form_info d;
   d.gpus = static_cast<int>(gpus.size());
-  router r(node, mo.routing);
-  const auto peers = [&](int a, int b) { return !r.between(gpus[static_cast<std::size_t>(a)], gpus[static_cast<std::size_t>(b)]).host_staged; };
-  for (int a = 0; a < d.gpus; ++a)
-    for (int b = 0; b < d.gpus; ++b) d.all_peers = d.all_peers && (a == b || peers(a, b));
+  d.all_peers = all_pairs_peer_access(node, gpus, mo.routing);
   d.cost = device_direct_cost(node, gpus, {}, mo.routing);
   d.two_shot_min = collx::gpu::two_shot_crossover_bytes(d.gpus, d.all_peers ? d.cost : collx::gpu::host_memory_direct_cost);
   try {
@@ -147,12 +144,8 @@ std::optional<device_form_info> device_form(const topology& node, const std::vec
   } catch (const collx::error&) {  // GPUs no ring joins: no ring order to suggest
     return d;
   }
-  bool hops_peer = true;
-  for (std::size_t k = 0; k < d.ring.size(); ++k) hops_peer = hops_peer && peers(d.ring[k], d.ring[(k + 1) % d.ring.size()]);
-  const collx::gpu::ring_cost hops = device_ring_cost(node, gpus, {}, mo.routing);
-  d.ring_hop_GBps = hops.hop_bytes_per_second / 1e9;
-  const std::size_t slot = collx::gpu::workspace_layout::for_staging(collx::gpu::default_staging_bytes).slot_bytes;
-  d.ring_min = collx::gpu::ring_crossover_bytes_where(collx::gpu::ring_phase::all_reduce, d.gpus, slot, d.all_peers, d.cost, hops_peer, hops);
+  d.ring_hop_GBps = device_ring_cost(node, gpus, {}, mo.routing).hop_bytes_per_second / 1e9;
+  d.ring_min = device_ring_min_bytes(node, gpus, collx::gpu::ring_phase::all_reduce, collx::gpu::default_staging_bytes, mo.routing);
   return d;
 }
 
@@ -176,11 +169,13 @@ opts parse(int argc, char** argv) {
       if (i + 1 >= argc) die(a + " needs a value");
       return argv[++i];
     };
-    // A positive finite number (GB/s, Gb/s, microseconds).
+    // A rate (Gb/s) or latency (microseconds) from 0.001 to a million: a positive finite number
+    // (1e-300 Gb/s would make every predicted time inf).
     auto num = [&](const std::string& v) {
       char* end = nullptr;
       const double x = std::strtod(v.c_str(), &end);
-      if (end == v.c_str() || *end || !std::isfinite(x) || x <= 0) die(a + ": '" + v + "' is not a positive number");
+      if (end == v.c_str() || *end || !std::isfinite(x) || x < 1e-3 || x > 1e6)
+        die(a + ": '" + v + "' is not a number from 0.001 to 1000000");
       return x;
     };
     // A count or index: decimal digits, at most `most`.
@@ -498,13 +493,13 @@ int show(const opts& o) {
     std::printf("\ncollx's device all-reduce (gpu::all_reduce, one rank per GPU of a node): a rank reads its %d peer%s at %s GB/s;\n",
                 d->gpus - 1, d->gpus > 2 ? "s" : "", text_GBps(d->cost.peer_read_bytes_per_second / 1e9).c_str());
     if (!d->all_peers)
-      std::printf("  some pairs have no peer access: they go through shared host memory (workspace_memory mixed or host),\n"
-                  "  and gpu::host_memory_direct_cost's figures decide the direct forms instead\n");
+      std::printf("  pairs without peer access go through shared host memory (workspace_memory mixed, or host where no\n"
+                  "  pair has it), and gpu::host_memory_direct_cost's figures decide the direct forms instead\n");
     if (d->two_shot_min == SIZE_MAX) std::printf("  one-shot at every size\n");
     else std::printf("  one-shot below %s, two-shot from there on%s\n", size_name(d->two_shot_min).c_str(),
                      d->all_peers ? " (device_options::cost = topo::device_direct_cost(...))" : "");
     if (!d->ring.empty()) {
-      std::printf("  algo::ring on device, rank r on the r-th GPU: device_options::ring_order = {");
+      std::printf("  algo::ring on device, rank r on the r-th GPU listed: device_options::ring_order = {");
       for (std::size_t k = 0; k < d->ring.size(); ++k) std::printf("%s%d", k ? ", " : "", d->ring[k]);
       std::printf("} (topo::device_ring_order)\n");
       std::printf("  its slowest hop moves %s GB/s (device_options::ring_hops = topo::device_ring_cost(...)):\n",
@@ -579,6 +574,7 @@ int check(const opts& o) {
   mo.routing.p2p = o.p2p && !table.p2p_disabled;
   model m(t, gpus, mo);
   const prediction peak = predicted_peak_busbw(m, table);
+  if (!(table.peak_busbw() > 0)) die(o.perf + ": every busbw is 0: no measured peak to compare with");
   const double ratio = peak.busbw_GBps / table.peak_busbw();
   if (o.json)
     std::printf("{\"measured_GBps\":%.4f,\"predicted_GBps\":%.4f,\"ratio\":%.4f,\"algorithm\":%s,\"bottleneck\":%s}\n", table.peak_busbw(), peak.busbw_GBps,
@@ -593,11 +589,13 @@ int check(const opts& o) {
 
 int main(int argc, char** argv) {
   const opts o = parse(argc, argv);
+  int rc = 0;
   try {
-    if (o.cmd == "simulate") return simulate(o);
-    if (o.cmd == "check") return check(o);
-    return show(o);
+    rc = o.cmd == "simulate" ? simulate(o) : o.cmd == "check" ? check(o) : show(o);
   } catch (const collx::error& e) {
     die(e.what());
   }
+  // A full disk or closed pipe must not pass for a report written.
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) die("could not write the report to standard output");
+  return rc;
 }

@@ -122,10 +122,14 @@ inline nccl_tests_table read_nccl_tests(std::string_view text, std::string_view 
     const bool with_root = tk.size() == 13;
     if (tk.size() != 13 && tk.size() != 12)
       fail_at(source, {no, tk.back().second}, "data row has " + std::to_string(tk.size()) + " columns, expected 13 (or 12 without root)");
+    // Sizes, counts, times and rates: finite and not negative (a size of nan or -8 would reach a
+    // size_t conversion, a rate of inf a ratio).
     auto num = [&](std::size_t k) {
       char* end = nullptr;
       const double v = std::strtod(tk[k].first.c_str(), &end);
       if (end == tk[k].first.c_str() || *end != '\0') fail_at(source, {no, tk[k].second}, "'" + tk[k].first + "' is not a number");
+      if (!std::isfinite(v) || v < 0 || v > 1e18)
+        fail_at(source, {no, tk[k].second}, "'" + tk[k].first + "' is not a size, time or rate (finite, 0 to 1e18)");
       return v;
     };
     nccl_tests_row r;
