@@ -6,7 +6,9 @@
 #include <collx/topo/nccl_xml.hpp>
 #include <collx/topo/nvidia_smi.hpp>
 
+#include <algorithm>
 #include <regex>
+#include <string>
 
 #include "topo_fixtures.hpp"
 
@@ -273,6 +275,37 @@ TEST_CASE("NCCL XML: input it cannot understand is an error naming line and colu
             "t.xml");
       },
       "t.xml:3:", "out of range");
+  // Ids, widths and speeds no machine has: errors, not GPU-1, a second CPU0 or an unknown width.
+  expect_error([] { read_nccl_topology("<system><cpu numaid=\"0\"/>\n<cpu numaid=\"0\"/></system>", "t.xml"); }, "t.xml:2:1:",
+               "a second <cpu> of NUMA node 0");
+  expect_error([] { read_nccl_topology("<system><cpu numaid=\"-1\"/></system>", "t.xml"); }, "t.xml:1:14:", "outside 0 to 4095");
+  expect_error(
+      [] {
+        read_nccl_topology("<system><cpu numaid=\"0\">\n<pci busid=\"0000:01:00.0\" class=\"0x030200\" link_width=\"-16\"/></cpu></system>",
+                           "t.xml");
+      },
+      "t.xml:2:", "outside 0 to 64");
+  expect_error(
+      [] {
+        read_nccl_topology("<system><cpu numaid=\"0\">\n<pci busid=\"0000:01:00.0\" class=\"0x030200\">"
+                           "<gpu dev=\"-1\" sm=\"80\"/></pci></cpu></system>",
+                           "t.xml");
+      },
+      "t.xml:2:", "outside 0 to 4095");
+  // Input quoted in a message is made printable and cut short: binary junk, a megabyte line.
+  for (const std::string& junk : {std::string("\x7f\x01\xfe\x1b[31m<system/>", 14), std::string(1 << 20, 'x')})
+    for (const auto& read : {+[](const std::string& t) { (void)read_topology(t, "j.txt"); },
+                             +[](const std::string& t) { (void)read_nccl_tests(t, "j.txt"); }}) {
+      try {
+        read(junk);
+        FAIL("junk read without an error");
+      } catch (const collx::error& e) {
+        const std::string m = e.what();
+        INFO(m.substr(0, 200));
+        CHECK(m.size() < 700);
+        CHECK(std::none_of(m.begin(), m.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f; }));
+      }
+    }
   // A link speed no PCIe link has (inf, nan, 0, negative) is an error, not Gen6 or Gen1.
   for (const char* speed : {"inf GT/s", "nan GT/s", "0 GT/s", "-8 GT/s", "1e308 GT/s"})
     expect_error(

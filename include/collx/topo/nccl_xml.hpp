@@ -73,6 +73,15 @@ inline long parse_long(const xml_attribute& a, std::string_view src, int base = 
   return r;
 }
 
+/// parse_long, which must lie in [least, most] (device and NUMA ids, speeds, lane counts).
+inline int parse_in_range(const xml_attribute& a, std::string_view src, long least, long most) {
+  const long r = parse_long(a, src);
+  if (r < least || r > most)
+    fail_at(src, a.pos, "attribute '" + a.name + "'=\"" + a.value + "\" is outside " + std::to_string(least) + " to " +
+                            std::to_string(most));
+  return static_cast<int>(r);
+}
+
 inline double parse_double(const xml_attribute& a, std::string_view src) {
   const std::string& v = a.value;
   char* end = nullptr;
@@ -147,7 +156,7 @@ inline topology read_nccl_topology(std::string_view text, std::string_view sourc
     v.parent = parent;
     if (net) {
       if (const xml_attribute* a = net->find("name")) v.device = a->value;
-      if (const xml_attribute* a = net->find("speed")) v.nic_Gbps = static_cast<double>(parse_long(*a, source)) / 1000.0;
+      if (const xml_attribute* a = net->find("speed")) v.nic_Gbps = parse_in_range(*a, source, 0, 100000000) / 1000.0;  // Mb/s
     }
     const int id = t.add_vertex(v);
     up.a = id, up.b = parent;
@@ -161,7 +170,7 @@ inline topology read_nccl_topology(std::string_view text, std::string_view sourc
     const std::string busid = lower(bus.value);
     int gen = 0, width = 0;
     if (const xml_attribute* a = e.find("link_speed")) gen = pcie_gen_from_speed(*a, source);
-    if (const xml_attribute* a = e.find("link_width")) width = a->value.empty() ? 0 : static_cast<int>(parse_long(*a, source));
+    if (const xml_attribute* a = e.find("link_width")) width = a->value.empty() ? 0 : parse_in_range(*a, source, 0, 64);
     const xml_attribute* cls_attr = e.find("class");
     const unsigned long cls = cls_attr ? static_cast<unsigned long>(parse_long(*cls_attr, source, 16)) : 0;
     const unsigned long base = cls >> 8;
@@ -215,7 +224,7 @@ inline topology read_nccl_topology(std::string_view text, std::string_view sourc
       }
       v.arch = arch;
       if (g && g->find("dev")) {
-        v.index = static_cast<int>(parse_long(required(*g, "dev", source), source));
+        v.index = parse_in_range(required(*g, "dev", source), source, 0, 4095);
       } else {
         v.index = next_gpu_index;
         gpu_index_assigned = true;
@@ -271,7 +280,10 @@ inline topology read_nccl_topology(std::string_view text, std::string_view sourc
     if (c.name != "cpu") fail_at(source, c.pos, "unexpected <" + c.name + "> inside <system> (expected <cpu>)");
     vertex v;
     v.kind = vertex_kind::cpu;
-    v.index = c.find("numaid") ? static_cast<int>(parse_long(*c.find("numaid"), source)) : static_cast<int>(cpus.size());
+    v.index = c.find("numaid") ? parse_in_range(*c.find("numaid"), source, 0, 4095) : static_cast<int>(cpus.size());
+    for (int other : cpus)
+      if (t.vertices[static_cast<std::size_t>(other)].index == v.index)
+        fail_at(source, c.pos, "a second <cpu> of NUMA node " + std::to_string(v.index));
     v.name = "CPU" + std::to_string(v.index);
     if (const xml_attribute* a = c.find("affinity")) {
       v.cpu_affinity = cpulist_from_mask(a->value);
@@ -408,7 +420,7 @@ inline std::vector<nccl_graph> read_nccl_graph(std::string_view text, std::strin
       if (c.name != "channel") fail_at(source, c.pos, "unexpected <" + c.name + "> inside <graph>");
       nccl_channel ch;
       for (const xml_element& d : c.children) {
-        const int dev = static_cast<int>(parse_long(required(d, "dev", source), source));
+        const int dev = parse_in_range(required(d, "dev", source), source, 0, 4095);
         if (d.name == "gpu") {
           for (int x : ch.gpus)
             if (x == dev) fail_at(source, d.pos, "GPU " + std::to_string(dev) + " twice in one channel");

@@ -28,10 +28,30 @@ struct text_pos {
   int col = 1;
 };
 
-/// Throws collx::error(invalid_argument) "source:line:col: message".
+/// `message` fit for a terminal: bytes outside printable ASCII as \xNN (a message quotes the input,
+/// which may be binary), and cut after `most` bytes with "..." (it may quote a megabyte line).
+inline std::string printable(std::string_view message, std::size_t most = 500) {
+  std::string out;
+  for (const char ch : message) {
+    if (out.size() >= most) return out + "...";
+    const auto c = static_cast<unsigned char>(ch);
+    if (c >= 0x20 && c < 0x7f) {
+      out += ch;
+    } else {
+      const char* hex = "0123456789abcdef";
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  return out;
+}
+
+/// Throws collx::error(invalid_argument) "source:line:col: message" (printable: quoted input
+/// escaped and cut short).
 [[noreturn]] inline void fail_at(std::string_view source, text_pos p, const std::string& message) {
-  COLLX_THROW(errc::invalid_argument, std::string(source.empty() ? "<input>" : source) + ":" + std::to_string(p.line) +
-                                          ":" + std::to_string(p.col) + ": " + message);
+  COLLX_THROW(errc::invalid_argument, printable(std::string(source.empty() ? "<input>" : source) + ":" + std::to_string(p.line) +
+                                                ":" + std::to_string(p.col) + ": " + message));
 }
 
 /// `text` without a leading UTF-8 byte order mark (files saved by Windows editors): every reader
