@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <initializer_list>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -162,9 +163,10 @@ struct opts {
 
 opts parse(int argc, char** argv) {
   opts o;
-  std::vector<std::string> pos;
+  std::vector<std::string> pos, given;  // positional arguments; options, as typed
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    if (a.size() > 1 && a[0] == '-') given.push_back(a);
     auto val = [&]() -> std::string {
       if (i + 1 >= argc) die(a + " needs a value");
       return argv[++i];
@@ -178,11 +180,11 @@ opts parse(int argc, char** argv) {
         die(a + ": '" + v + "' is not a number from 0.001 to 1000000");
       return x;
     };
-    // A count or index: decimal digits, at most `most`.
+    // A count or index: decimal digits only (no sign, no spaces), from `least` to `most`.
     auto count = [&](const std::string& v, long least, long most) {
-      char* end = nullptr;
-      const long x = std::strtol(v.c_str(), &end, 10);
-      if (v.empty() || end == v.c_str() || *end || x < least || x > most)
+      const bool digits = !v.empty() && v.size() <= 9 && std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; });
+      const long x = digits ? std::strtol(v.c_str(), nullptr, 10) : -1;
+      if (!digits || x < least || x > most)
         die(a + ": '" + v + "' is not a whole number from " + std::to_string(least) + " to " + std::to_string(most));
       return static_cast<int>(x);
     };
@@ -193,10 +195,15 @@ opts parse(int argc, char** argv) {
       if (!o.gpu) die("unknown GPU model " + n);
     } else if (a == "--graph") o.graph = val();
     else if (a == "--gpus") {
-      std::stringstream ss(val());
+      const std::string list = val();
+      std::stringstream ss(list);
       std::string x;
-      while (std::getline(ss, x, ',')) o.gpus.push_back(count(x, 0, 4095));
-      if (o.gpus.empty()) die("--gpus needs GPU indices, e.g. 0,1,6,7");
+      while (std::getline(ss, x, ',')) {
+        const int g = count(x, 0, 4095);
+        if (std::find(o.gpus.begin(), o.gpus.end(), g) != o.gpus.end()) die("--gpus: GPU " + x + " is listed twice");
+        o.gpus.push_back(g);
+      }
+      if (o.gpus.empty() || list.back() == ',') die("--gpus needs GPU indices separated by commas, e.g. 0,1,6,7");
     } else if (a == "--nodes") o.nodes = count(val(), 1, 64);  // the model grows with nodes squared: use simulate beyond
     else if (a == "--nvswitch") o.nvswitch = count(val(), 1, 64);
     else if (a == "--nic-gbps") o.nic_gbps = num(val());
@@ -224,8 +231,24 @@ opts parse(int argc, char** argv) {
     if (pos.size() - k != 2) die("check needs PERF.txt and a topology FILE");
     o.perf = pos[k++];
   }
-  if (k < pos.size()) o.file = pos[k++];
-  if (k < pos.size()) die("unexpected argument " + pos[k]);
+  if (k < pos.size() && o.cmd != "simulate") o.file = pos[k++];
+  if (k < pos.size()) die("unexpected argument " + pos[k] + (o.cmd == "simulate" ? " (simulate reads a node with --node FILE)" : ""));
+  // An option the command would ignore is an error, not a silent no-op.
+  const auto refuse = [&](std::initializer_list<const char*> names, const std::string& why) {
+    for (const std::string& g : given)
+      for (const char* n : names)
+        if (g == n) die(g + " " + why);
+  };
+  if (o.cmd == "simulate") {
+    refuse({"--graph", "--gpus", "--nodes", "--p2p", "--hwloc", "--cudart", "--nvml"}, "is not an option of simulate (see --help)");
+    if (!o.node_file.empty())
+      refuse({"--nvlinks", "--gpus-per-node", "--net-gbps", "--nics-per-gpu"}, "describes simulate's built-in node: with --node FILE the file does");
+    else refuse({"--nvswitch", "--nic-gbps"}, "applies to a node read from a file: use it with --node FILE");
+  } else {
+    refuse({"--node", "--nvlinks", "--gpus-per-node", "--net-gbps", "--net-us", "--nics-per-gpu", "--max-gpus"}, "is an option of simulate only");
+    if (o.cmd == "check") refuse({"--graph"}, "is not an option of check");
+    if (!o.file.empty()) refuse({"--hwloc", "--cudart", "--nvml"}, "discovers this machine: it does nothing with a FILE");
+  }
   return o;
 }
 
@@ -527,11 +550,21 @@ int simulate(const opts& o) {
   so.network_step_us = o.net_us;
   const std::vector<scaling_point> points = simulate_allreduce(node, so);
   const std::vector<algo> algos = scaling_algos();
-  if (o.json) std::printf("{\"node\":%s,\"gpus_per_node\":%d,\"net_gbps\":%g,\"results\":[", json_str(node.source).c_str(), per, o.net_gbps);
-  else
+  // The built-in node's network is --net-gbps per NIC; a node read from a file has its own NICs.
+  const bool built_in = o.node_file.empty();
+  if (o.json) {
+    char net[32] = "null";
+    if (built_in) std::snprintf(net, sizeof net, "%g", o.net_gbps);
+    std::printf("{\"node\":%s,\"gpus_per_node\":%d,\"net_gbps\":%s,\"results\":[", json_str(node.source).c_str(), per, net);
+  }
+  else if (built_in)
     std::printf("All-reduce on nodes like: %s (%d GPUs each), network %g Gb/s per NIC, %d NIC(s) per GPU\n"
                 "busbw GB/s (time us) per algorithm, best protocol each; * marks the fastest\n\n",
                 node.source.c_str(), per, o.net_gbps, o.nics_per_gpu);
+  else
+    std::printf("All-reduce on nodes like: %s (%d GPUs each), network through that file's NICs\n"
+                "busbw GB/s (time us) per algorithm, best protocol each; * marks the fastest\n\n",
+                node.source.c_str(), per);
   bool first = true;
   for (const scaling_point& s : points) {
     const std::vector<prediction>& ps = s.by_algo;
