@@ -16,9 +16,12 @@
 #include <collx/topo/predict.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <initializer_list>
 #include <iostream>
@@ -41,8 +44,8 @@ const char* const usage =
     "show      print the GPU/NIC matrix (as nvidia-smi topo -m), the notes (every assumption made),\n"
     "          the rings and trees collx builds with each hop's link, and predicted all-reduce busbw\n"
     "          per algorithm and size. FILE is nvidia-smi topo -m text or an NCCL topology XML\n"
-    "          (detected); without FILE, this machine is discovered: sysfs for CPUs and PCIe, the\n"
-    "          CUDA runtime for GPUs and peer access, NVML for NVLinks and NVSwitches.\n"
+    "          (detected; - reads standard input); without FILE, this machine is discovered: sysfs for\n"
+    "          CPUs and PCIe, the CUDA runtime for GPUs and peer access, NVML for NVLinks and NVSwitches.\n"
     "simulate  predicted all-reduce time and busbw for 8..4096 GPUs: nodes of --gpus-per-node GPUs on\n"
     "          NVSwitch, joined by a non-blocking network of --net-gbps per NIC; ring, tree and\n"
     "          hierarchical, and which wins at each size.\n"
@@ -74,10 +77,18 @@ const char* const usage =
   std::exit(2);
 }
 
+// The whole of a file ("-": standard input); a file that cannot be read ends the tool, saying why.
 std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) die("cannot read " + path);
   std::stringstream ss;
+  if (path == "-") {
+    ss << std::cin.rdbuf();
+    return ss.str();
+  }
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) die("cannot read " + path + ": it is a directory");
+  errno = 0;
+  std::ifstream f(path, std::ios::binary);
+  if (!f) die("cannot read " + path + (errno != 0 ? ": " + std::string(std::strerror(errno)) : std::string()));
   ss << f.rdbuf();
   return ss.str();
 }
@@ -222,7 +233,7 @@ opts parse(int argc, char** argv) {
     else if (a == "--net-us") o.net_us = num(val());
     else if (a == "--nics-per-gpu") o.nics_per_gpu = count(val(), 1, 16);
     else if (a == "--max-gpus") o.max_gpus = count(val(), 1, 1 << 16);
-    else if (!a.empty() && a[0] == '-') die("unknown option " + a + " (see --help)");
+    else if (a.size() > 1 && a[0] == '-') die("unknown option " + a + " (see --help)");
     else pos.push_back(a);
   }
   std::size_t k = 0;
