@@ -541,6 +541,9 @@ int show(const opts& o) {
       if (d->ring_min == SIZE_MAX) std::printf("  untagged all-reduces never take the ring\n");
       else std::printf("  untagged all-reduces take the ring from %s on\n", size_name(d->ring_min).c_str());
     }
+  } else if (static_cast<int>(node_gpus.size()) > collx::gpu::max_device_world) {
+    std::printf("\ncollx's device communicator takes at most %d ranks (gpu::max_device_world); %zu GPUs here: no device figures\n",
+                collx::gpu::max_device_world, node_gpus.size());
   }
   return 0;
 }
