@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <regex>
 #include <string>
+#include <utility>
 
 #include "topo_fixtures.hpp"
 
@@ -277,14 +278,37 @@ TEST_CASE("NCCL XML: input it cannot understand is an error naming line and colu
       "t.xml:3:", "out of range");
   // Ids, widths and speeds no machine has: errors, not GPU-1, a second CPU0 or an unknown width.
   expect_error([] { read_nccl_topology("<system><cpu numaid=\"0\"/>\n<cpu numaid=\"0\"/></system>", "t.xml"); }, "t.xml:2:1:",
-               "a second <cpu> of NUMA node 0");
-  expect_error([] { read_nccl_topology("<system><cpu numaid=\"-1\"/></system>", "t.xml"); }, "t.xml:1:14:", "outside 0 to 4095");
+               "a second <cpu> with numaid 0");
+  expect_error([] { read_nccl_topology("<system><cpu numaid=\"-2\"/></system>", "t.xml"); }, "t.xml:1:14:", "outside -1 to 4095");
+  // What NCCL writes where Linux knows no better: numaid -1 (one NUMA node, VMs), link_speed
+  // "Unknown", link_width 255; graph device numbers in hex. Read as unknown, not refused.
+  CHECK_NOTHROW(read_nccl_topology("<system><cpu numaid=\"-1\"/><cpu/></system>", "t.xml"));
+  CHECK_NOTHROW(read_nccl_topology("<system><cpu numaid=\"1\"/><cpu/></system>", "t.xml"));  // the second is index 1 too, unnamed
+  {
+    // As if the file gave neither (whatever the reader assumes then).
+    const auto with = [](const std::string& attrs) {
+      const topology u = read_nccl_topology("<system><cpu numaid=\"0\"><pci busid=\"0000:01:00.0\" class=\"0x030200\"" + attrs +
+                                                "><gpu dev=\"0\" sm=\"80\"/></pci></cpu></system>",
+                                            "t.xml");
+      const collx::topo::link& up = u.links[static_cast<std::size_t>(u.parent_link(u.gpu(0)))];
+      return std::pair{up.generation, up.width};
+    };
+    CHECK(with(" link_speed=\"Unknown speed\" link_width=\"255\"") == with(""));
+    CHECK(with(" link_speed=\"Unknown\"") == with(""));
+    CHECK(with(" link_speed=\"16.0 GT/s PCIe\" link_width=\"8\"") == std::pair{4, 8});
+  }
+  CHECK(read_nccl_graph("<graphs><graph id=\"0\" pattern=\"4\" nchannels=\"1\"><channel><gpu dev=\"0x0\"/><gpu dev=\"0x1\"/></channel>"
+                        "</graph></graphs>",
+                        "g.xml")
+            .at(0)
+            .channels.at(0)
+            .gpus == std::vector<int>{0, 1});
   expect_error(
       [] {
         read_nccl_topology("<system><cpu numaid=\"0\">\n<pci busid=\"0000:01:00.0\" class=\"0x030200\" link_width=\"-16\"/></cpu></system>",
                            "t.xml");
       },
-      "t.xml:2:", "outside 0 to 64");
+      "t.xml:2:", "outside 0 to 255");
   expect_error(
       [] {
         read_nccl_topology("<system><cpu numaid=\"0\">\n<pci busid=\"0000:01:00.0\" class=\"0x030200\">"
@@ -314,11 +338,17 @@ TEST_CASE("NCCL XML: input it cannot understand is an error naming line and colu
                                  speed + "\" link_width=\"16\"/>\n</cpu></system>",
                              "t.xml");
         },
-        "t.xml:2:", "outside PCIe's rates");
+        "t.xml:2:", "outside 2 to 128 GT/s");
   // Nesting past max_xml_depth is an error, not a stack overflow (50,000 levels crashed the reader).
   std::string deep = "<system>";
   for (int k = 0; k < 50000; ++k) deep += "<cpu numaid=\"0\">";
-  expect_error([&] { read_nccl_topology(deep, "t.xml"); }, "t.xml:1:1017:", "nested more than 64 deep");
+  expect_error([&] { read_nccl_topology(deep, "t.xml"); }, "t.xml:1:1017:", "nested more than 64 levels deep");
+  // 64 levels, the root's included, are read.
+  std::string levels;
+  for (int k = 0; k < 64; ++k) levels += "<a>";
+  for (int k = 0; k < 64; ++k) levels += "</a>";
+  CHECK_NOTHROW(collx::topo::detail::parse_xml(levels, "a.xml"));
+  expect_error([&] { collx::topo::detail::parse_xml("<a>" + levels + "</a>", "a.xml"); }, "a.xml:1:193:", "more than 64 levels");
 }
 
 TEST_CASE("NCCL graph XML: the DGX-1's six rings and NC A100 v4's rings and trees") {

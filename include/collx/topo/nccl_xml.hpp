@@ -102,15 +102,16 @@ inline std::string lower(std::string s) {
   return s;
 }
 
-/// PCIe generation from an NCCL link_speed ("8 GT/s", "16.0 GT/s PCIe"); 0 when empty.
+/// PCIe generation from an NCCL link_speed ("8 GT/s", "16.0 GT/s PCIe"); 0 (unknown) when empty
+/// or "Unknown..." (what Linux prints, and NCCL copies, where the link's speed is not known).
 inline int pcie_gen_from_speed(const xml_attribute& a, std::string_view src) {
-  if (a.value.empty()) return 0;
+  if (a.value.empty() || a.value.rfind("Unknown", 0) == 0) return 0;
   char* end = nullptr;
   const double gt = std::strtod(a.value.c_str(), &end);
   if (end == a.value.c_str()) fail_at(src, a.pos, "link_speed \"" + a.value + "\" is not a PCIe rate");
   // PCIe runs 2.5 (Gen1) to 64 GT/s (Gen6); anything far outside (0, inf, nan) is a broken file.
   if (!(gt >= 2 && gt <= 128))
-    fail_at(src, a.pos, "link_speed \"" + a.value + "\" is outside PCIe's rates (2.5 to 64 GT/s)");
+    fail_at(src, a.pos, "link_speed \"" + a.value + "\" is outside 2 to 128 GT/s (PCIe runs 2.5 to 64)");
   if (gt < 3) return 1;
   if (gt < 6) return 2;
   if (gt < 12) return 3;
@@ -170,7 +171,9 @@ inline topology read_nccl_topology(std::string_view text, std::string_view sourc
     const std::string busid = lower(bus.value);
     int gen = 0, width = 0;
     if (const xml_attribute* a = e.find("link_speed")) gen = pcie_gen_from_speed(*a, source);
-    if (const xml_attribute* a = e.find("link_width")) width = a->value.empty() ? 0 : parse_in_range(*a, source, 0, 64);
+    // Widths past x32 are Linux's 255 for an unknown width (copied by NCCL): unknown here too.
+    if (const xml_attribute* a = e.find("link_width")) width = a->value.empty() ? 0 : parse_in_range(*a, source, 0, 255);
+    if (width > 32) width = 0;
     const xml_attribute* cls_attr = e.find("class");
     const unsigned long cls = cls_attr ? static_cast<unsigned long>(parse_long(*cls_attr, source, 16)) : 0;
     const unsigned long base = cls >> 8;
@@ -275,15 +278,19 @@ inline topology read_nccl_topology(std::string_view text, std::string_view sourc
     t.notes.push_back("PCI device " + busid + " of class " + cls_attr->value + " is neither GPU, NIC nor bridge: ignored");
   };
 
-  std::vector<int> cpus;
+  std::vector<int> cpus, numa_ids;  // CPU vertices; the numaids given
   for (const xml_element& c : root.children) {
     if (c.name != "cpu") fail_at(source, c.pos, "unexpected <" + c.name + "> inside <system> (expected <cpu>)");
     vertex v;
     v.kind = vertex_kind::cpu;
-    v.index = c.find("numaid") ? parse_in_range(*c.find("numaid"), source, 0, 4095) : static_cast<int>(cpus.size());
-    for (int other : cpus)
-      if (t.vertices[static_cast<std::size_t>(other)].index == v.index)
-        fail_at(source, c.pos, "a second <cpu> of NUMA node " + std::to_string(v.index));
+    // numaid -1 (or none): NCCL copies sysfs numa_node, -1 on one-node machines and many VMs.
+    const xml_attribute* numa = c.find("numaid");
+    v.index = numa ? parse_in_range(*numa, source, -1, 4095) : static_cast<int>(cpus.size());
+    if (numa && v.index >= 0) {
+      if (std::find(numa_ids.begin(), numa_ids.end(), v.index) != numa_ids.end())
+        fail_at(source, c.pos, "a second <cpu> with numaid " + std::to_string(v.index));
+      numa_ids.push_back(v.index);
+    }
     v.name = "CPU" + std::to_string(v.index);
     if (const xml_attribute* a = c.find("affinity")) {
       v.cpu_affinity = cpulist_from_mask(a->value);
@@ -420,7 +427,16 @@ inline std::vector<nccl_graph> read_nccl_graph(std::string_view text, std::strin
       if (c.name != "channel") fail_at(source, c.pos, "unexpected <" + c.name + "> inside <graph>");
       nccl_channel ch;
       for (const xml_element& d : c.children) {
-        const int dev = parse_in_range(required(d, "dev", source), source, 0, 4095);
+        // NCCL writes these with "%#lx" (0, 0x1, ...; older files in decimal), the system id of
+        // multi-node graphs in bits 56 and up.
+        const xml_attribute& dev_attr = required(d, "dev", source);
+        const std::string& dv = dev_attr.value;
+        char* end = nullptr;
+        errno = 0;
+        const unsigned long long raw = dv.empty() || dv[0] == '-' ? 0 : std::strtoull(dv.c_str(), &end, 0);
+        if (dv.empty() || dv[0] == '-' || end == dv.c_str() || *end != '\0' || errno == ERANGE || (raw & ((1ULL << 56) - 1)) > 4095)
+          fail_at(source, dev_attr.pos, "attribute 'dev'=\"" + dv + "\" is not a device number (0 to 4095, decimal or 0x...)");
+        const int dev = static_cast<int>(raw & ((1ULL << 56) - 1));
         if (d.name == "gpu") {
           for (int x : ch.gpus)
             if (x == dev) fail_at(source, d.pos, "GPU " + std::to_string(dev) + " twice in one channel");

@@ -82,13 +82,13 @@ struct xml_element {
   }
 };
 
-/// Deepest nesting parse_xml accepts (the root is at depth 0): NCCL's topology and graph files
+/// Levels of elements parse_xml accepts, the root's included: NCCL's topology and graph files
 /// nest about 6 deep; the bound keeps the recursive reader off the end of the stack.
 inline constexpr int max_xml_depth = 64;
 
 /// Parses `text` into its root element. @throws collx::error(invalid_argument) naming
 /// `source:line:col` for anything outside the subset described above, and for elements nested
-/// more than max_xml_depth deep.
+/// more than max_xml_depth levels deep.
 inline xml_element parse_xml(std::string_view text, std::string_view source) {
   struct parser {
     std::string_view s;
@@ -194,7 +194,7 @@ inline xml_element parse_xml(std::string_view text, std::string_view source) {
       xml_element e;
       e.pos = p;
       if (depth >= max_xml_depth)
-        fail("elements nested more than " + std::to_string(max_xml_depth) + " deep (NCCL's files nest about 6)");
+        fail("elements nested more than " + std::to_string(max_xml_depth) + " levels deep (NCCL's files nest about 6)");
       if (peek() != '<') fail(at_end() ? "unexpected end of input" : "expected '<'");
       advance();
       e.name = name();
