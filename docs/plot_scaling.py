@@ -87,7 +87,8 @@ def main():
     right.set_title("predicted all-reduce bus bandwidth")
     right.grid(alpha=0.3)
     right.legend(fontsize=7, ncol=3, loc="lower left")
-    fig.suptitle(f"collx-topo simulate: {data['node']}, {data['net_gbps']:g} Gb/s per NIC", fontsize=11)
+    net = "the node's own NICs" if data["net_gbps"] is None else f"{data['net_gbps']:g} Gb/s per NIC"  # null: --node FILE
+    fig.suptitle(f"collx-topo simulate: {data['node']}, {net}", fontsize=11)
     fig.tight_layout()
     fig.savefig(a.out, dpi=110)
     print(f"wrote {a.out}", file=sys.stderr)

@@ -523,7 +523,10 @@ TEST_CASE("device ring cost: the ring's slowest hop, which takes over from the d
   CHECK(device_ring_min_bytes(hgx, hgx.gpus(), gpu::ring_phase::all_reduce) == SIZE_MAX);
   CHECK(device_ring_min_bytes(dgx1, {gpus[0]}, gpu::ring_phase::all_reduce) == SIZE_MAX);
   // Smaller staging: more chunks, so more barriers per byte, and a later crossover.
-  CHECK(device_ring_min_bytes(dgx1, gpus, gpu::ring_phase::all_reduce, 256 << 10) > 122269);
+  const std::size_t small_staging = device_ring_min_bytes(dgx1, gpus, gpu::ring_phase::all_reduce, 256 << 10);
+  CHECK(small_staging > 122269);
+  CHECK(small_staging != SIZE_MAX);
+  CHECK_THROWS_AS(device_ring_min_bytes(dgx1, {gpus[0], gpus[0]}, gpu::ring_phase::all_reduce), collx::error);  // not "never"
   CHECK_THROWS_AS(device_ring_min_bytes(dgx1, gpus, gpu::ring_phase::all_reduce, 1024), collx::error);  // slots under 4 KiB
   // Fewer than two GPUs: the figures given; ids that are not GPUs: an error.
   CHECK(device_ring_cost(hgx, {hgx.gpu(0)}, gpu::ring_cost{5e9, 1e-6}).hop_bytes_per_second == 5e9);

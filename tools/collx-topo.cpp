@@ -244,6 +244,8 @@ opts parse(int argc, char** argv) {
   }
   if (k < pos.size() && o.cmd != "simulate") o.file = pos[k++];
   if (k < pos.size()) die("unexpected argument " + pos[k] + (o.cmd == "simulate" ? " (simulate reads a node with --node FILE)" : ""));
+  // Standard input can be read once.
+  if ((o.perf == "-") + (o.file == "-") + (o.graph == "-") + (o.node_file == "-") > 1) die("only one file can be - (standard input)");
   // An option the command would ignore is an error, not a silent no-op.
   const auto refuse = [&](std::initializer_list<const char*> names, const std::string& why) {
     for (const std::string& g : given)

@@ -35,12 +35,16 @@ namespace collx {
 inline namespace v0 {
 namespace topo {
 namespace detail {
-/// Throws unless every id of `gpus` is a GPU vertex of `t` (`who` names the caller).
+/// Throws unless every id of `gpus` is a GPU vertex of `t`, each once (`who` names the caller).
 inline void require_gpu_vertices(const topology& t, const std::vector<int>& gpus, const char* who) {
-  for (int g : gpus)
+  for (std::size_t k = 0; k < gpus.size(); ++k) {
+    const int g = gpus[k];
     if (g < 0 || static_cast<std::size_t>(g) >= t.vertices.size() || t.vertices[static_cast<std::size_t>(g)].kind != vertex_kind::gpu)
       COLLX_THROW(errc::invalid_argument, std::string(who) + ": " + std::to_string(g) +
                                               " is not a GPU vertex of the topology (pass t.gpu(d) for CUDA device d)");
+    if (std::find(gpus.begin(), gpus.begin() + static_cast<std::ptrdiff_t>(k), g) != gpus.begin() + static_cast<std::ptrdiff_t>(k))
+      COLLX_THROW(errc::invalid_argument, std::string(who) + ": GPU vertex " + std::to_string(g) + " is listed twice");
+  }
 }
 }  // namespace detail
 
