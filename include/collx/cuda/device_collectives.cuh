@@ -185,6 +185,9 @@ __device__ inline T load_cg(const T* p) {
 /// V consecutive elements, moved as one 16-byte access (V = device_vector_elements<T> > 1).
 template <class T, std::size_t V>
 struct alignas(16) vec {
+  static_assert(std::is_default_constructible_v<T>,
+                "collx::gpu: the device collectives hold elements (and a custom op's partial results) in registers, so the "
+                "element type must be default-constructible: give it a default constructor, e.g. T() = default;");
   T e[V];
 };
 template <class T, std::size_t V>
