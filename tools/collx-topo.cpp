@@ -150,7 +150,7 @@ std::optional<device_form_info> device_form(const topology& node, const std::vec
   d.gpus = static_cast<int>(gpus.size());
   d.all_peers = all_pairs_peer_access(node, gpus, mo.routing);
   d.cost = device_direct_cost(node, gpus, {}, mo.routing);
-  d.two_shot_min = collx::gpu::two_shot_crossover_bytes(d.gpus, d.all_peers ? d.cost : collx::gpu::host_memory_direct_cost);
+  d.two_shot_min = collx::gpu::two_shot_crossover_bytes(d.gpus, collx::gpu::direct_cost_where(d.all_peers, d.cost));
   try {
     d.ring = device_ring_order(node, gpus, mo.routing);
   } catch (const collx::error&) {  // GPUs no ring joins: no ring order to suggest

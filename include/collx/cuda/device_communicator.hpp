@@ -269,7 +269,7 @@ class device_communicator {
       const bool device = memory_ == workspace_memory::device;
       std::uint64_t two_shot = opt.two_shot_min_bytes != 0
                                    ? opt.two_shot_min_bytes
-                                   : two_shot_crossover_bytes(host.size(), device ? opt.cost : host_memory_direct_cost);
+                                   : two_shot_crossover_bytes(host.size(), direct_cost_where(device, opt.cost));
       collx::broadcast<algo::direct>(host, std::span<std::uint64_t>(&two_shot, 1), 0);
       two_shot_min_bytes_ = static_cast<std::size_t>(two_shot);
 

@@ -721,11 +721,32 @@ struct direct_cost {
 /// round trip through host memory per chunk, taken as 10 us per call. Estimates: not measured.
 inline constexpr direct_cost host_memory_direct_cost{10e-6, 12e9};
 
+/// The figures a device communicator's direct forms go by: `given` (device_options::cost) where
+/// every workspace is in device memory (`on_device`: workspace_memory device), else
+/// host_memory_direct_cost (some peer is read through host memory).
+constexpr const direct_cost& direct_cost_where(bool on_device, const direct_cost& given) noexcept {
+  return on_device ? given : host_memory_direct_cost;
+}
+
+/// Seconds of a call as fixed + per_byte x bytes (an alpha-beta line).
+struct cost_line {
+  double fixed = 0;     ///< seconds whatever the size
+  double per_byte = 0;  ///< seconds per byte
+  /// Seconds for `bytes`.
+  double at(double bytes) const noexcept { return fixed + per_byte * bytes; }
+};
+
+/// The line of an all-reduce in form `f` on `world` ranks: one-shot one call reading (world - 1)
+/// x the bytes, two-shot two calls reading 2 (world - 1) / world x the bytes.
+inline cost_line direct_line(direct_form f, int world, const direct_cost& c) noexcept {
+  const double w = static_cast<double>(world), rate = c.peer_read_bytes_per_second;
+  if (f == direct_form::one_shot) return {c.call_seconds, (w - 1) / rate};
+  return {2 * c.call_seconds, 2 * (w - 1) / w / rate};
+}
+
 /// Predicted seconds of an all-reduce of `bytes` per rank on `world` ranks in form `f`.
 inline double predict_direct(direct_form f, std::size_t bytes, int world, const direct_cost& c) noexcept {
-  const double n = static_cast<double>(bytes), w = static_cast<double>(world);
-  if (f == direct_form::one_shot) return c.call_seconds + (w - 1) * n / c.peer_read_bytes_per_second;
-  return 2 * c.call_seconds + 2 * (w - 1) / w * n / c.peer_read_bytes_per_second;
+  return direct_line(f, world, c).at(static_cast<double>(bytes));
 }
 
 /// The all-reduce size, in bytes per rank, from which `c` predicts two-shot no slower than one-shot

@@ -318,14 +318,6 @@ struct ring_cost {
 inline constexpr ring_cost host_memory_ring_cost{12e9, 10e-6};
 
 namespace ring_detail {
-/// Seconds of a call as fixed + per_byte x bytes.
-struct cost_line {
-  double fixed = 0;     ///< seconds whatever the size
-  double per_byte = 0;  ///< seconds per byte of vector
-  /// Seconds for a vector of `bytes`.
-  double at(double bytes) const noexcept { return fixed + per_byte * bytes; }
-};
-
 /// The ring's line for `phase` on `world` ranks (world >= 2): one call's fixed cost, every step's
 /// barrier once per chunk (a chunk is world slots of the vector, counted as 1 + bytes / (world x
 /// slot_bytes), within one chunk of plan_ring's), and 2 (world - 1) / world of the vector read
@@ -345,13 +337,13 @@ inline cost_line ring_line(ring_phase phase, int world, std::size_t slot_bytes, 
 /// host_memory_direct_cost every byte is taken at host memory's rate, though only the pairs
 /// without peer access go through it.
 inline int direct_lines(ring_phase phase, int world, const direct_cost& d, cost_line (&out)[2]) noexcept {
-  const double w = static_cast<double>(world), rate = d.peer_read_bytes_per_second;
   if (phase != ring_phase::all_reduce) {
-    out[0] = {d.call_seconds, (w - 1) / w / rate};
+    const double w = static_cast<double>(world);
+    out[0] = {d.call_seconds, (w - 1) / w / d.peer_read_bytes_per_second};
     return 1;
   }
-  out[0] = {d.call_seconds, (w - 1) / rate};
-  out[1] = {2 * d.call_seconds, 2 * (w - 1) / w / rate};
+  out[0] = direct_line(direct_form::one_shot, world, d);
+  out[1] = direct_line(direct_form::two_shot, world, d);
   return 2;
 }
 }  // namespace ring_detail
@@ -372,7 +364,7 @@ inline double predict_ring(ring_phase phase, std::size_t bytes, int world, std::
 /// all_reduce the faster of one-shot and two-shot (predict_direct), for reduce_scatter and
 /// all_gather one call reading the world - 1 peers' blocks.
 inline double predict_direct_call(ring_phase phase, std::size_t bytes, int world, const direct_cost& d) noexcept {
-  ring_detail::cost_line lines[2];
+  cost_line lines[2];
   const int n = ring_detail::direct_lines(phase, world, d, lines);
   double best = lines[0].at(static_cast<double>(bytes));
   for (int i = 1; i < n; ++i) best = std::min(best, lines[i].at(static_cast<double>(bytes)));
@@ -381,13 +373,12 @@ inline double predict_direct_call(ring_phase phase, std::size_t bytes, int world
 
 /// The vector size, in bytes (as predict_ring), from which the figures predict the ring of
 /// `phase` no slower than every direct form (the break-even size, rounded up): SIZE_MAX when it
-/// never is (fewer than two ranks, a hop no faster per byte than the direct forms' reads, as on
-/// NVSwitch, or figures that are not finite and positive -- an unknown hop rate of 0 among them),
-/// at least 1. The ring reads as many bytes as two-shot (and
-/// as reduce-scatter and all-gather's direct forms) in more barriers, so it takes over only where
-/// its hops are faster than what a rank reads from all its peers at once: where some pairs stage
-/// through host memory and the ring's hops do not (a DGX-1 across its sockets).
-/// Precondition: slot_bytes > 0.
+/// never is (fewer than two ranks, slot_bytes 0, a hop no faster per byte than the direct forms'
+/// reads, as on NVSwitch, or figures that are not finite and positive -- an unknown hop rate of 0
+/// among them), at least 1. The ring reads as many bytes as two-shot (and as reduce-scatter and
+/// all-gather's direct forms) in more barriers, so it takes over only where its hops are faster
+/// than what a rank reads from all its peers at once: where some pairs stage through host memory
+/// and the ring's hops do not (a DGX-1 across its sockets).
 inline std::size_t ring_crossover_bytes(ring_phase phase, int world, std::size_t slot_bytes, const direct_cost& d,
                                         const ring_cost& r) noexcept {
   const auto rate = [](double x) { return std::isfinite(x) && x > 0; };
@@ -395,8 +386,8 @@ inline std::size_t ring_crossover_bytes(ring_phase phase, int world, std::size_t
   if (world < 2 || slot_bytes == 0 || !rate(d.peer_read_bytes_per_second) || !rate(r.hop_bytes_per_second) ||
       !seconds(d.call_seconds) || !seconds(r.step_seconds))
     return SIZE_MAX;
-  const ring_detail::cost_line ring = ring_detail::ring_line(phase, world, slot_bytes, d, r);
-  ring_detail::cost_line lines[2];
+  const cost_line ring = ring_detail::ring_line(phase, world, slot_bytes, d, r);
+  cost_line lines[2];
   const int n = ring_detail::direct_lines(phase, world, d, lines);
   double bytes = 0;
   for (int i = 0; i < n; ++i) {
@@ -427,7 +418,7 @@ constexpr std::size_t call_vector_bytes(std::size_t count, int blocks, std::size
 /// device_options::ring_min_bytes = 0 by.
 inline std::size_t ring_crossover_bytes_where(ring_phase phase, int world, std::size_t slot_bytes, bool direct_on_device,
                                               const direct_cost& d, bool hops_on_device, const ring_cost& r) noexcept {
-  const direct_cost& direct = direct_on_device ? d : host_memory_direct_cost;
+  const direct_cost& direct = direct_cost_where(direct_on_device, d);
   ring_cost hops = hops_on_device ? r : host_memory_ring_cost;
   if (hops.hop_bytes_per_second == 0) hops.hop_bytes_per_second = direct.peer_read_bytes_per_second;
   return ring_crossover_bytes(phase, world, slot_bytes, direct, hops);
