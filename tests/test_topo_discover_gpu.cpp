@@ -11,14 +11,18 @@
 #include <collx/topo/ring_search.hpp>
 #include <collx/topo/routing.hpp>
 
+#include "fakes/fake_sysfs.hpp"
+
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #ifndef COLLX_FAKE_CUDART
 #error "COLLX_FAKE_CUDART (path of the fake libcudart) must be defined by tests/CMakeLists.txt"
@@ -46,15 +50,9 @@ std::string slurp(const fs::path& p) {
 // 0000:65:00.0 (bus ids need not be consistent with the tree for discovery), and node 1 a third
 // A10G, 0000:b3:00.0, which the fake CUDA runtime does not list. Removed when it goes out of scope.
 struct fake_sysfs {
+  fake_gpu::sysfs_tree tree;
   fs::path root;
-  explicit fake_sysfs(bool gpus) {
-    root = fs::temp_directory_path() / ("collx-fake-gpu-sysfs-" + std::to_string(::getpid()) + (gpus ? "-gpus" : ""));
-    fs::remove_all(root);
-    write(root / "sys/devices/system/node/node0/cpulist", "0-3");
-    write(root / "sys/devices/system/node/node1/cpulist", "4-7");
-    for (int c = 0; c < 8; ++c) write(root / "sys/devices/system/cpu" / ("cpu" + std::to_string(c)) / "topology/physical_package_id", c < 4 ? "0" : "1");
-    write(root / "proc/cpuinfo", "processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 143\n");
-    fs::create_directories(root / "sys/bus/pci/devices");
+  explicit fake_sysfs(bool gpus) : tree(gpus ? "gpus" : "plain"), root(tree.root) {
     if (!gpus) return;
     const fs::path sw = root / "sys/devices/pci0000:00/0000:00:01.0/0000:15:00.0";
     write(sw / "current_link_speed", "16.0 GT/s PCIe");
@@ -72,14 +70,10 @@ struct fake_sysfs {
     gpu(sw / "0000:16:01.0/0000:65:00.0", "0");
     gpu(root / "sys/devices/pci0000:b0/0000:b0:01.0/0000:b3:00.0", "1");
   }
-  ~fake_sysfs() {
-    std::error_code ec;
-    fs::remove_all(root, ec);
-  }
   discover_options options() const {
     discover_options o;
-    o.sysfs = (root / "sys").string();
-    o.procfs = (root / "proc").string();
+    o.sysfs = tree.sys();
+    o.procfs = tree.proc();
     o.cudart_library = COLLX_FAKE_CUDART;
     o.nvml_library = COLLX_FAKE_NVML;
     return o;
@@ -443,4 +437,177 @@ TEST_CASE("the machine's own CUDA runtime, if any, on this machine") {
   else CHECK((has_note(t, "CUDA runtime not available") || !t.gpus().empty()));
   const cuda_runtime_report r = query_cuda_runtime();
   if (r.loaded && r.count_error != 0) CHECK(r.devices.empty());
+}
+
+// device_wiring: what a device communicator's rank 0 reads from its ranks' PCI bus ids. Here the
+// GPUs come from sysfs (a fake tree with the machine's GPUs on PCI) and NVML, never from the CUDA
+// runtime (which would hide GPUs that CUDA_VISIBLE_DEVICES keeps from rank 0's process).
+namespace {
+discover_options tree_options(const fake_gpu::sysfs_tree& tree) {
+  discover_options o;
+  o.sysfs = tree.sys();
+  o.procfs = tree.proc();
+  o.cudart_library = COLLX_FAKE_CUDART;  // serves the same machine: device_wiring must not ask it
+  o.nvml_library = COLLX_FAKE_NVML;
+  return o;
+}
+
+// The ranks on GPUs gpu_of_rank of machine m (bus ids in cudaDeviceGetPCIBusId's upper case), with
+// peer access as the fake CUDA runtime grants it when `with_reach`.
+device_wiring_ranks ranks_on(const fake_gpu::machine& m, const std::vector<int>& gpu_of_rank, bool with_reach) {
+  device_wiring_ranks out;
+  for (int g : gpu_of_rank) {
+    std::string id = m.gpus[g].busid;
+    for (char& c : id) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    out.busids.push_back(id);
+    out.sm.push_back(m.gpus[g].sm);
+  }
+  if (with_reach)
+    for (std::size_t a = 0; a < gpu_of_rank.size(); ++a) {
+      std::uint64_t bits = 0;
+      for (std::size_t b = 0; b < gpu_of_rank.size(); ++b)
+        if (a == b || fake_gpu::peer_access(m, gpu_of_rank[a], gpu_of_rank[b])) bits |= std::uint64_t{1} << b;
+      out.reach.push_back(bits);
+    }
+  return out;
+}
+}  // namespace
+
+TEST_CASE("device_wiring: a DGX-1 read from sysfs and NVML decides as its NCCL topology dump does") {
+  const fake_machine m("dgx1-v100");
+  const fake_gpu::machine& dgx1 = *fake_gpu::find("dgx1-v100");
+  const fake_gpu::sysfs_tree tree("dgx1", &dgx1);
+  const nvml_probe nvml(COLLX_FAKE_NVML);
+  const topology ref = read_nccl_topology(slurp(fs::path(COLLX_TOPO_DATA) / "dgx1-v100-como-nccl-topo.xml"), "dgx1");
+  const std::size_t slot = collx::gpu::workspace_layout::for_staging(collx::gpu::default_staging_bytes).slot_bytes;
+  // Rank r on GPU gpu_of_rank[r]: the identity, and an order that the ring must undo; peer access
+  // as the router sees it, and as the CUDA runtime grants it.
+  for (const std::vector<int>& gpu_of_rank : {std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}, std::vector<int>{5, 0, 7, 2, 6, 1, 4, 3}})
+    for (const bool with_reach : {false, true}) {
+      const device_wiring_result w = device_wiring(ranks_on(dgx1, gpu_of_rank, with_reach), tree_options(tree));
+      INFO(w.note);
+      REQUIRE(w.found);
+      CHECK(w.note.find("and NVML (6 NVLinks per GPU)") != std::string::npos);
+      // Every hop of the ring joins two GPUs by two NVLinks, by the fake machine's own link table.
+      REQUIRE(w.ring_order.size() == 8);
+      for (std::size_t k = 0; k < 8; ++k) {
+        const int a = gpu_of_rank[static_cast<std::size_t>(w.ring_order[k])];
+        const int b = gpu_of_rank[static_cast<std::size_t>(w.ring_order[(k + 1) % 8])];
+        INFO("hop GPU" << a << " - GPU" << b);
+        CHECK(fake_gpu::links_between(dgx1, a, b) == 2);
+      }
+      // The figures equal those of NCCL's own dump of a DGX-1 (tests/data/topologies), GPUs in the same order.
+      std::vector<int> ref_gpus;
+      for (int g : gpu_of_rank) ref_gpus.push_back(ref.gpu(g));
+      CHECK(w.ring_hops.hop_bytes_per_second == Approx(device_ring_cost(ref, ref_gpus).hop_bytes_per_second));
+      CHECK(w.ring_hops.hop_bytes_per_second == Approx(40e9));  // two V100 NVLinks at NCCL's 20 GB/s
+      CHECK(w.cost.peer_read_bytes_per_second == Approx(device_direct_cost(ref, ref_gpus).peer_read_bytes_per_second));
+      // Without peer access across the sockets the direct forms stage through host memory (mixed).
+      const std::size_t from = collx::gpu::ring_crossover_bytes_where(collx::gpu::ring_phase::all_reduce, 8, slot, false, w.cost, true, w.ring_hops);
+      CHECK(from == device_ring_min_bytes(ref, ref_gpus, collx::gpu::ring_phase::all_reduce));
+      CHECK(from == 122269);
+    }
+  // A given ring is rated as given: the rank order crosses the sockets (GPU3-GPU4, GPU7-GPU0)
+  // without peer access, so its slowest hop is host-staged.
+  device_wiring_ranks given = ranks_on(dgx1, {0, 1, 2, 3, 4, 5, 6, 7}, true);
+  given.ring_order = {0, 1, 2, 3, 4, 5, 6, 7};
+  const device_wiring_result rank_order = device_wiring(given, tree_options(tree));
+  INFO(rank_order.note);
+  CHECK(rank_order.found);
+  CHECK(rank_order.ring_order == given.ring_order);
+  CHECK(rank_order.ring_hops.hop_bytes_per_second < 12e9);
+  CHECK(nvml.open_sessions() == 0);
+}
+
+TEST_CASE("device_wiring: on NVSwitch the figures are collx's defaults and the rank order stays") {
+  const fake_machine m("hgx-h100");
+  const fake_gpu::machine& hgx = *fake_gpu::find("hgx-h100");
+  const fake_gpu::sysfs_tree tree("hgx", &hgx);
+  for (const bool with_reach : {false, true}) {
+    const device_wiring_result w = device_wiring(ranks_on(hgx, {0, 1, 2, 3}, with_reach), tree_options(tree));
+    INFO(w.note);
+    REQUIRE(w.found);
+    CHECK(w.note.find("(18 NVLinks per GPU)") != std::string::npos);
+    CHECK(w.cost.peer_read_bytes_per_second == Approx(collx::gpu::direct_cost{}.peer_read_bytes_per_second));
+    CHECK(w.ring_order == std::vector<int>{0, 1, 2, 3});  // every ring alike: the rank order's bits
+    const std::size_t slot = collx::gpu::workspace_layout::for_staging(collx::gpu::default_staging_bytes).slot_bytes;
+    for (auto phase : {collx::gpu::ring_phase::all_reduce, collx::gpu::ring_phase::reduce_scatter, collx::gpu::ring_phase::all_gather})
+      CHECK(collx::gpu::ring_crossover_bytes_where(phase, 4, slot, true, w.cost, true, w.ring_hops) == SIZE_MAX);
+  }
+}
+
+TEST_CASE("device_wiring: GPUs the CUDA runtime does not list are read from sysfs all the same") {
+  // The pcie2 tree has a third A10G, 0000:b3:00.0, that the fake CUDA runtime (given as
+  // cudart_library) does not list, as CUDA_VISIBLE_DEVICES would hide another rank's GPU. (The
+  // fake NVML does not know it either, where a real one would: NVML is left out here.)
+  const fake_sysfs fs(true);
+  const fake_machine m("pcie2");
+  device_wiring_ranks ranks;
+  ranks.busids = {"0000:17:00.0", "0000:b3:00.0"};
+  ranks.reach = {0b01, 0b10};  // no peer access
+  discover_options o = fs.options();
+  o.nvml = false;
+  const device_wiring_result w = device_wiring(ranks, o);
+  INFO(w.note);
+  CHECK(w.found);
+  CHECK(w.note.find("(no NVLink)") != std::string::npos);
+  CHECK(w.cost.peer_read_bytes_per_second < 12e9);  // host-staged across the sockets
+}
+
+TEST_CASE("device_wiring: what it cannot read leaves the given figures, with the reason") {
+  const fake_machine m("dgx1-v100");
+  const fake_gpu::machine& dgx1 = *fake_gpu::find("dgx1-v100");
+  const fake_gpu::sysfs_tree tree("dgx1-gaps", &dgx1);
+  const collx::gpu::direct_cost base{3e-6, 1e9};
+  const collx::gpu::ring_cost base_ring{2e9, 5e-6};
+  const auto check_not_found = [&](const device_wiring_ranks& ranks, const discover_options& o, const std::string& why) {
+    const device_wiring_result w = device_wiring(ranks, o, base, base_ring);
+    INFO(w.note);
+    CHECK_FALSE(w.found);
+    CHECK(w.note.find(why) != std::string::npos);
+    CHECK(w.cost.peer_read_bytes_per_second == base.peer_read_bytes_per_second);
+    CHECK(w.cost.call_seconds == base.call_seconds);
+    CHECK(w.ring_hops.hop_bytes_per_second == base_ring.hop_bytes_per_second);
+    CHECK(w.ring_order.empty());
+  };
+  const discover_options o = tree_options(tree);
+  const auto ids = [](std::vector<std::string> busids) {
+    device_wiring_ranks r;
+    r.busids = std::move(busids);
+    return r;
+  };
+  check_not_found(ids({"0000:06:00.0"}), o, "one rank");
+  check_not_found(ids({"0000:06:00.0", "GPU1"}), o, "rank 1's GPU has no PCI bus id");
+  check_not_found(ids({"0000:06:00.0", "0000:07:00.0", "00000000:06:00.0"}), o, "ranks 0 and 2 share GPU 0000:06:00.0");
+  check_not_found(ids({"0000:06:00.0", "0000:65:00.0"}), o, "rank 1's GPU 0000:65:00.0 is not on the PCI tree of " + o.sysfs);
+  device_wiring_ranks short_reach = ids({"0000:06:00.0", "0000:07:00.0"});
+  short_reach.reach = {3};
+  check_not_found(short_reach, o, "one entry per rank");
+  device_wiring_ranks bad_ring = ids({"0000:06:00.0", "0000:07:00.0"});
+  bad_ring.ring_order = {0, 0};
+  check_not_found(bad_ring, o, "not a permutation");
+  discover_options gone = o;
+  gone.sysfs = (tree.root / "no-such-sys").string();
+  check_not_found(ids({"0000:06:00.0", "0000:07:00.0"}), gone, "discovery failed");
+  // Without NVML the NVLinks would be missing: not a machine to decide by.
+  discover_options no_nvml = o;
+  no_nvml.nvml_library = "libcollx-no-such-nvml.so";
+  check_not_found(ids({"0000:06:00.0", "0000:07:00.0"}), no_nvml, "NVLinks not read: NVML not available");
+  {
+    const fake_machine failing("dgx1-v100", "nvmlDeviceGetNvLinkState@1");
+    check_not_found(ids({"0000:06:00.0", "0000:07:00.0"}), o, "NVLinks not read");
+  }
+  const fake_machine again("dgx1-v100");  // `failing` unset the machine when it went
+  // A GPU whose PCI device id collx does not know: not found, unless its compute capability is.
+  fake_gpu::sysfs_tree::write(tree.root / "sys/bus/pci/devices/0000:07:00.0/device", "0x9999");
+  check_not_found(ids({"0000:06:00.0", "0000:07:00.0"}), o, "rank 1's GPU 0000:07:00.0 is of a model collx has no figures for");
+  device_wiring_ranks with_sm = ids({"0000:06:00.0", "0000:07:00.0"});
+  with_sm.sm = {70, 70};
+  const device_wiring_result w = device_wiring(with_sm, o, base, base_ring);
+  INFO(w.note);
+  CHECK(w.found);
+  CHECK(w.cost.call_seconds == base.call_seconds);  // collx's own cost, not the wiring's
+  CHECK(w.ring_hops.step_seconds == base_ring.step_seconds);
+  const topology ref = read_nccl_topology(slurp(fs::path(COLLX_TOPO_DATA) / "dgx1-v100-como-nccl-topo.xml"), "dgx1");
+  CHECK(w.ring_hops.hop_bytes_per_second == Approx(device_ring_cost(ref, {ref.gpu(0), ref.gpu(1)}).hop_bytes_per_second));
 }

@@ -70,13 +70,17 @@ constexpr machine machines[] = {
      0, {1, 0}},
 };
 
+/// The canned machine called `name`, or nullptr.
+inline const machine* find(const char* name) {
+  for (const machine& m : machines)
+    if (std::strcmp(m.name, name) == 0) return &m;
+  return nullptr;
+}
+
 /// The machine COLLX_FAKE_GPU_MACHINE names, or nullptr.
 inline const machine* current() {
   const char* n = std::getenv("COLLX_FAKE_GPU_MACHINE");
-  if (!n) return nullptr;
-  for (const machine& m : machines)
-    if (std::strcmp(m.name, n) == 0) return &m;
-  return nullptr;
+  return n ? find(n) : nullptr;
 }
 
 /// Whether COLLX_FAKE_GPU_MACHINE is "nodevice" (else an unknown machine is "no driver").

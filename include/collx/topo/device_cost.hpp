@@ -5,10 +5,12 @@
 /// (an NVSwitch H100/H200); the ring of algo::ring calls on device (device_ring_order); and the
 /// rate of that ring's hops, which decides from which size calls without an algorithm take it
 /// (device_ring_cost, cuda/ring_plan.hpp ring_crossover_bytes).
-/// Plain C++: it needs neither CUDA nor a GPU. Use it as
+/// Plain C++: it needs neither CUDA nor a GPU. A device communicator reads its machine this way
+/// itself when created (device_options::discover_wiring: device_wiring on rank 0, from the ranks'
+/// PCI bus ids). To decide from a topology file instead, or to look first:
 ///
 ///     gpu::device_options o;  // collx/cuda/device_communicator.hpp (CUDA's headers, no GPU)
-///     const collx::topo::topology t = collx::topo::discover();  // or a topology file
+///     const collx::topo::topology t = collx::topo::read_topology(text);  // topo/nvidia_smi.hpp; or discover()
 ///     o.cost = collx::topo::device_direct_cost(t, gpus);
 ///     o.ring_order = collx::topo::device_ring_order(t, gpus);
 ///     o.ring_hops = collx::topo::device_ring_cost(t, gpus);
@@ -19,8 +21,13 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -157,6 +164,180 @@ inline std::size_t device_ring_min_bytes(const topology& t, const std::vector<in
   }
   return gpu::ring_crossover_bytes_where(phase, static_cast<int>(gpus.size()), slot, all_pairs_peer_access(t, gpus, routing),
                                          device_direct_cost(t, gpus, {}, routing), hops_peer, device_ring_cost(t, gpus, {}, routing));
+}
+
+/// A device communicator's ranks as device_wiring takes them: one GPU each, all different.
+struct device_wiring_ranks {
+  /// Rank r's GPU's PCI bus id, in any form normalize_busid reads (cudaDeviceGetPCIBusId's, NVML's).
+  std::vector<std::string> busids;
+  /// Rank r's GPU's compute capability x10 (0: not known), for its model where the PCI device id
+  /// does not tell it (gpu_arch_for_sm). Empty: none known.
+  std::vector<int> sm;
+  /// Peer access as the CUDA runtime grants it: bit q of reach[r] set when rank r's GPU reads and
+  /// writes rank q's device memory (device_communicator's reach). Empty: the router's own view
+  /// (NVLink, or PCIe within NCCL's P2P level, route_options).
+  std::vector<std::uint64_t> reach;
+  /// The ring to rate (every rank once, in ring order); empty: device_wiring chooses one.
+  std::vector<int> ring_order;
+};
+
+/// What device_wiring read: its figures where `found`, else why not.
+struct device_wiring_result {
+  bool found = false;           ///< every rank's GPU was found, with its model and NVLinks, and the figures come from them
+  gpu::direct_cost cost{};      ///< `base_cost` with peer_read_bytes_per_second from device_direct_cost where found
+  std::vector<int> ring_order;  ///< the ring rated (ranks): the given one, or the chosen one; empty where not found
+  gpu::ring_cost ring_hops{};   ///< `base_ring` with hop_bytes_per_second that ring's slowest hop where found
+  std::string note;             ///< one line: what was read (NVLinks, rates, ring, time taken), or why nothing was
+};
+
+/// The wiring between a device communicator's GPUs, as collx's device communicator reads it on
+/// rank 0 when created (gpu::device_options::discover_wiring), NCCL's topology detection at init
+/// being the model: the CPUs of `o.sysfs`; only the ranks' GPUs from its PCI tree, by bus id, so
+/// that GPUs the calling process does not see (CUDA_VISIBLE_DEVICES) count, which is why the CUDA
+/// runtime is not asked (o.cuda is ignored); their NVLinks through NVML (unless o.nvml is false:
+/// then PCIe only); each GPU's model from its PCI device id, else its compute capability; peer
+/// access per pair from ranks.reach where given (then PCIe peer access at any distance, as the
+/// driver grants it). Then:
+///   - cost: device_direct_cost's read rate;
+///   - ring_order: ranks.ring_order where given; else, of the rank order, the ring the search finds
+///     over the fastest links (device_ring_order) and gpu::ring_through_reach's, those whose every
+///     hop has peer access (all, without ranks.reach), the one with the fastest slowest hop; the
+///     rank order on a tie or where none qualifies, so a machine whose GPUs are all alike
+///     (NVSwitch) keeps the rank order's bits;
+///   - ring_hops: that ring's slowest hop with every hop moving at once (evaluate_rings).
+/// Not found, with the reason in `note` and base_cost, base_ring and no ring returned, for fewer
+/// than two ranks, a rank without a bus id, ranks sharing a GPU, sizes of sm or reach other than
+/// the ranks', a GPU missing from the PCI tree or of a model collx does not know, NVML failing
+/// (no library, no driver, a failed call: its NVLinks would be missing), or discovery failing.
+/// @throws std::bad_alloc only.
+inline device_wiring_result device_wiring(const device_wiring_ranks& ranks, const discover_options& o = {}, gpu::direct_cost base_cost = {},
+                                          gpu::ring_cost base_ring = {}) {
+  const auto t0 = std::chrono::steady_clock::now();
+  device_wiring_result w;
+  w.cost = base_cost;
+  w.ring_hops = base_ring;
+  const std::size_t n = ranks.busids.size();
+  const auto not_found = [&](std::string why) {
+    w = device_wiring_result{false, base_cost, {}, base_ring, std::move(why)};
+    return w;
+  };
+  if (n < 2) return not_found("one rank: no wiring to read");
+  if (n > 64 || (!ranks.sm.empty() && ranks.sm.size() != n) || (!ranks.reach.empty() && ranks.reach.size() != n))
+    return not_found("device_wiring_ranks: sm and reach must have one entry per rank (of at most 64)");
+  std::vector<std::string> ids;
+  for (std::size_t r = 0; r < n; ++r) {
+    ids.push_back(detail::normalize_busid(ranks.busids[r]));
+    if (ids.back().empty()) return not_found("rank " + std::to_string(r) + "'s GPU has no PCI bus id");
+    for (std::size_t q = 0; q < r; ++q)
+      if (ids[q] == ids[r])
+        return not_found("ranks " + std::to_string(q) + " and " + std::to_string(r) + " share GPU " + ids[r] + ": no wiring between them");
+  }
+  try {
+    topology t = discover_cpus(o);
+    if (o.pci) discover_pci(t, o, &ids);
+    std::vector<int> gpus;
+    for (std::size_t r = 0; r < n; ++r) {
+      int v = -1;
+      for (int g : t.gpus())
+        if (t.vertices[static_cast<std::size_t>(g)].busid == ids[r]) v = g;
+      if (v < 0) return not_found("rank " + std::to_string(r) + "'s GPU " + ids[r] + " is not on the PCI tree of " + o.sysfs);
+      vertex& x = t.vertices[static_cast<std::size_t>(v)];
+      const int sm = ranks.sm.empty() ? 0 : ranks.sm[r];
+      if ((!x.arch || x.arch == &unknown_gpu_arch) && sm > 0 && gpu_arch_for_sm(sm)) x.arch = gpu_arch_for_sm(sm), x.device = std::string(x.arch->name);
+      if (!x.arch || x.arch == &unknown_gpu_arch)
+        return not_found("rank " + std::to_string(r) + "'s GPU " + ids[r] + " is of a model collx has no figures for (" + x.device +
+                         (sm > 0 ? ", compute capability " + std::to_string(sm / 10) + "." + std::to_string(sm % 10) : std::string()) + ")");
+      gpus.push_back(v);
+    }
+    if (o.nvml) {
+      const std::size_t before = t.notes.size();
+      discover_nvlinks_nvml(t, o);
+      for (std::size_t k = before; k < t.notes.size(); ++k)
+        if (t.notes[k].find("not discovered") != std::string::npos || t.notes[k].find(" failed") != std::string::npos)
+          return not_found("NVLinks not read: " + t.notes[k]);
+    }
+    route_options routing;
+    if (!ranks.reach.empty()) {
+      routing.p2p_max = path_type::sys;  // the driver's answer, whatever the distance
+      for (std::size_t a = 0; a < n; ++a)
+        for (std::size_t b = 0; b < n; ++b)
+          if (a != b) {
+            peer_info p;
+            p.from = gpus[a], p.to = gpus[b], p.access = ((ranks.reach[a] >> b) & 1u) != 0;
+            t.peers.push_back(p);
+          }
+    }
+    w.cost = device_direct_cost(t, gpus, base_cost, routing);
+
+    // The ring: given, or the fastest of the candidates whose hops all have peer access.
+    router rt(t, routing);
+    const auto slowest_hop_GBps = [&](const std::vector<int>& ring) {
+      std::vector<int> v;
+      for (int r : ring) v.push_back(gpus[static_cast<std::size_t>(r)]);
+      const double g = evaluate_rings(rt, {v}).min_channel_GBps;
+      return std::isfinite(g) && g > 0 ? g : 0.0;
+    };
+    const auto all_hops_reach = [&](const std::vector<int>& ring) {
+      for (std::size_t k = 0; k < ring.size() && !ranks.reach.empty(); ++k) {
+        const auto a = static_cast<std::size_t>(ring[k]), b = static_cast<std::size_t>(ring[(k + 1) % ring.size()]);
+        if (((ranks.reach[a] >> b) & 1u) == 0 || ((ranks.reach[b] >> a) & 1u) == 0) return false;
+      }
+      return true;
+    };
+    std::vector<int> rank_order(n);
+    for (std::size_t r = 0; r < n; ++r) rank_order[r] = static_cast<int>(r);
+    std::vector<int> ring = ranks.ring_order;
+    if (ring.empty()) {
+      std::vector<std::vector<int>> candidates{rank_order};
+      try {
+        const ring_set found = search_rings(rt, gpus);
+        if (!found.rings.empty()) candidates.push_back(ring_in_rank_order(found.rings.front(), gpus));
+      } catch (const collx::error&) {  // no ring joins the GPUs: the other candidates
+      }
+      if (!ranks.reach.empty() && n <= static_cast<std::size_t>(gpu::max_device_world)) {
+        const gpu::ring_order through = gpu::ring_through_reach(ranks.reach, static_cast<int>(n));
+        candidates.emplace_back(through.order, through.order + through.world);
+      }
+      ring = rank_order;
+      double best = -1;
+      for (const std::vector<int>& c : candidates) {
+        if (!all_hops_reach(c)) continue;
+        const double g = slowest_hop_GBps(c);
+        if (g > best * (1 + 1e-9)) best = g, ring = c;
+      }
+    } else {
+      std::vector<int> sorted = ring;
+      std::sort(sorted.begin(), sorted.end());
+      if (sorted != rank_order) return not_found("device_wiring_ranks::ring_order is not a permutation of the ranks");
+    }
+    const double hop_GBps = slowest_hop_GBps(ring);
+    w.ring_order = ring;
+    if (hop_GBps > 0) w.ring_hops.hop_bytes_per_second = hop_GBps * 1e9;
+
+    int fewest = -1, most = 0;  // NVLinks per GPU, to the other GPUs and NVSwitches
+    for (int g : gpus) {
+      int links = 0;
+      for (int l : t.incident(g))
+        if (t.links[static_cast<std::size_t>(l)].kind == link_kind::nvlink) links += t.links[static_cast<std::size_t>(l)].count;
+      fewest = fewest < 0 ? links : std::min(fewest, links), most = std::max(most, links);
+    }
+    std::string ring_text;
+    for (int r : ring) ring_text += (ring_text.empty() ? "" : " ") + std::to_string(r);
+    char text[200];
+    std::snprintf(text, sizeof text, "; each rank reads its peers at %.1f GB/s; ring %s with hops at %.1f GB/s (in %.0f ms)",
+                  w.cost.peer_read_bytes_per_second / 1e9, ring_text.c_str(), w.ring_hops.hop_bytes_per_second / 1e9,
+                  std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    const std::string links = most == 0 ? std::string("no NVLink")
+                              : fewest == most ? std::to_string(most) + " NVLinks per GPU"
+                                               : std::to_string(fewest) + " to " + std::to_string(most) + " NVLinks per GPU";
+    w.note = "read from " + o.sysfs + (o.nvml ? " and NVML" : "") + " (" + links + ")" + (ranks.ring_order.empty() ? "" : ", the given ring") + text;
+    w.found = true;
+  } catch (const std::bad_alloc&) {
+    throw;
+  } catch (const std::exception& e) {
+    return not_found(std::string("discovery failed: ") + e.what());
+  }
+  return w;
 }
 
 /// device_direct_cost for every GPU this process sees (topo::discover with `o`), in CUDA device
