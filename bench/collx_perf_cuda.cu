@@ -441,6 +441,7 @@ int main(int argc, char** argv) {
           if (r == 0) {
             std::printf("# workspaces in %s memory%s\n", gpu::workspace_memory_name(dc.memory()),
                         dc.zero_copy_windows() ? "" : " (the registered rows stage too)");
+            std::printf("# wiring: %s\n", dc.wiring_note().c_str());
             if (dc.two_shot_min_bytes() == SIZE_MAX) std::printf("# all-reduce: one-shot at every size\n");
             else std::printf("# all-reduce: one-shot below %zu B per rank, two-shot from there on\n", dc.two_shot_min_bytes());
             for (const auto& [c, what] : {std::pair{collx::collective::allreduce, "all-reduce"},

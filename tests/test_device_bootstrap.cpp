@@ -12,7 +12,11 @@
 #include <catch2/catch.hpp>
 
 #include <collx/cuda/device_communicator.hpp>
+#include <collx/topo/device_cost.hpp>
+#include <collx/topo/nccl_xml.hpp>
 #include <collx/transport/threads.hpp>
+
+#include "fakes/fake_sysfs.hpp"
 
 #include <dirent.h>
 #include <sys/wait.h>
@@ -21,7 +25,9 @@
 #include <array>
 #include <atomic>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -85,6 +91,7 @@ std::vector<rank_result> create(const std::vector<int>& devices, std::vector<gpu
         opt.device = devices[ur];
         opt.staging_bytes = 64 << 10;
         opt.memory = memory[ur];
+        opt.discover_wiring = false;  // the figures these tests give, not this machine's (see the wiring test)
         if (adjust) adjust(opt);
         gpu::device_communicator dc(comms[ur], opt);
         out[ur].memory = dc.memory();
@@ -340,6 +347,118 @@ TEST_CASE("device bootstrap: without a ring order, the ring keeps to pairs with 
     if (dc.rank() == 0) ring0.assign(dc.ring().order, dc.ring().order + dc.ring().world);
   });
   CHECK(ring0 == std::vector<int>{0, 1, 2, 3});
+  CHECK(fake_cudart_live() == 0);
+}
+
+TEST_CASE("device bootstrap: rank 0 reads the machine's wiring for the figures the options leave open", "[cuda][bootstrap]") {
+  fake_machine dgx("dgx1-v100");
+  const fake_gpu::machine& dgx1 = *fake_gpu::find("dgx1-v100");
+  const fake_gpu::sysfs_tree tree("bootstrap-dgx1", &dgx1);
+  struct seen {
+    std::array<std::size_t, 3> ring_min{};
+    std::vector<int> ring;
+    std::string note;
+    std::vector<std::vector<gpu::peer_path>> paths;  // per rank
+  };
+  const auto run = [&](const std::vector<int>& devices, std::function<void(gpu::device_options&)> adjust = {},
+                       std::vector<gpu::workspace_memory> memory = {}) {
+    std::vector<seen> out(devices.size());
+    const auto res = create(devices, memory, [&](gpu::device_communicator& dc) {
+      seen& s = out[static_cast<std::size_t>(dc.rank())];
+      s.ring_min = {dc.ring_min_bytes(collx::collective::allreduce), dc.ring_min_bytes(collx::collective::reduce_scatter),
+                    dc.ring_min_bytes(collx::collective::all_gather)};
+      s.ring.assign(dc.ring().order, dc.ring().order + dc.ring().world);
+      s.note = dc.wiring_note();
+    }, [&](gpu::device_options& o) {
+      o.staging_bytes = gpu::default_staging_bytes;
+      o.discover_wiring = true;
+      o.discovery.sysfs = tree.sys();
+      o.discovery.procfs = tree.proc();
+      o.discovery.nvml_library = COLLX_FAKE_NVML;
+      if (adjust) adjust(o);
+    });
+    for (std::size_t r = 0; r < res.size(); ++r) {
+      INFO("rank " << r << ": " << res[r].error);
+      REQUIRE(res[r].error.empty());
+      CHECK(out[r].note == out[0].note);  // rank 0's account on every rank
+      CHECK(out[r].ring == out[0].ring);
+      CHECK(out[r].ring_min == out[0].ring_min);
+      out[0].paths.push_back(res[r].paths);
+    }
+    INFO(out[0].note);
+    return out[0];
+  };
+  // What collx decides from NCCL's own dump of a DGX-1 (tests/data/topologies): the same machine
+  // as the fakes serve, read independently of sysfs and NVML.
+  std::ifstream f(std::string(COLLX_TOPO_DATA) + "/dgx1-v100-como-nccl-topo.xml");
+  std::stringstream xml;
+  xml << f.rdbuf();
+  const collx::topo::topology ref = collx::topo::read_nccl_topology(xml.str(), "dgx1");
+  const auto from_dump = [&](const std::vector<int>& devices) {
+    std::vector<int> gpus;
+    for (int d : devices) gpus.push_back(ref.gpu(d));
+    std::array<std::size_t, 3> want{};
+    std::size_t i = 0;
+    for (const auto phase : {gpu::ring_phase::all_reduce, gpu::ring_phase::reduce_scatter, gpu::ring_phase::all_gather})
+      want[i++] = collx::topo::device_ring_min_bytes(ref, gpus, phase);
+    return want;
+  };
+  // Every hop of the ring is a GPU pair with `links` NVLinks, by the fake machine's own table
+  // (CUDA device d is the table's GPU d: dgx1-v100's cuda_order is the identity).
+  const auto nvlink_ring = [&](const std::vector<int>& devices, const std::vector<int>& ring, int links) {
+    REQUIRE(ring.size() == devices.size());
+    for (std::size_t k = 0; k < ring.size(); ++k) {
+      const int a = devices[static_cast<std::size_t>(ring[k])], b = devices[static_cast<std::size_t>(ring[(k + 1) % ring.size()])];
+      INFO("hop GPU" << a << " - GPU" << b);
+      CHECK(fake_gpu::links_between(dgx1, a, b) >= links);
+    }
+  };
+  const std::size_t never = SIZE_MAX;
+  for (const std::vector<int>& devices : {std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}, std::vector<int>{4, 7, 0, 3, 5, 2, 6, 1}}) {
+    const seen s = run(devices);
+    CHECK(s.note.find("and NVML (6 NVLinks per GPU)") != std::string::npos);
+    CHECK(s.ring_min == from_dump(devices));
+    nvlink_ring(devices, s.ring, 2);
+  }
+  CHECK(run({0, 1, 2, 3, 4, 5, 6, 7}).ring_min == std::array<std::size_t, 3>{122269, 220873, 220873});
+  // Rank 0's options hold: rank 1 turning it off changes nothing.
+  CHECK(run({0, 1, 2, 3, 4, 5, 6, 7}, [](gpu::device_options& o) { o.discover_wiring = o.device != 1; }).ring_min ==
+        std::array<std::size_t, 3>{122269, 220873, 220873});
+  // A given ring is kept, and its own hops rated: GPU0-GPU2 and GPU1-GPU3 have one NVLink (20 GB/s).
+  const seen given_ring = run({0, 1, 2, 3}, [](gpu::device_options& o) { o.ring_order = {0, 2, 1, 3}; });
+  CHECK(given_ring.ring == std::vector<int>{0, 2, 1, 3});
+  CHECK(given_ring.note.find("the given ring") != std::string::npos);
+  CHECK(given_ring.note.find("hops at 20.0 GB/s") != std::string::npos);
+  // Pairs the options take out of peer access: the ring keeps off them, every hop on NVLink.
+  const seen denied = run({0, 1, 2, 3, 4, 5, 6, 7}, [](gpu::device_options& o) { o.no_peer_access = {{0, 4}, {1, 5}}; });
+  for (std::size_t k = 0; k < 8; ++k) {
+    const int a = denied.ring[k], b = denied.ring[(k + 1) % 8];
+    CHECK(denied.paths[static_cast<std::size_t>(a)][static_cast<std::size_t>(b)] != gpu::peer_path::host_memory);
+  }
+  nvlink_ring({0, 1, 2, 3, 4, 5, 6, 7}, denied.ring, 1);
+  CHECK(denied.ring_min[0] < never);  // NVLink hops against the direct forms' host memory
+  // Host memory for everything: no hop on device, so the rank order, and never the ring.
+  const seen host = run({0, 1, 2, 3}, {}, std::vector<gpu::workspace_memory>(4, gpu::workspace_memory::host));
+  CHECK(host.ring == std::vector<int>{0, 1, 2, 3});
+  CHECK(host.ring_min == std::array<std::size_t, 3>{never, never, never});
+  // What the options give holds: a slow hop rate means never.
+  const seen given_hops = run({0, 1, 2, 3, 4, 5, 6, 7}, [](gpu::device_options& o) { o.ring_hops = gpu::ring_cost{1e9, 1e-3}; });
+  CHECK(given_hops.ring_min == std::array<std::size_t, 3>{never, never, never});
+  nvlink_ring({0, 1, 2, 3, 4, 5, 6, 7}, given_hops.ring, 2);  // the ring is still the machine's
+  // Off (the option, or COLLX_GPU_WIRING), or ranks sharing a GPU, or no sysfs: collx's defaults, and why.
+  const seen off = run({0, 1, 2, 3, 4, 5, 6, 7}, [](gpu::device_options& o) { o.discover_wiring = false; });
+  CHECK(off.ring_min == std::array<std::size_t, 3>{never, never, never});
+  CHECK(off.note == "device_options::discover_wiring is off");
+  ::setenv("COLLX_GPU_WIRING", "off", 1);
+  const seen env_off = run({0, 1, 2, 3, 4, 5, 6, 7});
+  ::unsetenv("COLLX_GPU_WIRING");
+  CHECK(env_off.note == "COLLX_GPU_WIRING=off");
+  CHECK(env_off.ring_min == std::array<std::size_t, 3>{never, never, never});
+  const seen shared = run({0, 0, 1});
+  CHECK(shared.note.find("collx's default figures: ranks 0 and 1 share GPU 0000:06:00.0") == 0);
+  CHECK(shared.ring_min == std::array<std::size_t, 3>{never, never, never});
+  const seen elsewhere = run({0, 1}, [](gpu::device_options& o) { o.discovery.sysfs = "/nonexistent-sysfs"; });
+  CHECK(elsewhere.note.find("collx's default figures: discovery failed") == 0);
   CHECK(fake_cudart_live() == 0);
 }
 

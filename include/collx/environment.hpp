@@ -30,7 +30,7 @@ struct env_var_doc {
 };
 
 /// Every COLLX_* variable collx reads (the README's table is this one).
-inline constexpr std::array<env_var_doc, 12> environment_variables{{
+inline constexpr std::array<env_var_doc, 13> environment_variables{{
     {"COLLX_TIMEOUT", "seconds > 0 (decimal), default 300", "deadline of every wait inside a call"},
     {"COLLX_ALGO", "ring, tree or direct; or per collective: allreduce:ring,broadcast:tree",
      "what algo::automatic picks (names are case-insensitive; ring falls back to direct for "
@@ -46,6 +46,9 @@ inline constexpr std::array<env_var_doc, 12> environment_variables{{
     {"COLLX_NODE_ID", "printable characters without spaces, at most 255; default the host name",
      "which node a rank is on, for algo::hierarchical (set it to run several \"nodes\" on one machine) and for a device "
      "communicator, whose ranks must share one (compared on the first 63 bytes)"},
+    {"COLLX_GPU_WIRING", "auto or off (also 1/0, on, true/false); default auto",
+     "whether a device communicator's rank 0 reads how the GPUs are wired (sysfs, NVML) when created, for the "
+     "figures its device_options leave at their defaults (gpu::device_options::discover_wiring); off: collx's defaults"},
     {"COLLX_JOB_ID", "string; characters other than [A-Za-z0-9_.-] become _, at most 64 kept", "keeps concurrent jobs on one machine apart (set by collx-run)"},
     {"COLLX_RANK", "integer in [0, COLLX_WORLD_SIZE)", "this process's rank (set by collx-run)"},
     {"COLLX_WORLD_SIZE", "integer >= 1", "number of ranks (set by collx-run)"},

@@ -46,8 +46,11 @@
 #include <collx/cuda/ring_plan.hpp>
 #include <collx/cuda/runtime.hpp>
 #include <collx/cuda/shared_host_memory.hpp>
+#include <collx/environment.hpp>
 #include <collx/error.hpp>
 #include <collx/hierarchy.hpp>  // node_id_from_environment
+#include <collx/topo/device_cost.hpp>  // device_wiring
+#include <collx/topo/discover.hpp>
 
 namespace collx {
 inline namespace v0 {
@@ -72,8 +75,9 @@ struct device_options {
   /// always one-shot; 1: always two-shot. Rank 0's choice holds for every rank (sent to the others
   /// when the communicator is created), so ranks cannot disagree on a call's form.
   std::size_t two_shot_min_bytes = 0;
-  /// The figures two_shot_min_bytes = 0 decides by: by default an NVSwitch H100/H200;
-  /// topo::device_direct_cost (collx/topo/device_cost.hpp) derives them from a machine's wiring.
+  /// The figures two_shot_min_bytes = 0 decides by: left at the default (an NVSwitch H100/H200),
+  /// rank 0 reads them from the machine (discover_wiring); topo::device_direct_cost
+  /// (collx/topo/device_cost.hpp) derives them from a topology file.
   /// Ignored unless the workspaces are all in device memory (host_memory_direct_cost decides then).
   direct_cost cost{};
   /// Calls of all_reduce, reduce_scatter and all_gather without an algorithm (or algo::automatic)
@@ -83,14 +87,15 @@ struct device_options {
   /// SIZE_MAX: never; 1: always. 0 (the default): the host communicator's algorithm_overrides
   /// (COLLX_ALGO) where they name ring (always) or direct (never) for the collective, else
   /// ring_crossover_bytes_where of the figures (cost and ring_hops; host memory's where the
-  /// workspaces or the ring's hops are there), per collective: never unless ring_hops gives the
-  /// hops' rate. Rank 0's choice holds for every rank. The ring's bits are not the rank-order
+  /// workspaces or the ring's hops are there), per collective: never unless ring_hops (given, or read
+  /// from the machine) gives the hops' rate. Rank 0's choice holds for every rank. The ring's bits are not the rank-order
   /// fold's (see gpu::all_reduce<algo::ring>): for those at every size, call algo::direct or set
   /// SIZE_MAX here.
   std::size_t ring_min_bytes = 0;
-  /// The figures of the ring's hops that ring_min_bytes = 0 decides by (with cost). By default the
-  /// hop rate is not known and the ring never takes over; topo::device_ring_cost
-  /// (collx/topo/device_cost.hpp) derives it from a machine's wiring: over a DGX-1's NVLink, for
+  /// The figures of the ring's hops that ring_min_bytes = 0 decides by (with cost). Left at the
+  /// default, rank 0 reads them from the machine (discover_wiring); where it cannot, the hop rate
+  /// is not known and the ring never takes over. topo::device_ring_cost
+  /// (collx/topo/device_cost.hpp) derives them from a topology file: over a DGX-1's NVLink, for
   /// instance, where the direct forms read the GPUs without peer access through host memory, the
   /// ring then takes over from 119 KiB (8 ranks). Ignored where a hop of the ring stages through
   /// host memory (host_memory_ring_cost decides then).
@@ -103,7 +108,8 @@ struct device_options {
   /// access or CUDA IPC misbehaves). Ranks may differ only between automatic and one other choice.
   workspace_memory memory = workspace_memory::automatic;
   /// The ring of algo::ring calls (cuda/ring_plan.hpp): ring_order[k] is the rank at ring position
-  /// k, every rank once; empty: the rank order 0, 1, ..., size() - 1, or where one of its hops
+  /// k, every rank once; empty: the machine's ring (discover_wiring), else the rank order 0, 1,
+  /// ..., size() - 1, or where one of its hops
   /// joins GPUs without peer access, the first ring whose hops all have it (ring_through_reach),
   /// if there is one. A ring that follows NVLink (topo::device_ring_order) keeps each rank's reads
   /// on one fast link. Rank 0's ring holds for every rank (sent to the others when the
@@ -120,6 +126,20 @@ struct device_options {
   /// @throws (from the constructor) collx::error (errc::invalid_argument) on every rank when a
   ///   rank lists a rank outside [0, size()).
   std::vector<std::pair<int, int>> no_peer_access;
+  /// Whether rank 0 reads the machine's wiring when the communicator is created, for the figures
+  /// left at their defaults above: cost's read rate (peer_read_bytes_per_second), ring_order
+  /// (empty) and ring_hops' rate (hop_bytes_per_second 0), as NCCL reads its machine at init.
+  /// topo::device_wiring (collx/topo/device_cost.hpp) finds the ranks' GPUs by PCI bus id in
+  /// sysfs and their NVLinks through NVML (not through the CUDA runtime, so GPUs that
+  /// CUDA_VISIBLE_DEVICES hides from rank 0 count too), with peer access as the CUDA runtime
+  /// grants it; the ring it gives keeps the rank order unless another is faster, and a given
+  /// ring_order is rated as given. Where it cannot (ranks sharing a GPU, a GPU missing from sysfs
+  /// or of a model collx has no figures for, NVML missing or failing) collx's defaults stay.
+  /// device_communicator::wiring_note says which. Rank 0's setting holds, as does its
+  /// COLLX_GPU_WIRING=off, which turns it off too. false: collx's defaults, never the machine.
+  bool discover_wiring = true;
+  /// Where that discovery looks (sysfs and procfs roots, the NVML library); tests point it at fakes.
+  topo::discover_options discovery{};
 };
 
 /// What a kernel needs to reach every rank's workspace (passed by value to the kernels).
@@ -226,7 +246,14 @@ class device_communicator {
         cudaDeviceProp prop{};
         gpu::check(cudaGetDeviceProperties(&prop, device_), "cudaGetDeviceProperties");
         mine.sm_count = prop.multiProcessorCount;
+        mine.compute_capability = prop.major * 10 + prop.minor;
         std::memcpy(mine.uuid.data(), &prop.uuid, sizeof prop.uuid);
+        // Only for reading the wiring (read_wiring): without it, collx's default figures.
+        if (cudaDeviceGetPCIBusId(mine.pci_bus_id.data(), static_cast<int>(mine.pci_bus_id.size()), device_) != cudaSuccess) {
+          mine.pci_bus_id.fill('\0');
+          (void)cudaGetLastError();
+        }
+        mine.pci_bus_id.back() = '\0';
         gpu::check(cudaHostAlloc(reinterpret_cast<void**>(&status_), sizeof(device_status), cudaHostAllocMapped),
                    "cudaHostAlloc(status)");
         *status_ = device_status{};
@@ -264,6 +291,7 @@ class device_communicator {
         for (std::size_t r = 0; r < reach.size(); ++r) reach[r] &= ~std::uint64_t{d[r]};
       memory_ = choose_workspace_memory(records_, reach);
       reach_ = reach;
+      read_wiring(opt);
 
       // Rank 0's form threshold for every rank: ranks that chose differently would fail each call.
       const bool device = memory_ == workspace_memory::device;
@@ -377,6 +405,10 @@ class device_communicator {
   std::size_t two_shot_min_bytes() const noexcept { return two_shot_min_bytes_; }
   /// The ring of algo::ring calls (device_options::ring_order, rank 0's).
   const ring_order& ring() const noexcept { return ring_; }
+  /// Rank 0's account, one line, of where the figures this communicator decides by come from:
+  /// the machine's wiring (device_options::discover_wiring; topo::device_wiring's note: GPUs,
+  /// NVLinks, ring, rates), the options, or collx's defaults and why. The same on every rank.
+  const std::string& wiring_note() const noexcept { return wiring_note_; }
   /// The vector size in bytes (device_options::ring_min_bytes) from which calls of collective `c`
   /// (allreduce, reduce_scatter, all_gather; SIZE_MAX for the others) without an algorithm, or
   /// with algo::automatic, take the ring when their op is commutative: SIZE_MAX never, 1 always.
@@ -779,10 +811,66 @@ class device_communicator {
   unsigned blocks_ = 1;
   std::size_t two_shot_min_bytes_ = SIZE_MAX;
   ring_order ring_{};
+  std::string wiring_note_;                 // read_wiring
   bool failed_together_ = false;            // an on_every_rank step failed on some rank: every rank throws there
   std::array<std::size_t, 3> ring_min_bytes_{SIZE_MAX, SIZE_MAX, SIZE_MAX};  // per ring_index
   static constexpr std::size_t ring_index(collective c) noexcept {
     return c == collective::allreduce ? 0 : c == collective::reduce_scatter ? 1 : c == collective::all_gather ? 2 : 3;
+  }
+  // Rank 0 fills the figures its options leave at their defaults from the machine's wiring
+  // (device_options::discover_wiring) and tells every rank what it used (wiring_note). Only rank
+  // 0's figures count (its choices are broadcast), so only rank 0 reads the machine; reading it
+  // is advice, so nothing it throws stops the communicator (every rank must reach the broadcasts).
+  void read_wiring(device_options& opt) {
+    std::string note;
+    if (rank() == 0) {
+      const bool open_rate = opt.cost.peer_read_bytes_per_second == direct_cost{}.peer_read_bytes_per_second;
+      const bool open_ring = opt.ring_order.empty(), open_hops = opt.ring_hops.hop_bytes_per_second == 0;
+      const std::string wiring = env::lower(env::get("COLLX_GPU_WIRING").value_or("auto"));
+      const bool off = wiring == "off" || wiring == "0" || wiring == "false";
+      try {
+        if (!off && wiring != "auto" && wiring != "on" && wiring != "1" && wiring != "true")
+          note = "COLLX_GPU_WIRING='" + wiring + "' is neither auto nor off: taken as auto; ";
+        if (!opt.discover_wiring) {
+          note += "device_options::discover_wiring is off";
+        } else if (off) {
+          note += "COLLX_GPU_WIRING=" + wiring;
+        } else if (!open_rate && !open_ring && !open_hops) {
+          note += "device_options gives the read rate, ring_order and ring_hops";
+        } else {
+          topo::device_wiring_ranks ranks;
+          for (int p = 0; p < size(); ++p) {
+            const peer_record& r = records_[static_cast<std::size_t>(p)];
+            ranks.busids.emplace_back(r.pci_bus_id.data(), ::strnlen(r.pci_bus_id.data(), r.pci_bus_id.size()));
+            ranks.sm.push_back(r.compute_capability);
+            std::uint64_t bits = 0;
+            for (int q = 0; q < size(); ++q) bits |= reaches(p, q) ? std::uint64_t{1} << q : 0;
+            ranks.reach.push_back(bits);
+          }
+          ranks.ring_order = opt.ring_order;  // rated as given; the machine's ring only where none is
+          const topo::device_wiring_result w = topo::device_wiring(ranks, opt.discovery, opt.cost, opt.ring_hops);
+          if (w.found) {
+            if (open_rate) opt.cost.peer_read_bytes_per_second = w.cost.peer_read_bytes_per_second;
+            if (open_hops) opt.ring_hops.hop_bytes_per_second = w.ring_hops.hop_bytes_per_second;
+            if (open_ring) opt.ring_order = w.ring_order;
+            note += w.note;
+            if (memory_ != workspace_memory::device)  // direct_cost_where: the read rate is not used
+              note += std::string("; the direct forms go by host memory's figures (") + workspace_memory_name(memory_) + " memory)";
+          } else {
+            note += "collx's default figures: " + w.note;
+          }
+        }
+      } catch (const std::exception& e) {
+        note += std::string("collx's default figures: reading the wiring failed: ") + e.what();
+      } catch (...) {
+        note += "collx's default figures: reading the wiring failed";
+      }
+    }
+    std::uint64_t bytes = note.size();
+    collx::broadcast<algo::direct>(*host_, std::span<std::uint64_t>(&bytes, 1), 0);
+    note.resize(static_cast<std::size_t>(bytes));
+    collx::broadcast<algo::direct>(*host_, std::span<char>(note.data(), note.size()), 0);
+    wiring_note_ = std::move(note);
   }
   // This rank's ring threshold for `c` (device_options::ring_min_bytes): the option, else the
   // host's override `chosen` for c, else the figures of where the workspaces and the ring's hops

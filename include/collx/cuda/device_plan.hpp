@@ -364,17 +364,20 @@ inline const char* workspace_memory_name(workspace_memory m) noexcept {
 /// over the host communicator).
 struct peer_record {
   std::uint32_t magic = 0x636f6c78;   ///< "colx"
-  std::uint32_t version = 5;          ///< layout version of this record, the workspace and the setup (2: exchange area; 3: memory; 4: point-to-point; 5: ring, mixed memory)
+  std::uint32_t version = 6;          ///< layout version of this record, the workspace and the setup (2: exchange area; 3: memory; 4: point-to-point; 5: ring, mixed memory; 6: PCI bus id, compute capability)
   std::uint64_t process = 0;          ///< pid and a per-process random token: equal = same address space
   std::uint64_t workspace_address = 0;  ///< the workspace's device address in the owner's process
   std::uint64_t workspace_bytes = 0;  ///< size of the workspace
   std::uint64_t staging_bytes = 0;    ///< the staging the owner asked for (must agree)
   std::int32_t device = -1;           ///< CUDA ordinal in the owner's process
   std::int32_t sm_count = 0;          ///< multiprocessors of that device
+  std::int32_t compute_capability = 0;  ///< of that device, major x10 + minor (90: sm_90)
+  std::uint32_t reserved2 = 0;        ///< zero
   workspace_memory memory = workspace_memory::automatic;  ///< what the owner asked for (device_options::memory)
   std::uint32_t reserved = 0;         ///< zero
   std::array<unsigned char, 16> uuid{};        ///< the device's UUID (cudaDeviceProp::uuid)
   std::array<unsigned char, 64> ipc_handle{};  ///< cudaIpcMemHandle_t of the workspace
+  std::array<char, 32> pci_bus_id{};  ///< the device's PCI bus id (cudaDeviceGetPCIBusId, "dddd:bb:dd.f"), empty when not known
   std::array<char, 64> node{};        ///< the owner's node id (node_id_from_environment: COLLX_NODE_ID or the host name), cut to 63 bytes (ids alike in those are taken as one node)
 
   /// Sets `node` from a node id (cut to 63 bytes, zero-terminated).

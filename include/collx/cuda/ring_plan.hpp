@@ -87,7 +87,9 @@ inline ring_order make_ring_order(const std::vector<int>& ranks, int world) {
   return r;
 }
 
-/// The device ring when the user names none (device_options::ring_order empty): the rank order if
+/// The device ring when neither the user names one (device_options::ring_order empty) nor the
+/// machine's wiring gives one (device_options::discover_wiring, topo::device_wiring, which also
+/// considers this ring): the rank order if
 /// each of its hops joins two ranks whose GPUs reach each other both ways (`reach[a]` bit b: rank
 /// a's GPU reads and writes rank b's device memory -- the same GPU or peer access, as
 /// choose_workspace_memory takes it), else the first ring, in depth-first order from rank 0 trying
@@ -302,8 +304,10 @@ inline ring_plan plan_ring(ring_phase phase, const ring_order& ring, int rank, s
 struct ring_cost {
   /// Bytes per second each rank reads from its ring predecessor while every rank does: the ring's
   /// slowest hop. 0 (the default): not known, taken as the direct forms' read rate, so that the
-  /// ring never takes over (it reads what two-shot reads, after more barriers): a machine's figure
-  /// comes from topo::device_ring_cost (collx/topo/device_cost.hpp), which reads its wiring.
+  /// ring never takes over (it reads what two-shot reads, after more barriers). A device
+  /// communicator fills it in from the machine's wiring where it can read it
+  /// (device_options::discover_wiring); topo::device_ring_cost (collx/topo/device_cost.hpp) gives
+  /// it for a topology file.
   double hop_bytes_per_second = 0;
   /// Seconds of one ring step apart from its bytes: a barrier with the two ring neighbours.
   /// Default 1.6 us, a flag round trip between two streams of one H200 (bench/results/h200-1gpu.md;
