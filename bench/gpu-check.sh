@@ -4,12 +4,12 @@
 #   2. dependencies: Catch2 from the system or from .gpu-deps/ (bench/gpu-deps.sh copies it there
 #      to travel with the tree); NCCL from the CUDA toolkit, NCCL_ROOT, or Python's nvidia-nccl wheel;
 #   3. builds collx's CUDA targets (COLLX_CUDA=ON, COLLX_NCCL when found; sm_90 + PTX), collx-run,
-#      collx-topo and collx-perf-cuda in build-gpu;
+#      collx-topo, collx-perf-cuda and the GPU example gpu_moments in build-gpu;
 #   4. live topology discovery: collx-topo on this machine (CUDA runtime + NVML), text and JSON;
 #   5. runs the GPU tests: test_cuda_kernels (every reduction kernel against the host reference),
 #      test_cuda_device (the device collectives, ranks as threads), test_cuda_device_procs (ranks as
 #      3 processes over CUDA IPC, sharing the GPUs there are) and test_nccl (collx::nccl, one rank
-#      per GPU: needs 2 GPUs, prints SKIPPED otherwise);
+#      per GPU: needs 2 GPUs, prints SKIPPED otherwise) and examples/gpu_moments (2 and 3 ranks);
 #   6. collx-perf-cuda: the copy ceiling, then all-reduce, reduce-scatter and all-gather on device
 #      memory from 8 B to 1 GiB with 2 ranks (NCCL beside them when each rank has its own GPU), then
 #      custom ops against built-in sums; all-reduce one-shot against two-shot with 4 ranks (one per
@@ -70,9 +70,9 @@ step() { printf '\n==== %s ====\n' "$*"; }
   step "build ($build)"
   start=$SECONDS
   timeout 420 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DCOLLX_BUILD_TESTS=ON -DCOLLX_CUDA=ON \
-    -DCOLLX_NCCL=$nccl -DCOLLX_BUILD_EXAMPLES=OFF -DCOLLX_BUILD_BENCH=ON -DCOLLX_BUILD_TOOLS=ON \
+    -DCOLLX_NCCL=$nccl -DCOLLX_BUILD_EXAMPLES=ON -DCOLLX_BUILD_BENCH=ON -DCOLLX_BUILD_TOOLS=ON \
     -DCOLLX_CHECK_HEADERS=OFF -DCOLLX_CUDA_ARCHITECTURES=90 "${cmake_args[@]}" &&
-    timeout 420 cmake --build "$build" -j "$(nproc)" --target collx_cuda_tests collx-topo collx-run collx-perf-cuda ||
+    timeout 420 cmake --build "$build" -j "$(nproc)" --target collx_cuda_tests collx-topo collx-run collx-perf-cuda gpu_moments ||
     { echo "gpu-check: build failed"; status=1; }
   echo "build took $((SECONDS - start)) s"
 
@@ -86,7 +86,7 @@ step() { printf '\n==== %s ====\n' "$*"; }
   step "GPU tests"
   if [[ $status -eq 0 ]]; then
     start=$SECONDS
-    timeout 150 ctest --test-dir "$build" -R 'cuda|^test_nccl$' --no-tests=error --output-on-failure -V || status=1
+    timeout 150 ctest --test-dir "$build" -R 'cuda|^test_nccl$|^example_gpu_' --no-tests=error --output-on-failure -V || status=1
     echo "tests took $((SECONDS - start)) s"
   fi
 

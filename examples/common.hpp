@@ -107,9 +107,13 @@ inline bool started_by_launcher() {
   return false;
 }
 
+/// The exit status of a rank that skips its work and has said why (ctest's SKIP_RETURN_CODE).
+inline constexpr int skipped_exit_code = 77;
+
 /// Runs fn(comm) -> int (0: this rank's checks passed) on every rank, and returns main's exit status.
 /// Under a launcher this process is one rank; otherwise `ranks` processes are forked
-/// (`ranks` < 1: the example's default). A rank that throws prints the error and fails.
+/// (`ranks` < 1: the example's default). A rank that throws prints the error and fails; one that
+/// returns skipped_exit_code makes the job's status that, unless another rank failed.
 template <class F>
 int run_ranks(int ranks, F&& fn) {
   auto guarded = [&](collx::communicator& comm) -> int {
@@ -135,9 +139,13 @@ int run_ranks(int ranks, F&& fn) {
     int code = 0;
     for (const auto& e : exits) {
       if (e.ok()) continue;
+      if (e.exit_code == skipped_exit_code && !e.term_signal) {  // said why itself (no GPU, say)
+        if (!code) code = skipped_exit_code;
+        continue;
+      }
       if (e.term_signal) std::fprintf(stderr, "rank %d (pid %d) killed by signal %d\n", e.rank, int(e.pid), e.term_signal);
       else std::fprintf(stderr, "rank %d (pid %d) exited with status %d\n", e.rank, int(e.pid), e.exit_code);
-      if (!code) code = e.term_signal ? 128 + e.term_signal : e.exit_code;
+      if (!code || code == skipped_exit_code) code = e.term_signal ? 128 + e.term_signal : e.exit_code;  // a failure wins over a skip
     }
     return code;
   } catch (const std::exception& e) {
