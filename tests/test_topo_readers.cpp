@@ -316,7 +316,9 @@ TEST_CASE("NCCL XML: input it cannot understand is an error naming line and colu
                            "t.xml");
       },
       "t.xml:2:", "outside 0 to 4095");
-  // Input quoted in a message is made printable and cut short: binary junk, a megabyte line.
+  // Input quoted in a message is made printable and cut short: binary junk, a megabyte line; a
+  // backslash doubled, so that text reading \x41 stays apart from an escaped byte.
+  CHECK(collx::topo::detail::printable("a\\x41\x01") == "a\\\\x41\\x01");
   for (const std::string& junk : {std::string("\x7f\x01\xfe\x1b[31m<system/>", 14), std::string(1 << 20, 'x')})
     for (const auto& read : {+[](const std::string& t) { (void)read_topology(t, "j.txt"); },
                              +[](const std::string& t) { (void)read_nccl_tests(t, "j.txt"); }}) {

@@ -29,13 +29,16 @@ struct text_pos {
 };
 
 /// `message` fit for a terminal: bytes outside printable ASCII as \xNN (a message quotes the input,
-/// which may be binary), and cut after `most` bytes with "..." (it may quote a megabyte line).
+/// which may be binary) and a backslash as \\ (so that "\x41" in the input stays apart from an
+/// escaped byte), cut after `most` bytes with "..." (it may quote a megabyte line).
 inline std::string printable(std::string_view message, std::size_t most = 500) {
   std::string out;
   for (const char ch : message) {
     if (out.size() >= most) return out + "...";
     const auto c = static_cast<unsigned char>(ch);
-    if (c >= 0x20 && c < 0x7f) {
+    if (ch == '\\') {
+      out += "\\\\";
+    } else if (c >= 0x20 && c < 0x7f) {
       out += ch;
     } else {
       const char* hex = "0123456789abcdef";
