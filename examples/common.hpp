@@ -1,12 +1,12 @@
 // Helpers shared by collx's workload examples (train_digits, reductions, fsdp, tensor_parallel,
-// pipeline): command-line options, starting the ranks, checksums, checks.
+// pipeline, and gpu_moments on GPUs): command-line options, starting the ranks, checksums, checks.
 //
 // Every example runs the same way:
 //   - under a launcher (collx-run -n N prog, mpirun, torchrun, srun): this process is one rank and
 //     connects to the others over shared memory (collx::connect_shm_from_environment);
 //   - otherwise it starts its own ranks: `prog --ranks N` forks N local processes with
 //     collx::run_processes (default: the example's own rank count), so ctest needs no launcher.
-// The exit status is 0 only if every rank's checks passed.
+// The exit status is 0 only if every rank's checks passed (skipped_exit_code where they skipped).
 #pragma once
 
 #include <collx/collx.hpp>

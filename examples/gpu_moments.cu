@@ -9,7 +9,8 @@
 // The merge is not commutative in its bits (its rounding depends on the order), and collx folds
 // the ranks in rank order: every rank gets, bit for bit, the sequential merge of the ranks' states
 // in rank order, which each rank recomputes on the host from the same data and checks. Then a
-// float all-reduce of a gradient, checked against the sequential float sum in rank order.
+// float all-reduce of a gradient with algo::direct, checked against the sequential float sum in
+// rank order. dc.synchronize(stream) waits and reports what a collective met on the device.
 //
 // Usage: gpu_moments [--ranks N] [--samples S] [--features F]   (or: collx-run -n N gpu_moments)
 //   Rank r uses GPU r % (number of GPUs); several ranks may share one GPU. Rank r holds
@@ -84,50 +85,73 @@ std::vector<float> gradient(int rank, std::size_t count) {
   return v;
 }
 
-/// Throws collx::error on a CUDA failure (collx's own check).
-void check(cudaError_t e, const char* what) { gpu::check(e, what); }
+/// Device memory for `count` elements of T, freed when it goes (also when an exception passes).
+template <class T>
+struct device_buffer {
+  T* data = nullptr;
+  explicit device_buffer(std::size_t count) { gpu::check(cudaMalloc(&data, count * sizeof(T)), "cudaMalloc"); }
+  ~device_buffer() { (void)cudaFree(data); }
+  device_buffer(const device_buffer&) = delete;
+  device_buffer& operator=(const device_buffer&) = delete;
+};
+
+/// A non-blocking stream of its own (ranks of one process must not share the legacy default stream).
+struct stream_holder {
+  cudaStream_t stream = nullptr;
+  stream_holder() { gpu::check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags"); }
+  ~stream_holder() { (void)cudaStreamDestroy(stream); }
+  stream_holder(const stream_holder&) = delete;
+  stream_holder& operator=(const stream_holder&) = delete;
+};
 
 int run(collx::communicator& comm, std::size_t samples0, std::size_t features) {
   const int n = comm.size(), r = comm.rank();
+  // Skip only together: a rank without a device would leave the others waiting in the device
+  // communicator's constructor until COLLX_TIMEOUT.
   int devices = 0;
   const cudaError_t found = cudaGetDeviceCount(&devices);
-  if (found != cudaSuccess || devices == 0) {
+  int all_have = found == cudaSuccess && devices > 0 ? 1 : 0;
+  collx::allreduce(comm, std::span<int>(&all_have, 1), collx::ops::min{});
+  if (!all_have) {
     if (r == 0)
-      std::printf("SKIPPED: no CUDA device (cudaGetDeviceCount: %s)\n", found == cudaSuccess ? "0 devices" : cudaGetErrorName(found));
+      std::printf("SKIPPED: no CUDA device on some rank (rank 0: cudaGetDeviceCount: %s, %d devices)\n",
+                  found == cudaSuccess ? "cudaSuccess" : cudaGetErrorName(found), devices);
     return ex::skipped_exit_code;
   }
-  gpu::device_options opt;
-  opt.device = r % devices;
-  gpu::device_communicator dc(comm, opt);
-  if (r == 0) std::printf("gpu_moments: %d ranks on %d GPU(s); wiring: %s\n", n, devices, dc.wiring_note().c_str());
-  cudaStream_t stream;
-  check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
 
-  // 1. Each rank's per-feature moments on its GPU, then the merge across ranks on device.
   const std::size_t samples = samples0 + 37 * static_cast<std::size_t>(r);
-  const std::vector<float> x = batch(r, samples, features);
-  float* d_x = nullptr;
-  moments *d_mine = nullptr, *d_all = nullptr;
-  check(cudaMalloc(&d_x, x.size() * sizeof(float)), "cudaMalloc");
-  check(cudaMalloc(&d_mine, features * sizeof(moments)), "cudaMalloc");
-  check(cudaMalloc(&d_all, features * sizeof(moments)), "cudaMalloc");
-  check(cudaMemcpyAsync(d_x, x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
-  feature_moments<<<static_cast<unsigned>((features + 127) / 128), 128, 0, stream>>>(d_x, samples, features, d_mine);
-  check(cudaGetLastError(), "feature_moments");
-  gpu::all_reduce(dc, d_mine, d_all, features, welford_merge{}, stream);
+  const std::size_t g_count = (std::size_t{1} << 20) + 3;  // an awkward count
   std::vector<moments> all(features);
-  check(cudaMemcpyAsync(all.data(), d_all, features * sizeof(moments), cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
-
-  // 2. A gradient's float sum (the built-in op): 1 << 20 + 3 elements, an awkward count.
-  const std::size_t g_count = (std::size_t{1} << 20) + 3;
-  const std::vector<float> grad = gradient(r, g_count);
-  float* d_grad = nullptr;
-  check(cudaMalloc(&d_grad, g_count * sizeof(float)), "cudaMalloc");
-  check(cudaMemcpyAsync(d_grad, grad.data(), g_count * sizeof(float), cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
-  gpu::all_reduce(dc, d_grad, d_grad, g_count, collx::ops::sum{}, stream);  // in place
   std::vector<float> summed(g_count);
-  check(cudaMemcpyAsync(summed.data(), d_grad, g_count * sizeof(float), cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
-  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  {
+    gpu::device_options opt;
+    opt.device = r % devices;
+    gpu::device_communicator dc(comm, opt);
+    if (r == 0) std::printf("gpu_moments: %d ranks on %d GPU(s); wiring: %s\n", n, devices, dc.wiring_note().c_str());
+    const stream_holder s;
+
+    // 1. Each rank's per-feature moments on its GPU, then the merge across ranks on device. The
+    //    op is not commutative, so collx folds the ranks in rank order whatever the size.
+    const std::vector<float> x = batch(r, samples, features);
+    const device_buffer<float> d_x(x.size());
+    const device_buffer<moments> d_mine(features), d_all(features);
+    gpu::check(cudaMemcpyAsync(d_x.data, x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice, s.stream), "cudaMemcpyAsync");
+    feature_moments<<<static_cast<unsigned>((features + 127) / 128), 128, 0, s.stream>>>(d_x.data, samples, features, d_mine.data);
+    gpu::check(cudaGetLastError(), "feature_moments");
+    gpu::all_reduce(dc, d_mine.data, d_all.data, features, welford_merge{}, s.stream);
+
+    // 2. A gradient's float sum, in place. algo::direct: the rank-order fold at every size. (An
+    //    untagged call with a commutative op may take the ring for large vectors where the
+    //    machine's wiring favours it, which folds in another order: other bits.)
+    const std::vector<float> grad = gradient(r, g_count);
+    const device_buffer<float> d_grad(g_count);
+    gpu::check(cudaMemcpyAsync(d_grad.data, grad.data(), g_count * sizeof(float), cudaMemcpyHostToDevice, s.stream), "cudaMemcpyAsync");
+    gpu::all_reduce<collx::algo::direct>(dc, d_grad.data, d_grad.data, g_count, collx::ops::sum{}, s.stream);
+
+    gpu::check(cudaMemcpyAsync(all.data(), d_all.data, features * sizeof(moments), cudaMemcpyDeviceToHost, s.stream), "cudaMemcpyAsync");
+    gpu::check(cudaMemcpyAsync(summed.data(), d_grad.data, g_count * sizeof(float), cudaMemcpyDeviceToHost, s.stream), "cudaMemcpyAsync");
+    dc.synchronize(s.stream);  // also throws what a collective reported (a timeout, a mismatch)
+  }
 
   // References on the host, from every rank's data: the sequential folds in rank order.
   ex::checker ok{r};
@@ -138,7 +162,7 @@ int run(collx::communicator& comm, std::size_t samples0, std::size_t features) {
     const std::vector<float> xq = batch(q, sq, features);
     for (std::size_t f = 0; f < features; ++f) {
       moments m;
-      for (std::size_t s = 0; s < sq; ++s) m.add(static_cast<double>(xq[s * features + f]));
+      for (std::size_t i = 0; i < sq; ++i) m.add(static_cast<double>(xq[i * features + f]));
       want[f] = q == 0 ? m : welford_merge{}(want[f], m);
     }
     const std::vector<float> gq = gradient(q, g_count);
@@ -153,11 +177,6 @@ int run(collx::communicator& comm, std::size_t samples0, std::size_t features) {
     for (std::size_t f = 0; f < features && f < 6; ++f)
       std::printf("%7zu %13.0f %15.6f %15.6f\n", f, all[f].n, all[f].mean, all[f].m2 / (all[f].n - 1));
   }
-  check(cudaFree(d_x), "cudaFree");
-  check(cudaFree(d_mine), "cudaFree");
-  check(cudaFree(d_all), "cudaFree");
-  check(cudaFree(d_grad), "cudaFree");
-  check(cudaStreamDestroy(stream), "cudaStreamDestroy");
   const int failures = ok.total(comm);
   if (r == 0) std::printf("%s\n", failures == 0 ? "every rank: bit-identical to the rank-order references" : "MISMATCH");
   return failures == 0 ? 0 : 1;

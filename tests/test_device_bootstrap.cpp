@@ -356,6 +356,7 @@ TEST_CASE("device bootstrap: rank 0 reads the machine's wiring for the figures t
   const fake_gpu::sysfs_tree tree("bootstrap-dgx1", &dgx1);
   struct seen {
     std::array<std::size_t, 3> ring_min{};
+    std::size_t two_shot_min = 0;
     std::vector<int> ring;
     std::string note;
     std::vector<std::vector<gpu::peer_path>> paths;  // per rank
@@ -367,6 +368,7 @@ TEST_CASE("device bootstrap: rank 0 reads the machine's wiring for the figures t
       seen& s = out[static_cast<std::size_t>(dc.rank())];
       s.ring_min = {dc.ring_min_bytes(collx::collective::allreduce), dc.ring_min_bytes(collx::collective::reduce_scatter),
                     dc.ring_min_bytes(collx::collective::all_gather)};
+      s.two_shot_min = dc.two_shot_min_bytes();
       s.ring.assign(dc.ring().order, dc.ring().order + dc.ring().world);
       s.note = dc.wiring_note();
     }, [&](gpu::device_options& o) {
@@ -441,6 +443,22 @@ TEST_CASE("device bootstrap: rank 0 reads the machine's wiring for the figures t
   const seen host = run({0, 1, 2, 3}, {}, std::vector<gpu::workspace_memory>(4, gpu::workspace_memory::host));
   CHECK(host.ring == std::vector<int>{0, 1, 2, 3});
   CHECK(host.ring_min == std::array<std::size_t, 3>{never, never, never});
+  CHECK(host.note.find("read from") == 0);
+  CHECK(host.note.find("the direct forms go by host memory's figures (host memory)") != std::string::npos);
+  // GPUs 0-3, every pair a peer (device memory): the direct forms' read rate is the wiring's, and
+  // two-shot starts where that rate puts it; a rate the options give holds instead.
+  std::vector<int> quad;
+  for (int d = 0; d < 4; ++d) quad.push_back(ref.gpu(d));
+  const seen read_rate = run({0, 1, 2, 3});
+  CHECK(read_rate.two_shot_min == gpu::two_shot_crossover_bytes(4, collx::topo::device_direct_cost(ref, quad)));
+  CHECK(read_rate.two_shot_min != gpu::two_shot_crossover_bytes(4, gpu::direct_cost{}));
+  const gpu::direct_cost given_cost{7e-6, 24e9};
+  CHECK(run({0, 1, 2, 3}, [&](gpu::device_options& o) { o.cost = given_cost; }).two_shot_min ==
+        gpu::two_shot_crossover_bytes(4, given_cost));
+  const seen all_given = run({0, 1, 2, 3}, [&](gpu::device_options& o) {
+    o.cost = given_cost, o.ring_order = {0, 1, 2, 3}, o.ring_hops = gpu::ring_cost{30e9, 2e-6};
+  });
+  CHECK(all_given.note == "device_options gives the read rate, ring_order and ring_hops");
   // What the options give holds: a slow hop rate means never.
   const seen given_hops = run({0, 1, 2, 3, 4, 5, 6, 7}, [](gpu::device_options& o) { o.ring_hops = gpu::ring_cost{1e9, 1e-3}; });
   CHECK(given_hops.ring_min == std::array<std::size_t, 3>{never, never, never});
@@ -454,6 +472,16 @@ TEST_CASE("device bootstrap: rank 0 reads the machine's wiring for the figures t
   ::unsetenv("COLLX_GPU_WIRING");
   CHECK(env_off.note == "COLLX_GPU_WIRING=off");
   CHECK(env_off.ring_min == std::array<std::size_t, 3>{never, never, never});
+  ::setenv("COLLX_GPU_WIRING", "maybe", 1);
+  const seen env_odd = run({0, 1, 2, 3, 4, 5, 6, 7});
+  ::unsetenv("COLLX_GPU_WIRING");
+  CHECK(env_odd.note.find("COLLX_GPU_WIRING='maybe' is neither auto nor off: taken as auto; read from") == 0);
+  CHECK(env_odd.ring_min[0] == 122269);
+  {
+    fake_machine no_busid("dgx1-v100", "cudaDeviceGetPCIBusId@1");
+    CHECK(run({0, 1, 2, 3}).note == "collx's default figures: rank 1's GPU has no PCI bus id");
+  }
+  fake_machine dgx_again("dgx1-v100");
   const seen shared = run({0, 0, 1});
   CHECK(shared.note.find("collx's default figures: ranks 0 and 1 share GPU 0000:06:00.0") == 0);
   CHECK(shared.ring_min == std::array<std::size_t, 3>{never, never, never});

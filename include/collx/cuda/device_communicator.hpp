@@ -130,9 +130,9 @@ struct device_options {
   /// left at their defaults above: cost's read rate (peer_read_bytes_per_second), ring_order
   /// (empty) and ring_hops' rate (hop_bytes_per_second 0), as NCCL reads its machine at init.
   /// topo::device_wiring (collx/topo/device_cost.hpp) finds the ranks' GPUs by PCI bus id in
-  /// sysfs and their NVLinks through NVML (not through the CUDA runtime, so GPUs that
-  /// CUDA_VISIBLE_DEVICES hides from rank 0 count too), with peer access as the CUDA runtime
-  /// grants it; the ring it gives keeps the rank order unless another is faster, and a given
+  /// sysfs and their NVLinks through NVML (not through rank 0's CUDA runtime, which may not see
+  /// every rank's GPU), with peer access as the CUDA runtime grants it (none between ranks that
+  /// cannot see each other's GPUs: those go through host memory); the ring it gives keeps the rank order unless another is faster, and a given
   /// ring_order is rated as given. Where it cannot (ranks sharing a GPU, a GPU missing from sysfs
   /// or of a model collx has no figures for, NVML missing or failing) collx's defaults stay.
   /// device_communicator::wiring_note says which. Rank 0's setting holds, as does its
