@@ -418,7 +418,8 @@ TEST_CASE("device bootstrap: rank 0 reads the machine's wiring for the figures t
   const std::size_t never = SIZE_MAX;
   for (const std::vector<int>& devices : {std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}, std::vector<int>{4, 7, 0, 3, 5, 2, 6, 1}}) {
     const seen s = run(devices);
-    CHECK(s.note.find("and NVML (6 NVLinks per GPU)") != std::string::npos);
+    CHECK(s.note.rfind("read from " + tree.sys() + " and NVML in ", 0) == 0);
+    CHECK(s.note.find(" ms (6 NVLinks per GPU); each rank reads its peers at ") != std::string::npos);
     CHECK(s.ring_min == from_dump(devices));
     nvlink_ring(devices, s.ring, 2);
   }
@@ -429,7 +430,7 @@ TEST_CASE("device bootstrap: rank 0 reads the machine's wiring for the figures t
   // A given ring is kept, and its own hops rated: GPU0-GPU2 and GPU1-GPU3 have one NVLink (20 GB/s).
   const seen given_ring = run({0, 1, 2, 3}, [](gpu::device_options& o) { o.ring_order = {0, 2, 1, 3}; });
   CHECK(given_ring.ring == std::vector<int>{0, 2, 1, 3});
-  CHECK(given_ring.note.find("the given ring") != std::string::npos);
+  CHECK(given_ring.note.find("the given ring 0 2 1 3") != std::string::npos);
   CHECK(given_ring.note.find("hops at 20.0 GB/s") != std::string::npos);
   // Pairs the options take out of peer access: the ring keeps off them, every hop on NVLink.
   const seen denied = run({0, 1, 2, 3, 4, 5, 6, 7}, [](gpu::device_options& o) { o.no_peer_access = {{0, 4}, {1, 5}}; });
@@ -444,7 +445,7 @@ TEST_CASE("device bootstrap: rank 0 reads the machine's wiring for the figures t
   CHECK(host.ring == std::vector<int>{0, 1, 2, 3});
   CHECK(host.ring_min == std::array<std::size_t, 3>{never, never, never});
   CHECK(host.note.find("read from") == 0);
-  CHECK(host.note.find("the direct forms go by host memory's figures (host memory)") != std::string::npos);
+  CHECK(host.note.find("the direct forms go by host memory's figures instead (host memory)") != std::string::npos);
   // GPUs 0-3, every pair a peer (device memory): the direct forms' read rate is the wiring's, and
   // two-shot starts where that rate puts it; a rate the options give holds instead.
   std::vector<int> quad;
@@ -466,17 +467,20 @@ TEST_CASE("device bootstrap: rank 0 reads the machine's wiring for the figures t
   // Off (the option, or COLLX_GPU_WIRING), or ranks sharing a GPU, or no sysfs: collx's defaults, and why.
   const seen off = run({0, 1, 2, 3, 4, 5, 6, 7}, [](gpu::device_options& o) { o.discover_wiring = false; });
   CHECK(off.ring_min == std::array<std::size_t, 3>{never, never, never});
-  CHECK(off.note == "device_options::discover_wiring is off");
+  CHECK(off.note == "collx's default figures: device_options::discover_wiring is off");
   ::setenv("COLLX_GPU_WIRING", "off", 1);
   const seen env_off = run({0, 1, 2, 3, 4, 5, 6, 7});
   ::unsetenv("COLLX_GPU_WIRING");
-  CHECK(env_off.note == "COLLX_GPU_WIRING=off");
+  CHECK(env_off.note == "collx's default figures: COLLX_GPU_WIRING is off");
   CHECK(env_off.ring_min == std::array<std::size_t, 3>{never, never, never});
-  ::setenv("COLLX_GPU_WIRING", "maybe", 1);
-  const seen env_odd = run({0, 1, 2, 3, 4, 5, 6, 7});
+  // A value that is neither is an error on every rank (each reads its own), naming the variable.
+  ::setenv("COLLX_GPU_WIRING", "no", 1);
+  const auto odd = create({0, 1, 2});
   ::unsetenv("COLLX_GPU_WIRING");
-  CHECK(env_odd.note.find("COLLX_GPU_WIRING='maybe' is neither auto nor off: taken as auto; read from") == 0);
-  CHECK(env_odd.ring_min[0] == 122269);
+  for (const auto& r : odd) {
+    CHECK(r.code == collx::errc::invalid_argument);
+    CHECK(r.error.find("COLLX_GPU_WIRING='no' is not valid") != std::string::npos);
+  }
   {
     fake_machine no_busid("dgx1-v100", "cudaDeviceGetPCIBusId@1");
     CHECK(run({0, 1, 2, 3}).note == "collx's default figures: rank 1's GPU has no PCI bus id");

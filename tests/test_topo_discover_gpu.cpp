@@ -487,7 +487,7 @@ TEST_CASE("device_wiring: a DGX-1 read from sysfs and NVML decides as its NCCL t
       const device_wiring_result w = device_wiring(ranks_on(dgx1, gpu_of_rank, with_reach), tree_options(tree));
       INFO(w.note);
       REQUIRE(w.found);
-      CHECK(w.note.find("and NVML (6 NVLinks per GPU)") != std::string::npos);
+      CHECK(w.note.find(" (6 NVLinks per GPU); ") != std::string::npos);
       // Every hop of the ring joins two GPUs by two NVLinks, by the fake machine's own link table.
       REQUIRE(w.ring_order.size() == 8);
       for (std::size_t k = 0; k < 8; ++k) {
@@ -527,7 +527,7 @@ TEST_CASE("device_wiring: on NVSwitch the figures are collx's defaults and the r
     const device_wiring_result w = device_wiring(ranks_on(hgx, {0, 1, 2, 3}, with_reach), tree_options(tree));
     INFO(w.note);
     REQUIRE(w.found);
-    CHECK(w.note.find("(18 NVLinks per GPU)") != std::string::npos);
+    CHECK(w.note.find(" (18 NVLinks per GPU); ") != std::string::npos);
     CHECK(w.cost.peer_read_bytes_per_second == Approx(collx::gpu::direct_cost{}.peer_read_bytes_per_second));
     CHECK(w.ring_order == std::vector<int>{0, 1, 2, 3});  // every ring alike: the rank order's bits
     const std::size_t slot = collx::gpu::workspace_layout::for_staging(collx::gpu::default_staging_bytes).slot_bytes;

@@ -137,6 +137,8 @@ struct device_options {
   /// or of a model collx has no figures for, NVML missing or failing) collx's defaults stay.
   /// device_communicator::wiring_note says which. Rank 0's setting holds, as does its
   /// COLLX_GPU_WIRING=off, which turns it off too. false: collx's defaults, never the machine.
+  /// @throws (from the constructor) collx::error (errc::invalid_argument) on every rank when a
+  ///   rank's COLLX_GPU_WIRING is neither auto nor off (nor 1/0, on/true, false).
   bool discover_wiring = true;
   /// Where that discovery looks (sysfs and procfs roots, the NVML library); tests point it at fakes.
   topo::discover_options discovery{};
@@ -203,9 +205,11 @@ struct window {
 class device_communicator {
  public:
   /// Creates rank host.rank() of host.size() ranks: the ranks exchange records (device, process,
-  /// what they ask for), agree on the workspace memory (choose_workspace_memory: device memory
-  /// where every GPU has peer access to every other, mixed where some pairs have it, shared pinned
-  /// host memory where none do or when asked), then map the workspaces each rank reaches (layout:
+  /// PCI bus id, what they ask for), agree on the workspace memory (choose_workspace_memory: device
+  /// memory where every GPU has peer access to every other, mixed where some pairs have it, shared
+  /// pinned host memory where none do or when asked), rank 0 reads the machine's wiring
+  /// (discover_wiring) and decides the forms' sizes and the ring, then the ranks map the
+  /// workspaces each rank reaches (layout:
   /// device_plan.hpp): cudaIpcOpenMemHandle across processes, the address itself within one
   /// process (enabling peer access between different GPUs), and, unless every pair has peer
   /// access, one shared-memory object that rank 0 creates and every rank registers with CUDA.
@@ -216,8 +220,8 @@ class device_communicator {
   ///         for different staging sizes or workspace memories; (errc::invalid_argument) for more
   ///         than max_device_world ranks, ranks on different nodes (COLLX_NODE_ID or the host
   ///         name: one device communicator joins one node's GPUs), a staging too small, device
-  ///         memory asked for between GPUs without peer access, or a bad ring_order or
-  ///         no_peer_access (on every rank); and the host communicator's errors. When a CUDA call,
+  ///         memory asked for between GPUs without peer access, a bad ring_order or
+  ///         no_peer_access, or a bad COLLX_GPU_WIRING (on every rank); and the host communicator's errors. When a CUDA call,
   ///         allocation or mapping fails on one rank, that rank throws its error and every other
   ///         rank throws errc::cuda naming it, rather than waiting for it.
   explicit device_communicator(communicator& host, device_options opt = {}) : host_(&host) {
@@ -225,6 +229,9 @@ class device_communicator {
     peer_record mine;
     try {
       on_every_rank("read its node id (COLLX_NODE_ID or the host name)", [&] { mine.set_node(node_id_from_environment()); },
+                    errc::invalid_argument);
+      bool read_the_wiring = opt.discover_wiring;
+      on_every_rank("read COLLX_GPU_WIRING", [&] { read_the_wiring = gpu_wiring_from_environment() && read_the_wiring; },
                     errc::invalid_argument);
       on_every_rank("set up its device", [&] {
         int devices = 0;
@@ -291,7 +298,7 @@ class device_communicator {
         for (std::size_t r = 0; r < reach.size(); ++r) reach[r] &= ~std::uint64_t{d[r]};
       memory_ = choose_workspace_memory(records_, reach);
       reach_ = reach;
-      read_wiring(opt);
+      read_wiring(opt, read_the_wiring);
 
       // Rank 0's form threshold for every rank: ranks that chose differently would fail each call.
       const bool device = memory_ == workspace_memory::device;
@@ -817,26 +824,31 @@ class device_communicator {
   static constexpr std::size_t ring_index(collective c) noexcept {
     return c == collective::allreduce ? 0 : c == collective::reduce_scatter ? 1 : c == collective::all_gather ? 2 : 3;
   }
+  // COLLX_GPU_WIRING: false for off, 0 or false; true when unset or auto, 1, on or true.
+  // @throws collx::error (errc::invalid_argument) naming the variable for anything else.
+  static bool gpu_wiring_from_environment() {
+    const auto v = env::get("COLLX_GPU_WIRING");
+    if (!v) return true;
+    const std::string l = env::lower(*v);
+    if (l == "off" || l == "0" || l == "false") return false;
+    if (l != "auto" && l != "1" && l != "on" && l != "true") env::reject("COLLX_GPU_WIRING", *v, "auto or off (also 1/0, on, true/false)");
+    return true;
+  }
   // Rank 0 fills the figures its options leave at their defaults from the machine's wiring
   // (device_options::discover_wiring) and tells every rank what it used (wiring_note). Only rank
   // 0's figures count (its choices are broadcast), so only rank 0 reads the machine; reading it
   // is advice, so nothing it throws stops the communicator (every rank must reach the broadcasts).
-  void read_wiring(device_options& opt) {
+  void read_wiring(device_options& opt, bool wanted) {
     std::string note;
     if (rank() == 0) {
       const bool open_rate = opt.cost.peer_read_bytes_per_second == direct_cost{}.peer_read_bytes_per_second;
       const bool open_ring = opt.ring_order.empty(), open_hops = opt.ring_hops.hop_bytes_per_second == 0;
-      const std::string wiring = env::lower(env::get("COLLX_GPU_WIRING").value_or("auto"));
-      const bool off = wiring == "off" || wiring == "0" || wiring == "false";
       try {
-        if (!off && wiring != "auto" && wiring != "on" && wiring != "1" && wiring != "true")
-          note = "COLLX_GPU_WIRING='" + wiring + "' is neither auto nor off: taken as auto; ";
-        if (!opt.discover_wiring) {
-          note += "device_options::discover_wiring is off";
-        } else if (off) {
-          note += "COLLX_GPU_WIRING=" + wiring;
+        if (!wanted) {
+          note = std::string("collx's default figures: ") +
+                 (opt.discover_wiring ? "COLLX_GPU_WIRING is off" : "device_options::discover_wiring is off");
         } else if (!open_rate && !open_ring && !open_hops) {
-          note += "device_options gives the read rate, ring_order and ring_hops";
+          note = "device_options gives the read rate, ring_order and ring_hops";
         } else {
           topo::device_wiring_ranks ranks;
           for (int p = 0; p < size(); ++p) {
@@ -853,17 +865,17 @@ class device_communicator {
             if (open_rate) opt.cost.peer_read_bytes_per_second = w.cost.peer_read_bytes_per_second;
             if (open_hops) opt.ring_hops.hop_bytes_per_second = w.ring_hops.hop_bytes_per_second;
             if (open_ring) opt.ring_order = w.ring_order;
-            note += w.note;
+            note = w.note;
             if (memory_ != workspace_memory::device)  // direct_cost_where: the read rate is not used
-              note += std::string("; the direct forms go by host memory's figures (") + workspace_memory_name(memory_) + " memory)";
+              note += std::string("; the direct forms go by host memory's figures instead (") + workspace_memory_name(memory_) + " memory)";
           } else {
-            note += "collx's default figures: " + w.note;
+            note = "collx's default figures: " + w.note;
           }
         }
       } catch (const std::exception& e) {
-        note += std::string("collx's default figures: reading the wiring failed: ") + e.what();
+        note = std::string("collx's default figures: reading the wiring failed: ") + e.what();
       } catch (...) {
-        note += "collx's default figures: reading the wiring failed";
+        note = "collx's default figures: reading the wiring failed";
       }
     }
     std::uint64_t bytes = note.size();

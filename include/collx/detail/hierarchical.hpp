@@ -301,8 +301,9 @@ inline std::string level_ranks_legend(int world_rank, const node_layout& l) {
   const auto list = [](const std::vector<int>& v) {
     std::string a, b;
     for (std::size_t i = 0; i < v.size(); ++i) {
-      a += (i ? ", " : "") + std::to_string(i);
-      b += (i ? ", " : "") + std::to_string(v[i]);
+      // append, not `"..." + std::string`: g++ 12 warns falsely (-Wrestrict) on the latter at -O2.
+      a.append(i ? ", " : "").append(std::to_string(i));
+      b.append(i ? ", " : "").append(std::to_string(v[i]));
     }
     return "its rank" + std::string(v.size() > 1 ? "s " : " ") + a + (v.size() > 1 ? " are" : " is") + " world rank" +
            (v.size() > 1 ? "s " : " ") + b;

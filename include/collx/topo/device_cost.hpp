@@ -323,14 +323,15 @@ inline device_wiring_result device_wiring(const device_wiring_ranks& ranks, cons
     }
     std::string ring_text;
     for (int r : ring) ring_text += (ring_text.empty() ? "" : " ") + std::to_string(r);
-    char text[200];
-    std::snprintf(text, sizeof text, "; each rank reads its peers at %.1f GB/s; ring %s with hops at %.1f GB/s (in %.0f ms)",
-                  w.cost.peer_read_bytes_per_second / 1e9, ring_text.c_str(), w.ring_hops.hop_bytes_per_second / 1e9,
-                  std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    char took[32], rates[200];
+    std::snprintf(took, sizeof took, " in %.0f ms", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    std::snprintf(rates, sizeof rates, "; each rank reads its peers at %.1f GB/s; %s %s with hops at %.1f GB/s",
+                  w.cost.peer_read_bytes_per_second / 1e9, ranks.ring_order.empty() ? "ring" : "the given ring", ring_text.c_str(),
+                  w.ring_hops.hop_bytes_per_second / 1e9);
     const std::string links = most == 0 ? std::string("no NVLink")
                               : fewest == most ? std::to_string(most) + " NVLinks per GPU"
                                                : std::to_string(fewest) + " to " + std::to_string(most) + " NVLinks per GPU";
-    w.note = "read from " + o.sysfs + (o.nvml ? " and NVML" : "") + " (" + links + ")" + (ranks.ring_order.empty() ? "" : ", the given ring") + text;
+    w.note = "read from " + o.sysfs + (o.nvml ? " and NVML" : "") + took + " (" + links + ")" + rates;
     w.found = true;
   } catch (const std::bad_alloc&) {
     throw;
