@@ -87,10 +87,10 @@ struct device_options {
   /// SIZE_MAX: never; 1: always. 0 (the default): the host communicator's algorithm_overrides
   /// (COLLX_ALGO) where they name ring (always) or direct (never) for the collective, else
   /// ring_crossover_bytes_where of the figures (cost and ring_hops; host memory's where the
-  /// workspaces or the ring's hops are there), per collective: never unless ring_hops (given, or read
-  /// from the machine) gives the hops' rate. Rank 0's choice holds for every rank. The ring's bits are not the rank-order
-  /// fold's (see gpu::all_reduce<algo::ring>): for those at every size, call algo::direct or set
-  /// SIZE_MAX here.
+  /// workspaces or the ring's hops are there), per collective: never unless ring_hops (given, or
+  /// read from the machine) gives the hops' rate. Rank 0's choice holds for every rank. The ring's
+  /// bits are not the rank-order fold's (see gpu::all_reduce<algo::ring>): for those at every
+  /// size, call algo::direct or set SIZE_MAX here.
   std::size_t ring_min_bytes = 0;
   /// The figures of the ring's hops that ring_min_bytes = 0 decides by (with cost). Left at the
   /// default, rank 0 reads them from the machine (discover_wiring); where it cannot, the hop rate
@@ -109,9 +109,8 @@ struct device_options {
   workspace_memory memory = workspace_memory::automatic;
   /// The ring of algo::ring calls (cuda/ring_plan.hpp): ring_order[k] is the rank at ring position
   /// k, every rank once; empty: the machine's ring (discover_wiring), else the rank order 0, 1,
-  /// ..., size() - 1, or where one of its hops
-  /// joins GPUs without peer access, the first ring whose hops all have it (ring_through_reach),
-  /// if there is one. A ring that follows NVLink (topo::device_ring_order) keeps each rank's reads
+  /// ..., size() - 1, or where one of its hops joins GPUs without peer access, the first ring
+  /// whose hops all have it (ring_through_reach), if there is one. A ring that follows NVLink (topo::device_ring_order) keeps each rank's reads
   /// on one fast link. Rank 0's ring holds for every rank (sent to the others when the
   /// communicator is created). Apart from the host communicator's communicator_options::ring_order,
   /// which this does not read.
@@ -132,11 +131,12 @@ struct device_options {
   /// topo::device_wiring (collx/topo/device_cost.hpp) finds the ranks' GPUs by PCI bus id in
   /// sysfs and their NVLinks through NVML (not through rank 0's CUDA runtime, which may not see
   /// every rank's GPU), with peer access as the CUDA runtime grants it (none between ranks that
-  /// cannot see each other's GPUs: those go through host memory); the ring it gives keeps the rank order unless another is faster, and a given
-  /// ring_order is rated as given. Where it cannot (ranks sharing a GPU, a GPU missing from sysfs
-  /// or of a model collx has no figures for, NVML missing or failing) collx's defaults stay.
-  /// device_communicator::wiring_note says which. Rank 0's setting holds, as does its
-  /// COLLX_GPU_WIRING=off, which turns it off too. false: collx's defaults, never the machine.
+  /// cannot see each other's GPUs: those go through host memory). Its ring is the rank order
+  /// unless another is faster; a given ring_order is rated as given. Where it cannot read the
+  /// machine (ranks sharing a GPU, a GPU missing from sysfs or of a model collx has no figures
+  /// for, NVML missing or failing) collx's defaults stay. device_communicator::wiring_note says
+  /// which. Rank 0's setting holds, as does its COLLX_GPU_WIRING=off, which turns it off too.
+  /// false: collx's defaults, never the machine.
   /// @throws (from the constructor) collx::error (errc::invalid_argument) on every rank when a
   ///   rank's COLLX_GPU_WIRING is neither auto nor off (nor 1/0, on/true, false).
   bool discover_wiring = true;
@@ -221,9 +221,10 @@ class device_communicator {
   ///         than max_device_world ranks, ranks on different nodes (COLLX_NODE_ID or the host
   ///         name: one device communicator joins one node's GPUs), a staging too small, device
   ///         memory asked for between GPUs without peer access, a bad ring_order or
-  ///         no_peer_access, or a bad COLLX_GPU_WIRING (on every rank); and the host communicator's errors. When a CUDA call,
-  ///         allocation or mapping fails on one rank, that rank throws its error and every other
-  ///         rank throws errc::cuda naming it, rather than waiting for it.
+  ///         no_peer_access, or a bad COLLX_GPU_WIRING (on every rank); and the host
+  ///         communicator's errors. When a CUDA call, allocation or mapping fails on one rank,
+  ///         that rank throws its error and every other rank throws errc::cuda naming it, rather
+  ///         than waiting for it.
   explicit device_communicator(communicator& host, device_options opt = {}) : host_(&host) {
     const auto timeout = opt.timeout.count() > 0 ? opt.timeout : host.options().timeout;
     peer_record mine;

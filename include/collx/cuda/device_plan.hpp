@@ -364,7 +364,9 @@ inline const char* workspace_memory_name(workspace_memory m) noexcept {
 /// over the host communicator).
 struct peer_record {
   std::uint32_t magic = 0x636f6c78;   ///< "colx"
-  std::uint32_t version = 6;          ///< layout version of this record, the workspace and the setup (2: exchange area; 3: memory; 4: point-to-point; 5: ring, mixed memory; 6: PCI bus id, compute capability)
+  /// Layout version of this record, the workspace and the setup (2: exchange area; 3: memory;
+  /// 4: point-to-point; 5: ring, mixed memory; 6: PCI bus id, compute capability).
+  std::uint32_t version = 6;
   std::uint64_t process = 0;          ///< pid and a per-process random token: equal = same address space
   std::uint64_t workspace_address = 0;  ///< the workspace's device address in the owner's process
   std::uint64_t workspace_bytes = 0;  ///< size of the workspace

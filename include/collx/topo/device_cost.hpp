@@ -243,7 +243,8 @@ inline device_wiring_result device_wiring(const device_wiring_ranks& ranks, cons
       if (v < 0) return not_found("rank " + std::to_string(r) + "'s GPU " + ids[r] + " is not on the PCI tree of " + o.sysfs);
       vertex& x = t.vertices[static_cast<std::size_t>(v)];
       const int sm = ranks.sm.empty() ? 0 : ranks.sm[r];
-      if ((!x.arch || x.arch == &unknown_gpu_arch) && sm > 0 && gpu_arch_for_sm(sm)) x.arch = gpu_arch_for_sm(sm), x.device = std::string(x.arch->name);
+      if ((!x.arch || x.arch == &unknown_gpu_arch) && sm > 0 && gpu_arch_for_sm(sm))
+        x.arch = gpu_arch_for_sm(sm), x.device = std::string(x.arch->name);
       if (!x.arch || x.arch == &unknown_gpu_arch)
         return not_found("rank " + std::to_string(r) + "'s GPU " + ids[r] + " is of a model collx has no figures for (" + x.device +
                          (sm > 0 ? ", compute capability " + std::to_string(sm / 10) + "." + std::to_string(sm % 10) : std::string()) + ")");
@@ -324,7 +325,8 @@ inline device_wiring_result device_wiring(const device_wiring_ranks& ranks, cons
     std::string ring_text;
     for (int r : ring) ring_text += (ring_text.empty() ? "" : " ") + std::to_string(r);
     char took[32], rates[200];
-    std::snprintf(took, sizeof took, " in %.0f ms", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    std::snprintf(took, sizeof took, " in %.0f ms", ms);
     std::snprintf(rates, sizeof rates, "; each rank reads its peers at %.1f GB/s; %s %s with hops at %.1f GB/s",
                   w.cost.peer_read_bytes_per_second / 1e9, ranks.ring_order.empty() ? "ring" : "the given ring", ring_text.c_str(),
                   w.ring_hops.hop_bytes_per_second / 1e9);
