@@ -313,9 +313,25 @@ TEST_CASE("failing NVML calls are notes, not crashes, and nvmlShutdown still run
     const topology t = discover(fs.options());
     INFO(notes(t));
     CHECK(has_note(t, "GPU3: nvmlDeviceGetNvLinkState failed on 6 link(s) (first link 0, error 999 (Unknown Error))"));
+    topology again = discover_cpus(fs.options());
+    add_cuda_devices(again, query_cuda_runtime(fs.options()));
+    nvlink_gaps gaps;
+    discover_nvlinks_nvml(again, fs.options(), &gaps);
+    CHECK(gaps.nvml);
+    CHECK(gaps.gpus == 0);
+    CHECK(gaps.links == 6);  // GPU3's 6 links, as the note says
+    CHECK_FALSE(gaps.complete());
     CHECK(nvlinks(t, 3, 0) == 2);
     CHECK(nvlinks(t, 3, 7) == 1);
     CHECK(count_kind(t, link_kind::nvlink) == 16);
+  }
+  SECTION("nothing fails: every NVLink read") {
+    const fake_machine m("dgx1-v100");
+    topology t = discover_cpus(fs.options());
+    add_cuda_devices(t, query_cuda_runtime(fs.options()));
+    nvlink_gaps gaps;
+    CHECK(discover_nvlinks_nvml(t, fs.options(), &gaps) == 16);  // 16 GPU pairs with NVLink
+    CHECK(gaps.complete());
   }
   SECTION("nvmlDeviceGetNvLinkState fails everywhere: no NVLink, a note per GPU") {
     const fake_machine m("hgx-h100", "nvmlDeviceGetNvLinkState");
@@ -344,6 +360,13 @@ TEST_CASE("failing NVML calls are notes, not crashes, and nvmlShutdown still run
     const fake_machine m("hgx-h100", "nvmlDeviceGetHandleByPciBusId_v2@2");
     const topology t = discover(fs.options());
     CHECK(has_note(t, "GPU2 (0000:3a:00.0): nvmlDeviceGetHandleByPciBusId_v2: error 999"));
+    topology again = discover_cpus(fs.options());
+    add_cuda_devices(again, query_cuda_runtime(fs.options()));
+    nvlink_gaps gaps;
+    discover_nvlinks_nvml(again, fs.options(), &gaps);
+    CHECK(gaps.nvml);
+    CHECK(gaps.gpus == 1);
+    CHECK(gaps.links == 0);
     CHECK(t.nvswitch_links(t.gpu(2)).first == 0);
     CHECK(t.nvswitch_links(t.gpu(3)).first == 18);
   }
@@ -351,6 +374,14 @@ TEST_CASE("failing NVML calls are notes, not crashes, and nvmlShutdown still run
     const fake_machine m("hgx-h100", "nvmlInit_v2");
     const topology t = discover(fs.options());
     CHECK(has_note(t, "nvmlInit_v2: error 999"));
+    topology again = discover_cpus(fs.options());
+    add_cuda_devices(again, query_cuda_runtime(fs.options()));
+    nvlink_gaps gaps;
+    gaps.gpus = 5;  // reset by the call
+    discover_nvlinks_nvml(again, fs.options(), &gaps);
+    CHECK_FALSE(gaps.nvml);
+    CHECK(gaps.gpus == 0);
+    CHECK_FALSE(gaps.complete());
     CHECK(t.gpus().size() == 8);
     CHECK(count_kind(t, link_kind::nvlink) == 0);
   }

@@ -252,10 +252,17 @@ inline device_wiring_result device_wiring(const device_wiring_ranks& ranks, cons
     }
     if (o.nvml) {
       const std::size_t before = t.notes.size();
-      discover_nvlinks_nvml(t, o);
-      for (std::size_t k = before; k < t.notes.size(); ++k)
-        if (t.notes[k].find("not discovered") != std::string::npos || t.notes[k].find(" failed") != std::string::npos)
-          return not_found("NVLinks not read: " + t.notes[k]);
+      nvlink_gaps gaps;
+      discover_nvlinks_nvml(t, o, &gaps);
+      if (!gaps.complete()) {
+        std::string why = "NVLinks not read";
+        for (std::size_t k = before; k < t.notes.size(); ++k)  // the first is the one that says why
+          if (t.notes[k].find("not discovered") != std::string::npos) {
+            why += ": " + t.notes[k];
+            break;
+          }
+        return not_found(why);
+      }
     }
     route_options routing;
     if (!ranks.reach.empty()) {

@@ -545,6 +545,15 @@ inline int discover_cuda(topology& t, const discover_options& o = {}) { return a
 // ---------------------------------------------------------------------------------------------
 // NVML (dlopen'ed)
 
+/// What discover_nvlinks_nvml could not read.
+struct nvlink_gaps {
+  bool nvml = false;  ///< NVML was loaded and initialised (false: no NVLink was read at all)
+  int gpus = 0;       ///< GPUs NVML did not find (nvmlDeviceGetHandleByPciBusId_v2 failed): none of their links read
+  int links = 0;      ///< links a call failed on, or whose far end made no sense (the GPU itself)
+  /// Every GPU's NVLinks were read.
+  bool complete() const noexcept { return nvml && gpus == 0 && links == 0; }
+};
+
 /// Adds the NVLinks NVML reports between the GPUs of `t` (those with a PCI bus id), as the file
 /// comment describes: GPU pairs get one NVLink edge with the number of links between them (each
 /// side's count; the larger where they differ, noted), GPUs with links to NVSwitches are joined to
@@ -555,9 +564,13 @@ inline int discover_cuda(topology& t, const discover_options& o = {}) { return a
 /// NOT_SUPPORTED from nvmlDeviceGetNvLinkState) are skipped silently; every other failure is a note
 /// naming the GPU, the call, how many links it failed on and NVML's error. nvmlShutdown runs after
 /// every successful nvmlInit_v2, exceptions included. Returns the number of NVLink edges added; 0
-/// with a note when NVML cannot be loaded or initialised.
+/// with a note when NVML cannot be loaded or initialised. `gaps`, when given, says what could not
+/// be read (for a caller that must not decide on a partial picture, as topo::device_wiring).
 /// @throws collx::error or std::bad_alloc only from building the graph, after NVML is shut down.
-inline int discover_nvlinks_nvml(topology& t, const discover_options& o = {}) {
+inline int discover_nvlinks_nvml(topology& t, const discover_options& o = {}, nvlink_gaps* gaps = nullptr) {
+  nvlink_gaps unused;
+  nvlink_gaps& gap = gaps ? *gaps : unused;
+  gap = nvlink_gaps{};
 #if defined(COLLX_TOPO_HAVE_DLOPEN)
   std::map<std::string, int> by_busid;
   for (int g : t.gpus())
@@ -628,6 +641,7 @@ inline int discover_nvlinks_nvml(topology& t, const discover_options& o = {}) {
     }
     ~session() { close(); }
   } nvml{shutdown, lib};
+  gap.nvml = true;
 
   struct failure {
     int links = 0;
@@ -649,6 +663,7 @@ inline int discover_nvlinks_nvml(topology& t, const discover_options& o = {}) {
     handle h = nullptr;
     if (const int e = by_bus(bus.c_str(), &h); e != nvml_success) {
       t.notes.push_back(gname(g) + " (" + bus + "): nvmlDeviceGetHandleByPciBusId_v2: " + err(e) + ": its NVLinks not discovered");
+      ++gap.gpus;
       continue;
     }
     for (unsigned l = 0; l < max_links; ++l) {
@@ -697,6 +712,7 @@ inline int discover_nvlinks_nvml(topology& t, const discover_options& o = {}) {
       else ++to_switch[g], guessed_switch = true;  // no remote type: not one of the GPUs, so a switch
     }
   }
+  for (const auto& [key, f] : failures) gap.links += f.links;
   for (const auto& [key, f] : failures)
     t.notes.push_back(gname(key.first) + ": " + key.second + (key.second.rfind("nvml", 0) == 0 ? " failed" : "") + " on " + std::to_string(f.links) +
                       " link(s) (first link " + std::to_string(f.first_link) + ", " + (key.second.rfind("nvml", 0) == 0 ? err(f.code) : "code " + std::to_string(f.code)) +
