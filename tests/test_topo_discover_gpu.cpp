@@ -121,6 +121,17 @@ std::string notes(const topology& t) {
 
 const vertex& at(const topology& t, int v) { return t.vertices[static_cast<std::size_t>(v)]; }
 
+// What discover_nvlinks_nvml could not read on the machine `o` discovers (CPUs, then the CUDA
+// runtime's GPUs); `gaps` starts dirty, to show that the call resets it.
+nvlink_gaps nvml_gaps(const discover_options& o) {
+  topology t = discover_cpus(o);
+  add_cuda_devices(t, query_cuda_runtime(o));
+  nvlink_gaps gaps;
+  gaps.gpus = 5, gaps.links = 5;
+  discover_nvlinks_nvml(t, o, &gaps);
+  return gaps;
+}
+
 // NVLinks between GPUs a and b (device indices) over direct GPU-GPU edges.
 int nvlinks(const topology& t, int a, int b) {
   const int l = t.link_between(t.gpu(a), t.gpu(b), link_kind::nvlink);
@@ -313,10 +324,7 @@ TEST_CASE("failing NVML calls are notes, not crashes, and nvmlShutdown still run
     const topology t = discover(fs.options());
     INFO(notes(t));
     CHECK(has_note(t, "GPU3: nvmlDeviceGetNvLinkState failed on 6 link(s) (first link 0, error 999 (Unknown Error))"));
-    topology again = discover_cpus(fs.options());
-    add_cuda_devices(again, query_cuda_runtime(fs.options()));
-    nvlink_gaps gaps;
-    discover_nvlinks_nvml(again, fs.options(), &gaps);
+    const nvlink_gaps gaps = nvml_gaps(fs.options());
     CHECK(gaps.nvml);
     CHECK(gaps.gpus == 0);
     CHECK(gaps.links == 6);  // GPU3's 6 links, as the note says
@@ -327,11 +335,9 @@ TEST_CASE("failing NVML calls are notes, not crashes, and nvmlShutdown still run
   }
   SECTION("nothing fails: every NVLink read") {
     const fake_machine m("dgx1-v100");
-    topology t = discover_cpus(fs.options());
-    add_cuda_devices(t, query_cuda_runtime(fs.options()));
-    nvlink_gaps gaps;
-    CHECK(discover_nvlinks_nvml(t, fs.options(), &gaps) == 16);  // 16 GPU pairs with NVLink
+    const nvlink_gaps gaps = nvml_gaps(fs.options());
     CHECK(gaps.complete());
+    CHECK(gaps.links == 0);
   }
   SECTION("nvmlDeviceGetNvLinkState fails everywhere: no NVLink, a note per GPU") {
     const fake_machine m("hgx-h100", "nvmlDeviceGetNvLinkState");
@@ -360,10 +366,7 @@ TEST_CASE("failing NVML calls are notes, not crashes, and nvmlShutdown still run
     const fake_machine m("hgx-h100", "nvmlDeviceGetHandleByPciBusId_v2@2");
     const topology t = discover(fs.options());
     CHECK(has_note(t, "GPU2 (0000:3a:00.0): nvmlDeviceGetHandleByPciBusId_v2: error 999"));
-    topology again = discover_cpus(fs.options());
-    add_cuda_devices(again, query_cuda_runtime(fs.options()));
-    nvlink_gaps gaps;
-    discover_nvlinks_nvml(again, fs.options(), &gaps);
+    const nvlink_gaps gaps = nvml_gaps(fs.options());
     CHECK(gaps.nvml);
     CHECK(gaps.gpus == 1);
     CHECK(gaps.links == 0);
@@ -374,11 +377,7 @@ TEST_CASE("failing NVML calls are notes, not crashes, and nvmlShutdown still run
     const fake_machine m("hgx-h100", "nvmlInit_v2");
     const topology t = discover(fs.options());
     CHECK(has_note(t, "nvmlInit_v2: error 999"));
-    topology again = discover_cpus(fs.options());
-    add_cuda_devices(again, query_cuda_runtime(fs.options()));
-    nvlink_gaps gaps;
-    gaps.gpus = 5;  // reset by the call
-    discover_nvlinks_nvml(again, fs.options(), &gaps);
+    const nvlink_gaps gaps = nvml_gaps(fs.options());
     CHECK_FALSE(gaps.nvml);
     CHECK(gaps.gpus == 0);
     CHECK_FALSE(gaps.complete());
