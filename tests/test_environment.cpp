@@ -71,6 +71,12 @@ TEST_CASE("F3: sizes are parsed or rejected with the variable's name", "[env][F3
   CHECK(error_of([] { collx::env::parse_seconds("COLLX_TIMEOUT", "-1"); }).find("COLLX_TIMEOUT") != std::string::npos);
   CHECK(error_of([] { collx::env::parse_seconds("COLLX_TIMEOUT", "abc"); }).find("COLLX_TIMEOUT") != std::string::npos);
   CHECK(collx::env::parse_seconds("COLLX_TIMEOUT", "0.5") == 0.5);
+  // Three-way switches (COLLX_CMA, COLLX_GPU_WIRING): auto, off or on in their spellings.
+  for (const char* v : {"auto", "AUTO"}) CHECK(collx::env::parse_switch("COLLX_CMA", v) == -1);
+  for (const char* v : {"0", "off", "False"}) CHECK(collx::env::parse_switch("COLLX_CMA", v) == 0);
+  for (const char* v : {"1", "ON", "true"}) CHECK(collx::env::parse_switch("COLLX_CMA", v) == 1);
+  for (const char* v : {"", "no", " off", "2"})
+    CHECK(error_of([v] { collx::env::parse_switch("COLLX_GPU_WIRING", v); }).find("COLLX_GPU_WIRING='") != std::string::npos);
 }
 
 TEST_CASE("F3: a bad COLLX_TIMEOUT or COLLX_SEGMENT_BYTES stops communicator creation with its name", "[env][F3]") {

@@ -33,10 +33,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-void write(const fs::path& p, const std::string& s) {
-  fs::create_directories(p.parent_path());
-  std::ofstream(p) << s << "\n";
-}
+// A file of the fake trees, with its directories.
+void write(const fs::path& p, const std::string& s) { fake_gpu::sysfs_tree::write(p, s); }
 
 std::string slurp(const fs::path& p) {
   std::ifstream f(p);

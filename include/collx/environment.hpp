@@ -118,6 +118,17 @@ inline std::string lower(std::string_view s) {
   return r;
 }
 
+/// Parses a three-way switch (case-insensitive): -1 for auto, 0 for 0, off or false, 1 for 1, on
+/// or true (COLLX_CMA, COLLX_GPU_WIRING). @throws collx::error (errc::invalid_argument) naming
+/// the variable for anything else.
+inline int parse_switch(std::string_view name, std::string_view v) {
+  const std::string l = lower(v);
+  if (l == "auto") return -1;
+  if (l == "0" || l == "off" || l == "false") return 0;
+  if (l == "1" || l == "on" || l == "true") return 1;
+  reject(name, v, "auto, 0 or 1 (also off/on, false/true)");
+}
+
 /// Parses an algorithm name (case-insensitive).
 inline std::optional<algorithm> parse_algorithm_name(std::string_view s) {
   const std::string l = lower(s);

@@ -825,15 +825,11 @@ class device_communicator {
   static constexpr std::size_t ring_index(collective c) noexcept {
     return c == collective::allreduce ? 0 : c == collective::reduce_scatter ? 1 : c == collective::all_gather ? 2 : 3;
   }
-  // COLLX_GPU_WIRING: false for off, 0 or false; true when unset or auto, 1, on or true.
+  // COLLX_GPU_WIRING: false for off (0, false); true when unset, auto or on (1, true).
   // @throws collx::error (errc::invalid_argument) naming the variable for anything else.
   static bool gpu_wiring_from_environment() {
     const auto v = env::get("COLLX_GPU_WIRING");
-    if (!v) return true;
-    const std::string l = env::lower(*v);
-    if (l == "off" || l == "0" || l == "false") return false;
-    if (l != "auto" && l != "1" && l != "on" && l != "true") env::reject("COLLX_GPU_WIRING", *v, "auto or off (also 1/0, on, true/false)");
-    return true;
+    return !v || env::parse_switch("COLLX_GPU_WIRING", *v) != 0;
   }
   // Rank 0 fills the figures its options leave at their defaults from the machine's wiring
   // (device_options::discover_wiring) and tells every rank what it used (wiring_note). Only rank

@@ -298,8 +298,7 @@ inline device_wiring_result device_wiring(const device_wiring_ranks& ranks, cons
     if (ring.empty()) {
       std::vector<std::vector<int>> candidates{rank_order};
       try {
-        const ring_set found = search_rings(rt, gpus);
-        if (!found.rings.empty()) candidates.push_back(ring_in_rank_order(found.rings.front(), gpus));
+        candidates.push_back(device_ring_order(t, gpus, routing));
       } catch (const collx::error&) {  // no ring joins the GPUs: the other candidates
       }
       if (!ranks.reach.empty() && n <= static_cast<std::size_t>(gpu::max_device_world)) {

@@ -697,13 +697,7 @@ class shm_transport final : public transport {
     lay_ = shm_segment::compute(n_, slot_bytes_, slots_);
     bytes_ = lay_.total;
     int cma_pref = opt.cma;
-    if (const auto v = env::get("COLLX_CMA")) {
-      const std::string l = env::lower(*v);
-      if (l == "auto") cma_pref = -1;
-      else if (l == "0" || l == "off" || l == "false") cma_pref = 0;
-      else if (l == "1" || l == "on" || l == "true") cma_pref = 1;
-      else env::reject("COLLX_CMA", *v, "auto, 0 or 1");
-    }
+    if (const auto v = env::get("COLLX_CMA")) cma_pref = env::parse_switch("COLLX_CMA", *v);
 
     const auto deadline = std::chrono::steady_clock::now() + opt.connect_timeout;
     int fd = -1;
