@@ -1,13 +1,15 @@
 // The ring forms of collx's device collectives (collx/cuda/ring_plan.hpp): plain C++, no CUDA.
-// Ring orders are checked; every element of a call lies in exactly one piece; and the protocol is
-// played on the host, block by block in random orders, with the kernel's rules (ring_kernel and
+// Ring orders are checked; every element of a call lies in exactly one piece of one channel, each
+// channel with its own blocks and part of the slot; and the protocol is played on the host, with
+// one channel and several, block by block in random orders, with the kernel's rules (ring_kernel and
 // barrier in cuda/device_collectives.cuh): each step's reads and writes of the staging slots, its
 // flags, and the barrier peers ring_barrier_peers gives, over sequences of ring and direct calls.
 // Every slot cell carries the epoch it was staged at, so a read that finds another epoch (a slot
 // overwritten before its reader got there) is caught, and every output is compared with an
 // independent fold in the ring's order of combination (a non-commutative op, so a wrong order
-// shows). Two mutations must be caught: the call's first barrier meeting only the neighbours, and
-// blocks placing partials (wider than elements) outside their own bytes of a slot.
+// shows). Three mutations must be caught: the call's first barrier meeting only the neighbours,
+// blocks placing partials (wider than elements) outside their own bytes of a slot, and a channel
+// with fewer chunks ending before the call's last chunk.
 #include <catch2/catch.hpp>
 
 #include <collx/cuda/ring_plan.hpp>
@@ -178,6 +180,92 @@ TEST_CASE("device ring plans: every element in one piece, pieces on vector bound
   CHECK_THROWS_AS(gpu::plan_ring(gpu::ring_phase::all_reduce, gpu::make_ring_order({}, 2), 0, 10, 4096, 4, 4096, 8), collx::error);
 }
 
+TEST_CASE("device ring calls over channels: each element in one channel's piece, each channel its blocks and slot part", "[cuda]") {
+  constexpr std::size_t slot = 16384, elem = 4;
+  for (auto phase : {gpu::ring_phase::all_reduce, gpu::ring_phase::reduce_scatter, gpu::ring_phase::all_gather})
+    for (int n : {2, 3, 5, 8})
+      for (int wanted : {1, 2, 3, 6, 8})
+        for (std::size_t count : {std::size_t{1}, std::size_t{7}, std::size_t{1000}, std::size_t{4099}, std::size_t{100003}})
+          for (std::size_t vector : {std::size_t{1}, std::size_t{4}})
+            for (unsigned cap : {4u, 64u}) {
+              INFO("phase " << static_cast<int>(phase) << " world " << n << " channels " << wanted << " count " << count << " vector "
+                            << vector << " cap " << cap);
+              // Channel c: the rank order turned by c, every other one reversed.
+              std::vector<std::vector<int>> lists;
+              for (int c = 0; c < wanted; ++c) {
+                lists.emplace_back();
+                for (int k = 0; k < n; ++k) lists.back().push_back(c % 2 ? (c + n - k) % n : (c + k) % n);
+              }
+              const gpu::ring_channels rings = gpu::make_ring_channels(lists, n);
+              const int rank = n - 1;
+              const gpu::ring_call call = gpu::plan_ring_call(phase, rings, rank, count, elem, vector, slot, cap);
+              REQUIRE(call.channels >= 1);
+              CHECK(call.channels <= std::min<int>(wanted, static_cast<int>(cap)));
+              const std::size_t vectors = (count + vector - 1) / vector;
+              if (vectors >= static_cast<std::size_t>(wanted) && cap >= static_cast<unsigned>(wanted)) CHECK(call.channels == wanted);
+              if (call.channels == 1) {  // one channel: plan_ring's plan
+                const gpu::ring_plan one = gpu::plan_ring(phase, rings.ring[0], rank, count, elem, vector, slot, cap);
+                CHECK(call.channel[0].piece == one.piece);
+                CHECK(call.channel[0].chunks == one.chunks);
+                CHECK(call.channel[0].blocks == one.blocks);
+                CHECK(call.channel[0].offset == 0);
+                CHECK(call.channel[0].slot_offset == 0);
+              }
+              const bool blocked = phase != gpu::ring_phase::all_reduce;
+              std::vector<int> hits(blocked ? count * static_cast<std::size_t>(n) : count, 0);
+              unsigned next_block = 0;
+              std::size_t most_chunks = 0, slot_end = 0;
+              for (int c = 0; c < call.channels; ++c) {
+                const gpu::ring_plan& p = call.channel[c];
+                // Its own ring, its own blocks after the previous channel's, its own part of the slot.
+                CHECK(p.ring.position_of(rank) == rings.ring[c].position_of(rank));
+                CHECK(p.prev == rings.ring[c].at(p.position - 1));
+                CHECK(p.next == rings.ring[c].at(p.position + 1));
+                CHECK(p.first_block == next_block);
+                for (unsigned b = p.first_block; b < p.first_block + p.blocks; ++b) CHECK(call.channel_of(b) == c);
+                next_block += p.blocks;
+                CHECK(p.slot_offset >= slot_end);
+                CHECK(p.slot_offset % 256 == 0);
+                slot_end = p.slot_offset + p.piece * elem;
+                CHECK(slot_end <= slot);
+                CHECK(p.region_offset(p.blocks - 1) + (p.piece - p.region_first(p.blocks - 1)) * elem <= slot_end);
+                CHECK(p.offset % vector == 0);
+                CHECK(p.count > 0);
+                most_chunks = std::max(most_chunks, p.chunks);
+                for (std::size_t ch = 0; ch < p.chunks; ++ch)
+                  for (int k = 0; k < n; ++k) {
+                    const gpu::piece_span s = p.span(ch, k);
+                    for (std::size_t i = s.offset; i < s.offset + s.length; ++i) ++hits.at(i);
+                  }
+              }
+              CHECK(call.blocks == next_block);
+              CHECK(call.blocks <= cap);
+              CHECK(call.chunks == most_chunks);
+              CHECK(std::all_of(hits.begin(), hits.end(), [](int h) { return h == 1; }));
+              // owner_of finds every element's channel and position.
+              for (std::size_t i : {std::size_t{0}, hits.size() / 2, hits.size() - 1}) {
+                const gpu::ring_piece_owner o = gpu::owner_of(call, i);
+                REQUIRE(o.channel >= 0);
+                const gpu::ring_plan& p = call.channel[o.channel];
+                bool inside = false;
+                for (std::size_t ch = 0; ch < p.chunks; ++ch) {
+                  const gpu::piece_span s = p.span(ch, o.position);
+                  inside = inside || (i >= s.offset && i < s.offset + s.length);
+                }
+                CHECK(inside);
+              }
+              CHECK(gpu::owner_of(call, hits.size()).channel == -1);
+            }
+  // Rings: at most max_device_channels, each a permutation, the channel named.
+  CHECK(gpu::make_ring_channels({}, 3).count == 1);
+  CHECK_THROWS_WITH(gpu::make_ring_channels({{0, 1, 2}, {0, 2, 2}}, 3), Catch::Contains("ring of channel 1"));
+  CHECK_THROWS_WITH(gpu::make_ring_channels({{0, 1, 2}, {}}, 3), Catch::Contains("channel 1 is empty"));
+  CHECK_THROWS_WITH(gpu::make_ring_channels({{}}, 3), Catch::Contains("channel 0 is empty"));
+  CHECK_THROWS_WITH(gpu::make_ring_channels(std::vector<std::vector<int>>(gpu::max_device_channels + 1, {0, 1}), 2),
+                    Catch::Contains("at most 8 channels"));
+  CHECK_THROWS_AS(gpu::plan_ring_call(gpu::ring_phase::all_reduce, gpu::ring_channels{}, 0, 10, 4, 1, 4096, 8), collx::error);
+}
+
 namespace {
 // Seconds of a ring call as its plan runs it (an independent count of what ring_crossover_bytes
 // models in closed form): one call's fixed cost, a barrier after every staged step of every chunk,
@@ -314,17 +402,24 @@ struct outcome {
   std::string problem;  // first corruption seen ("" if none)
 };
 
-// Plays `calls` on `n` ranks (ring `order`), each call's blocks interleaved at random: a rank's
+// Plays `calls` on `n` ranks (the channels' `rings`), each call's blocks interleaved at random: a rank's
 // next call starts once every block of its last one ended (a kernel after a kernel on a stream).
 // Elements are 4 bytes and partial folds 8 (as half and its fp32 accumulator), placed in the slots
 // byte for byte as the kernel places them; blocks are of 512 threads, one element each.
-// Mutations: full_first_barrier false meets only the neighbours at a call's first epoch;
-// own_regions false places element j at j x its size (the layout before region_offset).
-outcome play(int n, const std::vector<int>& order, const std::vector<std::pair<call_kind, std::size_t>>& calls, std::uint64_t seed,
-             bool full_first_barrier = true, bool own_regions = true) {
+struct play_options {
+  // Mutations of the kernel's rules, to show that the play catches what they break.
+  bool full_first_barrier = true;    // false: meet only the neighbours at a call's first epoch
+  bool own_regions = true;           // false: place element j at j x its size (before region_offset)
+  bool short_channels_stop = false;  // true: a channel with fewer chunks ends there, meeting nobody
+  // A block the scheduler seldom runs (1 time in 16 it is picked), so that the others run ahead.
+  int lag_rank = -1;
+  unsigned lag_block = 0;
+};
+outcome play(int n, const std::vector<std::vector<int>>& ring_lists, const std::vector<std::pair<call_kind, std::size_t>>& calls,
+             std::uint64_t seed, const play_options& opt = {}) {
   constexpr std::size_t slot_bytes = 16384, elem = 4, acc = 8;
   constexpr unsigned cap = 4;
-  const gpu::ring_order ring = gpu::make_ring_order(order, n);
+  const gpu::ring_channels rings = gpu::make_ring_channels(ring_lists, n);
   const std::size_t N = static_cast<std::size_t>(n);
   // slots[rank][parity][byte]: the epoch each byte was staged at, and the element starting there.
   std::vector<std::vector<std::vector<cell>>> slots(N, std::vector<std::vector<cell>>(2, std::vector<cell>(slot_bytes)));
@@ -348,23 +443,23 @@ outcome play(int n, const std::vector<int>& order, const std::vector<std::pair<c
   auto note = [&](const std::string& p) {
     if (out.problem.empty()) out.problem = p;
   };
-  // Per call: the ring plan (ring kinds) or the direct plan, its epochs and blocks.
+  // Per call: the ring call (ring kinds) or the direct plan, its epochs and blocks.
   auto phase_of = [](call_kind k) {
     return k == call_kind::ring_reduce_scatter ? gpu::ring_phase::reduce_scatter
            : k == call_kind::ring_all_gather  ? gpu::ring_phase::all_gather
                                               : gpu::ring_phase::all_reduce;
   };
-  auto ring_plan_of = [&](std::size_t ci, int rank) {
+  auto ring_call_of = [&](std::size_t ci, int rank) {
     const bool reduces = calls[ci].first != call_kind::ring_all_gather;
-    return gpu::plan_ring(phase_of(calls[ci].first), ring, rank, calls[ci].second, reduces ? acc : elem, 1, slot_bytes, cap);
+    return gpu::plan_ring_call(phase_of(calls[ci].first), rings, rank, calls[ci].second, reduces ? acc : elem, 1, slot_bytes, cap);
   };
   auto direct_plan_of = [&](std::size_t ci) { return gpu::plan_chunks(calls[ci].second, elem, 1, 1, slot_bytes, cap); };
   auto is_ring = [&](std::size_t ci) { return calls[ci].first != call_kind::direct_all_reduce; };
-  auto blocks_of = [&](std::size_t ci) { return is_ring(ci) ? ring_plan_of(ci, 0).blocks : direct_plan_of(ci).blocks; };
+  auto blocks_of = [&](std::size_t ci) { return is_ring(ci) ? ring_call_of(ci, 0).blocks : direct_plan_of(ci).blocks; };
   auto epochs_of = [&](std::size_t ci) {
     if (!is_ring(ci)) return static_cast<std::uint64_t>(direct_plan_of(ci).chunks);
-    const gpu::ring_plan p = ring_plan_of(ci, 0);
-    return static_cast<std::uint64_t>(p.chunks * p.steps());
+    const gpu::ring_call call = ring_call_of(ci, 0);
+    return static_cast<std::uint64_t>(call.chunks * call.channel[0].steps());
   };
   for (std::size_t r = 0; r < N; ++r)
     for (std::size_t ci = 0; ci < calls.size(); ++ci) {
@@ -379,6 +474,7 @@ outcome play(int n, const std::vector<int>& order, const std::vector<std::pair<c
   for (int idle = 0; idle < 4000;) {
     const std::size_t r = static_cast<std::size_t>(rng() % N);
     const unsigned b = static_cast<unsigned>(rng() % cap);
+    if (static_cast<int>(r) == opt.lag_rank && b == opt.lag_block && rng() % 16 != 0) continue;
     agent& a = agents[r][b];
     const int me = static_cast<int>(r);
     bool moved = false;
@@ -396,21 +492,23 @@ outcome play(int n, const std::vector<int>& order, const std::vector<std::pair<c
           moved = true;
         }
       } else if (is_ring(ci)) {
-        const gpu::ring_plan p = ring_plan_of(ci, me);
-        const unsigned steps = p.steps();
-        if (a.chunk >= p.chunks) {
+        const gpu::ring_call call = ring_call_of(ci, me);
+        const gpu::ring_plan& p = call.channel[call.channel_of(b)];
+        const unsigned cb = b - p.first_block, steps = p.steps();  // the block within its channel
+        if (a.chunk >= (opt.short_channels_stop ? p.chunks : call.chunks)) {
           a.done_call = moved = true;
         } else {
           const gpu::ring_step st = p.step(a.step);
-          const gpu::piece_span sp = p.span(a.chunk, st.piece);
-          const gpu::block_range br = p.range(sp.length, b);
+          // Past the channel's own chunks: no elements, only the barriers.
+          const gpu::piece_span sp = a.chunk < p.chunks ? p.span(a.chunk, st.piece) : gpu::piece_span{};
+          const gpu::block_range br = sp.length > 0 ? p.range(sp.length, cb) : gpu::block_range{};
           const std::uint64_t e = b0 + a.chunk * steps + a.step + 1;
           const auto& prev = slots[static_cast<std::size_t>(p.prev)][(e - 1) & 1];
           auto& outv = outputs[r][ci];
           const bool reduces = calls[ci].first != call_kind::ring_all_gather;
           // Where element j of the piece sits in the block's region, staged as `size` bytes.
           auto at = [&](std::size_t j, std::size_t size) {
-            return own_regions ? p.region_offset(b) + (j - p.region_first(b)) * size : j * size;
+            return opt.own_regions ? p.region_offset(cb) + (j - p.region_first(cb)) * size : j * size;
           };
           for (std::size_t j = br.begin; j < br.end; ++j) {
             std::uint64_t v = 0;
@@ -430,8 +528,8 @@ outcome play(int n, const std::vector<int>& order, const std::vector<std::pair<c
             if (st.stage) stage(r, e, at(j, st.partial ? acc : elem), st.partial ? acc : elem, v);
           }
           if (st.stage) {
-            const std::uint32_t peers = full_first_barrier ? gpu::ring_barrier_peers(p, me, e, b0 + 1)
-                                                           : gpu::ring_barrier_peers(p, me, e, ~std::uint64_t{0});
+            const std::uint32_t peers = opt.full_first_barrier ? gpu::ring_barrier_peers(p, me, e, b0 + 1)
+                                                               : gpu::ring_barrier_peers(p, me, e, ~std::uint64_t{0});
             for (std::size_t q = 0; q < N; ++q)
               if ((peers >> q) & 1u) flags[q][b][r] = std::max(flags[q][b][r], e);
             a.waiting = true;
@@ -498,19 +596,14 @@ outcome play(int n, const std::vector<int>& order, const std::vector<std::pair<c
     const std::size_t count = calls[ci].second;
     for (int me = 0; me < n; ++me) {
       const auto& got = outputs[static_cast<std::size_t>(me)][ci];
-      const gpu::ring_plan p = is_ring(ci) ? ring_plan_of(ci, me) : gpu::ring_plan{};
-      auto ring_fold = [&](std::size_t at, int owner) {  // from the position after the owner's
-        std::uint64_t v = in_of(ci, ring.at(owner + 1), at);
-        for (int m = 2; m <= n; ++m) v = fold(v, in_of(ci, ring.at(owner + m), at));
+      const gpu::ring_call call = is_ring(ci) ? ring_call_of(ci, me) : gpu::ring_call{};
+      auto ring_fold = [&](std::size_t at) {  // around the owner's channel, from the position after the owner's
+        const gpu::ring_piece_owner o = gpu::owner_of(call, at);
+        if (o.channel < 0) return poison;
+        const gpu::ring_order& ring = call.channel[o.channel].ring;
+        std::uint64_t v = in_of(ci, ring.at(o.position + 1), at);
+        for (int m = 2; m <= n; ++m) v = fold(v, in_of(ci, ring.at(o.position + m), at));
         return v;
-      };
-      auto owner_of = [&](std::size_t at) {
-        for (std::size_t c = 0; c < p.chunks; ++c)
-          for (int k = 0; k < n; ++k) {
-            const gpu::piece_span s = p.span(c, k);
-            if (at >= s.offset && at < s.offset + s.length) return k;
-          }
-        return -1;
       };
       for (std::size_t i = 0; i < got.size(); ++i) {
         std::uint64_t want = 0;
@@ -519,12 +612,8 @@ outcome play(int n, const std::vector<int>& order, const std::vector<std::pair<c
             want = in_of(ci, 0, i);
             for (int q = 1; q < n; ++q) want = fold(want, in_of(ci, q, i));
             break;
-          case call_kind::ring_all_reduce: want = ring_fold(i, owner_of(i)); break;
-          case call_kind::ring_reduce_scatter: {
-            const std::size_t at = static_cast<std::size_t>(me) * count + i;
-            want = ring_fold(at, owner_of(at));
-            break;
-          }
+          case call_kind::ring_all_reduce: want = ring_fold(i); break;
+          case call_kind::ring_reduce_scatter: want = ring_fold(static_cast<std::size_t>(me) * count + i); break;
           case call_kind::ring_all_gather: want = in_of(ci, static_cast<int>(i / count), i % count); break;
         }
         if (got[i] != want) {
@@ -548,19 +637,25 @@ TEST_CASE("device ring protocol: every block order completes with every element 
       {{K::ring_reduce_scatter, 2049}, {K::ring_all_gather, 2049}, {K::ring_all_reduce, 1}},
       {{K::ring_all_gather, 7}, {K::direct_all_reduce, 2048}, {K::ring_reduce_scatter, 4500}},
   };
-  const std::vector<std::vector<int>> orders[] = {{{}}, {{}, {2, 0, 1}}, {{}, {1, 3, 0, 2}}, {{}, {4, 2, 0, 1, 3}}};
+  // Per world: one ring in rank order, one in another order, and several channels (up to the
+  // four blocks the play has, so a channel may have a single block).
+  using rings = std::vector<std::vector<int>>;
+  const std::vector<rings> sets[] = {{{}, {{0, 1}, {1, 0}}},
+                                     {{}, {{2, 0, 1}}, {{0, 1, 2}, {2, 1, 0}, {1, 0, 2}}},
+                                     {{}, {{1, 3, 0, 2}}, {{0, 1, 2, 3}, {1, 3, 0, 2}, {3, 2, 1, 0}, {2, 0, 3, 1}}},
+                                     {{}, {{4, 2, 0, 1, 3}}, {{4, 2, 0, 1, 3}, {0, 1, 2, 3, 4}}}};
   int plays = 0;
   for (int n : {2, 3, 4, 5})
-    for (const auto& order : orders[n - 2])
+    for (const rings& given : sets[n - 2])
       for (const auto& calls : sequences)
         for (std::uint64_t seed = 0; seed < 6; ++seed) {
-          INFO("world " << n << " order of " << order.size() << " first call count " << calls[0].second << " seed " << seed);
-          const outcome o = play(n, order, calls, seed);
+          INFO("world " << n << ", " << given.size() << " rings given, first call count " << calls[0].second << " seed " << seed);
+          const outcome o = play(n, given, calls, seed);
           CHECK(o.completed);
           CHECK(o.problem == "");
           ++plays;
         }
-  CHECK(plays == 6 * 5 * 7);
+  CHECK(plays == 6 * 5 * 11);
 }
 
 TEST_CASE("device ring protocol: meeting only the neighbours at a call's first barrier lets a slot be overwritten", "[cuda]") {
@@ -570,7 +665,7 @@ TEST_CASE("device ring protocol: meeting only the neighbours at a call's first b
   const std::vector<std::pair<K, std::size_t>> calls = {{K::direct_all_reduce, 4096}, {K::ring_all_reduce, 40000}};
   int caught = 0;
   for (std::uint64_t seed = 0; seed < 200 && caught == 0; ++seed) {
-    const outcome bad = play(5, {}, calls, seed, false);
+    const outcome bad = play(5, {}, calls, seed, {.full_first_barrier = false});
     caught += !bad.problem.empty();
   }
   CHECK(caught > 0);
@@ -583,7 +678,34 @@ TEST_CASE("device ring protocol: blocks staging 8-byte partials at j x 8 overwri
   using K = call_kind;
   const std::vector<std::pair<K, std::size_t>> calls = {{K::ring_all_reduce, 20000}};
   int caught = 0;
-  for (std::uint64_t seed = 0; seed < 50 && caught == 0; ++seed) caught += !play(3, {}, calls, seed, true, false).problem.empty();
+  for (std::uint64_t seed = 0; seed < 50 && caught == 0; ++seed) caught += !play(3, {}, calls, seed, {.own_regions = false}).problem.empty();
   CHECK(caught > 0);
   for (std::uint64_t seed = 0; seed < 10; ++seed) CHECK(play(3, {}, calls, seed).problem == "");
+}
+
+TEST_CASE("device ring protocol: a channel with fewer chunks meets its neighbours to the call's end", "[cuda]") {
+  // The mutation the barrier-only chunks prevent: a reduce-scatter on two ranks (one step per
+  // chunk, an odd count) whose channels have 2 and 1 chunks. Were the short channel to stop after
+  // its own chunk, its last read would have the parity the next call stages first, and nothing
+  // would hold the next call back until that read is over: a successor's block that lags there
+  // reads what its predecessor's next call staged.
+  using K = call_kind;
+  const std::vector<std::vector<int>> rings = {{0, 1}, {1, 0}};
+  const std::vector<std::pair<K, std::size_t>> calls = {{K::ring_reduce_scatter, 2049}, {K::ring_all_gather, 2049}};
+  const gpu::ring_call rs = gpu::plan_ring_call(gpu::ring_phase::reduce_scatter, gpu::make_ring_channels(rings, 2), 0, 2049, 8, 1, 16384, 4);
+  REQUIRE(rs.channels == 2);
+  REQUIRE(rs.chunks == 2);
+  const int short_channel = rs.channel[0].chunks < rs.chunks ? 0 : 1;
+  REQUIRE(rs.channel[short_channel].chunks == 1);
+  const unsigned lagging = rs.channel[short_channel].first_block;
+  int caught = 0;
+  for (std::uint64_t seed = 0; seed < 200 && caught == 0; ++seed)
+    caught += !play(2, rings, calls, seed, {.short_channels_stop = true, .lag_rank = static_cast<int>(seed % 2), .lag_block = lagging})
+                   .problem.empty();
+  CHECK(caught > 0);
+  for (std::uint64_t seed = 0; seed < 40; ++seed) {
+    const outcome o = play(2, rings, calls, seed, {.lag_rank = static_cast<int>(seed % 2), .lag_block = lagging});
+    CHECK(o.completed);
+    CHECK(o.problem == "");
+  }
 }

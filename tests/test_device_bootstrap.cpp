@@ -302,9 +302,12 @@ TEST_CASE("device bootstrap: untagged calls take the ring where its hops beat th
   for (const auto phase : phases) want[i++] = gpu::ring_crossover_bytes(phase, 4, slot, gpu::host_memory_direct_cost, nvlink);
   for (const std::size_t w : want) CHECK((w > 1 && w < never));
   CHECK(thresholds({0, 5, 1, 4}, with_nvlink) == want);
-  // A ring order with hops between GPUs without peer access (0-5, 1-4): host memory's ring
-  // figures, no faster per byte than the direct forms': never.
-  CHECK(thresholds({0, 5, 1, 4}, [&](gpu::device_options& o) { with_nvlink(o), o.ring_order = {0, 1, 2, 3}; }) ==
+  // A ring with hops between GPUs without peer access (0-5, 1-4): host memory's ring figures, no
+  // faster per byte than the direct forms': never. So too where only a second channel's ring has
+  // such hops.
+  CHECK(thresholds({0, 5, 1, 4}, [&](gpu::device_options& o) { with_nvlink(o), o.rings = {{0, 1, 2, 3}}; }) ==
+        std::array<std::size_t, 3>{never, never, never});
+  CHECK(thresholds({0, 5, 1, 4}, [&](gpu::device_options& o) { with_nvlink(o), o.rings = {{0, 2, 1, 3}, {0, 1, 2, 3}}; }) ==
         std::array<std::size_t, 3>{never, never, never});
   // The option, where given, wins over the figures.
   CHECK(thresholds({0, 5, 1, 4}, [&](gpu::device_options& o) { with_nvlink(o), o.ring_min_bytes = 777; }) ==
@@ -315,38 +318,40 @@ TEST_CASE("device bootstrap: untagged calls take the ring where its hops beat th
   CHECK(fake_cudart_live() == 0);
 }
 
-TEST_CASE("device bootstrap: without a ring order, the ring keeps to pairs with peer access", "[cuda][bootstrap]") {
+TEST_CASE("device bootstrap: without rings given, the ring keeps to pairs with peer access", "[cuda][bootstrap]") {
   // DGX-1 GPUs 0, 5, 1, 4 for ranks 0-3: GPU0-GPU5 and GPU1-GPU4 have no peer access, so the rank
   // order's hops 0-1 and 2-3 would go through host memory; ranks 0, 2, 1, 3 (GPUs 0, 1, 5, 4) keep
-  // every hop on NVLink. A ring order given in the options wins.
+  // every hop on NVLink. Rings given in the options win, rank 0's for every rank.
   fake_machine dgx("dgx1-v100");
   for (const bool given : {false, true}) {
-    std::vector<std::vector<int>> rings(4);
+    std::vector<std::vector<std::vector<int>>> rings(4);
     const auto res = create({0, 5, 1, 4}, {}, [&](gpu::device_communicator& dc) {
-      const gpu::ring_order& r = dc.ring();
-      rings[static_cast<std::size_t>(dc.rank())].assign(r.order, r.order + r.world);
-    }, [&](gpu::device_options& o) { if (given) o.ring_order = {0, 1, 2, 3}; });
-    INFO("ring order given: " << given);
+      rings[static_cast<std::size_t>(dc.rank())] = dc.rings().lists();
+    }, [&](gpu::device_options& o) {
+      if (given) o.rings = o.device == 0 ? std::vector<std::vector<int>>{{0, 1, 2, 3}, {3, 2, 1, 0}} : std::vector<std::vector<int>>{{0, 3, 2, 1}};
+    });
+    INFO("rings given: " << given);
     for (int r = 0; r < 4; ++r) {
       INFO("rank " << r << ": " << res[static_cast<std::size_t>(r)].error);
       REQUIRE(res[static_cast<std::size_t>(r)].error.empty());
       CHECK(res[static_cast<std::size_t>(r)].memory == gpu::workspace_memory::mixed);
-      CHECK(rings[static_cast<std::size_t>(r)] == (given ? std::vector<int>{0, 1, 2, 3} : std::vector<int>{0, 2, 1, 3}));
+      CHECK(rings[static_cast<std::size_t>(r)] == (given ? std::vector<std::vector<int>>{{0, 1, 2, 3}, {3, 2, 1, 0}}
+                                                         : std::vector<std::vector<int>>{{0, 2, 1, 3}}));
     }
     // Each hop of the default ring is a pair whose path is not host memory.
     if (!given)
       for (int k = 0; k < 4; ++k) {
-        const int a = rings[0][static_cast<std::size_t>(k)], b = rings[0][static_cast<std::size_t>((k + 1) % 4)];
+        const int a = rings[0][0][static_cast<std::size_t>(k)], b = rings[0][0][static_cast<std::size_t>((k + 1) % 4)];
         CHECK(res[static_cast<std::size_t>(a)].paths[static_cast<std::size_t>(b)] != gpu::peer_path::host_memory);
       }
   }
   // Every GPU a peer of every other: the rank order.
   fake_machine hgx("hgx-h100");
-  std::vector<int> ring0;
+  std::vector<std::vector<int>> rings0;
   create({0, 1, 2, 3}, {}, [&](gpu::device_communicator& dc) {
-    if (dc.rank() == 0) ring0.assign(dc.ring().order, dc.ring().order + dc.ring().world);
+    if (dc.rank() == 0) rings0 = dc.rings().lists();
   });
-  CHECK(ring0 == std::vector<int>{0, 1, 2, 3});
+  CHECK(rings0 == std::vector<std::vector<int>>{{0, 1, 2, 3}});
   CHECK(fake_cudart_live() == 0);
 }
 
@@ -357,7 +362,7 @@ TEST_CASE("device bootstrap: rank 0 reads the machine's wiring for the figures t
   struct seen {
     std::array<std::size_t, 3> ring_min{};
     std::size_t two_shot_min = 0;
-    std::vector<int> ring;
+    std::vector<std::vector<int>> rings;
     std::string note;
     std::vector<std::vector<gpu::peer_path>> paths;  // per rank
   };
@@ -369,7 +374,7 @@ TEST_CASE("device bootstrap: rank 0 reads the machine's wiring for the figures t
       s.ring_min = {dc.ring_min_bytes(collx::collective::allreduce), dc.ring_min_bytes(collx::collective::reduce_scatter),
                     dc.ring_min_bytes(collx::collective::all_gather)};
       s.two_shot_min = dc.two_shot_min_bytes();
-      s.ring.assign(dc.ring().order, dc.ring().order + dc.ring().world);
+      s.rings = dc.rings().lists();
       s.note = dc.wiring_note();
     }, [&](gpu::device_options& o) {
       o.staging_bytes = gpu::default_staging_bytes;
@@ -383,7 +388,7 @@ TEST_CASE("device bootstrap: rank 0 reads the machine's wiring for the figures t
       INFO("rank " << r << ": " << res[r].error);
       REQUIRE(res[r].error.empty());
       CHECK(out[r].note == out[0].note);  // rank 0's account on every rank
-      CHECK(out[r].ring == out[0].ring);
+      CHECK(out[r].rings == out[0].rings);
       CHECK(out[r].ring_min == out[0].ring_min);
       out[0].paths.push_back(res[r].paths);
     }
@@ -405,14 +410,17 @@ TEST_CASE("device bootstrap: rank 0 reads the machine's wiring for the figures t
       want[i++] = collx::topo::device_ring_min_bytes(ref, gpus, phase);
     return want;
   };
-  // Every hop of the ring is a GPU pair with `links` NVLinks, by the fake machine's own table
-  // (CUDA device d is the table's GPU d: dgx1-v100's cuda_order is the identity).
-  const auto nvlink_ring = [&](const std::vector<int>& devices, const std::vector<int>& ring, int links) {
-    REQUIRE(ring.size() == devices.size());
-    for (std::size_t k = 0; k < ring.size(); ++k) {
-      const int a = devices[static_cast<std::size_t>(ring[k])], b = devices[static_cast<std::size_t>(ring[(k + 1) % ring.size()])];
-      INFO("hop GPU" << a << " - GPU" << b);
-      CHECK(fake_gpu::links_between(dgx1, a, b) >= links);
+  // Every hop of every ring is a GPU pair with at least one NVLink, by the fake machine's own
+  // table (CUDA device d is the table's GPU d: dgx1-v100's cuda_order is the identity).
+  const auto nvlink_rings = [&](const std::vector<int>& devices, const std::vector<std::vector<int>>& rings) {
+    REQUIRE(!rings.empty());
+    for (const std::vector<int>& ring : rings) {
+      REQUIRE(ring.size() == devices.size());
+      for (std::size_t k = 0; k < ring.size(); ++k) {
+        const int a = devices[static_cast<std::size_t>(ring[k])], b = devices[static_cast<std::size_t>(ring[(k + 1) % ring.size()])];
+        INFO("hop GPU" << a << " - GPU" << b);
+        CHECK(fake_gpu::links_between(dgx1, a, b) >= 1);
+      }
     }
   };
   const std::size_t never = SIZE_MAX;
@@ -421,28 +429,30 @@ TEST_CASE("device bootstrap: rank 0 reads the machine's wiring for the figures t
     CHECK(s.note.rfind("read from " + tree.sys() + " and NVML in ", 0) == 0);
     CHECK(s.note.find(" ms (6 NVLinks per GPU); each rank reads its peers at ") != std::string::npos);
     CHECK(s.ring_min == from_dump(devices));
-    nvlink_ring(devices, s.ring, 2);
+    nvlink_rings(devices, s.rings);
+    CHECK(s.rings.size() == 6);  // each GPU's six NVLinks, each in a ring both ways
   }
-  CHECK(run({0, 1, 2, 3, 4, 5, 6, 7}).ring_min == std::array<std::size_t, 3>{122269, 220873, 220873});
+  CHECK(run({0, 1, 2, 3, 4, 5, 6, 7}).ring_min == std::array<std::size_t, 3>{94960, 171540, 171540});
   // Rank 0's options hold: rank 1 turning it off changes nothing.
   CHECK(run({0, 1, 2, 3, 4, 5, 6, 7}, [](gpu::device_options& o) { o.discover_wiring = o.device != 1; }).ring_min ==
-        std::array<std::size_t, 3>{122269, 220873, 220873});
+        std::array<std::size_t, 3>{94960, 171540, 171540});
   // A given ring is kept, and its own hops rated: GPU0-GPU2 and GPU1-GPU3 have one NVLink (20 GB/s).
-  const seen given_ring = run({0, 1, 2, 3}, [](gpu::device_options& o) { o.ring_order = {0, 2, 1, 3}; });
-  CHECK(given_ring.ring == std::vector<int>{0, 2, 1, 3});
+  const seen given_ring = run({0, 1, 2, 3}, [](gpu::device_options& o) { o.rings = {{0, 2, 1, 3}}; });
+  CHECK(given_ring.rings == std::vector<std::vector<int>>{{0, 2, 1, 3}});
   CHECK(given_ring.note.find("the given ring 0 2 1 3") != std::string::npos);
   CHECK(given_ring.note.find("hops at 20.0 GB/s") != std::string::npos);
   // Pairs the options take out of peer access: the ring keeps off them, every hop on NVLink.
   const seen denied = run({0, 1, 2, 3, 4, 5, 6, 7}, [](gpu::device_options& o) { o.no_peer_access = {{0, 4}, {1, 5}}; });
-  for (std::size_t k = 0; k < 8; ++k) {
-    const int a = denied.ring[k], b = denied.ring[(k + 1) % 8];
-    CHECK(denied.paths[static_cast<std::size_t>(a)][static_cast<std::size_t>(b)] != gpu::peer_path::host_memory);
-  }
-  nvlink_ring({0, 1, 2, 3, 4, 5, 6, 7}, denied.ring, 1);
+  for (const std::vector<int>& ring : denied.rings)
+    for (std::size_t k = 0; k < 8; ++k) {
+      const int a = ring[k], b = ring[(k + 1) % 8];
+      CHECK(denied.paths[static_cast<std::size_t>(a)][static_cast<std::size_t>(b)] != gpu::peer_path::host_memory);
+    }
+  nvlink_rings({0, 1, 2, 3, 4, 5, 6, 7}, denied.rings);
   CHECK(denied.ring_min[0] < never);  // NVLink hops against the direct forms' host memory
   // Host memory for everything: no hop on device, so the rank order, and never the ring.
   const seen host = run({0, 1, 2, 3}, {}, std::vector<gpu::workspace_memory>(4, gpu::workspace_memory::host));
-  CHECK(host.ring == std::vector<int>{0, 1, 2, 3});
+  CHECK(host.rings == std::vector<std::vector<int>>{{0, 1, 2, 3}});
   CHECK(host.ring_min == std::array<std::size_t, 3>{never, never, never});
   CHECK(host.note.find("read from") == 0);
   CHECK(host.note.find("the direct forms go by host memory's figures instead (host memory)") != std::string::npos);
@@ -457,13 +467,14 @@ TEST_CASE("device bootstrap: rank 0 reads the machine's wiring for the figures t
   CHECK(run({0, 1, 2, 3}, [&](gpu::device_options& o) { o.cost = given_cost; }).two_shot_min ==
         gpu::two_shot_crossover_bytes(4, given_cost));
   const seen all_given = run({0, 1, 2, 3}, [&](gpu::device_options& o) {
-    o.cost = given_cost, o.ring_order = {0, 1, 2, 3}, o.ring_hops = gpu::ring_cost{30e9, 2e-6};
+    o.cost = given_cost, o.rings = {{0, 1, 2, 3}}, o.ring_hops = gpu::ring_cost{30e9, 2e-6};
   });
-  CHECK(all_given.note == "device_options gives the read rate, ring_order and ring_hops");
+  CHECK(all_given.note == "device_options gives the read rate, rings and ring_hops");
   // What the options give holds: a slow hop rate means never.
   const seen given_hops = run({0, 1, 2, 3, 4, 5, 6, 7}, [](gpu::device_options& o) { o.ring_hops = gpu::ring_cost{1e9, 1e-3}; });
   CHECK(given_hops.ring_min == std::array<std::size_t, 3>{never, never, never});
-  nvlink_ring({0, 1, 2, 3, 4, 5, 6, 7}, given_hops.ring, 2);  // the ring is still the machine's
+  nvlink_rings({0, 1, 2, 3, 4, 5, 6, 7}, given_hops.rings);  // the rings are still the machine's
+  CHECK(given_hops.rings.size() == 6);
   // Off (the option, or COLLX_GPU_WIRING), or ranks sharing a GPU, or no sysfs: collx's defaults, and why.
   const seen off = run({0, 1, 2, 3, 4, 5, 6, 7}, [](gpu::device_options& o) { o.discover_wiring = false; });
   CHECK(off.ring_min == std::array<std::size_t, 3>{never, never, never});

@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -516,34 +517,53 @@ TEST_CASE("device_wiring: a DGX-1 read from sysfs and NVML decides as its NCCL t
       INFO(w.note);
       REQUIRE(w.found);
       CHECK(w.note.find(" (6 NVLinks per GPU); ") != std::string::npos);
-      // Every hop of the ring joins two GPUs by two NVLinks, by the fake machine's own link table.
-      REQUIRE(w.ring_order.size() == 8);
-      for (std::size_t k = 0; k < 8; ++k) {
-        const int a = gpu_of_rank[static_cast<std::size_t>(w.ring_order[k])];
-        const int b = gpu_of_rank[static_cast<std::size_t>(w.ring_order[(k + 1) % 8])];
-        INFO("hop GPU" << a << " - GPU" << b);
-        CHECK(fake_gpu::links_between(dgx1, a, b) == 2);
+      // Six rings, every hop on NVLink by the fake machine's own link table, and no NVLink
+      // direction used twice: each GPU pair's links are crossed at most as often, each way, as it
+      // has links.
+      REQUIRE(w.rings.size() == 6);
+      std::map<std::pair<int, int>, int> crossings;
+      for (const std::vector<int>& ring : w.rings) {
+        REQUIRE(ring.size() == 8);
+        for (std::size_t k = 0; k < 8; ++k) {
+          const int a = gpu_of_rank[static_cast<std::size_t>(ring[k])], b = gpu_of_rank[static_cast<std::size_t>(ring[(k + 1) % 8])];
+          INFO("hop GPU" << a << " - GPU" << b);
+          CHECK(fake_gpu::links_between(dgx1, a, b) >= 1);
+          CHECK(++crossings[{a, b}] <= fake_gpu::links_between(dgx1, a, b));
+        }
       }
       // The figures equal those of NCCL's own dump of a DGX-1 (tests/data/topologies), GPUs in the same order.
       std::vector<int> ref_gpus;
       for (int g : gpu_of_rank) ref_gpus.push_back(ref.gpu(g));
+      CHECK(w.rings == device_rings(ref, ref_gpus));
       CHECK(w.ring_hops.hop_bytes_per_second == Approx(device_ring_cost(ref, ref_gpus).hop_bytes_per_second));
-      CHECK(w.ring_hops.hop_bytes_per_second == Approx(40e9));  // two V100 NVLinks at NCCL's 20 GB/s
+      CHECK(w.ring_hops.hop_bytes_per_second == Approx(120e9));  // six channels of one V100 NVLink at NCCL's 20 GB/s
       CHECK(w.cost.peer_read_bytes_per_second == Approx(device_direct_cost(ref, ref_gpus).peer_read_bytes_per_second));
       // Without peer access across the sockets the direct forms stage through host memory (mixed).
       const std::size_t from = collx::gpu::ring_crossover_bytes_where(collx::gpu::ring_phase::all_reduce, 8, slot, false, w.cost, true, w.ring_hops);
       CHECK(from == device_ring_min_bytes(ref, ref_gpus, collx::gpu::ring_phase::all_reduce));
-      CHECK(from == 122269);
+      CHECK(from == 94960);
     }
   // A given ring is rated as given: the rank order crosses the sockets (GPU3-GPU4, GPU7-GPU0)
   // without peer access, so its slowest hop is host-staged.
   device_wiring_ranks given = ranks_on(dgx1, {0, 1, 2, 3, 4, 5, 6, 7}, true);
-  given.ring_order = {0, 1, 2, 3, 4, 5, 6, 7};
+  given.rings = {{0, 1, 2, 3, 4, 5, 6, 7}};
   const device_wiring_result rank_order = device_wiring(given, tree_options(tree));
   INFO(rank_order.note);
   CHECK(rank_order.found);
-  CHECK(rank_order.ring_order == given.ring_order);
+  CHECK(rank_order.rings == given.rings);
   CHECK(rank_order.ring_hops.hop_bytes_per_second < 12e9);
+  CHECK(rank_order.note.find("the given ring 0 1 2 3 4 5 6 7 with hops at ") != std::string::npos);
+  // Two given rings, the second the first reversed: each NVLink hop both ways, twice the one ring.
+  device_wiring_ranks two = ranks_on(dgx1, {0, 1, 2, 3}, true);
+  two.rings = {{0, 1, 2, 3}, {3, 2, 1, 0}};
+  const device_wiring_result both_ways = device_wiring(two, tree_options(tree));
+  INFO(both_ways.note);
+  two.rings.pop_back();
+  const device_wiring_result one_way = device_wiring(two, tree_options(tree));
+  CHECK(both_ways.rings.size() == 2);
+  CHECK(both_ways.ring_hops.hop_bytes_per_second == Approx(2 * one_way.ring_hops.hop_bytes_per_second));
+  CHECK(both_ways.note.find("the given 2 rings (0 1 2 3 / 3 2 1 0) with hops at ") != std::string::npos);
+  CHECK(both_ways.note.find(" GB/s in all") != std::string::npos);
   CHECK(nvml.open_sessions() == 0);
 }
 
@@ -557,7 +577,7 @@ TEST_CASE("device_wiring: on NVSwitch the figures are collx's defaults and the r
     REQUIRE(w.found);
     CHECK(w.note.find(" (18 NVLinks per GPU); ") != std::string::npos);
     CHECK(w.cost.peer_read_bytes_per_second == Approx(collx::gpu::direct_cost{}.peer_read_bytes_per_second));
-    CHECK(w.ring_order == std::vector<int>{0, 1, 2, 3});  // every ring alike: the rank order's bits
+    CHECK(w.rings == std::vector<std::vector<int>>{{0, 1, 2, 3}});  // every ring alike: the rank order's bits
     const std::size_t slot = collx::gpu::workspace_layout::for_staging(collx::gpu::default_staging_bytes).slot_bytes;
     for (auto phase : {collx::gpu::ring_phase::all_reduce, collx::gpu::ring_phase::reduce_scatter, collx::gpu::ring_phase::all_gather})
       CHECK(collx::gpu::ring_crossover_bytes_where(phase, 4, slot, true, w.cost, true, w.ring_hops) == SIZE_MAX);
@@ -596,7 +616,7 @@ TEST_CASE("device_wiring: what it cannot read leaves the given figures, with the
     CHECK(w.cost.peer_read_bytes_per_second == base.peer_read_bytes_per_second);
     CHECK(w.cost.call_seconds == base.call_seconds);
     CHECK(w.ring_hops.hop_bytes_per_second == base_ring.hop_bytes_per_second);
-    CHECK(w.ring_order.empty());
+    CHECK(w.rings.empty());
   };
   const discover_options o = tree_options(tree);
   const auto ids = [](std::vector<std::string> busids) {
@@ -612,8 +632,10 @@ TEST_CASE("device_wiring: what it cannot read leaves the given figures, with the
   short_reach.reach = {3};
   check_not_found(short_reach, o, "one entry per rank");
   device_wiring_ranks bad_ring = ids({"0000:06:00.0", "0000:07:00.0"});
-  bad_ring.ring_order = {0, 0};
+  bad_ring.rings = {{0, 1}, {0, 0}};
   check_not_found(bad_ring, o, "not a permutation");
+  bad_ring.rings.assign(collx::gpu::max_device_channels + 1, {0, 1});
+  check_not_found(bad_ring, o, "more than 8 rings");
   discover_options gone = o;
   gone.sysfs = (tree.root / "no-such-sys").string();
   check_not_found(ids({"0000:06:00.0", "0000:07:00.0"}), gone, "discovery failed");

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <set>
 
 #include "topo_fixtures.hpp"
@@ -472,37 +473,46 @@ TEST_CASE("device all-reduce form: the read rate and the two-shot crossover foll
   custom.peer_read_bytes_per_second = 1e9;
   CHECK(device_direct_cost(hgx, {hgx.gpu(0)}, custom).peer_read_bytes_per_second == 1e9);
   CHECK_THROWS_AS(device_direct_cost(hgx, {hgx.gpu(0), hgx.gpu(0)}), collx::error);
-  // Ids that are not GPU vertices are errors even alone (as device_ring_order and device_ring_cost).
+  // Ids that are not GPU vertices are errors even alone (as device_rings and device_ring_cost).
   CHECK_THROWS_AS(device_direct_cost(hgx, {-1}), collx::error);
   CHECK_THROWS_AS(device_direct_cost(dgx1, {0}), collx::error);  // vertex 0 is a CPU
 }
 
-TEST_CASE("device ring cost: the ring's slowest hop, which takes over from the direct forms on a DGX-1 only") {
+TEST_CASE("device ring cost: the channels' reads, which take over from the direct forms on a DGX-1 only") {
   namespace gpu = collx::gpu;
   const std::size_t slot = gpu::workspace_layout::for_staging(gpu::default_staging_bytes).slot_bytes;
-  // DGX-1 V100: the device ring's hops are NVLinks; its rate is that of the slowest hop's direct
-  // link (what the topology file gives: bonded links at NCCL's per-link figure), as every hop moves
-  // at once on links of its own.
+  // DGX-1 V100: the device rings' hops are NVLinks; what a rank reads is the channels times the
+  // slowest channel's slowest hop, a hop getting its pair's NVLink figure (bonded links at NCCL's
+  // per-link figure) shared among the channels crossing that pair in its direction.
   const topology dgx1 = read_nccl_topology(topo_fixture("dgx1-v100-como-nccl-topo.xml"), "dgx1");
   std::vector<int> gpus;
   for (int d = 0; d < 8; ++d) gpus.push_back(dgx1.gpu(d));
-  const gpu::ring_order ring = gpu::make_ring_order(device_ring_order(dgx1, gpus), 8);
-  double slowest = 1e30;
-  for (int k = 0; k < 8; ++k) {
-    const int a = gpus[static_cast<std::size_t>(ring.at(k))], b = gpus[static_cast<std::size_t>(ring.at(k + 1))];
-    double hop = 0;
-    for (const collx::topo::link& l : dgx1.links)
-      if (l.kind == link_kind::nvlink && ((l.a == a && l.b == b) || (l.a == b && l.b == a))) hop += l.GBps;
-    REQUIRE(hop > 0);  // a direct NVLink
-    slowest = std::min(slowest, hop);
+  const std::vector<std::vector<int>> rings = device_rings(dgx1, gpus);
+  std::map<std::pair<int, int>, int> crossings;  // channel-hops per directed GPU pair
+  for (const std::vector<int>& order : rings) {
+    const gpu::ring_order ring = gpu::make_ring_order(order, 8);
+    for (int k = 0; k < 8; ++k) ++crossings[{gpus[static_cast<std::size_t>(ring.at(k))], gpus[static_cast<std::size_t>(ring.at(k + 1))]}];
   }
+  double slowest = 1e30;
+  for (const auto& [hop, times] : crossings) {
+    double link = 0;
+    for (const collx::topo::link& l : dgx1.links)
+      if (l.kind == link_kind::nvlink && ((l.a == hop.first && l.b == hop.second) || (l.a == hop.second && l.b == hop.first))) link += l.GBps;
+    REQUIRE(link > 0);  // a direct NVLink
+    slowest = std::min(slowest, link / times);
+  }
+  CHECK(rings.size() == 6);
   const gpu::ring_cost on_dgx1 = device_ring_cost(dgx1, gpus);
-  CHECK(on_dgx1.hop_bytes_per_second == Approx(slowest * 1e9).epsilon(1e-6));
+  CHECK(on_dgx1.hop_bytes_per_second == Approx(static_cast<double>(rings.size()) * slowest * 1e9).epsilon(1e-6));
+  CHECK(on_dgx1.hop_bytes_per_second == Approx(120e9));  // every NVLink of a GPU, each way
   CHECK(on_dgx1.step_seconds == gpu::ring_cost{}.step_seconds);  // collx's barrier, not the wiring's
   // Half the pairs lack peer access there (mixed memory): against host memory's direct figures
-  // the ring takes over from 119 KiB (122269 B) for the whole of an all-reduce...
+  // the ring takes over from 93 KiB (94960 B) for the whole of an all-reduce (from 119 KiB with
+  // the first ring alone, at 40 GB/s)...
   const std::size_t x = gpu::ring_crossover_bytes_where(gpu::ring_phase::all_reduce, 8, slot, false, device_direct_cost(dgx1, gpus), true, on_dgx1);
-  CHECK(x == 122269);
+  CHECK(x == 94960);
+  CHECK(gpu::ring_crossover_bytes_where(gpu::ring_phase::all_reduce, 8, slot, false, device_direct_cost(dgx1, gpus), true,
+                                        gpu::ring_cost{40e9, on_dgx1.step_seconds}) == 122269);
   // ...and never through host memory's ring figures (a ring order with host-staged hops).
   CHECK(gpu::ring_crossover_bytes_where(gpu::ring_phase::all_reduce, 8, slot, false, {}, false, on_dgx1) == SIZE_MAX);
   // HGX H100 (NVSwitch): a hop gets what a rank reads from all its peers, so never.
@@ -516,15 +526,20 @@ TEST_CASE("device ring cost: the ring's slowest hop, which takes over from the d
   CHECK_FALSE(all_pairs_peer_access(dgx1, gpus));
   CHECK(all_pairs_peer_access(dgx1, {gpus[0], gpus[1], gpus[2], gpus[3]}));
   CHECK(all_pairs_peer_access(hgx, hgx.gpus()));
-  CHECK(device_ring_min_bytes(dgx1, gpus, gpu::ring_phase::all_reduce) == 122269);
-  CHECK(device_ring_min_bytes(dgx1, gpus, gpu::ring_phase::reduce_scatter) == 220873);
-  CHECK(device_ring_min_bytes(dgx1, gpus, gpu::ring_phase::all_gather) == 220873);
-  CHECK(device_ring_min_bytes(dgx1, {gpus[0], gpus[1], gpus[2], gpus[3]}, gpu::ring_phase::all_reduce) == SIZE_MAX);
+  CHECK(device_ring_min_bytes(dgx1, gpus, gpu::ring_phase::all_reduce) == 94960);
+  CHECK(device_ring_min_bytes(dgx1, gpus, gpu::ring_phase::reduce_scatter) == 171540);
+  CHECK(device_ring_min_bytes(dgx1, gpus, gpu::ring_phase::all_gather) == 171540);
+  // GPUs 0-3, all peers: the direct forms read in device memory, each peer over its own NVLinks,
+  // but the rings' channels read all four of a GPU's NVLinks to the others each way at once, so
+  // they take over too, from 447 KiB.
+  const std::vector<int> quad{gpus[0], gpus[1], gpus[2], gpus[3]};
+  CHECK(device_ring_cost(dgx1, quad).hop_bytes_per_second > device_direct_cost(dgx1, quad).peer_read_bytes_per_second);
+  CHECK(device_ring_min_bytes(dgx1, quad, gpu::ring_phase::all_reduce) == 457925);
   CHECK(device_ring_min_bytes(hgx, hgx.gpus(), gpu::ring_phase::all_reduce) == SIZE_MAX);
   CHECK(device_ring_min_bytes(dgx1, {gpus[0]}, gpu::ring_phase::all_reduce) == SIZE_MAX);
   // Smaller staging: more chunks, so more barriers per byte, and a later crossover.
   const std::size_t small_staging = device_ring_min_bytes(dgx1, gpus, gpu::ring_phase::all_reduce, 256 << 10);
-  CHECK(small_staging > 122269);
+  CHECK(small_staging > 94960);
   CHECK(small_staging != SIZE_MAX);
   CHECK_THROWS_AS(device_ring_min_bytes(dgx1, {gpus[0], gpus[0]}, gpu::ring_phase::all_reduce), collx::error);  // not "never"
   CHECK_THROWS_AS(device_ring_min_bytes(dgx1, gpus, gpu::ring_phase::all_reduce, 1024), collx::error);  // slots under 4 KiB
@@ -533,36 +548,44 @@ TEST_CASE("device ring cost: the ring's slowest hop, which takes over from the d
   CHECK_THROWS_AS(device_ring_cost(dgx1, {0, 1}), collx::error);
 }
 
-TEST_CASE("device ring order: the ring search's ring as ranks, over NVLink on a DGX-1") {
+TEST_CASE("device rings: the ring search's rings as ranks, over NVLink on a DGX-1") {
   namespace gpu = collx::gpu;
   // DGX-1 V100 (hybrid cube mesh): half the pairs have no NVLink; the rank order 0..7 crosses
-  // such pairs (3 -> 4 sits across the sockets), the device ring must not.
+  // such pairs (3 -> 4 sits across the sockets), the device rings must not.
   const topology dgx1 = read_nccl_topology(topo_fixture("dgx1-v100-como-nccl-topo.xml"), "dgx1");
   std::vector<int> gpus;
   for (int d = 0; d < 8; ++d) gpus.push_back(dgx1.gpu(d));
-  const std::vector<int> order = device_ring_order(dgx1, gpus);
-  REQUIRE(order.size() == 8);
-  const gpu::ring_order ring = gpu::make_ring_order(order, 8);  // a permutation of the ranks
+  const std::vector<std::vector<int>> rings = device_rings(dgx1, gpus);
+  REQUIRE(rings.size() == 6);
   router r(dgx1);
-  std::vector<int> ring_gpus, rank_order_gpus = gpus;
-  for (int k = 0; k < 8; ++k) {
-    const int a = gpus[static_cast<std::size_t>(ring.at(k))], b = gpus[static_cast<std::size_t>(ring.at(k + 1))];
-    INFO("hop " << k << ": rank " << ring.at(k) << " -> rank " << ring.at(k + 1));
-    CHECK(r.between(a, b).cls == transport_class::nvlink);
-    CHECK_FALSE(r.between(a, b).host_staged);
-    ring_gpus.push_back(a);
+  std::vector<std::vector<int>> ring_gpus;
+  for (const std::vector<int>& order : rings) {
+    const gpu::ring_order ring = gpu::make_ring_order(order, 8);  // a permutation of the ranks
+    ring_gpus.emplace_back();
+    for (int k = 0; k < 8; ++k) {
+      const int a = gpus[static_cast<std::size_t>(ring.at(k))], b = gpus[static_cast<std::size_t>(ring.at(k + 1))];
+      INFO("hop " << k << ": rank " << ring.at(k) << " -> rank " << ring.at(k + 1));
+      CHECK(r.between(a, b).cls == transport_class::nvlink);
+      CHECK_FALSE(r.between(a, b).host_staged);
+      ring_gpus.back().push_back(a);
+    }
   }
-  const ring_evaluation found = evaluate_rings(r, {ring_gpus}), plain = evaluate_rings(r, {rank_order_gpus});
-  INFO("bottleneck GB/s: device ring " << found.min_channel_GBps << ", rank order " << plain.min_channel_GBps);
-  CHECK(found.min_channel_GBps > 2 * plain.min_channel_GBps);
-  // Ranks that drive the GPUs in another order get a ring over NVLink in their own numbering.
+  // Together the channels read far faster than one ring, and than the rank order.
+  const ring_evaluation all = evaluate_rings(r, ring_gpus), first = evaluate_rings(r, {ring_gpus[0]}), plain = evaluate_rings(r, {gpus});
+  INFO("GB/s: six channels " << all.total_GBps << ", the first ring alone " << first.min_channel_GBps << ", rank order "
+                             << plain.min_channel_GBps);
+  CHECK(all.total_GBps > 2.5 * first.min_channel_GBps);
+  CHECK(first.min_channel_GBps > 2 * plain.min_channel_GBps);
+  // Ranks that drive the GPUs in another order get rings over NVLink in their own numbering.
   std::vector<int> reversed(gpus.rbegin(), gpus.rend());
-  const gpu::ring_order ring_r = gpu::make_ring_order(device_ring_order(dgx1, reversed), 8);
-  for (int k = 0; k < 8; ++k)
-    CHECK(r.between(reversed[static_cast<std::size_t>(ring_r.at(k))], reversed[static_cast<std::size_t>(ring_r.at(k + 1))]).cls ==
-          transport_class::nvlink);
-  CHECK(device_ring_order(dgx1, {gpus[0]}).empty());
-  CHECK_THROWS_AS(device_ring_order(dgx1, {0, 1, 2, 3}), collx::error);  // vertex 0 is a CPU, not GPU 0
-  CHECK_THROWS_AS(device_ring_order(dgx1, {gpus[0], 99}), collx::error);
-  CHECK_THROWS_AS(device_ring_order(dgx1, {gpus[0], gpus[0]}), collx::error);
+  for (const std::vector<int>& order : device_rings(dgx1, reversed)) {
+    const gpu::ring_order ring_r = gpu::make_ring_order(order, 8);
+    for (int k = 0; k < 8; ++k)
+      CHECK(r.between(reversed[static_cast<std::size_t>(ring_r.at(k))], reversed[static_cast<std::size_t>(ring_r.at(k + 1))]).cls ==
+            transport_class::nvlink);
+  }
+  CHECK(device_rings(dgx1, {gpus[0]}).empty());
+  CHECK_THROWS_AS(device_rings(dgx1, {0, 1, 2, 3}), collx::error);  // vertex 0 is a CPU, not GPU 0
+  CHECK_THROWS_AS(device_rings(dgx1, {gpus[0], 99}), collx::error);
+  CHECK_THROWS_AS(device_rings(dgx1, {gpus[0], gpus[0]}), collx::error);
 }

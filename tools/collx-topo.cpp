@@ -131,17 +131,17 @@ std::string size_name(std::size_t b) {
 }
 
 // collx's device all-reduce on one node's GPUs: what a rank reads from its peers at once, the
-// size from which two-shot beats one-shot, the ring for algo::ring with rank r on the node's r-th
-// GPU, and the size from which untagged all-reduces take that ring (topo/device_cost.hpp, as the
+// size from which two-shot beats one-shot, the rings for algo::ring with rank r on the node's r-th
+// GPU, and the size from which untagged all-reduces take them (topo/device_cost.hpp, as the
 // device communicator decides with these figures and its default 4 MiB staging slots). Empty with
 // fewer than 2 GPUs.
 struct device_form_info {
   int gpus = 0;
   collx::gpu::direct_cost cost;
   std::size_t two_shot_min = SIZE_MAX;
-  std::vector<int> ring;  // device_options::ring_order; empty when no ring joins the GPUs
+  std::vector<std::vector<int>> rings;  // device_options::rings; empty when no ring joins the GPUs
   bool all_peers = true;  // every pair has peer access (workspace_memory device), else mixed or host
-  double ring_hop_GBps = 0;
+  double ring_hop_GBps = 0;  // what a rank reads from its ring predecessors, every channel's
   std::size_t ring_min = SIZE_MAX;  // untagged all-reduces of this many bytes or more take the ring
 };
 std::optional<device_form_info> device_form(const topology& node, const std::vector<int>& gpus, const model_options& mo) {
@@ -152,8 +152,8 @@ std::optional<device_form_info> device_form(const topology& node, const std::vec
   d.cost = device_direct_cost(node, gpus, {}, mo.routing);
   d.two_shot_min = collx::gpu::two_shot_crossover_bytes(d.gpus, collx::gpu::direct_cost_where(d.all_peers, d.cost));
   try {
-    d.ring = device_ring_order(node, gpus, mo.routing);
-  } catch (const collx::error&) {  // GPUs no ring joins: no ring order to suggest
+    d.rings = device_rings(node, gpus, mo.routing);
+  } catch (const collx::error&) {  // GPUs no ring joins: no rings to suggest
     return d;
   }
   d.ring_hop_GBps = device_ring_cost(node, gpus, {}, mo.routing).hop_bytes_per_second / 1e9;
@@ -421,13 +421,17 @@ int show(const opts& o) {
       std::printf("]");
     }
     if (const auto d = device_form(node, node_gpus, mo)) {
-      std::string ring = "[";
-      for (std::size_t k = 0; k < d->ring.size(); ++k) ring += (k ? "," : "") + std::to_string(d->ring[k]);
-      std::printf(",\"device_allreduce\":{\"gpus\":%d,\"peer_read_GBps\":%s,\"two_shot_min_bytes\":%s,\"ring_order\":%s,"
+      std::string rings = "[";
+      for (std::size_t c = 0; c < d->rings.size(); ++c) {
+        rings += c ? ",[" : "[";
+        for (std::size_t k = 0; k < d->rings[c].size(); ++k) rings += (k ? "," : "") + std::to_string(d->rings[c][k]);
+        rings += "]";
+      }
+      std::printf(",\"device_allreduce\":{\"gpus\":%d,\"peer_read_GBps\":%s,\"two_shot_min_bytes\":%s,\"rings\":%s,"
                   "\"all_pairs_peer_access\":%s,\"ring_hop_GBps\":%s,\"ring_min_bytes\":%s}",
                   d->gpus, json_GBps(d->cost.peer_read_bytes_per_second / 1e9).c_str(),
-                  d->two_shot_min == SIZE_MAX ? "null" : std::to_string(d->two_shot_min).c_str(), (ring + "]").c_str(),
-                  d->all_peers ? "true" : "false", d->ring.empty() ? "null" : json_GBps(d->ring_hop_GBps).c_str(),
+                  d->two_shot_min == SIZE_MAX ? "null" : std::to_string(d->two_shot_min).c_str(), (rings + "]").c_str(),
+                  d->all_peers ? "true" : "false", d->rings.empty() ? "null" : json_GBps(d->ring_hop_GBps).c_str(),
                   d->ring_min == SIZE_MAX ? "null" : std::to_string(d->ring_min).c_str());
     }
     std::printf("}\n");
@@ -534,11 +538,15 @@ int show(const opts& o) {
     if (d->two_shot_min == SIZE_MAX) std::printf("  one-shot at every size\n");
     else std::printf("  one-shot below %s, two-shot from there on%s\n", size_name(d->two_shot_min).c_str(),
                      d->all_peers ? " (device_options::cost = topo::device_direct_cost(...))" : "");
-    if (!d->ring.empty()) {
-      std::printf("  algo::ring on device, rank r on the r-th GPU listed: device_options::ring_order = {");
-      for (std::size_t k = 0; k < d->ring.size(); ++k) std::printf("%s%d", k ? ", " : "", d->ring[k]);
-      std::printf("} (topo::device_ring_order)\n");
-      std::printf("  its slowest hop moves %s GB/s (device_options::ring_hops = topo::device_ring_cost(...)):\n",
+    if (!d->rings.empty()) {
+      std::printf("  algo::ring on device, rank r on the r-th GPU listed, one ring per channel: device_options::rings = {");
+      for (std::size_t c = 0; c < d->rings.size(); ++c) {
+        std::printf("%s{", c ? ", " : "");
+        for (std::size_t k = 0; k < d->rings[c].size(); ++k) std::printf("%s%d", k ? ", " : "", d->rings[c][k]);
+        std::printf("}");
+      }
+      std::printf("} (topo::device_rings)\n");
+      std::printf("  a rank reads its predecessors at %s GB/s (device_options::ring_hops = topo::device_ring_cost(...)):\n",
                   text_GBps(d->ring_hop_GBps).c_str());
       if (d->ring_min == SIZE_MAX) std::printf("  untagged all-reduces never take the ring\n");
       else std::printf("  untagged all-reduces take the ring from %s on\n", size_name(d->ring_min).c_str());

@@ -462,30 +462,26 @@ void sweep_windows(collx::gpu::device_communicator& dc, cudaStream_t s, std::siz
 namespace collx_cuda_test {
 
 /// The ring's fold (cuda/ring_plan.hpp) of elements [first, first + count) of the ranks' inputs
-/// of call `call`: element i of the call lies in the piece of some ring position k (found with the
-/// plan's spans), and is folded along the ring from position k + 1 in the accumulator type.
-/// `phase` all_reduce: i indexes the vector (first = 0); reduce_scatter: the n x count input, the
-/// block of rank `rank` (first = rank * count).
+/// of call `call`: element i of the call lies in the piece of some ring position k of some channel
+/// (gpu::owner_of), and is folded along that channel's ring from position k + 1 in the
+/// accumulator type. `phase` all_reduce: i indexes the vector (first = 0); reduce_scatter: the
+/// n x count input, the block of rank `rank` (first = rank * count).
 template <class T, class Op>
 std::vector<T> sweep_ring_fold(const collx::gpu::device_communicator& dc, collx::gpu::ring_phase phase, std::size_t count,
                                std::size_t first, int call, const Op& op) {
   namespace gpu = collx::gpu;
   using red = collx::detail::reduction<T, Op>;
   const int n = dc.size();
-  const gpu::ring_plan plan = gpu::plan_ring(phase, dc.ring(), dc.rank(), count, std::max(sizeof(T), sizeof(typename red::acc)),
-                                             gpu::device_vector_elements<T>, dc.slot_bytes(), dc.block_limit());
+  const gpu::ring_call plan = gpu::plan_ring_call(phase, dc.rings(), dc.rank(), count, std::max(sizeof(T), sizeof(typename red::acc)),
+                                                  gpu::device_vector_elements<T>, dc.slot_bytes(), dc.block_limit());
   std::vector<T> out(count);
   for (std::size_t i = 0; i < count; ++i) {
     const std::size_t at = first + i;  // where the element lies in the buffer the spans describe
-    int owner = -1;
-    for (std::size_t c = 0; c < plan.chunks && owner < 0; ++c)
-      for (int k = 0; k < n; ++k) {
-        const gpu::piece_span sp = plan.span(c, k);
-        if (at >= sp.offset && at < sp.offset + sp.length) owner = k;
-      }
-    if (owner < 0) throw std::logic_error("sweep_ring_fold: element " + std::to_string(at) + " lies in no piece");
-    auto a = red::widen(sweep_value<T>(dc.ring().at(owner + 1), at, call));
-    for (int m = 2; m <= n; ++m) a = red::combine(op, a, red::widen(sweep_value<T>(dc.ring().at(owner + m), at, call)));
+    const gpu::ring_piece_owner o = gpu::owner_of(plan, at);
+    if (o.channel < 0) throw std::logic_error("sweep_ring_fold: element " + std::to_string(at) + " lies in no piece");
+    const gpu::ring_order& ring = plan.channel[o.channel].ring;
+    auto a = red::widen(sweep_value<T>(ring.at(o.position + 1), at, call));
+    for (int m = 2; m <= n; ++m) a = red::combine(op, a, red::widen(sweep_value<T>(ring.at(o.position + m), at, call)));
     out[i] = red::finalize(a, n);
   }
   return out;

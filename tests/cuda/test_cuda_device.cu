@@ -184,21 +184,24 @@ TEST_CASE("gpu device collectives: workspaces in shared host memory give the sam
 }
 
 TEST_CASE("gpu device ring: all_reduce, reduce_scatter and all_gather give the ring's fold", "[gpu][cuda]") {
-  // Rings in rank order and in other orders (the order decides the fold), staging small enough
-  // that 9001 elements take several chunks; a direct call between ring calls in every sweep.
-  const std::vector<std::vector<int>> orders[] = {{{}}, {{}, {1, 0, 2}}, {{}, {0, 2, 1, 3}, {3, 1, 2, 0}}};
+  // Rings in rank order and in other orders (the order decides the fold), one channel and several
+  // (each channel folds its part around its own ring), staging small enough that 9001 elements
+  // take several chunks; a direct call between ring calls in every sweep.
+  using rings = std::vector<std::vector<int>>;
+  const std::vector<rings> sets[] = {{{}, {{0, 1}, {1, 0}}},
+                                     {{}, {{1, 0, 2}}, {{0, 1, 2}, {2, 1, 0}}},
+                                     {{}, {{0, 2, 1, 3}}, {{3, 1, 2, 0}}, {{0, 2, 1, 3}, {1, 0, 3, 2}, {0, 1, 2, 3}}}};
   for (int world : {2, 3, 4})
-    for (const auto& order : orders[world - 2]) {
+    for (const rings& given : sets[world - 2]) {
       gpu::device_options opt;
       opt.staging_bytes = 32 << 10;
       opt.timeout = std::chrono::seconds(15);
-      opt.ring_order = order;
-      opt.discover_wiring = false;  // empty ring_order: the rank order here, not the machine's ring
-      INFO("world " << world << ", ring order of " << order.size() << " ranks");
+      opt.rings = given;
+      opt.discover_wiring = false;  // no rings given: the rank order here, not the machine's rings
+      INFO("world " << world << ", " << given.size() << " rings given");
       require_none(on_ranks(world, opt, std::chrono::seconds(60), [&](gpu::device_communicator& dc, cudaStream_t s, auto& out) {
-        for (int k = 0; k < dc.size(); ++k)
-          if (dc.ring().at(k) != (order.empty() ? k : order[static_cast<std::size_t>(k)]))
-            out.push_back("rank " + std::to_string(dc.rank()) + ": ring position " + std::to_string(k) + " holds the wrong rank");
+        const rings want = given.empty() ? gpu::ring_channels::single(gpu::ring_order::identity(world)).lists() : given;
+        if (dc.rings().lists() != want) out.push_back("rank " + std::to_string(dc.rank()) + ": the rings are not the ones given");
         int call = 0;
         for (std::size_t count : sweep_counts)
           for (std::size_t offset : {std::size_t{0}, std::size_t{1}}) {
@@ -338,8 +341,8 @@ TEST_CASE("gpu device ring: a ring call against a direct call fails on every ran
     cudaStreamSynchronize(s);
   }));
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));
-  // A ring order that repeats a rank fails on every rank when the communicator is created.
-  opt.ring_order = {0, 0};
+  // A ring that repeats a rank fails on every rank when the communicator is created.
+  opt.rings = {{0, 0}};
   const auto problems = on_ranks(2, opt, std::chrono::seconds(30), [](gpu::device_communicator&, cudaStream_t, auto&) {});
   REQUIRE(problems.size() == 2);
   for (const auto& p : problems) CHECK(p.find("ring order") != std::string::npos);
@@ -356,7 +359,7 @@ TEST_CASE("gpu device collectives: mixed memory, some pairs through host memory,
   opt.staging_bytes = 32 << 10;
   opt.timeout = std::chrono::seconds(15);
   opt.no_peer_access = {{0, 2}, {1, 3}};
-  opt.ring_order = order;
+  if (!order.empty()) opt.rings = {order};
   opt.ring_min_bytes = SIZE_MAX;  // the sweeps check untagged calls against the rank-order fold
   INFO("ring order of " << order.size() << " ranks");
   require_none(on_ranks(4, opt, std::chrono::seconds(60), [](gpu::device_communicator& dc, cudaStream_t s, auto& out) {

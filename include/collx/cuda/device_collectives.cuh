@@ -42,8 +42,8 @@
 /// rank reads 2 (n - 1) / n of the vector from its peers instead of (n - 1) times it.
 /// all_to_all_v exchanges the ranks' counts on the device first (all_to_all_v_kernel). The ring
 /// forms (algo::ring: all_reduce, reduce_scatter, all_gather; ring_kernel, cuda/ring_plan.hpp)
-/// read from one ring neighbour only, so GPUs that are not all directly connected move data over
-/// the ring's links alone; they need a commutative op.
+/// read from one ring neighbour per channel only, so GPUs that are not all directly connected
+/// move data over the rings' links alone; they need a commutative op.
 /// Point-to-point calls have their own flags and staging (p2p_kernel), so they never disturb the
 /// collectives' epochs.
 #pragma once
@@ -906,29 +906,39 @@ __device__ inline void ring_move(const ring_step& st, block_range r, const T* in
       });
 }
 
-/// A ring call in one launch: every chunk's steps 0 .. plan.steps() (ring_plan::step), each but
-/// the last followed by a barrier with the ring neighbours (every rank at the call's first epoch).
-/// V: the access width (1 where this rank's pointers do not allow 16-byte accesses).
+/// A ring call in one launch: each block runs its channel's (ring_call::channel_of) chunks, steps
+/// 0 .. steps() each (ring_plan::step), each but the last followed by a barrier with the channel's
+/// ring neighbours (every rank at the call's first epoch). Chunk c's epochs are the call's
+/// whatever the channel: a channel with fewer chunks than call.chunks only meets its neighbours
+/// in the chunks it lacks, so that its last read is over before any rank's next call restages
+/// the slot (that read's parity may be the one the next call stages first, when steps() is odd).
+/// V: the access width (1 where this rank's pointers do not allow 16-byte accesses). The plans
+/// stay in parameter memory (__grid_constant__: indexed by channel, not copied per thread).
+static_assert(sizeof(device_view) + sizeof(ring_call) <= 4096 - 512,
+              "ring_kernel's parameters must stay within CUDA's 4 KiB, with room for the op");
 template <class T, class Op, std::size_t V>
 __global__ void __launch_bounds__(device_threads_per_block, device_blocks_per_sm)
-    ring_kernel(device_view v, ring_plan plan, device_signature sig, const T* src, T* dst, Op op) {
+    ring_kernel(device_view v, const __grid_constant__ ring_call call, device_signature sig, const T* src, T* dst, Op op) {
   __shared__ std::uint64_t base;
   __shared__ int dead;
   call_start(v, base, dead);
   if (dead) return;
-  const unsigned steps = plan.steps();
-  const std::size_t region = plan.region_offset(blockIdx.x), first = plan.region_first(blockIdx.x);
-  for (std::size_t c = 0; c < plan.chunks; ++c)
+  const ring_plan& plan = call.channel[call.channel_of(blockIdx.x)];
+  const unsigned block = blockIdx.x - plan.first_block, steps = plan.steps();
+  const std::size_t region = plan.region_offset(block), first = plan.region_first(block);
+  for (std::size_t c = 0; c < call.chunks; ++c)
     for (unsigned s = 0; s <= steps; ++s) {
       const ring_step st = plan.step(s);
-      const piece_span sp = plan.span(c, st.piece);
       const std::uint64_t epoch = base + c * steps + s + 1;  // what this step stages (s < steps)
-      ring_move<T, Op, V>(st, plan.range(sp.length, blockIdx.x), src + plan.input_offset(c, st.piece), dst + plan.output_offset(c, st.piece),
-                          slot_of<std::byte>(v, plan.prev, epoch - 1) + region, slot_for<std::byte>(v, plan.next, epoch) + region, first,
-                          op, v.world);
+      if (c < plan.chunks) {
+        const piece_span sp = plan.span(c, st.piece);
+        ring_move<T, Op, V>(st, plan.range(sp.length, block), src + plan.input_offset(c, st.piece), dst + plan.output_offset(c, st.piece),
+                            slot_of<std::byte>(v, plan.prev, epoch - 1) + region, slot_for<std::byte>(v, plan.next, epoch) + region,
+                            first, op, v.world);
+      }
       if (st.stage && !barrier(v, epoch, sig, ring_barrier_peers(plan, v.rank, epoch, base + 1))) return;
     }
-  call_end(v, base + plan.chunks * steps);
+  call_end(v, base + call.chunks * steps);
 }
 
 /// Launches one ring call of `phase` (count as ring_plan::count), signed `sig` (ring_signature). A
@@ -940,12 +950,12 @@ void launch_ring(device_communicator& dc, const char* name, ring_phase phase, de
   dc.check();
   constexpr std::size_t V = device_vector_elements<T>;
   using acc = typename ring_types<T, Op>::acc;
-  const ring_plan plan =
-      plan_ring(phase, dc.ring(), dc.rank(), count, std::max(sizeof(T), sizeof(acc)), V, dc.slot_bytes(), dc.block_limit());
-  if (plan.chunks == 0) return;
+  const ring_call call =
+      plan_ring_call(phase, dc.rings(), dc.rank(), count, std::max(sizeof(T), sizeof(acc)), V, dc.slot_bytes(), dc.block_limit());
+  if (call.chunks == 0) return;
   check(cudaSetDevice(dc.device()), name);
-  if (V > 1 && vector_ok) ring_kernel<T, Op, V><<<plan.blocks, device_threads_per_block, 0, stream>>>(dc.view(), plan, sig, send, recv, op);
-  else ring_kernel<T, Op, 1><<<plan.blocks, device_threads_per_block, 0, stream>>>(dc.view(), plan, sig, send, recv, op);
+  if (V > 1 && vector_ok) ring_kernel<T, Op, V><<<call.blocks, device_threads_per_block, 0, stream>>>(dc.view(), call, sig, send, recv, op);
+  else ring_kernel<T, Op, 1><<<call.blocks, device_threads_per_block, 0, stream>>>(dc.view(), call, sig, send, recv, op);
   check(cudaGetLastError(), name);
 }
 
@@ -1324,7 +1334,7 @@ void one_way(device_communicator& dc, const char* name, bool sending, const T* s
 }  // namespace device_detail
 
 /// The algorithms all_reduce, reduce_scatter and all_gather on device memory take as an optional
-/// first template argument: algo::ring (ring_kernel over dc.ring()), or algo::direct and
+/// first template argument: algo::ring (ring_kernel over dc.rings()), or algo::direct and
 /// algo::automatic, which are the forms without one (one-shot / two-shot direct, or the ring from
 /// device_communicator::ring_min_bytes on: device_options::ring_min_bytes, COLLX_ALGO).
 template <class Algo>
@@ -1369,8 +1379,9 @@ void direct_all_reduce(device_communicator& dc, const T* send, T* recv, std::siz
 /// One-shot below dc.two_shot_min_bytes() bytes per rank, two-shot (two launches) from there on:
 /// see direct_form in device_plan.hpp. Both give the same bits. From dc.ring_min_bytes(allreduce)
 /// bytes on, commutative ops run all_reduce<algo::ring> instead, with the ring's bits: with the
-/// default figures only where the ring's hops are faster than the direct forms' reads (pairs
-/// without peer access; device_options::ring_min_bytes), or at every size with COLLX_ALGO=ring
+/// default figures only where the rings read faster than the direct forms (pairs without peer
+/// access, or rings using more of each GPU's links; device_options::ring_min_bytes), or at every
+/// size with COLLX_ALGO=ring
 /// (or allreduce:ring). all_reduce<algo::direct> keeps the rank-order bits at every size.
 /// @param send,recv `count` elements in device memory of dc.device() (or memory it can access)
 /// @throws collx::error (errc::invalid_argument) for null buffers with count > 0 or partly overlapping
@@ -1468,13 +1479,14 @@ void all_gather(device_communicator& dc, const T* send, T* recv, std::size_t sen
 }
 
 /// All-reduce on device memory with a chosen algorithm, e.g. `gpu::all_reduce<collx::algo::ring>(dc,
-/// send, recv, count)`. algo::ring: the ring over dc.ring() (device_options::ring_order; cuda/ring_plan.hpp),
-/// each rank reading 2 (n - 1) / n of the vector from its ring predecessor only (3 (n - 1) / n of
-/// its bytes for half/bfloat16, whose partials travel as fp32), so the bandwidth is
-/// that of the ring's slowest hop rather than of every pair: for large messages where the GPUs are not
-/// all directly connected (a ring that follows NVLink). It needs a commutative op (checked at compile
-/// time: the ring folds each piece starting at another rank); its bits are fixed for a given world
-/// size, count, type, staging size and ring, and equal on every rank, but they are not the rank-order
+/// send, recv, count)`. algo::ring: the rings over dc.rings(), one per channel, each channel
+/// carrying its part of the vector (device_options::rings; cuda/ring_plan.hpp), each rank reading
+/// 2 (n - 1) / n of the vector from its ring predecessors only (3 (n - 1) / n of its bytes for
+/// half/bfloat16, whose partials travel as fp32), so the bandwidth is that of the rings' slowest
+/// hops rather than of every pair: for large messages where the GPUs are not all directly
+/// connected (rings that follow NVLink). It needs a commutative op (checked at compile time: the
+/// ring folds each piece starting at another rank); its bits are fixed for a given world size,
+/// count, type, staging size and rings, and equal on every rank, but they are not the rank-order
 /// fold's. algo::direct: the rank-order forms of the all_reduce above (one-shot, two-shot), whatever
 /// COLLX_ALGO says; algo::automatic: the all_reduce above. One rank: every algorithm copies.
 /// @throws as all_reduce.

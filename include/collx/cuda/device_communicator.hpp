@@ -97,8 +97,8 @@ struct device_options {
   /// is not known and the ring never takes over. topo::device_ring_cost
   /// (collx/topo/device_cost.hpp) derives them from a topology file: over a DGX-1's NVLink, for
   /// instance, where the direct forms read the GPUs without peer access through host memory, the
-  /// ring then takes over from 119 KiB (8 ranks). Ignored where a hop of the ring stages through
-  /// host memory (host_memory_ring_cost decides then).
+  /// ring then takes over from 93 KiB (8 ranks, six channels). Ignored where a hop of a ring
+  /// stages through host memory (host_memory_ring_cost decides then).
   ring_cost ring_hops{};
   /// Where the workspaces live (device_plan.hpp workspace_memory): automatic takes device memory
   /// where every rank's GPU has peer access to every other's, mixed where only some pairs have it
@@ -107,16 +107,19 @@ struct device_options {
   /// host path for every pair (also between ranks of one GPU, e.g. to test it, or where peer
   /// access or CUDA IPC misbehaves). Ranks may differ only between automatic and one other choice.
   workspace_memory memory = workspace_memory::automatic;
-  /// The ring of algo::ring calls (cuda/ring_plan.hpp): ring_order[k] is the rank at ring position
-  /// k, every rank once; empty: the machine's ring (discover_wiring), else the rank order 0, 1,
-  /// ..., size() - 1, or where one of its hops joins GPUs without peer access, the first ring
-  /// whose hops all have it (ring_through_reach), if there is one. A ring that follows NVLink (topo::device_ring_order) keeps each rank's reads
-  /// on one fast link. Rank 0's ring holds for every rank (sent to the others when the
-  /// communicator is created). Apart from the host communicator's communicator_options::ring_order,
-  /// which this does not read.
+  /// The rings of algo::ring calls (cuda/ring_plan.hpp), one per channel (at most
+  /// max_device_channels): rings[c][k] is the rank at position k of channel c's ring, every rank
+  /// once. Channels run at once, each carrying its part of the vector over its own blocks: rings
+  /// over different links add their bandwidth (topo::device_rings: a DGX-1's six NVLink rings).
+  /// Empty: the machine's rings (discover_wiring), else one ring in the rank order 0, 1, ...,
+  /// size() - 1, or where one of its hops joins GPUs without peer access, the first ring whose
+  /// hops all have it (ring_through_reach), if there is one. Rank 0's rings hold for every rank
+  /// (sent to the others when the communicator is created). Apart from the host communicator's
+  /// communicator_options::ring_order, which this does not read.
   /// @throws (from the constructor) collx::error (errc::invalid_argument) on every rank when a
-  ///   rank's ring_order is not empty and not a permutation of its ranks.
-  std::vector<int> ring_order;
+  ///   rank's rings are more than max_device_channels, or one is empty or not a permutation of
+  ///   its ranks.
+  std::vector<std::vector<int>> rings;
   /// Pairs of ranks of this communicator (not GPU ids) to treat as without peer access (both
   /// directions), whatever the GPUs allow:
   /// their traffic goes through shared host memory (workspace_memory mixed, or host when no pair
@@ -126,13 +129,13 @@ struct device_options {
   ///   rank lists a rank outside [0, size()).
   std::vector<std::pair<int, int>> no_peer_access;
   /// Whether rank 0 reads the machine's wiring when the communicator is created, for the figures
-  /// left at their defaults above: cost's read rate (peer_read_bytes_per_second), ring_order
-  /// (empty) and ring_hops' rate (hop_bytes_per_second 0), as NCCL reads its machine at init.
+  /// left at their defaults above: cost's read rate (peer_read_bytes_per_second), rings (empty)
+  /// and ring_hops' rate (hop_bytes_per_second 0), as NCCL reads its machine at init.
   /// topo::device_wiring (collx/topo/device_cost.hpp) finds the ranks' GPUs by PCI bus id in
   /// sysfs and their NVLinks through NVML (not through rank 0's CUDA runtime, which may not see
   /// every rank's GPU), with peer access as the CUDA runtime grants it (none between ranks that
-  /// cannot see each other's GPUs: those go through host memory). Its ring is the rank order
-  /// unless another is faster; a given ring_order is rated as given. Where it cannot read the
+  /// cannot see each other's GPUs: those go through host memory). Its rings are the rank order
+  /// unless others are faster; given rings are rated as given. Where it cannot read the
   /// machine (ranks sharing a GPU, a GPU missing from sysfs or of a model collx has no figures
   /// for, NVML missing or failing) collx's defaults stay. device_communicator::wiring_note says
   /// which. Rank 0's setting holds, as does its COLLX_GPU_WIRING=off, which turns it off too.
@@ -220,7 +223,7 @@ class device_communicator {
   ///         for different staging sizes or workspace memories; (errc::invalid_argument) for more
   ///         than max_device_world ranks, ranks on different nodes (COLLX_NODE_ID or the host
   ///         name: one device communicator joins one node's GPUs), a staging too small, device
-  ///         memory asked for between GPUs without peer access, a bad ring_order or
+  ///         memory asked for between GPUs without peer access, bad rings or
   ///         no_peer_access, or a bad COLLX_GPU_WIRING (on every rank); and the host
   ///         communicator's errors. When a CUDA call, allocation or mapping fails on one rank,
   ///         that rank throws its error and every other rank throws errc::cuda naming it, rather
@@ -309,12 +312,19 @@ class device_communicator {
       collx::broadcast<algo::direct>(host, std::span<std::uint64_t>(&two_shot, 1), 0);
       two_shot_min_bytes_ = static_cast<std::size_t>(two_shot);
 
-      // Rank 0's ring for every rank; every rank's own is checked (a typo fails loudly anywhere).
+      // Rank 0's rings for every rank; every rank's own are checked (a typo fails loudly anywhere).
       on_every_rank(
-          "accept its device_options::ring_order",
-          [&] { ring_ = opt.ring_order.empty() ? ring_through_reach(reach_, host.size()) : make_ring_order(opt.ring_order, host.size()); },
+          "accept its device_options::rings",
+          [&] {
+            rings_ = opt.rings.empty() ? ring_channels::single(ring_through_reach(reach_, host.size()))
+                                       : make_ring_channels(opt.rings, host.size());
+          },
           errc::invalid_argument);
-      collx::broadcast<algo::direct>(host, std::span<int>(ring_.order, max_device_world), 0);
+      collx::broadcast<algo::direct>(host, std::span<int>(&rings_.count, 1), 0);
+      for (int c = 0; c < rings_.count; ++c) {
+        rings_.ring[c].world = host.size();
+        collx::broadcast<algo::direct>(host, std::span<int>(rings_.ring[c].order, max_device_world), 0);
+      }
       // Rank 0's ring thresholds for every rank: ranks that chose differently would fail each call.
       std::array<std::uint64_t, 3> ring_min{};
       for (const collective c : {collective::allreduce, collective::reduce_scatter, collective::all_gather})
@@ -411,8 +421,8 @@ class device_communicator {
   unsigned block_limit() const noexcept { return blocks_; }
   /// All-reduces of this many bytes per rank or more run two-shot (device_options::two_shot_min_bytes).
   std::size_t two_shot_min_bytes() const noexcept { return two_shot_min_bytes_; }
-  /// The ring of algo::ring calls (device_options::ring_order, rank 0's).
-  const ring_order& ring() const noexcept { return ring_; }
+  /// The rings of algo::ring calls, one per channel (device_options::rings, rank 0's).
+  const ring_channels& rings() const noexcept { return rings_; }
   /// Rank 0's account, one line, of where the figures this communicator decides by come from:
   /// the machine's wiring (device_options::discover_wiring; topo::device_wiring's note: GPUs,
   /// NVLinks, ring, rates), the options, or collx's defaults and why. The same on every rank.
@@ -818,7 +828,7 @@ class device_communicator {
   std::uint32_t next_window_ = 1;
   unsigned blocks_ = 1;
   std::size_t two_shot_min_bytes_ = SIZE_MAX;
-  ring_order ring_{};
+  ring_channels rings_{};
   std::string wiring_note_;                 // read_wiring
   bool failed_together_ = false;            // an on_every_rank step failed on some rank: every rank throws there
   std::array<std::size_t, 3> ring_min_bytes_{SIZE_MAX, SIZE_MAX, SIZE_MAX};  // per ring_index
@@ -839,13 +849,13 @@ class device_communicator {
     std::string note;
     if (rank() == 0) {
       const bool open_rate = opt.cost.peer_read_bytes_per_second == direct_cost{}.peer_read_bytes_per_second;
-      const bool open_ring = opt.ring_order.empty(), open_hops = opt.ring_hops.hop_bytes_per_second == 0;
+      const bool open_ring = opt.rings.empty(), open_hops = opt.ring_hops.hop_bytes_per_second == 0;
       try {
         if (!wanted) {
           note = std::string("collx's default figures: ") +
                  (opt.discover_wiring ? "COLLX_GPU_WIRING is off" : "device_options::discover_wiring is off");
         } else if (!open_rate && !open_ring && !open_hops) {
-          note = "device_options gives the read rate, ring_order and ring_hops";
+          note = "device_options gives the read rate, rings and ring_hops";
         } else {
           topo::device_wiring_ranks ranks;
           for (int p = 0; p < size(); ++p) {
@@ -856,12 +866,12 @@ class device_communicator {
             for (int q = 0; q < size(); ++q) bits |= reaches(p, q) ? std::uint64_t{1} << q : 0;
             ranks.reach.push_back(bits);
           }
-          ranks.ring_order = opt.ring_order;  // rated as given; the machine's ring only where none is
+          ranks.rings = opt.rings;  // rated as given; the machine's rings only where none are
           const topo::device_wiring_result w = topo::device_wiring(ranks, opt.discovery, opt.cost, opt.ring_hops);
           if (w.found) {
             if (open_rate) opt.cost.peer_read_bytes_per_second = w.cost.peer_read_bytes_per_second;
             if (open_hops) opt.ring_hops.hop_bytes_per_second = w.ring_hops.hop_bytes_per_second;
-            if (open_ring) opt.ring_order = w.ring_order;
+            if (open_ring) opt.rings = w.rings;
             note = w.note;
             if (memory_ != workspace_memory::device)  // direct_cost_where: the read rate is not used
               note += std::string("; the direct forms go by host memory's figures instead (") + workspace_memory_name(memory_) + " memory)";
@@ -888,9 +898,11 @@ class device_communicator {
     if (opt.ring_min_bytes != 0) return opt.ring_min_bytes;
     if (chosen == algorithm::ring) return 1;
     if (chosen == algorithm::direct) return SIZE_MAX;
-    bool hops_on_device = true;  // every hop between workspaces in device memory, both ways
-    for (int k = 0; k < ring_.world && hops_on_device; ++k)
-      hops_on_device = reaches(ring_.at(k), ring_.at(k + 1)) && reaches(ring_.at(k + 1), ring_.at(k));
+    bool hops_on_device = true;  // every hop of every channel between workspaces in device memory, both ways
+    for (int ch = 0; ch < rings_.count; ++ch) {
+      const ring_order& r = rings_.ring[ch];
+      for (int k = 0; k < r.world && hops_on_device; ++k) hops_on_device = reaches(r.at(k), r.at(k + 1)) && reaches(r.at(k + 1), r.at(k));
+    }
     const ring_phase phase = c == collective::allreduce        ? ring_phase::all_reduce
                              : c == collective::reduce_scatter ? ring_phase::reduce_scatter
                                                                : ring_phase::all_gather;

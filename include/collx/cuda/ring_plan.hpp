@@ -12,15 +12,21 @@
 /// epoch). Each rank so reads staging from one peer only, 2 (world - 1) / world of the vector per
 /// all-reduce (the bandwidth-optimal amount; for half and bfloat16 the reduce-scatter half moves
 /// fp32 partials, 3 (world - 1) / world of the vector's bytes), over the one link to its
-/// predecessor, so a ring order that follows NVLink (topo::device_ring_order) keeps the bulk off
+/// predecessor, so a ring order that follows NVLink (topo::device_rings) keeps the bulk off
 /// the slow pairs of machines whose GPUs are not all directly connected. (Flags go to every rank at
 /// a call's first barrier, then to the ring neighbours only; the slots are where the communicator
 /// put them: device_communicator::memory.)
 ///
-/// Order of combination: piece k is folded along the ring starting at position k + 1,
+/// Channels (NCCL's channels): a call may run several rings at once, each over its own blocks and
+/// its own part of the staging slot, carrying its own contiguous part of the vector (all_reduce) or
+/// of every rank's block (reduce_scatter, all_gather): plan_ring_call. Rings over different links
+/// (topo::device_rings: a DGX-1's six NVLink rings) add up their links' bandwidth; on NVSwitch one
+/// ring already reaches every link, and the blocks of one channel fill the GPU.
+///
+/// Order of combination: piece k is folded along its channel's ring starting at position k + 1,
 /// op(...op(op(x_{k+1}, x_{k+2}), x_{k+3})..., x_k) (positions mod world), as collx's host ring
 /// (algo/ring.hpp) folds its blocks: a commutative op is needed; for a given (world size, count,
-/// element type, staging size, ring order) the bits are the same on every rank and every run.
+/// element type, staging size, rings) the bits are the same on every rank and every run.
 /// Partial results travel in the accumulator type (fp32 for half and bfloat16 under built-in ops).
 #pragma once
 
@@ -87,7 +93,7 @@ inline ring_order make_ring_order(const std::vector<int>& ranks, int world) {
   return r;
 }
 
-/// The device ring when neither the user names one (device_options::ring_order empty) nor the
+/// The device ring when neither the user names one (device_options::rings empty) nor the
 /// machine's wiring gives one (device_options::discover_wiring, topo::device_wiring, which also
 /// considers this ring): the rank order if
 /// each of its hops joins two ranks whose GPUs reach each other both ways (`reach[a]` bit b: rank
@@ -96,7 +102,7 @@ inline ring_order make_ring_order(const std::vector<int>& ranks, int world) {
 /// lower ranks first, whose every hop does; the rank order again when no such ring exists or the
 /// search gives up after `max_steps` extensions. So where only some GPUs are peers (a DGX-1 across
 /// its sockets, where peer access follows NVLink) the ring keeps every hop off host memory without
-/// a topology file; topo::device_ring_order, which reads link speeds, can still do better. The
+/// a topology file; topo::device_rings, which reads link speeds, can still do better. The
 /// same reach gives the same ring on every rank.
 /// Precondition: reach.size() >= world, 1 <= world <= max_device_world.
 inline ring_order ring_through_reach(const std::vector<std::uint64_t>& reach, int world, long max_steps = 100000) {
@@ -130,6 +136,54 @@ inline ring_order ring_through_reach(const std::vector<std::uint64_t>& reach, in
   return r;
 }
 
+/// Most channels a device ring call runs (device_options::rings): a DGX-1's six NVLink rings, with
+/// room.
+inline constexpr int max_device_channels = 8;
+
+/// The rings of a device ring call's channels: channel c runs around ring[c] (c < count), every
+/// ring over the same ranks.
+struct ring_channels {
+  ring_order ring[max_device_channels] = {};  ///< each channel's ring
+  int count = 0;                              ///< channels, 1 .. max_device_channels
+
+  /// One channel around `r`.
+  static ring_channels single(const ring_order& r) noexcept {
+    ring_channels c;
+    c.ring[0] = r;
+    c.count = 1;
+    return c;
+  }
+  /// The rings as lists of ranks (device_options::rings' form).
+  std::vector<std::vector<int>> lists() const {
+    std::vector<std::vector<int>> out;
+    for (int c = 0; c < count; ++c) out.emplace_back(ring[c].order, ring[c].order + ring[c].world);
+    return out;
+  }
+};
+
+/// Checks every ring of `rings` (each a permutation of 0 .. world - 1, as make_ring_order checks
+/// it) and returns them as channels; no rings: one channel in the rank order.
+/// @throws collx::error (errc::invalid_argument) for more than max_device_channels rings, an empty
+///         ring, a ring make_ring_order rejects (naming the channel), or world outside
+///         [1, max_device_world].
+inline ring_channels make_ring_channels(const std::vector<std::vector<int>>& rings, int world) {
+  if (rings.empty()) return ring_channels::single(make_ring_order({}, world));
+  if (rings.size() > static_cast<std::size_t>(max_device_channels))
+    COLLX_THROW(errc::invalid_argument, "gpu: " + std::to_string(rings.size()) + " rings (at most " +
+                                            std::to_string(max_device_channels) + " channels)");
+  ring_channels c;
+  for (const std::vector<int>& r : rings) {
+    if (r.empty()) COLLX_THROW(errc::invalid_argument, "gpu: the ring of channel " + std::to_string(c.count) + " is empty");
+    try {
+      c.ring[c.count] = make_ring_order(r, world);
+    } catch (const collx::error& e) {
+      COLLX_THROW(errc::invalid_argument, "gpu: the ring of channel " + std::to_string(c.count) + ": " + e.what());
+    }
+    ++c.count;
+  }
+  return c;
+}
+
 /// Where a piece of a call lies: `offset` elements into the buffer, `length` elements.
 struct piece_span {
   std::size_t offset = 0;  ///< first element
@@ -146,20 +200,27 @@ struct ring_step {
   bool stage = false;       ///< stages the result for the successor (followed by a barrier)
 };
 
-/// How a ring call moves: chunks of `world` pieces, `steps()` ring steps per chunk, each step
-/// staging one piece per rank; blocks split every piece alike (the same slot offsets in every step
-/// and chunk, as chunk_block_range keeps them).
+/// How one channel of a ring call moves (a call of one channel: the whole call): chunks of `world`
+/// pieces, `steps()` ring steps per chunk, each step staging one piece per rank; blocks split every
+/// piece alike (the same slot offsets in every step and chunk, as chunk_block_range keeps them).
 struct ring_plan {
   ring_phase phase = ring_phase::all_reduce;  ///< the collective
-  ring_order ring{};       ///< the ring
+  ring_order ring{};       ///< the channel's ring
   int position = 0;        ///< this rank's ring position
   int prev = 0;            ///< the rank before this one (whose slot it reads)
   int next = 0;            ///< the rank after this one (which reads this rank's slot)
-  /// all_reduce: elements of the vector; reduce_scatter / all_gather: elements of one rank's block.
+  /// The channel's elements: all_reduce of the vector, reduce_scatter / all_gather of each rank's
+  /// block, from `offset` on.
   std::size_t count = 0;
-  std::size_t piece = 0;   ///< elements per piece of a full chunk (a multiple of vector; fills a slot)
-  std::size_t chunks = 0;  ///< chunks of the call (0 when count is 0)
-  unsigned blocks = 0;     ///< thread blocks of the launch
+  std::size_t offset = 0;  ///< the channel's first element, in the vector or in each rank's block
+  /// reduce_scatter / all_gather: elements of a rank's whole block (the call's count; blocks lie
+  /// at rank x stride); all_reduce: unused.
+  std::size_t stride = 0;
+  std::size_t slot_offset = 0;  ///< bytes into each staging slot where the channel's part begins
+  unsigned first_block = 0;     ///< the launch's block index of the channel's block 0
+  std::size_t piece = 0;   ///< elements per piece of a full chunk (a multiple of vector; fills the channel's part of a slot)
+  std::size_t chunks = 0;  ///< chunks of the channel (0 when count is 0)
+  unsigned blocks = 0;     ///< thread blocks of the channel
   std::size_t vector = 1;  ///< elements per vector
   /// Bytes per element of the slot: the larger of the element and its accumulator (a slot holds
   /// partial folds in one step and elements in another).
@@ -193,33 +254,34 @@ struct ring_plan {
   /// rank order).
   COLLX_HOST_DEVICE constexpr piece_span span(std::size_t i, int k) const noexcept {
     if (phase != ring_phase::all_reduce)
-      return {static_cast<std::size_t>(ring.at(k)) * count + i * piece, chunk_size(i)};
-    const std::size_t c = chunk_size(i), p = piece_length(i), base = i * chunk_elements();
+      return {static_cast<std::size_t>(ring.at(k)) * stride + offset + i * piece, chunk_size(i)};
+    const std::size_t c = chunk_size(i), p = piece_length(i), base = offset + i * chunk_elements();
     const std::size_t b = std::min(c, static_cast<std::size_t>(k) * p), e = std::min(c, (static_cast<std::size_t>(k) + 1) * p);
     return {base + b, e - b};
   }
   /// Where this rank's input of position k's piece of chunk i starts (all_gather: its send buffer
-  /// of count elements, which holds only its own piece).
+  /// of stride elements, which holds only its own piece).
   COLLX_HOST_DEVICE constexpr std::size_t input_offset(std::size_t i, int k) const noexcept {
-    return phase == ring_phase::all_gather ? i * piece : span(i, k).offset;
+    return phase == ring_phase::all_gather ? offset + i * piece : span(i, k).offset;
   }
   /// Where this rank's output of position k's piece of chunk i starts (reduce_scatter: its recv
-  /// buffer of count elements, which receives only its own piece).
+  /// buffer of stride elements, which receives only its own piece).
   COLLX_HOST_DEVICE constexpr std::size_t output_offset(std::size_t i, int k) const noexcept {
-    return phase == ring_phase::reduce_scatter ? i * piece : span(i, k).offset;
+    return phase == ring_phase::reduce_scatter ? offset + i * piece : span(i, k).offset;
   }
-  /// Block b's range of a piece of `length` elements of chunk i (the offsets it has in chunk 0's
-  /// pieces, clipped: chunk_block_range).
+  /// The channel's block b's range of a piece of `length` elements of chunk i (the offsets it has
+  /// in chunk 0's pieces, clipped: chunk_block_range).
   COLLX_HOST_DEVICE constexpr block_range range(std::size_t length, unsigned b) const noexcept {
     return chunk_block_range(piece_length(0), length, blocks, b, vector);
   }
-  /// Where block b's part of a slot starts, in bytes: its chunk-0 range's first element times
-  /// cell_bytes. A block stages partial folds (accumulator) and elements (T) from there on, packed
-  /// (the j-th element of the piece at region + (j - region_first(b)) x size), so whatever it
-  /// stages it stays inside its own region: a wider accumulator cannot reach the bytes of another
-  /// block, whose successor may still be reading them (blocks meet only their own peers).
+  /// Where the channel's block b's part of a slot starts, in bytes: the channel's part, then its
+  /// chunk-0 range's first element times cell_bytes. A block stages partial folds (accumulator)
+  /// and elements (T) from there on, packed (the j-th element of the piece at region + (j -
+  /// region_first(b)) x size), so whatever it stages it stays inside its own region: a wider
+  /// accumulator cannot reach the bytes of another block, whose successor may still be reading
+  /// them (blocks meet only their own peers).
   COLLX_HOST_DEVICE constexpr std::size_t region_offset(unsigned b) const noexcept {
-    return region_first(b) * cell_bytes;
+    return slot_offset + region_first(b) * cell_bytes;
   }
   /// The first element of the piece block b's region holds (its chunk-0 range's begin).
   COLLX_HOST_DEVICE constexpr std::size_t region_first(unsigned b) const noexcept { return range(piece_length(0), b).begin; }
@@ -282,6 +344,7 @@ inline ring_plan plan_ring(ring_phase phase, const ring_order& ring, int rank, s
   p.prev = ring.at(p.position - 1);
   p.next = ring.at(p.position + 1);
   p.count = count;
+  p.stride = count;
   p.vector = vector;
   p.cell_bytes = slot_elem_bytes;
   p.piece = slot_bytes / slot_elem_bytes / vector * vector;
@@ -295,6 +358,88 @@ inline ring_plan plan_ring(ring_phase phase, const ring_order& ring, int rank, s
   return p;
 }
 
+/// A ring call over its channels: one ring_plan per channel (channel[c], c < channels), the
+/// launch's blocks in channel order (channel c's from channel[c].first_block on).
+struct ring_call {
+  ring_plan channel[max_device_channels] = {};  ///< each channel's plan
+  int channels = 0;                             ///< channels the call runs
+  unsigned blocks = 0;                          ///< blocks of the launch, every channel's
+  /// The most chunks of any channel: a chunk's epochs are the call's (steps() per chunk), so the
+  /// call takes chunks x steps() epochs whichever channel runs short.
+  std::size_t chunks = 0;
+
+  /// The channel of the launch's block `block` (< blocks).
+  COLLX_HOST_DEVICE constexpr int channel_of(unsigned block) const noexcept {
+    int c = 0;
+    while (c + 1 < channels && block >= channel[c + 1].first_block) ++c;
+    return c;
+  }
+};
+
+/// Where element `at` of the buffer a ring call's spans describe (ring_plan::span: the vector, or
+/// every rank's block in rank order) is folded: its channel and the ring position whose piece
+/// holds it, so that its value is op(...op(x_{k+1}, x_{k+2})..., x_k) around that channel's ring.
+/// What a test checks a ring call's result against.
+struct ring_piece_owner {
+  int channel = -1;   ///< the channel (ring_call::channel)
+  int position = -1;  ///< the ring position k whose piece holds the element
+};
+/// The channel and ring position whose piece of `call` holds element `at` (ring_piece_owner);
+/// {-1, -1} where no piece holds it. Linear in the call's chunks x world x channels.
+inline ring_piece_owner owner_of(const ring_call& call, std::size_t at) noexcept {
+  for (int ch = 0; ch < call.channels; ++ch) {
+    const ring_plan& p = call.channel[ch];
+    for (std::size_t c = 0; c < p.chunks; ++c)
+      for (int k = 0; k < p.ring.world; ++k) {
+        const piece_span s = p.span(c, k);
+        if (at >= s.offset && at < s.offset + s.length) return {ch, k};
+      }
+  }
+  return {};
+}
+
+/// Plans a ring call of `phase` on rank `rank` over the channels `rings` (arguments as plan_ring,
+/// `count` the call's): the vector (all_reduce) or every rank's block (reduce_scatter,
+/// all_gather) cut into as many contiguous parts as channels run, each a whole number of vectors
+/// (but the last), shared out evenly (fewer channels where `count` has fewer vectors, or where
+/// `block_cap` or the slot cannot give each its own blocks and a 256-byte part of the slot);
+/// channel c plans its part around
+/// rings.ring[c] with slot_bytes / channels (rounded down to 256 bytes) of the slot and
+/// block_cap / channels blocks. One channel plans as plan_ring does. The same arguments give the
+/// same call on every rank but for the rank's own positions.
+/// @throws collx::error (errc::invalid_argument) as plan_ring, or for a channel count outside
+///         [1, max_device_channels].
+inline ring_call plan_ring_call(ring_phase phase, const ring_channels& rings, int rank, std::size_t count, std::size_t slot_elem_bytes,
+                                std::size_t vector, std::size_t slot_bytes, unsigned block_cap) {
+  if (rings.count < 1 || rings.count > max_device_channels)
+    COLLX_THROW(errc::invalid_argument, "gpu::plan_ring_call: " + std::to_string(rings.count) + " channels (1 to " +
+                                            std::to_string(max_device_channels) + ")");
+  if (slot_elem_bytes == 0 || vector == 0 || block_cap == 0)
+    COLLX_THROW(errc::invalid_argument, "gpu::plan_ring_call: zero element size, vector or block cap");
+  constexpr std::size_t part_align = 256;
+  const std::size_t vectors = (count + vector - 1) / vector;
+  std::size_t used = std::min({static_cast<std::size_t>(rings.count), static_cast<std::size_t>(block_cap), std::max<std::size_t>(vectors, 1)});
+  while (used > 1 && slot_bytes / used / part_align * part_align < slot_elem_bytes * vector) --used;
+  // Channel c's first vector: the vectors shared out evenly, none left empty.
+  const auto first_vector = [&](std::size_t c) { return c * (vectors / used) + std::min(c, vectors % used); };
+  const std::size_t part_bytes = used == 1 ? slot_bytes : slot_bytes / used / part_align * part_align;
+  ring_call call;
+  call.channels = static_cast<int>(used);
+  for (std::size_t c = 0; c < used; ++c) {
+    const std::size_t begin = std::min(count, first_vector(c) * vector), end = c + 1 == used ? count : std::min(count, first_vector(c + 1) * vector);
+    ring_plan p = plan_ring(phase, rings.ring[c], rank, end - begin, slot_elem_bytes, vector, part_bytes,
+                            block_cap / static_cast<unsigned>(used));
+    p.offset = begin;
+    p.stride = count;
+    p.slot_offset = c * part_bytes;
+    p.first_block = call.blocks;
+    call.blocks += p.blocks;
+    call.chunks = std::max(call.chunks, p.chunks);
+    call.channel[c] = p;
+  }
+  return call;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Direct or ring: from which size calls without an algorithm take the ring
 
@@ -302,8 +447,8 @@ inline ring_plan plan_ring(ring_phase phase, const ring_order& ring, int rank, s
 /// forms), which with direct_cost decide from which size calls without an algorithm take it
 /// (ring_crossover_bytes, device_communicator::ring_min_bytes).
 struct ring_cost {
-  /// Bytes per second each rank reads from its ring predecessor while every rank does: the ring's
-  /// slowest hop. 0 (the default): not known, taken as the direct forms' read rate, so that the
+  /// Bytes per second each rank reads from its ring predecessors (one per channel) while every
+  /// rank does: the channels times the slowest channel's slowest hop. 0 (the default): not known, taken as the direct forms' read rate, so that the
   /// ring never takes over (it reads what two-shot reads, after more barriers). A device
   /// communicator fills it in from the machine's wiring where it can read it
   /// (device_options::discover_wiring); topo::device_ring_cost (collx/topo/device_cost.hpp) gives
@@ -380,9 +525,11 @@ inline double predict_direct_call(ring_phase phase, std::size_t bytes, int world
 /// never is (fewer than two ranks, slot_bytes 0, a hop no faster per byte than the direct forms'
 /// reads, as on NVSwitch, or figures that are not finite and positive -- an unknown hop rate of 0
 /// among them), at least 1. The ring reads as many bytes as two-shot (and as reduce-scatter and
-/// all-gather's direct forms) in more barriers, so it takes over only where its hops are faster
-/// than what a rank reads from all its peers at once: where some pairs stage through host memory
-/// and the ring's hops do not (a DGX-1 across its sockets).
+/// all-gather's direct forms) in more barriers, so it takes over only where its channels read
+/// faster than a rank reads from all its peers at once: where some pairs stage through host
+/// memory and the rings' hops do not (a DGX-1 across its sockets), or where several rings use
+/// more of each GPU's links than the direct forms' reads do (by the topology model, a DGX-1's
+/// GPUs 0-3: six links each way against the reads' slowest pair; predicted, not measured).
 inline std::size_t ring_crossover_bytes(ring_phase phase, int world, std::size_t slot_bytes, const direct_cost& d,
                                         const ring_cost& r) noexcept {
   const auto rate = [](double x) { return std::isfinite(x) && x > 0; };

@@ -1,6 +1,6 @@
 /// @file detail/ring_order_check.hpp
 /// The check of a ring order a user gives (communicator_options::ring_order for host rings,
-/// gpu::device_options::ring_order for device rings): every rank of the communicator, once.
+/// each of gpu::device_options::rings for device rings): every rank of the communicator, once.
 #pragma once
 
 #include <cstddef>

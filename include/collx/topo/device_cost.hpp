@@ -2,8 +2,8 @@
 /// The machine's wiring in collx's device collectives: the choice between one-shot and two-shot
 /// of the device all-reduce (gpu::direct_form, cuda/device_plan.hpp), from what a rank reads from
 /// all its peers at once (the topology model's routes and link figures) instead of collx's default
-/// (an NVSwitch H100/H200); the ring of algo::ring calls on device (device_ring_order); and the
-/// rate of that ring's hops, which decides from which size calls without an algorithm take it
+/// (an NVSwitch H100/H200); the rings of algo::ring calls on device (device_rings); and the
+/// rate of those rings' hops, which decides from which size calls without an algorithm take it
 /// (device_ring_cost, cuda/ring_plan.hpp ring_crossover_bytes).
 /// Plain C++: it needs neither CUDA nor a GPU. A device communicator reads its machine this way
 /// itself when created (device_options::discover_wiring: device_wiring on rank 0, from the ranks'
@@ -12,7 +12,7 @@
 ///     gpu::device_options o;  // collx/cuda/device_communicator.hpp (CUDA's headers, no GPU)
 ///     const collx::topo::topology t = collx::topo::read_topology(text);  // topo/nvidia_smi.hpp; or discover()
 ///     o.cost = collx::topo::device_direct_cost(t, gpus);
-///     o.ring_order = collx::topo::device_ring_order(t, gpus);
+///     o.rings = collx::topo::device_rings(t, gpus);
 ///     o.ring_hops = collx::topo::device_ring_cost(t, gpus);
 ///     gpu::device_communicator dc(host, o);
 ///
@@ -84,40 +84,61 @@ inline gpu::direct_cost device_direct_cost(const topology& t, const std::vector<
   return base;
 }
 
-/// The ring of collx's device ring calls (gpu::device_options::ring_order, algo::ring on device)
-/// for one rank on each of `gpus` (GPU vertex ids of `t` in rank order, e.g. t.gpu(d) for CUDA
-/// device d; not device numbers): the first ring
-/// topo::search_rings finds over them (the fastest bottleneck, hops over the fastest links: NVLink
-/// where the GPUs have it), as ranks. A device ring runs one channel, so only the first ring is
-/// used. Empty (the rank order) for fewer than two GPUs. `routing`: peer access as the router sees
-/// it (route_options), as for device_direct_cost.
+/// The rings of collx's device ring calls (gpu::device_options::rings, algo::ring on device), one
+/// per channel, for one rank on each of `gpus` (GPU vertex ids of `t` in rank order, e.g. t.gpu(d)
+/// for CUDA device d; not device numbers): the rings topo::search_rings finds over them (the most
+/// bandwidth in all with at most gpu::max_device_channels of them, hops over the fastest links:
+/// NVLink where the GPUs have it), as ranks. A DGX-1 gives six (each NVLink once each way).
+/// Empty (one ring in the rank order) for fewer than two GPUs. `routing`: peer access as the
+/// router sees it (route_options), as for device_direct_cost.
 /// @throws collx::error (errc::invalid_argument) for ids that are not GPU vertices of `t`, and for
 ///         GPUs the search rejects (repeated, or GPUs no ring can join).
-inline std::vector<int> device_ring_order(const topology& t, const std::vector<int>& gpus, const route_options& routing = {}) {
-  detail::require_gpu_vertices(t, gpus, "topo::device_ring_order");
+inline std::vector<std::vector<int>> device_rings(const topology& t, const std::vector<int>& gpus, const route_options& routing = {}) {
+  detail::require_gpu_vertices(t, gpus, "topo::device_rings");
   if (gpus.size() < 2) return {};
   router r(t, routing);
-  const ring_set rings = search_rings(r, gpus);
-  return ring_in_rank_order(rings.rings.at(0), gpus);
+  ring_search_options most;
+  most.max_channels = gpu::max_device_channels;
+  std::vector<int> sorted = gpus;  // the same search whichever rank drives which GPU
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<std::vector<int>> rings;
+  for (const std::vector<int>& ring : search_rings(r, sorted, most).rings) rings.push_back(ring_in_rank_order(ring, gpus));
+  return rings;
 }
 
-/// gpu::ring_cost for collx's device ring over device_ring_order's ring on `gpus` (as there):
-/// hop_bytes_per_second the rate of that ring's slowest hop with every hop moving at once (one
-/// channel: evaluate_rings, link sharing counted, NCCL's achievable link figures), step_seconds
+namespace detail {
+/// What each rank reads from its ring predecessors, in GB/s, with every channel of `rings` (ranks,
+/// rank r on gpus[r]) moving at once: the channels times the slowest channel's slowest hop
+/// (evaluate_rings: link sharing counted, NCCL's achievable link figures), as the device ring
+/// gives every channel an equal part. 0 where that is not finite and positive.
+inline double rings_read_GBps(router& r, const std::vector<int>& gpus, const std::vector<std::vector<int>>& rings) {
+  std::vector<std::vector<int>> vertices;
+  for (const std::vector<int>& ring : rings) {
+    vertices.emplace_back();
+    for (int rank : ring) vertices.back().push_back(gpus[static_cast<std::size_t>(rank)]);
+  }
+  const double g = static_cast<double>(rings.size()) * evaluate_rings(r, vertices).min_channel_GBps;
+  return std::isfinite(g) && g > 0 ? g : 0.0;
+}
+}  // namespace detail
+
+/// gpu::ring_cost for collx's device ring over device_rings' rings on `gpus` (as there):
+/// hop_bytes_per_second what each rank reads from its predecessors with every channel moving at
+/// once (the channels times the slowest channel's slowest hop; evaluate_rings), step_seconds
 /// from `base` (collx's barrier, not a link property). `base` for fewer than two GPUs. With
 /// device_direct_cost's figures it sets from which size calls without an algorithm take the ring
-/// (gpu::device_options::ring_hops, ring_min_bytes): on NVSwitch one hop gets what a rank reads
-/// from all its peers, so never; over a DGX-1's NVLink (40 GB/s), where the direct forms stage the
-/// pairs without peer access through host memory, all-reduces from 119 KiB on 8 ranks.
-/// @throws collx::error (errc::invalid_argument) as device_ring_order.
+/// (gpu::device_options::ring_hops, ring_min_bytes): on NVSwitch the rings get what a rank reads
+/// from all its peers, so never; over a DGX-1's NVLink (six rings, 120 GB/s), where the direct
+/// forms stage the pairs without peer access through host memory, all-reduces from 93 KiB on 8
+/// ranks.
+/// @throws collx::error (errc::invalid_argument) as device_rings.
 inline gpu::ring_cost device_ring_cost(const topology& t, const std::vector<int>& gpus, gpu::ring_cost base = {},
                                        const route_options& routing = {}) {
   detail::require_gpu_vertices(t, gpus, "topo::device_ring_cost");
   if (gpus.size() < 2) return base;
+  const std::vector<std::vector<int>> rings = device_rings(t, gpus, routing);
   router r(t, routing);
-  const ring_set rings = search_rings(r, gpus);
-  const ring_evaluation e = evaluate_rings(r, {rings.rings.at(0)});
-  if (std::isfinite(e.min_channel_GBps) && e.min_channel_GBps > 0) base.hop_bytes_per_second = e.min_channel_GBps * 1e9;
+  if (const double g = detail::rings_read_GBps(r, gpus, rings); g > 0) base.hop_bytes_per_second = g * 1e9;
   return base;
 }
 
@@ -138,30 +159,31 @@ inline bool all_pairs_peer_access(const topology& t, const std::vector<int>& gpu
 
 /// The size (bytes of vector, as gpu::device_options::ring_min_bytes counts them) from which a
 /// device communicator with one rank on each of `gpus` (in rank order) and this file's figures
-/// (cost = device_direct_cost, ring_order = device_ring_order, ring_hops = device_ring_cost),
+/// (cost = device_direct_cost, rings = device_rings, ring_hops = device_ring_cost),
 /// with `staging_bytes` of staging, sends calls of `phase` without an algorithm to the ring:
 /// gpu::ring_crossover_bytes_where, the direct forms in device memory where all_pairs_peer_access,
 /// the ring's hops where each of them has peer access. SIZE_MAX: never (fewer than two GPUs, or
 /// GPUs no ring joins, too). What collx-topo prints.
-/// @throws collx::error (errc::invalid_argument) as device_ring_order, or for staging the
+/// @throws collx::error (errc::invalid_argument) as device_rings, or for staging the
 ///         communicator refuses (gpu::workspace_layout::for_staging).
 inline std::size_t device_ring_min_bytes(const topology& t, const std::vector<int>& gpus, gpu::ring_phase phase,
                                          std::size_t staging_bytes = gpu::default_staging_bytes, const route_options& routing = {}) {
   const std::size_t slot = gpu::workspace_layout::for_staging(staging_bytes).slot_bytes;
   detail::require_gpu_vertices(t, gpus, "topo::device_ring_min_bytes");
   if (gpus.size() < 2) return SIZE_MAX;
-  std::vector<int> ring;
+  std::vector<std::vector<int>> rings;
   try {
-    ring = device_ring_order(t, gpus, routing);
+    rings = device_rings(t, gpus, routing);
   } catch (const collx::error&) {  // GPUs no ring joins
     return SIZE_MAX;
   }
   router r(t, routing);
   bool hops_peer = true;
-  for (std::size_t k = 0; k < ring.size(); ++k) {
-    const int a = gpus[static_cast<std::size_t>(ring[k])], b = gpus[static_cast<std::size_t>(ring[(k + 1) % ring.size()])];
-    hops_peer = hops_peer && !r.between(a, b).host_staged && !r.between(b, a).host_staged;
-  }
+  for (const std::vector<int>& ring : rings)
+    for (std::size_t k = 0; k < ring.size(); ++k) {
+      const int a = gpus[static_cast<std::size_t>(ring[k])], b = gpus[static_cast<std::size_t>(ring[(k + 1) % ring.size()])];
+      hops_peer = hops_peer && !r.between(a, b).host_staged && !r.between(b, a).host_staged;
+    }
   return gpu::ring_crossover_bytes_where(phase, static_cast<int>(gpus.size()), slot, all_pairs_peer_access(t, gpus, routing),
                                          device_direct_cost(t, gpus, {}, routing), hops_peer, device_ring_cost(t, gpus, {}, routing));
 }
@@ -177,16 +199,17 @@ struct device_wiring_ranks {
   /// writes rank q's device memory (device_communicator's reach). Empty: the router's own view
   /// (NVLink, or PCIe within NCCL's P2P level, route_options).
   std::vector<std::uint64_t> reach;
-  /// The ring to rate (every rank once, in ring order); empty: device_wiring chooses one.
-  std::vector<int> ring_order;
+  /// The rings to rate, one per channel (each every rank once, in ring order; at most
+  /// gpu::max_device_channels); empty: device_wiring chooses them.
+  std::vector<std::vector<int>> rings;
 };
 
 /// What device_wiring read: its figures where `found`, else why not.
 struct device_wiring_result {
   bool found = false;           ///< every rank's GPU was found, with its model and NVLinks, and the figures come from them
   gpu::direct_cost cost{};      ///< `base_cost` with peer_read_bytes_per_second from device_direct_cost where found
-  std::vector<int> ring_order;  ///< the ring rated (ranks): the given one, or the chosen one; empty where not found
-  gpu::ring_cost ring_hops{};   ///< `base_ring` with hop_bytes_per_second that ring's slowest hop where found
+  std::vector<std::vector<int>> rings;  ///< the rings rated (ranks, one per channel): the given ones, or the chosen ones; empty where not found
+  gpu::ring_cost ring_hops{};  ///< `base_ring` with hop_bytes_per_second what those rings read at (device_ring_cost) where found
   std::string note;             ///< one line: what was read (NVLinks, rates, ring, time taken), or why nothing was
 };
 
@@ -199,15 +222,15 @@ struct device_wiring_result {
 /// access per pair from ranks.reach where given (then PCIe peer access at any distance, as the
 /// driver grants it). Then:
 ///   - cost: device_direct_cost's read rate;
-///   - ring_order: ranks.ring_order where given; else, of the rank order, the ring the search finds
-///     over the fastest links (device_ring_order) and gpu::ring_through_reach's, those whose every
-///     hop has peer access (all, without ranks.reach), the one with the fastest slowest hop; the
-///     rank order on a tie or where none qualifies, so a machine whose GPUs are all alike
-///     (NVSwitch) keeps the rank order's bits;
-///   - ring_hops: that ring's slowest hop with every hop moving at once (evaluate_rings).
+///   - rings: ranks.rings where given; else, of one ring in the rank order, the rings the search
+///     finds over the fastest links (device_rings) and gpu::ring_through_reach's ring, those whose
+///     every hop has peer access (all, without ranks.reach), the ones that read fastest (the
+///     channels times the slowest channel's slowest hop); the rank order on a tie or where none
+///     qualifies, so a machine whose GPUs are all alike (NVSwitch) keeps the rank order's bits;
+///   - ring_hops: what those rings read at with every hop moving at once (evaluate_rings).
 /// Not found, with the reason in `note` and base_cost, base_ring and no ring returned, for fewer
 /// than two ranks, a rank without a bus id, ranks sharing a GPU, sizes of sm or reach other than
-/// the ranks', a GPU missing from the PCI tree or of a model collx does not know, NVML failing
+/// the ranks', given rings that are too many or not permutations of the ranks, a GPU missing from the PCI tree or of a model collx does not know, NVML failing
 /// (no library, no driver, a failed call: its NVLinks would be missing), or discovery failing.
 /// @throws std::bad_alloc only.
 inline device_wiring_result device_wiring(const device_wiring_ranks& ranks, const discover_options& o = {}, gpu::direct_cost base_cost = {},
@@ -277,49 +300,48 @@ inline device_wiring_result device_wiring(const device_wiring_ranks& ranks, cons
     }
     w.cost = device_direct_cost(t, gpus, base_cost, routing);
 
-    // The ring: given, or the fastest of the candidates whose hops all have peer access.
+    // The rings: given, or the fastest of the candidates whose hops all have peer access.
     router rt(t, routing);
-    const auto slowest_hop_GBps = [&](const std::vector<int>& ring) {
-      std::vector<int> v;
-      for (int r : ring) v.push_back(gpus[static_cast<std::size_t>(r)]);
-      const double g = evaluate_rings(rt, {v}).min_channel_GBps;
-      return std::isfinite(g) && g > 0 ? g : 0.0;
-    };
-    const auto all_hops_reach = [&](const std::vector<int>& ring) {
-      for (std::size_t k = 0; k < ring.size() && !ranks.reach.empty(); ++k) {
-        const auto a = static_cast<std::size_t>(ring[k]), b = static_cast<std::size_t>(ring[(k + 1) % ring.size()]);
-        if (((ranks.reach[a] >> b) & 1u) == 0 || ((ranks.reach[b] >> a) & 1u) == 0) return false;
-      }
+    const auto all_hops_reach = [&](const std::vector<std::vector<int>>& rings) {
+      for (const std::vector<int>& ring : rings)
+        for (std::size_t k = 0; k < ring.size() && !ranks.reach.empty(); ++k) {
+          const auto a = static_cast<std::size_t>(ring[k]), b = static_cast<std::size_t>(ring[(k + 1) % ring.size()]);
+          if (((ranks.reach[a] >> b) & 1u) == 0 || ((ranks.reach[b] >> a) & 1u) == 0) return false;
+        }
       return true;
     };
     std::vector<int> rank_order(n);
     for (std::size_t r = 0; r < n; ++r) rank_order[r] = static_cast<int>(r);
-    std::vector<int> ring = ranks.ring_order;
-    if (ring.empty()) {
-      std::vector<std::vector<int>> candidates{rank_order};
+    std::vector<std::vector<int>> rings = ranks.rings;
+    if (rings.empty()) {
+      std::vector<std::vector<std::vector<int>>> candidates{{rank_order}};
       try {
-        candidates.push_back(device_ring_order(t, gpus, routing));
+        candidates.push_back(device_rings(t, gpus, routing));
       } catch (const collx::error&) {  // no ring joins the GPUs: the other candidates
       }
       if (!ranks.reach.empty() && n <= static_cast<std::size_t>(gpu::max_device_world)) {
         const gpu::ring_order through = gpu::ring_through_reach(ranks.reach, static_cast<int>(n));
-        candidates.emplace_back(through.order, through.order + through.world);
+        candidates.push_back({std::vector<int>(through.order, through.order + through.world)});
       }
-      ring = rank_order;
+      rings = {rank_order};
       double best = -1;
-      for (const std::vector<int>& c : candidates) {
+      for (const std::vector<std::vector<int>>& c : candidates) {
         if (!all_hops_reach(c)) continue;
-        const double g = slowest_hop_GBps(c);
-        if (g > best * (1 + 1e-9)) best = g, ring = c;
+        const double g = detail::rings_read_GBps(rt, gpus, c);
+        if (g > best * (1 + 1e-9)) best = g, rings = c;
       }
     } else {
-      std::vector<int> sorted = ring;
-      std::sort(sorted.begin(), sorted.end());
-      if (sorted != rank_order) return not_found("device_wiring_ranks::ring_order is not a permutation of the ranks");
+      if (rings.size() > static_cast<std::size_t>(gpu::max_device_channels))
+        return not_found("device_wiring_ranks::rings has more than " + std::to_string(gpu::max_device_channels) + " rings");
+      for (const std::vector<int>& ring : rings) {
+        std::vector<int> sorted = ring;
+        std::sort(sorted.begin(), sorted.end());
+        if (sorted != rank_order) return not_found("a ring of device_wiring_ranks::rings is not a permutation of the ranks");
+      }
     }
-    const double hop_GBps = slowest_hop_GBps(ring);
-    w.ring_order = ring;
-    if (hop_GBps > 0) w.ring_hops.hop_bytes_per_second = hop_GBps * 1e9;
+    const double read_GBps = detail::rings_read_GBps(rt, gpus, rings);
+    w.rings = rings;
+    if (read_GBps > 0) w.ring_hops.hop_bytes_per_second = read_GBps * 1e9;
 
     int fewest = -1, most = 0;  // NVLinks per GPU, to the other GPUs and NVSwitches
     for (int g : gpus) {
@@ -328,18 +350,23 @@ inline device_wiring_result device_wiring(const device_wiring_ranks& ranks, cons
         if (t.links[static_cast<std::size_t>(l)].kind == link_kind::nvlink) links += t.links[static_cast<std::size_t>(l)].count;
       fewest = fewest < 0 ? links : std::min(fewest, links), most = std::max(most, links);
     }
-    std::string ring_text;
-    for (int r : ring) ring_text += (ring_text.empty() ? "" : " ") + std::to_string(r);
-    char took[32], rates[200];
+    std::string ring_text;  // "ring 0 1 2 3", or "2 rings (0 1 2 3 / 0 3 2 1)"
+    for (const std::vector<int>& ring : rings) {
+      ring_text += ring_text.empty() ? "" : " / ";
+      for (std::size_t k = 0; k < ring.size(); ++k) ring_text += (k ? " " : "") + std::to_string(ring[k]);
+    }
+    const std::string given = ranks.rings.empty() ? "" : "the given ";
+    ring_text = rings.size() == 1 ? given + "ring " + ring_text : given + std::to_string(rings.size()) + " rings (" + ring_text + ")";
+    char took[32], rates[120];
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     std::snprintf(took, sizeof took, " in %.0f ms", ms);
-    std::snprintf(rates, sizeof rates, "; each rank reads its peers at %.1f GB/s; %s %s with hops at %.1f GB/s",
-                  w.cost.peer_read_bytes_per_second / 1e9, ranks.ring_order.empty() ? "ring" : "the given ring", ring_text.c_str(),
-                  w.ring_hops.hop_bytes_per_second / 1e9);
+    std::snprintf(rates, sizeof rates, "; each rank reads its peers at %.1f GB/s; ", w.cost.peer_read_bytes_per_second / 1e9);
+    char hops[80];
+    std::snprintf(hops, sizeof hops, " with hops at %.1f GB/s%s", w.ring_hops.hop_bytes_per_second / 1e9, rings.size() > 1 ? " in all" : "");
     const std::string links = most == 0 ? std::string("no NVLink")
                               : fewest == most ? std::to_string(most) + " NVLinks per GPU"
                                                : std::to_string(fewest) + " to " + std::to_string(most) + " NVLinks per GPU";
-    w.note = "read from " + o.sysfs + (o.nvml ? " and NVML" : "") + took + " (" + links + ")" + rates;
+    w.note = "read from " + o.sysfs + (o.nvml ? " and NVML" : "") + took + " (" + links + ")" + rates + ring_text + hops;
     w.found = true;
   } catch (const std::bad_alloc&) {
     throw;
