@@ -385,6 +385,31 @@ TEST_CASE("F2: a segment left by a dead job's start-up is reclaimed; names say c
   CHECK(collx_shm_entries() == before - 1);
 }
 
+TEST_CASE("F2: a start that cannot fork every rank kills the others and leaves no segment", "[shm][F2]") {
+  // What run_processes and launch_program do when fork fails (detail::abandon_start): rank 0 of a
+  // world of 2 has created the job's segment and waits for rank 1, which never comes.
+  const int before = collx_shm_entries();
+  const std::string job = "test-abandoned-" + std::to_string(::getpid());
+  const pid_t waiting = ::fork();
+  if (waiting == 0) {
+    try {
+      collx::communicator_options o;
+      o.timeout = std::chrono::seconds(60);
+      collx::connect_shm(collx::launch_info{0, 2, 0, 2, job, "test"}, o);
+    } catch (...) {
+    }
+    ::_exit(3);
+  }
+  REQUIRE(waiting > 0);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (collx_shm_entries() == before && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  REQUIRE(collx_shm_entries() == before + 1);  // the rendezvous segment exists
+  collx::detail::abandon_start({waiting}, job, false);
+  CHECK(collx_shm_entries() == before);
+  CHECK(::kill(waiting, 0) != 0);  // killed and reaped
+}
+
 TEST_CASE("shm: a full /dev/shm is reported as such", "[shm]") {
   const int baseline = collx_shm_entries();
   collx::shm_options shm;

@@ -110,13 +110,34 @@ inline process_exit wait_for(int rank, pid_t pid) {
   else if (WIFSIGNALED(st)) e.term_signal = WTERMSIG(st);
   return e;
 }
+
+/// Sends `sig` to the process group of every rank still running (each rank leads its own group, so
+/// what it started gets the signal too). Only ranks not yet reaped (pid > 0): kill(-1, ...) would
+/// signal every process the caller may signal, and kill(0, ...) the caller's own group.
+inline void signal_ranks(const std::vector<pid_t>& pids, int sig) {
+  for (pid_t p : pids)
+    if (p > 0) ::kill(-p, sig);
+}
+
+/// Ends a start that could not fork every rank of job `job`: kills the ranks started (`pids`; their
+/// process groups where each leads one, `groups`), reaps them, and unlinks the job's rendezvous
+/// segment, which a killed rank may have created while it waited for the others (otherwise it
+/// would stay in /dev/shm until a later start's stale-segment sweep).
+inline void abandon_start(const std::vector<pid_t>& pids, const std::string& job, bool groups) {
+  if (groups) signal_ranks(pids, SIGKILL);
+  else
+    for (pid_t p : pids) ::kill(p, SIGKILL);
+  for (std::size_t i = 0; i < pids.size(); ++i) wait_for(static_cast<int>(i), pids[i]);
+  ::shm_unlink(transport_impl::shm_transport::segment_name(job).c_str());
+}
 }  // namespace detail
 
 /// Forks `world_size` processes (each pinned to one CPU when they fit, see COLLX_BIND); process r connects to the others over shared memory as rank r and
 /// runs fn(communicator&). fn may return void (exit status 0) or an int (the exit status). An
 /// exception in fn is printed to stderr with the rank and gives exit status 1. Returns how every
 /// process ended, in rank order, after all ended. The caller should have no other threads running.
-/// @throws collx::error(errc::system) if fork fails (processes already started are killed).
+/// @throws collx::error(errc::system) if fork fails (processes already started are killed, and the
+///         job's rendezvous segment removed).
 template <class F>
 std::vector<process_exit> run_processes(int world_size, F&& fn, const communicator_options& opt = {},
                                         const shm_options& shm = {}) {
@@ -127,8 +148,7 @@ std::vector<process_exit> run_processes(int world_size, F&& fn, const communicat
   for (int r = 0; r < world_size; ++r) {
     const pid_t pid = ::fork();
     if (pid < 0) {
-      for (pid_t p : pids) ::kill(p, SIGKILL);
-      for (std::size_t i = 0; i < pids.size(); ++i) detail::wait_for(static_cast<int>(i), pids[i]);
+      detail::abandon_start(pids, job, false);
       COLLX_THROW(errc::system, "run_processes: fork failed");
     }
     if (pid == 0) {
@@ -161,14 +181,6 @@ namespace detail {
 inline volatile std::sig_atomic_t launch_signal = 0;
 inline void launch_on_signal(int sig) { launch_signal = sig; }
 
-/// Sends `sig` to the process group of every rank still running (each rank leads its own group, so
-/// what it started gets the signal too). Only ranks not yet reaped (pid > 0): kill(-1, ...) would
-/// signal every process the caller may signal, and kill(0, ...) the caller's own group.
-inline void signal_ranks(const std::vector<pid_t>& pids, int sig) {
-  for (pid_t p : pids)
-    if (p > 0) ::kill(-p, sig);
-}
-
 /// Installs launch_on_signal for SIGINT, SIGTERM and SIGHUP (without SA_RESTART) for its lifetime.
 class forward_signals {
  public:
@@ -200,7 +212,9 @@ class forward_signals {
 /// for its own ranks (other children of the caller are left alone). Returns the first failure's
 /// status (128 + signal for a signal, also for a forwarded one), or 0.
 /// @throws collx::error(errc::invalid_argument) before starting anything if the program cannot be
-/// run (not found on PATH, not executable), so that one message says so instead of one per rank.
+/// run (not found on PATH, not executable), so that one message says so instead of one per rank;
+/// collx::error(errc::system) if fork fails (the ranks already started are killed, and the job's
+/// rendezvous segment removed).
 inline int launch_program(int world_size, char* const argv[], std::chrono::milliseconds grace = std::chrono::seconds(3)) {
   if (world_size < 1 || !argv || !argv[0]) COLLX_THROW(errc::invalid_argument, "launch_program: need N >= 1 and a program");
   if (const int e = detail::runnable(argv[0]); e != 0)
@@ -212,8 +226,7 @@ inline int launch_program(int world_size, char* const argv[], std::chrono::milli
   for (int r = 0; r < world_size; ++r) {
     const pid_t pid = ::fork();
     if (pid < 0) {
-      detail::signal_ranks(pids, SIGKILL);
-      for (std::size_t i = 0; i < pids.size(); ++i) detail::wait_for(static_cast<int>(i), pids[i]);
+      detail::abandon_start(pids, job, true);
       COLLX_THROW(errc::system, "launch_program: fork failed");
     }
     if (pid == 0) {
