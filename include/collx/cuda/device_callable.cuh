@@ -18,8 +18,9 @@ namespace gpu {
 /// Kernels call it on a branch never taken at run time; x is not read.
 template <class T, class Op>
 __device__ void require_device_callable(const Op& op, const T& x) {
-  (void)op(x, x);
-  if constexpr (is_narrow_float_v<T>) (void)narrow_float<T>::narrow(narrow_float<T>::widen(x));
+  (void)op(x, x);  // An error here: the op needs a __device__ (or __host__ __device__) call operator.
+  if constexpr (is_narrow_float_v<T>)  // An error here: narrow_float<T> needs __device__ widen and narrow.
+    (void)narrow_float<T>::narrow(narrow_float<T>::widen(x));
 }
 
 /// commutative_op forwards with the check off too: check the op it wraps.

@@ -61,8 +61,10 @@
 
 #include <collx/algo/automatic.hpp>
 #include <collx/algo/direct.hpp>
+#include <collx/algo/hierarchical.hpp>
 #include <collx/algo/ring.hpp>
 #include <collx/algo/schedule.hpp>
+#include <collx/algo/tree.hpp>
 #include <collx/detail/signature_names.hpp>
 #include <collx/concepts.hpp>
 #include <collx/cuda/device_callable.cuh>
@@ -1350,6 +1352,37 @@ void reduce_scatter(device_communicator& dc, const T* send, T* recv, std::size_t
 /// all_gather with a chosen algorithm (defined, and documented, further down).
 template <device_algorithm Algo, class T>
 void all_gather(device_communicator& dc, const T* send, T* recv, std::size_t send_count, cudaStream_t stream = nullptr);
+
+/// collx's algorithms that run on host communicators only: algo::tree and algo::hierarchical<...>.
+/// Naming one for a device collective is a compile error that says so (the overloads below),
+/// rather than a failed overload resolution.
+template <class Algo>
+concept host_only_algorithm = std::same_as<Algo, algo::tree> || is_hierarchical_v<Algo>;
+namespace device_detail {
+template <class>
+inline constexpr bool no_device_form = false;  // false for every Algo, so the static_asserts below fire only when used
+}  // namespace device_detail
+/// all_reduce with algo::tree or algo::hierarchical: does not compile (no device form).
+template <host_only_algorithm Algo, class T, class Op = ops::sum>
+void all_reduce(device_communicator&, const T*, T*, std::size_t, const Op& = {}, cudaStream_t = nullptr) {
+  static_assert(device_detail::no_device_form<Algo>,
+                "collx::gpu::all_reduce: algo::tree and algo::hierarchical run on host communicators only; on device "
+                "memory name algo::ring, algo::direct or algo::automatic (or no algorithm)");
+}
+/// reduce_scatter with algo::tree or algo::hierarchical: does not compile (no device form).
+template <host_only_algorithm Algo, class T, class Op = ops::sum>
+void reduce_scatter(device_communicator&, const T*, T*, std::size_t, const Op& = {}, cudaStream_t = nullptr) {
+  static_assert(device_detail::no_device_form<Algo>,
+                "collx::gpu::reduce_scatter: algo::tree and algo::hierarchical run on host communicators only; on device "
+                "memory name algo::ring, algo::direct or algo::automatic (or no algorithm)");
+}
+/// all_gather with algo::tree or algo::hierarchical: does not compile (no device form).
+template <host_only_algorithm Algo, class T>
+void all_gather(device_communicator&, const T*, T*, std::size_t, cudaStream_t = nullptr) {
+  static_assert(device_detail::no_device_form<Algo>,
+                "collx::gpu::all_gather: algo::tree and algo::hierarchical run on host communicators only; on device "
+                "memory name algo::ring, algo::direct or algo::automatic (or no algorithm)");
+}
 
 namespace device_detail {
 /// all_reduce's direct forms, whatever the host communicator's COLLX_ALGO says (the body of
