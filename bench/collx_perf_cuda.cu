@@ -17,14 +17,17 @@
 //
 // usage: collx-perf-cuda [--ranks N] [-b BYTES] [-e BYTES] [-f FACTOR] [-n ITERS] [-w WARMUP]
 //                        [--rounds R] [--staging BYTES] [--two-shot-min BYTES|never]
-//                        [--memory device|host|automatic] [--algo automatic|direct|ring] [--no-custom]
+//                        [--memory device|host|automatic] [--algo automatic|direct|ring] [--rings LIST]
+//                        [--no-custom]
 // (sizes as collx-perf takes them: 8, 64K, 4M, 1G; -f an integer factor). --two-shot-min sets
 // device_options::two_shot_min_bytes: all-reduces from that size run two-shot (1: all of them;
 // never: none; default: the cost model's crossover for the rank count). --algo picks the staged
 // columns' algorithm: automatic (the default) the calls without one (direct, or the ring from
 // device_communicator::ring_min_bytes on), direct algo::direct, ring algo::ring (each rank reading
 // its ring predecessor's slots, in device memory or, with --memory host, host memory); the reg
-// columns and the custom-op rows run algo::direct whatever it says.
+// columns and the custom-op rows run algo::direct whatever it says. --rings sets
+// device_options::rings, one ring per channel, rings separated by '/' and ranks by ',' (e.g.
+// 0,1,2,3/3,2,1,0: two channels, the ring both ways); default: the machine's (wiring_note).
 #include <collx/cuda/device_collectives.cuh>
 #include <collx/transport/threads.hpp>
 
@@ -38,6 +41,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
@@ -61,13 +65,14 @@ struct options {
   gpu::workspace_memory memory = gpu::workspace_memory::automatic;  // device_options::memory
   bool custom = true;
   enum class algorithm { automatic, direct, ring } algo = algorithm::automatic;  // --algo: the staged columns
+  std::vector<std::vector<int>> rings;  // device_options::rings (--rings; empty: the communicator's choice)
 };
 
 [[noreturn]] void usage(const char* why) {
   std::fprintf(stderr,
                "collx-perf-cuda: %s\nusage: collx-perf-cuda [--ranks N] [-b BYTES] [-e BYTES] [-f FACTOR] [-n ITERS] "
                "[-w WARMUP] [--rounds R] [--staging BYTES] [--two-shot-min BYTES|never] [--memory device|host|automatic] "
-               "[--algo automatic|direct|ring] [--no-custom]\n",
+               "[--algo automatic|direct|ring] [--rings R0/R1/... (ranks r,r,...)] [--no-custom]\n",
                why);
   std::exit(2);
 }
@@ -107,6 +112,15 @@ options parse(int argc, char** argv) {
         if (v == "ring") o.algo = options::algorithm::ring;
         else if (v == "direct") o.algo = options::algorithm::direct;
         else if (v != "automatic") usage("--algo takes automatic, direct or ring");
+      }
+      else if (a == "--rings") {  // "0,1,2,3/3,2,1,0": the communicator checks each is a permutation
+        std::stringstream all(val());
+        for (std::string ring; std::getline(all, ring, '/');) {
+          std::stringstream ranks(ring);
+          o.rings.emplace_back();
+          for (std::string r; std::getline(ranks, r, ',');)
+            o.rings.back().push_back(static_cast<int>(parse_integer(a, r, 0, gpu::max_device_world - 1)));
+        }
       }
       else if (a == "--no-custom") o.custom = false;
       else usage(("unknown option " + a).c_str());
@@ -436,12 +450,19 @@ int main(int argc, char** argv) {
         dopt.staging_bytes = o.staging;
         dopt.two_shot_min_bytes = o.two_shot_min;
         dopt.memory = o.memory;
+        dopt.rings = o.rings;
         {
           gpu::device_communicator dc(hosts[static_cast<std::size_t>(r)], dopt);
           if (r == 0) {
             std::printf("# workspaces in %s memory%s\n", gpu::workspace_memory_name(dc.memory()),
                         dc.zero_copy_windows() ? "" : " (the registered rows stage too)");
             std::printf("# wiring: %s\n", dc.wiring_note().c_str());
+            std::printf("# algo::ring: %d channel%s:", dc.rings().count, dc.rings().count > 1 ? "s" : "");
+            for (const std::vector<int>& ring : dc.rings().lists()) {
+              std::printf(" ");
+              for (std::size_t k = 0; k < ring.size(); ++k) std::printf("%s%d", k ? "," : "", ring[k]);
+            }
+            std::printf("\n");
             if (dc.two_shot_min_bytes() == SIZE_MAX) std::printf("# all-reduce: one-shot at every size\n");
             else std::printf("# all-reduce: one-shot below %zu B per rank, two-shot from there on\n", dc.two_shot_min_bytes());
             for (const auto& [c, what] : {std::pair{collx::collective::allreduce, "all-reduce"},

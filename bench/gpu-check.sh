@@ -13,7 +13,8 @@
 #   6. collx-perf-cuda: the copy ceiling, then all-reduce, reduce-scatter and all-gather on device
 #      memory from 8 B to 1 GiB with 2 ranks (NCCL beside them when each rank has its own GPU), then
 #      custom ops against built-in sums; all-reduce one-shot against two-shot with 4 ranks (one per
-#      GPU where there are 4, else sharing them); the ring (--algo ring) with 4 ranks; 2 ranks with
+#      GPU where there are 4, else sharing them); the ring (--algo ring) with 4 ranks, one channel and
+#      two (--rings); 2 ranks with
 #      their workspaces in shared host memory (--memory host; also with --algo ring); with one
 #      rank per GPU when there are 4 or more GPUs;
 #   7. writes everything to bench/results/gpu-check-<host>-<UTC time>.log ($OUT/ instead when set).
@@ -105,6 +106,11 @@ step() { printf '\n==== %s ====\n' "$*"; }
     echo "# --algo ring"
     timeout 50 "$build/bench/collx-perf-cuda" --ranks 4 -b 64K -e 256M -f 4 --rounds 2 --no-custom --algo ring ||
       { echo "gpu-check: collx-perf-cuda --algo ring failed"; status=1; }
+    # Two channels, the ring both ways (each channel its own blocks and part of the slots): against
+    # the one-channel rows above, what channels cost or gain on one GPU.
+    echo "# --algo ring --rings 0,1,2,3/3,2,1,0"
+    timeout 30 "$build/bench/collx-perf-cuda" --ranks 4 -b 4M -e 256M -f 8 --rounds 2 --no-custom --algo ring --rings 0,1,2,3/3,2,1,0 ||
+      { echo "gpu-check: collx-perf-cuda --rings failed"; status=1; }
     # Workspaces in shared host memory (the path between GPUs without peer access), 2 ranks.
     echo "# --memory host"
     timeout 45 "$build/bench/collx-perf-cuda" --ranks 2 -b 8 -e 64M -f 8 --rounds 2 --no-custom --memory host ||
