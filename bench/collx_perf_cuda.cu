@@ -457,7 +457,8 @@ int main(int argc, char** argv) {
             std::printf("# workspaces in %s memory%s\n", gpu::workspace_memory_name(dc.memory()),
                         dc.zero_copy_windows() ? "" : " (the registered rows stage too)");
             std::printf("# wiring: %s\n", dc.wiring_note().c_str());
-            std::printf("# algo::ring: %d channel%s:", dc.rings().count, dc.rings().count > 1 ? "s" : "");
+            std::printf("# algo::ring: %d channel%s (fewer for calls with fewer vectors):", dc.rings().count,
+                        dc.rings().count > 1 ? "s" : "");
             for (const std::vector<int>& ring : dc.rings().lists()) {
               std::printf(" ");
               for (std::size_t k = 0; k < ring.size(); ++k) std::printf("%s%d", k ? "," : "", ring[k]);

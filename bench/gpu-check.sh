@@ -107,7 +107,8 @@ step() { printf '\n==== %s ====\n' "$*"; }
     timeout 50 "$build/bench/collx-perf-cuda" --ranks 4 -b 64K -e 256M -f 4 --rounds 2 --no-custom --algo ring ||
       { echo "gpu-check: collx-perf-cuda --algo ring failed"; status=1; }
     # Two channels, the ring both ways (each channel its own blocks and part of the slots): against
-    # the one-channel rows above, what channels cost or gain on one GPU.
+    # the rows above (one channel where the log's "# algo::ring:" line says so), what channels
+    # cost or gain here.
     echo "# --algo ring --rings 0,1,2,3/3,2,1,0"
     timeout 30 "$build/bench/collx-perf-cuda" --ranks 4 -b 4M -e 256M -f 8 --rounds 2 --no-custom --algo ring --rings 0,1,2,3/3,2,1,0 ||
       { echo "gpu-check: collx-perf-cuda --rings failed"; status=1; }

@@ -908,6 +908,8 @@ __device__ inline void ring_move(const ring_step& st, block_range r, const T* in
       });
 }
 
+static_assert(sizeof(device_view) + sizeof(ring_call) <= 4096 - 512,
+              "ring_kernel's parameters must stay within CUDA's 4 KiB, with room for the op");
 /// A ring call in one launch: each block runs its channel's (ring_call::channel_of) chunks, steps
 /// 0 .. steps() each (ring_plan::step), each but the last followed by a barrier with the channel's
 /// ring neighbours (every rank at the call's first epoch). Chunk c's epochs are the call's
@@ -916,8 +918,6 @@ __device__ inline void ring_move(const ring_step& st, block_range r, const T* in
 /// the slot (that read's parity may be the one the next call stages first, when steps() is odd).
 /// V: the access width (1 where this rank's pointers do not allow 16-byte accesses). The plans
 /// stay in parameter memory (__grid_constant__: indexed by channel, not copied per thread).
-static_assert(sizeof(device_view) + sizeof(ring_call) <= 4096 - 512,
-              "ring_kernel's parameters must stay within CUDA's 4 KiB, with room for the op");
 template <class T, class Op, std::size_t V>
 __global__ void __launch_bounds__(device_threads_per_block, device_blocks_per_sm)
     ring_kernel(device_view v, const __grid_constant__ ring_call call, device_signature sig, const T* src, T* dst, Op op) {
