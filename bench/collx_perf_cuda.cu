@@ -68,12 +68,25 @@ struct options {
   std::vector<std::vector<int>> rings;  // device_options::rings (--rings; empty: the communicator's choice)
 };
 
+// The options, for --help and for usage errors.
+constexpr const char* option_help =
+    "  --ranks N            ranks (threads), rank r on GPU r % GPUs (default 2)\n"
+    "  -b, -e BYTES         smallest and largest vector (8, 64K, 4M, 1G); -f FACTOR between sizes\n"
+    "  -n, -w               timed and warm-up calls per size; --rounds R: rounds, median reported\n"
+    "  --staging BYTES      device_options::staging_bytes\n"
+    "  --two-shot-min B|never  device_options::two_shot_min_bytes (all-reduces two-shot from B)\n"
+    "  --memory M           device_options::memory: device, host or automatic\n"
+    "  --algo A             the staged columns' algorithm: automatic, direct or ring\n"
+    "  --rings R0/R1/...    device_options::rings, one ring per channel, ranks by ',' (0,1,2,3/3,2,1,0)\n"
+    "  --no-custom          skip the custom-op rows\n";
+
 [[noreturn]] void usage(const char* why) {
   std::fprintf(stderr,
                "collx-perf-cuda: %s\nusage: collx-perf-cuda [--ranks N] [-b BYTES] [-e BYTES] [-f FACTOR] [-n ITERS] "
                "[-w WARMUP] [--rounds R] [--staging BYTES] [--two-shot-min BYTES|never] [--memory device|host|automatic] "
                "[--algo automatic|direct|ring] [--rings R0/R1/... (ranks r,r,...)] [--no-custom]\n",
                why);
+  std::fputs(option_help, stderr);
   std::exit(2);
 }
 
@@ -89,6 +102,11 @@ options parse(int argc, char** argv) {
         if (i + 1 >= argc) usage(("missing value after " + a).c_str());
         return argv[++i];
       };
+      if (a == "--help" || a == "-h") {
+        std::fputs("usage: collx-perf-cuda [options]\n", stdout);
+        std::fputs(option_help, stdout);
+        std::exit(0);
+      }
       if (a == "--ranks") o.ranks = static_cast<int>(parse_integer(a, val(), 1, gpu::max_device_world));
       else if (a == "-b") o.min_bytes = parse_bytes(a, val());
       else if (a == "-e") o.max_bytes = parse_bytes(a, val());
@@ -113,8 +131,10 @@ options parse(int argc, char** argv) {
         else if (v == "direct") o.algo = options::algorithm::direct;
         else if (v != "automatic") usage("--algo takes automatic, direct or ring");
       }
-      else if (a == "--rings") {  // "0,1,2,3/3,2,1,0": the communicator checks each is a permutation
-        std::stringstream all(val());
+      else if (a == "--rings") {  // "0,1,2,3/3,2,1,0", checked against --ranks below
+        const std::string v = val();
+        if (v.empty() || v.back() == '/') usage("--rings: an empty ring (rings are separated by '/')");
+        std::stringstream all(v);
         for (std::string ring; std::getline(all, ring, '/');) {
           std::stringstream ranks(ring);
           o.rings.emplace_back();
@@ -129,6 +149,13 @@ options parse(int argc, char** argv) {
     usage(e.what());
   }
   if (o.min_bytes < 4 || o.max_bytes < o.min_bytes) usage("need 4 <= -b <= -e");
+  if (!o.rings.empty()) {  // as the communicator will check them, before any GPU is touched
+    try {
+      (void)gpu::make_ring_channels(o.rings, o.ranks);
+    } catch (const collx::error& e) {
+      usage(("--rings: " + std::string(e.what())).c_str());
+    }
+  }
   return o;
 }
 

@@ -261,6 +261,9 @@ TEST_CASE("device ring calls over channels: each element in one channel's piece,
   CHECK_THROWS_WITH(gpu::make_ring_channels({{0, 1, 2}, {0, 2, 2}}, 3), Catch::Contains("ring of channel 1"));
   CHECK_THROWS_WITH(gpu::make_ring_channels({{0, 1, 2}, {}}, 3), Catch::Contains("channel 1 is empty"));
   CHECK_THROWS_WITH(gpu::make_ring_channels({{}}, 3), Catch::Contains("channel 0 is empty"));
+  CHECK_THROWS_WITH(gpu::make_ring_channels({{0, 1, 1}}, 3), "gpu: the ring of channel 0: it lists rank 1 twice (every rank once)");
+  // Rotations and repeated rings are rings too (more channels over the same links).
+  CHECK(gpu::make_ring_channels({{2, 0, 1}, {2, 0, 1}}, 3).count == 2);
   CHECK_THROWS_WITH(gpu::make_ring_channels(std::vector<std::vector<int>>(gpu::max_device_channels + 1, {0, 1}), 2),
                     Catch::Contains("at most 8 channels"));
   CHECK_THROWS_AS(gpu::plan_ring_call(gpu::ring_phase::all_reduce, gpu::ring_channels{}, 0, 10, 4, 1, 4096, 8), collx::error);

@@ -266,6 +266,9 @@ TEST_CASE("NCCL XML: input it cannot understand is an error naming line and colu
   expect_error([] { read_nccl_graph("<graphs><graph id=\"0\" pattern=\"4\" nchannels=\"1\">\n<channel><gpu dev=\"0\"/><gpu dev=\"0\"/></channel></graph></graphs>", "g.xml"); },
                "g.xml:2:24:", "twice");
   expect_error([] { read_topology("<graphs/>", "g.xml"); }, "g.xml:1:1:", "graph file");
+  // A path where the contents belong: said so, rather than a parse error at the first character.
+  expect_error([] { read_topology("/data/dgx1-nccl-topo.xml"); }, "read_topology takes the topology's text, not a path",
+               "'/data/dgx1-nccl-topo.xml'");
   // A count past int's range is an error, not a wrapped count (4294967298 would read as 2).
   expect_error(
       [] {

@@ -162,7 +162,8 @@ struct ring_channels {
 };
 
 /// Checks every ring of `rings` (each a permutation of 0 .. world - 1, as make_ring_order checks
-/// it) and returns them as channels; no rings: one channel in the rank order.
+/// it; any rotation; rings may repeat, giving more channels over the same links) and returns them
+/// as channels; no rings: one channel in the rank order.
 /// @throws collx::error (errc::invalid_argument) for more than max_device_channels rings, an empty
 ///         ring, a ring make_ring_order rejects (naming the channel), or world outside
 ///         [1, max_device_world].
@@ -173,13 +174,10 @@ inline ring_channels make_ring_channels(const std::vector<std::vector<int>>& rin
                                             std::to_string(max_device_channels) + " channels)");
   ring_channels c;
   for (const std::vector<int>& r : rings) {
-    if (r.empty()) COLLX_THROW(errc::invalid_argument, "gpu: the ring of channel " + std::to_string(c.count) + " is empty");
-    try {
-      c.ring[c.count] = make_ring_order(r, world);
-    } catch (const collx::error& e) {
-      COLLX_THROW(errc::invalid_argument, "gpu: the ring of channel " + std::to_string(c.count) + ": " + e.what());
-    }
-    ++c.count;
+    const std::string why = r.empty() ? " is empty" : detail::ring_order_problem(r, world);
+    if (!why.empty())
+      COLLX_THROW(errc::invalid_argument, "gpu: the ring of channel " + std::to_string(c.count) + (r.empty() ? why : ": " + why));
+    c.ring[c.count++] = make_ring_order(r, world);
   }
   return c;
 }

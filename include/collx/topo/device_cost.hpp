@@ -9,12 +9,13 @@
 /// itself when created (device_options::discover_wiring: device_wiring on rank 0, from the ranks'
 /// PCI bus ids). To decide from a topology file instead, or to look first:
 ///
-///     gpu::device_options o;  // collx/cuda/device_communicator.hpp (CUDA's headers, no GPU)
-///     const collx::topo::topology t = collx::topo::read_topology(text);  // topo/nvidia_smi.hpp; or discover()
+///     collx::gpu::device_options o;  // collx/cuda/device_communicator.hpp (CUDA's headers, no GPU)
+///     // topo/nvidia_smi.hpp; `text`: the file's contents (nvidia-smi topo -m or NCCL XML); or discover()
+///     const collx::topo::topology t = collx::topo::read_topology(text, "topo.txt");
 ///     o.cost = collx::topo::device_direct_cost(t, gpus);
 ///     o.rings = collx::topo::device_rings(t, gpus);
 ///     o.ring_hops = collx::topo::device_ring_cost(t, gpus);
-///     gpu::device_communicator dc(host, o);
+///     collx::gpu::device_communicator dc(host, o);
 ///
 /// where `gpus` are the ranks' GPU vertices in rank order (discovered_device_direct_cost does the
 /// first for every GPU this process sees). Rank 0's figures decide for every rank.

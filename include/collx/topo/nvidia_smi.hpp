@@ -507,11 +507,17 @@ inline std::string format_nvidia_smi(const topology& t, int host = 0) {
 }
 
 /// Reads a topology from text of either format: NCCL topology XML when the first non-blank
-/// character is '<', `nvidia-smi topo -m` text otherwise.
+/// character is '<', `nvidia-smi topo -m` text otherwise. `text` is the file's contents, not its
+/// path; `source` names it in messages.
 /// @throws collx::error(invalid_argument) as the chosen reader does (an NCCL *graph* file is named
-///         as such: read it with read_nccl_graph).
+///         as such: read it with read_nccl_graph), saying so where `text` is one line that looks
+///         like a path to a topology file.
 inline topology read_topology(std::string_view text, std::string_view source = "<topology>", read_options opt = {}) {
   text = detail::without_bom(text);
+  const auto ends_with = [&](std::string_view end) { return text.size() >= end.size() && text.substr(text.size() - end.size()) == end; };
+  if (text.find('\n') == std::string_view::npos && (ends_with(".xml") || ends_with(".txt")))
+    COLLX_THROW(errc::invalid_argument, "read_topology takes the topology's text, not a path: read '" + std::string(text) +
+                                            "' first and pass its contents");
   std::size_t i = 0;
   while (i < text.size() && (text[i] == ' ' || text[i] == '\t' || text[i] == '\r' || text[i] == '\n')) ++i;
   if (i < text.size() && text[i] == '<') return read_nccl_topology(text, source, opt);
