@@ -401,9 +401,8 @@ inline ring_piece_owner owner_of(const ring_call& call, std::size_t at) noexcept
 /// all_gather) cut into as many contiguous parts as channels run, each a whole number of vectors
 /// (but the last), shared out evenly (fewer channels where `count` has fewer vectors, or where
 /// `block_cap` or the slot cannot give each its own blocks and a 256-byte part of the slot);
-/// channel c plans its part around
-/// rings.ring[c] with slot_bytes / channels (rounded down to 256 bytes) of the slot and
-/// block_cap / channels blocks. One channel plans as plan_ring does. The same arguments give the
+/// channel c plans its part around rings.ring[c] with slot_bytes / channels (rounded down to 256
+/// bytes) of the slot and block_cap / channels blocks. One channel plans as plan_ring does. The same arguments give the
 /// same call on every rank but for the rank's own positions.
 /// @throws collx::error (errc::invalid_argument) as plan_ring, or for a channel count outside
 ///         [1, max_device_channels].
@@ -416,7 +415,8 @@ inline ring_call plan_ring_call(ring_phase phase, const ring_channels& rings, in
     COLLX_THROW(errc::invalid_argument, "gpu::plan_ring_call: zero element size, vector or block cap");
   constexpr std::size_t part_align = 256;
   const std::size_t vectors = (count + vector - 1) / vector;
-  std::size_t used = std::min({static_cast<std::size_t>(rings.count), static_cast<std::size_t>(block_cap), std::max<std::size_t>(vectors, 1)});
+  std::size_t used = std::min({static_cast<std::size_t>(rings.count), static_cast<std::size_t>(block_cap),
+                               std::max<std::size_t>(vectors, 1)});
   while (used > 1 && slot_bytes / used / part_align * part_align < slot_elem_bytes * vector) --used;
   // Channel c's first vector: the vectors shared out evenly, none left empty.
   const auto first_vector = [&](std::size_t c) { return c * (vectors / used) + std::min(c, vectors % used); };
@@ -424,7 +424,8 @@ inline ring_call plan_ring_call(ring_phase phase, const ring_channels& rings, in
   ring_call call;
   call.channels = static_cast<int>(used);
   for (std::size_t c = 0; c < used; ++c) {
-    const std::size_t begin = std::min(count, first_vector(c) * vector), end = c + 1 == used ? count : std::min(count, first_vector(c + 1) * vector);
+    const std::size_t begin = std::min(count, first_vector(c) * vector);
+    const std::size_t end = c + 1 == used ? count : std::min(count, first_vector(c + 1) * vector);
     ring_plan p = plan_ring(phase, rings.ring[c], rank, end - begin, slot_elem_bytes, vector, part_bytes,
                             block_cap / static_cast<unsigned>(used));
     p.offset = begin;
@@ -446,9 +447,10 @@ inline ring_call plan_ring_call(ring_phase phase, const ring_channels& rings, in
 /// (ring_crossover_bytes, device_communicator::ring_min_bytes).
 struct ring_cost {
   /// Bytes per second each rank reads from its ring predecessors (one per channel) while every
-  /// rank does: the channels times the slowest channel's slowest hop. 0 (the default): not known, taken as the direct forms' read rate, so that the
-  /// ring never takes over (it reads what two-shot reads, after more barriers). A device
-  /// communicator fills it in from the machine's wiring where it can read it
+  /// rank does: the channels times the slowest channel's slowest hop. 0 (the default): not known,
+  /// taken as the direct forms' read rate, so that the ring never takes over (it reads what
+  /// two-shot reads, after more barriers). A device communicator fills it in from the machine's
+  /// wiring where it can read it
   /// (device_options::discover_wiring); topo::device_ring_cost (collx/topo/device_cost.hpp) gives
   /// it for a topology file.
   double hop_bytes_per_second = 0;
@@ -527,7 +529,7 @@ inline double predict_direct_call(ring_phase phase, std::size_t bytes, int world
 /// faster than a rank reads from all its peers at once: where some pairs stage through host
 /// memory and the rings' hops do not (a DGX-1 across its sockets), or where several rings use
 /// more of each GPU's links than the direct forms' reads do (by the topology model, a DGX-1's
-/// GPUs 0-3: six links each way against the reads' slowest pair; predicted, not measured).
+/// GPUs 0-3, from 447 KiB: predicted, not measured).
 inline std::size_t ring_crossover_bytes(ring_phase phase, int world, std::size_t slot_bytes, const direct_cost& d,
                                         const ring_cost& r) noexcept {
   const auto rate = [](double x) { return std::isfinite(x) && x > 0; };
