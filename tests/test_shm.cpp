@@ -421,6 +421,10 @@ TEST_CASE("F2: a start that cannot fork every rank kills the others and leaves n
   while (!std::filesystem::exists(path) && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   REQUIRE(std::filesystem::exists(path));  // the rendezvous segment exists
+  // A start that forked none of the ranks of this job (another start given the same job id) must
+  // leave the live job's segment alone.
+  collx::detail::abandon_start({}, job, false);
+  CHECK(std::filesystem::exists(path));
   collx::detail::abandon_start({waiting}, job, false);
   reaped = true;
   CHECK_FALSE(std::filesystem::exists(path));

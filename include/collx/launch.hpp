@@ -121,14 +121,15 @@ inline void signal_ranks(const std::vector<pid_t>& pids, int sig) {
 
 /// Ends a start that could not fork every rank of job `job`: kills the ranks started (`pids`; their
 /// process groups where each leads one, `groups`), reaps them, and unlinks the job's rendezvous
-/// segment, which a killed rank may have created while it waited for the others (otherwise it
-/// would stay in /dev/shm until a later start's stale-segment sweep).
+/// segment if one of them created it while it waited for the others (otherwise it would stay in
+/// /dev/shm until a later start's stale-segment sweep). A segment whose creator still runs (another
+/// job given the same COLLX_JOB_ID) is left alone.
 inline void abandon_start(const std::vector<pid_t>& pids, const std::string& job, bool groups) {
   if (groups) signal_ranks(pids, SIGKILL);
   else
     for (pid_t p : pids) ::kill(p, SIGKILL);
   for (std::size_t i = 0; i < pids.size(); ++i) wait_for(static_cast<int>(i), pids[i]);
-  ::shm_unlink(transport_impl::shm_transport::segment_name(job).c_str());
+  transport_impl::shm_transport::remove_if_stale(job);
 }
 }  // namespace detail
 

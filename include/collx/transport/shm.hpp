@@ -401,6 +401,15 @@ class shm_transport final : public transport {
     return "/collx-" + std::to_string(::getuid()) + "-" + job_id;
   }
 
+  /// Unlinks job `job_id`'s segment if its creator died, and keeps it otherwise (a live job with the
+  /// same id). A segment whose creator died before writing its header counts as dead only 10 s
+  /// after it was made (then a later start's reclaim_stale_segments removes it). Returns whether
+  /// it unlinked one.
+  static bool remove_if_stale(const std::string& job_id) {
+    const std::string name = segment_name(job_id);
+    return segment_is_stale(name) && ::shm_unlink(name.c_str()) == 0;
+  }
+
   /// Unlinks this user's collx segments whose creator died (left by a crash during start-up).
   /// Returns how many were removed.
   static int reclaim_stale_segments() {
