@@ -137,6 +137,96 @@ TEST_CASE("gpu device collectives: reference sweep, ranks as threads", "[gpu][cu
   }
 }
 
+TEST_CASE("gpu device collectives: the op left out before a stream sums, on that stream", "[gpu][cuda]") {
+  // gpu::all_reduce(dc, send, recv, count, stream) and the other reductions without an op. The
+  // stream is non-blocking and ranks are threads of one process: a form that dropped the stream
+  // (the legacy default stream) would serialise the ranks' kernels and time out.
+  gpu::device_options opt;
+  opt.staging_bytes = 32 << 10;
+  opt.timeout = std::chrono::seconds(15);
+  require_none(on_ranks(3, opt, std::chrono::seconds(60), [](gpu::device_communicator& dc, cudaStream_t s, auto& out) {
+    using collx_cuda_test::sweep_buffer;
+    using collx_cuda_test::sweep_fold;
+    using collx_cuda_test::sweep_input;
+    using collx_cuda_test::sweep_sync;
+    using collx::algo::ring;
+    const collx::ops::sum sum;
+    const int n = dc.size(), me = dc.rank();
+    const std::size_t count = 5001, un = static_cast<std::size_t>(n);
+    const std::string tag = "rank " + std::to_string(me) + ": ";
+    auto note = [&](std::string p) { if (!p.empty()) out.push_back(std::move(p)); };
+    const auto mine = sweep_input<float>(me, count, 1);
+    const auto blocks = sweep_input<float>(me, un * count, 2);
+    sweep_buffer<float> in(count, 1, s), all(un * count, 0, s);
+    in.set(mine);
+    all.set(blocks);
+    {
+      sweep_buffer<float> res(count, 0, s);
+      gpu::all_reduce(dc, in.data(), res.data(), count, s);
+      note(sweep_sync(dc, s, tag + "all_reduce"));
+      note(res.compare(sweep_fold<float>(n, count, 0, 1, sum), tag + "all_reduce"));
+    }
+    {
+      sweep_buffer<float> res(count, 0, s);
+      gpu::all_reduce<ring>(dc, in.data(), res.data(), count, s);
+      note(sweep_sync(dc, s, tag + "all_reduce<ring>"));
+      note(res.compare(collx_cuda_test::sweep_ring_fold<float>(dc, gpu::ring_phase::all_reduce, count, 0, 1, sum),
+                       tag + "all_reduce<ring>"));
+    }
+    {
+      const int root = 2;
+      sweep_buffer<float> res(count, 0, s);
+      gpu::reduce(dc, in.data(), me == root ? res.data() : nullptr, count, root, s);
+      note(sweep_sync(dc, s, tag + "reduce"));
+      if (me == root) note(res.compare(sweep_fold<float>(n, count, 0, 1, sum), tag + "reduce"));
+    }
+    const std::size_t first = static_cast<std::size_t>(me) * count;
+    {
+      sweep_buffer<float> res(count, 0, s);
+      gpu::reduce_scatter(dc, all.data(), res.data(), count, s);
+      note(sweep_sync(dc, s, tag + "reduce_scatter"));
+      note(res.compare(sweep_fold<float>(n, count, first, 2, sum), tag + "reduce_scatter"));
+    }
+    {
+      sweep_buffer<float> res(count, 0, s);
+      gpu::reduce_scatter<ring>(dc, all.data(), res.data(), count, s);
+      note(sweep_sync(dc, s, tag + "reduce_scatter<ring>"));
+      note(res.compare(collx_cuda_test::sweep_ring_fold<float>(dc, gpu::ring_phase::reduce_scatter, count, first, 2, sum),
+                       tag + "reduce_scatter<ring>"));
+    }
+    {
+      const std::vector<std::size_t> counts(un, count);
+      sweep_buffer<float> res(count, 0, s);
+      gpu::reduce_scatter_v(dc, all.data(), res.data(), std::span<const std::size_t>(counts), s);
+      note(sweep_sync(dc, s, tag + "reduce_scatter_v"));
+      note(res.compare(sweep_fold<float>(n, count, first, 2, sum), tag + "reduce_scatter_v"));
+    }
+    {
+      float* mem = nullptr;  // cudaMalloc: CUDA IPC cannot export pool memory
+      gpu::check(cudaMalloc(&mem, un * count * sizeof(float)), "cudaMalloc");
+      gpu::check(cudaMemcpyAsync(mem, blocks.data(), un * count * sizeof(float), cudaMemcpyHostToDevice, s), "cudaMemcpyAsync");
+      gpu::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+      const gpu::window w = dc.register_window(mem, un * count * sizeof(float));
+      {
+        sweep_buffer<float> res(count, 0, s);
+        gpu::all_reduce(dc, w, 3, res.data(), count, s);
+        note(sweep_sync(dc, s, tag + "window all_reduce"));
+        note(res.compare(sweep_fold<float>(n, count, 3, 2, sum), tag + "window all_reduce"));
+      }
+      {
+        sweep_buffer<float> res(count - 1, 0, s);
+        gpu::reduce_scatter(dc, w, 1, res.data(), count - 1, s);
+        note(sweep_sync(dc, s, tag + "window reduce_scatter"));
+        note(res.compare(sweep_fold<float>(n, count - 1, 1 + static_cast<std::size_t>(me) * (count - 1), 2, sum),
+                         tag + "window reduce_scatter"));
+      }
+      dc.deregister_window(w);
+      cudaFree(mem);
+      collx::barrier(dc.host());  // nobody launches again while a peer's cudaFree waits for the device
+    }
+  }));
+}
+
 TEST_CASE("gpu device collectives: workspaces in shared host memory give the same results", "[gpu][cuda]") {
   // workspace_memory::host is the path between GPUs without peer access; forced here, it runs
   // between ranks of one GPU too: every flag and staging slot crosses PCIe to host memory.

@@ -1359,6 +1359,15 @@ void all_gather(device_communicator& dc, const T* send, T* recv, std::size_t sen
 template <class Algo>
 concept host_only_algorithm = std::same_as<Algo, algo::tree> || is_hierarchical_v<Algo>;
 namespace device_detail {
+/// Fails the build, saying why, when a reduction gets 0 or nullptr where its op goes: the op left
+/// out and a stream in its place (a cudaStream_t variable there takes the forms without an op).
+template <class Op>
+constexpr void op_is_not_a_stream() {
+  static_assert(!std::is_integral_v<Op> && !std::is_convertible_v<Op, cudaStream_t>,
+                "collx::gpu: a reduction got 0 or nullptr where its op goes; to sum on the default stream pass "
+                "collx::ops::sum{} before it, or leave both out (a cudaStream_t variable may also stand in the op's "
+                "place: the forms without an op sum)");
+}
 template <class>
 inline constexpr bool no_device_form = false;  // false for every Algo, so the static_asserts below fire only when used
 }  // namespace device_detail
@@ -1389,6 +1398,7 @@ namespace device_detail {
 /// gpu::all_reduce without algo::ring).
 template <class T, class Op>
 void direct_all_reduce(device_communicator& dc, const T* send, T* recv, std::size_t count, const Op& op, cudaStream_t stream) {
+  device_detail::op_is_not_a_stream<Op>();
   static_assert(reduction_op<Op, T>, "collx::gpu::all_reduce: Op must be a reduction op on T (collx/concepts.hpp)");
   constexpr const char* name = "gpu::all_reduce";
   using namespace device_detail;
@@ -1435,6 +1445,7 @@ void all_reduce(device_communicator& dc, const T* send, T* recv, std::size_t cou
 template <class T, class Op = ops::sum>
 void reduce(device_communicator& dc, const T* send, T* recv, std::size_t count, int root, const Op& op = {},
             cudaStream_t stream = nullptr) {
+  device_detail::op_is_not_a_stream<Op>();
   static_assert(reduction_op<Op, T>, "collx::gpu::reduce: Op must be a reduction op on T (collx/concepts.hpp)");
   constexpr const char* name = "gpu::reduce";
   using namespace device_detail;
@@ -1454,6 +1465,7 @@ namespace device_detail {
 /// gpu::reduce_scatter without algo::ring).
 template <class T, class Op>
 void direct_reduce_scatter(device_communicator& dc, const T* send, T* recv, std::size_t recv_count, const Op& op, cudaStream_t stream) {
+  device_detail::op_is_not_a_stream<Op>();
   static_assert(reduction_op<Op, T>, "collx::gpu::reduce_scatter: Op must be a reduction op on T (collx/concepts.hpp)");
   constexpr const char* name = "gpu::reduce_scatter";
   using namespace device_detail;
@@ -1530,6 +1542,7 @@ void all_reduce(device_communicator& dc, const T* send, T* recv, std::size_t cou
   } else if constexpr (std::same_as<Algo, algo::direct>) {
     device_detail::direct_all_reduce<T, Op>(dc, send, recv, count, op, stream);
   } else {
+    device_detail::op_is_not_a_stream<Op>();
     static_assert(reduction_op<Op, T>, "collx::gpu::all_reduce: Op must be a reduction op on T (collx/concepts.hpp)");
     static_assert(op_traits<Op>::commutative,
                   "collx::gpu::all_reduce<algo::ring>: the ring folds each piece starting at another rank, so it needs a "
@@ -1563,6 +1576,7 @@ void reduce_scatter(device_communicator& dc, const T* send, T* recv, std::size_t
   } else if constexpr (std::same_as<Algo, algo::direct>) {
     device_detail::direct_reduce_scatter<T, Op>(dc, send, recv, recv_count, op, stream);
   } else {
+    device_detail::op_is_not_a_stream<Op>();
     static_assert(reduction_op<Op, T>, "collx::gpu::reduce_scatter: Op must be a reduction op on T (collx/concepts.hpp)");
     static_assert(op_traits<Op>::commutative,
                   "collx::gpu::reduce_scatter<algo::ring>: the ring folds each block starting at another rank, so it needs "
@@ -1674,6 +1688,7 @@ void all_gather_v(device_communicator& dc, const T* send, T* recv, std::span<con
 template <class T, class Op = ops::sum>
 void reduce_scatter_v(device_communicator& dc, const T* send, T* recv, std::span<const std::size_t> counts, const Op& op = {},
                       cudaStream_t stream = nullptr) {
+  device_detail::op_is_not_a_stream<Op>();
   static_assert(reduction_op<Op, T>, "collx::gpu::reduce_scatter_v: Op must be a reduction op on T (collx/concepts.hpp)");
   constexpr const char* name = "gpu::reduce_scatter_v";
   using namespace device_detail;
@@ -1806,6 +1821,7 @@ void send_recv(device_communicator& dc, const T* send, std::size_t send_count, i
 template <class T, class Op = ops::sum>
 void all_reduce(device_communicator& dc, const window& send, std::size_t send_offset, T* recv, std::size_t count,
                 const Op& op = {}, cudaStream_t stream = nullptr) {
+  device_detail::op_is_not_a_stream<Op>();
   static_assert(reduction_op<Op, T>, "collx::gpu::all_reduce: Op must be a reduction op on T (collx/concepts.hpp)");
   constexpr const char* name = "gpu::all_reduce(window)";
   using namespace device_detail;
@@ -1831,6 +1847,7 @@ void all_reduce(device_communicator& dc, const window& send, std::size_t send_of
 template <class T, class Op = ops::sum>
 void reduce_scatter(device_communicator& dc, const window& send, std::size_t send_offset, T* recv, std::size_t recv_count,
                     const Op& op = {}, cudaStream_t stream = nullptr) {
+  device_detail::op_is_not_a_stream<Op>();
   static_assert(reduction_op<Op, T>, "collx::gpu::reduce_scatter: Op must be a reduction op on T (collx/concepts.hpp)");
   constexpr const char* name = "gpu::reduce_scatter(window)";
   using namespace device_detail;
@@ -1900,6 +1917,55 @@ void broadcast(device_communicator& dc, const window& send, std::size_t send_off
   launch_direct<T>(dc, name, collective::broadcast, "", root, count, send, send_offset, vec, stream,
                    with_sources<T>(direct_broadcast_step<T, 1>{{}, recv, root}, send, send_offset),
                    with_sources<T>(direct_broadcast_step<T, device_vector_elements<T>>{{}, recv, root}, send, send_offset));
+}
+
+// The reductions without an op but with a stream: `gpu::all_reduce(dc, send, recv, count, stream)`
+// sums on `stream`. Without these forms the stream would be deduced as the op (Op = cudaStream_t)
+// and fail the op check. As partial ordering prefers them over the forms with `const Op&`, a
+// cudaStream_t in the op's place always lands here; a literal 0 or nullptr does not (pass
+// ops::sum{} first, or a cudaStream_t variable).
+
+/// all_reduce with ops::sum on `stream`: all_reduce(dc, send, recv, count, ops::sum{}, stream).
+template <class T>
+void all_reduce(device_communicator& dc, const T* send, T* recv, std::size_t count, cudaStream_t stream) {
+  all_reduce<T, ops::sum>(dc, send, recv, count, ops::sum{}, stream);
+}
+/// all_reduce<Algo> with ops::sum on `stream`: all_reduce<Algo>(dc, send, recv, count, ops::sum{}, stream).
+template <device_algorithm Algo, class T>
+void all_reduce(device_communicator& dc, const T* send, T* recv, std::size_t count, cudaStream_t stream) {
+  all_reduce<Algo, T, ops::sum>(dc, send, recv, count, ops::sum{}, stream);
+}
+/// reduce with ops::sum on `stream`: reduce(dc, send, recv, count, root, ops::sum{}, stream).
+template <class T>
+void reduce(device_communicator& dc, const T* send, T* recv, std::size_t count, int root, cudaStream_t stream) {
+  reduce<T, ops::sum>(dc, send, recv, count, root, ops::sum{}, stream);
+}
+/// reduce_scatter with ops::sum on `stream`: reduce_scatter(dc, send, recv, recv_count, ops::sum{}, stream).
+template <class T>
+void reduce_scatter(device_communicator& dc, const T* send, T* recv, std::size_t recv_count, cudaStream_t stream) {
+  reduce_scatter<T, ops::sum>(dc, send, recv, recv_count, ops::sum{}, stream);
+}
+/// reduce_scatter<Algo> with ops::sum on `stream`: reduce_scatter<Algo>(dc, send, recv, recv_count, ops::sum{}, stream).
+template <device_algorithm Algo, class T>
+void reduce_scatter(device_communicator& dc, const T* send, T* recv, std::size_t recv_count, cudaStream_t stream) {
+  reduce_scatter<Algo, T, ops::sum>(dc, send, recv, recv_count, ops::sum{}, stream);
+}
+/// reduce_scatter_v with ops::sum on `stream`: reduce_scatter_v(dc, send, recv, counts, ops::sum{}, stream).
+template <class T>
+void reduce_scatter_v(device_communicator& dc, const T* send, T* recv, std::span<const std::size_t> counts, cudaStream_t stream) {
+  reduce_scatter_v<T, ops::sum>(dc, send, recv, counts, ops::sum{}, stream);
+}
+/// The window all_reduce with ops::sum on `stream`.
+template <class T>
+void all_reduce(device_communicator& dc, const window& send, std::size_t send_offset, T* recv, std::size_t count,
+                cudaStream_t stream) {
+  all_reduce<T, ops::sum>(dc, send, send_offset, recv, count, ops::sum{}, stream);
+}
+/// The window reduce_scatter with ops::sum on `stream`.
+template <class T>
+void reduce_scatter(device_communicator& dc, const window& send, std::size_t send_offset, T* recv, std::size_t recv_count,
+                    cudaStream_t stream) {
+  reduce_scatter<T, ops::sum>(dc, send, send_offset, recv, recv_count, ops::sum{}, stream);
 }
 
 }  // namespace gpu
