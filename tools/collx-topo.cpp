@@ -545,7 +545,12 @@ int show(const opts& o) {
         for (std::size_t k = 0; k < d->rings[c].size(); ++k) std::printf("%s%d", k ? ", " : "", d->rings[c][k]);
         std::printf("}");
       }
-      std::printf("} (topo::device_rings)\n");
+      std::printf("} (topo::device_rings)\n  to measure them: collx-perf-cuda --ranks %d --algo ring --rings ", d->gpus);
+      for (std::size_t c = 0; c < d->rings.size(); ++c) {  // --rings' own format: ranks with commas, rings with slashes
+        std::printf("%s", c ? "/" : "");
+        for (std::size_t k = 0; k < d->rings[c].size(); ++k) std::printf("%s%d", k ? "," : "", d->rings[c][k]);
+      }
+      std::printf("\n");
       std::printf("  a rank reads its predecessors at %s GB/s (device_options::ring_hops = topo::device_ring_cost(...)):\n",
                   text_GBps(d->ring_hop_GBps).c_str());
       if (d->ring_min == SIZE_MAX) std::printf("  untagged all-reduces never take the ring\n");
