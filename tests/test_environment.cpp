@@ -2,10 +2,13 @@
 // collx-run): values parsed or rejected with the variable's name, never turned into garbage.
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <initializer_list>
 #include <iterator>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <collx/bootstrap/env.hpp>
@@ -79,6 +82,37 @@ TEST_CASE("F3: sizes are parsed or rejected with the variable's name", "[env][F3
     CHECK(error_of([v] { collx::env::parse_switch("COLLX_GPU_WIRING", v); }).find("COLLX_GPU_WIRING='") != std::string::npos);
 }
 
+TEST_CASE("F3: sizes are decimal unless 0x; no parser takes white space, signs it forbids or hex seconds",
+          "[env][F3]") {
+  using collx::env::parse_size;
+  // A leading zero is decimal, as the docs say (strtoull's base 0 read "010" as octal 8).
+  CHECK(parse_size("COLLX_SHM_BYTES_PER_PEER", "010") == 10);
+  CHECK(parse_size("COLLX_SHM_BYTES_PER_PEER", "0100K") == 100 * 1024);
+  CHECK(parse_size("COLLX_SHM_BYTES_PER_PEER", "0X1f") == 31);
+  CHECK(parse_size("COLLX_SHM_BYTES_PER_PEER", "0x10K") == 16 * 1024);
+  CHECK(parse_size("COLLX_SHM_BYTES_PER_PEER", "0") == 0);
+  for (const char* bad : {"0x", "0x-1", "0x 1", "4 ", "4\t", "08x", "0b101"}) {
+    INFO(bad);
+    CHECK(error_of([&] { parse_size("COLLX_SHM_BYTES_PER_PEER", bad); })
+              .find("COLLX_SHM_BYTES_PER_PEER='" + std::string(bad) + "' is not valid: expected") != std::string::npos);
+  }
+  for (const char* bad : {" 5", "\t5", "5 ", "5\n", "", "5x", "99999999999999999999"}) {
+    INFO(bad);
+    CHECK(error_of([&] { collx::env::parse_int("COLLX_RANK", bad, 0, 100); })
+              .find("COLLX_RANK='" + std::string(bad) + "' is not valid: expected an integer in [0, 100]") !=
+          std::string::npos);
+  }
+  CHECK(collx::env::parse_int("COLLX_RANK", "7", 0, 100) == 7);
+  for (const char* bad : {" 5", "5 ", "\t0.5", "0x10", "0x1p3", "inf", "nan", "1e400", "", ".", "e3"}) {
+    INFO(bad);
+    CHECK(error_of([&] { collx::env::parse_seconds("COLLX_TIMEOUT", bad); })
+              .find("COLLX_TIMEOUT='" + std::string(bad) + "' is not valid: expected a positive number of seconds") !=
+          std::string::npos);
+  }
+  CHECK(collx::env::parse_seconds("COLLX_TIMEOUT", "1e3") == 1000.0);
+  CHECK(collx::env::parse_seconds("COLLX_TIMEOUT", ".25") == 0.25);
+}
+
 TEST_CASE("F3: a bad COLLX_TIMEOUT or COLLX_SEGMENT_BYTES stops communicator creation with its name", "[env][F3]") {
   {
     scoped_env e{{"COLLX_TIMEOUT", "abc"}};
@@ -107,6 +141,14 @@ TEST_CASE("F3: per-collective algorithm overrides apply to that collective only"
   CHECK(error_of([] { collx::env::parse_algorithms("COLLX_ALGO", "bcast:ring"); }).find("COLLX_ALGO") != std::string::npos);
   CHECK(error_of([] { collx::env::parse_algorithms("COLLX_ALGO", "allreduce:fast"); }).find("COLLX_ALGO") !=
         std::string::npos);
+  // Every collective the parser accepts is in the message of an unknown one (barrier, send_recv too).
+  const std::string unknown = error_of([] { collx::env::parse_algorithms("COLLX_ALGO", "bcast:ring"); });
+  for (const collective c : collx::env::all_collectives) {
+    INFO(collx::collective_name(c));
+    CHECK(unknown.find(std::string(collx::collective_name(c))) != std::string::npos);
+  }
+  CHECK(collx::env::parse_algorithms("COLLX_ALGO", "barrier:ring,send-recv:tree").for_collective(collective::send_recv) ==
+        collx::algorithm::tree);
   // The override reaches algo::automatic: a communicator told broadcast:ring picks ring for it only.
   scoped_env e{{"COLLX_ALGO", "broadcast:ring"}};
   auto comms = collx::make_thread_communicators(2);

@@ -65,19 +65,26 @@ inline std::optional<std::string> get(std::string_view name) {
   return std::string(v);
 }
 
+/// Throws collx::error (errc::invalid_argument): "NAME='VALUE' is not valid: expected EXPECTED".
 [[noreturn]] inline void reject(std::string_view name, std::string_view value, std::string_view expected) {
   COLLX_THROW(errc::invalid_argument,
               std::string(name) + "='" + std::string(value) + "' is not valid: expected " + std::string(expected));
 }
 
-/// Parses a non-negative integer: decimal or 0x hexadecimal, optional binary suffix K, M, G
-/// (also KB/KiB...). "4M" = 4194304. Rejects signs, garbage and overflow.
+/// Parses a non-negative integer: decimal, or hexadecimal after 0x/0X (a leading 0 is not octal:
+/// "010" is 10), optional binary suffix K, M, G (also KB/KiB...). "4M" = 4194304. Rejects signs,
+/// white space, garbage and overflow.
 inline std::size_t parse_size(std::string_view name, std::string_view v) {
+  constexpr std::string_view expected = "a size such as 4096, 64K, 4M or 0x1000";
   const std::string s(v);
-  if (s.empty() || !std::isdigit(static_cast<unsigned char>(s[0]))) reject(name, v, "a size such as 4096, 64K, 4M or 0x1000");
+  // strtoull would skip white space and take a sign; base 0 would read "010" as octal 8.
+  const bool hex = s.size() > 1 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X');
+  const char* digits = s.c_str() + (hex ? 2 : 0);
+  if (hex ? !std::isxdigit(static_cast<unsigned char>(*digits)) : !std::isdigit(static_cast<unsigned char>(*digits)))
+    reject(name, v, expected);
   errno = 0;
   char* end = nullptr;
-  const unsigned long long base = std::strtoull(s.c_str(), &end, 0);
+  const unsigned long long base = std::strtoull(digits, &end, hex ? 16 : 10);
   if (errno == ERANGE) reject(name, v, "a size that fits in 64 bits");
   std::string suffix(end);
   for (char& c : suffix) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
@@ -86,28 +93,33 @@ inline std::size_t parse_size(std::string_view name, std::string_view v) {
   else if (suffix == "K" || suffix == "KB" || suffix == "KIB") mult = 1ull << 10;
   else if (suffix == "M" || suffix == "MB" || suffix == "MIB") mult = 1ull << 20;
   else if (suffix == "G" || suffix == "GB" || suffix == "GIB") mult = 1ull << 30;
-  else reject(name, v, "a size such as 4096, 64K, 4M or 0x1000");
+  else reject(name, v, expected);
   if (base > ~0ull / mult) reject(name, v, "a size that fits in 64 bits");
   return static_cast<std::size_t>(base * mult);
 }
 
-/// Parses an integer in [lo, hi] (decimal only).
+/// Parses an integer in [lo, hi] (decimal only; no white space around it).
 inline long long parse_int(std::string_view name, std::string_view v, long long lo, long long hi) {
   const std::string s(v);
   errno = 0;
   char* end = nullptr;
   const long long x = std::strtoll(s.c_str(), &end, 10);
-  if (s.empty() || *end != '\0' || errno == ERANGE || x < lo || x > hi)
+  // strtoll skips leading white space; trailing white space fails the *end test.
+  if (s.empty() || std::isspace(static_cast<unsigned char>(s[0])) || *end != '\0' || errno == ERANGE || x < lo ||
+      x > hi)
     reject(name, v, "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
   return x;
 }
 
-/// Parses a positive number of seconds (decimal, e.g. 30 or 0.5).
+/// Parses a positive number of seconds (decimal, e.g. 30, 0.5 or 1e3; at most 1e9).
 inline double parse_seconds(std::string_view name, std::string_view v) {
+  constexpr std::string_view expected = "a positive number of seconds, e.g. 30 or 0.5";
   const std::string s(v);
+  // strtod would also take white space, hexadecimal (0x1p3), inf and nan.
+  if (s.empty() || s.find_first_not_of("0123456789.eE+-") != std::string::npos) reject(name, v, expected);
   char* end = nullptr;
   const double x = std::strtod(s.c_str(), &end);
-  if (s.empty() || *end != '\0' || !(x > 0) || x > 1e9) reject(name, v, "a positive number of seconds, e.g. 30 or 0.5");
+  if (*end != '\0' || !(x > 0) || x > 1e9) reject(name, v, expected);
   return x;
 }
 
@@ -152,6 +164,14 @@ inline std::optional<collective> parse_collective_name(std::string_view s) {
   return std::nullopt;
 }
 
+/// Every name parse_collective_name accepts, comma-separated, in enum order ("allreduce, ...,
+/// send_recv"), for messages: built from all_collectives, so it never lists fewer.
+inline std::string collective_names() {
+  std::string r;
+  for (collective c : all_collectives) r.append(r.empty() ? "" : ", ").append(collective_name(c));
+  return r;
+}
+
 /// COLLX_ALGO parsed: an optional algorithm per collective.
 struct algorithm_overrides {
   std::array<std::optional<algorithm>, all_collectives.size()> per{};
@@ -177,8 +197,7 @@ inline algorithm_overrides parse_algorithms(std::string_view name, std::string_v
       for (auto& slot : o.per) slot = a;
     } else {
       const auto c = parse_collective_name(item.substr(0, colon));
-      if (!c)
-        reject(name, v, "collective names from allreduce, reduce_scatter, all_gather, broadcast, reduce, all_to_all");
+      if (!c) reject(name, v, "collective names from " + collective_names());
       o.per[static_cast<std::size_t>(*c)] = a;
     }
     pos = comma + 1;
