@@ -113,6 +113,25 @@ TEST_CASE("F3: sizes are decimal unless 0x; no parser takes white space, signs i
   CHECK(collx::env::parse_seconds("COLLX_TIMEOUT", ".25") == 0.25);
 }
 
+TEST_CASE("F3: a COLLX_TIMEOUT under 1 ms is rejected, not rounded to a zero deadline", "[env][F3]") {
+  for (const char* bad : {"1e-300", "0.0001", "0.00049"}) {
+    INFO(bad);
+    scoped_env e{{"COLLX_TIMEOUT", bad}};
+    const std::string msg = error_of([] { collx::communicator_options o; });
+    CHECK(msg.find("COLLX_TIMEOUT='" + std::string(bad) + "' is not valid: expected") != std::string::npos);
+    CHECK(msg.find("1 ms") != std::string::npos);
+  }
+  // What other values mean does not change: seconds rounded to the nearest millisecond.
+  for (auto [v, ms] : std::initializer_list<std::pair<const char*, int>>{{"0.0006", 1}, {"0.001", 1}, {"0.0126", 13}, {"300", 300000}}) {
+    INFO(v);
+    scoped_env e{{"COLLX_TIMEOUT", v}};
+    CHECK(collx::communicator_options{}.timeout == std::chrono::milliseconds(ms));
+  }
+  // An empty variable counts as unset.
+  scoped_env e{{"COLLX_TIMEOUT", ""}};
+  CHECK(collx::communicator_options{}.timeout == std::chrono::seconds(300));
+}
+
 TEST_CASE("F3: a bad COLLX_TIMEOUT or COLLX_SEGMENT_BYTES stops communicator creation with its name", "[env][F3]") {
   {
     scoped_env e{{"COLLX_TIMEOUT", "abc"}};
