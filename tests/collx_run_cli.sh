@@ -42,6 +42,53 @@ case $err in *"rank 1 (pid "*") exited with status 7; stopping the other ranks"*
 sleep 0.3
 if pgrep -f "sleep 31.4159" >/dev/null; then pkill -f "sleep 31.4159"; fail "the other ranks' children were left running"; fi
 
+# A bad COLLX_BIND is one message before any rank starts, as a usage error.
+err=$(COLLX_BIND=bogus "$run" -n 3 true 2>&1); rc=$?
+[ $rc -eq 2 ] || fail "COLLX_BIND=bogus exited $rc, not 2"
+lines=$(printf '%s\n' "$err" | grep -c "COLLX_BIND='bogus' is not valid")
+[ "$lines" -eq 1 ] || fail "COLLX_BIND=bogus reported $lines times, not once: $err"
+
+# Ranks that end together: the one killed by a signal is the failure named, not a peer that exited
+# with an error just after it. collx-run is stopped while both end, so that one pass finds both.
+tmp=$(mktemp -d)
+"$run" -n 2 sh -c 'touch "$0/up.$COLLX_RANK"; while [ ! -e "$0/go" ]; do sleep 0.02; done
+  if [ $COLLX_RANK = 1 ]; then kill -KILL $$; fi; sleep 0.2; exit 5' "$tmp" 2>"$tmp/err" &
+pid=$!
+n=0; while [ ! -e "$tmp/up.0" ] || [ ! -e "$tmp/up.1" ]; do sleep 0.05; n=$((n + 1)); [ $n -lt 600 ] || fail "ranks did not start"; done
+kill -STOP $pid
+touch "$tmp/go"
+sleep 1.5
+kill -CONT $pid
+wait $pid; rc=$?
+err=$(cat "$tmp/err")
+[ $rc -eq 137 ] || fail "rank killed by SIGKILL beside a rank that exited 5: exited $rc, not 137: $err"
+case $err in *"rank 1 (pid "*") was killed by signal 9"*) ;; *) fail "the killed rank was not the one named: $err" ;; esac
+
+# collx-run killed with SIGKILL (which it cannot forward): its ranks get SIGTERM.
+"$run" -n 2 sh -c 'echo $$ > "$0/pid.$COLLX_RANK"; exec sleep 33.1' "$tmp" &
+pid=$!
+n=0; while [ ! -s "$tmp/pid.0" ] || [ ! -s "$tmp/pid.1" ]; do sleep 0.05; n=$((n + 1)); [ $n -lt 600 ] || fail "ranks did not start"; done
+kill -KILL $pid
+wait $pid 2>/dev/null
+sleep 0.5
+for r in 0 1; do
+  p=$(cat "$tmp/pid.$r")
+  # Gone, or a zombie that its new parent (init, or nothing in a container) has not reaped yet.
+  state=$(sed -n 's/^State:[[:space:]]*\([A-Z]\).*/\1/p' "/proc/$p/status" 2>/dev/null)
+  if [ -n "$state" ] && [ "$state" != Z ]; then kill "$p"; fail "rank $r (pid $p) outlived collx-run killed with SIGKILL"; fi
+done
+rm -rf "$tmp"
+
+# A rank that fails while the job starts: rank 0 made the job's segment and waits for rank 1, which
+# exits; collx-run stops rank 0, and removes the segment it leaves.
+if [ -n "$perf" ]; then
+  job=clitest-$$
+  COLLX_JOB_ID=$job "$run" -n 2 sh -c 'if [ $COLLX_RANK = 1 ]; then sleep 0.5; exit 3; fi; exec "$0" allreduce -b 8 -e 8 -n 1 -w 0' "$perf" 2>/dev/null; rc=$?
+  [ $rc -eq 3 ] || fail "a rank failing at start-up: exited $rc, not 3"
+  seg=/dev/shm/collx-$(id -u)-$job
+  if [ -e "$seg" ]; then rm -f "$seg"; fail "the job's segment $seg was left behind"; fi
+fi
+
 # SIGINT to collx-run reaches every rank's group; the status says so (128 + 2).
 "$run" -n 2 sh -c 'sleep 32.7183' &
 pid=$!

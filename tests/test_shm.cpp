@@ -445,6 +445,66 @@ TEST_CASE("shm: a full /dev/shm is reported as such", "[shm]") {
   CHECK(collx_shm_entries() == baseline);
 }
 
+TEST_CASE("shm: a staging size whose segment would wrap around is refused before anything is made", "[shm]") {
+  // 2^62 bytes per pair for 3 ranks: 9 pairs x 8 slots wrapped to a small size, and rank 0 mapped a
+  // segment smaller than its layout (a segfault). Refused on every rank, before /dev/shm is touched.
+  const int baseline = collx_shm_entries();
+  for (int rank : {0, 1}) {
+    collx::shm_options shm;
+    shm.bytes_per_peer = std::size_t{1} << 62;
+    const std::string job = "test-wrap-" + std::to_string(::getpid());
+    try {
+      collx::connect_shm(collx::launch_info{rank, 3, rank, 3, job, "test"}, {}, shm);
+      FAIL("connect_shm accepted a segment of more than 2^64 bytes");
+    } catch (const collx::error& e) {
+      CHECK(e.code() == collx::errc::invalid_argument);
+      CHECK_THAT(e.what(), Catch::Matchers::Contains("COLLX_SHM_BYTES_PER_PEER") && Catch::Matchers::Contains("too large"));
+    }
+  }
+  CHECK(collx_shm_entries() == baseline);
+}
+
+TEST_CASE("shm: ranks set up for other staging sizes fail at once, and a start that times out leaves no segment", "[shm]") {
+  // Rank 0 (a thread here) makes the job's segment and waits for rank 1. Rank 1 asks for another
+  // staging size (its own COLLX_SHM_BYTES_PER_PEER): it fails at once with both sizes named, not
+  // after the connect timeout with "did not appear". Rank 0's wait then times out, and it removes
+  // the segment, which no rank can use.
+  const std::string job = "test-disagree-" + std::to_string(::getpid());
+  const std::string path = "/dev/shm" + collx::transport_impl::shm_transport::segment_name(job);
+  std::string rank0;
+  std::thread first([&] {
+    collx::shm_options shm;
+    shm.bytes_per_peer = 64 << 10;
+    shm.connect_timeout = 4s;
+    try {
+      collx::connect_shm(collx::launch_info{0, 2, 0, 2, job, "test"}, {}, shm);
+      rank0 = "rank 0 connected alone";
+    } catch (const collx::error& e) {
+      rank0 = e.code() == collx::errc::timeout ? "" : e.what();
+    }
+  });
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (!std::filesystem::exists(path) && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(5ms);
+  std::this_thread::sleep_for(100ms);  // rank 0 has written its header
+  collx::shm_options shm;
+  shm.bytes_per_peer = 128 << 10;
+  shm.connect_timeout = 20s;
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    collx::connect_shm(collx::launch_info{1, 2, 1, 2, job, "test"}, {}, shm);
+    FAIL("rank 1 joined a segment set up for another staging size");
+  } catch (const collx::error& e) {
+    CHECK(e.code() == collx::errc::mismatch);
+    CHECK_THAT(e.what(), Catch::Matchers::Contains("65536 staging bytes per pair") && Catch::Matchers::Contains("131072") &&
+                             Catch::Matchers::Contains("COLLX_SHM_BYTES_PER_PEER"));
+  }
+  CHECK(std::chrono::steady_clock::now() - t0 < 3s);
+  first.join();
+  CHECK(rank0 == "");
+  CHECK_FALSE(std::filesystem::exists(path));
+  ::shm_unlink(collx::transport_impl::shm_transport::segment_name(job).c_str());
+}
+
 TEST_CASE("B6 over shm: unaligned buffers and a buffer that ends at a guard page", "[shm][B6]") {
   for (int cma : {0, -1}) {
     collx::shm_options shm;

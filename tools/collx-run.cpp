@@ -56,8 +56,8 @@ int main(int argc, char** argv) {
   }
   try {
     return collx::launch_program(n, argv + i);
-  } catch (const collx::error& e) {
+  } catch (const collx::error& e) {  // bad input (COLLX_BIND) as a usage error; fork failing as 1
     std::fprintf(stderr, "collx-run: %s\n", e.what());
-    return 1;
+    return e.code() == collx::errc::invalid_argument ? 2 : 1;
   }
 }

@@ -4,12 +4,14 @@
 #pragma once
 
 #include <sched.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <signal.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -50,15 +52,31 @@ inline std::string fresh_job_id(const char* prefix) {
          std::to_string(static_cast<unsigned long long>(t) % 1000000007ull);
 }
 
+/// Whether COLLX_BIND asks for pinning: unset or "core" yes, "none" no (case-insensitive).
+/// @throws collx::error(errc::invalid_argument) for any other value; the launchers ask before
+///         they fork, so that a bad value is one message, not one per rank.
+inline bool binding_wanted() {
+  const auto mode = env::get("COLLX_BIND");
+  if (mode && env::lower(*mode) == "none") return false;
+  if (mode && env::lower(*mode) != "core") env::reject("COLLX_BIND", *mode, "core or none");
+  return true;
+}
+
+/// In a rank just forked by `launcher`: SIGTERM when the launcher dies, so that ranks do not run
+/// on (or wait for peers until their timeout) after the launcher was killed with SIGKILL, which it
+/// cannot forward. The launcher may have died before the call: then the signal is raised at once.
+inline void die_with_launcher(pid_t launcher) {
+  ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (::getppid() != launcher) ::raise(SIGTERM);
+}
+
 /// Pins the calling process to one CPU of its allowed set, chosen by local rank from the machine's
 /// topology (topo::pin_cpus: ranks in contiguous blocks per NUMA node), when the ranks fit on the
 /// CPUs (as Open MPI binds by default): an unpinned rank that the scheduler moves or preempts turns
 /// a 1 us hand-off into a 100 us futex wake-up, and ranks crowded onto one node share its memory
 /// bandwidth. COLLX_BIND=none turns it off.
 inline void bind_to_core(int local_rank, int local_world_size) {
-  const auto mode = env::get("COLLX_BIND");
-  if (mode && env::lower(*mode) == "none") return;
-  if (mode && env::lower(*mode) != "core") env::reject("COLLX_BIND", *mode, "core or none");
+  if (!binding_wanted()) return;
   bool from_mask = false;
   const std::vector<int> allowed = allowed_cpus(&from_mask).list();
   if (!from_mask) return;  // the mask cannot be read: pinning could leave the process's cpuset
@@ -136,14 +154,19 @@ inline void abandon_start(const std::vector<pid_t>& pids, const std::string& job
 /// Forks `world_size` processes (each pinned to one CPU when they fit, see COLLX_BIND); process r connects to the others over shared memory as rank r and
 /// runs fn(communicator&). fn may return void (exit status 0) or an int (the exit status). An
 /// exception in fn is printed to stderr with the rank and gives exit status 1. Returns how every
-/// process ended, in rank order, after all ended. The caller should have no other threads running.
-/// @throws collx::error(errc::system) if fork fails (processes already started are killed, and the
-///         job's rendezvous segment removed).
+/// process ended, in rank order, after all ended; a segment the job left (a rank killed while it
+/// started) is removed then. The processes get SIGTERM if the caller dies. The caller should have
+/// no other threads running.
+/// @throws collx::error(errc::invalid_argument) for a bad COLLX_BIND, before anything starts;
+///         (errc::system) if fork fails (processes already started are killed, and the job's
+///         rendezvous segment removed).
 template <class F>
 std::vector<process_exit> run_processes(int world_size, F&& fn, const communicator_options& opt = {},
                                         const shm_options& shm = {}) {
   if (world_size < 1) COLLX_THROW(errc::invalid_argument, "run_processes: world size must be >= 1");
   const std::string job = detail::fresh_job_id("rp");
+  (void)detail::binding_wanted();
+  const pid_t parent = ::getpid();
   std::vector<pid_t> pids;
   std::fflush(nullptr);
   for (int r = 0; r < world_size; ++r) {
@@ -154,6 +177,7 @@ std::vector<process_exit> run_processes(int world_size, F&& fn, const communicat
     }
     if (pid == 0) {
       int code = 0;
+      detail::die_with_launcher(parent);
       try {
         detail::bind_to_core(r, world_size);
         launch_info info{r, world_size, r, world_size, job, "run_processes"};
@@ -174,6 +198,7 @@ std::vector<process_exit> run_processes(int world_size, F&& fn, const communicat
   }
   std::vector<process_exit> out;
   for (int r = 0; r < world_size; ++r) out.push_back(detail::wait_for(r, pids[static_cast<std::size_t>(r)]));
+  transport_impl::shm_transport::remove_if_stale(job);
   return out;
 }
 
@@ -211,17 +236,23 @@ class forward_signals {
 /// get SIGTERM, then SIGKILL after `grace`. SIGINT, SIGTERM and SIGHUP sent to the caller while it
 /// waits are forwarded to every rank's group (as mpirun does), with the same escalation. Waits only
 /// for its own ranks (other children of the caller are left alone). Returns the first failure's
-/// status (128 + signal for a signal, also for a forwarded one), or 0.
+/// status (128 + signal for a signal, also for a forwarded one), or 0. Ranks found ended together
+/// are told apart by how: one killed by a signal is the first failure over one that exited
+/// non-zero (a rank that sees a peer die exits with an error just after it). A segment the job
+/// left (a rank killed while it started) is removed once every rank ended. The ranks get SIGTERM
+/// if the caller dies (even of SIGKILL).
 /// @throws collx::error(errc::invalid_argument) before starting anything if the program cannot be
-/// run (not found on PATH, not executable), so that one message says so instead of one per rank;
-/// collx::error(errc::system) if fork fails (the ranks already started are killed, and the job's
-/// rendezvous segment removed).
+/// run (not found on PATH, not executable) or COLLX_BIND is bad, so that one message says so
+/// instead of one per rank; collx::error(errc::system) if fork fails (the ranks already started
+/// are killed, and the job's rendezvous segment removed).
 inline int launch_program(int world_size, char* const argv[], std::chrono::milliseconds grace = std::chrono::seconds(3)) {
   if (world_size < 1 || !argv || !argv[0]) COLLX_THROW(errc::invalid_argument, "launch_program: need N >= 1 and a program");
   if (const int e = detail::runnable(argv[0]); e != 0)
     COLLX_THROW(errc::invalid_argument, std::string("cannot run ") + argv[0] + ": " + std::strerror(e));
+  (void)detail::binding_wanted();
   const std::string job = env::get("COLLX_JOB_ID").value_or(detail::fresh_job_id("run"));
   const detail::forward_signals forwarding;
+  const pid_t parent = ::getpid();
   std::vector<pid_t> pids;
   std::fflush(nullptr);
   for (int r = 0; r < world_size; ++r) {
@@ -232,6 +263,7 @@ inline int launch_program(int world_size, char* const argv[], std::chrono::milli
     }
     if (pid == 0) {
       ::setpgid(0, 0);  // its own group: a failure elsewhere stops what it started too
+      detail::die_with_launcher(parent);
       ::setenv("COLLX_RANK", std::to_string(r).c_str(), 1);
       ::setenv("COLLX_WORLD_SIZE", std::to_string(world_size).c_str(), 1);
       ::setenv("COLLX_LOCAL_RANK", std::to_string(r).c_str(), 1);
@@ -260,32 +292,43 @@ inline int launch_program(int world_size, char* const argv[], std::chrono::milli
       if (!first_failure) first_failure = 128 + sig;
       deadline = std::chrono::steady_clock::now() + grace;
     }
-    bool reaped = false;
+    // The ranks that ended since the last pass. Of several failures, one killed by a signal
+    // comes first: its peers exit with an error when they see it gone, often before this pass.
+    struct ended_rank {
+      std::size_t rank;
+      pid_t pid;
+      int st;
+    };
+    std::vector<ended_rank> ended;
+    const std::size_t alive_before = alive;
     for (std::size_t r = 0; r < pids.size(); ++r) {
       if (pids[r] <= 0) continue;
       int st = 0;
       const pid_t got = ::waitpid(pids[r], &st, WNOHANG);
       if (got == 0 || (got < 0 && errno == EINTR)) continue;
-      const pid_t pid = pids[r];
-      pids[r] = -1, --alive, reaped = true;
-      if (got < 0) continue;  // not ours to wait for any more (ECHILD)
-      const int status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-      if (status != 0 && !first_failure) {
-        if (WIFEXITED(st))
-          std::fprintf(stderr, "collx-run: rank %zu (pid %d) exited with status %d; stopping the other ranks\n", r,
-                       static_cast<int>(pid), status);
-        else
-          std::fprintf(stderr, "collx-run: rank %zu (pid %d) was killed by signal %d (%s); stopping the other ranks\n", r,
-                       static_cast<int>(pid), WTERMSIG(st), ::strsignal(WTERMSIG(st)));
-        stop_others(status);
-      }
+      if (got > 0) ended.push_back({r, pids[r], st});  // else not ours to wait for any more (ECHILD)
+      pids[r] = -1, --alive;
     }
+    std::stable_partition(ended.begin(), ended.end(), [](const ended_rank& e) { return WIFSIGNALED(e.st); });
+    for (const ended_rank& e : ended) {
+      const int status = WIFEXITED(e.st) ? WEXITSTATUS(e.st) : 128 + WTERMSIG(e.st);
+      if (status == 0 || first_failure) continue;
+      if (WIFEXITED(e.st))
+        std::fprintf(stderr, "collx-run: rank %zu (pid %d) exited with status %d; stopping the other ranks\n", e.rank,
+                     static_cast<int>(e.pid), status);
+      else
+        std::fprintf(stderr, "collx-run: rank %zu (pid %d) was killed by signal %d (%s); stopping the other ranks\n", e.rank,
+                     static_cast<int>(e.pid), WTERMSIG(e.st), ::strsignal(WTERMSIG(e.st)));
+      stop_others(status);
+    }
+    const bool reaped = alive != alive_before;
     if (first_failure && std::chrono::steady_clock::now() > deadline) {  // grace period over
       detail::signal_ranks(pids, SIGKILL);
       deadline = std::chrono::steady_clock::time_point::max();
     }
     if (alive && !reaped) std::this_thread::sleep_for(std::chrono::milliseconds(first_failure ? 10 : 20));  // 50 looks a second: nothing next to a job
   }
+  transport_impl::shm_transport::remove_if_stale(job);
   return first_failure;
 }
 

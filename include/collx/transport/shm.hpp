@@ -688,6 +688,43 @@ class shm_transport final : public transport {
     if (n_ == 1) ::shm_unlink(name_.c_str());
   }
 
+  /// Unlinks the job's name if it still names this rank's segment (same creator), not one a later
+  /// job of the same id made after the last rank attached and unlinked ours.
+  void unlink_name_if_ours() const {
+    const int fd = ::shm_open(name_.c_str(), O_RDONLY, 0);
+    if (fd < 0) return;
+    struct stat st{};
+    bool ours = false;
+    if (::fstat(fd, &st) == 0 && static_cast<std::size_t>(st.st_size) >= sizeof(shm_segment::header))
+      if (void* p = ::mmap(nullptr, sizeof(shm_segment::header), PROT_READ, MAP_SHARED, fd, 0); p != MAP_FAILED) {
+        const auto* h = static_cast<const shm_segment::header*>(p);
+        ours = h->creator_pid == hdr()->creator_pid && h->creator_start == hdr()->creator_start;
+        ::munmap(p, sizeof(shm_segment::header));
+      }
+    ::close(fd);
+    if (ours) ::shm_unlink(name_.c_str());
+  }
+
+  /// "" unless the segment open as `fd` (`size` bytes) is a live job's, set up for another world
+  /// size or staging size than this rank's: then what differs, so that the rank fails now instead
+  /// of waiting out the connect timeout for a segment that will never fit.
+  std::string live_segment_disagrees(int fd, std::size_t size) const {
+    if (size < sizeof(shm_segment::header)) return "";  // rank 0 is still creating it
+    void* p = ::mmap(nullptr, sizeof(shm_segment::header), PROT_READ, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) return "";
+    const auto* h = static_cast<const shm_segment::header*>(p);
+    std::string why;
+    if (h->magic.load(std::memory_order_acquire) == shm_segment::magic_ready && !detail::process_dead(h->creator_pid, h->creator_start) &&
+        (h->world_size != n_ || h->total_bytes != bytes_))
+      why = "shared memory " + name_ + " was set up by rank 0 (pid " + std::to_string(h->creator_pid) + ") for " +
+            std::to_string(h->world_size) + " ranks and " + std::to_string(h->slot_bytes * h->slots) +
+            " staging bytes per pair, this rank has " + std::to_string(n_) + " ranks and " +
+            std::to_string(slot_bytes_ * slots_) +
+            ": the ranks disagree on the world size or COLLX_SHM_BYTES_PER_PEER, or another job has this job id";
+    ::munmap(p, sizeof(shm_segment::header));
+    return why;
+  }
+
   [[noreturn]] void system_error(const std::string& what, int err) {
     COLLX_THROW(errc::system, "rank " + std::to_string(rank_) + "/" + std::to_string(n_) + " shared memory " + name_ +
                                   ": " + what + ": " + std::strerror(err));
@@ -701,6 +738,12 @@ class shm_transport final : public transport {
       else per_peer = std::clamp<std::size_t>((std::size_t{64} << 20) / (static_cast<std::size_t>(n_) * n_), 64 << 10, 1 << 20);
     }
     if (per_peer < 4096) COLLX_THROW(errc::invalid_argument, "COLLX_SHM_BYTES_PER_PEER must be at least 4096 bytes");
+    // The segment holds n * n pairs' staging: past 2^62 bytes its size would wrap (or not fit the
+    // off_t that posix_fallocate takes), and a wrapped size maps a segment smaller than its layout.
+    const std::size_t pairs = static_cast<std::size_t>(n_) * static_cast<std::size_t>(n_);
+    if (per_peer > (std::size_t{1} << 62) / pairs)
+      COLLX_THROW(errc::invalid_argument, "COLLX_SHM_BYTES_PER_PEER (shm_options::bytes_per_peer) of " + std::to_string(per_peer) +
+                                              " bytes is too large: " + std::to_string(n_) + " ranks' segment would exceed 2^62 bytes");
     slots_ = 8;
     slot_bytes_ = per_peer / slots_ / 64 * 64;
     lay_ = shm_segment::compute(n_, slot_bytes_, slots_);
@@ -740,8 +783,14 @@ class shm_transport final : public transport {
         if (fd >= 0) {
           struct stat st{};
           const std::size_t marker = shm_segment::align_up(sizeof(shm_segment::header), 4096);
-          if (::fstat(fd, &st) == 0 && (static_cast<std::size_t>(st.st_size) == bytes_ ||
-                                         static_cast<std::size_t>(st.st_size) == marker)) {
+          const bool sized = ::fstat(fd, &st) == 0;
+          if (sized && static_cast<std::size_t>(st.st_size) != marker) {
+            if (const std::string why = live_segment_disagrees(fd, static_cast<std::size_t>(st.st_size)); !why.empty()) {
+              ::close(fd);
+              COLLX_THROW(errc::mismatch, "rank " + std::to_string(rank_) + "/" + std::to_string(n_) + ": " + why);
+            }
+          }
+          if (sized && (static_cast<std::size_t>(st.st_size) == bytes_ || static_cast<std::size_t>(st.st_size) == marker)) {
             const std::size_t map_bytes = static_cast<std::size_t>(st.st_size);
             // MAP_POPULATE: the page faults of the whole ring now, not in the first calls of each
             // message size (they made a cold 512 B all-reduce twice as slow as a warm one).
@@ -823,10 +872,12 @@ class shm_transport final : public transport {
     const auto connect_wait = [&](auto ready) {
       const auto st = detail::wait_until(me.bell, true, deadline, std::chrono::nanoseconds(0), ready, [&] { return interrupted(-1); },
                                          std::chrono::milliseconds(50));
-      if (st == detail::wait_status::timed_out)
+      if (st == detail::wait_status::timed_out) {
+        unlink_name_if_ours();  // the job cannot start: leave nothing in /dev/shm for a rank that never came
         COLLX_THROW(errc::timeout, "rank " + std::to_string(rank_) + "/" + std::to_string(n_) + ": only " +
                                        std::to_string(hdr()->attached.load()) + " of " + std::to_string(n_) +
                                        " ranks attached to " + name_ + " within the connect timeout");
+      }
       if (st == detail::wait_status::interrupted) raise_failure();
     };
     connect_wait(all_attached);
