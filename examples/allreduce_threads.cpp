@@ -1,8 +1,10 @@
 // allreduce over 4 ranks run as threads of this process (collx::run_threads): rank r contributes
 // [r+1, 10(r+1), 100(r+1), ...]; every rank ends with the element-wise sum and rank 0 prints it.
-// Usage: allreduce_threads [ranks (default 4)] [elements (default 8)]
+// Usage: allreduce_threads [ranks (1 to 4096, default 4)] [elements (0 to 1048576, default 8)]
 #include <collx/collx.hpp>
 
+#include <cctype>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -10,13 +12,32 @@
 #include <string>
 #include <vector>
 
+namespace {
+constexpr const char* usage = "[ranks (1 to 4096, default 4)] [elements (0 to 1048576, default 8)]";
+
+/// argv[i] as a decimal integer in [lo, hi], `def` when absent; anything else exits with status 2
+/// (atoi took "abc" as 0, and a count of -1 became a vector too large to create).
+long long arg(int argc, char** argv, int i, const char* what, long long def, long long lo, long long hi) {
+  if (argc <= i) return def;
+  char* end = nullptr;
+  errno = 0;
+  const long long x = std::strtoll(argv[i], &end, 10);
+  if (std::isspace(static_cast<unsigned char>(*argv[i])) || end == argv[i] || *end || errno == ERANGE || x < lo || x > hi) {
+    std::fprintf(stderr, "%s: %s must be an integer from %lld to %lld, got '%s'\nusage: %s %s\n", argv[0], what,
+                 lo, hi, argv[i], argv[0], usage);
+    std::exit(2);
+  }
+  return x;
+}
+}  // namespace
+
 int main(int argc, char** argv) {
-  const int ranks = argc > 1 ? std::atoi(argv[1]) : 4;
-  const std::size_t count = argc > 2 ? static_cast<std::size_t>(std::atol(argv[2])) : 8;
-  if (ranks < 1) {
-    std::fprintf(stderr, "usage: %s [ranks >= 1] [elements]\n", argv[0]);
+  if (argc > 3) {
+    std::fprintf(stderr, "usage: %s %s\n", argv[0], usage);
     return 2;
   }
+  const int ranks = static_cast<int>(arg(argc, argv, 1, "ranks", 4, 1, 4096));
+  const auto count = static_cast<std::size_t>(arg(argc, argv, 2, "elements", 8, 0, 1 << 20));
   std::vector<std::vector<double>> results(static_cast<std::size_t>(ranks));
   try {
     collx::run_threads(ranks, [&](collx::communicator& comm) {

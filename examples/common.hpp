@@ -13,6 +13,8 @@
 #include <collx/launch.hpp>
 #include <collx/transport/shm.hpp>
 
+#include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -26,9 +28,13 @@
 
 namespace collx_examples {
 
-/// `--name value` and `--flag` options; anything else is an error.
+/// The most ranks an example starts with --ranks: collx-run's limit for -n (tools/collx-run.cpp).
+inline constexpr int max_ranks = 4096;
+
+/// `--name value` and `--flag` options; anything else is an error (exit status 2, with the usage).
 class options {
  public:
+  /// Reads argv[1..]; -h or --help prints "usage: PROGRAM usage" and exits 0.
   options(int argc, char** argv, std::string usage) : usage_(std::move(usage)) {
     program_ = argc > 0 ? argv[0] : "example";
     for (int i = 1; i < argc; ++i) {
@@ -58,22 +64,44 @@ class options {
       }
     return def;
   }
-  long long get_int(const std::string& name, long long def) const {
+  /// The integer value of --name in [lo, hi] (decimal), or `def` if the option is absent. Anything
+  /// else (not a number, white space, out of range) fails with exit status 2, naming the option and
+  /// the range; `why`, if given, says where the range comes from.
+  long long get_int(const std::string& name, long long def, long long lo, long long hi, const std::string& why = "") const {
     const std::string v = get(name, "");
     if (v.empty()) return def;
     char* end = nullptr;
+    errno = 0;
     const long long x = std::strtoll(v.c_str(), &end, 10);
-    if (*end != '\0') fail(name + " wants an integer, got '" + v + "'");
+    // strtoll would skip leading white space; the range check also catches ERANGE's clamped values.
+    if (std::isspace(static_cast<unsigned char>(v[0])) || *end != '\0' || errno == ERANGE || x < lo || x > hi)
+      fail(name + " must be an integer from " + std::to_string(lo) + " to " + std::to_string(hi) +
+           (why.empty() ? "" : " (" + why + ")") + ", got '" + v + "'");
     return x;
   }
-  double get_double(const std::string& name, double def) const {
+  /// --ranks: how many processes to start, 0 if absent (the example's default, or the launcher's
+  /// world size). At most `max`: by default collx-run's -n limit, so that `prog --ranks N` takes
+  /// the N that `collx-run -n N prog` takes; an example with fewer possible ranks passes its own
+  /// limit and the reason.
+  int get_ranks(int max = max_ranks, const std::string& why = "collx-run's -n limit") const {
+    return static_cast<int>(get_int("--ranks", 0, 1, max, why));
+  }
+  /// The number value of --name in [lo, hi] (decimal), or `def` if the option is absent; anything
+  /// else (not a number, inf, nan, white space, out of range) fails with exit status 2.
+  double get_double(const std::string& name, double def, double lo, double hi) const {
     const std::string v = get(name, "");
     if (v.empty()) return def;
     char* end = nullptr;
     const double x = std::strtod(v.c_str(), &end);
-    if (*end != '\0') fail(name + " wants a number, got '" + v + "'");
+    // !(x >= lo && x <= hi) is also true for nan.
+    if (std::isspace(static_cast<unsigned char>(v[0])) || *end != '\0' || !(x >= lo && x <= hi)) {
+      char range[64];
+      std::snprintf(range, sizeof range, "from %g to %g", lo, hi);
+      fail(name + " must be a number " + range + ", got '" + v + "'");
+    }
     return x;
   }
+  /// True if --name was given (with or without a value).
   bool has(const std::string& name) const {
     used_.push_back(name);
     for (const auto& it : items_)
@@ -88,6 +116,7 @@ class options {
       if (!known) fail("unknown option " + it.first);
     }
   }
+  /// Prints `why` and the usage to stderr and exits with status 2 (a bad command line).
   [[noreturn]] void fail(const std::string& why) const {
     std::fprintf(stderr, "%s: %s\nusage: %s %s\n", program_.c_str(), why.c_str(), program_.c_str(), usage_.c_str());
     std::exit(2);

@@ -186,12 +186,11 @@ std::vector<std::vector<float>> train_unsharded(const problem& pb, const config&
 
 int main(int argc, char** argv) {
   ex::options opt(argc, argv, "[--ranks N] [--epochs E] [--batch B]");
-  const int ranks = static_cast<int>(opt.get_int("--ranks", 0));
+  const int ranks = opt.get_ranks();
   config cfg;
-  cfg.epochs = static_cast<int>(opt.get_int("--epochs", cfg.epochs));
-  cfg.batch = static_cast<std::size_t>(opt.get_int("--batch", static_cast<long long>(cfg.batch)));
+  cfg.epochs = static_cast<int>(opt.get_int("--epochs", cfg.epochs, 1, 100000));
+  cfg.batch = static_cast<std::size_t>(opt.get_int("--batch", static_cast<long long>(cfg.batch), 1, 1 << 20));
   opt.reject_unknown();
-  if (cfg.epochs < 1 || cfg.batch < 1) opt.fail("bad value");
   const problem pb;
 
   return ex::run_ranks(ranks > 0 ? ranks : (ex::started_by_launcher() ? 0 : 4), [&](collx::communicator& comm) {

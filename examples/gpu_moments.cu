@@ -186,14 +186,10 @@ int run(collx::communicator& comm, std::size_t samples0, std::size_t features) {
 
 int main(int argc, char** argv) {
   ex::options opt(argc, argv, "[--ranks N] [--samples S] [--features F]");
-  const long long ranks = opt.get_int("--ranks", 0), samples = opt.get_int("--samples", 1000),
-                  features = opt.get_int("--features", 300);
+  const int ranks = opt.get_ranks(collx::gpu::max_device_world, "ranks of one device communicator");
+  const long long samples = opt.get_int("--samples", 1000, 2, 1 << 24), features = opt.get_int("--features", 300, 1, 1 << 20);
   opt.reject_unknown();
-  if (opt.has("--ranks") && (ranks < 1 || ranks > collx::gpu::max_device_world))
-    opt.fail("--ranks must be 1 to " + std::to_string(collx::gpu::max_device_world) + " (ranks of one device communicator)");
-  if (samples < 2 || samples > (1 << 24) || features < 1 || features > (1 << 20))
-    opt.fail("--samples must be 2 to 16777216 and --features 1 to 1048576");
-  return ex::run_ranks(ranks > 0 ? static_cast<int>(ranks) : (ex::started_by_launcher() ? 0 : 2),
+  return ex::run_ranks(ranks > 0 ? ranks : (ex::started_by_launcher() ? 0 : 2),
                        [&](collx::communicator& comm) {
     return run(comm, static_cast<std::size_t>(samples), static_cast<std::size_t>(features));
   });

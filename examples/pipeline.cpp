@@ -134,11 +134,11 @@ std::vector<double> train_unpipelined(const problem& pb, int steps, std::vector<
 
 int main(int argc, char** argv) {
   ex::options opt(argc, argv, "[--ranks S (1..4)] [--steps T] [--micro-batches M]");
-  const int ranks = static_cast<int>(opt.get_int("--ranks", 0));
-  const int steps = static_cast<int>(opt.get_int("--steps", 24));
-  const auto micro = static_cast<std::size_t>(opt.get_int("--micro-batches", 8));
+  const int ranks = opt.get_ranks(L, "one stage per layer");
+  const int steps = static_cast<int>(opt.get_int("--steps", 24, 1, 100000));
+  const auto micro = static_cast<std::size_t>(opt.get_int("--micro-batches", 8, 1, batch));
   opt.reject_unknown();
-  if (steps < 1 || micro < 1 || batch % micro != 0) opt.fail("--steps >= 1, --micro-batches must divide 32");
+  if (batch % micro != 0) opt.fail("--micro-batches must divide the batch of " + std::to_string(batch));
   const std::size_t mb = batch / micro;  // samples per micro-batch
   const problem pb;
 

@@ -348,8 +348,9 @@ int matrix_part(collx::communicator& comm, ex::checker& check, std::size_t count
 
 int main(int argc, char** argv) {
   ex::options opt(argc, argv, "[--ranks N] [--count K]");
-  const int ranks = static_cast<int>(opt.get_int("--ranks", 0));
-  const auto count = static_cast<std::size_t>(opt.get_int("--count", 512));
+  const int ranks = opt.get_ranks();
+  // --count 0 would leave the matrix part nothing to compare (its checks need at least one).
+  const auto count = static_cast<std::size_t>(opt.get_int("--count", 512, 1, 1 << 20));
   opt.reject_unknown();
   return ex::run_ranks(ranks > 0 ? ranks : (ex::started_by_launcher() ? 0 : 4), [&](collx::communicator& comm) {
     ex::checker check{comm.rank(), 0};

@@ -75,10 +75,9 @@ void hidden(const std::vector<float>& X, std::size_t rows, const std::vector<flo
 
 int main(int argc, char** argv) {
   ex::options opt(argc, argv, "[--ranks N] [--tokens M]");
-  const int ranks = static_cast<int>(opt.get_int("--ranks", 0));
-  const auto M = static_cast<std::size_t>(opt.get_int("--tokens", 48));
+  const int ranks = opt.get_ranks();
+  const auto M = static_cast<std::size_t>(opt.get_int("--tokens", 48, 1, 1 << 16));
   opt.reject_unknown();
-  if (M < 1) opt.fail("--tokens must be >= 1");
 
   // Every rank builds the same activations and full weights from fixed seeds, then keeps its slice.
   const auto X = random_matrix(M, K, 11, 1.0f);

@@ -344,22 +344,22 @@ int main(int argc, char** argv) {
   ex::options opt(argc, argv,
                   "[--ranks N] [--epochs E] [--batch B] [--hidden H] [--lr LR] [--momentum M] [--bucket-bytes BYTES] "
                   "[--no-overlap] [--shards S] [--min-accuracy A] [--no-verify] [--data PATH] [--out FILE]");
-  const int ranks = static_cast<int>(opt.get_int("--ranks", 0));
+  const int ranks = opt.get_ranks();
   config cfg;
-  cfg.epochs = static_cast<int>(opt.get_int("--epochs", cfg.epochs));
-  cfg.batch = static_cast<std::size_t>(opt.get_int("--batch", static_cast<long long>(cfg.batch)));
-  cfg.hidden = static_cast<int>(opt.get_int("--hidden", cfg.hidden));
-  cfg.lr = static_cast<float>(opt.get_double("--lr", cfg.lr));
-  cfg.momentum = static_cast<float>(opt.get_double("--momentum", cfg.momentum));
-  cfg.bucket_bytes = static_cast<std::size_t>(opt.get_int("--bucket-bytes", static_cast<long long>(cfg.bucket_bytes)));
+  cfg.epochs = static_cast<int>(opt.get_int("--epochs", cfg.epochs, 1, 100000));
+  cfg.batch = static_cast<std::size_t>(opt.get_int("--batch", static_cast<long long>(cfg.batch), 1, 1 << 20));
+  cfg.hidden = static_cast<int>(opt.get_int("--hidden", cfg.hidden, 1, 1 << 16));
+  cfg.lr = static_cast<float>(opt.get_double("--lr", cfg.lr, 0, 100));
+  cfg.momentum = static_cast<float>(opt.get_double("--momentum", cfg.momentum, 0, 1));
+  cfg.bucket_bytes =
+      static_cast<std::size_t>(opt.get_int("--bucket-bytes", static_cast<long long>(cfg.bucket_bytes), 0, 1ll << 30));
   cfg.overlap = !opt.has("--no-overlap");
-  const int shards_opt = static_cast<int>(opt.get_int("--shards", 0));
-  const double min_accuracy = opt.get_double("--min-accuracy", 0.90);
+  const int shards_opt = static_cast<int>(opt.get_int("--shards", 0, 0, ex::max_ranks));
+  const double min_accuracy = opt.get_double("--min-accuracy", 0.90, 0, 1);
   const bool verify = !opt.has("--no-verify");
   const std::string path = opt.get("--data", COLLX_EXAMPLES_DATA_DIR "/digits.csv.gz");
   const std::string out_path = opt.get("--out", "");
   opt.reject_unknown();
-  if (cfg.epochs < 1 || cfg.batch < 1 || cfg.hidden < 1 || shards_opt < 0 || ranks < 0) opt.fail("bad value");
 
   // Every rank reads the file itself (it is small); a bad file fails before any rank starts.
   dataset data;
