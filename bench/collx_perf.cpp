@@ -245,8 +245,18 @@ int main(int argc, char** argv) {
     return usage("--algo hierarchical needs --transport mpi (nodes come from the MPI bootstrap)");
   if (o.collective == cp::coll::all_to_all && o.algo == "tree")
     return usage("all_to_all has no tree algorithm (ring, direct or auto)");
+  // Bad input exits 2 here, once, rather than 1 from every rank once the sweep has started.
+  if (!cp::with_type(o.type, [](auto tag) { return collx_perf_backend::built_for<typename decltype(tag)::type>(); }))
+    return usage("-d: this collx-perf was built without that element type (configure it in COLLX_PERF_TYPES, "
+                 "bench/CMakeLists.txt)");
 
   try {
+    try {
+      (void)comm_options(o);  // reads COLLX_TIMEOUT, COLLX_SEGMENT_BYTES and COLLX_ALGO
+    } catch (const collx::error& e) {
+      if (e.code() == collx::errc::invalid_argument) return usage(e.what());
+      throw;
+    }
 #ifdef COLLX_PERF_HAVE_MPI
     if (o.transport == "mpi") return run_over_mpi(argc, argv, o);
 #endif

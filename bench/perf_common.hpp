@@ -28,6 +28,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cinttypes>
 #include <cstdint>
@@ -157,11 +159,13 @@ inline std::size_t parse_bytes(const std::string& flag, const std::string& v) {
   return static_cast<std::size_t>(base * mult);
 }
 
+/// A decimal integer in [lo, hi]; anything else (white space included) is a usage_error naming the flag.
 inline long long parse_integer(const std::string& flag, const std::string& v, long long lo, long long hi) {
   char* end = nullptr;
   errno = 0;
   const long long x = std::strtoll(v.c_str(), &end, 10);
-  if (v.empty() || *end || errno == ERANGE || x < lo || x > hi)
+  // strtoll skips leading white space; the other tests catch the rest.
+  if (v.empty() || std::isspace(static_cast<unsigned char>(v[0])) || *end || errno == ERANGE || x < lo || x > hi)
     throw usage_error(flag + ": expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got '" +
                       v + "'");
   return x;
@@ -173,7 +177,7 @@ struct options {
   coll collective = coll::allreduce;
   std::size_t min_bytes = 32u << 20, max_bytes = 32u << 20;
   std::size_t step_bytes = 1u << 20;  ///< -i
-  double step_factor = 1;             ///< -f (> 1: multiply; else add -i)
+  double step_factor = 1;             ///< -f (> 1: multiply; 1, when -f is not given: add -i)
   int iters = 20, warmup = 5;
   int check = 1;
   dtype type = dtype::float32;
@@ -196,8 +200,10 @@ struct options {
     std::vector<std::size_t> v;
     for (std::size_t s = min_bytes; s <= max_bytes;) {
       v.push_back(s);
-      std::size_t next = step_factor > 1 ? static_cast<std::size_t>(static_cast<double>(s) * step_factor) : s + step_bytes;
-      if (next <= s) break;  // -f 1 -i 0, or a factor that does not grow a tiny size
+      const double grown = static_cast<double>(s) * step_factor;
+      if (step_factor > 1 && grown > static_cast<double>(max_bytes)) break;  // (and never casts past size_t)
+      const std::size_t next = step_factor > 1 ? static_cast<std::size_t>(grown) : s + step_bytes;
+      if (next <= s) break;  // -i 0 (or a wrap past size_t), or a factor that does not grow a tiny size
       s = next;
     }
     return v;
@@ -207,7 +213,7 @@ struct options {
 inline const char* common_usage =
     "  -b, --minbytes SIZE      smallest size, bytes (K, M, G suffixes; default 32M)\n"
     "  -e, --maxbytes SIZE      largest size (default 32M)\n"
-    "  -f, --stepfactor F       multiply the size by F between steps (F > 1)\n"
+    "  -f, --stepfactor F       multiply the size by F between steps (1 < F <= 1024)\n"
     "  -i, --stepbytes SIZE     else add SIZE between steps (default 1M)\n"
     "  -n, --iters N            timed calls per size (default 20)\n"
     "  -w, --warmup_iters N     untimed calls before each size (default 5)\n"
@@ -247,7 +253,9 @@ inline options parse_options(int argc, char** argv, int first) {
       const std::string s = value();
       char* end = nullptr;
       o.step_factor = std::strtod(s.c_str(), &end);
-      if (s.empty() || *end || !(o.step_factor >= 1)) throw usage_error(a + ": expected a factor >= 1, got '" + s + "'");
+      // > 1 as the help says (1 used to fall back to adding -i); !(...) also catches nan.
+      if (s.empty() || std::isspace(static_cast<unsigned char>(s[0])) || *end || !(o.step_factor > 1 && o.step_factor <= 1024))
+        throw usage_error(a + ": expected a factor F with 1 < F <= 1024 (leave -f out to add -i instead), got '" + s + "'");
     } else if (is("-n", "--iters")) o.iters = static_cast<int>(parse_integer(a, value(), 1, 1 << 30));
     else if (is("-w", "--warmup_iters")) o.warmup = static_cast<int>(parse_integer(a, value(), 0, 1 << 30));
     else if (is("-c", "--check")) o.check = static_cast<int>(parse_integer(a, value(), 0, 1));
@@ -298,6 +306,10 @@ inline options parse_options(int argc, char** argv, int first) {
     } else throw usage_error("unknown option '" + a + "'");
   }
   if (o.min_bytes > o.max_bytes) throw usage_error("-b is larger than -e");
+  // Caught here rather than when the sweep allocates (which failed with exit status 1, not 2).
+  if (o.registered && o.transport != "shm")
+    throw usage_error("-R 1: registered buffers are collx::shm_buffer, shared memory between processes; they need "
+                      "--transport shm (the default), not " + o.transport);
   return o;
 }
 

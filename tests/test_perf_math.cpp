@@ -2,7 +2,12 @@
 // peers, which share bench/perf_math.hpp) is nccl-tests' doc/PERFORMANCE.md to the last digit.
 #include <catch2/catch.hpp>
 
-#include "perf_math.hpp"  // found with -iquote bench (tests/CMakeLists.txt)
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "perf_common.hpp"  // collx-perf's command line (parse_options)
+#include "perf_math.hpp"    // found with -iquote bench (tests/CMakeLists.txt)
 
 using namespace collx_perf;
 
@@ -91,4 +96,48 @@ TEST_CASE("names round-trip, nccl-tests' names accepted") {
   CHECK(parse_coll("all_reduce") == coll::allreduce);
   CHECK(parse_coll("alltoall") == coll::all_to_all);
   CHECK_FALSE(parse_coll("gather").has_value());
+}
+
+namespace {
+/// parse_options on "collx-perf allreduce ARGS...", or the usage_error's message ("" if none).
+std::string usage_error_of(std::initializer_list<const char*> args) {
+  std::vector<std::string> words{"collx-perf", "allreduce"};
+  words.insert(words.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& w : words) argv.push_back(w.data());
+  try {
+    (void)parse_options(static_cast<int>(argv.size()), argv.data(), 2);
+  } catch (const usage_error& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST_CASE("command line: -f takes 1 < F <= 1024 as the help says, -R 1 only with shm; both usage errors (exit 2)") {
+  for (const char* f : {"1", "0.5", "1.0", "nan", "inf", "2000", " 2", "2x", ""}) {
+    INFO(f);
+    CHECK(usage_error_of({"-f", f}).find("-f: expected a factor F with 1 < F <= 1024") != std::string::npos);
+  }
+  CHECK(usage_error_of({"-f", "2"}).empty());
+  CHECK(usage_error_of({"-f", "1.5"}).empty());
+  // -R 1 needs collx::shm_buffer, i.e. processes over shared memory; threads failed mid-run (exit 1).
+  CHECK(usage_error_of({"-R", "1", "--transport", "threads"}).find("-R 1") != std::string::npos);
+  CHECK(usage_error_of({"--transport", "threads", "-R", "1"}).find("--transport shm") != std::string::npos);
+  CHECK(usage_error_of({"-R", "1"}).empty());
+  CHECK(usage_error_of({"-R", "0", "--transport", "threads"}).empty());
+  // Integers: no white space around them (strtoll skipped leading blanks).
+  CHECK(usage_error_of({"-n", " 3"}).find("-n: expected an integer") != std::string::npos);
+}
+
+TEST_CASE("the size sweep: -f multiplies up to -e, never past size_t; without -f, -i adds") {
+  const char* argv_mul[] = {"collx-perf", "allreduce", "-b", "8", "-e", "100", "-f", "3"};
+  CHECK(parse_options(8, const_cast<char**>(argv_mul), 2).sizes() == std::vector<std::size_t>{8, 24, 72});
+  const char* argv_add[] = {"collx-perf", "allreduce", "-b", "8", "-e", "30", "-i", "10"};
+  CHECK(parse_options(8, const_cast<char**>(argv_add), 2).sizes() == std::vector<std::size_t>{8, 18, 28});
+  options o;
+  o.min_bytes = std::size_t{1} << 62;
+  o.max_bytes = ~std::size_t{0};
+  o.step_factor = 1024;  // 2^72 does not fit: the sweep ends instead of casting it
+  CHECK(o.sizes() == std::vector<std::size_t>{std::size_t{1} << 62});
 }
