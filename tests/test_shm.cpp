@@ -505,6 +505,33 @@ TEST_CASE("shm: ranks set up for other staging sizes fail at once, and a start t
   ::shm_unlink(collx::transport_impl::shm_transport::segment_name(job).c_str());
 }
 
+TEST_CASE("shm: ranks that cut calls into other segment sizes are told so", "[shm]") {
+  // The calls agree (same count, type, op), but rank 1 runs reductions in 8 KiB segments and rank
+  // 0 in 4 KiB ones (COLLX_SEGMENT_BYTES set on one rank only): the error names the setting, not
+  // the per-rank counts, which agree.
+  const std::string job = "test-segments-" + std::to_string(::getpid());
+  std::string errors[2];
+  std::thread ranks[2];
+  for (int r = 0; r < 2; ++r)
+    ranks[r] = std::thread([&, r] {
+      collx::communicator_options o;
+      o.timeout = 20s;
+      o.max_segment_bytes = r == 0 ? 4096 : 8192;
+      try {
+        collx::communicator comm = collx::connect_shm(collx::launch_info{r, 2, r, 2, job, "test"}, o);
+        std::vector<float> v(4096, 1.0f);
+        collx::allreduce<collx::algo::direct>(comm, std::span<float>(v));
+      } catch (const collx::error& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& t : ranks) t.join();
+  INFO(errors[0] << "\n" << errors[1]);
+  CHECK((errors[0].find("COLLX_SEGMENT_BYTES") != std::string::npos || errors[1].find("COLLX_SEGMENT_BYTES") != std::string::npos));
+  CHECK(errors[0].find("per-rank counts") == std::string::npos);
+  CHECK(errors[1].find("per-rank counts") == std::string::npos);
+}
+
 TEST_CASE("B6 over shm: unaligned buffers and a buffer that ends at a guard page", "[shm][B6]") {
   for (int cma : {0, -1}) {
     collx::shm_options shm;

@@ -316,9 +316,7 @@ class mpi_transport final : public transport {
     std::string mismatch;
     if (!(h.sig == sig)) mismatch = explain(sig, h.sig, peer);
     else if (h.bytes != bytes)
-      mismatch = "message size differs: rank " + std::to_string(peer) + " sends " + std::to_string(h.bytes) +
-                 " bytes, rank " + std::to_string(rank_) + " expects " + std::to_string(bytes) +
-                 " (per-rank counts disagree)";
+      mismatch = message_size_mismatch(peer, h.bytes, rank_, bytes);
     else if (h.piece % std::max<std::size_t>(1, granularity) != 0)
       mismatch = "rank " + std::to_string(peer) + " cuts messages into " + std::to_string(h.piece) +
                  "-byte pieces, not whole " + std::to_string(granularity) + "-byte elements";

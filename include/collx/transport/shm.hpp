@@ -280,9 +280,7 @@ class shm_transport final : public transport {
       if (first) {
         if (!(s.sig == sig)) mismatch(describe_stale_or(s.sig, sig, peer_rank));
         if (s.total_bytes != bytes)
-          mismatch("message size differs: rank " + std::to_string(peer_rank) + " sends " + std::to_string(s.total_bytes) +
-                   " bytes, rank " + std::to_string(rank_) + " expects " + std::to_string(bytes) +
-                   " (per-rank counts disagree)");
+          mismatch(message_size_mismatch(peer_rank, s.total_bytes, rank_, bytes));
         first = false;
       }
       if (s.kind == shm_segment::slot_kind::cma) {

@@ -184,9 +184,7 @@ class threads_transport final : public transport {
     const thread_world::message& m = box.slots[k % thread_world::mailbox_capacity];
     if (!(m.sig == sig)) fail_out(errc::mismatch, describe_mismatch(sig, rank_, m.sig, peer));
     if (m.bytes != bytes)
-      fail_out(errc::mismatch, "message size differs: rank " + std::to_string(peer) + " sends " +
-                                   std::to_string(m.bytes) + " bytes, rank " + std::to_string(rank_) + " expects " +
-                                   std::to_string(bytes) + " (per-rank counts disagree)");
+      fail_out(errc::mismatch, message_size_mismatch(peer, m.bytes, rank_, bytes));
     // The message is the sender's own memory, valid only while the sender is inside the call. A
     // sender that fails leaves the call at once, so announce the read and then re-check the
     // failure: a sender failing after this point waits in quiesce() until the read is over; one

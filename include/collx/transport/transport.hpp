@@ -109,6 +109,16 @@ inline std::string describe_call(const call_signature& c) {
   return s + ", " + std::string(algorithm_name(static_cast<algorithm>(c.algo))) + ")";
 }
 
+/// Why a message of `sent` bytes from rank `peer` does not fit rank `me`'s `expected` though their
+/// call signatures (counts included) agree: the ranks cut the call into different messages, which
+/// differing communicator_options::max_segment_bytes (COLLX_SEGMENT_BYTES) do.
+inline std::string message_size_mismatch(int peer, std::uint64_t sent, int me, std::uint64_t expected) {
+  return "message size differs: rank " + std::to_string(peer) + " sends " + std::to_string(sent) + " bytes, rank " +
+         std::to_string(me) + " expects " + std::to_string(expected) +
+         " (the calls agree, so the ranks cut them differently: COLLX_SEGMENT_BYTES, or "
+         "communicator_options::max_segment_bytes, must be the same on every rank)";
+}
+
 /// A failure as the other ranks read it: "rank R failed: why", so that a relayed error does not
 /// read as their own (unchanged when `why` already starts with "rank R ").
 inline std::string reported_by(int rank, const std::string& why) {
