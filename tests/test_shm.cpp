@@ -532,6 +532,56 @@ TEST_CASE("shm: ranks that cut calls into other segment sizes are told so", "[sh
   CHECK(errors[1].find("per-rank counts") == std::string::npos);
 }
 
+TEST_CASE("shm: a timeout says what the peer blocks on, also in point-to-point calls", "[shm]") {
+  // Both ranks send 4 MiB first, more than the ring holds: each waits for the other to consume
+  // (no collective call was made, so only what each blocks on can tell where the peer is). With
+  // CMA off, so that the send stages through the ring whatever the machine.
+  collx::communicator_options o;
+  o.timeout = 2s;
+  collx::shm_options shm;
+  shm.cma = 0;
+  const auto both_send = collx::run_processes(2, [](collx::communicator& comm) -> int {
+    std::vector<float> buf(1 << 20, 1.0f);
+    try {
+      collx::send(comm, std::span<const float>(buf), 1 - comm.rank());
+      return 2;
+    } catch (const collx::error& e) {
+      const std::string m = e.what();
+      std::fprintf(stderr, "both send, rank %d: %s\n", comm.rank(), m.c_str());
+      if (e.code() != collx::errc::timeout) return 3;
+      // The rank that timed out first sees its peer still blocked; the other may see the failure first.
+      return m.find("it waits for its messages to be consumed by rank " + std::to_string(comm.rank()) +
+                    ", this rank: each waits for the other") != std::string::npos ? 0 : 10;
+    }
+  }, o, shm);
+  CHECK((both_send[0].exit_code == 0 || both_send[1].exit_code == 0));
+  for (const auto& e : both_send) CHECK((e.exit_code == 0 || e.exit_code == 10));
+
+  // Rank 1 is in the same all-reduce but busy in its op (3 s at its first fold), while rank 0
+  // waits for the ring's next message from it: "not blocked".
+  const auto busy = collx::run_processes(2, [](collx::communicator& comm) -> int {
+    static bool slept = false;
+    const bool slow = comm.rank() == 1;
+    const auto slow_sum = collx::commutative_op{[slow](float a, float b) {
+      if (slow && !slept) {
+        slept = true;
+        std::this_thread::sleep_for(3s);
+      }
+      return a + b;
+    }};
+    std::vector<float> v(1 << 16, 1.0f);
+    try {
+      collx::allreduce<collx::algo::ring>(comm, std::span<float>(v), slow_sum);
+      return 2;
+    } catch (const collx::error& e) {
+      if (comm.rank() == 1) return 0;
+      std::fprintf(stderr, "busy peer, rank 0: %s\n", e.what());
+      return std::string(e.what()).find("rank 1 is in this call too, not blocked") != std::string::npos ? 0 : 10;
+    }
+  }, o, shm);
+  CHECK(busy[0].exit_code == 0);
+}
+
 TEST_CASE("B6 over shm: unaligned buffers and a buffer that ends at a guard page", "[shm][B6]") {
   for (int cma : {0, -1}) {
     collx::shm_options shm;

@@ -88,8 +88,8 @@ struct shm_segment {
   static constexpr std::uint64_t magic_ready = 0x636f6c6c78736d31ull;   // "collxsm1"
   static constexpr std::uint64_t magic_failed = 0x636f6c6c78666169ull;  // rank 0 could not set up
   // 2: peer_info::call; 3: call on its own line, slots line-aligned; 4: a slot's stamp replaces the
-  // posted counter; 5: peer_info::cpus; 6: peer_info::calls (a history)
-  static constexpr std::uint32_t layout_version = 6;
+  // posted counter; 5: peer_info::cpus; 6: peer_info::calls (a history); 7: peer_info::waiting
+  static constexpr std::uint32_t layout_version = 7;
   /// Calls each rank's published history keeps.
   static constexpr std::size_t call_history = published_call_history;
 
@@ -128,6 +128,10 @@ struct shm_segment {
     /// Seqlock over `last` and `calls`: odd while they are written. On its own line: the owner
     /// writes it every call, while peers read `bell` on every message.
     alignas(64) std::atomic<std::uint32_t> call_version{0};
+    /// What the rank waits for while it blocks (0: it does not): wait_kind << 32 | (peer + 1). Read
+    /// only by a peer that timed out, to say where the rank is (point-to-point calls announce no
+    /// call, and a rank that waits for its waiter is a deadlock).
+    std::atomic<std::uint64_t> waiting{0};
     std::uint64_t last = 0;                      ///< sequence number of the call announced last (0: none)
     /// The calls announced last (transport::announce), call k at calls[k % call_history]: a peer
     /// that moved on can still be compared with a rank that waits in an earlier call.
@@ -276,7 +280,7 @@ class shm_transport final : public transport {
     bool first = true;
     do {
       const shm_segment::slot& s = slot_at(peer_rank, rank_, k);
-      wait("a message from", peer_rank, [&] { return s.stamp.load(std::memory_order_acquire) == k + 1; });
+      wait(wait_kind::message_from, peer_rank, [&] { return s.stamp.load(std::memory_order_acquire) == k + 1; });
       if (first) {
         if (!(s.sig == sig)) mismatch(describe_stale_or(s.sig, sig, peer_rank));
         if (s.total_bytes != bytes)
@@ -309,7 +313,7 @@ class shm_transport final : public transport {
       auto& q = out_[i];
       if (q.empty() && seen_consumed_[i] >= zero_copy_until_[i]) continue;
       shm_segment::mailbox& box = mbox(rank_, p);
-      wait("its messages to be consumed by", p, [&] {
+      wait(wait_kind::consumed_by, p, [&] {
         seen_consumed_[i] = box.consumed.load(std::memory_order_acquire);
         return q.empty() && seen_consumed_[i] >= zero_copy_until_[i];
       });
@@ -611,31 +615,54 @@ class shm_transport final : public transport {
     return describe_mismatch(sig, rank_, got, from);
   }
 
-  /// What rank r is doing, from the call it announced last, for a timeout's message.
+  /// What rank r is doing, from the call it announced last and what it blocks on, for a
+  /// timeout's message.
   std::string where_is(int r) const {
     call_signature theirs;
-    const std::string who = "rank " + std::to_string(r);
-    if (!announced_call(r, theirs)) return who + " has made no call on this communicator yet: it is late or stuck";
+    const std::string who = "rank " + std::to_string(r), waits = waits_for(r);
+    const std::string then = waits.empty() ? "" : "; " + waits;
+    if (!announced_call(r, theirs))  // point-to-point calls announce nothing
+      return waits.empty() ? who + " has made no collective call on this communicator yet, and blocks on nothing: it is late or stuck"
+                           : who + " has made no collective call on this communicator yet" + then;
     if (theirs.seq < announced_.seq)
-      return who + " is still in or after its " + describe_call(theirs) + ", before this call: it is late or stuck";
-    if (theirs == announced_) return who + " is in this call too, waiting for another rank";
-    if (theirs.seq > announced_.seq) return who + " is already in its " + describe_call(theirs) + ", a later call";
-    return who + " is in its " + describe_call(theirs) + ": it called something else";
+      return who + " is still in or after its " + describe_call(theirs) + ", before this call" +
+             (waits.empty() ? ": it is late or stuck" : then);
+    if (theirs == announced_)
+      return who + " is in this call too" + (waits.empty() ? ", not blocked: it is busy, or stopped" : then);
+    if (theirs.seq > announced_.seq) return who + " is already in its " + describe_call(theirs) + ", a later call" + then;
+    return who + " is in its " + describe_call(theirs) + ": it called something else" + then;
+  }
+
+  /// What a rank blocks on (peer_info::waiting), worded as wait()'s `what`.
+  enum class wait_kind : std::uint32_t { message_from = 1, consumed_by = 2 };
+  static const char* wait_words(wait_kind k) { return k == wait_kind::message_from ? "a message from" : "its messages to be consumed by"; }
+
+  /// What rank r waits for now ("" if it does not block), for where_is.
+  std::string waits_for(int r) const {
+    const std::uint64_t w = peer(r).waiting.load(std::memory_order_relaxed);
+    if (w == 0) return "";
+    const int q = static_cast<int>(w & 0xffffffffu) - 1;
+    return std::string("it waits for ") + wait_words(static_cast<wait_kind>(w >> 32)) + " rank " + std::to_string(q) +
+           (q == rank_ ? ", this rank: each waits for the other" : "");
   }
 
   template <class Ready>
-  void wait(const char* what, int peer_rank, Ready ready) {
+  void wait(wait_kind kind, int peer_rank, Ready ready) {
     auto ready_with_progress = [&] {
       progress_all();
       return ready();
     };
     if (ready_with_progress()) return;
+    std::atomic<std::uint64_t>& waiting = peer(rank_).waiting;
+    waiting.store(std::uint64_t{static_cast<std::uint32_t>(kind)} << 32 | static_cast<std::uint32_t>(peer_rank + 1),
+                  std::memory_order_relaxed);
     const auto st = detail::wait_until(peer(rank_).bell, true, std::chrono::nanoseconds(timeout_), spin_, ready_with_progress,
                                        [&] { return interrupted(peer_rank) && !ready(); },
                                        std::chrono::milliseconds(50));
+    waiting.store(0, std::memory_order_relaxed);
     if (st == detail::wait_status::ready) return;
     if (st == detail::wait_status::timed_out) {
-      const std::string why = "timed out after " + std::to_string(timeout_.count()) + " ms waiting for " + what +
+      const std::string why = "timed out after " + std::to_string(timeout_.count()) + " ms waiting for " + wait_words(kind) +
                               " rank " + std::to_string(peer_rank) + " (rank " + std::to_string(rank_) + "; " +
                               where_is(peer_rank) + ")";
       fail(errc::timeout, why);
