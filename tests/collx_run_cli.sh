@@ -42,6 +42,13 @@ case $err in *"rank 1 (pid "*") exited with status 7; stopping the other ranks"*
 sleep 0.3
 if pgrep -f "sleep 31.4159" >/dev/null; then pkill -f "sleep 31.4159"; fail "the other ranks' children were left running"; fi
 
+# Every rank of one start gets the same COLLX_LAUNCH_ID, and another start another one (the
+# shared-memory transport keeps two starts given one COLLX_JOB_ID apart by it: test_shm).
+ids=$(COLLX_JOB_ID=same "$run" -n 3 sh -c 'echo "$COLLX_LAUNCH_ID"' | sort -u)
+[ -n "$ids" ] && [ "$(printf '%s\n' "$ids" | wc -l)" -eq 1 ] || fail "the ranks' COLLX_LAUNCH_IDs: '$ids' (want one, not empty)"
+other=$(COLLX_JOB_ID=same "$run" -n 1 sh -c 'echo "$COLLX_LAUNCH_ID"')
+[ "$other" != "$ids" ] || fail "two starts got the same COLLX_LAUNCH_ID $ids"
+
 # A bad COLLX_BIND is one message before any rank starts, as a usage error.
 err=$(COLLX_BIND=bogus "$run" -n 3 true 2>&1); rc=$?
 [ $rc -eq 2 ] || fail "COLLX_BIND=bogus exited $rc, not 2"

@@ -582,6 +582,53 @@ TEST_CASE("shm: a timeout says what the peer blocks on, also in point-to-point c
   CHECK(busy[0].exit_code == 0);
 }
 
+TEST_CASE("shm: a rank of another start with the same job id fails at once and leaves the job alone", "[shm]") {
+  // Two collx-runs given one COLLX_JOB_ID: rank 1 of the second start must not take rank 1's place
+  // in the first (whose ranks would then fail too). It fails at once; the first start's own rank 1
+  // still joins, and the job runs.
+  const std::string job = "test-two-starts-" + std::to_string(::getpid());
+  const std::string path = "/dev/shm" + collx::transport_impl::shm_transport::segment_name(job);
+  auto start = [&](int rank, const char* launch) {
+    collx::launch_info info{rank, 2, rank, 2, job, "test"};
+    info.launch_id = launch;
+    collx::communicator_options o;
+    o.timeout = 20s;
+    return collx::connect_shm(info, o);
+  };
+  std::string rank0;
+  std::thread first([&] {
+    try {
+      collx::communicator comm = start(0, "1111.42");
+      std::vector<int> v{1};
+      collx::allreduce(comm, std::span<int>(v));
+      rank0 = v[0] == 3 ? "" : "wrong sum " + std::to_string(v[0]);
+    } catch (const std::exception& e) {
+      rank0 = e.what();
+    }
+  });
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (!std::filesystem::exists(path) && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(5ms);
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    start(1, "2222.43");
+    FAIL("a rank of another start joined the job");
+  } catch (const collx::error& e) {
+    CHECK(e.code() == collx::errc::mismatch);
+    CHECK_THAT(e.what(), Catch::Matchers::Contains("two jobs were given the same COLLX_JOB_ID"));
+  }
+  CHECK(std::chrono::steady_clock::now() - t0 < 5s);
+  try {
+    collx::communicator comm = start(1, "1111.42");
+    std::vector<int> v{2};
+    collx::allreduce(comm, std::span<int>(v));
+    CHECK(v[0] == 3);
+  } catch (const std::exception& e) {
+    FAIL(e.what());
+  }
+  first.join();
+  CHECK(rank0 == "");
+}
+
 TEST_CASE("B6 over shm: unaligned buffers and a buffer that ends at a guard page", "[shm][B6]") {
   for (int cma : {0, -1}) {
     collx::shm_options shm;

@@ -30,7 +30,7 @@ struct env_var_doc {
 };
 
 /// Every COLLX_* variable collx reads (the README's table is this one).
-inline constexpr std::array<env_var_doc, 13> environment_variables{{
+inline constexpr std::array<env_var_doc, 14> environment_variables{{
     {"COLLX_TIMEOUT", "seconds (decimal), at least 0.001; default 300", "deadline of every wait inside a call"},
     {"COLLX_ALGO", "ring, tree or direct; or per collective: allreduce:ring,broadcast:tree",
      "what algo::automatic picks (names are case-insensitive; ring falls back to direct for "
@@ -50,6 +50,7 @@ inline constexpr std::array<env_var_doc, 13> environment_variables{{
      "whether a device communicator's rank 0 reads how the GPUs are wired (sysfs, NVML) when created, for the "
      "figures its device_options leave at their defaults (gpu::device_options::discover_wiring); off: collx's defaults"},
     {"COLLX_JOB_ID", "string; characters other than [A-Za-z0-9_.-] become _, at most 64 kept", "keeps concurrent jobs on one machine apart (set by collx-run)"},
+    {"COLLX_LAUNCH_ID", "string (set by collx-run: its pid and start time)", "one start of a job: ranks of two starts given the same COLLX_JOB_ID fail at once instead of joining each other"},
     {"COLLX_RANK", "integer in [0, COLLX_WORLD_SIZE)", "this process's rank (set by collx-run)"},
     {"COLLX_WORLD_SIZE", "integer >= 1", "number of ranks (set by collx-run)"},
     {"COLLX_LOCAL_RANK", "integer", "rank among the processes of this node (set by collx-run)"},

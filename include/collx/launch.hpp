@@ -230,7 +230,8 @@ class forward_signals {
 }  // namespace detail
 
 /// Runs `argv` as `world_size` local processes with COLLX_RANK, COLLX_WORLD_SIZE, COLLX_LOCAL_RANK,
-/// COLLX_LOCAL_WORLD_SIZE and COLLX_JOB_ID set (the job id is kept if already set), each pinned to
+/// COLLX_LOCAL_WORLD_SIZE and COLLX_JOB_ID set (the job id is kept if already set) and
+/// COLLX_LAUNCH_ID naming this start (so that two starts given one job id fail apart), each pinned to
 /// one CPU when they fit (COLLX_BIND) and leading its own process group. When a process fails
 /// (non-zero status or a signal), a line on stderr says which, and the other ranks' process groups
 /// get SIGTERM, then SIGKILL after `grace`. SIGINT, SIGTERM and SIGHUP sent to the caller while it
@@ -253,6 +254,9 @@ inline int launch_program(int world_size, char* const argv[], std::chrono::milli
   const std::string job = env::get("COLLX_JOB_ID").value_or(detail::fresh_job_id("run"));
   const detail::forward_signals forwarding;
   const pid_t parent = ::getpid();
+  // This start, apart from any other given the same COLLX_JOB_ID: no other process has this pid
+  // with this start time.
+  const std::string launch_id = std::to_string(parent) + "." + std::to_string(detail::own_start_time());
   std::vector<pid_t> pids;
   std::fflush(nullptr);
   for (int r = 0; r < world_size; ++r) {
@@ -269,6 +273,7 @@ inline int launch_program(int world_size, char* const argv[], std::chrono::milli
       ::setenv("COLLX_LOCAL_RANK", std::to_string(r).c_str(), 1);
       ::setenv("COLLX_LOCAL_WORLD_SIZE", std::to_string(world_size).c_str(), 1);
       ::setenv("COLLX_JOB_ID", job.c_str(), 1);
+      ::setenv("COLLX_LAUNCH_ID", launch_id.c_str(), 1);
       detail::bind_to_core(r, world_size);
       ::execvp(argv[0], argv);
       std::fprintf(stderr, "collx-run: cannot run %s: %s\n", argv[0], std::strerror(errno));

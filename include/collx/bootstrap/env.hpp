@@ -26,6 +26,9 @@ struct launch_info {
   int local_world_size = 1;  ///< processes on this node
   std::string job_id;        ///< the same for every rank of one job, different between concurrent jobs
   std::string source;        ///< the launcher the values came from ("collx-run", "torchrun", ...)
+  /// One start of the job (COLLX_LAUNCH_ID, which collx-run sets): two starts given the same
+  /// job_id never join each other's ranks. Empty where the launcher sets none.
+  std::string launch_id = {};  // a default, so that {rank, size, ..., source} stays warning-free
 };
 
 namespace bootstrap {
@@ -128,6 +131,7 @@ inline launch_info from_environment() {
   else if (auto sj = env::get("SLURM_JOB_ID")) job = "slurm-" + *sj + "." + env::get("SLURM_STEP_ID").value_or("0");
   else job = "ppid-" + std::to_string(::getppid());
   info.job_id = detail::sanitize_job_id(job);
+  info.launch_id = env::get("COLLX_LAUNCH_ID").value_or("");
   return info;
 }
 

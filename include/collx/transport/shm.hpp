@@ -88,7 +88,8 @@ struct shm_segment {
   static constexpr std::uint64_t magic_ready = 0x636f6c6c78736d31ull;   // "collxsm1"
   static constexpr std::uint64_t magic_failed = 0x636f6c6c78666169ull;  // rank 0 could not set up
   // 2: peer_info::call; 3: call on its own line, slots line-aligned; 4: a slot's stamp replaces the
-  // posted counter; 5: peer_info::cpus; 6: peer_info::calls (a history); 7: peer_info::waiting
+  // posted counter; 5: peer_info::cpus; 6: peer_info::calls (a history); 7: peer_info::waiting,
+  // header::launch_id
   static constexpr std::uint32_t layout_version = 7;
   /// Calls each rank's published history keeps.
   static constexpr std::size_t call_history = published_call_history;
@@ -152,6 +153,7 @@ struct shm_segment {
     std::atomic<std::uint32_t> fail_lock{0};
     std::uint32_t fail_code = 0;
     char fail_reason[1024] = {};
+    char launch_id[64] = {};  ///< rank 0's launch_info::launch_id (COLLX_LAUNCH_ID), cut to 63 bytes
   };
 
   struct layout {
@@ -180,6 +182,7 @@ class shm_transport final : public transport {
                   "the shared-memory transport needs every rank on one node, but " + std::to_string(info.world_size) +
                       " ranks run " + std::to_string(info.local_world_size) + " per node");
     name_ = segment_name(info.job_id);
+    launch_id_ = info.launch_id.substr(0, sizeof(shm_segment::header::launch_id) - 1);
     connect(opt);
   }
 
@@ -730,17 +733,24 @@ class shm_transport final : public transport {
     if (ours) ::shm_unlink(name_.c_str());
   }
 
-  /// "" unless the segment open as `fd` (`size` bytes) is a live job's, set up for another world
-  /// size or staging size than this rank's: then what differs, so that the rank fails now instead
-  /// of waiting out the connect timeout for a segment that will never fit.
+  /// "" unless the segment open as `fd` (`size` bytes) is a live job's that this rank must not
+  /// join: another start's (launch_info::launch_id), or set up for another world size or staging
+  /// size than this rank's. Then what differs, so that the rank fails now instead of joining
+  /// another job's ranks or waiting out the connect timeout for a segment that will never fit.
   std::string live_segment_disagrees(int fd, std::size_t size) const {
     if (size < sizeof(shm_segment::header)) return "";  // rank 0 is still creating it
     void* p = ::mmap(nullptr, sizeof(shm_segment::header), PROT_READ, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) return "";
     const auto* h = static_cast<const shm_segment::header*>(p);
+    const std::string theirs(h->launch_id, ::strnlen(h->launch_id, sizeof h->launch_id));
     std::string why;
-    if (h->magic.load(std::memory_order_acquire) == shm_segment::magic_ready && !detail::process_dead(h->creator_pid, h->creator_start) &&
-        (h->world_size != n_ || h->total_bytes != bytes_))
+    if (h->magic.load(std::memory_order_acquire) != shm_segment::magic_ready || detail::process_dead(h->creator_pid, h->creator_start))
+      why = "";  // being set up, or left by a dead job: rank 0 replaces it
+    else if (!theirs.empty() && !launch_id_.empty() && theirs != launch_id_)
+      why = "shared memory " + name_ + " belongs to another start of this job id (rank 0 pid " + std::to_string(h->creator_pid) +
+            ", COLLX_LAUNCH_ID " + theirs + "; this rank's is " + launch_id_ +
+            "): two jobs were given the same COLLX_JOB_ID; give each its own";
+    else if (h->world_size != n_ || h->total_bytes != bytes_)
       why = "shared memory " + name_ + " was set up by rank 0 (pid " + std::to_string(h->creator_pid) + ") for " +
             std::to_string(h->world_size) + " ranks and " + std::to_string(h->slot_bytes * h->slots) +
             " staging bytes per pair, this rank has " + std::to_string(n_) + " ranks and " +
@@ -832,6 +842,12 @@ class shm_transport final : public transport {
               if (h->magic.load(std::memory_order_acquire) == shm_segment::magic_ready &&
                   map_bytes == bytes_ && !detail::process_dead(h->creator_pid, h->creator_start) &&
                   h->world_size == n_) {
+                // Ready now, perhaps not when live_segment_disagrees looked: ask again before joining.
+                if (const std::string why = live_segment_disagrees(fd, map_bytes); !why.empty()) {
+                  ::munmap(p, map_bytes);
+                  ::close(fd);
+                  COLLX_THROW(errc::mismatch, "rank " + std::to_string(rank_) + "/" + std::to_string(n_) + ": " + why);
+                }
                 base_ = static_cast<std::byte*>(p);
                 break;
               }
@@ -866,6 +882,7 @@ class shm_transport final : public transport {
       h->slots = static_cast<std::uint32_t>(slots_);
       h->creator_pid = static_cast<std::int32_t>(::getpid());
       h->creator_start = detail::own_start_time();
+      std::memcpy(h->launch_id, launch_id_.data(), launch_id_.size());
       for (int r = 0; r < n_; ++r) new (&peer(r)) shm_segment::peer_info();
       for (std::size_t i = 0; i < static_cast<std::size_t>(n_) * n_; ++i)
         new (&reinterpret_cast<shm_segment::mailbox*>(base_ + lay_.boxes)[i]) shm_segment::mailbox();
@@ -980,6 +997,7 @@ class shm_transport final : public transport {
   std::chrono::milliseconds timeout_;
   std::size_t cma_min_;
   std::string name_;
+  std::string launch_id_;  // launch_info::launch_id: a segment of another start is never joined
   std::byte* base_ = nullptr;
   std::size_t bytes_ = 0;
   shm_segment::layout lay_{};
