@@ -90,9 +90,12 @@ rm -rf "$tmp"
 # exits; collx-run stops rank 0, and removes the segment it leaves.
 if [ -n "$perf" ]; then
   job=clitest-$$
-  COLLX_JOB_ID=$job "$run" -n 2 sh -c 'if [ $COLLX_RANK = 1 ]; then sleep 0.5; exit 3; fi; exec "$0" allreduce -b 8 -e 8 -n 1 -w 0' "$perf" 2>/dev/null; rc=$?
-  [ $rc -eq 3 ] || fail "a rank failing at start-up: exited $rc, not 3"
   seg=/dev/shm/collx-$(id -u)-$job
+  # Rank 1 fails once rank 0's segment is past its first page (rank 0 has signed it as its creator).
+  COLLX_JOB_ID=$job "$run" -n 2 sh -c 'if [ $COLLX_RANK = 1 ]; then n=0
+      while [ "$(stat -c %s "$1" 2>/dev/null || echo 0)" -le 8192 ] && [ $n -lt 600 ]; do sleep 0.05; n=$((n + 1)); done
+      exit 3; fi; exec "$0" allreduce -b 8 -e 8 -n 1 -w 0' "$perf" "$seg" 2>/dev/null; rc=$?
+  [ $rc -eq 3 ] || fail "a rank failing at start-up: exited $rc, not 3"
   if [ -e "$seg" ]; then rm -f "$seg"; fail "the job's segment $seg was left behind"; fi
 fi
 

@@ -417,10 +417,15 @@ TEST_CASE("F2: a start that cannot fork every rank kills the others and leaves n
       ::shm_unlink(name.c_str());
     }
   } guard{waiting, name, reaped};
+  // Past its first page: rank 0 has signed it as its creator (shm_transport::sign_new_segment).
+  const auto signed_segment = [&] {
+    std::error_code ec;
+    return std::filesystem::file_size(path, ec) > 8192 && !ec;
+  };
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (!std::filesystem::exists(path) && std::chrono::steady_clock::now() < deadline)
+  while (!signed_segment() && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  REQUIRE(std::filesystem::exists(path));  // the rendezvous segment exists
+  REQUIRE(signed_segment());  // the rendezvous segment exists
   // A start that forked none of the ranks of this job (another start given the same job id) must
   // leave the live job's segment alone.
   collx::detail::abandon_start({}, job, false);

@@ -62,12 +62,14 @@ inline bool binding_wanted() {
   return true;
 }
 
-/// In a rank just forked by `launcher`: SIGTERM when the launcher dies, so that ranks do not run
-/// on (or wait for peers until their timeout) after the launcher was killed with SIGKILL, which it
-/// cannot forward. The launcher may have died before the call: then the signal is raised at once.
-inline void die_with_launcher(pid_t launcher) {
-  ::prctl(PR_SET_PDEATHSIG, SIGTERM);
-  if (::getppid() != launcher) ::raise(SIGTERM);
+/// In a rank just forked by `launcher`: signal `sig` when the launcher dies, so that ranks do not
+/// run on (or wait for peers until their timeout) after the launcher was killed with SIGKILL, which
+/// it cannot forward. Only this process gets it (what it starts must pass it on). The launcher may
+/// have died before the call: then the rank exits at once. `sig` must end the process: a handler
+/// inherited from the launcher would swallow it (launch_program resets them first).
+inline void die_with_launcher(pid_t launcher, int sig) {
+  ::prctl(PR_SET_PDEATHSIG, sig);
+  if (::getppid() != launcher) ::_exit(128 + sig);
 }
 
 /// Pins the calling process to one CPU of its allowed set, chosen by local rank from the machine's
@@ -155,7 +157,7 @@ inline void abandon_start(const std::vector<pid_t>& pids, const std::string& job
 /// runs fn(communicator&). fn may return void (exit status 0) or an int (the exit status). An
 /// exception in fn is printed to stderr with the rank and gives exit status 1. Returns how every
 /// process ended, in rank order, after all ended; a segment the job left (a rank killed while it
-/// started) is removed then. The processes get SIGTERM if the caller dies. The caller should have
+/// started) is removed then. The processes get SIGKILL if the caller dies. The caller should have
 /// no other threads running.
 /// @throws collx::error(errc::invalid_argument) for a bad COLLX_BIND, before anything starts;
 ///         (errc::system) if fork fails (processes already started are killed, and the job's
@@ -177,7 +179,7 @@ std::vector<process_exit> run_processes(int world_size, F&& fn, const communicat
     }
     if (pid == 0) {
       int code = 0;
-      detail::die_with_launcher(parent);
+      detail::die_with_launcher(parent, SIGKILL);  // the caller's own SIGTERM handler may be inherited
       try {
         detail::bind_to_core(r, world_size);
         launch_info info{r, world_size, r, world_size, job, "run_processes"};
@@ -238,10 +240,11 @@ class forward_signals {
 /// waits are forwarded to every rank's group (as mpirun does), with the same escalation. Waits only
 /// for its own ranks (other children of the caller are left alone). Returns the first failure's
 /// status (128 + signal for a signal, also for a forwarded one), or 0. Ranks found ended together
-/// are told apart by how: one killed by a signal is the first failure over one that exited
-/// non-zero (a rank that sees a peer die exits with an error just after it). A segment the job
-/// left (a rank killed while it started) is removed once every rank ended. The ranks get SIGTERM
-/// if the caller dies (even of SIGKILL).
+/// are told apart by how: one killed by a signal other than SIGABRT is the first failure over one
+/// that exited non-zero or aborted (a rank that sees a peer die fails with an error just after
+/// it). A segment the job left (a rank killed while it started) is removed once every rank ended.
+/// The ranks (the processes started, not what they start in turn) get SIGTERM if the caller dies,
+/// even of SIGKILL.
 /// @throws collx::error(errc::invalid_argument) before starting anything if the program cannot be
 /// run (not found on PATH, not executable) or COLLX_BIND is bad, so that one message says so
 /// instead of one per rank; collx::error(errc::system) if fork fails (the ranks already started
@@ -267,7 +270,8 @@ inline int launch_program(int world_size, char* const argv[], std::chrono::milli
     }
     if (pid == 0) {
       ::setpgid(0, 0);  // its own group: a failure elsewhere stops what it started too
-      detail::die_with_launcher(parent);
+      for (int s : {SIGINT, SIGTERM, SIGHUP}) ::signal(s, SIG_DFL);  // forward_signals' handlers, as exec resets them
+      detail::die_with_launcher(parent, SIGTERM);
       ::setenv("COLLX_RANK", std::to_string(r).c_str(), 1);
       ::setenv("COLLX_WORLD_SIZE", std::to_string(world_size).c_str(), 1);
       ::setenv("COLLX_LOCAL_RANK", std::to_string(r).c_str(), 1);
@@ -314,7 +318,8 @@ inline int launch_program(int world_size, char* const argv[], std::chrono::milli
       if (got > 0) ended.push_back({r, pids[r], st});  // else not ours to wait for any more (ECHILD)
       pids[r] = -1, --alive;
     }
-    std::stable_partition(ended.begin(), ended.end(), [](const ended_rank& e) { return WIFSIGNALED(e.st); });
+    // SIGABRT aside: a program that does not catch collx::error aborts when a peer's failure reaches it.
+    std::stable_partition(ended.begin(), ended.end(), [](const ended_rank& e) { return WIFSIGNALED(e.st) && WTERMSIG(e.st) != SIGABRT; });
     for (const ended_rank& e : ended) {
       const int status = WIFEXITED(e.st) ? WEXITSTATUS(e.st) : 128 + WTERMSIG(e.st);
       if (status == 0 || first_failure) continue;

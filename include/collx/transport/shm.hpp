@@ -183,7 +183,12 @@ class shm_transport final : public transport {
                       " ranks run " + std::to_string(info.local_world_size) + " per node");
     name_ = segment_name(info.job_id);
     launch_id_ = info.launch_id.substr(0, sizeof(shm_segment::header::launch_id) - 1);
-    connect(opt);
+    try {
+      connect(opt);
+    } catch (...) {  // no destructor runs: a failed start must not keep the segment's memory mapped
+      if (base_) ::munmap(base_, bytes_);
+      throw;
+    }
   }
 
   ~shm_transport() override {
@@ -662,7 +667,9 @@ class shm_transport final : public transport {
     const auto st = detail::wait_until(peer(rank_).bell, true, std::chrono::nanoseconds(timeout_), spin_, ready_with_progress,
                                        [&] { return interrupted(peer_rank) && !ready(); },
                                        std::chrono::milliseconds(50));
-    waiting.store(0, std::memory_order_relaxed);
+    // Left set after a timeout (the communicator has failed, nothing waits on it again): a peer
+    // that timed out at the same moment still reads this rank as blocked, as it was.
+    if (st != detail::wait_status::timed_out) waiting.store(0, std::memory_order_relaxed);
     if (st == detail::wait_status::ready) return;
     if (st == detail::wait_status::timed_out) {
       const std::string why = "timed out after " + std::to_string(timeout_.count()) + " ms waiting for " + wait_words(kind) +
@@ -691,6 +698,21 @@ class shm_transport final : public transport {
     }
     ::close(fd);
     return stale;
+  }
+
+  /// Writes this process as the creator into the header of the segment it just created (`fd`, still
+  /// empty), before the slow reservation and set-up: killed during them, it leaves a segment that
+  /// names a dead creator, which the next start or the launcher removes at once (an unsigned one
+  /// counts as dead only 10 s after it was made).
+  static void sign_new_segment(int fd) {
+    const std::size_t page = shm_segment::align_up(sizeof(shm_segment::header), 4096);
+    if (::ftruncate(fd, static_cast<off_t>(page)) != 0) return;  // posix_fallocate reports it next
+    void* p = ::mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) return;
+    auto* h = new (p) shm_segment::header();
+    h->creator_pid = static_cast<std::int32_t>(::getpid());
+    h->creator_start = detail::own_start_time();
+    ::munmap(p, page);
   }
 
   /// Turns the segment into a one-page failure marker that the other ranks read (the last of them
@@ -742,9 +764,12 @@ class shm_transport final : public transport {
     void* p = ::mmap(nullptr, sizeof(shm_segment::header), PROT_READ, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) return "";
     const auto* h = static_cast<const shm_segment::header*>(p);
-    const std::string theirs(h->launch_id, ::strnlen(h->launch_id, sizeof h->launch_id));
+    const bool live = h->magic.load(std::memory_order_acquire) == shm_segment::magic_ready &&
+                      !detail::process_dead(h->creator_pid, h->creator_start);
+    // Read only once the magic says the header is written (the acquire above).
+    const std::string theirs = live ? std::string(h->launch_id, ::strnlen(h->launch_id, sizeof h->launch_id)) : "";
     std::string why;
-    if (h->magic.load(std::memory_order_acquire) != shm_segment::magic_ready || detail::process_dead(h->creator_pid, h->creator_start))
+    if (!live)
       why = "";  // being set up, or left by a dead job: rank 0 replaces it
     else if (!theirs.empty() && !launch_id_.empty() && theirs != launch_id_)
       why = "shared memory " + name_ + " belongs to another start of this job id (rank 0 pid " + std::to_string(h->creator_pid) +
@@ -800,6 +825,7 @@ class shm_transport final : public transport {
                                         "COLLX_JOB_ID");
         ::shm_unlink(name_.c_str());
       }
+      sign_new_segment(fd);
       if (const int e = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes_)); e != 0) {
         struct statvfs vfs{};
         std::string why = "rank 0: cannot reserve " + std::to_string(bytes_ >> 20) + " MiB of shared memory for " + name_ +
