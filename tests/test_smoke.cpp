@@ -4,7 +4,13 @@
 #include <catch2/catch.hpp>
 
 #include <collx/collx.hpp>
+#include <collx/topo/cost_model.hpp>
+#include <collx/topo/discover.hpp>
+#include <collx/topo/predict.hpp>
+#include <collx/topo/ring_search.hpp>
+#include <collx/transport/shm.hpp>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -84,4 +90,26 @@ TEST_CASE("consumer_ref: copies call the same consumer and keep copy_to", "[smok
   c(nullptr, 0, 0);
   CHECK(calls == 2);
   CHECK(collx::consumer_ref(consume).copy_to() == nullptr);
+}
+
+// Designated initializers that leave fields out: every field of collx's options structs has a
+// default, so -Wextra (missing-field-initializers; this file builds with -Werror in CI) stays quiet
+// about the fields left out, and those keep their defaults.
+TEST_CASE("options structs take designated initializers that leave fields out", "[smoke]") {
+  using namespace std::chrono_literals;
+  const collx::communicator_options c{.timeout = 5s};
+  CHECK(c.timeout == 5s);
+  CHECK(c.ring_order.empty());
+  const collx::shm_options s{.cma = 0};
+  CHECK(s.cma_min_bytes == 64 * 1024);
+  const collx::topo::model_options m{.search = false};
+  CHECK(m.tree_efficiency == 0.9);
+  const collx::topo::selector_options sel{.cpu_copy_GBps = 4.0};
+  CHECK(sel.cpu_latency_s == 1.0e-6);
+  const collx::topo::scaling_options sc{.max_gpus = 64};
+  CHECK(sc.sizes.empty());
+  const collx::topo::discover_options d{.sysfs = "/nonexistent"};
+  CHECK(d.sysfs == "/nonexistent");
+  const collx::topo::ring_search_options r{.max_channels = 2};
+  CHECK(r.max_channels == 2);
 }

@@ -53,8 +53,9 @@ inline env::algorithm_overrides default_algorithm_overrides() {
 }
 }  // namespace detail
 
-/// Per-communicator settings: `collx::communicator_options o; o.timeout = 5s;` (an aggregate, so
-/// `{.timeout = 5s}` works too, but g++ 12 with -Wextra warns about the fields it leaves out).
+/// Per-communicator settings: `collx::communicator_options o; o.timeout = 5s;`, or `{.timeout = 5s}`
+/// (an aggregate whose every field has a default, so -Wextra's missing-field-initializers stays
+/// quiet about the fields left out; test_smoke checks it, as for the other options structs).
 struct communicator_options {
   /// Deadline of every wait inside a call; past it the call fails with errc::timeout and the
   /// communicator is failed for every rank. Default: COLLX_TIMEOUT seconds, else 300 s.
@@ -73,13 +74,13 @@ struct communicator_options {
   /// Replaces algo::automatic's choice; empty: the transport's figures (transport::costs, e.g.
   /// topo/host_cost.hpp for threads and shared memory) in collx::cost_model. Must return the same
   /// answer on every rank for the same query.
-  std::function<algorithm(const selection_query&)> selector;
+  std::function<algorithm(const selection_query&)> selector = {};
   /// Per-collective algorithms for algo::automatic that win over the selector (default: COLLX_ALGO).
   env::algorithm_overrides algorithm_overrides = detail::default_algorithm_overrides();
   /// The order of algo::ring: ranks in ring order, each sending to the next (a permutation of
   /// [0, world size), the same on every rank); empty: rank order. Put ranks that share fast links
   /// next to each other, e.g. with topo::ring_in_rank_order of a ring topo::search_rings found.
-  std::vector<int> ring_order;
+  std::vector<int> ring_order = {};
 };
 
 /// One rank's view of a group of ranks. Collectives take it as their first argument and must be

@@ -119,7 +119,7 @@ struct device_options {
   /// @throws (from the constructor) collx::error (errc::invalid_argument) on every rank when a
   ///   rank's rings are more than max_device_channels, or one is empty or not a permutation of
   ///   its ranks.
-  std::vector<std::vector<int>> rings;
+  std::vector<std::vector<int>> rings = {};
   /// Pairs of ranks of this communicator (not GPU ids) to treat as without peer access (both
   /// directions), whatever the GPUs allow:
   /// their traffic goes through shared host memory (workspace_memory mixed, or host when no pair
@@ -127,7 +127,7 @@ struct device_options {
   /// or to run the mixed path on one GPU. The union of every rank's pairs holds.
   /// @throws (from the constructor) collx::error (errc::invalid_argument) on every rank when a
   ///   rank lists a rank outside [0, size()).
-  std::vector<std::pair<int, int>> no_peer_access;
+  std::vector<std::pair<int, int>> no_peer_access = {};
   /// Whether rank 0 reads the machine's wiring when the communicator is created, for the figures
   /// left at their defaults above: cost's read rate (peer_read_bytes_per_second), rings (empty)
   /// and ring_hops' rate (hop_bytes_per_second 0), as NCCL reads its machine at init.

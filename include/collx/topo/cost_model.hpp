@@ -87,10 +87,10 @@ struct latency_figures {
 
 /// Settings of the model.
 struct model_options {
-  route_options routing;           ///< peer access and its limit
-  ring_search_options rings;       ///< channels and search effort
+  route_options routing = {};      ///< peer access and its limit
+  ring_search_options rings = {};  ///< channels and search effort
   bool search = true;              ///< false: one ring in rank order (what collx's own ring does)
-  latency_figures latency;         ///< latency figures
+  latency_figures latency = {};    ///< latency figures
   double tree_efficiency = 0.9;    ///< fraction of link bandwidth a tree pipeline reaches (NCCL: busBw * .9)
 };
 
@@ -456,7 +456,7 @@ inline std::vector<algo> nccl_allreduce_algos(int nodes) {
 
 /// Settings of make_selector.
 struct selector_options {
-  model_options model;              ///< for GPU topologies (search is turned off: collx rings run in rank order)
+  model_options model = {};         ///< for GPU topologies (search is turned off: collx rings run in rank order)
   double cpu_latency_s = 1.0e-6;    ///< CPU-only topologies: per-step latency (collx::cost_model's default)
   double cpu_copy_GBps = 8.0;       ///< CPU-only topologies: per-rank copy bandwidth (collx::cost_model's default)
 };

@@ -34,7 +34,7 @@ struct scaling_options {
   int max_gpus = 4096;          ///< largest GPU count (counts are the node's GPUs times 1, 2, 4, ...)
   double network_step_us = 0;   ///< latency of one network step in microseconds for every protocol
                                 ///< (e.g. measured with collx-perf sendrecv); 0: NCCL's figures
-  std::vector<std::size_t> sizes;  ///< all-reduce sizes in bytes; empty: 8 KiB, 32 KiB, ..., 8 GiB
+  std::vector<std::size_t> sizes = {};  ///< all-reduce sizes in bytes; empty: 8 KiB, 32 KiB, ..., 8 GiB
 };
 
 /// One GPU count and size of simulate_allreduce.
