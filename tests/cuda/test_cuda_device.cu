@@ -138,9 +138,10 @@ TEST_CASE("gpu device collectives: reference sweep, ranks as threads", "[gpu][cu
 }
 
 TEST_CASE("gpu device collectives: the op left out before a stream sums, on that stream", "[gpu][cuda]") {
-  // gpu::all_reduce(dc, send, recv, count, stream) and the other reductions without an op. The
-  // stream is non-blocking and ranks are threads of one process: a form that dropped the stream
-  // (the legacy default stream) would serialise the ranks' kernels and time out.
+  // gpu::all_reduce(dc, send, recv, count, stream) and the other reductions without an op, against
+  // the reference folds. Where ranks share a GPU (one GPU), a form that dropped the stream for the
+  // legacy default stream would serialise the ranks' kernels and time out; the graph-capture test
+  // below catches that on any GPU count for all_reduce.
   gpu::device_options opt;
   opt.staging_bytes = 32 << 10;
   opt.timeout = std::chrono::seconds(15);
@@ -876,7 +877,9 @@ TEST_CASE("gpu device collectives: captured in a CUDA graph, replays keep counti
     cudaGraph_t graph{};
     cudaGraphExec_t exec{};
     gpu::check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
-    gpu::all_reduce(dc, in.data(), res.data(), count, collx::ops::sum{}, s);
+    // The form without an op: a launch it sent anywhere but `s` would be missing from the graph
+    // (and the legacy stream refuses launches while this thread captures), whatever the GPU count.
+    gpu::all_reduce(dc, in.data(), res.data(), count, s);
     gpu::check(cudaStreamEndCapture(s, &graph), "cudaStreamEndCapture");
     gpu::check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
     for (int round = 1; round <= 4; ++round) {

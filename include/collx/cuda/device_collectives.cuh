@@ -1359,14 +1359,19 @@ void all_gather(device_communicator& dc, const T* send, T* recv, std::size_t sen
 template <class Algo>
 concept host_only_algorithm = std::same_as<Algo, algo::tree> || is_hierarchical_v<Algo>;
 namespace device_detail {
-/// Fails the build, saying why, when a reduction gets 0 or nullptr where its op goes: the op left
-/// out and a stream in its place (a cudaStream_t variable there takes the forms without an op).
-template <class Op>
-constexpr void op_is_not_a_stream() {
+/// The compile-time checks every reduction makes before its op's: the element type (a type that is
+/// not trivially copyable would otherwise fail as "Op must be a reduction op"), and 0, nullptr or a
+/// stream wrapper (a type that converts to cudaStream_t, as c10::cuda::CUDAStream and
+/// rmm::cuda_stream_view do) where the op goes: the op left out and a stream in its place (a
+/// cudaStream_t itself there takes the forms without an op).
+template <class T, class Op>
+constexpr void check_reduction_types() {
+  static_assert(element<T>, "collx::gpu: the element type T of a reduction must be a trivially copyable object type "
+                            "(collx/concepts.hpp)");
   static_assert(!std::is_integral_v<Op> && !std::is_convertible_v<Op, cudaStream_t>,
-                "collx::gpu: a reduction got 0 or nullptr where its op goes; to sum on the default stream pass "
-                "collx::ops::sum{} before it, or leave both out (a cudaStream_t variable may also stand in the op's "
-                "place: the forms without an op sum)");
+                "collx::gpu: a reduction got a stream, 0 or nullptr where its op goes; pass the op first "
+                "(collx::ops::sum{}, stream), or a cudaStream_t itself in the op's place to sum (for a stream "
+                "wrapper: its cudaStream_t, e.g. stream.stream())");
 }
 template <class>
 inline constexpr bool no_device_form = false;  // false for every Algo, so the static_asserts below fire only when used
@@ -1398,7 +1403,7 @@ namespace device_detail {
 /// gpu::all_reduce without algo::ring).
 template <class T, class Op>
 void direct_all_reduce(device_communicator& dc, const T* send, T* recv, std::size_t count, const Op& op, cudaStream_t stream) {
-  device_detail::op_is_not_a_stream<Op>();
+  device_detail::check_reduction_types<T, Op>();
   static_assert(reduction_op<Op, T>, "collx::gpu::all_reduce: Op must be a reduction op on T (collx/concepts.hpp)");
   constexpr const char* name = "gpu::all_reduce";
   using namespace device_detail;
@@ -1445,7 +1450,7 @@ void all_reduce(device_communicator& dc, const T* send, T* recv, std::size_t cou
 template <class T, class Op = ops::sum>
 void reduce(device_communicator& dc, const T* send, T* recv, std::size_t count, int root, const Op& op = {},
             cudaStream_t stream = nullptr) {
-  device_detail::op_is_not_a_stream<Op>();
+  device_detail::check_reduction_types<T, Op>();
   static_assert(reduction_op<Op, T>, "collx::gpu::reduce: Op must be a reduction op on T (collx/concepts.hpp)");
   constexpr const char* name = "gpu::reduce";
   using namespace device_detail;
@@ -1465,7 +1470,7 @@ namespace device_detail {
 /// gpu::reduce_scatter without algo::ring).
 template <class T, class Op>
 void direct_reduce_scatter(device_communicator& dc, const T* send, T* recv, std::size_t recv_count, const Op& op, cudaStream_t stream) {
-  device_detail::op_is_not_a_stream<Op>();
+  device_detail::check_reduction_types<T, Op>();
   static_assert(reduction_op<Op, T>, "collx::gpu::reduce_scatter: Op must be a reduction op on T (collx/concepts.hpp)");
   constexpr const char* name = "gpu::reduce_scatter";
   using namespace device_detail;
@@ -1542,7 +1547,7 @@ void all_reduce(device_communicator& dc, const T* send, T* recv, std::size_t cou
   } else if constexpr (std::same_as<Algo, algo::direct>) {
     device_detail::direct_all_reduce<T, Op>(dc, send, recv, count, op, stream);
   } else {
-    device_detail::op_is_not_a_stream<Op>();
+    device_detail::check_reduction_types<T, Op>();
     static_assert(reduction_op<Op, T>, "collx::gpu::all_reduce: Op must be a reduction op on T (collx/concepts.hpp)");
     static_assert(op_traits<Op>::commutative,
                   "collx::gpu::all_reduce<algo::ring>: the ring folds each piece starting at another rank, so it needs a "
@@ -1576,7 +1581,7 @@ void reduce_scatter(device_communicator& dc, const T* send, T* recv, std::size_t
   } else if constexpr (std::same_as<Algo, algo::direct>) {
     device_detail::direct_reduce_scatter<T, Op>(dc, send, recv, recv_count, op, stream);
   } else {
-    device_detail::op_is_not_a_stream<Op>();
+    device_detail::check_reduction_types<T, Op>();
     static_assert(reduction_op<Op, T>, "collx::gpu::reduce_scatter: Op must be a reduction op on T (collx/concepts.hpp)");
     static_assert(op_traits<Op>::commutative,
                   "collx::gpu::reduce_scatter<algo::ring>: the ring folds each block starting at another rank, so it needs "
@@ -1688,7 +1693,7 @@ void all_gather_v(device_communicator& dc, const T* send, T* recv, std::span<con
 template <class T, class Op = ops::sum>
 void reduce_scatter_v(device_communicator& dc, const T* send, T* recv, std::span<const std::size_t> counts, const Op& op = {},
                       cudaStream_t stream = nullptr) {
-  device_detail::op_is_not_a_stream<Op>();
+  device_detail::check_reduction_types<T, Op>();
   static_assert(reduction_op<Op, T>, "collx::gpu::reduce_scatter_v: Op must be a reduction op on T (collx/concepts.hpp)");
   constexpr const char* name = "gpu::reduce_scatter_v";
   using namespace device_detail;
@@ -1779,6 +1784,7 @@ void send(device_communicator& dc, const T* buf, std::size_t count, int peer, cu
 /// @throws as gpu::send.
 template <class T>
 void recv(device_communicator& dc, T* buf, std::size_t count, int peer, cudaStream_t stream = nullptr) {
+  static_assert(!std::is_const_v<T>, "collx::gpu::recv: the receive buffer points to const elements");
   static_assert(element<T>, "collx::gpu::recv: T must be a trivially copyable object type (collx/concepts.hpp)");
   device_detail::one_way<T>(dc, "gpu::recv", false, nullptr, buf, count, peer, stream);
 }
@@ -1821,7 +1827,7 @@ void send_recv(device_communicator& dc, const T* send, std::size_t send_count, i
 template <class T, class Op = ops::sum>
 void all_reduce(device_communicator& dc, const window& send, std::size_t send_offset, T* recv, std::size_t count,
                 const Op& op = {}, cudaStream_t stream = nullptr) {
-  device_detail::op_is_not_a_stream<Op>();
+  device_detail::check_reduction_types<T, Op>();
   static_assert(reduction_op<Op, T>, "collx::gpu::all_reduce: Op must be a reduction op on T (collx/concepts.hpp)");
   constexpr const char* name = "gpu::all_reduce(window)";
   using namespace device_detail;
@@ -1847,7 +1853,7 @@ void all_reduce(device_communicator& dc, const window& send, std::size_t send_of
 template <class T, class Op = ops::sum>
 void reduce_scatter(device_communicator& dc, const window& send, std::size_t send_offset, T* recv, std::size_t recv_count,
                     const Op& op = {}, cudaStream_t stream = nullptr) {
-  device_detail::op_is_not_a_stream<Op>();
+  device_detail::check_reduction_types<T, Op>();
   static_assert(reduction_op<Op, T>, "collx::gpu::reduce_scatter: Op must be a reduction op on T (collx/concepts.hpp)");
   constexpr const char* name = "gpu::reduce_scatter(window)";
   using namespace device_detail;
