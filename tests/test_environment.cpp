@@ -96,13 +96,14 @@ TEST_CASE("F3: sizes are decimal unless 0x; no parser takes white space, signs i
     CHECK(error_of([&] { parse_size("COLLX_SHM_BYTES_PER_PEER", bad); })
               .find("COLLX_SHM_BYTES_PER_PEER='" + std::string(bad) + "' is not valid: expected") != std::string::npos);
   }
-  for (const char* bad : {" 5", "\t5", "5 ", "5\n", "", "5x", "99999999999999999999"}) {
+  for (const char* bad : {" 5", "\t5", "5 ", "5\n", "", "5x", "99999999999999999999", "+5", "-0", "- 5"}) {
     INFO(bad);
     CHECK(error_of([&] { collx::env::parse_int("COLLX_RANK", bad, 0, 100); })
               .find("COLLX_RANK='" + std::string(bad) + "' is not valid: expected an integer in [0, 100]") !=
           std::string::npos);
   }
   CHECK(collx::env::parse_int("COLLX_RANK", "7", 0, 100) == 7);
+  CHECK(collx::env::parse_int("OFFSET", "-3", -5, 5) == -3);
   for (const char* bad : {" 5", "5 ", "\t0.5", "0x10", "0x1p3", "inf", "nan", "1e400", "", ".", "e3"}) {
     INFO(bad);
     CHECK(error_of([&] { collx::env::parse_seconds("COLLX_TIMEOUT", bad); })

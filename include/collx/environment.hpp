@@ -99,15 +99,16 @@ inline std::size_t parse_size(std::string_view name, std::string_view v) {
   return static_cast<std::size_t>(base * mult);
 }
 
-/// Parses an integer in [lo, hi] (decimal only; no white space around it).
+/// Parses an integer in [lo, hi] (decimal only; a '-' only where lo < 0; no '+', no white space
+/// around it).
 inline long long parse_int(std::string_view name, std::string_view v, long long lo, long long hi) {
   const std::string s(v);
   errno = 0;
   char* end = nullptr;
   const long long x = std::strtoll(s.c_str(), &end, 10);
-  // strtoll skips leading white space; trailing white space fails the *end test.
-  if (s.empty() || std::isspace(static_cast<unsigned char>(s[0])) || *end != '\0' || errno == ERANGE || x < lo ||
-      x > hi)
+  // strtoll skips leading white space and takes '+'; trailing white space fails the *end test.
+  const bool starts_right = !s.empty() && (std::isdigit(static_cast<unsigned char>(s[0])) || (s[0] == '-' && lo < 0));
+  if (!starts_right || *end != '\0' || errno == ERANGE || x < lo || x > hi)
     reject(name, v, "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
   return x;
 }
