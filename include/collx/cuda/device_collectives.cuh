@@ -1398,6 +1398,50 @@ void all_gather(device_communicator&, const T*, T*, std::size_t, cudaStream_t = 
                 "memory name algo::ring, algo::direct or algo::automatic (or no algorithm)");
 }
 
+/// Any of collx's algorithm tags, host or device.
+template <class Algo>
+concept algorithm_tag = device_algorithm<Algo> || host_only_algorithm<Algo>;
+// broadcast, reduce, all_to_all and the v-forms have one device form each and take no algorithm.
+// Naming one (gpu::broadcast<algo::ring>(...), as the host API allows) is a compile error that
+// says so, rather than a failed deduction of T = algo::ring. These catch-alls cannot take a valid
+// call: the real forms' first template parameter is the element type, never a tag.
+/// broadcast with an algorithm named: does not compile (one device form, no algorithm).
+template <algorithm_tag Algo, class... Args>
+void broadcast(Args&&...) {
+  static_assert(device_detail::no_device_form<Algo>,
+                "collx::gpu::broadcast takes no algorithm: it has one device form; leave out the <algo::...>");
+}
+/// reduce with an algorithm named: does not compile (one device form, no algorithm).
+template <algorithm_tag Algo, class... Args>
+void reduce(Args&&...) {
+  static_assert(device_detail::no_device_form<Algo>,
+                "collx::gpu::reduce takes no algorithm: it has one device form; leave out the <algo::...>");
+}
+/// all_to_all with an algorithm named: does not compile (one device form, no algorithm).
+template <algorithm_tag Algo, class... Args>
+void all_to_all(Args&&...) {
+  static_assert(device_detail::no_device_form<Algo>,
+                "collx::gpu::all_to_all takes no algorithm: it has one device form; leave out the <algo::...>");
+}
+/// all_gather_v with an algorithm named: does not compile (one device form, no algorithm).
+template <algorithm_tag Algo, class... Args>
+void all_gather_v(Args&&...) {
+  static_assert(device_detail::no_device_form<Algo>,
+                "collx::gpu::all_gather_v takes no algorithm: it has one device form; leave out the <algo::...>");
+}
+/// reduce_scatter_v with an algorithm named: does not compile (one device form, no algorithm).
+template <algorithm_tag Algo, class... Args>
+void reduce_scatter_v(Args&&...) {
+  static_assert(device_detail::no_device_form<Algo>,
+                "collx::gpu::reduce_scatter_v takes no algorithm: it has one device form; leave out the <algo::...>");
+}
+/// all_to_all_v with an algorithm named: does not compile (one device form, no algorithm).
+template <algorithm_tag Algo, class... Args>
+void all_to_all_v(Args&&...) {
+  static_assert(device_detail::no_device_form<Algo>,
+                "collx::gpu::all_to_all_v takes no algorithm: it has one device form; leave out the <algo::...>");
+}
+
 namespace device_detail {
 /// all_reduce's direct forms, whatever the host communicator's COLLX_ALGO says (the body of
 /// gpu::all_reduce without algo::ring).
