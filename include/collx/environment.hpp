@@ -121,7 +121,8 @@ inline double parse_seconds(std::string_view name, std::string_view v) {
   if (s.empty() || s.find_first_not_of("0123456789.eE+-") != std::string::npos) reject(name, v, expected);
   char* end = nullptr;
   const double x = std::strtod(s.c_str(), &end);
-  if (*end != '\0' || !(x > 0) || x > 1e9) reject(name, v, expected);
+  if (*end != '\0' || !(x > 0)) reject(name, v, expected);
+  if (x > 1e9) reject(name, v, "at most 1e9 seconds (about 31 years)");
   return x;
 }
 
