@@ -323,12 +323,12 @@ TEST_CASE("algo::automatic goes hierarchical when several nodes hold several ran
   auto comms = collx::make_hierarchical_thread_communicators(layouts()[0], small_segments());
   findings f(4);
   collx::run_threads(comms, [&](collx::communicator& c) {
-    const auto seq_node = c.get_hierarchy()->node.next_sequence();
+    const auto seq_node = c.get_hierarchy()->node.calls_made();
     std::vector<float> v(10, 1.0f);
     collx::allreduce(c, std::span<float>(v));
     f.expect(c.rank(), v[9] == 4.0f, "sum");
-    // The node communicator ran the reduce-scatter and the all-gather (2 calls, then this one).
-    f.expect(c.rank(), c.get_hierarchy()->node.next_sequence() == seq_node + 3, "not hierarchical");
+    // The node communicator ran the reduce-scatter and the all-gather.
+    f.expect(c.rank(), c.get_hierarchy()->node.calls_made() == seq_node + 2, "not hierarchical");
   });
   f.expect_clean();
   // Forced flat by COLLX_ALGO-style overrides: the node communicator stays idle.
@@ -337,11 +337,11 @@ TEST_CASE("algo::automatic goes hierarchical when several nodes hold several ran
   auto flat = collx::make_hierarchical_thread_communicators(layouts()[0], opt);
   findings g(4);
   collx::run_threads(flat, [&](collx::communicator& c) {
-    const auto seq_node = c.get_hierarchy()->node.next_sequence();
+    const auto seq_node = c.get_hierarchy()->node.calls_made();
     std::vector<float> v(10, 1.0f);
     collx::allreduce(c, std::span<float>(v));
     g.expect(c.rank(), v[9] == 4.0f, "sum");
-    g.expect(c.rank(), c.get_hierarchy()->node.next_sequence() == seq_node + 1, "not flat");
+    g.expect(c.rank(), c.get_hierarchy()->node.calls_made() == seq_node, "not flat");
   });
   g.expect_clean();
 }
@@ -433,6 +433,64 @@ TEST_CASE("a call one rank rejects reaches ranks waiting on another level", "[hi
     INFO("rank " << r);
     CHECK(codes[static_cast<size_t>(r)] == collx::errc::invalid_argument);
   }
+}
+
+TEST_CASE("ranks that disagree on a hierarchical call's root learn it at once, whatever they call next",
+          "[hierarchical][errors]") {
+  // A root that differs sends ranks into different level calls that may never meet (each cross-node
+  // root only sends), so no level sees the difference: the world communicator's records do. Before
+  // they were kept, the threads below waited out the timeout, and over MPI the call returned with
+  // different data on different ranks and nothing failed.
+  struct disagreement {
+    const char* name;
+    int (*root_of)(int rank);
+  };
+  const disagreement cases[] = {
+      {"one rank of node 0 names another root", [](int r) { return r == 1 ? 1 : 0; }},
+      {"node 1 names a root on node 1, node 0 one on node 0", [](int r) { return r >= 2 ? 3 : 0; }},
+  };
+  const char* nexts[] = {"a flat barrier", "a hierarchical allreduce", "a flat broadcast", "nothing"};
+  for (const auto& c : cases)
+    for (int next = 0; next < 4; ++next) {
+      DYNAMIC_SECTION(c.name << ", then " << nexts[next]) {
+        auto opt = small_segments();
+        opt.timeout = std::chrono::seconds(20);
+        auto comms = collx::make_hierarchical_thread_communicators(layouts()[0], opt);
+        std::vector<collx::errc> codes(4, collx::errc::internal);
+        std::vector<std::string> whys(4);
+        std::vector<std::thread> threads;
+        for (auto& cm : comms)
+          threads.emplace_back([&, comm = &cm] {
+            const int r = comm->rank();
+            std::vector<int> v(40, r);
+            try {
+              collx::broadcast<collx::algo::hierarchical<collx::algo::direct, collx::algo::direct>>(*comm, std::span<int>(v),
+                                                                                                    c.root_of(r));
+              std::vector<float> f(10, 1.0f);
+              if (next == 0) collx::barrier(*comm);
+              if (next == 1) collx::allreduce<collx::algo::hierarchical<>>(*comm, std::span<float>(f));
+              if (next == 2) collx::broadcast<collx::algo::direct>(*comm, std::span<float>(f), 0);
+              if (next == 3) return;
+            } catch (const collx::error& e) {
+              codes[static_cast<size_t>(r)] = e.code();
+              whys[static_cast<size_t>(r)] = e.what();
+            }
+          });
+        const auto t0 = std::chrono::steady_clock::now();
+        for (auto& t : threads) t.join();
+        CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));  // not the 20 s timeout
+        bool named = false;
+        for (int r = 0; r < 4; ++r) {
+          INFO("rank " << r << ": " << whys[static_cast<size_t>(r)]);
+          // With nothing after, a rank whose level calls all completed may return: a rank still
+          // waiting must fail with the mismatch, not by timing out.
+          if (next == 3 && codes[static_cast<size_t>(r)] == collx::errc::internal) continue;
+          CHECK(codes[static_cast<size_t>(r)] == collx::errc::mismatch);
+          named = named || whys[static_cast<size_t>(r)].find("root differs") != std::string::npos;
+        }
+        CHECK(named);
+      }
+    }
 }
 
 }  // namespace

@@ -358,6 +358,29 @@ void rejection_reaches_levels(collx::communicator& c) {
   check(s < 10.0, "rejection seen on every level in " + std::to_string(s) + " s");
 }
 
+// Rank 1 names another root for a hierarchical broadcast than the others. Over MPI a root's sends
+// complete without a receiver, so every rank may finish the call, rank 1 with other data, and
+// no level call ever sees the difference. The next world call (a flat barrier) must fail with the
+// root named on every rank: each message carries a digest of the sender's earlier calls.
+void hierarchical_root_disagreement(collx::communicator& c) {
+  const auto t0 = std::chrono::steady_clock::now();
+  collx::errc code = collx::errc::internal;
+  std::string why;
+  try {
+    std::vector<int> v(64, c.rank());
+    collx::broadcast<collx::algo::hierarchical<>>(c, std::span<int>(v), c.rank() == 1 ? 1 : 0);
+    collx::barrier(c);
+  } catch (const collx::error& e) {
+    code = e.code();
+    why = e.what();
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  check(code == collx::errc::mismatch,
+        "a root that differs in a hierarchical call fails the next call (got " + std::to_string(static_cast<int>(code)) + ")");
+  check(why.find("root differs") != std::string::npos, "the root is named: " + why);
+  check(s < 10.0, "the root disagreement seen in " + std::to_string(s) + " s");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -413,6 +436,10 @@ int main(int argc, char** argv) {
     {
       collx::communicator c = collx::mpi::connect_hierarchical(MPI_COMM_WORLD);
       rejection_reaches_levels(c);
+    }
+    {
+      collx::communicator c = collx::mpi::connect_hierarchical(MPI_COMM_WORLD);
+      hierarchical_root_disagreement(c);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rank %d: unexpected exception: %s\n", g_rank, e.what());

@@ -102,6 +102,7 @@ class communicator {
       transport_ = std::move(o.transport_);
       options_ = std::move(o.options_);
       sequence_ = o.sequence_;
+      calls_digest_ = o.calls_digest_;
       scratch_ = std::move(o.scratch_);
       scratch_bytes_ = o.scratch_bytes_;
       schedules_ = std::move(o.schedules_);
@@ -205,8 +206,16 @@ class communicator {
     bool owner_ = false;
   };
 
-  /// Advances and returns this communicator's call sequence number (first call: 1).
-  std::uint64_t next_sequence() noexcept { return ++sequence_; }
+  /// Numbers the next collective call and records it: sets sig.seq (this communicator's call
+  /// sequence number; first call: 1) and sig.earlier (the digest of the calls before it), then
+  /// folds sig into the digest. Every other field of sig must be set already.
+  void record_call(call_signature& sig) noexcept {
+    sig.seq = ++sequence_;
+    sig.earlier = calls_digest_;
+    calls_digest_ = history_digest(calls_digest_, sig);
+  }
+  /// How many collective calls this communicator has numbered (record_call), this rank's count.
+  std::uint64_t calls_made() const noexcept { return sequence_; }
 
   /// The last schedule this communicator built, for the next call with the same parameters.
   detail::schedule_cache& schedules() noexcept { return schedules_; }
@@ -227,6 +236,7 @@ class communicator {
   std::shared_ptr<transport> transport_;
   communicator_options options_;
   std::uint64_t sequence_ = 0;
+  std::uint64_t calls_digest_ = 0;  // history_digest of the calls so far
   std::unique_ptr<std::byte, aligned_delete> scratch_;
   std::size_t scratch_bytes_ = 0;
   detail::schedule_cache schedules_;

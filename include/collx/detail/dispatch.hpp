@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <numeric>
 #include <optional>
 #include <span>
 #include <string>
@@ -126,6 +127,34 @@ inline std::uint64_t hash_counts(std::span<const std::size_t> c) noexcept {
   return h;
 }
 
+/// Elements of this rank's call: the vector, the sum of the counts (reduce_scatter, all_gather
+/// and their v-forms), or what this rank sends (all_to_all).
+inline std::size_t elements_moved(collective coll, const call_layout& lay) {
+  std::size_t total = lay.count;
+  if (!lay.counts.empty()) total = std::accumulate(lay.counts.begin(), lay.counts.end(), std::size_t{0});
+  if (coll == collective::all_to_all) total = std::accumulate(lay.send_counts.begin(), lay.send_counts.end(), std::size_t{0});
+  return total;
+}
+
+/// A call's signature but for its algorithm and what communicator::record_call sets: the count all ranks agree on (the
+/// vector, the per-rank block, the total for a v-form, 0 for all_to_all_v, whose counts differ
+/// per pair), the element type and op (hashes; op 0: none), the root, and the v-form's counts.
+inline call_signature layout_signature(collective coll, const call_layout& lay, int root, std::size_t value_size,
+                                       std::uint64_t type_hash, std::uint64_t op_hash) {
+  call_signature sig;
+  sig.coll = coll;
+  sig.count = lay.count;
+  if (!lay.counts.empty()) sig.count = lay.varying ? elements_moved(coll, lay) : lay.counts.front();
+  if (coll == collective::all_to_all) sig.count = lay.varying ? 0 : lay.send_counts.front();
+  sig.type_size = static_cast<std::uint32_t>(value_size);
+  sig.type_hash = type_hash;
+  sig.op_hash = op_hash;
+  sig.root = root;
+  sig.varying = lay.varying ? 1 : 0;
+  sig.layout_hash = lay.varying && coll != collective::all_to_all ? hash_counts(lay.counts) : 0;
+  return sig;
+}
+
 /// Starts fn(comm) on comm's progress thread (see communicator::submit_async).
 template <class F>
 request start_async(communicator& comm, F fn) {
@@ -233,36 +262,18 @@ inline void run_flat_untyped(communicator& comm, collective coll, bool in_place,
   transport& tp = comm.get_transport();
   const int n = comm.size(), r = comm.rank();
 
-  // The element count that all ranks agree on, and the bytes the selector sees.
-  std::size_t sig_count = lay.count, total = lay.count;
-  if (!lay.counts.empty()) {
-    total = 0;
-    for (std::size_t c : lay.counts) total += c;
-    sig_count = lay.varying ? total : lay.counts.front();
-  }
-  if (coll == collective::all_to_all) {
-    total = 0;
-    for (std::size_t c : lay.send_counts) total += c;
-    sig_count = lay.varying ? 0 : lay.send_counts.front();
-  }
+  // The bytes the selector sees.
+  const std::size_t total = elements_moved(coll, lay);
   selection_query q{coll, n, total * tc.value_size, tc.commutative || !reduces};
   const algorithm alg = fixed ? *fixed : comm.select(q);
 
-  call_signature sig;
-  sig.seq = comm.next_sequence();
-  sig.coll = coll;
-  sig.count = sig_count;
-  sig.type_size = tc.value_size;
-  sig.type_hash = tc.type_hash;
-  sig.op_hash = tc.op_hash;
-  sig.root = root;
+  call_signature sig = layout_signature(coll, lay, root, tc.value_size, tc.type_hash, tc.op_hash);
   sig.algo = static_cast<std::uint8_t>(alg);
-  sig.varying = lay.varying ? 1 : 0;
-  sig.layout_hash = lay.varying && coll != collective::all_to_all ? hash_counts(lay.counts) : 0;
   if (alg == algorithm::ring && !comm.options().ring_order.empty()) {  // ranks must agree on the ring
     const std::vector<std::size_t> ring(comm.options().ring_order.begin(), comm.options().ring_order.end());
     sig.layout_hash ^= hash_counts(ring) * 31;
   }
+  comm.record_call(sig);
 
   auto name = [&] { return call_name(comm, coll, sig.seq, tc.type_name, tc.op_name, algorithm_name(alg), lay.varying); };
   check_not_failed(comm, name);

@@ -89,6 +89,7 @@ struct hierarchical_types {
   /// all-reduce runs in scratch memory instead of on the user's buffers.
   bool widens = false;
   std::string_view type_name, op_name;  ///< for messages (op_name empty: no op)
+  std::uint64_t type_hash = 0, op_hash = 0;  ///< the world call signature's (0: no op)
   const void* op = nullptr;             ///< the user's op
   /// Runs one level's part on a level communicator (run_level): buffers, layout, algorithm (none:
   /// automatic) and the user's op where the level reduces.
@@ -112,6 +113,8 @@ hierarchical_types hierarchical_types_of(const Op& op) {
   t.value_size = sizeof(T);
   t.acc_size = sizeof(acc);
   t.type_name = type_name<T>();
+  t.type_hash = type_signature_hash<T>;
+  (void)names_recorded<T, Op>;  // so that mismatch messages can name them
   t.op = &op;
   t.move_values = [](communicator& c, collective coll, const void* in, void* out, bool in_place, int root,
                      const call_layout& lay, std::optional<algorithm> a, const void*) {
@@ -122,6 +125,7 @@ hierarchical_types hierarchical_types_of(const Op& op) {
     t.commutative = op_traits<Op>::commutative;
     t.widens = red::needs_finalize;
     t.op_name = op_traits<Op>::name;
+    t.op_hash = op_signature_hash<Op>();
     t.reduce_acc = [](communicator& c, collective coll, const void* in, void* out, bool in_place, int root,
                       const call_layout& lay, std::optional<algorithm> a, const void* f) {
       run_level<acc, level_op_t<Op>>(c, coll, in, out, in_place, root, level_op(*static_cast<const Op*>(f)), lay, a);
@@ -331,12 +335,18 @@ inline void run_hierarchical_untyped(communicator& comm, collective coll, const 
     invalid_call(comm, coll, t.type_name, t.op_name,
                  "algo::hierarchical with a non-commutative op needs contiguous nodes (node m holding ranks "
                  "[m*L, (m+1)*L)) to combine in rank order", lay.varying);
-  const std::uint64_t seq = comm.next_sequence();  // keeps the call count in step with flat calls
-  const std::string name = call_name(comm, coll, seq, t.type_name, t.op_name, "hierarchical", lay.varying);
+  call_signature sig = layout_signature(coll, lay, root, t.value_size, t.type_hash, t.op_hash);
+  sig.algo = hierarchical_signature_algo;
+  comm.record_call(sig);  // keeps the call count and history in step with flat calls
+  const std::string name = call_name(comm, coll, sig.seq, t.type_name, t.op_name, "hierarchical", lay.varying);
   // One level failing must fail the others (communicator::fail), or ranks waiting on another node
   // would time out.
   try {
     check_not_failed(comm, [&] { return name; });  // failed earlier: tell the levels too (a rank may be waiting in one)
+    // Published on the world communicator as a flat call's is: ranks that disagree on the call as
+    // a whole (a root, or one rank calling flat) may never meet in a level call, and the world's
+    // next call, or a peer waiting in one now, compares the records.
+    comm.get_transport().announce(sig);
   } catch (const error& e) {
     comm.fail(e.code(), e.what());
     throw;

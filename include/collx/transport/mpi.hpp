@@ -228,9 +228,9 @@ class mpi_transport final : public transport {
       return MPI_Test(&q.first, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done;
     });
     std::string why;
-    for (const auto& [peer, theirs] : early_queries_)
-      if (why.empty() && theirs.seq == sig.seq && !(theirs == sig)) why = disagreement(sig, theirs, peer);
-    std::erase_if(early_queries_, [&](const auto& q) { return q.second.seq <= sig.seq; });
+    for (const auto& [peer, q] : early_queries_)
+      if (why.empty() && q.sig.seq == sig.seq && !(q.sig == sig)) why = disagreement(sig, q.sig, peer, q.before);
+    std::erase_if(early_queries_, [&](const auto& q) { return q.second.sig.seq <= sig.seq; });
     if (!why.empty()) fail_out(errc::mismatch, why);
   }
 
@@ -316,7 +316,7 @@ class mpi_transport final : public transport {
     std::string mismatch;
     if (!(h.sig == sig)) mismatch = explain(sig, h.sig, peer);
     else if (h.bytes != bytes)
-      mismatch = message_size_mismatch(peer, h.bytes, rank_, bytes);
+      mismatch = message_size_mismatch(sig, peer, h.bytes, rank_, bytes);
     else if (h.piece % std::max<std::size_t>(1, granularity) != 0)
       mismatch = "rank " + std::to_string(peer) + " cuts messages into " + std::to_string(h.piece) +
                  "-byte pieces, not whole " + std::to_string(granularity) + "-byte elements";
@@ -342,7 +342,9 @@ class mpi_transport final : public transport {
       if (ok) consume(staging_[k % 2].data(), h.piece * (k + 1), detail::later_piece_bytes(h.bytes, h.piece, k));
     }
     if (!ok) {
-      if (h.sig.seq > sig.seq) await_answer(peer);  // the peer went past this call: how did it see it?
+      // The peer went past this call (how did it see it?), or an earlier call differed: the peer
+      // compares this rank's records, which the query carries, with its own and names the field.
+      if (h.sig.seq > sig.seq || differ_only_earlier(sig, h.sig)) await_answer(peer);
       fail_out(errc::mismatch, mismatch);
     }
   }
@@ -433,10 +435,12 @@ class mpi_transport final : public transport {
     }
   }
 
-  /// What a query message holds after its leading query_code.
+  /// What a query message holds after its leading query_code: the sender's record of a call and
+  /// of the calls before it, so that the receiver can name an earlier call they disagree on.
   struct query_message {
-    std::uint64_t token;
+    std::uint64_t token = 0;
     call_signature sig;
+    call_signature before[published_call_history - 1];  ///< calls sig.seq - 1, - 2, ... (seq 0: not held)
   };
   /// The leading int of a query (failure notices lead with their errc, which is never negative).
   static constexpr int query_code = -1;
@@ -464,7 +468,7 @@ class mpi_transport final : public transport {
           if (text.size() == sizeof c + sizeof(query_message)) {
             query_message q;
             std::memcpy(&q, text.data() + sizeof c, sizeof q);
-            if (q.token == token_) answer(st.MPI_SOURCE, q.sig);
+            if (q.token == token_) answer(st.MPI_SOURCE, q);
           }
           continue;
         }
@@ -480,12 +484,19 @@ class mpi_transport final : public transport {
     }
   }
 
-  /// Sends `peer` this rank's signature of the current call, once per call and peer.
+  /// Sends `peer` this rank's records of the current call and those before it (query_message),
+  /// once per call and peer; it compares them with its own (answer).
   void query(int peer) {
     if (current_.seq == 0 || peer == rank_ || queried_[static_cast<std::size_t>(peer)] == current_.seq) return;
     queried_[static_cast<std::size_t>(peer)] = current_.seq;
     auto buf = std::make_unique<std::byte[]>(sizeof(int) + sizeof(query_message));
-    const query_message q{token_, current_};
+    query_message q;
+    q.token = token_;
+    q.sig = current_;
+    for (std::uint64_t i = 0; i + 1 < published_call_history && i + 1 < current_.seq; ++i) {
+      const std::uint64_t seq = current_.seq - 1 - i;
+      if (history_[seq % published_call_history].seq == seq) q.before[i] = history_[seq % published_call_history];
+    }
     std::memcpy(buf.get(), &query_code, sizeof(int));
     std::memcpy(buf.get() + sizeof(int), &q, sizeof q);
     MPI_Request r = MPI_REQUEST_NULL;
@@ -494,16 +505,23 @@ class mpi_transport final : public transport {
       query_sends_.emplace_back(r, std::move(buf));
   }
 
+  /// Whether two signatures of one call differ only in their earlier calls (call_signature::earlier).
+  static bool differ_only_earlier(call_signature a, call_signature b) {
+    const bool earlier_differs = a.earlier != b.earlier;
+    a.earlier = b.earlier = 0;
+    return earlier_differs && a == b;
+  }
+
   /// A peer waiting in call theirs.seq sent its signature: a difference from this rank's record of
   /// that call fails the communicator (the notice tells the peer); a call this rank has not reached
   /// is compared when it announces it.
-  void answer(int peer, const call_signature& theirs) {
-    if (theirs.seq > current_.seq) {
-      early_queries_.emplace_back(peer, theirs);
+  void answer(int peer, const query_message& q) {
+    if (q.sig.seq > current_.seq) {
+      early_queries_.emplace_back(peer, q);
       return;
     }
-    const call_signature& mine = history_[theirs.seq % published_call_history];
-    if (mine.seq == theirs.seq && !(mine == theirs)) fail(errc::mismatch, disagreement(mine, theirs, peer));
+    const call_signature& mine = history_[q.sig.seq % published_call_history];
+    if (mine.seq == q.sig.seq && !(mine == q.sig)) fail(errc::mismatch, disagreement(mine, q.sig, peer, q.before));
   }
 
   /// The mismatch message for a message of rank `peer`'s call `theirs` that arrived in this rank's
@@ -515,9 +533,10 @@ class mpi_transport final : public transport {
     return describe_mismatch(mine, rank_, theirs, peer);
   }
 
-  /// A message from a peer ahead of this call: sends it this call's signature and waits up to 2 s
-  /// for its notice naming the field they disagree on (it compares with its record of this call).
-  /// @throws collx::error with that notice when it comes (else the caller reports the sequence).
+  /// A message from a peer ahead of this call, or one whose earlier calls differ (after their
+  /// records were sent): sends it this call's signature and waits up to 2 s for its notice naming
+  /// the field they disagree on (it compares with its records).
+  /// @throws collx::error with that notice when it comes (else the caller reports what it saw).
   void await_answer(int peer) {
     query(peer);
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
@@ -528,8 +547,25 @@ class mpi_transport final : public transport {
     if (failed_.load(std::memory_order_acquire)) rethrow_failure();
   }
 
-  /// The mismatch message for this rank's call `mine` against rank `peer`'s `theirs`.
-  std::string disagreement(const call_signature& mine, const call_signature& theirs, int peer) const {
+  /// The mismatch message for this rank's call `mine` against rank `peer`'s `theirs`; where they
+  /// differ only in their earlier calls, the first of those whose records differ (this rank's
+  /// history against `before`, the peer's records of the calls before `theirs`, when it sent them).
+  std::string disagreement(const call_signature& mine, const call_signature& theirs, int peer,
+                           const call_signature* before = nullptr) const {
+    const std::string earlier =
+        earlier_disagreement(mine, rank_, theirs, peer, [&](int r, std::uint64_t seq, call_signature& out) {
+          if (r == rank_) {
+            out = history_[seq % published_call_history];
+            return out.seq == seq;
+          }
+          for (std::size_t i = 0; before && i + 1 < published_call_history; ++i)
+            if (before[i].seq == seq && seq != 0) {
+              out = before[i];
+              return true;
+            }
+          return false;
+        });
+    if (!earlier.empty()) return earlier;
     return describe_mismatch(mine, rank_, theirs, peer) + " (rank " + std::to_string(rank_) + "'s " + describe_call(mine) +
            (current_.seq > mine.seq ? "; it has since gone on to call #" + std::to_string(current_.seq) : std::string()) +
            ")";
@@ -595,7 +631,7 @@ class mpi_transport final : public transport {
   call_signature current_;                                             // the call announced last
   call_signature history_[published_call_history];                     // call k at k % history
   std::vector<std::uint64_t> queried_;                                 // per peer: the call last queried
-  std::vector<std::pair<int, call_signature>> early_queries_;          // for calls not reached yet
+  std::vector<std::pair<int, query_message>> early_queries_;          // for calls not reached yet
   std::vector<std::pair<MPI_Request, std::unique_ptr<std::byte[]>>> query_sends_;  // until delivered
 };
 

@@ -89,8 +89,8 @@ struct shm_segment {
   static constexpr std::uint64_t magic_failed = 0x636f6c6c78666169ull;  // rank 0 could not set up
   // 2: peer_info::call; 3: call on its own line, slots line-aligned; 4: a slot's stamp replaces the
   // posted counter; 5: peer_info::cpus; 6: peer_info::calls (a history); 7: peer_info::waiting,
-  // header::launch_id
-  static constexpr std::uint32_t layout_version = 7;
+  // header::launch_id; 8: call_signature::earlier
+  static constexpr std::uint32_t layout_version = 8;
   /// Calls each rank's published history keeps.
   static constexpr std::size_t call_history = published_call_history;
 
@@ -257,7 +257,6 @@ class shm_transport final : public transport {
 
   void announce(const call_signature& sig) override {
     announced_ = sig;
-    my_calls_[sig.seq % shm_segment::call_history] = sig;
     shm_segment::peer_info& me = peer(rank_);
     const std::uint32_t v = me.call_version.load(std::memory_order_relaxed);
     me.call_version.store(v + 1, std::memory_order_relaxed);
@@ -292,7 +291,7 @@ class shm_transport final : public transport {
       if (first) {
         if (!(s.sig == sig)) mismatch(describe_stale_or(s.sig, sig, peer_rank));
         if (s.total_bytes != bytes)
-          mismatch(message_size_mismatch(peer_rank, s.total_bytes, rank_, bytes));
+          mismatch(message_size_mismatch(sig, peer_rank, s.total_bytes, rank_, bytes));
         first = false;
       }
       if (s.kind == shm_segment::slot_kind::cma) {
@@ -572,14 +571,7 @@ class shm_transport final : public transport {
     if (now - last_liveness_ < std::chrono::milliseconds(50)) return false;
     last_liveness_ = now;
     if (watched_failed()) return true;  // another level of this rank's hierarchy failed
-    // Rank r's record of this call, also after it moved on (a root that only sends returns early).
-    const std::string why = first_disagreement(announced_, rank_, n_, [&](int r, call_signature& c) {
-      return (watched < 0 || r == watched) && announced_call(r, announced_.seq, c);
-    });
-    if (!why.empty()) {
-      fail(errc::mismatch, why);
-      return true;
-    }
+    if (records_disagree(watched)) return true;
     for (int r = 0; r < n_; ++r) {
       if (r == rank_ || (watched >= 0 && r != watched)) continue;
       shm_segment::peer_info& pi = peer(r);
@@ -594,6 +586,24 @@ class shm_transport final : public transport {
     return false;
   }
 
+  /// True (with the job failed) if the records of `watched` (a rank, or -1 for all) of this call,
+  /// or of an earlier one it is still in, differ from this rank's (first_disagreement): a root that
+  /// only sends returns early, and ranks of a hierarchical call may never meet on a level.
+  bool records_disagree(int watched) noexcept {
+    if (!hdr() || announced_.seq == 0) return false;
+    try {
+      const std::string why = first_disagreement(announced_, rank_, n_, [&](int r, std::uint64_t seq, call_signature& c) {
+        return (watched < 0 || r == watched || r == rank_) && announced_call(r, seq, c);
+      });
+      if (why.empty()) return false;
+      fail(errc::mismatch, why);
+      return true;
+    } catch (...) {  // no memory for the message: the timeout still ends the wait
+      return false;
+    }
+  }
+  bool records_disagree() noexcept override { return records_disagree(-1); }
+
   /// Call `seq` as rank r announced it (seq 0: its latest call), if r's history still holds it and
   /// it is not being written right now.
   bool announced_call(int r, std::uint64_t seq, call_signature& out) const {
@@ -607,20 +617,11 @@ class shm_transport final : public transport {
   }
   bool announced_call(int r, call_signature& out) const { return announced_call(r, 0, out); }
 
-  /// A received message's signature `got` differs from this call's `sig`. When the two belong to
-  /// different calls, one rank finished a call the other is still in (a root that only sends
-  /// returns early): if that call's records differ (this rank's history, or the sender's published
-  /// one), that difference is the cause, so name it rather than the sequence numbers.
+  /// A received message's signature `got` differs from this call's `sig`: why, from the ranks'
+  /// published records (describe_message_mismatch).
   std::string describe_stale_or(const call_signature& got, const call_signature& sig, int from) const {
-    const call_signature& mine = my_calls_[got.seq % shm_segment::call_history];
-    if (got.seq < sig.seq && mine.seq == got.seq && !(mine == got))  // the sender is behind
-      return describe_mismatch(mine, rank_, got, from) + " (in " + describe_call(mine) +
-             ", which this rank finished before seeing it; seen at call #" + std::to_string(sig.seq) + ")";
-    call_signature theirs;
-    if (got.seq > sig.seq && announced_call(from, sig.seq, theirs) && !(theirs == sig))  // the sender is ahead
-      return describe_mismatch(sig, rank_, theirs, from) + " (rank " + std::to_string(from) + " finished " +
-             describe_call(theirs) + " and went on to call #" + std::to_string(got.seq) + ")";
-    return describe_mismatch(sig, rank_, got, from);
+    return describe_message_mismatch(got, sig, rank_, from,
+                                     [&](int r, std::uint64_t seq, call_signature& c) { return announced_call(r, seq, c); });
   }
 
   /// What rank r is doing, from the call it announced last and what it blocks on, for a
@@ -1042,7 +1043,6 @@ class shm_transport final : public transport {
   std::vector<std::uint64_t> posted_, seen_consumed_, zero_copy_until_, received_;
   std::chrono::steady_clock::time_point last_liveness_{};
   call_signature announced_{};  // this rank's current call (announce)
-  std::array<call_signature, shm_segment::call_history> my_calls_{};  // its recent calls, as published
   std::vector<window> windows_;
   std::uint32_t next_window_id_ = 0;
 };

@@ -182,9 +182,12 @@ class threads_transport final : public transport {
     const std::uint64_t k = box.consumed.load(std::memory_order_relaxed);
     wait("a message from", peer, [&] { return box.posted.load(std::memory_order_acquire) > k; });
     const thread_world::message& m = box.slots[k % thread_world::mailbox_capacity];
-    if (!(m.sig == sig)) fail_out(errc::mismatch, describe_mismatch(sig, rank_, m.sig, peer));
+    if (!(m.sig == sig))
+      fail_out(errc::mismatch, describe_message_mismatch(m.sig, sig, rank_, peer, [&](int r, std::uint64_t seq, call_signature& c) {
+                 return world_->announced(r, seq, c);
+               }));
     if (m.bytes != bytes)
-      fail_out(errc::mismatch, message_size_mismatch(peer, m.bytes, rank_, bytes));
+      fail_out(errc::mismatch, message_size_mismatch(sig, peer, m.bytes, rank_, bytes));
     // The message is the sender's own memory, valid only while the sender is inside the call. A
     // sender that fails leaves the call at once, so announce the read and then re-check the
     // failure: a sender failing after this point waits in quiesce() until the read is over; one
@@ -218,11 +221,12 @@ class threads_transport final : public transport {
   template <class Ready>
   void wait(const char* what, int peer, Ready ready) {
     if (ready()) return;
-    // Checked on every wake-up and every 20 ms: the failure flag, whether a peer announced this
-    // call with another signature (ranks that disagree on a root may never exchange a message to
-    // compare, as when both broadcast as the root), and the other levels of a hierarchy.
+    // Checked on every wake-up and every 20 ms: the failure flag, whether a peer's records of this
+    // call or of one it is still in differ (ranks that disagree on a root may never exchange a
+    // message to compare, as when both broadcast as the root), and the other levels of a hierarchy
+    // (and their records: a hierarchical call's ranks may never meet on a level).
     const auto st = detail::wait_until(world_->bell(rank_), false, std::chrono::nanoseconds(timeout_), spin_, ready,
-                                       [&] { return world_->failed() || peer_disagrees() || watched_failed(); },
+                                       [&] { return world_->failed() || records_disagree() || watched_failed(); },
                                        std::chrono::milliseconds(20));
     if (st == detail::wait_status::ready) return;
     if (st == detail::wait_status::timed_out)
@@ -232,15 +236,18 @@ class threads_transport final : public transport {
     rethrow_failure();
   }
 
-  /// True (with the world failed) if a peer announced this call's sequence number with another
-  /// signature (found in its history when it has gone on to later calls).
-  bool peer_disagrees() {
-    const std::string why = first_disagreement(announced_, rank_, world_->size(), [&](int r, call_signature& c) {
-      return world_->announced(r, announced_.seq, c);
-    });
-    if (why.empty()) return false;
-    world_->fail(errc::mismatch, reported(why));
-    return true;
+  /// True (with the world failed) if a peer's records of this call, or of an earlier one it is still
+  /// in, differ from this rank's (first_disagreement).
+  bool records_disagree() noexcept override {
+    try {
+      const std::string why = first_disagreement(announced_, rank_, world_->size(),
+                                                 [&](int r, std::uint64_t seq, call_signature& c) { return world_->announced(r, seq, c); });
+      if (why.empty()) return false;
+      world_->fail(errc::mismatch, reported(why));
+      return true;
+    } catch (...) {  // no memory for the message: the timeout still ends the wait
+      return false;
+    }
   }
 
   // Every error leaves the call through one of these two, with the world failed: they first wait

@@ -31,10 +31,43 @@ struct call_signature {
   std::uint32_t type_size = 0;    ///< sizeof(element)
   std::int32_t root = -1;         ///< broadcast/reduce root, else -1
   collective coll = collective::allreduce;
-  std::uint8_t algo = 0;          ///< the resolved algorithm (collx::algorithm)
+  std::uint8_t algo = 0;          ///< the resolved algorithm (collx::algorithm), or hierarchical_signature_algo
   std::uint8_t varying = 0;       ///< 1: the collective's v-form (a count per rank)
+  /// Digest of this rank's calls before this one on the communicator (history_digest): ranks whose
+  /// records of a finished call differ, though no message of that call showed it (a broadcast root
+  /// that only sends, an algo::hierarchical call whose levels never met), differ here at their
+  /// next message. 0 for point-to-point messages.
+  std::uint64_t earlier = 0;
   constexpr bool operator==(const call_signature&) const = default;
 };
+
+/// The digest of the calls before and including `sig` (call_signature::earlier of the next call):
+/// `earlier` (the digest before it) mixed with every field of sig but itself.
+constexpr std::uint64_t history_digest(std::uint64_t earlier, const call_signature& sig) noexcept {
+  std::uint64_t h = earlier ^ 0x9e3779b97f4a7c15ull;
+  const auto mix = [&h](std::uint64_t v) {
+    h = (h ^ v) * 0x100000001b3ull;
+    h ^= h >> 29;
+  };
+  mix(sig.seq);
+  mix(sig.count);
+  mix(sig.type_hash);
+  mix(sig.op_hash);
+  mix(sig.layout_hash);
+  mix(sig.type_size);
+  mix(static_cast<std::uint32_t>(sig.root));
+  mix(static_cast<std::uint64_t>(sig.coll) << 16 | std::uint64_t{sig.algo} << 8 | sig.varying);
+  return h;
+}
+
+/// call_signature::algo of an algo::hierarchical call, which the world communicator announces
+/// (its levels run calls of their own, with their own signatures): no collx::algorithm value.
+inline constexpr std::uint8_t hierarchical_signature_algo = 0x80;
+
+/// The name of call_signature::algo: "ring", "tree", "direct" or "hierarchical".
+inline std::string signature_algorithm_name(std::uint8_t a) {
+  return a == hierarchical_signature_algo ? "hierarchical" : std::string(algorithm_name(static_cast<algorithm>(a)));
+}
 
 /// The collective a signature names, as the user called it ("all_gather_v" for the v-form).
 inline std::string called(const call_signature& c) {
@@ -74,30 +107,14 @@ inline std::string describe_mismatch(const call_signature& mine, int me, const c
   }
   if (mine.root != theirs.root) return field("root", theirs.root, mine.root);
   if (mine.algo != theirs.algo)
-    return "algorithm differs: " + rp + " runs " + std::string(algorithm_name(static_cast<algorithm>(theirs.algo))) +
-           ", " + rm + " runs " + std::string(algorithm_name(static_cast<algorithm>(mine.algo)));
+    return "algorithm differs: " + rp + " runs " + signature_algorithm_name(theirs.algo) + ", " + rm + " runs " +
+           signature_algorithm_name(mine.algo);
   if (mine.layout_hash != theirs.layout_hash) return "per-rank counts differ between " + rp + " and " + rm;
-  return {};
-}
-
-/// How many of its latest calls a rank keeps published for its peers (threads and shm transports):
-/// a rank whose part of a call was empty returns at once and goes on, and a peer still waiting in
-/// that call must find its record among the later ones.
-inline constexpr std::size_t published_call_history = 8;
-
-/// The mismatch message for the first rank whose record of call `mine` (the same sequence
-/// number) differs from `mine`, "" if none does. `record(r, out)` fills in rank r's record of call
-/// mine.seq, returning false where r has none (not yet, or no longer). The transports that publish
-/// each rank's calls (threads, shm) compare them this way while they wait, so ranks that disagree
-/// learn it even when no message between them would show it (a root that only sends).
-template <class Record>
-std::string first_disagreement(const call_signature& mine, int me, int n, Record&& record) {
-  if (!mine.seq) return {};
-  for (int r = 0; r < n; ++r) {
-    call_signature theirs;
-    if (r != me && record(r, theirs) && theirs.seq == mine.seq && !(theirs == mine))
-      return describe_mismatch(mine, me, theirs, r);
-  }
+  if (mine.earlier != theirs.earlier)
+    return "an earlier call differs: " + rp + "'s record of the calls before #" + std::to_string(mine.seq) +
+           " is not " + rm + "'s (both finished a call they disagreed on without a message showing it: a root, "
+           "count or op that differed in a broadcast whose root only sent, or in an algo::hierarchical call whose "
+           "levels never met)";
   return {};
 }
 
@@ -106,15 +123,110 @@ inline std::string describe_call(const call_signature& c) {
   std::string s = called(c) + " #" + std::to_string(c.seq) + " (" + std::to_string(c.count) +
                   (c.varying ? " elements in all" : " elements") + " of a " + std::to_string(c.type_size) + "-byte type";
   if (c.root >= 0) s += ", root " + std::to_string(c.root);
-  return s + ", " + std::string(algorithm_name(static_cast<algorithm>(c.algo))) + ")";
+  return s + ", " + signature_algorithm_name(c.algo) + ")";
 }
 
+/// How many of its latest calls a rank keeps published for its peers (threads and shm transports):
+/// a rank whose part of a call was empty returns at once and goes on, and a peer still waiting in
+/// that call must find its record among the later ones.
+inline constexpr std::size_t published_call_history = 8;
+
+/// Where calls `mine` (this rank's, `me`) and `theirs` (rank `peer`'s of the same call) differ
+/// only in call_signature::earlier: the first earlier call whose records, as both ranks still
+/// publish them (`record`, as first_disagreement's), differ, described; "" otherwise.
+template <class Record>
+std::string earlier_disagreement(const call_signature& mine, int me, const call_signature& theirs, int peer,
+                                 Record&& record) {
+  call_signature a = mine, b = theirs;
+  a.earlier = b.earlier = 0;
+  if (mine.seq != theirs.seq || !(a == b)) return {};
+  const std::uint64_t from = mine.seq > published_call_history ? mine.seq - published_call_history + 1 : 1;
+  for (std::uint64_t s = from; s < mine.seq; ++s)
+    if (record(me, s, a) && record(peer, s, b) && a.seq == s && b.seq == s && !(a == b))
+      return describe_mismatch(a, me, b, peer) + " (in " + describe_call(a) + ", which both ranks finished; seen at call #" +
+             std::to_string(mine.seq) + ")";
+  return {};
+}
+
+/// describe_mismatch, or where the calls differ only in their earlier calls, the first earlier
+/// call whose published records differ (earlier_disagreement).
+template <class Record>
+std::string describe_mismatch_from_records(const call_signature& mine, int me, const call_signature& theirs, int peer,
+                                           Record&& record) {
+  std::string why = earlier_disagreement(mine, me, theirs, peer, record);
+  return why.empty() ? describe_mismatch(mine, me, theirs, peer) : why;
+}
+
+/// The mismatch message for the first rank whose records disagree with this rank's, "" if none
+/// does: its record of call `mine` (the same sequence number; found in its history when it has
+/// gone on), or, when it is still in an earlier call that this rank finished, that call's record
+/// against this rank's own. `record(r, seq, out)` fills in rank r's record of call `seq` (0: its
+/// latest; r may be `me`), returning false where r has none (not yet, or no longer). The
+/// transports that publish each rank's calls (threads, shm) compare them this way while they
+/// wait, so ranks that disagree learn it even when no message between them would show it (a root
+/// that only sends; a hierarchical call whose ranks took different level calls and never met).
+template <class Record>
+std::string first_disagreement(const call_signature& mine, int me, int n, Record&& record) {
+  if (!mine.seq) return {};
+  for (int r = 0; r < n; ++r) {
+    if (r == me) continue;
+    call_signature theirs, mine_then;
+    if (record(r, mine.seq, theirs)) {  // r is in this call, or past it
+      if (theirs.seq == mine.seq && !(theirs == mine)) return describe_mismatch_from_records(mine, me, theirs, r, record);
+      continue;
+    }
+    if (record(r, 0, theirs) && theirs.seq < mine.seq && record(me, theirs.seq, mine_then) &&
+        mine_then.seq == theirs.seq && !(mine_then == theirs)) {  // r is still in a call this rank finished
+      const std::string earlier = earlier_disagreement(mine_then, me, theirs, r, record);
+      if (!earlier.empty()) return earlier;
+      return describe_mismatch(mine_then, me, theirs, r) + " (in " + describe_call(mine_then) +
+             ", which this rank finished and rank " + std::to_string(r) + " is still in; seen at call #" +
+             std::to_string(mine.seq) + ")";
+    }
+  }
+  return {};
+}
+
+/// The mismatch message for a message of rank `from`'s call `got` that arrived in this rank's
+/// (`me`) call `sig`, from the ranks' published records (`record`, as first_disagreement's). When
+/// the two belong to different calls, one rank finished a call the other is still in (a root that
+/// only sends returns early): if that call's records differ (this rank's, or the sender's), that
+/// difference is the cause, so name it rather than the sequence numbers.
+template <class Record>
+std::string describe_message_mismatch(const call_signature& got, const call_signature& sig, int me, int from,
+                                      Record&& record) {
+  call_signature mine, theirs;
+  if (got.seq < sig.seq && record(me, got.seq, mine) && mine.seq == got.seq && !(mine == got)) {  // the sender is behind
+    const std::string earlier = earlier_disagreement(mine, me, got, from, record);
+    if (!earlier.empty()) return earlier;
+    return describe_mismatch(mine, me, got, from) + " (in " + describe_call(mine) +
+           ", which this rank finished before seeing it; seen at call #" + std::to_string(sig.seq) + ")";
+  }
+  if (got.seq > sig.seq && record(from, sig.seq, theirs) && theirs.seq == sig.seq && !(theirs == sig)) {  // ahead
+    const std::string earlier = earlier_disagreement(sig, me, theirs, from, record);
+    if (!earlier.empty()) return earlier;
+    return describe_mismatch(sig, me, theirs, from) + " (rank " + std::to_string(from) + " finished " +
+           describe_call(theirs) + " and went on to call #" + std::to_string(got.seq) + ")";
+  }
+  return describe_mismatch_from_records(sig, me, got, from, record);
+}
+
+
 /// Why a message of `sent` bytes from rank `peer` does not fit rank `me`'s `expected` though their
-/// call signatures (counts included) agree: the ranks cut the call into different messages, which
-/// differing communicator_options::max_segment_bytes (COLLX_SEGMENT_BYTES) do.
-inline std::string message_size_mismatch(int peer, std::uint64_t sent, int me, std::uint64_t expected) {
-  return "message size differs: rank " + std::to_string(peer) + " sends " + std::to_string(sent) + " bytes, rank " +
-         std::to_string(me) + " expects " + std::to_string(expected) +
+/// call signatures `sig` (counts included) agree. In all_to_all_v, whose signature cannot hold
+/// every pair's count, the sender's send_counts[me] and the receiver's recv_counts[peer] differ;
+/// elsewhere the ranks cut the call into different messages, which differing
+/// communicator_options::max_segment_bytes (COLLX_SEGMENT_BYTES) do.
+inline std::string message_size_mismatch(const call_signature& sig, int peer, std::uint64_t sent, int me,
+                                          std::uint64_t expected) {
+  const std::string p = std::to_string(peer), m = std::to_string(me);
+  if (sig.coll == collective::all_to_all && sig.varying && sig.type_size && sent % sig.type_size == 0 &&
+      expected % sig.type_size == 0)
+    return "count differs: rank " + p + "'s send_counts[" + m + "] is " + std::to_string(sent / sig.type_size) +
+           " but rank " + m + "'s recv_counts[" + p + "] is " + std::to_string(expected / sig.type_size) +
+           " (all_to_all_v: what one rank sends another must be what that rank expects from it)";
+  return "message size differs: rank " + p + " sends " + std::to_string(sent) + " bytes, rank " + m + " expects " +
+         std::to_string(expected) +
          " (the calls agree, so the ranks cut them differently: COLLX_SEGMENT_BYTES, or "
          "communicator_options::max_segment_bytes, must be the same on every rank)";
 }
@@ -188,10 +300,11 @@ class transport {
   /// any thread; idempotent (the first reason is kept).
   virtual void fail(errc code, const std::string& why) noexcept = 0;
   /// Tells the transport which call this rank is in now; every collective calls it first, also one
-  /// that moves nothing. A transport that can see what its peers announced (shm) compares while it
-  /// waits for a peer: a peer at the same call number with another signature fails the call with
-  /// errc::mismatch, where the ranks would otherwise wait for messages the other never sends (ranks
-  /// that disagree on the root, or a rank whose count is 0). Default: nothing.
+  /// that moves nothing. A transport that can see what its peers announced (threads, shm) compares
+  /// while it waits for a peer (first_disagreement): a peer's record of this call, or of an earlier
+  /// one it is still in, that differs fails the call with errc::mismatch, where the ranks would
+  /// otherwise wait for messages the other never sends (ranks that disagree on the root, or a rank
+  /// whose count is 0). MPI keeps its records for the queries its peers send. Default: nothing.
   virtual void announce(const call_signature& sig) { (void)sig; }
   /// Tells the transport that this rank moves nothing in call `sig` (announced already) and returns
   /// at once. A transport whose peers cannot see announcements (MPI) sends them the signature, so
@@ -205,6 +318,13 @@ class transport {
   /// node), or what the transport knows of its wiring. The same on every rank.
   virtual cost_model costs() const noexcept { return {}; }
 
+  /// Compares this rank's current call with the records its peers publish (threads, shm:
+  /// first_disagreement) and fails this transport when they differ: true then. The transports of
+  /// a hierarchy run it on those they watch (at most every 50 ms), as the world's call may be one
+  /// whose ranks took level calls that never meet. Default (MPI: peers publish nothing): false.
+  /// Called from the waits of the transports that watch this one: all transports of a rank's
+  /// hierarchy are driven by one thread at a time (the communicator's call_scope).
+  virtual bool records_disagree() noexcept { return false; }
   /// This transport's failure, if it has failed: sets `code` and `why` and returns true. Learns
   /// what it can without waiting (MPI reads the notices its peers sent). Owning thread only;
   /// never throws.
@@ -243,11 +363,15 @@ class transport {
   /// For the wait loops, between polls: true when a watched transport has failed, after failing
   /// this one with its code and reason (the wait then throws this transport's failure).
   bool watched_failed() noexcept {
+    // Comparing records reads every peer's: not on every poll of a wait.
+    const auto now = std::chrono::steady_clock::now();
+    const bool compare = now - last_records_check_ >= std::chrono::milliseconds(50);
+    if (compare) last_records_check_ = now;
     for (const auto& w : watched_)
       if (const auto other = w.lock()) {
         errc code{};
         std::string why;
-        if (other->failure(code, why)) {
+        if (other->failure(code, why) || (compare && other->records_disagree() && other->failure(code, why))) {
           fail(code, why);
           return true;
         }
@@ -257,6 +381,7 @@ class transport {
 
  private:
   std::vector<std::weak_ptr<transport>> watched_;
+  std::chrono::steady_clock::time_point last_records_check_{};  // watched_failed's last records_disagree
 };
 
 }  // namespace v0
