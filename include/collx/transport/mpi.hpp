@@ -344,7 +344,7 @@ class mpi_transport final : public transport {
     if (!ok) {
       // The peer went past this call (how did it see it?), or an earlier call differed: the peer
       // compares this rank's records, which the query carries, with its own and names the field.
-      if (h.sig.seq > sig.seq || differ_only_earlier(sig, h.sig)) await_answer(peer);
+      if (h.sig.seq > sig.seq || differ_only_in_earlier(sig, h.sig)) await_answer(peer);
       fail_out(errc::mismatch, mismatch);
     }
   }
@@ -505,13 +505,6 @@ class mpi_transport final : public transport {
       query_sends_.emplace_back(r, std::move(buf));
   }
 
-  /// Whether two signatures of one call differ only in their earlier calls (call_signature::earlier).
-  static bool differ_only_earlier(call_signature a, call_signature b) {
-    const bool earlier_differs = a.earlier != b.earlier;
-    a.earlier = b.earlier = 0;
-    return earlier_differs && a == b;
-  }
-
   /// A peer waiting in call theirs.seq sent its signature: a difference from this rank's record of
   /// that call fails the communicator (the notice tells the peer); a call this rank has not reached
   /// is compared when it announces it.
@@ -533,9 +526,9 @@ class mpi_transport final : public transport {
     return describe_mismatch(mine, rank_, theirs, peer);
   }
 
-  /// A message from a peer ahead of this call, or one whose earlier calls differ (after their
-  /// records were sent): sends it this call's signature and waits up to 2 s for its notice naming
-  /// the field they disagree on (it compares with its records).
+  /// A message from a peer ahead of this call, or one whose earlier calls differ: sends it this
+  /// rank's records (query) and waits up to 2 s for its notice naming the call and field they
+  /// disagree on (it compares them with its own).
   /// @throws collx::error with that notice when it comes (else the caller reports what it saw).
   void await_answer(int peer) {
     query(peer);

@@ -289,7 +289,7 @@ class shm_transport final : public transport {
       const shm_segment::slot& s = slot_at(peer_rank, rank_, k);
       wait(wait_kind::message_from, peer_rank, [&] { return s.stamp.load(std::memory_order_acquire) == k + 1; });
       if (first) {
-        if (!(s.sig == sig)) mismatch(describe_stale_or(s.sig, sig, peer_rank));
+        if (!(s.sig == sig)) mismatch(why_message_differs(s.sig, sig, peer_rank));
         if (s.total_bytes != bytes)
           mismatch(message_size_mismatch(sig, peer_rank, s.total_bytes, rank_, bytes));
         first = false;
@@ -619,7 +619,7 @@ class shm_transport final : public transport {
 
   /// A received message's signature `got` differs from this call's `sig`: why, from the ranks'
   /// published records (describe_message_mismatch).
-  std::string describe_stale_or(const call_signature& got, const call_signature& sig, int from) const {
+  std::string why_message_differs(const call_signature& got, const call_signature& sig, int from) const {
     return describe_message_mismatch(got, sig, rank_, from,
                                      [&](int r, std::uint64_t seq, call_signature& c) { return announced_call(r, seq, c); });
   }

@@ -131,15 +131,22 @@ inline std::string describe_call(const call_signature& c) {
 /// that call must find its record among the later ones.
 inline constexpr std::size_t published_call_history = 8;
 
+/// Whether two signatures differ in call_signature::earlier only: the same call, which the two
+/// ranks agree on, after earlier calls they did not agree on.
+inline bool differ_only_in_earlier(call_signature a, call_signature b) noexcept {
+  const bool earlier_differs = a.earlier != b.earlier;
+  a.earlier = b.earlier = 0;
+  return earlier_differs && a == b;
+}
+
 /// Where calls `mine` (this rank's, `me`) and `theirs` (rank `peer`'s of the same call) differ
 /// only in call_signature::earlier: the first earlier call whose records, as both ranks still
 /// publish them (`record`, as first_disagreement's), differ, described; "" otherwise.
 template <class Record>
 std::string earlier_disagreement(const call_signature& mine, int me, const call_signature& theirs, int peer,
                                  Record&& record) {
-  call_signature a = mine, b = theirs;
-  a.earlier = b.earlier = 0;
-  if (mine.seq != theirs.seq || !(a == b)) return {};
+  if (!differ_only_in_earlier(mine, theirs)) return {};
+  call_signature a, b;
   const std::uint64_t from = mine.seq > published_call_history ? mine.seq - published_call_history + 1 : 1;
   for (std::uint64_t s = from; s < mine.seq; ++s)
     if (record(me, s, a) && record(peer, s, b) && a.seq == s && b.seq == s && !(a == b))
