@@ -10,6 +10,7 @@
 #include "reference.hpp"
 
 #include <numeric>
+#include <regex>
 #include <span>
 #include <string>
 #include <vector>
@@ -499,7 +500,13 @@ TEST_CASE("ranks that disagree on a hierarchical call's root learn it at once, w
           // waiting must fail with the mismatch, not by timing out.
           if (next == 3 && codes[static_cast<size_t>(r)] == collx::errc::internal) continue;
           CHECK(codes[static_cast<size_t>(r)] == collx::errc::mismatch);
-          named = named || whys[static_cast<size_t>(r)].find("root differs") != std::string::npos;
+          const std::string& why = whys[static_cast<size_t>(r)];
+          named = named || why.find("root differs") != std::string::npos;
+          // The world's records found it: one rank failed, in world ranks. A level that passed the
+          // failure on must not claim it ("rank 0 failed: rank 1 failed: root differs" on world
+          // rank 2, rank 0 of its node), nor add its legend to world ranks.
+          CHECK_FALSE(std::regex_search(why, std::regex("failed: rank [0-9]+ failed:")));
+          CHECK(why.find("node communicator:") == std::string::npos);
         }
         CHECK(named);
       }

@@ -144,7 +144,13 @@ class communicator {
   /// any thread; never throws; the first failure's reason is kept.
   void fail(errc code, const std::string& why) noexcept {
     transport_->fail(code, why);
-    for (const auto& t : linked_) t->fail(code, why);
+    if (linked_.empty()) return;
+    std::string text;  // as this communicator's peers read it: the levels number their ranks otherwise
+    try {
+      text = reported_by(rank(), why);
+    } catch (...) {
+    }
+    for (const auto& t : linked_) t->adopt_failure(code, text);
   }
 
   /// The node-local and cross-node communicators algo::hierarchical runs on (hierarchy.hpp), or

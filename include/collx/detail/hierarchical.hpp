@@ -363,9 +363,17 @@ inline void run_hierarchical_untyped(communicator& comm, collective coll, const 
     else if (!t.reduces && coll == collective::broadcast) call.broadcast(in, out, lay.count, root);
     else COLLX_THROW(errc::internal, "no hierarchical form of this collective with this op");
   } catch (const error& e) {
-    const std::string why = name + ": " + e.what() + " " + level_ranks_legend(comm.rank(), l);
-    comm.fail(e.code(), why);
-    COLLX_THROW(e.code(), why);
+    // The first failure the whole communicator knows, so that every rank reports the same one: a
+    // level's own (in the level's rank numbers: with the legend) unless the world failed first
+    // (its records disagree, another rank's level failed, abort): that text names world ranks.
+    errc code = e.code();
+    std::string world_why;
+    if (!comm.get_transport().failure(code, world_why)) {
+      code = e.code();
+      world_why = e.what() + (" " + level_ranks_legend(comm.rank(), l));
+      comm.fail(code, world_why);
+    }
+    COLLX_THROW(code, name + ": " + as_seen_by(comm.rank(), std::move(world_why)));
   }
 }
 

@@ -243,18 +243,8 @@ class mpi_transport final : public transport {
     for (int p = 0; p < size_; ++p) query(p);
   }
 
-  void fail(errc code, const std::string& why) noexcept override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (failed_.load(std::memory_order_relaxed)) return;
-      code_ = code;
-      why_ = why;
-      failed_.store(true, std::memory_order_release);
-      notice_pending_ = true;
-    }
-    // MPI may be called here only from the thread that owns the transport, unless MPI allows any.
-    if (level_ == MPI_THREAD_MULTIPLE || std::this_thread::get_id() == owner_) send_notices();
-  }
+  void fail(errc code, const std::string& why) noexcept override { fail_with_notice(code, why, true); }
+  void adopt_failure(errc code, const std::string& why) noexcept override { fail_with_notice(code, why, false); }
 
   bool failure(errc& code, std::string& why) noexcept override {
     enter();
@@ -564,6 +554,25 @@ class mpi_transport final : public transport {
            ")";
   }
 
+  /// Fails this transport with `why` and tells every peer: "rank R failed: why" when the failure
+  /// is this rank's own (`own`), `why` verbatim when it was adopted (adopt_failure).
+  void fail_with_notice(errc code, const std::string& why, bool own) noexcept {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (failed_.load(std::memory_order_relaxed)) return;
+      code_ = code;
+      try {
+        why_ = why;
+        notice_text_ = own ? reported_by(rank_, why) : why;
+      } catch (...) {
+      }
+      failed_.store(true, std::memory_order_release);
+      notice_pending_ = true;
+    }
+    // MPI may be called here only from the thread that owns the transport, unless MPI allows any.
+    if (level_ == MPI_THREAD_MULTIPLE || std::this_thread::get_id() == owner_) send_notices();
+  }
+
   /// Tells every peer this rank failed (once).
   void send_notices() noexcept {
     std::lock_guard<std::mutex> lock(mu_);
@@ -571,7 +580,7 @@ class mpi_transport final : public transport {
     const int c = static_cast<int>(code_);
     notice_ = std::make_unique<std::string>(sizeof c, '\0');
     std::memcpy(notice_->data(), &c, sizeof c);
-    *notice_ += "rank " + std::to_string(rank_) + " failed: " + why_;
+    *notice_ += notice_text_;
     for (int p = 0; p < size_; ++p) {
       if (p == rank_) continue;
       MPI_Request r = MPI_REQUEST_NULL;
@@ -616,6 +625,7 @@ class mpi_transport final : public transport {
   std::atomic<bool> notice_pending_{false};
   errc code_ = errc::aborted;
   std::string why_;
+  std::string notice_text_;  // what the peers read: why_, with "rank R failed: " when this rank's own
   std::unique_ptr<std::string> notice_;  // the control message; stays alive while it is being sent
   std::vector<MPI_Request> control_sends_;
 

@@ -229,20 +229,13 @@ class shm_transport final : public transport {
   }
 
   void fail(errc code, const std::string& why) noexcept override {
-    shm_segment::header* h = hdr();
-    std::uint32_t expected = 0;
-    if (h->fail_lock.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
-      h->fail_code = static_cast<std::uint32_t>(code);
-      std::string text;
-      try {
-        text = reported_by(rank_, why);  // the other ranks read it: say whose failure it is
-      } catch (...) {
-      }
-      std::snprintf(h->fail_reason, sizeof h->fail_reason, "%s", text.c_str());
-      h->failed.store(1, std::memory_order_release);
+    try {
+      publish_failure(code, reported_by(rank_, why));  // the other ranks read it: say whose failure it is
+    } catch (...) {
+      publish_failure(code, {});
     }
-    for (int r = 0; r < n_; ++r) peer(r).bell.ring(true);
   }
+  void adopt_failure(errc code, const std::string& why) noexcept override { publish_failure(code, why); }
 
   bool failure(errc& code, std::string& why) noexcept override {
     shm_segment::header* h = hdr();
@@ -553,6 +546,18 @@ class shm_transport final : public transport {
   [[noreturn]] void mismatch(const std::string& why) {
     fail(errc::mismatch, why);
     COLLX_THROW(errc::mismatch, why);
+  }
+
+  /// Fails the job with `text`, what every rank's calls then throw (the first failure is kept).
+  void publish_failure(errc code, const std::string& text) noexcept {
+    shm_segment::header* h = hdr();
+    std::uint32_t expected = 0;
+    if (h->fail_lock.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
+      h->fail_code = static_cast<std::uint32_t>(code);
+      std::snprintf(h->fail_reason, sizeof h->fail_reason, "%s", text.c_str());
+      h->failed.store(1, std::memory_order_release);
+    }
+    for (int r = 0; r < n_; ++r) peer(r).bell.ring(true);
   }
 
   [[noreturn]] void raise_failure() {

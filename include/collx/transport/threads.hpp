@@ -159,6 +159,7 @@ class threads_transport final : public transport {
     if (world_->failed()) rethrow_failure();
   }
   void fail(errc code, const std::string& why) noexcept override { world_->fail(code, reported(why)); }
+  void adopt_failure(errc code, const std::string& why) noexcept override { world_->fail(code, why); }
   bool failure(errc& code, std::string& why) noexcept override { return world_->failure(code, why); }
 
   void post_send(int peer, const void* data, std::size_t bytes, std::size_t granularity,

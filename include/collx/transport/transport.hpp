@@ -245,6 +245,14 @@ inline std::string reported_by(int rank, const std::string& why) {
   return why.rfind(me, 0) == 0 ? why : me + "failed: " + why;
 }
 
+/// reported_by undone for the rank that failed: its own failure, as it reads it back from a peer
+/// or another level of its hierarchy, reads as its own ("why", not "rank R failed: why").
+inline std::string as_seen_by(int rank, std::string why) {
+  const std::string prefix = "rank " + std::to_string(rank) + " failed: ";
+  if (why.rfind(prefix, 0) == 0) why.erase(0, prefix.size());
+  return why;
+}
+
 /// Receives bytes [offset, offset + len) of a message, readable at `src` until it returns.
 /// A transport may deliver one message in several pieces, each a whole number of elements.
 ///
@@ -306,6 +314,10 @@ class transport {
   /// Fails the communicator for every rank with `code` and `why`, waking every waiter. Callable from
   /// any thread; idempotent (the first reason is kept).
   virtual void fail(errc code, const std::string& why) noexcept = 0;
+  /// Fails the communicator for every rank as fail() does, with a failure that reached this rank on
+  /// another communicator of its hierarchy: `why` already says whose it is, and the peers read it
+  /// verbatim, without fail()'s "rank R failed: " (R, this transport's rank, did not fail).
+  virtual void adopt_failure(errc code, const std::string& why) noexcept { fail(code, why); }
   /// Tells the transport which call this rank is in now; every collective calls it first, also one
   /// that moves nothing. A transport that can see what its peers announced (threads, shm) compares
   /// while it waits for a peer (first_disagreement): a peer's record of this call, or of an earlier
@@ -379,7 +391,7 @@ class transport {
         errc code{};
         std::string why;
         if (other->failure(code, why) || (compare && other->records_disagree() && other->failure(code, why))) {
-          fail(code, why);
+          adopt_failure(code, why);
           return true;
         }
       }
