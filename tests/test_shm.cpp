@@ -387,6 +387,35 @@ TEST_CASE("F2: a segment left by a dead job's start-up is reclaimed; names say c
   CHECK(collx_shm_entries() == before - 1);
 }
 
+TEST_CASE("F2: a stale segment replaced by a new start's before the unlink is kept", "[shm][F2]") {
+  // Two starts find the same crashed segment stale; the first removes it and its rank 0 makes a new
+  // one under the name; the second, unlinking what it judged, must leave the new one alone.
+  using shm = collx::transport_impl::shm_transport;
+  const std::string name = shm::segment_name("test-replaced-" + std::to_string(::getpid()));
+  int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+  REQUIRE(fd >= 0);
+  struct stat judged{};
+  REQUIRE(::fstat(fd, &judged) == 0);
+  ::close(fd);
+  REQUIRE(::shm_unlink(name.c_str()) == 0);  // the first start removed it...
+  fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);  // ...and made its own
+  REQUIRE(fd >= 0);
+  struct stat fresh{};
+  REQUIRE(::fstat(fd, &fresh) == 0);
+  const bool recycled = fresh.st_ino == judged.st_ino;  // tmpfs may hand the inode number out again
+  CHECK(shm::unlink_if_same(name, judged) == recycled);
+  if (!recycled) CHECK(std::filesystem::exists("/dev/shm" + name));
+  ::close(fd);
+  ::shm_unlink(name.c_str());
+  // The segment judged, still under its name, is unlinked.
+  fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+  REQUIRE(fd >= 0);
+  REQUIRE(::fstat(fd, &judged) == 0);
+  ::close(fd);
+  CHECK(shm::unlink_if_same(name, judged));
+  CHECK(::shm_open(name.c_str(), O_RDONLY, 0) < 0);
+}
+
 TEST_CASE("F2: a start that cannot fork every rank kills the others and leaves no segment", "[shm][F2]") {
   // What run_processes and launch_program do when fork fails (detail::abandon_start): rank 0 of a
   // world of 2 has created the job's segment and waits for rank 1, which never comes.

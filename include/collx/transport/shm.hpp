@@ -409,7 +409,20 @@ class shm_transport final : public transport {
   /// it unlinked one.
   static bool remove_if_stale(const std::string& job_id) {
     const std::string name = segment_name(job_id);
-    return segment_is_stale(name) && ::shm_unlink(name.c_str()) == 0;
+    return unlink_if_stale(name);
+  }
+
+  /// Unlinks segment `name` only if it is still the segment `judged` (its stat when it was found
+  /// stale): meanwhile another start may have removed that one and made its own under the name,
+  /// which must not be unlinked under it (the inode is compared just before unlinking, so only a
+  /// start within those microseconds could still lose its name). Returns whether it unlinked.
+  static bool unlink_if_same(const std::string& name, const struct stat& judged) {
+    const int fd = ::shm_open(name.c_str(), O_RDONLY, 0);
+    if (fd < 0) return false;
+    struct stat now{};
+    const bool same = ::fstat(fd, &now) == 0 && now.st_ino == judged.st_ino && now.st_dev == judged.st_dev;
+    ::close(fd);
+    return same && ::shm_unlink(name.c_str()) == 0;
   }
 
   /// Unlinks this user's collx segments whose creator died (left by a crash during start-up).
@@ -422,7 +435,7 @@ class shm_transport final : public transport {
     while (dirent* e = ::readdir(d)) {
       const std::string nm = e->d_name;
       if (nm.compare(0, prefix.size(), prefix) != 0) continue;
-      if (segment_is_stale("/" + nm)) removed += ::shm_unlink(("/" + nm).c_str()) == 0;
+      removed += unlink_if_stale("/" + nm);
     }
     ::closedir(d);
     return removed;
@@ -687,12 +700,21 @@ class shm_transport final : public transport {
     raise_failure();
   }
 
-  static bool segment_is_stale(const std::string& name) {
+  /// Unlinks segment `name` if its creator died (segment_is_stale) and the name still means the
+  /// segment judged (unlink_if_same).
+  static bool unlink_if_stale(const std::string& name) {
+    struct stat judged{};
+    return segment_is_stale(name, &judged) && unlink_if_same(name, judged);
+  }
+
+  /// Whether segment `name` was left by a dead creator; `seen` gets the segment's stat.
+  static bool segment_is_stale(const std::string& name, struct stat* seen = nullptr) {
     const int fd = ::shm_open(name.c_str(), O_RDONLY, 0);
     if (fd < 0) return false;
     struct stat st{};
     bool stale = false;
     if (::fstat(fd, &st) == 0 && st.st_uid == ::getuid()) {
+      if (seen) *seen = st;
       if (static_cast<std::size_t>(st.st_size) < sizeof(shm_segment::header)) {
         stale = std::time(nullptr) - st.st_mtime > 10;  // never initialised
       } else if (void* p = ::mmap(nullptr, sizeof(shm_segment::header), PROT_READ, MAP_SHARED, fd, 0); p != MAP_FAILED) {
@@ -821,15 +843,17 @@ class shm_transport final : public transport {
     int fd = -1;
     if (rank_ == 0) {
       reclaim_stale_segments();
-      for (;;) {
+      for (int attempt = 0;; ++attempt) {
         fd = ::shm_open(name_.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
         if (fd >= 0) break;
         if (errno != EEXIST) system_error("cannot create the segment", errno);
-        if (!segment_is_stale(name_))
-          COLLX_THROW(errc::system, "shared memory " + name_ +
-                                        " already belongs to a running job with the same job id; give each job its own "
-                                        "COLLX_JOB_ID");
-        ::shm_unlink(name_.c_str());
+        if (unlink_if_stale(name_)) continue;  // a crashed start's: gone now
+        const int probe = ::shm_open(name_.c_str(), O_RDONLY, 0);
+        if (probe >= 0) ::close(probe);
+        else if (errno == ENOENT && attempt < 100) continue;  // removed meanwhile (another start's reclaim)
+        COLLX_THROW(errc::system, "shared memory " + name_ +
+                                      " already belongs to a running job with the same job id; give each job its own "
+                                      "COLLX_JOB_ID");
       }
       sign_new_segment(fd);
       if (const int e = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes_)); e != 0) {
