@@ -601,6 +601,91 @@ TEST_CASE("device bootstrap: a rank whose setup fails makes every rank throw at 
   CHECK(host_workspace_objects() == 0);
 }
 
+TEST_CASE("device communicators and windows leave the caller's current device as they found it", "[cuda][bootstrap]") {
+  fake_machine m("hgx-h100");
+  std::vector<int> after_setup(3, -1), after_register(3, -1);
+  std::vector<std::string> bytes_seen(3);
+  const auto res = create({0, 1, 2}, {}, [&](gpu::device_communicator& dc) {
+    const auto r = static_cast<std::size_t>(dc.rank());
+    int d = -1;
+    (void)cudaGetDevice(&d);
+    after_setup[r] = d;  // the thread's device before setup: 0 (each thread starts there)
+    void* buf = nullptr;
+    REQUIRE(cudaSetDevice(dc.device()) == cudaSuccess);
+    REQUIRE(cudaMalloc(&buf, 4096) == cudaSuccess);
+    REQUIRE(cudaSetDevice(7) == cudaSuccess);  // the caller works on another GPU meanwhile
+    const auto w = dc.register_window(static_cast<std::byte*>(buf) + 256, 1024 + 64 * r);
+    (void)cudaGetDevice(&d);
+    after_register[r] = d;
+    for (int p = 0; p < dc.size(); ++p) bytes_seen[r] += std::to_string(w.bytes[static_cast<std::size_t>(p)]) + " ";
+    dc.deregister_window(w);
+    (void)cudaFree(buf);
+  });
+  for (std::size_t r = 0; r < 3; ++r) {
+    INFO("rank " << r << ": " << res[r].error);
+    CHECK(res[r].error.empty());
+    CHECK(after_setup[r] == 0);     // not the communicator's device (r)
+    CHECK(after_register[r] == 7);  // not the communicator's either
+    CHECK(bytes_seen[r] == "1024 1088 1152 ");
+  }
+  CHECK(fake_cudart_live() == 0);
+}
+
+TEST_CASE("a window one rank cannot register fails on every rank at once", "[cuda][bootstrap]") {
+  // Rank 1's registration fails; it used to throw alone, leaving the others in the exchange of
+  // records until their timeout (20 s here). Every thread has made GPU 0 current: the registration
+  // must look on the rank's own GPU (the driver fails for GPU 1 only in the third case).
+  struct failure {
+    const char* name;
+    const char* fake_fail;  // COLLX_FAKE_GPU_FAIL
+    std::size_t offset, bytes;  // rank 1's window in its 4096-byte buffer
+    bool host_pointer;          // rank 1 passes memory cudaMalloc did not give
+    const char* says;           // in rank 1's error
+  };
+  const failure cases[] = {
+      {"a host pointer", nullptr, 0, 64, true, "not in device memory"},
+      {"a range past its allocation", nullptr, 4000, 128, false, "run past the end of its allocation"},
+      {"the driver refuses on rank 1's GPU", "cuMemGetAddressRange@1", 0, 64, false, "not in device memory"},
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  for (const auto& c : cases) {
+    DYNAMIC_SECTION(c.name) {
+      fake_machine m("hgx-h100", c.fake_fail);
+      std::vector<std::string> whys(3);
+      std::vector<collx::errc> codes(3, collx::errc::internal);
+      std::vector<std::size_t> mapped(3, 99);
+      const auto res = create({0, 1, 2}, {}, [&](gpu::device_communicator& dc) {
+        const auto r = static_cast<std::size_t>(dc.rank());
+        void* buf = nullptr;
+        std::vector<std::byte> host(4096);
+        REQUIRE(cudaSetDevice(dc.device()) == cudaSuccess);
+        REQUIRE(cudaMalloc(&buf, 4096) == cudaSuccess);
+        REQUIRE(cudaSetDevice(0) == cudaSuccess);
+        std::byte* base = r == 1 && c.host_pointer ? host.data() : static_cast<std::byte*>(buf);
+        try {
+          const auto w = r == 1 ? dc.register_window(base + c.offset, c.bytes) : dc.register_window(base, 4096);
+          dc.deregister_window(w);
+        } catch (const collx::error& e) {
+          whys[r] = e.what();
+          codes[r] = e.code();
+        }
+        mapped[r] = dc.mapped_window_allocations();
+        (void)cudaFree(buf);
+      });
+      for (std::size_t r = 0; r < 3; ++r) {
+        INFO("rank " << r << ": " << whys[r] << res[r].error);
+        CHECK(res[r].error.empty());
+        CHECK(codes[r] == collx::errc::invalid_argument);  // the failing rank's code, on every rank
+        CHECK(whys[r].find(c.says) != std::string::npos);
+        if (r != 1) CHECK(whys[r].find("rank 1 could not register its window") != std::string::npos);
+        CHECK(mapped[r] == 0);
+      }
+      CHECK(fake_cudart_live() == 0);
+    }
+  }
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(15));
+}
+
 TEST_CASE("device bootstrap: objects left by a creator that no longer runs are removed", "[cuda][bootstrap]") {
   // A child creates an object and exits without removing it, as a rank killed during setup would.
   const pid_t child = ::fork();

@@ -121,10 +121,14 @@ FAKE_EXPORT const char* cudaGetErrorString(cudaError_t error) {
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 
 namespace {
 thread_local int current_device = 0;
 std::atomic<int> live{0};
+std::mutex allocations_mutex;
+std::map<std::uintptr_t, std::size_t> allocations;  // cudaMalloc's, by address: for cuMemGetAddressRange_v2
 
 cudaError_t device_ok(int device) {
   cudaError_t e;
@@ -178,12 +182,31 @@ FAKE_EXPORT cudaError_t cudaMalloc(void** p, std::size_t bytes) {
   *p = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
   if (!*p) return cudaErrorMemoryAllocation;
   ++live;
+  std::lock_guard<std::mutex> lock(allocations_mutex);
+  allocations[reinterpret_cast<std::uintptr_t>(*p)] = bytes;
   return cudaSuccess;
 }
 FAKE_EXPORT cudaError_t cudaFree(void* p) {
   if (p) --live;
+  {
+    std::lock_guard<std::mutex> lock(allocations_mutex);
+    allocations.erase(reinterpret_cast<std::uintptr_t>(p));
+  }
   std::free(p);
   return cudaSuccess;
+}
+// The driver API's entry point (libcuda's; collx looks it up by name): the cudaMalloc allocation
+// holding `dptr`, or CUDA_ERROR_NOT_FOUND (500).
+FAKE_EXPORT int cuMemGetAddressRange_v2(unsigned long long* base, std::size_t* bytes, unsigned long long dptr) {
+  if (fake_gpu::fail("cuMemGetAddressRange", current_gpu())) return 500;
+  std::lock_guard<std::mutex> lock(allocations_mutex);
+  auto it = allocations.upper_bound(static_cast<std::uintptr_t>(dptr));
+  if (it == allocations.begin()) return 500;
+  --it;
+  if (dptr >= it->first + it->second) return 500;
+  *base = it->first;
+  *bytes = it->second;
+  return 0;
 }
 FAKE_EXPORT cudaError_t cudaHostAlloc(void** p, std::size_t bytes, unsigned int) {
   *p = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
@@ -209,10 +232,21 @@ FAKE_EXPORT cudaError_t cudaMemset(void* p, int value, std::size_t bytes) {
   std::memset(p, value, bytes);
   return cudaSuccess;
 }
+FAKE_EXPORT cudaError_t cudaMemsetAsync(void* p, int value, std::size_t bytes, cudaStream_t) {
+  std::memset(p, value, bytes);
+  return cudaSuccess;
+}
+FAKE_EXPORT cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned int) {
+  static int token;  // any non-null handle: nothing runs on it
+  *s = reinterpret_cast<cudaStream_t>(&token);
+  return cudaSuccess;
+}
+FAKE_EXPORT cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
 FAKE_EXPORT cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
 FAKE_EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 FAKE_EXPORT cudaError_t cudaGetLastError() { return cudaSuccess; }
 FAKE_EXPORT cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t* handle, void* p) {
+  if (fake_gpu::fail("cudaIpcGetMemHandle", current_gpu())) return cudaErrorInvalidValue;
   std::memset(handle, 0, sizeof *handle);
   std::memcpy(handle->reserved, &p, sizeof p);
   return cudaSuccess;

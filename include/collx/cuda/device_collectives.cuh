@@ -727,7 +727,7 @@ void launch_call(device_communicator& dc, const char* name, collective coll, std
   constexpr std::size_t V = device_vector_elements<T>;
   const chunk_plan plan = plan_chunks(count, sizeof(T), rows, V, dc.slot_bytes(), dc.block_limit());
   if (plan.chunks == 0) return;
-  check(cudaSetDevice(dc.device()), name);
+  const scoped_device on_device(dc.device(), name);  // and back to the caller's afterwards
   if (V > 1 && vector_ok)
     collective_kernel<<<plan.blocks, device_threads_per_block, 0, stream>>>(dc.view(), plan, sig, vectored);
   else collective_kernel<<<plan.blocks, device_threads_per_block, 0, stream>>>(dc.view(), plan, sig, scalar);
@@ -748,7 +748,7 @@ void launch_direct(device_communicator& dc, const char* name, collective coll, s
   const auto sig = device_signature::make(coll, detail::type_name<T>(), sizeof(T), op_name, root, count, window_layout(w, offset));
   constexpr std::size_t V = device_vector_elements<T>;
   const chunk_plan plan = plan_direct(count, V, dc.block_limit());
-  check(cudaSetDevice(dc.device()), name);
+  const scoped_device on_device(dc.device(), name);  // and back to the caller's afterwards
   if (V > 1 && vector_ok)
     direct_kernel<<<plan.blocks, device_threads_per_block, 0, stream>>>(dc.view(), plan, sig, vectored);
   else direct_kernel<<<plan.blocks, device_threads_per_block, 0, stream>>>(dc.view(), plan, sig, scalar);
@@ -955,7 +955,7 @@ void launch_ring(device_communicator& dc, const char* name, ring_phase phase, de
   const ring_call call =
       plan_ring_call(phase, dc.rings(), dc.rank(), count, std::max(sizeof(T), sizeof(acc)), V, dc.slot_bytes(), dc.block_limit());
   if (call.chunks == 0) return;
-  check(cudaSetDevice(dc.device()), name);
+  const scoped_device on_device(dc.device(), name);  // and back to the caller's afterwards
   if (V > 1 && vector_ok) ring_kernel<T, Op, V><<<call.blocks, device_threads_per_block, 0, stream>>>(dc.view(), call, sig, send, recv, op);
   else ring_kernel<T, Op, 1><<<call.blocks, device_threads_per_block, 0, stream>>>(dc.view(), call, sig, send, recv, op);
   check(cudaGetLastError(), name);
@@ -1188,7 +1188,7 @@ void launch_p2p(device_communicator& dc, const char* name, const p2p_part<T>& se
   if (send.peer < 0 && recv.peer < 0) return;
   const unsigned blocks = std::max(send.peer >= 0 ? send.plan.blocks : 0u, recv.peer >= 0 ? recv.plan.blocks : 0u);
   constexpr std::size_t V = device_vector_elements<T>;
-  check(cudaSetDevice(dc.device()), name);
+  const scoped_device on_device(dc.device(), name);  // and back to the caller's afterwards
   if (V > 1 && vector_ok) p2p_kernel<T, V><<<blocks, device_threads_per_block, 0, stream>>>(dc.view(), send, recv);
   else p2p_kernel<T, 1><<<blocks, device_threads_per_block, 0, stream>>>(dc.view(), send, recv);
   check(cudaGetLastError(), name);
@@ -1223,11 +1223,12 @@ struct call_check {
   /// Rejects the call with `what` (without the call's name).
   [[noreturn]] void reject(const std::string& what) const {
     cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    const scoped_device restore;  // the caller's current device, whatever happens below
     if (!dc.failed() && cudaSetDevice(dc.device()) == cudaSuccess &&
         cudaStreamIsCapturing(stream, &capturing) == cudaSuccess && capturing == cudaStreamCaptureStatusNone) {
       reject_kernel<><<<1, 32, 0, stream>>>(dc.view());
-      (void)cudaGetLastError();  // the error below is the one to report
     }
+    (void)cudaGetLastError();  // the error below is the one to report
     dc.mark_rejected();
     COLLX_THROW(errc::invalid_argument, std::string(name) + ": " + what);
   }
@@ -1790,7 +1791,7 @@ void all_to_all_v(device_communicator& dc, const T* send, std::span<const std::s
   const auto sig = device_signature::make(collective::all_to_all, detail::type_name<T>(), sizeof(T), "", -1, 0, 0x76);
   const bool vec = (lay.send_total == 0 || aligned16(send)) && (lay.recv_total == 0 || aligned16(recv)) &&
                    lay.offsets_aligned16(sizeof(T));
-  check(cudaSetDevice(dc.device()), name);
+  const scoped_device on_device(dc.device(), name);  // and back to the caller's afterwards
   if (V > 1 && vec)
     all_to_all_v_kernel<T, V><<<full.blocks, device_threads_per_block, 0, stream>>>(dc.view(), lay, send, recv, full.chunk, sig);
   else all_to_all_v_kernel<T, 1><<<full.blocks, device_threads_per_block, 0, stream>>>(dc.view(), lay, send, recv, full.chunk, sig);

@@ -228,7 +228,9 @@ class device_communicator {
   ///         communicator's errors. When a CUDA call, allocation or mapping fails on one rank,
   ///         that rank throws its error and every other rank throws errc::cuda naming it, rather
   ///         than waiting for it.
+  /// The calling thread's current CUDA device is the same on return (gpu::scoped_device).
   explicit device_communicator(communicator& host, device_options opt = {}) : host_(&host) {
+    const gpu::scoped_device restore;  // setup makes opt.device current; the caller's comes back
     const auto timeout = opt.timeout.count() > 0 ? opt.timeout : host.options().timeout;
     peer_record mine;
     try {
@@ -377,13 +379,16 @@ class device_communicator {
   device_communicator(const device_communicator&) = delete;
   device_communicator& operator=(const device_communicator&) = delete;
 
-  /// Collective: waits for this rank's device work, then for every rank (host barrier, so no peer
+  /// Collective: waits for this rank's device work (cudaDeviceSynchronize: all of the GPU's work, as
+  /// the cudaFree after it would; ranks of one process sharing a GPU destroy a communicator only
+  /// when none of their calls on another is in flight), then for every rank (host barrier, so no peer
   /// still reads this workspace), then unmaps the peers and frees the workspace. Errors are
   /// swallowed (a destructor); call synchronize() first to see them. A rank whose device calls
   /// failed meets the others too: a failure need not have reached every rank (a peer whose last
   /// call moved nothing never saw it), and one rank skipping the barrier would leave the others
   /// in it until the host communicator's timeout. A dead peer ends the barrier as any host call.
   ~device_communicator() {
+    const gpu::scoped_device restore;
     (void)cudaSetDevice(device_);
     (void)cudaDeviceSynchronize();
     bool met = false;
@@ -488,58 +493,47 @@ class device_communicator {
   /// With workspace memory host or mixed nothing is mapped (window calls stage their input, as the
   /// pointer forms do), but the registration is still collective and checked the same way.
   /// The buffer must stay allocated until deregister_window.
+  /// The calling thread's current CUDA device is the same on return.
   /// @throws collx::error (errc::invalid_argument) for a null pointer, zero bytes, or a range that is
-  ///         not inside one device allocation; (errc::cuda) when mapping fails; host errors.
+  ///         not inside one device allocation; (errc::cuda) when mapping fails; host errors. A rank
+  ///         that fails throws its error and every other rank throws one with the same code naming
+  ///         it (errc::cuda for a mapping), with nothing left mapped for the window.
   window register_window(const void* ptr, std::size_t bytes) {
-    check();
-    if (ptr == nullptr || bytes == 0)
-      COLLX_THROW(errc::invalid_argument, "gpu::register_window: null pointer or zero bytes");
+    const gpu::scoped_device on_device(device_, "gpu::register_window: cudaSetDevice");
     window_record mine;
-    mine.address = reinterpret_cast<std::uintptr_t>(ptr);
-    mine.bytes = bytes;
-    mine.process = process_token();
-    const auto [alloc_base, alloc_bytes] = allocation_range(ptr);
-    if (mine.address + bytes > alloc_base + alloc_bytes)
-      COLLX_THROW(errc::invalid_argument, "gpu::register_window: " + std::to_string(bytes) + " bytes from " +
-                                              std::to_string(mine.address) + " run past the end of its allocation");
-    mine.offset = mine.address - alloc_base;
-    if (memory_ == workspace_memory::device) {  // peers map it
-      cudaIpcMemHandle_t h{};
-      gpu::check(cudaIpcGetMemHandle(&h, reinterpret_cast<void*>(static_cast<std::uintptr_t>(alloc_base))),
-                 "cudaIpcGetMemHandle(window)");
-      std::memcpy(mine.ipc_handle.data(), &h, sizeof h);
-    }
+    // Every rank learns whether every rank's own steps succeeded before any maps a peer's buffer:
+    // a rank that throws alone would leave the others in the exchange below, or holding a window
+    // their peer does not have, until their timeout.
+    on_every_rank("register its window", [&] {
+      check();
+      if (ptr == nullptr || bytes == 0)
+        COLLX_THROW(errc::invalid_argument, "gpu::register_window: null pointer or zero bytes");
+      mine.address = reinterpret_cast<std::uintptr_t>(ptr);
+      mine.bytes = bytes;
+      mine.process = process_token();
+      const auto [alloc_base, alloc_bytes] = allocation_range(ptr);
+      if (mine.address + bytes > alloc_base + alloc_bytes)
+        COLLX_THROW(errc::invalid_argument, "gpu::register_window: " + std::to_string(bytes) + " bytes from " +
+                                                std::to_string(mine.address) + " run past the end of its allocation");
+      mine.offset = mine.address - alloc_base;
+      if (memory_ == workspace_memory::device) {  // peers map it
+        cudaIpcMemHandle_t h{};
+        gpu::check(cudaIpcGetMemHandle(&h, reinterpret_cast<void*>(static_cast<std::uintptr_t>(alloc_base))),
+                   "cudaIpcGetMemHandle(window)");
+        std::memcpy(mine.ipc_handle.data(), &h, sizeof h);
+      }
+    }, failing_ranks_code);
 
     std::vector<window_record> all(static_cast<std::size_t>(size()));
     all_gather<algo::direct>(*host_, std::span<const window_record>(&mine, 1), std::span<window_record>(all));
     window w;
     w.id = next_window_++;
     w.world = size();
-    for (int p = 0; p < size(); ++p) {
-      const window_record& r = all[static_cast<std::size_t>(p)];
-      w.bytes[static_cast<std::size_t>(p)] = r.bytes;
-      w.address[static_cast<std::size_t>(p)] = r.address;
-      if (memory_ != workspace_memory::device && p != rank()) continue;  // window calls stage: peers never read it
-      if (p == rank() || r.process == mine.process) {
-        w.base[static_cast<std::size_t>(p)] = reinterpret_cast<const std::byte*>(static_cast<std::uintptr_t>(r.address));
-        continue;
-      }
-      auto& m = mappings_[{p, r.ipc_handle}];
-      if (m.users == 0) {
-        cudaIpcMemHandle_t ph{};
-        std::memcpy(&ph, r.ipc_handle.data(), sizeof ph);
-        void* mapped = nullptr;
-        const cudaError_t e = cudaIpcOpenMemHandle(&mapped, ph, cudaIpcMemLazyEnablePeerAccess);
-        if (e != cudaSuccess) {
-          mappings_.erase({p, r.ipc_handle});
-          COLLX_THROW(errc::cuda, "gpu::register_window: rank " + std::to_string(rank()) + " cannot map rank " +
-                                      std::to_string(p) + "'s window: cudaIpcOpenMemHandle: " + cudaGetErrorName(e));
-        }
-        m.base = mapped;
-      }
-      ++m.users;
-      w.base[static_cast<std::size_t>(p)] = static_cast<const std::byte*>(m.base) + r.offset;
-      window_keys_[w.id].push_back({p, r.ipc_handle});
+    try {
+      on_every_rank("map its peers' windows", [&] { map_window(w, all, mine.process); });
+    } catch (...) {
+      unmap_window(w.id);  // no window object is returned to deregister: undo its mappings here
+      throw;
     }
     return w;
   }
@@ -550,18 +544,9 @@ class device_communicator {
   /// rank has closed them, so the buffer may be freed on return (CUDA leaves freeing memory that
   /// another process still maps undefined).
   void deregister_window(const window& w) {
+    const gpu::scoped_device on_device(device_, "gpu::deregister_window: cudaSetDevice");
     barrier(*host_);
-    auto it = window_keys_.find(w.id);
-    if (it != window_keys_.end()) {
-      for (const auto& key : it->second) {
-        auto m = mappings_.find(key);
-        if (m != mappings_.end() && --m->second.users == 0) {
-          (void)cudaIpcCloseMemHandle(m->second.base);
-          mappings_.erase(m);
-        }
-      }
-      window_keys_.erase(it);
-    }
+    unmap_window(w.id);
     barrier(*host_);
   }
 
@@ -595,6 +580,8 @@ class device_communicator {
   static std::pair<std::uint64_t, std::uint64_t> allocation_range(const void* ptr) {
     using fn_t = int (*)(unsigned long long*, std::size_t*, unsigned long long);
     static const fn_t fn = [] {
+      // The program's own (linked with -lcuda, or a stand-in runtime's), else the driver's library.
+      if (void* own = ::dlsym(RTLD_DEFAULT, "cuMemGetAddressRange_v2")) return reinterpret_cast<fn_t>(own);
       void* lib = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
       return lib ? reinterpret_cast<fn_t>(::dlsym(lib, "cuMemGetAddressRange_v2")) : nullptr;
     }();
@@ -648,8 +635,15 @@ class device_communicator {
   /// This rank's device workspace of `bytes`, zeroed before any peer can see it.
   void allocate_workspace(std::size_t bytes) {
     gpu::check(cudaMalloc(&workspace_, bytes), "cudaMalloc(device communicator workspace)");
-    gpu::check(cudaMemset(workspace_, 0, bytes), "cudaMemset(workspace)");
-    gpu::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    // On a stream of its own: neither the legacy stream nor the whole device waits here for other
+    // work on the GPU (the kernels of another communicator whose ranks share it may wait for this one).
+    cudaStream_t zeroing = nullptr;
+    gpu::check(cudaStreamCreateWithFlags(&zeroing, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+    const cudaError_t set = cudaMemsetAsync(workspace_, 0, bytes, zeroing);
+    const cudaError_t done = cudaStreamSynchronize(zeroing);
+    (void)cudaStreamDestroy(zeroing);
+    gpu::check(set, "cudaMemsetAsync(workspace)");
+    gpu::check(done, "cudaStreamSynchronize(workspace zeroing)");
   }
 
   /// Gives every rank this rank's workspace address and IPC handle (records_).
@@ -677,35 +671,44 @@ class device_communicator {
   struct setup_outcome {
     std::uint8_t ok = 1;
     std::array<char, 255> why{};
+    std::int32_t code = static_cast<std::int32_t>(errc::internal);  ///< its collx::error's code
   };
+  /// on_every_rank's `peers_code` for "the code the failing rank's own error has".
+  static constexpr errc failing_ranks_code = static_cast<errc>(-1);
 
   /// Runs `step` on this rank, then tells every rank whether each rank's step succeeded: this
-  /// rank rethrows its own error; the others throw `peers_code` naming the first rank that failed,
+  /// rank rethrows its own error; the others throw `peers_code` (failing_ranks_code: that rank's
+  /// error's code, internal for an exception not a collx::error) naming the first rank that failed,
   /// with the start (254 bytes) of its message (instead of waiting for it until the host
   /// communicator's timeout).
   template <class Step>
   void on_every_rank(const char* what, Step&& step, errc peers_code = errc::cuda) {
     setup_outcome mine;
-    std::exception_ptr error;
+    std::exception_ptr thrown;
     try {
       step();
+    } catch (const error& e) {
+      thrown = std::current_exception();
+      mine.ok = 0;
+      mine.code = static_cast<std::int32_t>(e.code());
+      std::strncpy(mine.why.data(), e.what(), mine.why.size() - 1);
     } catch (const std::exception& e) {
-      error = std::current_exception();
+      thrown = std::current_exception();
       mine.ok = 0;
       std::strncpy(mine.why.data(), e.what(), mine.why.size() - 1);
     } catch (...) {
-      error = std::current_exception();
+      thrown = std::current_exception();
       mine.ok = 0;
       std::strncpy(mine.why.data(), "an exception not derived from std::exception", mine.why.size() - 1);
     }
     std::vector<setup_outcome> all(static_cast<std::size_t>(size()));
     all_gather<algo::direct>(*host_, std::span<const setup_outcome>(&mine, 1), std::span<setup_outcome>(all));
     failed_together_ = std::any_of(all.begin(), all.end(), [](const setup_outcome& o) { return o.ok == 0; });
-    if (error) std::rethrow_exception(error);
+    if (thrown) std::rethrow_exception(thrown);
     for (int p = 0; p < size(); ++p)
-      if (!all[static_cast<std::size_t>(p)].ok)
-        COLLX_THROW(peers_code, std::string("gpu: rank ") + std::to_string(p) + " could not " + what + ": " +
-                                    std::string(all[static_cast<std::size_t>(p)].why.data()));
+      if (const setup_outcome& o = all[static_cast<std::size_t>(p)]; !o.ok)
+        COLLX_THROW(peers_code == failing_ranks_code ? static_cast<errc>(o.code) : peers_code,
+                    std::string("gpu: rank ") + std::to_string(p) + " could not " + what + ": " + std::string(o.why.data()));
   }
 
   /// Workspace memory host: rank 0 creates one shared-memory object holding every rank's workspace
@@ -795,6 +798,55 @@ class device_communicator {
     const cudaError_t e = cudaDeviceEnablePeerAccess(peer_device, 0);
     if (e == cudaErrorPeerAccessAlreadyEnabled) (void)cudaGetLastError();
     else gpu::check(e, "cudaDeviceEnablePeerAccess");
+  }
+
+  /// Fills in window `w`'s per-rank sizes, addresses and this rank's pointers to its peers'
+  /// buffers (`all`: every rank's record), opening the peer allocations not mapped yet (the cache:
+  /// mappings_, keyed by rank and IPC handle; window_keys_ lists what window `w.id` uses).
+  /// @throws collx::error (errc::cuda) when cudaIpcOpenMemHandle fails; what it opened stays
+  ///         listed under w.id for unmap_window.
+  void map_window(window& w, const std::vector<window_record>& all, std::uint64_t my_process) {
+    for (int p = 0; p < size(); ++p) {
+      const window_record& r = all[static_cast<std::size_t>(p)];
+      w.bytes[static_cast<std::size_t>(p)] = r.bytes;
+      w.address[static_cast<std::size_t>(p)] = r.address;
+      if (memory_ != workspace_memory::device && p != rank()) continue;  // window calls stage: peers never read it
+      if (p == rank() || r.process == my_process) {
+        w.base[static_cast<std::size_t>(p)] = reinterpret_cast<const std::byte*>(static_cast<std::uintptr_t>(r.address));
+        continue;
+      }
+      auto& m = mappings_[{p, r.ipc_handle}];
+      if (m.users == 0) {
+        cudaIpcMemHandle_t ph{};
+        std::memcpy(&ph, r.ipc_handle.data(), sizeof ph);
+        void* mapped = nullptr;
+        const cudaError_t e = cudaIpcOpenMemHandle(&mapped, ph, cudaIpcMemLazyEnablePeerAccess);
+        if (e != cudaSuccess) {
+          mappings_.erase({p, r.ipc_handle});
+          (void)cudaGetLastError();
+          COLLX_THROW(errc::cuda, "gpu::register_window: rank " + std::to_string(rank()) + " cannot map rank " +
+                                      std::to_string(p) + "'s window: cudaIpcOpenMemHandle: " + cudaGetErrorName(e));
+        }
+        m.base = mapped;
+      }
+      ++m.users;
+      w.base[static_cast<std::size_t>(p)] = static_cast<const std::byte*>(m.base) + r.offset;
+      window_keys_[w.id].push_back({p, r.ipc_handle});
+    }
+  }
+
+  /// Releases window `id`'s uses of peer mappings, closing those no other window uses.
+  void unmap_window(std::uint32_t id) noexcept {
+    auto it = window_keys_.find(id);
+    if (it == window_keys_.end()) return;
+    for (const auto& key : it->second) {
+      auto m = mappings_.find(key);
+      if (m != mappings_.end() && --m->second.users == 0) {
+        (void)cudaIpcCloseMemHandle(m->second.base);
+        mappings_.erase(m);
+      }
+    }
+    window_keys_.erase(it);
   }
 
   /// Closes the IPC mappings of peers' workspaces and windows.

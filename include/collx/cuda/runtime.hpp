@@ -22,6 +22,35 @@ inline void check(cudaError_t status, const char* what) {
                                 cudaGetErrorString(status) + ")");
 }
 
+/// Makes `device` the calling thread's current CUDA device for a scope and restores the one it
+/// found when the scope ends, as NCCL's calls do: collx's calls leave the caller's current device
+/// (where its own cudaMalloc and launches go) as it was. Without a device, keeps the current one
+/// and only restores it.
+class scoped_device {
+ public:
+  /// Keeps the current device; restores it at the end of the scope.
+  scoped_device() noexcept {
+    if (cudaGetDevice(&saved_) != cudaSuccess) {
+      saved_ = -1;
+      (void)cudaGetLastError();
+    }
+  }
+  /// Makes `device` current until the end of the scope.
+  /// @throws collx::error (errc::cuda) naming `what` when it cannot be made current.
+  scoped_device(int device, const char* what) : scoped_device() {
+    if (device != saved_) check(cudaSetDevice(device), what);
+  }
+  ~scoped_device() {
+    int now = -1;
+    if (saved_ >= 0 && (cudaGetDevice(&now) != cudaSuccess || now != saved_)) (void)cudaSetDevice(saved_);
+  }
+  scoped_device(const scoped_device&) = delete;
+  scoped_device& operator=(const scoped_device&) = delete;
+
+ private:
+  int saved_ = -1;
+};
+
 /// The launch limits of device `device` (a CUDA device ordinal).
 /// @throws collx::error (errc::cuda) when the device cannot be queried.
 inline device_limits device_limits_of(int device) {
