@@ -227,6 +227,63 @@ TEST_CASE("overlapping buffers that are not the exact in-place alias: invalid_ar
     }
 }
 
+TEST_CASE("a null buffer with elements: invalid_argument on every rank, not a crash", "[errors][invalid]") {
+  // std::span<T>(nullptr, n) is the caller's bug, but the library would read or write address 0.
+  const int n = 3;
+  constexpr size_t k = 4;
+  using I = std::int32_t;
+  struct null_case {
+    const char* name;
+    std::function<void(collx::communicator&, std::vector<I>&)> call;
+  };
+  const std::vector<null_case> cases{
+      {"allreduce send", [](collx::communicator& c, std::vector<I>& b) {
+         collx::allreduce(c, std::span<const I>(static_cast<const I*>(nullptr), k), std::span<I>(b.data(), k));
+       }},
+      {"allreduce in place", [](collx::communicator& c, std::vector<I>&) {
+         collx::allreduce(c, std::span<I>(static_cast<I*>(nullptr), k));
+       }},
+      {"reduce_scatter recv", [](collx::communicator& c, std::vector<I>& b) {
+         collx::reduce_scatter(c, std::span<const I>(b.data(), n * k), std::span<I>(static_cast<I*>(nullptr), k));
+       }},
+      {"all_gather_v send", [](collx::communicator& c, std::vector<I>& b) {
+         const std::vector<size_t> counts{k, k, k};
+         collx::all_gather_v(c, std::span<const I>(static_cast<const I*>(nullptr), k), std::span<I>(b.data(), n * k),
+                             std::span<const size_t>(counts));
+       }},
+      {"broadcast recv", [](collx::communicator& c, std::vector<I>&) {
+         collx::broadcast(c, std::span<I>(static_cast<I*>(nullptr), k), 0);
+       }},
+      {"reduce send", [](collx::communicator& c, std::vector<I>& b) {
+         collx::reduce(c, std::span<const I>(static_cast<const I*>(nullptr), k), std::span<I>(b.data(), k), 0);
+       }},
+      {"all_to_all recv", [](collx::communicator& c, std::vector<I>& b) {
+         collx::all_to_all(c, std::span<const I>(b.data(), n * k), std::span<I>(static_cast<I*>(nullptr), n * k));
+       }},
+  };
+  for (const auto& nc : cases) {
+    INFO(nc.name);
+    std::vector<std::vector<I>> buf(uz(n));
+    for (int r = 0; r < n; ++r) buf[uz(r)] = ref::gen_vec<I>(r, 4 * n * k, ref::flavor::general);
+    const auto before = buf;
+    auto v = run_expecting(n, [&](collx::communicator& c) { nc.call(c, buf[uz(c.rank())]); });
+    require_all(v, errc::invalid_argument, "null pointer with");
+    for (size_t r = 0; r < v.size(); ++r) REQUIRE(buf[r] == before[r]);
+  }
+  // Send/recv: the rank that passed it; its peer learns it from the communicator.
+  auto v = run_expecting(2, [](collx::communicator& c) {
+    std::vector<float> x(4);
+    if (c.rank() == 0) collx::send(c, std::span<const float>(static_cast<const float*>(nullptr), 4), 1);
+    else collx::recv(c, std::span<float>(x), 0);
+  });
+  INFO(describe(v));
+  REQUIRE(v[0].code == errc::invalid_argument);
+  REQUIRE(v[1].code.has_value());
+  // An empty span may be null: count 0 moves nothing.
+  auto ok = run_expecting(n, [](collx::communicator& c) { collx::allreduce(c, std::span<I>(static_cast<I*>(nullptr), 0)); });
+  for (const auto& o : ok) REQUIRE_FALSE(o.code.has_value());
+}
+
 TEST_CASE("size mismatches within a call: invalid_argument on every rank", "[errors][invalid]") {
   const int n = 3;
   using F = float;

@@ -40,6 +40,8 @@ void all_gather_impl(communicator& comm, std::span<const T> send, std::span<T> r
     invalid_call<T, no_op>(comm, collective::all_gather,
                            "recv has " + std::to_string(recv.size()) + " elements; the blocks need " + std::to_string(total),
                            varying);
+  require_address<T, no_op>(comm, collective::all_gather, "send", send.data(), send.size(), varying);
+  require_address<T, no_op>(comm, collective::all_gather, "recv", recv.data(), recv.size(), varying);
   const bool in_place = static_cast<const void*>(recv.data() + mine) == send.data() && !send.empty();
   if (!in_place && overlap(send.data(), send.size_bytes(), recv.data(), recv.size_bytes()))
     invalid_call<T, no_op>(comm, collective::all_gather,

@@ -38,6 +38,8 @@ void all_to_all_impl(communicator& comm, std::span<const T> send, std::span<cons
   if (send_counts[me] != recv_counts[me])
     invalid_call<T, no_op>(comm, collective::all_to_all,
                            "this rank sends itself a different count than it receives", varying);
+  require_address<T, no_op>(comm, collective::all_to_all, "send", send.data(), send.size(), varying);
+  require_address<T, no_op>(comm, collective::all_to_all, "recv", recv.data(), recv.size(), varying);
   if (overlap(send.data(), send.size_bytes(), recv.data(), recv.size_bytes()))
     invalid_call<T, no_op>(comm, collective::all_to_all,
                            "send and recv overlap (all_to_all is never in place)", varying);

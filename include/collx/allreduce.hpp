@@ -37,6 +37,8 @@ template <class Algo = algo::automatic, element T, class Op = ops::sum>
   requires reduction_op<Op, T>
 void allreduce(communicator& comm, std::type_identity_t<std::span<const T>> send, std::span<T> recv, Op op = {}) {
   detail::static_check_algorithm<Algo, Op>();
+  detail::require_address<T, Op>(comm, collective::allreduce, "send", send.data(), send.size());
+  detail::require_address<T, Op>(comm, collective::allreduce, "recv", recv.data(), recv.size());
   const bool in_place = static_cast<const void*>(send.data()) == recv.data() && send.size() == recv.size();
   if (send.size() != recv.size())
     detail::invalid_call<T, Op>(comm, collective::allreduce,

@@ -33,6 +33,8 @@ void broadcast(communicator& comm, std::type_identity_t<std::span<const T>> send
                                    "root " + std::to_string(root) + " is not a rank of this communicator (world size " +
                                        std::to_string(comm.size()) + ")");
   const bool is_root = comm.rank() == root;
+  if (is_root) detail::require_address<T, no_op>(comm, collective::broadcast, "send", send.data(), send.size());
+  detail::require_address<T, no_op>(comm, collective::broadcast, "recv", recv.data(), recv.size());
   const bool in_place = is_root && static_cast<const void*>(send.data()) == recv.data();
   if (is_root && send.size() != recv.size())
     detail::invalid_call<T, no_op>(comm, collective::broadcast,

@@ -36,6 +36,8 @@ void reduce(communicator& comm, std::type_identity_t<std::span<const T>> send, s
                                 "root " + std::to_string(root) + " is not a rank of this communicator (world size " +
                                     std::to_string(comm.size()) + ")");
   const bool is_root = comm.rank() == root;
+  detail::require_address<T, Op>(comm, collective::reduce, "send", send.data(), send.size());
+  if (is_root) detail::require_address<T, Op>(comm, collective::reduce, "recv", recv.data(), recv.size());
   const bool in_place = is_root && static_cast<const void*>(send.data()) == recv.data();
   if (is_root && send.size() != recv.size())
     detail::invalid_call<T, Op>(comm, collective::reduce,

@@ -42,6 +42,8 @@ void reduce_scatter_impl(communicator& comm, std::span<const T> send, std::span<
     invalid_call<T, Op>(comm, collective::reduce_scatter,
                         "recv has " + std::to_string(recv.size()) + " elements; this rank's block has " +
                             std::to_string(counts[static_cast<std::size_t>(r)]), varying);
+  require_address<T, Op>(comm, collective::reduce_scatter, "send", send.data(), send.size(), varying);
+  require_address<T, Op>(comm, collective::reduce_scatter, "recv", recv.data(), recv.size(), varying);
   const bool in_place = static_cast<const void*>(send.data() + mine) == recv.data() && !recv.empty();
   if (!in_place && overlap(send.data(), send.size_bytes(), recv.data(), recv.size_bytes()))
     invalid_call<T, Op>(comm, collective::reduce_scatter,

@@ -53,6 +53,7 @@ template <class U>
 void send(communicator& comm, std::span<U> data, int dest) {
   using T = std::remove_const_t<U>;
   detail::check_peer<T>(comm, dest, "destination");
+  detail::require_address<T, detail::no_op>(comm, collective::send_recv, "data", data.data(), data.size());
   comm.drain_async();
   const communicator::call_scope one_thread(comm);
   transport& t = comm.get_transport();
@@ -75,6 +76,7 @@ void send(communicator& comm, std::span<U> data, int dest) {
 template <element T>
 void recv(communicator& comm, std::span<T> data, int src) {
   detail::check_peer<T>(comm, src, "source");
+  detail::require_address<T, detail::no_op>(comm, collective::send_recv, "data", data.data(), data.size());
   comm.drain_async();
   const communicator::call_scope one_thread(comm);
   transport& t = comm.get_transport();

@@ -113,6 +113,16 @@ template <class T, class Op>
   invalid_call(comm, c, type_name<T>(), op, what, varying);
 }
 
+/// Rejects a buffer of `count` elements at a null address (a std::span(nullptr, n) the caller
+/// built): it would be read or written at address 0. `name` names it in the message.
+template <class T, class Op>
+void require_address(communicator& comm, collective c, const char* name, const void* data, std::size_t count,
+                     bool varying = false) {
+  if (data == nullptr && count != 0)
+    invalid_call<T, Op>(comm, c, std::string(name) + " is a null pointer with " + std::to_string(count) + " elements",
+                        varying);
+}
+
 /// True if byte ranges [a, a + an) and [b, b + bn) share a byte.
 inline bool overlap(const void* a, std::size_t an, const void* b, std::size_t bn) noexcept {
   if (!an || !bn) return false;
