@@ -614,6 +614,37 @@ TEST_CASE("shm: a timeout says what the peer blocks on, also in point-to-point c
     }
   }, o, shm);
   CHECK(busy[0].exit_code == 0);
+
+  // Rank 1 stops (SIGSTOP) at its first fold: what it published says it is in the call, so the
+  // timeout must say it is stopped. Rank 0 then continues it (its pid is in the message).
+  const auto stopped = collx::run_processes(2, [](collx::communicator& comm) -> int {
+    static bool stopped_once = false;
+    const bool stopper = comm.rank() == 1;
+    const auto stopping_sum = collx::commutative_op{[stopper](float a, float b) {
+      if (stopper && !stopped_once) {
+        stopped_once = true;
+        ::raise(SIGSTOP);
+      }
+      return a + b;
+    }};
+    std::vector<float> v(1 << 16, 1.0f);
+    try {
+      collx::allreduce<collx::algo::ring>(comm, std::span<float>(v), stopping_sum);
+      return comm.rank() == 1 ? 0 : 2;  // continued, rank 1 may find rank 0's messages all there
+    } catch (const collx::error& e) {
+      if (comm.rank() == 1) return 0;
+      const std::string m = e.what();
+      std::fprintf(stderr, "stopped peer, rank 0: %s\n", m.c_str());
+      const std::size_t at = m.find("rank 1 (pid ");
+      if (at != std::string::npos) ::kill(static_cast<pid_t>(std::stol(m.substr(at + 12))), SIGCONT);
+      return at != std::string::npos && m.find(") is stopped (SIGSTOP") != std::string::npos &&
+                     m.find("when it stopped, rank 1 is in this call too") != std::string::npos
+                 ? 0
+                 : 10;
+    }
+  }, o, shm);
+  CHECK(stopped[0].exit_code == 0);
+  CHECK(stopped[1].exit_code == 0);
 }
 
 TEST_CASE("shm: a rank of another start with the same job id fails at once and leaves the job alone", "[shm]") {

@@ -61,6 +61,15 @@ inline bool process_dead(pid_t pid, std::uint64_t start_time) {
   return start_time != 0 && t != start_time;
 }
 
+/// True if the process (pid, start_time) exists and is stopped (SIGSTOP, SIGTSTP, or held by a
+/// debugger: state T or t): it makes no progress until continued.
+inline bool process_stopped(pid_t pid, std::uint64_t start_time) {
+  std::uint64_t t = 0;
+  char state = '?';
+  if (pid <= 0 || !read_proc_stat(pid, t, state)) return false;
+  return (state == 'T' || state == 't') && (start_time == 0 || t == start_time);
+}
+
 }  // namespace detail
 }  // namespace v0
 }  // namespace collx

@@ -546,9 +546,12 @@ class shm_transport final : public transport {
         const int err = errno;
         last_liveness_ = {};  // a dead sender is the likely cause: say so rather than blame CMA
         if (interrupted(from)) raise_failure();
-        errno = err;
-        const std::string why = "process_vm_readv from rank " + std::to_string(from) + " failed (" +
-                                std::string(std::strerror(errno)) + "); set COLLX_CMA=0 to stage through shared memory";
+        // ESRCH: the sender is gone, or exiting (its memory is released before /proc shows it dead).
+        const std::string why =
+            err == ESRCH ? "rank " + std::to_string(from) + " (pid " + std::to_string(s.pid) + ") died while rank " +
+                               std::to_string(rank_) + " read its message; the job cannot continue"
+                         : "process_vm_readv from rank " + std::to_string(from) + " failed (" + std::string(std::strerror(err)) +
+                               "); set COLLX_CMA=0 to stage through shared memory";
         fail(errc::transport, why);
         COLLX_THROW(errc::transport, why);
       }
@@ -645,6 +648,16 @@ class shm_transport final : public transport {
   /// What rank r is doing, from the call it announced last and what it blocks on, for a
   /// timeout's message.
   std::string where_is(int r) const {
+    // A stopped rank's published state is what it was doing when it stopped: say it is stopped.
+    const shm_segment::peer_info& pi = peer(r);
+    if (const pid_t pid = pi.pid.load(std::memory_order_acquire); detail::process_stopped(pid, pi.start_time))
+      return "rank " + std::to_string(r) + " (pid " + std::to_string(pid) +
+             ") is stopped (SIGSTOP or SIGTSTP, or held by a debugger) and cannot go on until continued; when it stopped, " +
+             where_it_was(r);
+    return where_it_was(r);
+  }
+  /// where_is from what rank r published: its last call and what it blocks on.
+  std::string where_it_was(int r) const {
     call_signature theirs;
     const std::string who = "rank " + std::to_string(r), waits = waits_for(r);
     const std::string then = waits.empty() ? "" : "; " + waits;
