@@ -210,6 +210,14 @@ struct options {
   }
 };
 
+/// Whether `path` can be written: an existing file writable, or a new one in a writable directory.
+inline bool writable_path(const std::string& path) {
+  if (::access(path.c_str(), F_OK) == 0) return ::access(path.c_str(), W_OK) == 0;
+  const std::size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  return ::access(dir.c_str(), W_OK | X_OK) == 0;
+}
+
 inline const char* common_usage =
     "  -b, --minbytes SIZE      smallest size, bytes (K, M, G suffixes; default 32M)\n"
     "  -e, --maxbytes SIZE      largest size (default 32M)\n"
@@ -306,6 +314,12 @@ inline options parse_options(int argc, char** argv, int first) {
     } else throw usage_error("unknown option '" + a + "'");
   }
   if (o.min_bytes > o.max_bytes) throw usage_error("-b is larger than -e");
+  if (o.step_factor <= 1 && o.step_bytes == 0 && o.min_bytes < o.max_bytes)
+    throw usage_error("-i 0: the sweep would never grow from -b to -e (give -i above 0, or -f)");
+  // Before the run, not after it: a long sweep must not end without its results file. (Looked at,
+  // not created: every rank parses the options, and a later usage error leaves nothing behind.)
+  for (const std::string* path : {&o.json_path, &o.csv_path})
+    if (!path->empty() && !writable_path(*path)) throw usage_error("cannot write " + *path);
   // Caught here rather than when the sweep allocates (which failed with exit status 1, not 2).
   if (o.registered && o.transport != "shm")
     throw usage_error("-R 1: registered buffers are collx::shm_buffer, shared memory between processes; they need "
@@ -665,21 +679,22 @@ class reporter {
   }
 
   /// The closing lines; returns nccl-tests' exit status (1 on wrong values or a busbw below
-  /// NCCL_TESTS_MIN_BW * 0.9).
+  /// NCCL_TESTS_MIN_BW * 0.9), or 1 when the --json or --csv file could not be written.
   int footer() {
     const double avg = bw_count_ ? bw_sum_ / bw_count_ : 0.0;
     const char* min_bw = std::getenv("NCCL_TESTS_MIN_BW");
     const double check_avg = min_bw ? std::atof(min_bw) : -1;
     const bool bw_failed = check_avg != -1 && avg < check_avg * 0.9;
+    bool written = true;
     if (print_) {
       std::printf("# Out of bounds values : %lld %s\n", wrong_, wrong_ ? "FAILED" : "OK");
       std::printf("# Avg bus bandwidth    : %g %s\n", avg, check_avg == -1 ? "" : (bw_failed ? "FAILED" : "OK"));
       std::printf("#\n");
       std::fflush(stdout);
-      if (!o_.json_path.empty()) write_json(avg);
-      if (!o_.csv_path.empty()) write_csv();
+      if (!o_.json_path.empty()) written = write_json(avg) && written;
+      if (!o_.csv_path.empty()) written = write_csv() && written;
     }
-    return (wrong_ || bw_failed) ? 1 : 0;
+    return (wrong_ || bw_failed || !written) ? 1 : 0;
   }
 
   long long wrong() const noexcept { return wrong_; }
@@ -687,12 +702,10 @@ class reporter {
  private:
   std::string label() const { return o_.label.empty() ? info_.library : o_.label; }
 
-  void write_json(double avg) const {
+  /// Writes --json's file; false (with a message) when it cannot.
+  bool write_json(double avg) const {
     std::ofstream f(o_.json_path);
-    if (!f) {
-      std::fprintf(stderr, "%s: cannot write %s\n", info_.tool.c_str(), o_.json_path.c_str());
-      return;
-    }
+    if (!f) return cannot_write(o_.json_path);
     const auto& m = info_.machine;
     f << "{\n  \"tool\": \"" << json_escape(info_.tool) << "\",\n  \"label\": \"" << json_escape(label())
       << "\",\n  \"library\": \"" << json_escape(info_.library) << "\",\n  \"collective\": \"" << coll_name(o_.collective)
@@ -723,14 +736,19 @@ class reporter {
         << "}";
     }
     f << "\n  ],\n  \"avg_busbw\": " << num(avg) << ",\n  \"wrong\": " << wrong_ << "\n}\n";
+    f.close();
+    return f ? true : cannot_write(o_.json_path);
   }
 
-  void write_csv() const {
+  bool cannot_write(const std::string& path) const {
+    std::fprintf(stderr, "%s: cannot write %s\n", info_.tool.c_str(), path.c_str());
+    return false;
+  }
+
+  /// Writes --csv's file; false (with a message) when it cannot.
+  bool write_csv() const {
     std::ofstream f(o_.csv_path);
-    if (!f) {
-      std::fprintf(stderr, "%s: cannot write %s\n", info_.tool.c_str(), o_.csv_path.c_str());
-      return;
-    }
+    if (!f) return cannot_write(o_.csv_path);
     auto q = [](const std::string& s) {
       std::string o = "\"";
       for (char c : s) o += c == '"' ? std::string("\"\"") : std::string(1, c);
@@ -750,6 +768,8 @@ class reporter {
           << (m.wrong < 0 ? std::string("") : std::to_string(m.wrong)) << '\n';
       }
     }
+    f.close();
+    return f ? true : cannot_write(o_.csv_path);
   }
 
   const options& o_;

@@ -30,6 +30,12 @@ if [ -n "$perf" ]; then
   [ $rc -eq 0 ] || fail "collx-perf under collx-run exited $rc: $err"
   lines=$(printf '%s\n' "$err" | grep -c "COLLX_TIMEOUTS is not a collx variable; did you mean COLLX_TIMEOUT?")
   [ "$lines" -eq 1 ] || fail "a misspelt variable was reported $lines times, not once per job: $err"
+  # A results file that cannot be written is a usage error before the run, not a success after it.
+  err=$("$perf" allreduce -b 8 -e 8 -n 1 -w 0 --ranks 2 --json /nonexistent/collx.json 2>&1 >/dev/null); rc=$?
+  [ $rc -eq 2 ] || fail "collx-perf --json /nonexistent/... exited $rc, not 2: $err"
+  case $err in *"cannot write /nonexistent/collx.json"*) ;; *) fail "unwritable --json not named: $err" ;; esac
+  err=$("$perf" allreduce -b 8 -e 64 -i 0 2>&1 >/dev/null); rc=$?
+  [ $rc -eq 2 ] || fail "collx-perf -i 0 with -b < -e exited $rc, not 2: $err"
 fi
 
 err=$("$run" -n 2 --bogus true 2>&1); rc=$?
