@@ -187,7 +187,10 @@ std::vector<process_exit> run_processes(int world_size, F&& fn, const communicat
         if constexpr (std::is_convertible_v<std::invoke_result_t<F&, communicator&>, int>) code = fn(comm);
         else fn(comm);
       } catch (const std::exception& e) {
-        std::fprintf(stderr, "rank %d: %s\n", r, e.what());
+        // collx's errors mostly name the rank already ("rank 3/4 allreduce#2...": no second prefix).
+        const std::string what = e.what(), me = "rank " + std::to_string(r);
+        const bool named = what.rfind(me, 0) == 0 && what.size() > me.size() && std::strchr("/: ", what[me.size()]);
+        std::fprintf(stderr, "%s%s\n", named ? "" : (me + ": ").c_str(), what.c_str());
         code = 1;
       } catch (...) {
         std::fprintf(stderr, "rank %d: unknown exception\n", r);

@@ -831,6 +831,15 @@ class shm_transport final : public transport {
                                   ": " + what + ": " + std::strerror(err));
   }
 
+  /// For a start that timed out: where a job id taken from the parent process came from.
+  std::string job_id_hint() const {
+    const std::size_t at = name_.rfind("-ppid-");
+    if (at == std::string::npos || name_.find_first_not_of("0123456789", at + 6) != std::string::npos) return "";
+    return "; the job id came from this process's parent (pid " + name_.substr(at + 6) +
+           "), as neither COLLX_JOB_ID nor a known launcher's job id is set: ranks started by different parents "
+           "(a wrapper such as timeout or sh per rank) get different ids, so set COLLX_JOB_ID to one value for all";
+  }
+
   void connect(const shm_options& opt) {
     // Staging geometry: the same on every rank (derived from the world size and the environment).
     std::size_t per_peer = opt.bytes_per_peer;
@@ -906,7 +915,8 @@ class shm_transport final : public transport {
                 if (h->attached.fetch_add(1) + 2 == static_cast<std::uint32_t>(n_)) ::shm_unlink(name_.c_str());
                 ::munmap(p, map_bytes);
                 ::close(fd);
-                COLLX_THROW(errc::system, "rank " + std::to_string(rank_) + ": rank 0 failed to set up: " + why);
+                COLLX_THROW(errc::system, "rank " + std::to_string(rank_) + "/" + std::to_string(n_) +
+                                              ": rank 0 failed to set up the shared memory: " + why);
               }
               if (h->magic.load(std::memory_order_acquire) == shm_segment::magic_ready &&
                   map_bytes == bytes_ && !detail::process_dead(h->creator_pid, h->creator_start) &&
@@ -931,7 +941,7 @@ class shm_transport final : public transport {
         if (std::chrono::steady_clock::now() > deadline)
           COLLX_THROW(errc::timeout, "rank " + std::to_string(rank_) + "/" + std::to_string(n_) + ": shared memory " +
                                          name_ + " did not appear within the connect timeout (is rank 0 running, with "
-                                         "the same job id and world size?)");
+                                         "the same job id and world size?)" + job_id_hint());
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
     }
@@ -985,9 +995,16 @@ class shm_transport final : public transport {
                                          std::chrono::milliseconds(50));
       if (st == detail::wait_status::timed_out) {
         unlink_name_if_ours();  // the job cannot start: leave nothing in /dev/shm for a rank that never came
+        std::string missing;
+        for (int r = 0; r < n_; ++r)
+          if (peer(r).attached.load(std::memory_order_acquire) == 0) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
         COLLX_THROW(errc::timeout, "rank " + std::to_string(rank_) + "/" + std::to_string(n_) + ": only " +
                                        std::to_string(hdr()->attached.load()) + " of " + std::to_string(n_) +
-                                       " ranks attached to " + name_ + " within the connect timeout");
+                                       " ranks attached to " + name_ + " within the connect timeout" +
+                                       (missing.empty() ? std::string()
+                                                        : " (missing: rank" + std::string(missing.find(',') != std::string::npos ? "s " : " ") +
+                                                              missing + ")") +
+                                       job_id_hint());
       }
       if (st == detail::wait_status::interrupted) raise_failure();
     };
