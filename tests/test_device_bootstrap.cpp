@@ -601,7 +601,7 @@ TEST_CASE("device bootstrap: a rank whose setup fails makes every rank throw at 
   CHECK(host_workspace_objects() == 0);
 }
 
-TEST_CASE("device communicators and windows leave the caller's current device as they found it", "[cuda][bootstrap]") {
+TEST_CASE("device communicators make their device current; windows leave the caller's as they found it", "[cuda][bootstrap]") {
   fake_machine m("hgx-h100");
   std::vector<int> after_setup(3, -1), after_register(3, -1);
   std::vector<std::string> bytes_seen(3);
@@ -609,7 +609,7 @@ TEST_CASE("device communicators and windows leave the caller's current device as
     const auto r = static_cast<std::size_t>(dc.rank());
     int d = -1;
     (void)cudaGetDevice(&d);
-    after_setup[r] = d;  // the thread's device before setup: 0 (each thread starts there)
+    after_setup[r] = d;  // the communicator's, for the caller's buffers and streams (each thread started on 0)
     void* buf = nullptr;
     REQUIRE(cudaSetDevice(dc.device()) == cudaSuccess);
     REQUIRE(cudaMalloc(&buf, 4096) == cudaSuccess);
@@ -624,8 +624,8 @@ TEST_CASE("device communicators and windows leave the caller's current device as
   for (std::size_t r = 0; r < 3; ++r) {
     INFO("rank " << r << ": " << res[r].error);
     CHECK(res[r].error.empty());
-    CHECK(after_setup[r] == 0);     // not the communicator's device (r)
-    CHECK(after_register[r] == 7);  // not the communicator's either
+    CHECK(after_setup[r] == static_cast<int>(r));
+    CHECK(after_register[r] == 7);  // not the communicator's
     CHECK(bytes_seen[r] == "1024 1088 1152 ");
   }
   CHECK(fake_cudart_live() == 0);

@@ -1227,8 +1227,8 @@ struct call_check {
     if (!dc.failed() && cudaSetDevice(dc.device()) == cudaSuccess &&
         cudaStreamIsCapturing(stream, &capturing) == cudaSuccess && capturing == cudaStreamCaptureStatusNone) {
       reject_kernel<><<<1, 32, 0, stream>>>(dc.view());
+      (void)cudaGetLastError();  // the error below is the one to report
     }
-    (void)cudaGetLastError();  // the error below is the one to report
     dc.mark_rejected();
     COLLX_THROW(errc::invalid_argument, std::string(name) + ": " + what);
   }

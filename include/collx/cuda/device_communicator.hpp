@@ -228,9 +228,10 @@ class device_communicator {
   ///         communicator's errors. When a CUDA call, allocation or mapping fails on one rank,
   ///         that rank throws its error and every other rank throws errc::cuda naming it, rather
   ///         than waiting for it.
-  /// The calling thread's current CUDA device is the same on return (gpu::scoped_device).
+  /// Leaves the communicator's device (opt.device) current for the calling thread, as
+  /// cudaSetDevice would, for the caller's own buffers and streams (its calls, later, leave the
+  /// caller's current device as they find it).
   explicit device_communicator(communicator& host, device_options opt = {}) : host_(&host) {
-    const gpu::scoped_device restore;  // setup makes opt.device current; the caller's comes back
     const auto timeout = opt.timeout.count() > 0 ? opt.timeout : host.options().timeout;
     peer_record mine;
     try {
@@ -499,12 +500,13 @@ class device_communicator {
   ///         that fails throws its error and every other rank throws one with the same code naming
   ///         it (errc::cuda for a mapping), with nothing left mapped for the window.
   window register_window(const void* ptr, std::size_t bytes) {
-    const gpu::scoped_device on_device(device_, "gpu::register_window: cudaSetDevice");
+    const gpu::scoped_device restore;  // the caller's device, when this returns or throws
     window_record mine;
     // Every rank learns whether every rank's own steps succeeded before any maps a peer's buffer:
     // a rank that throws alone would leave the others in the exchange below, or holding a window
     // their peer does not have, until their timeout.
     on_every_rank("register its window", [&] {
+      gpu::check(cudaSetDevice(device_), "gpu::register_window: cudaSetDevice");  // the driver calls act on it
       check();
       if (ptr == nullptr || bytes == 0)
         COLLX_THROW(errc::invalid_argument, "gpu::register_window: null pointer or zero bytes");
@@ -544,8 +546,9 @@ class device_communicator {
   /// rank has closed them, so the buffer may be freed on return (CUDA leaves freeing memory that
   /// another process still maps undefined).
   void deregister_window(const window& w) {
-    const gpu::scoped_device on_device(device_, "gpu::deregister_window: cudaSetDevice");
+    const gpu::scoped_device restore;
     barrier(*host_);
+    (void)cudaSetDevice(device_);  // where the mappings were opened; a failure only leaves them open
     unmap_window(w.id);
     barrier(*host_);
   }

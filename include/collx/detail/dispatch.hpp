@@ -388,7 +388,7 @@ inline void run_flat_untyped(communicator& comm, collective coll, bool in_place,
         break;
     }
   } catch (const error& e) {
-    COLLX_THROW(e.code(), name() + ": " + as_seen_by(comm.rank(), e.what()));
+    COLLX_THROW(e.code(), name() + ": " + e.what());
   }
 }
 

@@ -372,6 +372,7 @@ inline void run_hierarchical_untyped(communicator& comm, collective coll, const 
       code = e.code();
       world_why = e.what() + (" " + level_ranks_legend(comm.rank(), l));
       comm.fail(code, world_why);
+      (void)comm.get_transport().failure(code, world_why);  // another rank's, if it failed the world first
     }
     COLLX_THROW(code, name + ": " + as_seen_by(comm.rank(), std::move(world_why)));
   }

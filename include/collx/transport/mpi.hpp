@@ -256,7 +256,7 @@ class mpi_transport final : public transport {
     std::lock_guard<std::mutex> lock(mu_);
     code = code_;
     try {
-      why = why_;
+      why = notice_text_.empty() ? why_ : notice_text_;  // this rank's own: "rank R failed: ...", as the peers read it
     } catch (...) {
     }
     return true;
