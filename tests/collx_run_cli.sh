@@ -34,6 +34,10 @@ if [ -n "$perf" ]; then
   err=$("$perf" allreduce -b 8 -e 8 -n 1 -w 0 --ranks 2 --json /nonexistent/collx.json 2>&1 >/dev/null); rc=$?
   [ $rc -eq 2 ] || fail "collx-perf --json /nonexistent/... exited $rc, not 2: $err"
   case $err in *"cannot write /nonexistent/collx.json"*) ;; *) fail "unwritable --json not named: $err" ;; esac
+  # A tool that launches itself names itself, not collx-run, when a rank fails.
+  err=$(COLLX_SHM_BYTES_PER_PEER=100 "$perf" allreduce -b 8 -e 8 --ranks 2 2>&1 >/dev/null); rc=$?
+  [ $rc -ne 0 ] || fail "collx-perf with a bad COLLX_SHM_BYTES_PER_PEER exited 0"
+  case $err in *"collx-perf: rank "*") exited with status"*) ;; *) fail "collx-perf's failing rank not reported as collx-perf's: $err" ;; esac
   err=$("$perf" allreduce -b 8 -e 64 -i 0 2>&1 >/dev/null); rc=$?
   [ $rc -eq 2 ] || fail "collx-perf -i 0 with -b < -e exited $rc, not 2: $err"
 fi

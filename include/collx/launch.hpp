@@ -3,6 +3,7 @@
 /// launch_program (the engine of the collx-run launcher).
 #pragma once
 
+#include <errno.h>  // program_invocation_short_name (glibc)
 #include <sched.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -94,6 +95,10 @@ inline void bind_to_core(int local_rank, int local_world_size) {
   CPU_SET(cpus[static_cast<std::size_t>(local_rank)], &one);
   ::sched_setaffinity(0, sizeof one, &one);
 }
+
+/// The launching program's name for its messages ("collx-run", or a tool such as collx-perf that
+/// launches itself): glibc's program_invocation_short_name.
+inline const char* launcher_name() noexcept { return program_invocation_short_name; }
 
 /// 0 if execvp could run `program` (a path, or a name found on PATH, executable), else the errno
 /// it would fail with.
@@ -283,7 +288,7 @@ inline int launch_program(int world_size, char* const argv[], std::chrono::milli
       ::setenv("COLLX_LAUNCH_ID", launch_id.c_str(), 1);
       detail::bind_to_core(r, world_size);
       ::execvp(argv[0], argv);
-      std::fprintf(stderr, "collx-run: cannot run %s: %s\n", argv[0], std::strerror(errno));
+      std::fprintf(stderr, "%s: cannot run %s: %s\n", detail::launcher_name(), argv[0], std::strerror(errno));
       ::_exit(127);
     }
     ::setpgid(pid, pid);  // also here, so the group exists before any signal (either call may lose the race)
@@ -327,11 +332,11 @@ inline int launch_program(int world_size, char* const argv[], std::chrono::milli
       const int status = WIFEXITED(e.st) ? WEXITSTATUS(e.st) : 128 + WTERMSIG(e.st);
       if (status == 0 || first_failure) continue;
       if (WIFEXITED(e.st))
-        std::fprintf(stderr, "collx-run: rank %zu (pid %d) exited with status %d; stopping the other ranks\n", e.rank,
-                     static_cast<int>(e.pid), status);
+        std::fprintf(stderr, "%s: rank %zu (pid %d) exited with status %d; stopping the other ranks\n",
+                     detail::launcher_name(), e.rank, static_cast<int>(e.pid), status);
       else
-        std::fprintf(stderr, "collx-run: rank %zu (pid %d) was killed by signal %d (%s); stopping the other ranks\n", e.rank,
-                     static_cast<int>(e.pid), WTERMSIG(e.st), ::strsignal(WTERMSIG(e.st)));
+        std::fprintf(stderr, "%s: rank %zu (pid %d) was killed by signal %d (%s); stopping the other ranks\n",
+                     detail::launcher_name(), e.rank, static_cast<int>(e.pid), WTERMSIG(e.st), ::strsignal(WTERMSIG(e.st)));
       stop_others(status);
     }
     const bool reaped = alive != alive_before;
