@@ -1360,11 +1360,23 @@ void all_gather(device_communicator& dc, const T* send, T* recv, std::size_t sen
 template <class Algo>
 concept host_only_algorithm = std::same_as<Algo, algo::tree> || is_hierarchical_v<Algo>;
 namespace device_detail {
+/// The callable an op wraps (commutative_op's), for the checks on it.
+template <class Op>
+struct unwrapped_op {
+  using type = Op;
+};
+template <class F>
+struct unwrapped_op<commutative_op<F>> {
+  using type = F;
+};
+
 /// The compile-time checks every reduction makes before its op's: the element type (a type that is
-/// not trivially copyable would otherwise fail as "Op must be a reduction op"), and 0, nullptr or a
+/// not trivially copyable would otherwise fail as "Op must be a reduction op"), 0, nullptr or a
 /// stream wrapper (a type that converts to cudaStream_t, as c10::cuda::CUDAStream and
 /// rmm::cuda_stream_view do) where the op goes: the op left out and a stream in its place (a
-/// cudaStream_t itself there takes the forms without an op).
+/// cudaStream_t itself there takes the forms without an op), and a __device__-only lambda as the
+/// op (nvcc cannot call it in host code, where the op is checked: it would fail as "Op must be a
+/// reduction op"; CUDA Programming Guide, extended lambda type traits).
 template <class T, class Op>
 constexpr void check_reduction_types() {
   static_assert(element<T>, "collx::gpu: the element type T of a reduction must be a trivially copyable object type "
@@ -1373,6 +1385,12 @@ constexpr void check_reduction_types() {
                 "collx::gpu: a reduction got a stream, 0 or nullptr where its op goes; pass the op first "
                 "(collx::ops::sum{}, stream), or a cudaStream_t itself in the op's place to sum (for a stream "
                 "wrapper: its cudaStream_t, e.g. stream.stream())");
+#if defined(__NVCC__)
+  static_assert(!__nv_is_extended_device_lambda_closure_type(typename unwrapped_op<Op>::type),
+                "collx::gpu: a __device__ lambda cannot be a reduction op (nvcc cannot call it in host code, where "
+                "collx checks the op): write it [] __host__ __device__ (T a, T b) { ... }, or a struct with a "
+                "__device__ operator()");
+#endif
 }
 template <class>
 inline constexpr bool no_device_form = false;  // false for every Algo, so the static_asserts below fire only when used
