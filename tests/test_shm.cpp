@@ -569,6 +569,21 @@ TEST_CASE("shm: ranks that cut calls into other segment sizes are told so", "[sh
   CHECK(errors[1].find("per-rank counts") == std::string::npos);
 }
 
+// A float sum whose first fold on rank 1 runs `stall` (a sleep, a SIGSTOP): rank 1 is then inside
+// the call and blocks on nothing, which is what it has published. (Ops are trivially copyable: the
+// "first" is a flag of this process, one per kind of stall.)
+template <class Stall>
+auto sum_stalling_rank1_once(const collx::communicator& comm, Stall stall) {
+  static bool stalled = false;
+  return collx::commutative_op{[stall, on = comm.rank() == 1, done = &stalled](float a, float b) {
+    if (on && !*done) {
+      *done = true;
+      stall();
+    }
+    return a + b;
+  }};
+}
+
 TEST_CASE("shm: a timeout says what the peer blocks on, also in point-to-point calls", "[shm]") {
   // Both ranks send 4 MiB first, more than the ring holds: each waits for the other to consume
   // (no collective call was made, so only what each blocks on can tell where the peer is). With
@@ -597,15 +612,7 @@ TEST_CASE("shm: a timeout says what the peer blocks on, also in point-to-point c
   // Rank 1 is in the same all-reduce but busy in its op (3 s at its first fold), while rank 0
   // waits for the ring's next message from it: "not blocked".
   const auto busy = collx::run_processes(2, [](collx::communicator& comm) -> int {
-    static bool slept = false;
-    const bool slow = comm.rank() == 1;
-    const auto slow_sum = collx::commutative_op{[slow](float a, float b) {
-      if (slow && !slept) {
-        slept = true;
-        std::this_thread::sleep_for(3s);
-      }
-      return a + b;
-    }};
+    const auto slow_sum = sum_stalling_rank1_once(comm, [] { std::this_thread::sleep_for(3s); });
     std::vector<float> v(1 << 16, 1.0f);
     try {
       collx::allreduce<collx::algo::ring>(comm, std::span<float>(v), slow_sum);
@@ -621,15 +628,7 @@ TEST_CASE("shm: a timeout says what the peer blocks on, also in point-to-point c
   // Rank 1 stops (SIGSTOP) at its first fold: what it published says it is in the call, so the
   // timeout must say it is stopped. Rank 0 then continues it (its pid is in the message).
   const auto stopped = collx::run_processes(2, [](collx::communicator& comm) -> int {
-    static bool stopped_once = false;
-    const bool stopper = comm.rank() == 1;
-    const auto stopping_sum = collx::commutative_op{[stopper](float a, float b) {
-      if (stopper && !stopped_once) {
-        stopped_once = true;
-        ::raise(SIGSTOP);
-      }
-      return a + b;
-    }};
+    const auto stopping_sum = sum_stalling_rank1_once(comm, [] { ::raise(SIGSTOP); });
     std::vector<float> v(1 << 16, 1.0f);
     try {
       collx::allreduce<collx::algo::ring>(comm, std::span<float>(v), stopping_sum);
