@@ -334,6 +334,36 @@ TEST_CASE("shm: a peer killed with SIGKILL is reported, not waited for", "[shm][
   CHECK(std::chrono::steady_clock::now() - t0 < 10s);
 }
 
+TEST_CASE("shm: a sender killed after posting a single-copy message: the reader says it died", "[shm][F2]") {
+  // Rank 1's large send is posted for a single copy (process_vm_readv from its memory) and waits;
+  // it is killed there. Rank 0 arrives after and finds a posted message from a dead process: its
+  // liveness check says so before the read (a sender that dies during the read is ESRCH there,
+  // which says "died" too).
+  collx::communicator_options opt;
+  opt.timeout = std::chrono::seconds(20);
+  const auto res = collx::run_processes(2, [](collx::communicator& comm) -> int {
+    std::vector<float> x(std::size_t{1} << 20, 1.0f);  // 4 MiB: past the staged sizes
+    if (comm.rank() == 1) {
+      std::thread([] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        ::raise(SIGKILL);
+      }).detach();
+      collx::send(comm, std::span<const float>(x), 0);
+      return 14;  // the send cannot return: rank 0 has not read it
+    }
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    try {
+      collx::recv<float>(comm, x, 1);
+    } catch (const collx::error& e) {
+      std::fprintf(stderr, "reader: %s\n", e.what());
+      return e.code() == collx::errc::transport && std::string(e.what()).find("died") != std::string::npos ? 0 : 12;
+    }
+    return 13;
+  }, opt);
+  CHECK(res[0].ok());
+  CHECK(res[1].term_signal == SIGKILL);
+}
+
 TEST_CASE("F2: 50 crash cycles leave no collx entry in /dev/shm and the next start succeeds", "[shm][F2]") {
   const int baseline = collx_shm_entries();
   const int signals[] = {SIGKILL, SIGINT};
