@@ -3,6 +3,8 @@
 /// collx's kernels. For .cu files (nvcc).
 #pragma once
 
+#include <type_traits>
+
 #include <collx/numeric.hpp>
 #include <collx/ops.hpp>
 
@@ -18,7 +20,9 @@ namespace gpu {
 /// Kernels call it on a branch never taken at run time; x is not read.
 template <class T, class Op>
 __device__ void require_device_callable(const Op& op, const T& x) {
-  (void)op(x, x);  // An error here: the op needs a __device__ (or __host__ __device__) call operator.
+  // Not callable at all: the collective's own static_assert has said so; no second error here.
+  if constexpr (std::is_invocable_v<const Op&, const T&, const T&>)
+    (void)op(x, x);  // An error here: the op needs a __device__ (or __host__ __device__) call operator.
   if constexpr (is_narrow_float_v<T>)  // An error here: narrow_float<T> needs __device__ widen and narrow.
     (void)narrow_float<T>::narrow(narrow_float<T>::widen(x));
 }

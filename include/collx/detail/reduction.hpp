@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstring>
+#include <type_traits>
 
 #include <collx/concepts.hpp>
 #include <collx/detail/host_device.hpp>
@@ -38,8 +39,13 @@ struct reduction {
     if constexpr (widened) {
       if constexpr (std::is_same_v<Op, ops::avg>) return ops::sum{}(a, b);
       else return op(a, b);
-    } else {
+    } else if constexpr (std::is_invocable_v<const Op&, const T&, const T&>) {
       return static_cast<T>(op(a, b));
+    } else {
+      // Reached only by code that does not compile: every collective asserts that Op reduces T
+      // (gpu::) or is constrained on it (host), with the message that matters; this branch keeps
+      // the kernels from adding a second error after it.
+      return a;
     }
   }
   COLLX_NV_EXEC_CHECK_DISABLE
