@@ -1392,6 +1392,16 @@ constexpr void check_reduction_types() {
                 "__device__ operator()");
 #endif
 }
+/// Whether T and Op pass check_reduction_types and reduction_op. The forms without an algorithm
+/// consider the ring only then, so that a bad op is one error (the direct form's), not one per
+/// algorithm they could run.
+template <class T, class Op>
+inline constexpr bool valid_reduction = element<T> && !std::is_integral_v<Op> && !std::is_convertible_v<Op, cudaStream_t> &&
+                                        reduction_op<Op, T>
+#if defined(__NVCC__)
+                                        && !__nv_is_extended_device_lambda_closure_type(typename unwrapped_op<Op>::type)
+#endif
+    ;
 template <class>
 inline constexpr bool no_device_form = false;  // false for every Algo, so the static_asserts below fire only when used
 }  // namespace device_detail
@@ -1461,6 +1471,27 @@ void all_to_all_v(Args&&...) {
                 "collx::gpu::all_to_all_v takes no algorithm: it has one device form; leave out the <algo::...>");
 }
 
+// The window forms read every peer's window in place (zero-copy) and take no algorithm; naming
+// one would otherwise fail as "no instance matches" with every overload listed.
+/// The window all_reduce with an algorithm named: does not compile.
+template <algorithm_tag Algo, class... Args>
+void all_reduce(device_communicator&, const window&, Args&&...) {
+  static_assert(device_detail::no_device_form<Algo>,
+                "collx::gpu::all_reduce on a window takes no algorithm: it reads the peers' windows in place; leave out the <algo::...>");
+}
+/// The window reduce_scatter with an algorithm named: does not compile.
+template <algorithm_tag Algo, class... Args>
+void reduce_scatter(device_communicator&, const window&, Args&&...) {
+  static_assert(device_detail::no_device_form<Algo>,
+                "collx::gpu::reduce_scatter on a window takes no algorithm: it reads the peers' windows in place; leave out the <algo::...>");
+}
+/// The window all_gather with an algorithm named: does not compile.
+template <algorithm_tag Algo, class... Args>
+void all_gather(device_communicator&, const window&, Args&&...) {
+  static_assert(device_detail::no_device_form<Algo>,
+                "collx::gpu::all_gather on a window takes no algorithm: it reads the peers' windows in place; leave out the <algo::...>");
+}
+
 namespace device_detail {
 /// all_reduce's direct forms, whatever the host communicator's COLLX_ALGO says (the body of
 /// gpu::all_reduce without algo::ring).
@@ -1501,7 +1532,7 @@ void direct_all_reduce(device_communicator& dc, const T* send, T* recv, std::siz
 template <class T, class Op = ops::sum>
 void all_reduce(device_communicator& dc, const T* send, T* recv, std::size_t count, const Op& op = {},
                 cudaStream_t stream = nullptr) {
-  if constexpr (op_traits<Op>::commutative)
+  if constexpr (op_traits<Op>::commutative && device_detail::valid_reduction<T, Op>)
     if (dc.ring_for(collective::allreduce, call_vector_bytes(count, 1, sizeof(T))))
       return all_reduce<algo::ring, T, Op>(dc, send, recv, count, op, stream);
   device_detail::direct_all_reduce<T, Op>(dc, send, recv, count, op, stream);
@@ -1556,7 +1587,7 @@ void direct_reduce_scatter(device_communicator& dc, const T* send, T* recv, std:
 template <class T, class Op = ops::sum>
 void reduce_scatter(device_communicator& dc, const T* send, T* recv, std::size_t recv_count, const Op& op = {},
                     cudaStream_t stream = nullptr) {
-  if constexpr (op_traits<Op>::commutative)
+  if constexpr (op_traits<Op>::commutative && device_detail::valid_reduction<T, Op>)
     if (dc.ring_for(collective::reduce_scatter, call_vector_bytes(recv_count, dc.size(), sizeof(T))))
       return reduce_scatter<algo::ring, T, Op>(dc, send, recv, recv_count, op, stream);
   device_detail::direct_reduce_scatter<T, Op>(dc, send, recv, recv_count, op, stream);
