@@ -63,6 +63,10 @@ TEST_CASE("device signature: every field is told apart and named", "[cuda]") {
     CHECK(v.sig.bits != base.bits);
     CHECK(gpu::device_signature::differing_fields(base, v.sig) == v.field);
   }
+  // A rank with count 0 signs its one meeting (empty_call_kernel) with count 0: the GPU tests'
+  // counts are told apart from it.
+  CHECK(gpu::device_signature::differing_fields(gpu::device_signature::make(collective::allreduce, "float32", 4, "sum", -1, 0), base) ==
+        "count (or window and offset, or algorithm)");
   // Counts that differ by one, as a rank off by one sends, are told apart across a range.
   int same = 0;
   for (std::size_t c = 1; c < 5000; ++c)

@@ -3,7 +3,8 @@
 // for every rank, or one device per rank when there are enough): the reference sweep of
 // device_sweep.cuh over 2, 3 and 4 ranks, chunked through a small staging buffer, plus the
 // failures: ranks that make different calls get errc::mismatch / errc::aborted, a rank that never
-// calls makes its peer time out, all_to_all_v counts that disagree fail on every rank, a rank that rejects a call's arguments ends its peers' calls at
+// calls makes its peer time out, a rank whose count is 0 where its peers' is not gets a mismatch,
+// all_to_all_v counts that disagree fail on every rank, a rank that rejects a call's arguments ends its peers' calls at
 // once, and later calls on a failed communicator fail at once; two-shot
 // all-reduce (forced at every size) against the same reference, and rank 0's form threshold
 // holding for ranks whose options say otherwise; the same sweep with the workspaces in shared
@@ -675,15 +676,34 @@ TEST_CASE("gpu device all_to_all_v: calls with nothing to move, then calls that 
   }));
 }
 
-TEST_CASE("gpu device collectives: mismatched calls fail on every rank instead of hanging", "[gpu][cuda]") {
+TEST_CASE("gpu device collectives: calls with count 0 on every rank meet and keep the epochs in step", "[gpu][cuda]") {
+  require_none(on_ranks(3, {}, std::chrono::seconds(60), [](gpu::device_communicator& dc, cudaStream_t s, auto& out) {
+    const std::vector<std::size_t> zeros(3, 0);
+    for (int round = 0; round < 2; ++round) {  // an odd and an even number of empty epochs before data
+      gpu::all_reduce<float>(dc, nullptr, nullptr, 0, collx::ops::sum{}, s);
+      if (round == 1) {
+        gpu::broadcast<float>(dc, nullptr, nullptr, 0, 2, s);
+        gpu::all_gather_v<float>(dc, nullptr, nullptr, std::span<const std::size_t>(zeros), s);
+      }
+      collx_cuda_test::sweep_reductions<float>(dc, s, 1000, 0, 20 + round, collx::ops::sum{}, out);
+    }
+    dc.synchronize(s);
+  }));
+}
+
+namespace {
+
+// `world` ranks whose all_reduce counts differ (count_for(rank)): every rank fails with
+// errc::mismatch naming the count, or errc::aborted (a peer failed first), well before the
+// timeout; the communicator is then unusable and the next call fails at once.
+void check_mismatched_counts(int world, std::size_t (*count_for)(int)) {
   gpu::device_options opt;
   opt.timeout = std::chrono::seconds(10);
   const auto t0 = std::chrono::steady_clock::now();
-  const auto problems = on_ranks(2, opt, std::chrono::seconds(30), [](gpu::device_communicator& dc, cudaStream_t s, auto& out) {
+  const auto problems = on_ranks(world, opt, std::chrono::seconds(30), [count_for](gpu::device_communicator& dc, cudaStream_t s, auto& out) {
     float* buf = nullptr;
     gpu::check(cudaMallocAsync(reinterpret_cast<void**>(&buf), 4096, s), "cudaMallocAsync");  // never a device-wide sync: see device_sweep.cuh
-    const std::size_t count = dc.rank() == 0 ? 100 : 101;  // the mismatch
-    gpu::all_reduce(dc, buf, buf, count, collx::ops::sum{}, s);
+    gpu::all_reduce(dc, buf, buf, count_for(dc.rank()), collx::ops::sum{}, s);
     try {
       dc.synchronize(s);
       out.push_back("rank " + std::to_string(dc.rank()) + ": mismatched all_reduce succeeded");
@@ -703,6 +723,18 @@ TEST_CASE("gpu device collectives: mismatched calls fail on every rank instead o
   });
   require_none(problems);
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));  // well before the timeout
+}
+
+}  // namespace
+
+TEST_CASE("gpu device collectives: mismatched calls fail on every rank instead of hanging", "[gpu][cuda]") {
+  check_mismatched_counts(2, [](int rank) -> std::size_t { return rank == 0 ? 100 : 101; });
+}
+
+TEST_CASE("gpu device collectives: a rank whose count is 0 where the others' is not fails with mismatch", "[gpu][cuda]") {
+  // The rank with count 0 meets its peers once (empty_call_kernel): before, it launched nothing,
+  // so its peers timed out or paired with its next call.
+  check_mismatched_counts(3, [](int rank) -> std::size_t { return rank == 1 ? 0 : 1000; });
 }
 
 TEST_CASE("gpu device all_to_all_v: counts that disagree fail with mismatch on every rank", "[gpu][cuda]") {

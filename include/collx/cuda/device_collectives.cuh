@@ -32,6 +32,8 @@
 /// too, and every later call of this rank returns at once. A call rejected on the host (bad
 /// arguments) ends the communicator the same way (reject_kernel), flagging the rejected call's
 /// epoch with a reserved signature so that peers still finishing earlier calls are not cut short.
+/// A rank whose call moves nothing (count 0) still meets its peers once with the call's signature
+/// (empty_call_kernel), so that counts that differ across ranks are a mismatch, as on the host.
 /// all_to_all_v's first epoch also publishes every rank's send counts in the workspace's exchange
 /// rows (all_to_all_v_kernel), which fix the call's chunks on every rank.
 ///
@@ -710,6 +712,32 @@ __global__ void __launch_bounds__(device_threads_per_block, device_blocks_per_sm
   call_end(v, base + 2);
 }
 
+/// The call of a rank that moves nothing (count 0, or v-form counts that add up to 0): block 0
+/// meets its peers' block 0 once, at the call's first epoch, with the call's signature. Ranks that
+/// all pass 0 advance one epoch together; a peer whose count differs fails with errc::mismatch
+/// naming the count, as on the host, instead of waiting for its timeout or pairing with this
+/// rank's next call. (A peer's other blocks end when its block 0 fails: they poll its claim.)
+/// A template only so that every .cu file may include this header (one definition per program).
+template <int = 0>
+__global__ void empty_call_kernel(device_view v, device_signature sig) {
+  __shared__ std::uint64_t base;
+  __shared__ int dead;
+  call_start(v, base, dead);
+  if (dead) return;
+  if (!barrier(v, base + 1, sig)) return;
+  call_end(v, base + 1);
+}
+
+/// Launches empty_call_kernel for a call signed `sig` (the peers' signature of the same call with
+/// count 0: device_signature::make with count 0 and no layout).
+inline void launch_empty_call(device_communicator& dc, const char* name, device_signature sig, cudaStream_t stream) {
+  dc.check();
+  const scoped_device on_device(dc.device(), name);  // and back to the caller's afterwards
+  static_assert(max_device_world <= 32, "barrier() gives each peer one thread of the block");
+  empty_call_kernel<><<<1, 32, 0, stream>>>(dc.view(), sig);
+  check(cudaGetLastError(), name);
+}
+
 /// True when p is 16-byte aligned.
 inline bool aligned16(const void* p) noexcept { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
 
@@ -1232,6 +1260,12 @@ struct call_check {
     dc.mark_rejected();
     COLLX_THROW(errc::invalid_argument, std::string(name) + ": " + what);
   }
+  /// Enqueues the call of a rank that moves nothing (launch_empty_call), signed as its peers sign
+  /// the same call with count 0.
+  template <class T>
+  void nothing_to_move(collective coll, std::string_view op_name, int root = -1) const {
+    launch_empty_call(dc, name, device_signature::make(coll, detail::type_name<T>(), sizeof(T), op_name, root, 0), stream);
+  }
   void require(bool ok, const std::string& what) const {
     if (!ok) reject(what);
   }
@@ -1502,7 +1536,7 @@ void direct_all_reduce(device_communicator& dc, const T* send, T* recv, std::siz
   constexpr const char* name = "gpu::all_reduce";
   using namespace device_detail;
   const call_check chk{dc, stream, name};
-  if (!chk.all_reduce_buffers(send, recv, count)) return dc.check();
+  if (!chk.all_reduce_buffers(send, recv, count)) return chk.nothing_to_move<T>(collective::allreduce, detail::op_signature_key<Op>());
   const bool vec = aligned16(send) && aligned16(recv);
   // Two-shot's reduce-scatter stages a row per rank: with a staging slot too small for one vector
   // per row (huge element types), every rank stays one-shot alike.
@@ -1550,7 +1584,7 @@ void reduce(device_communicator& dc, const T* send, T* recv, std::size_t count, 
   using namespace device_detail;
   const call_check chk{dc, stream, name};
   chk.root(root);
-  if (count == 0) return dc.check();
+  if (count == 0) return chk.nothing_to_move<T>(collective::reduce, detail::op_signature_key<Op>(), root);
   const bool is_root = dc.rank() == root;
   chk.rooted_buffers(is_root, send, recv, send, count * sizeof(T));
   const bool vec = aligned16(send) && (!is_root || aligned16(recv));
@@ -1569,7 +1603,7 @@ void direct_reduce_scatter(device_communicator& dc, const T* send, T* recv, std:
   constexpr const char* name = "gpu::reduce_scatter";
   using namespace device_detail;
   const call_check chk{dc, stream, name};
-  if (!chk.reduce_scatter_buffers(send, recv, recv_count)) return dc.check();
+  if (!chk.reduce_scatter_buffers(send, recv, recv_count)) return chk.nothing_to_move<T>(collective::reduce_scatter, detail::op_signature_key<Op>());
   const std::size_t n = static_cast<std::size_t>(dc.size());
   const bool vec = aligned16(send) && aligned16(recv) && (recv_count * sizeof(T)) % 16 == 0;
   launch_call<T>(dc, name, collective::reduce_scatter, detail::op_signature_key<Op>(), -1, recv_count, n, vec, stream,
@@ -1602,7 +1636,7 @@ void direct_all_gather(device_communicator& dc, const T* send, T* recv, std::siz
   constexpr const char* name = "gpu::all_gather";
   using namespace device_detail;
   const call_check chk{dc, stream, name};
-  if (!chk.all_gather_buffers(send, recv, send_count)) return dc.check();
+  if (!chk.all_gather_buffers(send, recv, send_count)) return chk.nothing_to_move<T>(collective::all_gather, "");
   const bool vec = aligned16(send) && aligned16(recv) && (send_count * sizeof(T)) % 16 == 0;
   launch_call<T>(dc, name, collective::all_gather, "", -1, send_count, 1, vec, stream, all_gather_step<T, 1>{send, recv},
                  all_gather_step<T, device_vector_elements<T>>{send, recv});
@@ -1650,7 +1684,7 @@ void all_reduce(device_communicator& dc, const T* send, T* recv, std::size_t cou
     constexpr const char* name = "gpu::all_reduce<algo::ring>";
     using namespace device_detail;
     const call_check chk{dc, stream, name};
-    if (!chk.all_reduce_buffers(send, recv, count)) return dc.check();
+    if (!chk.all_reduce_buffers(send, recv, count)) return chk.nothing_to_move<T>(collective::allreduce, detail::op_signature_key<Op>());
     // Signed apart from one-shot and from two-shot's two launches, whichever a peer runs.
     const auto key = detail::op_signature_key<Op>();
     const auto make = [&](std::size_t n, std::uint64_t layout) {
@@ -1684,7 +1718,7 @@ void reduce_scatter(device_communicator& dc, const T* send, T* recv, std::size_t
     constexpr const char* name = "gpu::reduce_scatter<algo::ring>";
     using namespace device_detail;
     const call_check chk{dc, stream, name};
-    if (!chk.reduce_scatter_buffers(send, recv, recv_count)) return dc.check();
+    if (!chk.reduce_scatter_buffers(send, recv, recv_count)) return chk.nothing_to_move<T>(collective::reduce_scatter, detail::op_signature_key<Op>());
     const device_signature sig = ring_signature(device_signature::make(
         collective::reduce_scatter, detail::type_name<T>(), sizeof(T), detail::op_signature_key<Op>(), -1, recv_count));
     launch_ring<T>(dc, name, ring_phase::reduce_scatter, sig, recv_count, send, recv, op,
@@ -1708,7 +1742,7 @@ void all_gather(device_communicator& dc, const T* send, T* recv, std::size_t sen
     constexpr const char* name = "gpu::all_gather<algo::ring>";
     using namespace device_detail;
     const call_check chk{dc, stream, name};
-    if (!chk.all_gather_buffers(send, recv, send_count)) return dc.check();
+    if (!chk.all_gather_buffers(send, recv, send_count)) return chk.nothing_to_move<T>(collective::all_gather, "");
     const device_signature sig =
         ring_signature(device_signature::make(collective::all_gather, detail::type_name<T>(), sizeof(T), "", -1, send_count));
     launch_ring<T>(dc, name, ring_phase::all_gather, sig, send_count, send, recv, no_reduction{},
@@ -1726,7 +1760,7 @@ void broadcast(device_communicator& dc, const T* send, T* recv, std::size_t coun
   using namespace device_detail;
   const call_check chk{dc, stream, name};
   chk.root(root);
-  if (count == 0) return dc.check();
+  if (count == 0) return chk.nothing_to_move<T>(collective::broadcast, "", root);
   const bool is_root = dc.rank() == root;
   chk.rooted_buffers(is_root, send, recv, recv, count * sizeof(T));
   const bool vec = aligned16(recv) && (!is_root || aligned16(send));
@@ -1745,7 +1779,7 @@ void all_to_all(device_communicator& dc, const T* send, T* recv, std::size_t cou
   constexpr const char* name = "gpu::all_to_all";
   using namespace device_detail;
   const call_check chk{dc, stream, name};
-  if (count == 0) return dc.check();
+  if (count == 0) return chk.nothing_to_move<T>(collective::all_to_all, "");
   const std::size_t bytes = static_cast<std::size_t>(dc.size()) * count * sizeof(T);
   chk.require(send && recv, "null buffer with count " + std::to_string(count));
   chk.require(send == recv || !ranges_overlap(send, bytes, recv, bytes), "send and recv overlap but are not the same buffer");
@@ -1769,7 +1803,7 @@ void all_gather_v(device_communicator& dc, const T* send, T* recv, std::span<con
   using namespace device_detail;
   const call_check chk{dc, stream, name};
   const v_layout lay = chk.layout(counts);
-  if (lay.total == 0) return dc.check();
+  if (lay.total == 0) return chk.nothing_to_move<T>(collective::all_gather, "");
   const std::size_t mine = lay.counts[dc.rank()], at = lay.displs[dc.rank()];
   chk.require(recv && (send || mine == 0), "null buffer with " + std::to_string(lay.total) + " elements in all");
   chk.require(mine == 0 || send == recv + at || !ranges_overlap(send, mine * sizeof(T), recv, lay.total * sizeof(T)),
@@ -1793,7 +1827,7 @@ void reduce_scatter_v(device_communicator& dc, const T* send, T* recv, std::span
   using namespace device_detail;
   const call_check chk{dc, stream, name};
   const v_layout lay = chk.layout(counts);
-  if (lay.total == 0) return dc.check();
+  if (lay.total == 0) return chk.nothing_to_move<T>(collective::reduce_scatter, detail::op_signature_key<Op>());
   const std::size_t mine = lay.counts[dc.rank()];
   chk.require(send && (recv || mine == 0), "null buffer with " + std::to_string(lay.total) + " elements in all");
   chk.require(mine == 0 || !ranges_overlap(send, lay.total * sizeof(T), recv, mine * sizeof(T)), "send and recv overlap");
@@ -1926,7 +1960,7 @@ void all_reduce(device_communicator& dc, const window& send, std::size_t send_of
   constexpr const char* name = "gpu::all_reduce(window)";
   using namespace device_detail;
   const call_check chk{dc, stream, name};
-  if (count == 0) return dc.check();
+  if (count == 0) return chk.nothing_to_move<T>(collective::allreduce, detail::op_signature_key<Op>());
   chk.in_window<T>(send, send_offset, count);
   const T* mine = reinterpret_cast<const T*>(send.base[static_cast<std::size_t>(dc.rank())]) + send_offset;
   chk.require(recv != nullptr, "null recv with count " + std::to_string(count));
@@ -1952,7 +1986,7 @@ void reduce_scatter(device_communicator& dc, const window& send, std::size_t sen
   constexpr const char* name = "gpu::reduce_scatter(window)";
   using namespace device_detail;
   const call_check chk{dc, stream, name};
-  if (recv_count == 0) return dc.check();
+  if (recv_count == 0) return chk.nothing_to_move<T>(collective::reduce_scatter, detail::op_signature_key<Op>());
   const std::size_t n = static_cast<std::size_t>(dc.size());
   chk.in_window<T>(send, send_offset, n * recv_count);
   const T* mine = reinterpret_cast<const T*>(send.base[static_cast<std::size_t>(dc.rank())]) + send_offset;
@@ -1978,7 +2012,7 @@ void all_gather(device_communicator& dc, const window& send, std::size_t send_of
   constexpr const char* name = "gpu::all_gather(window)";
   using namespace device_detail;
   const call_check chk{dc, stream, name};
-  if (send_count == 0) return dc.check();
+  if (send_count == 0) return chk.nothing_to_move<T>(collective::all_gather, "");
   const std::size_t n = static_cast<std::size_t>(dc.size());
   chk.in_window<T>(send, send_offset, send_count);
   const T* mine = reinterpret_cast<const T*>(send.base[static_cast<std::size_t>(dc.rank())]) + send_offset;
@@ -2004,7 +2038,7 @@ void broadcast(device_communicator& dc, const window& send, std::size_t send_off
   using namespace device_detail;
   const call_check chk{dc, stream, name};
   chk.root(root);
-  if (count == 0) return dc.check();
+  if (count == 0) return chk.nothing_to_move<T>(collective::broadcast, "", root);
   chk.in_window<T>(send, send_offset, count);
   chk.require(recv != nullptr, "null recv with count " + std::to_string(count));
   const T* mine = reinterpret_cast<const T*>(send.base[static_cast<std::size_t>(dc.rank())]) + send_offset;
