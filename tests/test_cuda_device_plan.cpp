@@ -265,7 +265,7 @@ TEST_CASE("device v-forms: each rank's row is covered once, however short, and t
   // A v-form plans chunks over the longest count; every block clips its range to each rank's row.
   const std::vector<std::vector<std::size_t>> layouts = {{0, 5, 1}, {4097, 0, 3, 4096}, {1, 1}, {17, 9000, 16, 1}};
   for (const auto& counts : layouts) {
-    const auto lay = gpu::make_v_layout(counts.data(), counts.size(), static_cast<int>(counts.size()), "test");
+    const auto lay = gpu::make_v_layout(counts.data(), counts.size(), static_cast<int>(counts.size()), 4, "test");
     std::size_t total = 0;
     for (std::size_t q = 0; q < counts.size(); ++q) {
       CHECK(lay.displs[q] == total);
@@ -291,12 +291,12 @@ TEST_CASE("device v-forms: each rank's row is covered once, however short, and t
   }
   // Different counts give different signature layouts; 16-byte offsets are told apart.
   const std::size_t a[] = {4, 8}, b[] = {8, 4}, c[] = {3, 8};
-  CHECK(gpu::make_v_layout(a, 2, 2, "t").hash != gpu::make_v_layout(b, 2, 2, "t").hash);
-  CHECK(gpu::make_v_layout(a, 2, 2, "t").offsets_aligned16(4));
-  CHECK_FALSE(gpu::make_v_layout(c, 2, 2, "t").offsets_aligned16(4));  // rank 1's block starts at byte 12
-  CHECK(gpu::make_v_layout(c, 2, 2, "t").offsets_aligned16(16));
+  CHECK(gpu::make_v_layout(a, 2, 2, 4, "t").hash != gpu::make_v_layout(b, 2, 2, 4, "t").hash);
+  CHECK(gpu::make_v_layout(a, 2, 2, 4, "t").offsets_aligned16(4));
+  CHECK_FALSE(gpu::make_v_layout(c, 2, 2, 4, "t").offsets_aligned16(4));  // rank 1's block starts at byte 12
+  CHECK(gpu::make_v_layout(c, 2, 2, 4, "t").offsets_aligned16(16));
   try {
-    (void)gpu::make_v_layout(a, 2, 3, "gpu::all_gather_v");
+    (void)gpu::make_v_layout(a, 2, 3, 4, "gpu::all_gather_v");
     FAIL("3 ranks with 2 counts was accepted");
   } catch (const collx::error& e) {
     CHECK(e.code() == collx::errc::invalid_argument);
@@ -395,7 +395,7 @@ TEST_CASE("device all_to_all_v: layouts, and the kernel's chunks move every elem
   for (int r = 0; r < world; ++r) {
     std::vector<std::size_t> recv;
     for (int q = 0; q < world; ++q) recv.push_back(send[uz(q)][uz(r)]);
-    lay.push_back(gpu::make_a2a_layout(send[uz(r)].data(), send[uz(r)].size(), recv.data(), recv.size(), world, r, "test"));
+    lay.push_back(gpu::make_a2a_layout(send[uz(r)].data(), send[uz(r)].size(), recv.data(), recv.size(), world, r, 4, "test"));
     for (std::size_t c : send[uz(r)]) longest = std::max(longest, c);
   }
   CHECK(lay[1].send_displs[3] == 2);  // after its blocks of 0, 0 and 2 elements
@@ -448,12 +448,25 @@ TEST_CASE("device all_to_all_v: layouts, and the kernel's chunks move every elem
   }
   // Bad lists: the wrong length, a self count that differs.
   const std::size_t two[] = {1, 2}, three[] = {1, 2, 3}, other[] = {1, 5, 3};
-  CHECK_THROWS_AS(gpu::make_a2a_layout(two, 2, three, 3, 3, 0, "t"), collx::error);
-  CHECK_THROWS_AS(gpu::make_a2a_layout(three, 3, other, 3, 3, 1, "t"), collx::error);
-  CHECK_NOTHROW(gpu::make_a2a_layout(three, 3, other, 3, 3, 0, "t"));
-  CHECK(gpu::make_a2a_layout(three, 3, other, 3, 3, 0, "t").offsets_aligned16(1) == false);
+  CHECK_THROWS_AS(gpu::make_a2a_layout(two, 2, three, 3, 3, 0, 4, "t"), collx::error);
+  CHECK_THROWS_AS(gpu::make_a2a_layout(three, 3, other, 3, 3, 1, 4, "t"), collx::error);
+  CHECK_NOTHROW(gpu::make_a2a_layout(three, 3, other, 3, 3, 0, 4, "t"));
+  CHECK(gpu::make_a2a_layout(three, 3, other, 3, 3, 0, 4, "t").offsets_aligned16(1) == false);
   const std::size_t fours[] = {4, 8, 0};
-  CHECK(gpu::make_a2a_layout(fours, 3, fours, 3, 3, 2, "t").offsets_aligned16(4));
+  CHECK(gpu::make_a2a_layout(fours, 3, fours, 3, 3, 2, 4, "t").offsets_aligned16(4));
+  // Counts whose sum wraps around (a negative count converted), or whose bytes pass PTRDIFF_MAX.
+  const std::size_t wraps[] = {1, SIZE_MAX, 2}, huge[] = {std::size_t{1} << 61, 0, 0};
+  for (const std::size_t* bad : {wraps, huge}) {
+    try {
+      (void)gpu::make_a2a_layout(three, 3, bad, 3, 3, 1, 8, "gpu::all_to_all_v");
+      FAIL("counts past memory were accepted");
+    } catch (const collx::error& e) {
+      CHECK(e.code() == collx::errc::invalid_argument);
+      CHECK_THAT(e.what(), Catch::Contains("recv_counts[") && Catch::Contains("more than memory holds"));
+    }
+    CHECK_THROWS_WITH(gpu::make_v_layout(bad, 3, 3, 8, "gpu::all_gather_v"), Catch::Contains("more than memory holds"));
+  }
+  CHECK_NOTHROW(gpu::make_v_layout(huge, 3, 3, 1, "gpu::all_gather_v"));  // 2^61 bytes: fits in the address arithmetic
 }
 
 TEST_CASE("device signatures never take the reserved signature of a rejected call", "[cuda]") {

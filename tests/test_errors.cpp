@@ -371,6 +371,84 @@ TEST_CASE("size mismatches within a call: invalid_argument on every rank", "[err
   }
 }
 
+TEST_CASE("communicator_options out of range: invalid_argument from the constructor, as the variables", "[errors][invalid]") {
+  // A timeout of 0 ms (or below) failed the first call with "timed out after -5 ms"; a segment of 0
+  // bytes ran every reduction one element at a time, thousands of times slower, never timing out.
+  for (const auto ms : {0, -5}) {
+    opts_t o;
+    o.timeout = std::chrono::milliseconds(ms);
+    REQUIRE_THROWS_WITH(collx::make_thread_communicators(2, o), Catch::Contains("communicator_options::timeout is " + std::to_string(ms) + " ms"));
+  }
+  for (const size_t bytes : {size_t{0}, size_t{63}}) {
+    opts_t o;
+    o.max_segment_bytes = bytes;
+    REQUIRE_THROWS_WITH(collx::make_thread_communicators(2, o), Catch::Contains("max_segment_bytes is " + std::to_string(bytes)));
+  }
+  opts_t least;
+  least.timeout = std::chrono::milliseconds(1);
+  least.max_segment_bytes = 64;
+  CHECK_NOTHROW(collx::make_thread_communicators(2, least));
+}
+
+TEST_CASE("v-form counts that add up past memory: invalid_argument, nothing written outside recv", "[errors][invalid]") {
+  // (std::size_t)-1 from a negative int wrapped the sum to a small number that passed the size
+  // checks: ranks wrote recv[-1] or read send[-1]. Rank 0 starts late, so the others check alone.
+  const int n = 3;
+  using F = float;
+  constexpr size_t guard = 8;
+  struct counts_case {
+    const char* name;
+    bool every_rank;  ///< the bad counts are on every rank (else on rank 1 only)
+    std::function<void(collx::communicator&, std::span<F> recv)> call;
+  };
+  const size_t wraps = SIZE_MAX, past_bytes = size_t{1} << 62;  // the sum wraps; the bytes pass PTRDIFF_MAX
+  const std::vector<counts_case> cases{
+      {"all_gather_v", true,
+       [&](collx::communicator& c, std::span<F> recv) {
+         const std::vector<size_t> counts{wraps, 1, 1};
+         std::vector<F> send(1, 1.f);
+         collx::all_gather_v(c, std::span<const F>(send.data(), c.rank() == 0 ? 0 : 1), recv.first(1), counts);
+       }},
+      {"all_gather_v", true,
+       [&](collx::communicator& c, std::span<F> recv) {
+         const std::vector<size_t> counts{past_bytes, 0, 0};
+         collx::all_gather_v(c, std::span<const F>(), recv.first(0), counts);
+       }},
+      {"reduce_scatter_v", true,
+       [&](collx::communicator& c, std::span<F> recv) {
+         const std::vector<size_t> counts{1, wraps, 1};
+         std::vector<F> send(1, 1.f);
+         collx::reduce_scatter_v(c, std::span<const F>(send), recv.first(c.rank() == 1 ? 0 : 1), counts);
+       }},
+      {"all_to_all_v", false,
+       [&](collx::communicator& c, std::span<F> recv) {
+         const std::vector<size_t> ones{1, 1, 1}, bad{wraps, 1, 2};
+         std::vector<F> send(3, 1.f);
+         collx::all_to_all_v(c, std::span<const F>(send), c.rank() == 1 ? bad : ones, recv.first(3), ones);
+       }},
+  };
+  for (const auto& cc : cases) {
+    INFO(cc.name);
+    std::vector<std::vector<F>> bufs(uz(n), std::vector<F>(guard + 3 + guard, -7.f));
+    const auto v = run_expecting(n, [&](collx::communicator& c) {
+      if (c.rank() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      cc.call(c, std::span<F>(bufs[uz(c.rank())]).subspan(guard, 3));
+    });
+    INFO(describe(v));
+    for (int r = 0; r < n; ++r) {
+      REQUIRE(v[uz(r)].code.has_value());
+      if (cc.every_rank || r == 1) {
+        CHECK(v[uz(r)].code == errc::invalid_argument);
+        CHECK(v[uz(r)].what.find("more than memory holds") != std::string::npos);
+      }
+      for (size_t i = 0; i < guard; ++i) {
+        CHECK(bufs[uz(r)][i] == -7.f);
+        CHECK(bufs[uz(r)][guard + 3 + i] == -7.f);
+      }
+    }
+  }
+}
+
 // =============================================================================================
 // mismatch
 

@@ -12,6 +12,7 @@
 #include <collx/algo/tree.hpp>
 #include <collx/communicator.hpp>
 #include <collx/concepts.hpp>
+#include <collx/detail/counts.hpp>
 #include <collx/detail/dispatch.hpp>
 
 namespace collx {
@@ -27,6 +28,8 @@ void all_gather_impl(communicator& comm, std::span<const T> send, std::span<T> r
     invalid_call<T, no_op>(comm, collective::all_gather,
                            "counts has " + std::to_string(counts.size()) + " entries for " + std::to_string(n) + " ranks",
                            varying);
+  if (const std::size_t i = first_count_past_memory(counts.data(), counts.size(), sizeof(T)); i < counts.size())
+    invalid_call<T, no_op>(comm, collective::all_gather, counts_past_memory("counts", counts.data(), i), varying);
   std::size_t total = 0, mine = 0;
   for (int c = 0; c < n; ++c) {
     if (c == r) mine = total;

@@ -4,6 +4,7 @@
 
 #include <span>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <collx/algo/automatic.hpp>
@@ -11,6 +12,7 @@
 #include <collx/algo/ring.hpp>
 #include <collx/communicator.hpp>
 #include <collx/concepts.hpp>
+#include <collx/detail/counts.hpp>
 #include <collx/detail/dispatch.hpp>
 
 namespace collx {
@@ -28,6 +30,9 @@ void all_to_all_impl(communicator& comm, std::span<const T> send, std::span<cons
   if (send_counts.size() != n || recv_counts.size() != n)
     invalid_call<T, no_op>(comm, collective::all_to_all,
                            "send_counts and recv_counts need one entry per rank", varying);
+  for (const auto& [name, counts] : {std::pair{"send_counts", send_counts}, std::pair{"recv_counts", recv_counts}})
+    if (const std::size_t i = first_count_past_memory(counts.data(), n, sizeof(T)); i < n)
+      invalid_call<T, no_op>(comm, collective::all_to_all, counts_past_memory(name, counts.data(), i), varying);
   std::size_t st = 0, rt = 0;
   for (std::size_t c = 0; c < n; ++c) st += send_counts[c], rt += recv_counts[c];
   if (send.size() != st || recv.size() != rt)

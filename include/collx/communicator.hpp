@@ -58,10 +58,13 @@ inline env::algorithm_overrides default_algorithm_overrides() {
 /// quiet about the fields left out; test_smoke checks it, as for the other options structs).
 struct communicator_options {
   /// Deadline of every wait inside a call; past it the call fails with errc::timeout and the
-  /// communicator is failed for every rank. Default: COLLX_TIMEOUT seconds, else 300 s.
+  /// communicator is failed for every rank. Default: COLLX_TIMEOUT seconds, else 300 s. At least
+  /// 1 ms (the communicator's constructor throws errc::invalid_argument otherwise).
   std::chrono::milliseconds timeout = detail::default_timeout();
   /// Scratch memory bound per rank, bytes. Larger reductions run in segments of this size, so the
-  /// staging memory does not grow with the message.
+  /// staging memory does not grow with the message. At least 64 (as COLLX_SEGMENT_BYTES; the
+  /// constructor throws errc::invalid_argument otherwise: a segment of a few bytes makes every
+  /// call thousands of times slower).
   std::size_t max_segment_bytes = detail::default_segment_bytes();
   /// Reductions whose result is at least this many bytes per rank write it with streaming
   /// (non-temporal) stores, which skip reading each line first and leave the cache to data that is
@@ -121,6 +124,12 @@ class communicator {
     if (!options_.ring_order.empty())
       if (const std::string why = detail::ring_order_problem(options_.ring_order, size()); !why.empty())
         COLLX_THROW(errc::invalid_argument, "communicator_options::ring_order: " + why);
+    if (options_.timeout < std::chrono::milliseconds(1))
+      COLLX_THROW(errc::invalid_argument, "communicator_options::timeout is " + std::to_string(options_.timeout.count()) +
+                                              " ms; it must be at least 1 ms (a zero deadline fails every wait)");
+    if (options_.max_segment_bytes < 64)
+      COLLX_THROW(errc::invalid_argument, "communicator_options::max_segment_bytes is " +
+                                              std::to_string(options_.max_segment_bytes) + "; it must be at least 64 bytes");
     transport_->set_timeout(options_.timeout);
   }
 

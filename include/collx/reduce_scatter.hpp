@@ -13,6 +13,7 @@
 #include <collx/algo/tree.hpp>
 #include <collx/communicator.hpp>
 #include <collx/concepts.hpp>
+#include <collx/detail/counts.hpp>
 #include <collx/detail/dispatch.hpp>
 #include <collx/ops.hpp>
 
@@ -29,6 +30,8 @@ void reduce_scatter_impl(communicator& comm, std::span<const T> send, std::span<
     invalid_call<T, Op>(comm, collective::reduce_scatter,
                         "recv_counts has " + std::to_string(counts.size()) + " entries for " + std::to_string(n) + " ranks",
                         varying);
+  if (const std::size_t i = first_count_past_memory(counts.data(), counts.size(), sizeof(T)); i < counts.size())
+    invalid_call<T, Op>(comm, collective::reduce_scatter, counts_past_memory("recv_counts", counts.data(), i), varying);
   std::size_t total = 0, mine = 0;
   for (int c = 0; c < n; ++c) {
     if (c == r) mine = total;

@@ -1326,21 +1326,25 @@ struct call_check {
   template <class T>
   void in_window(const window& w, std::size_t offset, std::size_t need) const {
     require(w.world == dc.size() && w.id != 0, "the window was not registered with this communicator");
-    for (int r = 0; r < w.world; ++r)
-      require((offset + need) * sizeof(T) <= w.bytes[static_cast<std::size_t>(r)],
-              "elements [" + std::to_string(offset) + ", " + std::to_string(offset + need) + ") run past rank " +
+    for (int r = 0; r < w.world; ++r) {
+      const std::size_t fits = w.bytes[static_cast<std::size_t>(r)] / sizeof(T);  // no sum or product that wraps
+      require(offset <= fits && need <= fits - offset,
+              std::to_string(need) + " elements from element " + std::to_string(offset) + " run past rank " +
                   std::to_string(r) + "'s window of " + std::to_string(w.bytes[static_cast<std::size_t>(r)]) + " bytes");
+    }
   }
-  /// An all_to_all_v's layout of this rank's counts.
+  /// An all_to_all_v's layout of this rank's counts of T.
+  template <class T>
   a2a_layout a2a(std::span<const std::size_t> send_counts, std::span<const std::size_t> recv_counts) const {
     return or_reject([&] {
       return make_a2a_layout(send_counts.data(), send_counts.size(), recv_counts.data(), recv_counts.size(), dc.size(),
-                             dc.rank(), name);
+                             dc.rank(), sizeof(T), name);
     });
   }
-  /// A v-form's layout of `counts` (one per rank).
+  /// A v-form's layout of `counts` of T (one per rank).
+  template <class T>
   v_layout layout(std::span<const std::size_t> counts) const {
-    return or_reject([&] { return make_v_layout(counts.data(), counts.size(), dc.size(), name); });
+    return or_reject([&] { return make_v_layout(counts.data(), counts.size(), dc.size(), sizeof(T), name); });
   }
   /// make(), or the call rejected with make's collx::error (its text already names the call).
   template <class Make>
@@ -1802,7 +1806,7 @@ void all_gather_v(device_communicator& dc, const T* send, T* recv, std::span<con
   constexpr const char* name = "gpu::all_gather_v";
   using namespace device_detail;
   const call_check chk{dc, stream, name};
-  const v_layout lay = chk.layout(counts);
+  const v_layout lay = chk.layout<T>(counts);
   if (lay.total == 0) return chk.nothing_to_move<T>(collective::all_gather, "");
   const std::size_t mine = lay.counts[dc.rank()], at = lay.displs[dc.rank()];
   chk.require(recv && (send || mine == 0), "null buffer with " + std::to_string(lay.total) + " elements in all");
@@ -1826,7 +1830,7 @@ void reduce_scatter_v(device_communicator& dc, const T* send, T* recv, std::span
   constexpr const char* name = "gpu::reduce_scatter_v";
   using namespace device_detail;
   const call_check chk{dc, stream, name};
-  const v_layout lay = chk.layout(counts);
+  const v_layout lay = chk.layout<T>(counts);
   if (lay.total == 0) return chk.nothing_to_move<T>(collective::reduce_scatter, detail::op_signature_key<Op>());
   const std::size_t mine = lay.counts[dc.rank()];
   chk.require(send && (recv || mine == 0), "null buffer with " + std::to_string(lay.total) + " elements in all");
@@ -1859,7 +1863,7 @@ void all_to_all_v(device_communicator& dc, const T* send, std::span<const std::s
   constexpr const char* name = "gpu::all_to_all_v";
   using namespace device_detail;
   const call_check chk{dc, stream, name};
-  const a2a_layout lay = chk.a2a(send_counts, recv_counts);
+  const a2a_layout lay = chk.a2a<T>(send_counts, recv_counts);
   chk.require(send || lay.send_total == 0, "null send with " + std::to_string(lay.send_total) + " elements to send");
   chk.require(recv || lay.recv_total == 0, "null recv with " + std::to_string(lay.recv_total) + " elements to receive");
   chk.require(!ranges_overlap(send, lay.send_total * sizeof(T), recv, lay.recv_total * sizeof(T)),
@@ -1988,6 +1992,7 @@ void reduce_scatter(device_communicator& dc, const window& send, std::size_t sen
   const call_check chk{dc, stream, name};
   if (recv_count == 0) return chk.nothing_to_move<T>(collective::reduce_scatter, detail::op_signature_key<Op>());
   const std::size_t n = static_cast<std::size_t>(dc.size());
+  chk.require(recv_count <= SIZE_MAX / n, "recv_count " + std::to_string(recv_count) + " times the world size overflows");
   chk.in_window<T>(send, send_offset, n * recv_count);
   const T* mine = reinterpret_cast<const T*>(send.base[static_cast<std::size_t>(dc.rank())]) + send_offset;
   chk.require(recv != nullptr, "null recv with count " + std::to_string(recv_count));

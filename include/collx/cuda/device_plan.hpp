@@ -22,9 +22,11 @@
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <collx/algo/schedule.hpp>
+#include <collx/detail/counts.hpp>
 #include <collx/detail/host_device.hpp>
 #include <collx/detail/type_name.hpp>
 #include <collx/error.hpp>
@@ -636,12 +638,14 @@ struct a2a_layout {
   }
 };
 
-/// Builds rank `rank`'s all_to_all_v layout from its send and recv counts (one per rank each).
+/// Builds rank `rank`'s all_to_all_v layout from its send and recv counts (one per rank each) of
+/// elements of `element_bytes` bytes.
 /// @throws collx::error (errc::invalid_argument) when a list does not have one count per rank of a
-///   world in [1, max_device_world], or this rank sends itself another count than it receives;
-///   `what` names the call in the message.
+///   world in [1, max_device_world], its counts add up to more than memory holds (a negative count
+///   converted to std::size_t), or this rank sends itself another count than it receives; `what`
+///   names the call in the message.
 inline a2a_layout make_a2a_layout(const std::size_t* send_counts, std::size_t n_send, const std::size_t* recv_counts,
-                                  std::size_t n_recv, int world, int rank, const char* what) {
+                                  std::size_t n_recv, int world, int rank, std::size_t element_bytes, const char* what) {
   if (world < 1 || world > max_device_world)
     COLLX_THROW(errc::invalid_argument, std::string(what) + ": world size " + std::to_string(world) + " is outside [1, " +
                                             std::to_string(max_device_world) + "]");
@@ -649,6 +653,9 @@ inline a2a_layout make_a2a_layout(const std::size_t* send_counts, std::size_t n_
     COLLX_THROW(errc::invalid_argument, std::string(what) + ": " + std::to_string(n_send) + " send and " +
                                             std::to_string(n_recv) + " recv counts for a communicator of " +
                                             std::to_string(world) + " ranks (one per rank each)");
+  for (const auto& [name, counts] : {std::pair{"send_counts", send_counts}, std::pair{"recv_counts", recv_counts}})
+    if (const std::size_t i = detail::first_count_past_memory(counts, n_send, element_bytes); i < n_send)
+      COLLX_THROW(errc::invalid_argument, std::string(what) + ": " + detail::counts_past_memory(name, counts, i));
   const std::size_t me = static_cast<std::size_t>(rank);
   if (send_counts[me] != recv_counts[me])
     COLLX_THROW(errc::invalid_argument, std::string(what) + ": rank " + std::to_string(rank) + " sends itself " +
@@ -666,10 +673,13 @@ inline a2a_layout make_a2a_layout(const std::size_t* send_counts, std::size_t n_
   return l;
 }
 
-/// Builds the layout of `counts` (one per rank of a communicator of `world` ranks).
-/// @throws collx::error (errc::invalid_argument) when counts.size() != world or world is outside
-///   [1, max_device_world]; `what` names the call in the message.
-inline v_layout make_v_layout(const std::size_t* counts, std::size_t n_counts, int world, const char* what) {
+/// Builds the layout of `counts` (one per rank of a communicator of `world` ranks) of elements of
+/// `element_bytes` bytes.
+/// @throws collx::error (errc::invalid_argument) when counts.size() != world, world is outside
+///   [1, max_device_world] or the counts add up to more than memory holds (a negative count
+///   converted to std::size_t); `what` names the call in the message.
+inline v_layout make_v_layout(const std::size_t* counts, std::size_t n_counts, int world, std::size_t element_bytes,
+                              const char* what) {
   if (world < 1 || world > max_device_world)
     COLLX_THROW(errc::invalid_argument, std::string(what) + ": world size " + std::to_string(world) + " is outside [1, " +
                                             std::to_string(max_device_world) + "]");
@@ -677,6 +687,8 @@ inline v_layout make_v_layout(const std::size_t* counts, std::size_t n_counts, i
     COLLX_THROW(errc::invalid_argument, std::string(what) + ": " + std::to_string(n_counts) +
                                             " counts given for a communicator of " + std::to_string(world) +
                                             " ranks (one per rank)");
+  if (const std::size_t i = detail::first_count_past_memory(counts, n_counts, element_bytes); i < n_counts)
+    COLLX_THROW(errc::invalid_argument, std::string(what) + ": " + detail::counts_past_memory("counts", counts, i));
   v_layout l;
   std::uint64_t h = 0xcbf29ce484222325ull;
   for (std::size_t q = 0; q < n_counts; ++q) {
@@ -793,7 +805,7 @@ inline v_layout two_shot_pieces(std::size_t count, int world, std::size_t vector
     const std::size_t begin = std::min(count, q * piece);
     counts[q] = std::min(count, begin + piece) - begin;
   }
-  return make_v_layout(counts, w, world, "gpu::two_shot_pieces");
+  return make_v_layout(counts, w, world, 1, "gpu::two_shot_pieces");  // pieces of a count already in memory
 }
 
 /// The signature layout (device_signature::make's `layout`) of two-shot's launch `phase` (0: the
