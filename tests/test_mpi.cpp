@@ -7,7 +7,8 @@
 //   4. failures: a count mismatch reaches every rank as errc::mismatch, also where no message
 //      shows it (one rank's count is 0: it sends nothing and returns at once), and abort() from
 //      another thread wakes a waiting rank and its peers, and a hierarchical call one rank rejects
-//      reaches ranks waiting on the node or cross-node level, all within seconds, not at the timeout.
+//      reaches ranks waiting on the node or cross-node level, and a rank whose own code throws
+//      (destroying its communicator) ends its peers' next call, all within seconds, not at the timeout.
 // Every result is compared with the sequential rank-order reference of tests/reference.hpp
 // (every rank generates every rank's inputs). A plain program, not Catch2: each rank checks, all
 // ranks keep making the same calls, and the exit status says whether any check failed.
@@ -21,6 +22,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <numeric>
+#include <stdexcept>
 #include <span>
 #include <string>
 #include <thread>
@@ -381,6 +383,37 @@ void hierarchical_root_disagreement(collx::communicator& c) {
   check(s < 10.0, "the root disagreement seen in " + std::to_string(s) + " s");
 }
 
+// Rank 1's own code throws between two all-reduces, destroying its communicator on the way out.
+// The others' second all-reduce must fail with errc::aborted naming rank 1, well before the
+// timeout: before, over MPI, nothing told them rank 1 had left, and they waited the timeout out.
+void left_by_exception() {
+  const auto t0 = std::chrono::steady_clock::now();
+  collx::errc code = collx::errc::internal;
+  std::string why;
+  bool threw_own = false;
+  try {
+    collx::communicator c = collx::mpi::connect(MPI_COMM_WORLD);
+    std::vector<int> v(64, c.rank());
+    collx::allreduce(c, std::span<int>(v));
+    if (c.rank() == 1) throw std::runtime_error("the user's code on rank 1");
+    collx::allreduce(c, std::span<int>(v));
+  } catch (const collx::error& e) {
+    code = e.code();
+    why = e.what();
+  } catch (const std::runtime_error&) {
+    threw_own = true;
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (g_rank == 1) {
+    check(threw_own, "rank 1 got its own exception back");
+    return;
+  }
+  check(code == collx::errc::aborted, "a peer that left by an exception is errc::aborted (got " + std::to_string(static_cast<int>(code)) + ")");
+  check(why.find("rank 1 failed: it left its communicator while an exception was propagating") != std::string::npos,
+        "the rank that left is named: " + why);
+  check(s < 10.0, "the departure seen in " + std::to_string(s) + " s");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -441,6 +474,7 @@ int main(int argc, char** argv) {
       collx::communicator c = collx::mpi::connect_hierarchical(MPI_COMM_WORLD);
       hierarchical_root_disagreement(c);
     }
+    left_by_exception();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rank %d: unexpected exception: %s\n", g_rank, e.what());
     ++g_failures;

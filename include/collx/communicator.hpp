@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdlib>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <string>
@@ -111,10 +112,19 @@ class communicator {
       schedules_ = std::move(o.schedules_);
       hierarchy_ = std::move(o.hierarchy_);
       linked_ = std::move(o.linked_);
+      exceptions_at_creation_ = o.exceptions_at_creation_;
     }
     return *this;
   }
-  ~communicator() { engine_.reset(); }  // finishes pending async calls while the rest still exists
+  /// Finishes pending async calls. Destroyed by an exception on its way out (the caller threw
+  /// between collectives), it first fails the communicator for every rank (errc::aborted, naming
+  /// this rank): the peers' next call would otherwise wait for this rank until their timeout
+  /// (over MPI nothing else tells them it left).
+  ~communicator() {
+    if (transport_ && std::uncaught_exceptions() > exceptions_at_creation_)
+      fail(errc::aborted, "it left its communicator while an exception was propagating out of its code; the job cannot continue");
+    engine_.reset();  // while the rest still exists
+  }
 
   /// Wraps a transport (see transport/threads.hpp for ready-made ones).
   explicit communicator(std::shared_ptr<transport> t, communicator_options opt = {})
@@ -258,6 +268,7 @@ class communicator {
   std::shared_ptr<hierarchy> hierarchy_;
   std::vector<std::shared_ptr<transport>> linked_;
   mutable std::atomic<std::thread::id> busy_{};  // the thread inside a call (call_scope), or none
+  int exceptions_at_creation_ = std::uncaught_exceptions();  // more at destruction: destroyed by a throw
   std::unique_ptr<detail::async_engine> engine_;  // last: destroyed first, after draining
 };
 
