@@ -182,6 +182,44 @@ TEST_CASE("shm: tiny staging slots stream large messages in many pieces", "[shm]
   require_all_ok(collx::run_processes(3, [](collx::communicator& c) { return sweep<collx::algo::ring>(c, 10007); }, {}, shm));
 }
 
+namespace {
+// An element larger than the single-copy bounce buffer (256 KiB), which a reduction's single-copy
+// read staged through: each piece was at least one element, written past the buffer's end.
+struct wide {
+  float v[80 * 1024];  // 320 KiB
+};
+struct add_wide {
+  static constexpr bool commutative = true;
+  wide operator()(const wide& a, const wide& b) const {
+    wide out;
+    for (std::size_t i = 0; i < std::size(a.v); ++i) out.v[i] = a.v[i] + b.v[i];
+    return out;
+  }
+};
+}  // namespace
+
+TEST_CASE("shm: single-copy reductions of elements larger than the bounce buffer", "[shm]") {
+  collx::shm_options shm;
+  shm.cma = -1;
+  shm.ranks_on_host = 4096;                // auto picks single copy
+  shm.bytes_per_peer = std::size_t{4} << 20;  // slots of 512 KiB: the element fits a slot
+  require_all_ok(collx::run_processes(3, [](collx::communicator& c) -> int {
+    const int n = c.size();
+    std::vector<wide> x(3);
+    for (std::size_t e = 0; e < x.size(); ++e)
+      for (std::size_t i = 0; i < std::size(x[e].v); ++i) x[e].v[i] = static_cast<float>(c.rank() * 7 + e * 3 + i % 1000);
+    collx::allreduce<collx::algo::direct>(c, std::span<wide>(x), add_wide{});
+    int wrong = 0;
+    for (std::size_t e = 0; e < x.size(); ++e)
+      for (std::size_t i = 0; i < std::size(x[e].v); ++i) {
+        float want = 0;
+        for (int q = 0; q < n; ++q) want += static_cast<float>(q * 7 + e * 3 + i % 1000);
+        wrong += x[e].v[i] != want;
+      }
+    return wrong ? 1 : 0;
+  }, {}, shm));
+}
+
 TEST_CASE("shm: 8 ranks on 2 cores finish a small allreduce quickly", "[shm]") {
   require_all_ok(collx::run_processes(8, [](collx::communicator& comm) -> int {
     std::vector<float> x(2, static_cast<float>(comm.rank()));

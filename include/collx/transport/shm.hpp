@@ -535,6 +535,9 @@ class shm_transport final : public transport {
   /// the consumer only copies, else through the bounce buffer (cache-sized pieces) into the consumer.
   void read_remote(int from, const shm_segment::slot& s, std::size_t granularity, consumer_ref consume) {
     std::byte* const direct = consume.copy_to();
+    // The bounce buffer holds at least one element: an element is never cut (post_send keeps it
+    // within a staging slot, so this stays bounded).
+    if (!direct && bounce_.size() < granularity) bounce_.resize(granularity);
     // Direct pieces stay a few MiB so that a dead sender is noticed between them.
     const std::size_t piece = direct ? std::size_t{4} << 20 : std::max(granularity, bounce_.size() / granularity * granularity);
     for (std::size_t off = 0; off < s.len; off += piece) {
