@@ -37,8 +37,9 @@ inline constexpr std::array<env_var_doc, 14> environment_variables{{
      "non-commutative ops); for a device communicator's untagged all_reduce, reduce_scatter and all_gather "
      "(rank 0's), ring means algo::ring at every size and direct the direct forms at every size, unless "
      "device_options::ring_min_bytes is given"},
-    {"COLLX_SEGMENT_BYTES", "size (4096, 64K, 4M, 0x1000), default 8M", "scratch memory per rank per call segment"},
-    {"COLLX_SHM_BYTES_PER_PEER", "size, default 1M (less for > 8 ranks)", "shared-memory staging per ordered pair of ranks"},
+    {"COLLX_SEGMENT_BYTES", "size (4096, 64K, 4M, 0x1000), at least 64; default 8M", "scratch memory per rank per call segment"},
+    {"COLLX_SHM_BYTES_PER_PEER", "size, at least 4096; default 1M (less for > 8 ranks: 64M / ranks^2, at least 64K)",
+     "shared-memory staging per ordered pair of ranks, in 8 slots: an element type may be at most an eighth of it (a struct of more than 8 KiB needs more than the 64K floor)"},
     {"COLLX_CMA", "auto, 0 or 1 (also off/on, false/true); default auto",
      "single-copy transfers with process_vm_readv between processes: auto uses them when the ranks outnumber the "
      "CPUs they may use, 1 always (an error where the kernel forbids them)"},

@@ -265,7 +265,8 @@ class shm_transport final : public transport {
     if (granularity > slot_bytes_)
       COLLX_THROW(errc::invalid_argument, "element of " + std::to_string(granularity) +
                                               " bytes is larger than a shared-memory staging slot (" +
-                                              std::to_string(slot_bytes_) + " bytes); raise COLLX_SHM_BYTES_PER_PEER");
+                                              std::to_string(slot_bytes_) + " bytes, an eighth of COLLX_SHM_BYTES_PER_PEER); raise "
+                                              "COLLX_SHM_BYTES_PER_PEER to at least 8 x " + std::to_string(granularity));
     // Queued, not sent: what does not fit in the ring now is pushed by every later wait.
     out_[static_cast<std::size_t>(peer_rank)].push_back(
         {static_cast<const std::byte*>(data), bytes, granularity, 0, sig, cma_ && bytes >= cma_min_});
@@ -656,11 +657,12 @@ class shm_transport final : public transport {
     if (const pid_t pid = pi.pid.load(std::memory_order_acquire); detail::process_stopped(pid, pi.start_time))
       return "rank " + std::to_string(r) + " (pid " + std::to_string(pid) +
              ") is stopped (SIGSTOP or SIGTSTP, or held by a debugger) and cannot go on until continued; when it stopped, " +
-             where_it_was(r);
-    return where_it_was(r);
+             where_it_was(r, true);
+    return where_it_was(r, false);
   }
-  /// where_is from what rank r published: its last call and what it blocks on.
-  std::string where_it_was(int r) const {
+  /// where_is from what rank r published: its last call and what it blocks on (`stopped`: the
+  /// caller has said it is stopped, so a rank blocking on nothing is not guessed about).
+  std::string where_it_was(int r, bool stopped) const {
     call_signature theirs;
     const std::string who = "rank " + std::to_string(r), waits = waits_for(r);
     const std::string then = waits.empty() ? "" : "; " + waits;
@@ -671,7 +673,7 @@ class shm_transport final : public transport {
       return who + " is still in or after its " + describe_call(theirs) + ", before this call" +
              (waits.empty() ? ": it is late or stuck" : then);
     if (theirs == announced_)
-      return who + " is in this call too" + (waits.empty() ? ", not blocked: it is busy, or stopped" : then);
+      return who + " is in this call too" + (waits.empty() ? (stopped ? ", not blocked" : ", not blocked: it is busy, or stopped") : then);
     if (theirs.seq > announced_.seq) return who + " is already in its " + describe_call(theirs) + ", a later call" + then;
     return who + " is in its " + describe_call(theirs) + ": it called something else" + then;
   }
@@ -847,10 +849,15 @@ class shm_transport final : public transport {
     // Staging geometry: the same on every rank (derived from the world size and the environment).
     std::size_t per_peer = opt.bytes_per_peer;
     if (!per_peer) {
-      if (const auto v = env::get("COLLX_SHM_BYTES_PER_PEER")) per_peer = env::parse_size("COLLX_SHM_BYTES_PER_PEER", *v);
-      else per_peer = std::clamp<std::size_t>((std::size_t{64} << 20) / (static_cast<std::size_t>(n_) * n_), 64 << 10, 1 << 20);
+      if (const auto v = env::get("COLLX_SHM_BYTES_PER_PEER")) {
+        per_peer = env::parse_size("COLLX_SHM_BYTES_PER_PEER", *v);
+        if (per_peer < 4096) env::reject("COLLX_SHM_BYTES_PER_PEER", *v, "at least 4096 bytes");
+      } else {
+        per_peer = std::clamp<std::size_t>((std::size_t{64} << 20) / (static_cast<std::size_t>(n_) * n_), 64 << 10, 1 << 20);
+      }
     }
-    if (per_peer < 4096) COLLX_THROW(errc::invalid_argument, "COLLX_SHM_BYTES_PER_PEER must be at least 4096 bytes");
+    if (per_peer < 4096)
+      COLLX_THROW(errc::invalid_argument, "shm_options::bytes_per_peer of " + std::to_string(per_peer) + " must be at least 4096 bytes");
     // The segment holds n * n pairs' staging: past 2^62 bytes its size would wrap (or not fit the
     // off_t that posix_fallocate takes), and a wrapped size maps a segment smaller than its layout.
     const std::size_t pairs = static_cast<std::size_t>(n_) * static_cast<std::size_t>(n_);
