@@ -777,6 +777,34 @@ TEST_CASE("error messages name rank, world size and the call", "[errors][message
     REQUIRE(v[0].what.rfind("rank 0/2 allreduce#1<float32,sum,direct>: ", 0) == 0);
     REQUIRE(v[0].what.find("timed out") != std::string::npos);
   }
+  SECTION("send and recv name themselves, not send_recv") {
+    auto v = run_expecting(3, [](collx::communicator& c) {
+      std::vector<float> x(4);
+      if (c.rank() == 0) collx::send(c, std::span<const float>(x), 3);
+      if (c.rank() == 1) collx::recv(c, std::span<float>(static_cast<float*>(nullptr), 4), 0);
+      if (c.rank() == 2) collx::barrier(c);
+    });
+    INFO(describe(v));
+    REQUIRE(v[0].what.rfind("rank 0/3 send<float32>: destination rank 3 is not another rank", 0) == 0);
+    REQUIRE(v[1].what.find("send_recv") == std::string::npos);
+    REQUIRE(v[2].code.has_value());
+  }
+  SECTION("between threads, two ranks that both send first are told why they wait") {
+    opts_t o = ref::test_options();
+    o.timeout = std::chrono::milliseconds(300);
+    auto v = run_expecting(
+        2,
+        [](collx::communicator& c) {
+          std::vector<float> x(4);
+          collx::send(c, std::span<const float>(x), 1 - c.rank());
+          collx::recv(c, std::span<float>(x), 1 - c.rank());
+        },
+        o);
+    INFO(describe(v));
+    bool told = false;
+    for (const auto& r : v) told = told || r.what.find("two ranks that both send first wait for each other") != std::string::npos;
+    REQUIRE(told);  // the first to time out says why; the other may read its failure
+  }
 }
 
 TEST_CASE("after a failure every later call fails at once", "[errors][failed]") {
@@ -852,7 +880,7 @@ TEST_CASE("after a failure every later call fails at once", "[errors][failed]") 
         REQUIRE(o.code.has_value());
         CHECK(o.seconds < 0.5);
         // Says that the failure is an old one, not this call's own.
-        CHECK(o.what.find("failed earlier") != std::string::npos);
+        CHECK(o.what.find("had already failed when this call began") != std::string::npos);
       }
     }
   }

@@ -25,12 +25,28 @@ call_signature p2p_signature(std::size_t count) {
   (void)names_recorded<T, no_op>;
   return sig;
 }
+/// "rank R/N send<T>" or "... recv<T>": the call as the user wrote it.
 template <class T>
-void check_peer(communicator& comm, int peer, const char* what) {
+std::string p2p_name(const communicator& comm, const char* call) {
+  return "rank " + std::to_string(comm.rank()) + "/" + std::to_string(comm.size()) + " " + call + "<" +
+         std::string(type_name<T>()) + ">";
+}
+/// The arguments of a send or recv (`call`) to or from `peer` (`role`: "destination" or
+/// "source"): another rank of the communicator, and `data` not null with elements. Else as
+/// invalid_call: errc::invalid_argument, and the communicator failed for every rank.
+template <class T>
+void check_p2p_arguments(communicator& comm, const char* call, const char* role, int peer, const void* data,
+                         std::size_t count) {
+  std::string what;
   if (peer < 0 || peer >= comm.size() || peer == comm.rank())
-    invalid_call<T, no_op>(comm, collective::send_recv,
-                           std::string(what) + " rank " + std::to_string(peer) +
-                               " is not another rank of this communicator (world size " + std::to_string(comm.size()) + ")");
+    what = std::string(role) + " rank " + std::to_string(peer) + " is not another rank of this communicator (world size " +
+           std::to_string(comm.size()) + ")";
+  else if (data == nullptr && count != 0)
+    what = "data is a null pointer with " + std::to_string(count) + " elements";
+  if (what.empty()) return;
+  const std::string msg = p2p_name<T>(comm, call) + ": " + what;
+  comm.fail(errc::invalid_argument, "peer failed on invalid arguments: " + msg);
+  COLLX_THROW(errc::invalid_argument, msg);
 }
 }  // namespace detail
 
@@ -52,22 +68,22 @@ template <class U>
   requires element<std::remove_const_t<U>>
 void send(communicator& comm, std::span<U> data, int dest) {
   using T = std::remove_const_t<U>;
-  detail::check_peer<T>(comm, dest, "destination");
-  detail::require_address<T, detail::no_op>(comm, collective::send_recv, "data", data.data(), data.size());
+  detail::check_p2p_arguments<T>(comm, "send", "destination", dest, data.data(), data.size());
   comm.drain_async();
   const communicator::call_scope one_thread(comm);
   transport& t = comm.get_transport();
   const call_signature sig = detail::p2p_signature<T>(data.size());
-  auto name = [&] {
-    return "rank " + std::to_string(comm.rank()) + "/" + std::to_string(comm.size()) + " send<" +
-           std::string(detail::type_name<T>()) + "> to " + std::to_string(dest);
-  };
+  auto name = [&] { return detail::p2p_name<T>(comm, "send") + " to " + std::to_string(dest); };
   detail::check_not_failed(comm, name);
   try {
     t.post_send(dest, data.data(), data.size_bytes(), sizeof(T), sig);
     t.wait_sends();
   } catch (const error& e) {
-    COLLX_THROW(e.code(), name() + ": " + e.what());
+    const bool synchronous = e.code() == errc::timeout && t.name() == "threads";
+    COLLX_THROW(e.code(), name() + ": " + e.what() +
+                              (synchronous ? " (between threads a send returns only once received: two ranks that both send "
+                                             "first wait for each other; order the calls, or use send_async)"
+                                           : ""));
   }
 }
 
@@ -75,18 +91,14 @@ void send(communicator& comm, std::span<U> data, int dest) {
 /// @throws collx::error invalid_argument (bad src), mismatch (count or type differs), timeout, aborted.
 template <element T>
 void recv(communicator& comm, std::span<T> data, int src) {
-  detail::check_peer<T>(comm, src, "source");
-  detail::require_address<T, detail::no_op>(comm, collective::send_recv, "data", data.data(), data.size());
+  detail::check_p2p_arguments<T>(comm, "recv", "source", src, data.data(), data.size());
   comm.drain_async();
   const communicator::call_scope one_thread(comm);
   transport& t = comm.get_transport();
   const call_signature sig = detail::p2p_signature<T>(data.size());
   std::byte* d = reinterpret_cast<std::byte*>(data.data());
   auto consume = [&](const std::byte* s, std::size_t off, std::size_t len) { std::memcpy(d + off, s, len); };
-  auto name = [&] {
-    return "rank " + std::to_string(comm.rank()) + "/" + std::to_string(comm.size()) + " recv<" +
-           std::string(detail::type_name<T>()) + "> from " + std::to_string(src);
-  };
+  auto name = [&] { return detail::p2p_name<T>(comm, "recv") + " from " + std::to_string(src); };
   detail::check_not_failed(comm, name);
   try {
     t.recv(src, data.size_bytes(), sizeof(T), sig, consumer_ref(consume, d));

@@ -90,8 +90,9 @@ void check_not_failed(communicator& comm, What&& what) {
   try {
     comm.get_transport().check();
   } catch (const error& e) {
-    COLLX_THROW(e.code(), std::string(what()) + ": the communicator failed earlier and cannot be used any more (every "
-                                                "rank's later calls fail at once); the first failure: " + e.what());
+    COLLX_THROW(e.code(), std::string(what()) +
+                              ": the communicator had already failed when this call began and cannot be used any more "
+                              "(every rank's later calls fail at once); the first failure: " + e.what());
   }
 }
 
