@@ -314,6 +314,9 @@ inline options parse_options(int argc, char** argv, int first) {
     } else throw usage_error("unknown option '" + a + "'");
   }
   if (o.min_bytes > o.max_bytes) throw usage_error("-b is larger than -e");
+  // A size near 2^64 wrapped the buffer arithmetic into a 4 KiB allocation (and a crash).
+  constexpr std::size_t most_bytes = std::size_t{1} << 50;
+  if (o.max_bytes > most_bytes) throw usage_error("-e " + std::to_string(o.max_bytes) + ": more than 1 PiB per buffer");
   if (o.step_factor <= 1 && o.step_bytes == 0 && o.min_bytes < o.max_bytes)
     throw usage_error("-i 0: the sweep would never grow from -b to -e (give -i above 0, or -f)");
   // Before the run, not after it: a long sweep must not end without its results file. (Looked at,
@@ -793,6 +796,7 @@ struct buffer {
   std::unique_ptr<T, free_deleter> p;
   std::size_t n = 0;
   explicit buffer(std::size_t count) : n(count) {
+    if (count > (SIZE_MAX - 4095) / sizeof(T)) throw std::bad_alloc();  // the byte count would wrap
     const std::size_t bytes = std::max<std::size_t>(4096, (count * sizeof(T) + 4095) / 4096 * 4096);
     p.reset(static_cast<T*>(std::aligned_alloc(4096, bytes)));
     if (!p) throw std::bad_alloc();

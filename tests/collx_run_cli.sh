@@ -40,6 +40,10 @@ if [ -n "$perf" ]; then
   case $err in *"collx-perf: rank "*") exited with status"*) ;; *) fail "collx-perf's failing rank not reported as collx-perf's: $err" ;; esac
   err=$("$perf" allreduce -b 8 -e 64 -i 0 2>&1 >/dev/null); rc=$?
   [ $rc -eq 2 ] || fail "collx-perf -i 0 with -b < -e exited $rc, not 2: $err"
+  # A size near 2^64 wrapped the buffer arithmetic (a 4 KiB buffer, then a crash).
+  err=$("$perf" allreduce -b 18446744073709551612 -e 18446744073709551612 --ranks 2 2>&1 >/dev/null); rc=$?
+  [ $rc -eq 2 ] || fail "collx-perf -e near 2^64 exited $rc, not 2: $err"
+  case $err in *"more than 1 PiB"*) ;; *) fail "collx-perf -e near 2^64 not said: $err" ;; esac
 fi
 
 err=$("$run" -n 2 --bogus true 2>&1); rc=$?
