@@ -40,10 +40,17 @@ void require_all_ok(const std::vector<collx::process_exit>& res) {
 }
 
 /// Number of entries in /dev/shm whose name starts with "collx-".
+// collx's entries in /dev/shm of this test process's jobs (run_processes' job ids and the ones
+// the tests make carry its pid): ctest runs other tests, with segments of their own, alongside.
 int collx_shm_entries() {
+  const std::string pid = std::to_string(::getpid());
   int n = 0;
   if (DIR* d = ::opendir("/dev/shm")) {
-    while (dirent* e = ::readdir(d)) n += std::strncmp(e->d_name, "collx-", 6) == 0;
+    while (dirent* e = ::readdir(d)) {
+      const std::string name = e->d_name;
+      n += name.rfind("collx-", 0) == 0 &&
+           (name.find("-" + pid + "-") != std::string::npos || name.ends_with("-" + pid));
+    }
     ::closedir(d);
   }
   return n;
@@ -434,7 +441,7 @@ TEST_CASE("F2: 50 crash cycles leave no collx entry in /dev/shm and the next sta
 }
 
 TEST_CASE("F2: a segment left by a dead job's start-up is reclaimed; names say collx and owner", "[shm][F2]") {
-  const std::string name = collx::transport_impl::shm_transport::segment_name("test-stale");
+  const std::string name = collx::transport_impl::shm_transport::segment_name("test-stale-" + std::to_string(::getpid()));
   CHECK(name.rfind("/collx-" + std::to_string(::getuid()) + "-", 0) == 0);
   // A creator that has exited: fork a child and reap it.
   const pid_t dead = ::fork();
