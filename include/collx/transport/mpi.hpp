@@ -550,7 +550,7 @@ class mpi_transport final : public transport {
         });
     if (!earlier.empty()) return earlier;
     return describe_mismatch(mine, rank_, theirs, peer) + " (rank " + std::to_string(rank_) + "'s " + describe_call(mine) +
-           (current_.seq > mine.seq ? "; it has since gone on to call #" + std::to_string(current_.seq) : std::string()) +
+           (current_.seq > mine.seq ? ", since gone on to call #" + std::to_string(current_.seq) : std::string()) +
            ")";
   }
 
