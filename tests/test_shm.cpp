@@ -227,6 +227,31 @@ TEST_CASE("shm: single-copy reductions of elements larger than the bounce buffer
   }, {}, shm));
 }
 
+TEST_CASE("shm: an element larger than a staging slot names the COLLX_SHM_BYTES_PER_PEER that fits it", "[shm]") {
+  struct odd {
+    char b[8804];  // not a multiple of 64: the slot is an eighth of the staging, in whole cache lines
+  };
+  const auto run = [](std::size_t per_peer) {
+    collx::shm_options shm;
+    shm.cma = 0;
+    shm.bytes_per_peer = per_peer;
+    return collx::run_processes(2, [](collx::communicator& c) -> int {
+      std::vector<odd> x(2);
+      for (auto& e : x) std::memset(e.b, c.rank() + 1, sizeof e.b);
+      try {
+        collx::all_gather(c, std::span<const odd>(x.data() + c.rank(), 1), std::span<odd>(x));  // in place
+      } catch (const collx::error& e) {
+        std::fprintf(stderr, "rank %d: %s\n", c.rank(), e.what());
+        return std::string(e.what()).find("raise COLLX_SHM_BYTES_PER_PEER to at least 70656") != std::string::npos ? 3 : 4;
+      }
+      return x[0].b[8803] == 1 && x[1].b[0] == 2 ? 0 : 5;
+    }, {}, shm);
+  };
+  const auto small = run(64 << 10);
+  CHECK((small[0].exit_code == 3 || small[1].exit_code == 3));  // the rank that sends first says how much
+  require_all_ok(run(70656));                                   // and that much is enough
+}
+
 TEST_CASE("shm: 8 ranks on 2 cores finish a small allreduce quickly", "[shm]") {
   require_all_ok(collx::run_processes(8, [](collx::communicator& comm) -> int {
     std::vector<float> x(2, static_cast<float>(comm.rank()));

@@ -266,7 +266,7 @@ class shm_transport final : public transport {
       COLLX_THROW(errc::invalid_argument, "element of " + std::to_string(granularity) +
                                               " bytes is larger than a shared-memory staging slot (" +
                                               std::to_string(slot_bytes_) + " bytes, an eighth of COLLX_SHM_BYTES_PER_PEER); raise "
-                                              "COLLX_SHM_BYTES_PER_PEER to at least 8 x " + std::to_string(granularity));
+                                              "COLLX_SHM_BYTES_PER_PEER to at least " + std::to_string((granularity + 63) / 64 * 64 * 8));
     // Queued, not sent: what does not fit in the ring now is pushed by every later wait.
     out_[static_cast<std::size_t>(peer_rank)].push_back(
         {static_cast<const std::byte*>(data), bytes, granularity, 0, sig, cma_ && bytes >= cma_min_});
