@@ -32,8 +32,8 @@ std::string p2p_name(const communicator& comm, const char* call) {
          std::string(type_name<T>()) + ">";
 }
 /// The arguments of a send or recv (`call`) to or from `peer` (`role`: "destination" or
-/// "source"): another rank of the communicator, and `data` not null with elements. Else as
-/// invalid_call: errc::invalid_argument, and the communicator failed for every rank.
+/// "source"): another rank of the communicator, and `data` not null with elements. Else
+/// reject_call: errc::invalid_argument, and the communicator failed for every rank.
 template <class T>
 void check_p2p_arguments(communicator& comm, const char* call, const char* role, int peer, const void* data,
                          std::size_t count) {
@@ -43,10 +43,7 @@ void check_p2p_arguments(communicator& comm, const char* call, const char* role,
            std::to_string(comm.size()) + ")";
   else if (data == nullptr && count != 0)
     what = "data is a null pointer with " + std::to_string(count) + " elements";
-  if (what.empty()) return;
-  const std::string msg = p2p_name<T>(comm, call) + ": " + what;
-  comm.fail(errc::invalid_argument, "peer failed on invalid arguments: " + msg);
-  COLLX_THROW(errc::invalid_argument, msg);
+  if (!what.empty()) reject_call(comm, p2p_name<T>(comm, call) + ": " + what);
 }
 }  // namespace detail
 

@@ -96,14 +96,18 @@ void check_not_failed(communicator& comm, What&& what) {
   }
 }
 
-/// Raises errc::invalid_argument for this call (element type and op named `type` and `op`) before
-/// any byte moves, and fails the communicator so that the other ranks get an error too instead of
-/// waiting for this one. `varying`: the call is the collective's v-form (named so).
-[[noreturn]] inline void invalid_call(communicator& comm, collective c, std::string_view type, std::string_view op,
-                                      const std::string& what, bool varying = false) {
-  const std::string msg = call_name(comm, c, 0, type, op, "", varying) + ": " + what;
+/// Raises errc::invalid_argument with `msg` (which names the call) before any byte moves, and
+/// fails the communicator so that the other ranks get an error too instead of waiting for this one.
+[[noreturn]] inline void reject_call(communicator& comm, const std::string& msg) {
   comm.fail(errc::invalid_argument, "peer failed on invalid arguments: " + msg);
   COLLX_THROW(errc::invalid_argument, msg);
+}
+
+/// reject_call for this call (element type and op named `type` and `op`). `varying`: the call is
+/// the collective's v-form (named so).
+[[noreturn]] inline void invalid_call(communicator& comm, collective c, std::string_view type, std::string_view op,
+                                      const std::string& what, bool varying = false) {
+  reject_call(comm, call_name(comm, c, 0, type, op, "", varying) + ": " + what);
 }
 
 /// invalid_call for element type T and op Op (no_op: none).
