@@ -56,6 +56,19 @@ case $err in *"rank 1 (pid "*") exited with status 7; stopping the other ranks"*
 sleep 0.3
 if pgrep -f "sleep 31.4159" >/dev/null; then pkill -f "sleep 31.4159"; fail "the other ranks' children were left running"; fi
 
+# A rank that ignores SIGTERM and SIGINT is killed 3 s after the first signal, however often the
+# signal comes again (each one used to start the grace period over).
+"$run" -n 1 sh -c 'trap "" TERM INT; sleep 27.1828' & lp=$!
+sleep 0.5
+t0=$(date +%s%N)
+for _ in $(seq 16); do kill -INT $lp 2>/dev/null || break; sleep 0.5; done  # for up to 8 s
+wait $lp; rc=$?
+ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+[ $rc -eq 130 ] || fail "collx-run stopped by SIGINT exited $rc, not 130"
+[ $ms -lt 6000 ] || fail "a rank ignoring SIGTERM was killed after $ms ms of repeated SIGINTs, not about 3 s"
+sleep 0.2
+if pgrep -f "sleep 27.1828" >/dev/null; then pkill -f "sleep 27.1828"; fail "the rank ignoring SIGTERM was left running"; fi
+
 # Every rank of one start gets the same COLLX_LAUNCH_ID, and another start another one (the
 # shared-memory transport keeps two starts given one COLLX_JOB_ID apart by it: test_shm).
 ids=$(COLLX_JOB_ID=same "$run" -n 3 sh -c 'echo "$COLLX_LAUNCH_ID"' | sort -u)

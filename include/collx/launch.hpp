@@ -300,14 +300,14 @@ inline int launch_program(int world_size, char* const argv[], std::chrono::milli
   const auto stop_others = [&](int status) {
     if (!first_failure) first_failure = status;
     detail::signal_ranks(pids, SIGTERM);
-    deadline = std::chrono::steady_clock::now() + grace;
+    deadline = std::min(deadline, std::chrono::steady_clock::now() + grace);  // a later stop does not extend it
   };
   while (alive) {
     if (const int sig = detail::launch_signal) {
       detail::launch_signal = 0;
       detail::signal_ranks(pids, sig);
       if (!first_failure) first_failure = 128 + sig;
-      deadline = std::chrono::steady_clock::now() + grace;
+      deadline = std::min(deadline, std::chrono::steady_clock::now() + grace);  // signals sent again do not extend it
     }
     // The ranks that ended since the last pass. Of several failures, one killed by a signal
     // comes first: its peers exit with an error when they see it gone, often before this pass.
