@@ -56,7 +56,8 @@ void check_p2p_arguments(communicator& comm, const char* call, const char* role,
 ///    and, where single copy is on (COLLX_CMA), messages of 64 KiB and more;
 ///  - MPI: once MPI has the data (like MPI_Send).
 /// Code must not rely on a send returning early: a ring shift in which every rank sends first can
-/// deadlock (order the calls, or use *_async).
+/// deadlock: order the calls (even ranks send first, odd ranks receive first). send_async does not
+/// help there: async calls run one at a time in call order (see send_async).
 /// Messages between two ranks arrive in the order sent. The receiver must call recv with the same
 /// count and type (checked: recv throws errc::mismatch; a sender that already returned gets the
 /// failure from its next call on the communicator).
@@ -79,7 +80,7 @@ void send(communicator& comm, std::span<U> data, int dest) {
     const bool synchronous = e.code() == errc::timeout && t.name() == "threads";
     COLLX_THROW(e.code(), name() + ": " + e.what() +
                               (synchronous ? " (between threads a send returns only once received: two ranks that both send "
-                                             "first wait for each other; order the calls, or use send_async)"
+                                             "first wait for each other; order the calls: even ranks send first, odd ranks receive first)"
                                            : ""));
   }
 }
@@ -104,14 +105,18 @@ void recv(communicator& comm, std::span<T> data, int src) {
   }
 }
 
-/// Starts send on the progress thread (like MPI_Isend); see allreduce_async.
+/// Starts send on the progress thread; see allreduce_async. Unlike MPI_Isend it is not posted
+/// apart from the communicator's other calls: async calls run one at a time in call order, so a
+/// send_async that waits for its receiver (as every send between threads does) holds back the
+/// recv_async after it, and a ring shift of send_async then recv_async waits as the blocking one does.
 template <class U>
   requires element<std::remove_const_t<U>>
 request send_async(communicator& comm, std::span<U> data, int dest) {
   return detail::start_async(comm, [=](communicator& c) { send(c, data, dest); });
 }
 
-/// Starts recv on the progress thread (like MPI_Irecv); data is valid once the request completed.
+/// Starts recv on the progress thread (after the communicator's earlier async calls, as send_async);
+/// data is valid once the request completed.
 template <element T>
 request recv_async(communicator& comm, std::span<T> data, int src) {
   return detail::start_async(comm, [=](communicator& c) { recv<T>(c, data, src); });
