@@ -99,7 +99,7 @@ void check_not_failed(communicator& comm, What&& what) {
 /// Raises errc::invalid_argument with `msg` (which names the call) before any byte moves, and
 /// fails the communicator so that the other ranks get an error too instead of waiting for this one.
 [[noreturn]] inline void reject_call(communicator& comm, const std::string& msg) {
-  comm.fail(errc::invalid_argument, "peer failed on invalid arguments: " + msg);
+  comm.fail(errc::invalid_argument, "invalid arguments: " + msg);  // the peers read "rank R failed: invalid arguments: ..."
   COLLX_THROW(errc::invalid_argument, msg);
 }
 
