@@ -38,6 +38,9 @@ if [ -n "$perf" ]; then
   err=$(COLLX_SHM_BYTES_PER_PEER=100 "$perf" allreduce -b 8 -e 8 --ranks 2 2>&1 >/dev/null); rc=$?
   [ $rc -ne 0 ] || fail "collx-perf with a bad COLLX_SHM_BYTES_PER_PEER exited 0"
   case $err in *"collx-perf: rank "*") exited with status"*) ;; *) fail "collx-perf's failing rank not reported as collx-perf's: $err" ;; esac
+  # collx-run inside collx-run: each inner job gets its own id (they inherited one and collided).
+  err=$(COLLX_TIMEOUT=30 "$run" -n 2 "$run" -n 2 "$perf" allreduce -b 8 -e 8 -n 1 -w 0 2>&1 >/dev/null); rc=$?
+  [ $rc -eq 0 ] || fail "collx-run inside collx-run exited $rc: $err"
   err=$("$perf" allreduce -b 8 -e 64 -i 0 2>&1 >/dev/null); rc=$?
   [ $rc -eq 2 ] || fail "collx-perf -i 0 with -b < -e exited $rc, not 2: $err"
   # A size near 2^64 wrapped the buffer arithmetic (a 4 KiB buffer, then a crash).

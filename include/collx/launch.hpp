@@ -240,7 +240,8 @@ class forward_signals {
 }  // namespace detail
 
 /// Runs `argv` as `world_size` local processes with COLLX_RANK, COLLX_WORLD_SIZE, COLLX_LOCAL_RANK,
-/// COLLX_LOCAL_WORLD_SIZE and COLLX_JOB_ID set (the job id is kept if already set) and
+/// COLLX_LOCAL_WORLD_SIZE and COLLX_JOB_ID set (the job id is kept if already set; a launcher that
+/// is itself a rank of a start, with COLLX_LAUNCH_ID and COLLX_RANK set, appends ".rank") and
 /// COLLX_LAUNCH_ID naming this start (so that two starts given one job id fail apart), each pinned to
 /// one CPU when they fit (COLLX_BIND) and leading its own process group. When a process fails
 /// (non-zero status or a signal), a line on stderr says which, and the other ranks' process groups
@@ -262,7 +263,11 @@ inline int launch_program(int world_size, char* const argv[], std::chrono::milli
   if (const int e = detail::runnable(argv[0]); e != 0)
     COLLX_THROW(errc::invalid_argument, std::string("cannot run ") + argv[0] + ": " + std::strerror(e));
   (void)detail::binding_wanted();
-  const std::string job = env::get("COLLX_JOB_ID").value_or(detail::fresh_job_id("run"));
+  std::string job = env::get("COLLX_JOB_ID").value_or(detail::fresh_job_id("run"));
+  // Started as a rank of another start (collx-run inside collx-run): the job id it inherited is
+  // its siblings' too, whose own jobs would collide with this one; its rank sets it apart.
+  if (env::get("COLLX_LAUNCH_ID"))
+    if (const auto rank = env::get("COLLX_RANK")) job += "." + *rank;
   const detail::forward_signals forwarding;
   const pid_t parent = ::getpid();
   // This start, apart from any other given the same COLLX_JOB_ID: no other process has this pid
