@@ -1408,38 +1408,42 @@ struct unwrapped_op<commutative_op<F>> {
   using type = F;
 };
 
-/// The compile-time checks every reduction makes before its op's: the element type (a type that is
-/// not trivially copyable would otherwise fail as "Op must be a reduction op"), 0, nullptr or a
-/// stream wrapper (a type that converts to cudaStream_t, as c10::cuda::CUDAStream and
-/// rmm::cuda_stream_view do) where the op goes: the op left out and a stream in its place (a
-/// cudaStream_t itself there takes the forms without an op), and a __device__-only lambda as the
-/// op (nvcc cannot call it in host code, where the op is checked: it would fail as "Op must be a
-/// reduction op"; CUDA Programming Guide, extended lambda type traits).
+/// 0, nullptr or a stream wrapper (a type that converts to cudaStream_t, as c10::cuda::CUDAStream
+/// and rmm::cuda_stream_view do) where a reduction's op goes: the op left out and a stream in its
+/// place (a cudaStream_t itself there takes the forms without an op).
+template <class Op>
+inline constexpr bool stream_as_op = std::is_integral_v<Op> || std::is_convertible_v<Op, cudaStream_t>;
+/// A __device__-only (extended) lambda, or commutative_op of one: nvcc cannot call it in host code,
+/// where the op is checked (CUDA Programming Guide, extended lambda type traits). False outside nvcc.
+template <class Op>
+inline constexpr bool device_only_lambda =
+#if defined(__NVCC__)
+    __nv_is_extended_device_lambda_closure_type(typename unwrapped_op<Op>::type);
+#else
+    false;
+#endif
+
+/// The compile-time checks every reduction makes before its op's, each with its own message: the
+/// element type (a type that is not trivially copyable would otherwise fail as "Op must be a
+/// reduction op"), stream_as_op and device_only_lambda (which would fail the same way).
 template <class T, class Op>
 constexpr void check_reduction_types() {
   static_assert(element<T>, "collx::gpu: the element type T of a reduction must be a trivially copyable object type "
                             "(collx/concepts.hpp)");
-  static_assert(!std::is_integral_v<Op> && !std::is_convertible_v<Op, cudaStream_t>,
+  static_assert(!stream_as_op<Op>,
                 "collx::gpu: a reduction got a stream, 0 or nullptr where its op goes; pass the op first "
                 "(collx::ops::sum{}, stream), or a cudaStream_t itself in the op's place to sum (for a stream "
                 "wrapper: its cudaStream_t, e.g. stream.stream())");
-#if defined(__NVCC__)
-  static_assert(!__nv_is_extended_device_lambda_closure_type(typename unwrapped_op<Op>::type),
+  static_assert(!device_only_lambda<Op>,
                 "collx::gpu: a __device__ lambda cannot be a reduction op (nvcc cannot call it in host code, where "
                 "collx checks the op): write it [] __host__ __device__ (T a, T b) { ... }, or a struct with a "
                 "__device__ operator()");
-#endif
 }
 /// Whether T and Op pass check_reduction_types and reduction_op. The forms without an algorithm
 /// consider the ring only then, so that a bad op is one error (the direct form's), not one per
 /// algorithm they could run.
 template <class T, class Op>
-inline constexpr bool valid_reduction = element<T> && !std::is_integral_v<Op> && !std::is_convertible_v<Op, cudaStream_t> &&
-                                        reduction_op<Op, T>
-#if defined(__NVCC__)
-                                        && !__nv_is_extended_device_lambda_closure_type(typename unwrapped_op<Op>::type)
-#endif
-    ;
+inline constexpr bool valid_reduction = element<T> && !stream_as_op<Op> && !device_only_lambda<Op> && reduction_op<Op, T>;
 template <class>
 inline constexpr bool no_device_form = false;  // false for every Algo, so the static_asserts below fire only when used
 }  // namespace device_detail
