@@ -13,6 +13,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 out=$("$run" --help 2>/dev/null); rc=$?
 [ $rc -eq 0 ] || fail "--help exited $rc"
 case $out in *"usage: collx-run -n N"*) ;; *) fail "--help printed no usage on stdout: $out" ;; esac
+case $out in *"-np N"*"--np=N"*"COLLX_BIND"*) ;; *) fail "--help does not list -np, --np=N and COLLX_BIND: $out" ;; esac
 
 err=$("$run" -n 4 /nonexistent/collx-test-program 2>&1 >/dev/null); rc=$?
 [ $rc -eq 127 ] || fail "missing program exited $rc, not 127"

@@ -11,7 +11,16 @@
 
 static const char* const usage_text =
     "usage: collx-run -n N [--] program [args...]\n"
-    "  runs N processes of program as ranks 0..N-1 of one job (COLLX_RANK, COLLX_WORLD_SIZE, ...)\n";
+    "  runs N processes of program as ranks 0..N-1 of one job on this machine (1 <= N <= 4096)\n"
+    "  -n N, -np N, --np N, -nN, --np=N   number of ranks (the spellings mpirun takes)\n"
+    "  -h, --help                          this text\n"
+    "sets in each rank: COLLX_RANK, COLLX_WORLD_SIZE, COLLX_LOCAL_RANK, COLLX_LOCAL_WORLD_SIZE,\n"
+    "  COLLX_JOB_ID (kept if set), COLLX_LAUNCH_ID\n"
+    "reads: COLLX_BIND=core|none (pin each rank to a CPU when they fit; default core)\n"
+    "when a rank fails, the others get SIGTERM, then SIGKILL 3 s later; SIGINT, SIGTERM and SIGHUP\n"
+    "  are forwarded to every rank\n"
+    "exit status: the first failure's (128 + signal for a signal), 0 if every rank exits 0,\n"
+    "  2 for a usage error, 127 if the program cannot be run\n";
 
 static int usage(const char* why) {
   std::fprintf(stderr, "collx-run: %s\n%s", why, usage_text);
