@@ -12,6 +12,9 @@
 
 #include <collx/detail/streaming_store.hpp>
 
+#include <complex>
+#include <cstring>
+
 
 // =============================================================================================
 // World sizes x algorithms
@@ -294,6 +297,69 @@ TEST_CASE("custom op: non-commutative 2x2 matrix product gives the rank-order pr
   const ref::mat2 fwd = ref::fold_left<ref::mat2, ref::mat_mul>(3, [&](int q) { return in[uz(q)][0]; });
   const ref::mat2 rev = ref::fold_left<ref::mat2, ref::mat_mul>(3, [&](int q) { return in[uz(2 - q)][0]; });
   REQUIRE_FALSE(fwd == rev);
+}
+
+namespace {
+// Complex values whose sums and products stay exact in float (parts -2..2, so a product of 16 is at
+// most 8^8 = 2^24 in magnitude), distinct per rank and index, so that every algorithm must give the
+// rank-order fold's values (zero parts aside: their sign depends on the order).
+template <class C>
+C exact_complex(int rank, size_t i) {
+  const std::uint64_t h = ref::hash(rank, i, 7);
+  using F = typename C::value_type;
+  return {static_cast<F>(static_cast<int>(h % 5) - 2), static_cast<F>(static_cast<int>((h >> 8) % 5) - 2)};
+}
+
+// allreduce of complex C with Op over n ranks, every algorithm, against the rank-order fold;
+// `general` uses full-mantissa parts and checks direct only (bit for bit).
+template <class C, class Op>
+void check_complex_allreduce(int n, size_t count, bool general) {
+  std::vector<std::vector<C>> in(uz(n), std::vector<C>(count));
+  for (int r = 0; r < n; ++r)
+    for (size_t i = 0; i < count; ++i)
+      in[uz(r)][i] = general ? C(ref::gen<typename C::value_type>(r, i, flavor::general),
+                                 ref::gen<typename C::value_type>(r, i, flavor::general, 2))
+                             : exact_complex<C>(r, i);
+  std::vector<C> want(count);
+  for (size_t i = 0; i < count; ++i) {
+    C acc = in[0][i];
+    for (int r = 1; r < n; ++r) acc = std::is_same_v<Op, collx::ops::prod> ? acc * in[uz(r)][i] : acc + in[uz(r)][i];
+    if constexpr (std::is_same_v<Op, collx::ops::avg>) acc /= static_cast<typename C::value_type>(n);
+    want[i] = acc;
+  }
+  for_each_algo<Op>([&](auto tag) {
+    using A = decltype(tag);
+    if (general && !std::is_same_v<A, collx::algo::direct>) return;
+    std::vector<std::vector<C>> out(uz(n));
+    ref::run_ranks(n, [&](collx::communicator& c) {
+      const size_t r = uz(c.rank());
+      out[r] = ref::poisoned<C>(count);
+      collx::allreduce<A>(c, std::span<const C>(in[r]), std::span<C>(out[r]), Op{});
+    });
+    // direct is the fold bit for bit; other orders may differ in the sign of a zero part
+    const bool bitwise = std::is_same_v<A, collx::algo::direct>;
+    for (int r = 0; r < n; ++r) {
+      INFO("rank " << r << " " << ref::op_name<Op>() << " complex<" << ref::type_label<typename C::value_type>() << ">");
+      if (bitwise) REQUIRE(std::memcmp(out[uz(r)].data(), want.data(), count * sizeof(C)) == 0);
+      else REQUIRE(out[uz(r)] == want);
+    }
+  });
+}
+}  // namespace
+
+TEST_CASE("std::complex sum, prod and avg (as MPI's complex types): every algorithm equals the rank-order fold",
+          "[collectives][complex]") {
+  static_assert(!collx::reduction_op<collx::ops::min, std::complex<float>>);  // complex has no order
+  for (int n : {1, 2, 3, 5, 8, 16})
+    for (size_t count : {size_t{1}, size_t{13}, size_t{1009}}) {
+      INFO("n=" << n << " count=" << count);
+      check_complex_allreduce<std::complex<float>, collx::ops::sum>(n, count, false);
+      check_complex_allreduce<std::complex<float>, collx::ops::prod>(n, count, false);
+      check_complex_allreduce<std::complex<double>, collx::ops::avg>(n, count, false);
+      check_complex_allreduce<std::complex<double>, collx::ops::sum>(n, count, true);
+      check_complex_allreduce<std::complex<double>, collx::ops::prod>(n, count, true);
+      check_complex_allreduce<std::complex<double>, collx::ops::avg>(n, count, true);
+    }
 }
 
 // =============================================================================================

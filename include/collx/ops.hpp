@@ -16,11 +16,16 @@
 ///   type; integers divide the wrapped sum by n with C++ truncation toward zero
 ///   (sum 7, n 2 -> 3; sum -3, n 2 -> -1).
 /// - Bitwise ops (band, bor, bxor) exist for integer types only.
+/// - std::complex<float>, <double> and <long double> take sum, prod and avg (as MPI_SUM and
+///   MPI_PROD take the complex types). prod is std::complex's multiplication; avg divides both
+///   parts by n. In kernels they rely on std::complex's operators being constexpr, so callable on
+///   the device under nvcc's --expt-relaxed-constexpr (which collx::cuda sets).
 /// The ops are COLLX_HOST_DEVICE: collx's CUDA kernels (collx/cuda/) call the same code and get the
 /// same bits. A user op for device buffers needs a `__host__ __device__` call operator.
 #pragma once
 
 #include <cmath>
+#include <complex>
 #include <concepts>
 #include <limits>
 #include <type_traits>
@@ -58,6 +63,14 @@ concept builtin_arithmetic = (std::integral<T> && !std::same_as<T, bool>) || std
 template <class T>
 concept builtin_integer = std::integral<T> && !std::same_as<T, bool>;
 
+template <class T>
+inline constexpr bool is_std_complex_v = false;
+template <std::floating_point F>
+inline constexpr bool is_std_complex_v<std::complex<F>> = true;
+/// std::complex of a standard floating type: sum, prod and avg take it.
+template <class T>
+concept std_complex = is_std_complex_v<T>;
+
 template <std::floating_point T>
 COLLX_HOST_DEVICE constexpr T ordered_min(T a, T b) noexcept {
   if (a != a || b != b) return std::numeric_limits<T>::quiet_NaN();
@@ -93,7 +106,9 @@ struct sum {
     else return a + b;
   }
   template <class T> requires is_narrow_float_v<T>
-  COLLX_HOST_DEVICE constexpr T operator()(T a, T b) const noexcept { return detail::via_float(a, b, *this); }
+  COLLX_HOST_DEVICE constexpr T operator()(T a, T b) const noexcept { return detail::via_float(a, b, *this); }  /// Complex addition (constexpr, not COLLX_HOST_DEVICE: std::complex's operators are constexpr only).
+  template <detail::std_complex T>
+  constexpr T operator()(const T& a, const T& b) const noexcept { return a + b; }
 };
 
 /// Multiplication (integers wrap; narrow floats widen to fp32).
@@ -106,7 +121,9 @@ struct prod {
     else return a * b;
   }
   template <class T> requires is_narrow_float_v<T>
-  COLLX_HOST_DEVICE constexpr T operator()(T a, T b) const noexcept { return detail::via_float(a, b, *this); }
+  COLLX_HOST_DEVICE constexpr T operator()(T a, T b) const noexcept { return detail::via_float(a, b, *this); }  /// Complex multiplication: std::complex's (constexpr, as sum's).
+  template <detail::std_complex T>
+  constexpr T operator()(const T& a, const T& b) const noexcept { return a * b; }
 };
 
 /// Minimum (NaN wins as the canonical quiet NaN; -0 < +0).

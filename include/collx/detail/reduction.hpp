@@ -56,6 +56,8 @@ struct reduction {
         v = static_cast<acc>(static_cast<long long>(v) / static_cast<long long>(world_size));
       else if constexpr (std::unsigned_integral<acc>)
         v = static_cast<acc>(static_cast<unsigned long long>(v) / static_cast<unsigned long long>(world_size));
+      else if constexpr (is_std_complex_v<acc>)  // by a real n: each part divided, as for a real
+        v = v / static_cast<typename acc::value_type>(world_size);
       else
         v = static_cast<acc>(v / static_cast<acc>(world_size));
     }
