@@ -229,6 +229,41 @@ TEST_CASE("gpu device collectives: the op left out before a stream sums, on that
   }));
 }
 
+TEST_CASE("gpu device collectives: an error the caller left unread neither fails a call nor is cleared by it",
+          "[gpu][cuda]") {
+  // A failed cudaMalloc leaves cudaErrorMemoryAllocation for cudaGetLastError. Checking the launch
+  // with cudaGetLastError() would throw it after the kernel was enqueued: the rank would think
+  // its call failed while its peers finished it (launch_kernel checks the launch's own status).
+  gpu::device_options opt;
+  opt.staging_bytes = 32 << 10;
+  opt.two_shot_min_bytes = 1;  // two kernels per call: a throw between them would desynchronise the ranks
+  opt.timeout = std::chrono::seconds(15);
+  require_none(on_ranks(2, opt, std::chrono::seconds(60), [](gpu::device_communicator& dc, cudaStream_t s, auto& out) {
+    using collx_cuda_test::sweep_buffer;
+    const int n = dc.size(), me = dc.rank();
+    const std::size_t count = 5001;
+    const std::string tag = "rank " + std::to_string(me) + ": ";
+    sweep_buffer<float> in(count, 1, s), res(count, 0, s);
+    in.set(collx_cuda_test::sweep_input<float>(me, count, 1));
+    void* huge = nullptr;
+    if (cudaMalloc(&huge, std::size_t{1} << 60) == cudaSuccess) {
+      cudaFree(huge);
+      out.push_back(tag + "a 1 EiB cudaMalloc succeeded: no error to leave unread");
+      return;
+    }
+    try {
+      gpu::all_reduce(dc, in.data(), res.data(), count, collx::ops::sum{}, s);
+    } catch (const collx::error& e) {
+      out.push_back(tag + "all_reduce threw: " + e.what());
+    }
+    if (const cudaError_t left = cudaGetLastError(); left != cudaErrorMemoryAllocation)
+      out.push_back(tag + "the unread cudaErrorMemoryAllocation became " + cudaGetErrorName(left));
+    for (std::string p : {collx_cuda_test::sweep_sync(dc, s, tag + "all_reduce"),
+                          res.compare(collx_cuda_test::sweep_fold<float>(n, count, 0, 1, collx::ops::sum{}), tag + "all_reduce")})
+      if (!p.empty()) out.push_back(p);
+  }));
+}
+
 TEST_CASE("gpu device collectives: workspaces in shared host memory give the same results", "[gpu][cuda]") {
   // workspace_memory::host is the path between GPUs without peer access; forced here, it runs
   // between ranks of one GPU too: every flag and staging slot crosses PCIe to host memory.

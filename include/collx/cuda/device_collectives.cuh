@@ -72,6 +72,7 @@
 #include <collx/cuda/device_callable.cuh>
 #include <collx/cuda/device_communicator.hpp>
 #include <collx/cuda/device_plan.hpp>
+#include <collx/cuda/launch_kernel.cuh>
 #include <collx/cuda/reduce_kernel.cuh>  // ranges_overlap
 #include <collx/cuda/ring_plan.hpp>
 #include <collx/cuda/runtime.hpp>
@@ -734,8 +735,7 @@ inline void launch_empty_call(device_communicator& dc, const char* name, device_
   dc.check();
   const scoped_device on_device(dc.device(), name);  // and back to the caller's afterwards
   static_assert(max_device_world <= 32, "barrier() gives each peer one thread of the block");
-  empty_call_kernel<><<<1, 32, 0, stream>>>(dc.view(), sig);
-  check(cudaGetLastError(), name);
+  launch_kernel(name, &empty_call_kernel<>, 1, 32, stream, dc.view(), sig);
 }
 
 /// True when p is 16-byte aligned.
@@ -757,9 +757,8 @@ void launch_call(device_communicator& dc, const char* name, collective coll, std
   if (plan.chunks == 0) return;
   const scoped_device on_device(dc.device(), name);  // and back to the caller's afterwards
   if (V > 1 && vector_ok)
-    collective_kernel<<<plan.blocks, device_threads_per_block, 0, stream>>>(dc.view(), plan, sig, vectored);
-  else collective_kernel<<<plan.blocks, device_threads_per_block, 0, stream>>>(dc.view(), plan, sig, scalar);
-  check(cudaGetLastError(), name);
+    launch_kernel(name, &collective_kernel<Vectored>, plan.blocks, device_threads_per_block, stream, dc.view(), plan, sig, vectored);
+  else launch_kernel(name, &collective_kernel<Scalar>, plan.blocks, device_threads_per_block, stream, dc.view(), plan, sig, scalar);
 }
 
 /// The signature layout of a call on window `w` at element `offset`: ranks that pass other windows
@@ -778,9 +777,8 @@ void launch_direct(device_communicator& dc, const char* name, collective coll, s
   const chunk_plan plan = plan_direct(count, V, dc.block_limit());
   const scoped_device on_device(dc.device(), name);  // and back to the caller's afterwards
   if (V > 1 && vector_ok)
-    direct_kernel<<<plan.blocks, device_threads_per_block, 0, stream>>>(dc.view(), plan, sig, vectored);
-  else direct_kernel<<<plan.blocks, device_threads_per_block, 0, stream>>>(dc.view(), plan, sig, scalar);
-  check(cudaGetLastError(), name);
+    launch_kernel(name, &direct_kernel<Vectored>, plan.blocks, device_threads_per_block, stream, dc.view(), plan, sig, vectored);
+  else launch_kernel(name, &direct_kernel<Scalar>, plan.blocks, device_threads_per_block, stream, dc.view(), plan, sig, scalar);
 }
 
 /// The per-rank source pointers of a window at element `offset`.
@@ -984,9 +982,9 @@ void launch_ring(device_communicator& dc, const char* name, ring_phase phase, de
       plan_ring_call(phase, dc.rings(), dc.rank(), count, std::max(sizeof(T), sizeof(acc)), V, dc.slot_bytes(), dc.block_limit());
   if (call.chunks == 0) return;
   const scoped_device on_device(dc.device(), name);  // and back to the caller's afterwards
-  if (V > 1 && vector_ok) ring_kernel<T, Op, V><<<call.blocks, device_threads_per_block, 0, stream>>>(dc.view(), call, sig, send, recv, op);
-  else ring_kernel<T, Op, 1><<<call.blocks, device_threads_per_block, 0, stream>>>(dc.view(), call, sig, send, recv, op);
-  check(cudaGetLastError(), name);
+  if (V > 1 && vector_ok)
+    launch_kernel(name, &ring_kernel<T, Op, V>, call.blocks, device_threads_per_block, stream, dc.view(), call, sig, send, recv, op);
+  else launch_kernel(name, &ring_kernel<T, Op, 1>, call.blocks, device_threads_per_block, stream, dc.view(), call, sig, send, recv, op);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1217,9 +1215,8 @@ void launch_p2p(device_communicator& dc, const char* name, const p2p_part<T>& se
   const unsigned blocks = std::max(send.peer >= 0 ? send.plan.blocks : 0u, recv.peer >= 0 ? recv.plan.blocks : 0u);
   constexpr std::size_t V = device_vector_elements<T>;
   const scoped_device on_device(dc.device(), name);  // and back to the caller's afterwards
-  if (V > 1 && vector_ok) p2p_kernel<T, V><<<blocks, device_threads_per_block, 0, stream>>>(dc.view(), send, recv);
-  else p2p_kernel<T, 1><<<blocks, device_threads_per_block, 0, stream>>>(dc.view(), send, recv);
-  check(cudaGetLastError(), name);
+  if (V > 1 && vector_ok) launch_kernel(name, &p2p_kernel<T, V>, blocks, device_threads_per_block, stream, dc.view(), send, recv);
+  else launch_kernel(name, &p2p_kernel<T, 1>, blocks, device_threads_per_block, stream, dc.view(), send, recv);
 }
 
 /// Records a rejected call as this rank's failure (one thread; runs after this rank's earlier calls
@@ -1254,8 +1251,7 @@ struct call_check {
     const scoped_device restore;  // the caller's current device, whatever happens below
     if (!dc.failed() && cudaSetDevice(dc.device()) == cudaSuccess &&
         cudaStreamIsCapturing(stream, &capturing) == cudaSuccess && capturing == cudaStreamCaptureStatusNone) {
-      reject_kernel<><<<1, 32, 0, stream>>>(dc.view());
-      (void)cudaGetLastError();  // the error below is the one to report
+      (void)launch_status(&reject_kernel<>, 1, 32, stream, dc.view());  // the error below is the one to report
     }
     dc.mark_rejected();
     COLLX_THROW(errc::invalid_argument, std::string(name) + ": " + what);
@@ -1884,9 +1880,8 @@ void all_to_all_v(device_communicator& dc, const T* send, std::span<const std::s
                    lay.offsets_aligned16(sizeof(T));
   const scoped_device on_device(dc.device(), name);  // and back to the caller's afterwards
   if (V > 1 && vec)
-    all_to_all_v_kernel<T, V><<<full.blocks, device_threads_per_block, 0, stream>>>(dc.view(), lay, send, recv, full.chunk, sig);
-  else all_to_all_v_kernel<T, 1><<<full.blocks, device_threads_per_block, 0, stream>>>(dc.view(), lay, send, recv, full.chunk, sig);
-  check(cudaGetLastError(), name);
+    launch_kernel(name, &all_to_all_v_kernel<T, V>, full.blocks, device_threads_per_block, stream, dc.view(), lay, send, recv, full.chunk, sig);
+  else launch_kernel(name, &all_to_all_v_kernel<T, 1>, full.blocks, device_threads_per_block, stream, dc.view(), lay, send, recv, full.chunk, sig);
 }
 
 // ---------------------------------------------------------------------------------------------

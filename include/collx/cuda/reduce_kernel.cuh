@@ -20,6 +20,7 @@
 #include <collx/concepts.hpp>
 #include <collx/cuda/device_callable.cuh>
 #include <collx/cuda/launch_geometry.hpp>
+#include <collx/cuda/launch_kernel.cuh>
 #include <collx/cuda/reduce_step.hpp>
 #include <collx/cuda/reduce_thread.hpp>
 #include <collx/cuda/runtime.hpp>
@@ -91,13 +92,13 @@ void reduce_elementwise(value_t<T, Op, D>* dst, const value_t<T, Op, A>* a, cons
     if (!plan.scalar()) {
       if (plan.width != width)
         COLLX_THROW(errc::internal, "gpu::reduce_elementwise: plan width differs from the kernel's");
-      reduce_kernel<T, Op, A, B, D, width><<<g.blocks, g.threads_per_block, 0, stream>>>(dst, a, b, plan, op, world_size);
-      check(cudaGetLastError(), "gpu::reduce_elementwise: reduce_kernel launch");
+      launch_kernel("gpu::reduce_elementwise: reduce_kernel launch", &reduce_kernel<T, Op, A, B, D, width>, g.blocks,
+                    g.threads_per_block, stream, dst, a, b, plan, op, world_size);
       return;
     }
   }
-  reduce_kernel<T, Op, A, B, D, 1><<<g.blocks, g.threads_per_block, 0, stream>>>(dst, a, b, plan, op, world_size);
-  check(cudaGetLastError(), "gpu::reduce_elementwise: reduce_kernel launch");
+  launch_kernel("gpu::reduce_elementwise: reduce_kernel launch", &reduce_kernel<T, Op, A, B, D, 1>, g.blocks,
+                g.threads_per_block, stream, dst, a, b, plan, op, world_size);
 }
 
 /// As above, on the current device's limits.
