@@ -217,12 +217,17 @@ __device__ inline void store_vec(T* p, const vec<T, V>& x) {
   *reinterpret_cast<uint4*>(p) = w;
 }
 
-/// Records this rank's first failure in its status (the claim word picks one writer); false when
-/// another failure was recorded first.
-__device__ inline bool record_failure(const device_view& v, device_failure what, int peer, std::uint64_t epoch,
-                                      std::uint64_t seen, std::uint32_t theirs, std::uint32_t mine,
+/// Values of the claim word once this rank has failed: whether its collective flags at the peers
+/// carry poison_epoch (fail()), or the rejection mark or nothing (a rejected call, a failed
+/// point-to-point call, a peer's rejection seen: poison there would name this rank as the cause).
+inline constexpr unsigned long long claim_poisoned = 1, claim_unpoisoned = 2;
+
+/// Records this rank's first failure in its status (the claim word, set to `claim`, picks one
+/// writer); false when another failure was recorded first.
+__device__ inline bool record_failure(const device_view& v, unsigned long long claim, device_failure what, int peer,
+                                      std::uint64_t epoch, std::uint64_t seen, std::uint32_t theirs, std::uint32_t mine,
                                       device_activity during = device_activity::collective, std::uint64_t expected = 0) {
-  if (atomicCAS(reinterpret_cast<unsigned long long*>(claim_of(v)), 0ull, 1ull) != 0ull) return false;
+  if (atomicCAS(reinterpret_cast<unsigned long long*>(claim_of(v)), 0ull, claim) != 0ull) return false;
   device_status* s = v.status;
   s->expected = expected;
   s->peer = peer;
@@ -254,7 +259,7 @@ __device__ inline void flag_all_peers(const device_view& v, std::uint64_t word) 
 __device__ inline void fail(const device_view& v, device_failure what, int peer, std::uint64_t epoch,
                             std::uint64_t seen, std::uint32_t theirs, std::uint32_t mine,
                             device_activity during = device_activity::collective) {
-  record_failure(v, what, peer, epoch, seen, theirs, mine, during);
+  record_failure(v, claim_poisoned, what, peer, epoch, seen, theirs, mine, during);
   flag_all_peers(v, flag_word(poison_epoch, {mine}));
 }
 
@@ -281,7 +286,7 @@ __device__ inline bool barrier(const device_view& v, std::uint64_t epoch, device
       if (verdict == flag_verdict::pass) break;
       if (verdict != flag_verdict::wait) {
         if (verdict == flag_verdict::rejected)  // every peer has the rejection already: poison nobody
-          record_failure(v, device_failure::peer_failed, p, epoch, w, flag_signature(w).bits, sig.bits);
+          record_failure(v, claim_unpoisoned, device_failure::peer_failed, p, epoch, w, flag_signature(w).bits, sig.bits);
         else
           fail(v, verdict == flag_verdict::mismatch ? device_failure::mismatch : device_failure::peer_failed, p, epoch, w,
                flag_signature(w).bits, sig.bits);
@@ -289,7 +294,10 @@ __device__ inline bool barrier(const device_view& v, std::uint64_t epoch, device
         break;
       }
       if ((polls & 255) == 255) {
-        if (claim.load(cuda::memory_order_relaxed) != 0) {  // another block of this rank failed
+        if (const unsigned long long c = claim.load(cuda::memory_order_relaxed); c != 0) {  // another block failed
+          // Its poison may have reached rank p before this block's flag above replaced it: poison
+          // again, or rank p's block, if behind this one, would wait for it until its timeout.
+          if (c == claim_poisoned) out.store(flag_word(poison_epoch, sig), cuda::memory_order_release);
           atomicExch(&failed, 1);
           break;
         }
@@ -547,11 +555,16 @@ struct reduce_scatter_v_step {
 inline constexpr unsigned device_blocks_per_sm = 2;
 
 /// A call's first step, in every block: `base` = the epoch of the last chunk this rank finished
-/// (the call's epochs follow it), `dead` = an earlier call of this rank failed.
+/// (the call's epochs follow it), `dead` = an earlier call of this rank failed. A dead call's
+/// block 0 poisons this rank's flags again: a block of the failed call that passed its last
+/// barrier after the poison went out left its own flag there instead.
 __device__ inline void call_start(const device_view& v, std::uint64_t& base, int& dead) {
   if (threadIdx.x == 0) {
     base = counters_of(v)[0];
-    dead = cuda::atomic_ref<std::uint64_t, cuda::thread_scope_device>(*claim_of(v)).load(cuda::memory_order_relaxed) != 0;
+    const std::uint64_t claim =
+        cuda::atomic_ref<std::uint64_t, cuda::thread_scope_device>(*claim_of(v)).load(cuda::memory_order_relaxed);
+    dead = claim != 0;
+    if (claim == claim_poisoned && blockIdx.x == 0) flag_all_peers(v, flag_word(poison_epoch, {0}));
   }
   __syncthreads();
 }
@@ -1022,7 +1035,7 @@ struct p2p_part {
 __device__ inline void p2p_fail(const device_view& v, device_failure what, int peer, std::uint64_t seq, std::uint64_t seen,
                                 std::uint32_t theirs, std::uint32_t mine, device_activity during, std::uint64_t expected = 0) {
   const std::uint64_t next = counters_of(v)[0] + 1;
-  if (record_failure(v, what, peer, seq, seen, theirs, mine, during, expected))
+  if (record_failure(v, claim_unpoisoned, what, peer, seq, seen, theirs, mine, during, expected))
     flag_all_peers(v, flag_word(next, {rejected_signature_bits}));
 }
 
@@ -1230,7 +1243,7 @@ template <int = 0>
 __global__ void reject_kernel(device_view v) {
   if (threadIdx.x != 0 || blockIdx.x != 0) return;
   const std::uint64_t next = counters_of(v)[0] + 1;
-  if (record_failure(v, device_failure::rejected, -1, next, 0, 0, 0)) flag_all_peers(v, flag_word(next, {rejected_signature_bits}));
+  if (record_failure(v, claim_unpoisoned, device_failure::rejected, -1, next, 0, 0, 0)) flag_all_peers(v, flag_word(next, {rejected_signature_bits}));
 }
 
 /// The argument checks of one call. A check that fails rejects the call as the host collectives

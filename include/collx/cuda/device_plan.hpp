@@ -56,7 +56,8 @@ inline constexpr std::size_t default_staging_bytes = std::size_t{8} << 20;
 ///                 uses the same chunk epochs, so staging slots alternate for the whole rank);
 ///                 [1] blocks of the running call that are done (the last one advances [0])
 ///   claim         u64: nonzero once a kernel of this rank has failed (the first failing thread
-///                 sets it; later calls end at once)
+///                 sets it; later calls end at once): 1 when this rank's flags carry poison, 2
+///                 when they carry the rejection mark (device_collectives.cuh, claim_poisoned)
 ///   p2p_sent[max_device_world] u64: point-to-point chunks this rank has sent to rank p, ever
 ///   p2p_received[max_device_world] u64: point-to-point chunks this rank has taken from rank p
 ///   flags[max_device_blocks][max_device_world] u64: flags[b][p] = the last flag_word rank p's block b
