@@ -171,6 +171,37 @@ TEST_CASE("device records: paths, checks and the agreed block count", "[cuda]") 
   CHECK_THROWS_AS(gpu::check_records(std::vector<gpu::peer_record>(gpu::max_device_world + 1), 0), collx::error);
 }
 
+TEST_CASE("ranks of one process sharing a GPU need a hardware queue each (CUDA_DEVICE_MAX_CONNECTIONS)", "[cuda]") {
+  CHECK(gpu::hardware_queues(nullptr) == 8);  // CUDA's default
+  CHECK(gpu::hardware_queues("") == 8);
+  CHECK(gpu::hardware_queues("1") == 1);
+  CHECK(gpu::hardware_queues("32") == 32);
+  CHECK(gpu::hardware_queues("64") == 32);  // CUDA's range is 1..32
+  CHECK(gpu::hardware_queues("0") == 1);
+  CHECK(gpu::hardware_queues("four") == 8);
+
+  // Ranks 0-2 are threads of one process on one GPU; rank 3 is in its own process on the same GPU,
+  // rank 4 in the first process on another GPU.
+  std::vector<gpu::peer_record> r(5);
+  for (std::size_t i = 0; i < r.size(); ++i) r[i].process = i == 3 ? 200 : 100;
+  r[4].uuid[0] = 1;
+  for (int me : {0, 1, 2}) {
+    CHECK_NOTHROW(gpu::check_hardware_queues(r, me, 3));
+    try {
+      gpu::check_hardware_queues(r, me, 2);
+      FAIL("3 ranks accepted on 2 queues");
+    } catch (const collx::error& e) {
+      CHECK(e.code() == collx::errc::invalid_argument);
+      CHECK(std::string(e.what()).find("ranks 0, 1 and 2 share one GPU in one process") != std::string::npos);
+      CHECK(std::string(e.what()).find("CUDA_DEVICE_MAX_CONNECTIONS to at least 3") != std::string::npos);
+    }
+  }
+  CHECK_NOTHROW(gpu::check_hardware_queues(r, 3, 1));  // alone in its process: time-sliced, not queued
+  CHECK_NOTHROW(gpu::check_hardware_queues(r, 4, 1));  // alone on its GPU
+  r[1].process = 300;
+  CHECK_THROWS_WITH(gpu::check_hardware_queues(r, 0, 1), Catch::Contains("ranks 0 and 2 share"));
+}
+
 TEST_CASE("device workspace memory: device where every GPU reaches every other, mixed where some do, as asked", "[cuda]") {
   using gpu::workspace_memory;
   std::vector<gpu::peer_record> r(3);

@@ -28,6 +28,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <map>
@@ -278,6 +279,10 @@ class device_communicator {
       records_.resize(static_cast<std::size_t>(host.size()));
       all_gather<algo::direct>(host, std::span<const peer_record>(&mine, 1), std::span<peer_record>(records_));
       check_records(records_, rank());
+      on_every_rank(
+          "check its GPU's hardware queues",
+          [&] { check_hardware_queues(records_, rank(), hardware_queues(std::getenv("CUDA_DEVICE_MAX_CONNECTIONS"))); },
+          errc::invalid_argument);
       blocks_ = block_cap(records_);
 
       std::vector<std::uint64_t> reach(static_cast<std::size_t>(host.size()));

@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <string_view>
@@ -182,7 +183,9 @@ struct device_signature {
   }
 };
 
-/// The epoch a failing rank writes into its peers' flags so that their waits end at once.
+/// The epoch a failing rank writes into its peers' flags so that their waits end at once. Epochs
+/// have 40 bits: a communicator serves poison_epoch - 1 chunk epochs (about 20 days of calls 1.6 us
+/// apart), then an ordinary flag would read as poison.
 inline constexpr std::uint64_t poison_epoch = (std::uint64_t{1} << (64 - flag_signature_bits)) - 1;
 
 /// The flag word of chunk `epoch` (>= 1) of a call with signature `sig`.
@@ -489,6 +492,44 @@ inline unsigned block_cap(const std::vector<peer_record>& records) {
   }
   const long cap = static_cast<long>(min_sm) * 2 / static_cast<long>(sharing);
   return static_cast<unsigned>(std::clamp<long>(cap, 1, max_device_blocks));
+}
+
+/// The hardware work queues a process has to each GPU, as the CUDA runtime takes them from
+/// CUDA_DEVICE_MAX_CONNECTIONS (the value given, `unset` or an unreadable one: CUDA's default, 8),
+/// within [1, 32].
+inline int hardware_queues(const char* cuda_device_max_connections) {
+  constexpr int cuda_default = 8;
+  if (!cuda_device_max_connections || !*cuda_device_max_connections) return cuda_default;
+  char* end = nullptr;
+  const long v = std::strtol(cuda_device_max_connections, &end, 10);
+  if (*end != '\0') return cuda_default;
+  return static_cast<int>(std::clamp<long>(v, 1, 32));
+}
+
+/// Checks that the ranks of one process that share a GPU can run side by side. Each waits in its
+/// kernels for the others', so each rank's stream needs a hardware queue of its own: the CUDA
+/// runtime spreads a process's streams over `queues` queues per GPU (CUDA_DEVICE_MAX_CONNECTIONS),
+/// and a kernel queued behind a kernel of the same rank that has not ended (two-shot all-reduce,
+/// or any next call) keeps a peer's kernel behind it in that queue from starting: the call would
+/// end at its timeout. Ranks in separate processes are not affected (they time-slice the GPU).
+/// @throws collx::error (errc::invalid_argument) when more of `me`'s process's ranks share its GPU
+/// than there are queues, naming them and the setting to change.
+inline void check_hardware_queues(const std::vector<peer_record>& records, int me, int queues) {
+  const peer_record& mine = records.at(static_cast<std::size_t>(me));
+  std::vector<int> sharing;
+  for (std::size_t r = 0; r < records.size(); ++r)
+    if (records[r].process == mine.process && records[r].uuid == mine.uuid) sharing.push_back(static_cast<int>(r));
+  if (static_cast<int>(sharing.size()) <= queues) return;
+  std::string ranks;
+  for (std::size_t i = 0; i < sharing.size(); ++i)
+    ranks += (i == 0 ? "" : i + 1 == sharing.size() ? " and " : ", ") + std::to_string(sharing[i]);
+  COLLX_THROW(errc::invalid_argument,
+              "gpu: ranks " + ranks + " share one GPU in one process, which has " + std::to_string(queues) +
+                  " hardware queue" + (queues == 1 ? "" : "s") + " to it (CUDA_DEVICE_MAX_CONNECTIONS" +
+                  (queues == 8 ? ", CUDA's default 8" : "") + "); a rank's kernel queued behind its own earlier one "
+                  "would keep a peer's kernel from starting, and the call would wait until its timeout. Set "
+                  "CUDA_DEVICE_MAX_CONNECTIONS to at least " + std::to_string(sharing.size()) +
+                  " (at most 32) before CUDA starts, or run the ranks as separate processes");
 }
 
 // ---------------------------------------------------------------------------------------------
