@@ -252,6 +252,40 @@ TEST_CASE("shm: an element larger than a staging slot names the COLLX_SHM_BYTES_
   require_all_ok(run(70656));                                   // and that much is enough
 }
 
+TEST_CASE("shm: a rank whose element does not fit a slot fails the communicator: its peers end at once", "[shm]") {
+  // Only the root sends in a broadcast: before, it threw alone and its peers waited for their timeout.
+  struct big {
+    char b[8804];
+  };
+  collx::shm_options shm;
+  shm.cma = 0;
+  shm.bytes_per_peer = 64 << 10;
+  collx::communicator_options o;
+  o.timeout = std::chrono::seconds(30);
+  const auto res = collx::run_processes(3, [](collx::communicator& c) -> int {
+    big x;
+    std::memset(x.b, c.rank() + 1, sizeof x.b);
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      collx::broadcast(c, std::span<big>(&x, 1), 0);
+    } catch (const collx::error& e) {
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::fprintf(stderr, "rank %d after %.2f s: %s\n", c.rank(), s, e.what());
+      if (s > 10) return 6;  // waited for the timeout
+      if (std::string(e.what()).find("raise COLLX_SHM_BYTES_PER_PEER") == std::string::npos) return 4;
+      if (c.rank() != 0 && std::string(e.what()).find("rank 0 failed") == std::string::npos) return 7;
+      try {
+        collx::barrier(c);
+        return 8;  // the communicator still worked
+      } catch (const collx::error&) {
+      }
+      return 3;
+    }
+    return 5;
+  }, o, shm);
+  for (const auto& r : res) CHECK(r.exit_code == 3);
+}
+
 TEST_CASE("shm: 8 ranks on 2 cores finish a small allreduce quickly", "[shm]") {
   require_all_ok(collx::run_processes(8, [](collx::communicator& comm) -> int {
     std::vector<float> x(2, static_cast<float>(comm.rank()));

@@ -78,7 +78,9 @@ void send(communicator& comm, std::span<U> data, int dest) {
     t.wait_sends();
   } catch (const error& e) {
     const bool synchronous = e.code() == errc::timeout && t.name() == "threads";
-    COLLX_THROW(e.code(), name() + ": " + e.what() +
+    const std::string what = name() + ": " + e.what();
+    comm.fail(e.code(), what);  // the receiver learns why now (as a collective cut short; kept only if first)
+    COLLX_THROW(e.code(), what +
                               (synchronous ? " (between threads a send returns only once received: two ranks that both send "
                                              "first wait for each other; order the calls: even ranks send first, odd ranks receive first)"
                                            : ""));
@@ -101,7 +103,9 @@ void recv(communicator& comm, std::span<T> data, int src) {
   try {
     t.recv(src, data.size_bytes(), sizeof(T), sig, consumer_ref(consume, d));
   } catch (const error& e) {
-    COLLX_THROW(e.code(), name() + ": " + e.what());
+    const std::string what = name() + ": " + e.what();
+    comm.fail(e.code(), what);  // as send
+    COLLX_THROW(e.code(), what);
   }
 }
 

@@ -393,7 +393,11 @@ inline void run_flat_untyped(communicator& comm, collective coll, bool in_place,
         break;
     }
   } catch (const error& e) {
-    COLLX_THROW(e.code(), name() + ": " + e.what());
+    // Cut short, this call leaves its peers in it: fail the communicator so that they learn why
+    // now, not at their timeout (a no-op when a transport error already failed it, as most do).
+    const std::string what = name() + ": " + e.what();
+    comm.fail(e.code(), what);
+    COLLX_THROW(e.code(), what);
   }
 }
 
