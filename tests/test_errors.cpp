@@ -728,6 +728,29 @@ TEST_CASE("a communicator moved on one rank only keeps agreeing with its peers",
   }
 }
 
+TEST_CASE("a communicator moved from: every use is invalid_argument, not a crash; it can be destroyed or assigned to",
+          "[errors][invalid]") {
+  auto comms = collx::make_thread_communicators(1, ref::test_options());
+  collx::communicator moved_to(std::move(comms[0]));
+  collx::communicator& gone = comms[0];
+  REQUIRE_THROWS_WITH(gone.rank(), Catch::Contains("used after it was moved from"));
+  REQUIRE_THROWS_AS(gone.size(), collx::error);
+  std::vector<float> x(3, 1.0f);
+  try {
+    collx::allreduce(gone, std::span<float>(x));
+    FAIL("allreduce on a moved-from communicator returned");
+  } catch (const collx::error& e) {
+    CHECK(e.code() == collx::errc::invalid_argument);
+  }
+  REQUIRE_THROWS_AS(collx::barrier(gone), collx::error);
+  gone.abort();  // nothing to abort: no effect
+  CHECK(x[2] == 1.0f);
+  gone = std::move(moved_to);  // assigned to, it works again
+  collx::allreduce(gone, std::span<float>(x));
+  CHECK(x[2] == 1.0f);
+  CHECK(gone.rank() == 0);
+}
+
 TEST_CASE("error messages name rank, world size and the call", "[errors][messages]") {
   SECTION("mismatch on the first call") {
     auto v = run_expecting(2, [](collx::communicator& c) {

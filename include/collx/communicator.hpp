@@ -144,24 +144,29 @@ class communicator {
   }
 
   /// This rank, in [0, size()).
-  int rank() const noexcept { return transport_->rank(); }
-  /// Number of ranks (world size).
-  int size() const noexcept { return transport_->size(); }
+  /// @throws collx::error (errc::invalid_argument) on a communicator moved from, as every call
+  ///         that takes it does (it may only be destroyed or assigned to).
+  int rank() const { return live().rank(); }
+  /// Number of ranks (world size). @throws as rank().
+  int size() const { return live().size(); }
   /// The settings.
   const communicator_options& options() const noexcept { return options_; }
-  /// The transport underneath.
-  transport& get_transport() noexcept { return *transport_; }
+  /// The transport underneath. @throws as rank().
+  transport& get_transport() { return live(); }
 
   /// Fails the communicator for every rank: waiters wake within milliseconds with errc::aborted and
   /// every later call on it fails at once. Safe from any thread; never throws.
   /// With a hierarchy attached, its node and cross-node communicators are aborted too.
-  void abort() noexcept { fail(errc::aborted, "communicator aborted by rank " + std::to_string(rank())); }
+  void abort() noexcept {
+    if (transport_) fail(errc::aborted, "communicator aborted by rank " + std::to_string(rank()));
+  }
 
   /// Fails the communicator for every rank with `code` and `why` (what their calls then throw), and
   /// with it the node and cross-node communicators of an attached hierarchy, at once: a peer
   /// waiting on one of those learns the reason there, before it can see this rank leave. Safe from
   /// any thread; never throws; the first failure's reason is kept.
   void fail(errc code, const std::string& why) noexcept {
+    if (!transport_) return;  // moved from: nobody to tell
     transport_->fail(code, why);
     if (linked_.empty()) return;
     std::string text;  // as this communicator's peers read it: the levels number their ranks otherwise
@@ -187,7 +192,7 @@ class communicator {
   /// The algorithm algo::automatic resolves to for `q`.
   algorithm select(const selection_query& q) const {
     const auto forced = options_.algorithm_overrides.for_collective(q.coll);
-    algorithm a = forced ? *forced : options_.selector ? options_.selector(q) : transport_->costs().choose(q);
+    algorithm a = forced ? *forced : options_.selector ? options_.selector(q) : live().costs().choose(q);
     if (a == algorithm::ring && !q.commutative) a = algorithm::direct;
     if (a == algorithm::tree && q.coll == collective::all_to_all) a = algorithm::direct;
     return a;
@@ -255,6 +260,12 @@ class communicator {
   }
 
  private:
+  transport& live() const {
+    if (!transport_)
+      COLLX_THROW(errc::invalid_argument, "collx::communicator used after it was moved from (a moved-from communicator "
+                                          "may only be destroyed or assigned to)");
+    return *transport_;
+  }
   struct aligned_delete {
     void operator()(std::byte* p) const noexcept { ::operator delete(p, std::align_val_t{64}); }
   };
