@@ -16,6 +16,7 @@
 
 #include <collx/algo/automatic.hpp>
 #include <collx/detail/async_engine.hpp>
+#include <collx/detail/fork_generation.hpp>
 #include <collx/detail/ring_order_check.hpp>
 #include <collx/detail/schedule_cache.hpp>
 #include <collx/detail/streaming_store.hpp>
@@ -113,6 +114,7 @@ class communicator {
       hierarchy_ = std::move(o.hierarchy_);
       linked_ = std::move(o.linked_);
       exceptions_at_creation_ = o.exceptions_at_creation_;
+      created_in_ = o.created_in_;
     }
     return *this;
   }
@@ -120,7 +122,16 @@ class communicator {
   /// between collectives), it first fails the communicator for every rank (errc::aborted, naming
   /// this rank): the peers' next call would otherwise wait for this rank until their timeout
   /// (over MPI nothing else tells them it left).
+  /// In a child forked from the process that created it, it is left as it is (its memory goes
+  /// with the child): tearing it down would tell the peers this rank left.
   ~communicator() {
+    if (forked()) {
+      (void)engine_.release();  // its thread is the parent's: there is nothing here to join
+      new std::shared_ptr<transport>(std::move(transport_));  // leaked on purpose, as the rest below
+      new std::shared_ptr<hierarchy>(std::move(hierarchy_));
+      new std::vector<std::shared_ptr<transport>>(std::move(linked_));
+      return;
+    }
     if (transport_ && std::uncaught_exceptions() > exceptions_at_creation_)
       fail(errc::aborted, "it left its communicator while an exception was propagating out of its code; the job cannot continue");
     engine_.reset();  // while the rest still exists
@@ -144,8 +155,9 @@ class communicator {
   }
 
   /// This rank, in [0, size()).
-  /// @throws collx::error (errc::invalid_argument) on a communicator moved from, as every call
-  ///         that takes it does (it may only be destroyed or assigned to).
+  /// @throws collx::error (errc::invalid_argument) on a communicator moved from, or used in a
+  ///         child fork() made of the process that created it, as every call that takes it does
+  ///         (it may only be destroyed or assigned to).
   int rank() const { return live().rank(); }
   /// Number of ranks (world size). @throws as rank().
   int size() const { return live().size(); }
@@ -158,7 +170,7 @@ class communicator {
   /// every later call on it fails at once. Safe from any thread; never throws.
   /// With a hierarchy attached, its node and cross-node communicators are aborted too.
   void abort() noexcept {
-    if (transport_) fail(errc::aborted, "communicator aborted by rank " + std::to_string(rank()));
+    if (transport_ && !forked()) fail(errc::aborted, "communicator aborted by rank " + std::to_string(rank()));
   }
 
   /// Fails the communicator for every rank with `code` and `why` (what their calls then throw), and
@@ -166,7 +178,7 @@ class communicator {
   /// waiting on one of those learns the reason there, before it can see this rank leave. Safe from
   /// any thread; never throws; the first failure's reason is kept.
   void fail(errc code, const std::string& why) noexcept {
-    if (!transport_) return;  // moved from: nobody to tell
+    if (!transport_ || forked()) return;  // moved from, or a fork's copy: not this process's to fail
     transport_->fail(code, why);
     if (linked_.empty()) return;
     std::string text;  // as this communicator's peers read it: the levels number their ranks otherwise
@@ -201,13 +213,14 @@ class communicator {
   /// Runs fn on this communicator's progress thread after every earlier call; the request completes
   /// when fn returns (with its exception, if any).
   request submit_async(std::function<void()> fn) {
+    (void)live();
     if (!engine_) engine_ = std::make_unique<detail::async_engine>();
     return request(engine_->submit(std::move(fn)));
   }
 
   /// Waits until every *_async call made so far has finished (a no-op on the progress thread).
   void drain_async() noexcept {
-    if (engine_ && !detail::on_progress_thread) engine_->drain();
+    if (engine_ && !detail::on_progress_thread && !forked()) engine_->drain();
   }
 
   /// Marks the calling thread as the one inside a call on this communicator until it ends (nested
@@ -264,8 +277,15 @@ class communicator {
     if (!transport_)
       COLLX_THROW(errc::invalid_argument, "collx::communicator used after it was moved from (a moved-from communicator "
                                           "may only be destroyed or assigned to)");
+    if (forked())
+      COLLX_THROW(errc::invalid_argument, "collx::communicator of rank " + std::to_string(transport_->rank()) +
+                                              " used in a child that fork() made of the process that created it; it "
+                                              "belongs to that process (the child would take part as the rank). Create "
+                                              "communicators in the child, after fork, under a job id of its own");
     return *transport_;
   }
+  /// True in a child fork() made of the process that created this communicator.
+  bool forked() const noexcept { return created_in_ != detail::fork_generation(); }
   struct aligned_delete {
     void operator()(std::byte* p) const noexcept { ::operator delete(p, std::align_val_t{64}); }
   };
@@ -280,6 +300,7 @@ class communicator {
   std::vector<std::shared_ptr<transport>> linked_;
   mutable std::atomic<std::thread::id> busy_{};  // the thread inside a call (call_scope), or none
   int exceptions_at_creation_ = std::uncaught_exceptions();  // more at destruction: destroyed by a throw
+  unsigned created_in_ = detail::fork_generation();  ///< this process, as fork_generation() tells it
   std::unique_ptr<detail::async_engine> engine_;  // last: destroyed first, after draining
 };
 

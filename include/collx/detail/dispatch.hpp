@@ -87,8 +87,9 @@ std::string call_name(const communicator& comm, collective c, std::uint64_t seq,
 /// `what()` names the call; it is built only on failure (a string per call costs small messages).
 template <class What>
 void check_not_failed(communicator& comm, What&& what) {
+  transport& t = comm.get_transport();  // (a moved-from communicator throws its own error here)
   try {
-    comm.get_transport().check();
+    t.check();
   } catch (const error& e) {
     COLLX_THROW(e.code(), std::string(what()) +
                               ": the communicator had already failed when this call began and cannot be used any more "
