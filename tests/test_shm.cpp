@@ -319,6 +319,34 @@ TEST_CASE("shm: a communicator used or destroyed in a forked child: invalid_argu
   }));
 }
 
+TEST_CASE("shm: a rank killed while shared buffers are created leaves no file in /dev/shm", "[shm]") {
+  // Rank 2 creates its file, then dies where it would meet the others. Before, the survivors
+  // threw without removing any name: their own files and rank 2's stayed in /dev/shm.
+  const int before = collx_shm_entries();
+  collx::communicator_options o;
+  o.timeout = std::chrono::seconds(30);
+  const auto res = collx::run_processes(3, [](collx::communicator& c) -> int {
+    auto* tp = dynamic_cast<collx::transport_impl::shm_transport*>(&c.get_transport());
+    if (!tp) return 9;
+    const std::vector<std::size_t> all(3, 4096);
+    try {
+      tp->map_window(tp->next_window_id(), 4096, all, [&] {
+        if (c.rank() == 2) ::raise(SIGKILL);
+        collx::barrier(c);
+      });
+    } catch (const collx::error& e) {
+      std::fprintf(stderr, "rank %d: %s\n", c.rank(), e.what());
+      return 3;
+    }
+    return 4;
+  }, o);
+  for (const auto& e : res) {
+    INFO("rank " << e.rank << " exit " << e.exit_code << " signal " << e.term_signal);
+    CHECK((e.rank == 2 ? e.term_signal == SIGKILL : e.exit_code == 3));
+  }
+  CHECK(collx_shm_entries() == before);
+}
+
 TEST_CASE("shm: 8 ranks on 2 cores finish a small allreduce quickly", "[shm]") {
   require_all_ok(collx::run_processes(8, [](collx::communicator& comm) -> int {
     std::vector<float> x(2, static_cast<float>(comm.rank()));

@@ -358,10 +358,20 @@ class shm_transport final : public transport {
     };
     (void)bytes;
     map_one(rank_, true);
-    barrier();  // every rank created its buffer
-    for (int r = 0; r < n_; ++r)
-      if (r != rank_) map_one(r, false);
-    barrier();  // every rank mapped every buffer: the names can go
+    try {
+      barrier();  // every rank created its buffer
+      for (int r = 0; r < n_; ++r)
+        if (r != rank_) map_one(r, false);
+      barrier();  // every rank mapped every buffer: the names can go
+    } catch (...) {
+      // A peer died or failed (the communicator has failed: nobody maps these any more). Remove
+      // every rank's name, a dead peer's too, or the files would stay in /dev/shm.
+      for (int r = 0; r < n_; ++r) {
+        if (void* p = w.peers[static_cast<std::size_t>(r)]) ::munmap(p, std::max<std::size_t>(all_bytes[static_cast<std::size_t>(r)], 1));
+        ::shm_unlink(name_of(r).c_str());
+      }
+      throw;
+    }
     ::shm_unlink(name_of(rank_).c_str());
     windows_.push_back(std::move(w));
     return windows_.back().peers[static_cast<std::size_t>(rank_)];
