@@ -751,6 +751,37 @@ TEST_CASE("a communicator moved from: every use is invalid_argument, not a crash
   CHECK(gone.rank() == 0);
 }
 
+TEST_CASE("threads: a rank that destroys its communicator fails the peers that wait for it, at once", "[errors][failed]") {
+  // Before, they waited for their timeout (shm already said "closed its communicator").
+  collx::communicator_options o;
+  o.timeout = std::chrono::seconds(30);
+  auto comms = collx::make_thread_communicators(3, o);
+  std::vector<std::string> errors(3);
+  std::vector<double> seconds(3, 0.0);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < 3; ++r)
+    ts.emplace_back([&, r] {
+      if (r == 2) {
+        collx::communicator leaving(std::move(comms[2]));
+        return;  // destroyed here, without a call
+      }
+      const auto t0 = std::chrono::steady_clock::now();
+      try {
+        std::vector<float> x(100, 1.0f);
+        collx::allreduce(comms[static_cast<size_t>(r)], std::span<float>(x));
+      } catch (const collx::error& e) {
+        errors[static_cast<size_t>(r)] = e.what();
+      }
+      seconds[static_cast<size_t>(r)] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    });
+  for (auto& t : ts) t.join();
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r << " after " << seconds[static_cast<size_t>(r)] << " s: " << errors[static_cast<size_t>(r)]);
+    CHECK(errors[static_cast<size_t>(r)].find("rank 2 closed its communicator") != std::string::npos);
+    CHECK(seconds[static_cast<size_t>(r)] < 10);
+  }
+}
+
 TEST_CASE("error messages name rank, world size and the call", "[errors][messages]") {
   SECTION("mismatch on the first call") {
     auto v = run_expecting(2, [](collx::communicator& c) {

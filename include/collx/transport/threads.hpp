@@ -65,7 +65,19 @@ class thread_world {
         boxes_(new mailbox[static_cast<std::size_t>(world_size) * static_cast<std::size_t>(world_size)]),
         bells_(new padded_bell[static_cast<std::size_t>(world_size)]),
         calls_(new published_calls[static_cast<std::size_t>(world_size)]),
-        costs_(topo::host_cost_model(detail::allowed_cpus())) {}
+        departed_(new std::atomic<bool>[static_cast<std::size_t>(world_size)]),
+        costs_(topo::host_cost_model(detail::allowed_cpus())) {
+    for (int r = 0; r < world_size; ++r) departed_[static_cast<std::size_t>(r)].store(false, std::memory_order_relaxed);
+  }
+
+  /// Rank r's transport is gone (its communicator destroyed): wakes every rank, so that one waiting
+  /// for r fails at once instead of at its timeout.
+  void depart(int r) noexcept {
+    departed_[static_cast<std::size_t>(r)].store(true, std::memory_order_release);
+    for (int q = 0; q < size_; ++q) bell(q).ring(false);
+  }
+  /// Whether rank r's communicator was destroyed.
+  bool departed(int r) const noexcept { return departed_[static_cast<std::size_t>(r)].load(std::memory_order_acquire); }
 
   /// Publishes rank r's current call (by rank r only).
   void announce(int r, const call_signature& sig) {
@@ -128,6 +140,7 @@ class thread_world {
   std::unique_ptr<mailbox[]> boxes_;
   std::unique_ptr<padded_bell[]> bells_;
   std::unique_ptr<published_calls[]> calls_;
+  std::unique_ptr<std::atomic<bool>[]> departed_;
   cost_model costs_;
   std::atomic<bool> failed_{false};
   std::mutex mutex_;
@@ -144,6 +157,10 @@ class threads_transport final : public transport {
     spin_ = static_cast<unsigned>(world_->size()) <= detail::usable_cpus() ? std::chrono::microseconds(50)
                                                                            : std::chrono::microseconds(0);
   }
+  /// Tells the peers this rank left (thread_world::depart).
+  ~threads_transport() override { world_->depart(rank_); }
+  threads_transport(const threads_transport&) = delete;
+  threads_transport& operator=(const threads_transport&) = delete;
 
   int rank() const noexcept override { return rank_; }
   int size() const noexcept override { return world_->size(); }
@@ -227,7 +244,7 @@ class threads_transport final : public transport {
     // message to compare, as when both broadcast as the root), and the other levels of a hierarchy
     // (and their records: a hierarchical call's ranks may never meet on a level).
     const auto st = detail::wait_until(world_->bell(rank_), false, std::chrono::nanoseconds(timeout_), spin_, ready,
-                                       [&] { return world_->failed() || records_disagree() || watched_failed(); },
+                                       [&] { return world_->failed() || records_disagree() || watched_failed() || left(peer); },
                                        std::chrono::milliseconds(20));
     if (st == detail::wait_status::ready) return;
     if (st == detail::wait_status::timed_out)
@@ -235,6 +252,20 @@ class threads_transport final : public transport {
                                   " rank " + std::to_string(peer) + " (rank " + std::to_string(rank_) +
                                   "; the peer is late, stuck, or called something else)");
     rethrow_failure();
+  }
+
+  /// True (with the world failed) if `peer` destroyed its communicator: what this rank waits for
+  /// can no longer come (a send between threads returns only once received, so nothing of a
+  /// finished call is left in flight).
+  bool left(int peer) noexcept {
+    if (!world_->departed(peer)) return false;
+    try {
+      world_->fail(errc::transport, reported("rank " + std::to_string(peer) + " closed its communicator while rank " +
+                                             std::to_string(rank_) + " waits for it; the job cannot continue"));
+    } catch (...) {
+      world_->fail(errc::transport, {});
+    }
+    return true;
   }
 
   /// True (with the world failed) if a peer's records of this call, or of an earlier one it is still
