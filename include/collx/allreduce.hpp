@@ -22,7 +22,8 @@ inline namespace v0 {
 /// Every rank calls it with the same count (send.size()), element type, op and algorithm.
 /// Combination order and rounding: see algo/ring.hpp, algo/tree.hpp, algo/direct.hpp and ops.hpp;
 /// for a given (algorithm, world size, count, type, op) the result is bit-identical on every rank and
-/// every run; algo::direct equals the sequential rank-order fold bit for bit.
+/// every run (algo::ring: for a given ring order and segment size too, see algo/ring.hpp);
+/// algo::direct equals the sequential rank-order fold bit for bit.
 /// @tparam Algo algo::ring (commutative ops only, checked at compile time), algo::tree,
 ///   algo::direct, or algo::automatic (default; chosen per call by the communicator's selector);
 ///   algo::hierarchical<Intra, Inter> runs two levels on a communicator with a hierarchy attached

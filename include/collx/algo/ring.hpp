@@ -7,7 +7,8 @@
 /// Order of combination: block c is reduced along the ring starting at the rank after c:
 /// op(...op(op(x_{c+1}, x_{c+2}), x_{c+3})..., x_c), indices being ring positions mod n. That order
 /// differs per block, so the ring needs a commutative op; it is fixed for a given (world size,
-/// count, ring order), so results are bit-identical from run to run and on every rank.
+/// count, ring order, segment size: each segment of a call is cut into its own blocks), so results
+/// are bit-identical from run to run and on every rank.
 #pragma once
 
 #include <collx/algo/schedule.hpp>
