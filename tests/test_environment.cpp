@@ -171,6 +171,10 @@ TEST_CASE("F3: per-collective algorithm overrides apply to that collective only"
   }
   CHECK(collx::env::parse_algorithms("COLLX_ALGO", "barrier:ring,send-recv:tree").for_collective(collective::send_recv) ==
         collx::algorithm::tree);
+  // all_to_all has no tree: named for it, an error; a bare "tree" leaves it to select(), which runs direct.
+  CHECK(error_of([] { collx::env::parse_algorithms("COLLX_ALGO", "all_to_all:tree"); }).find("no tree algorithm") !=
+        std::string::npos);
+  CHECK(collx::env::parse_algorithms("COLLX_ALGO", "tree").for_collective(collective::all_to_all) == collx::algorithm::tree);
   // The override reaches algo::automatic: a communicator told broadcast:ring picks ring for it only.
   scoped_env e{{"COLLX_ALGO", "broadcast:ring"}};
   auto comms = collx::make_thread_communicators(2);

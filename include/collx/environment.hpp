@@ -183,7 +183,8 @@ struct algorithm_overrides {
 };
 
 /// Parses "ring" (all collectives) or "allreduce:ring,broadcast:tree" (per collective; later
-/// entries win). Unknown collective or algorithm names are errors naming the variable.
+/// entries win). Unknown collective or algorithm names, and all_to_all:tree, are errors naming the
+/// variable (a bare "tree" sends all_to_all to direct, as communicator::select does).
 inline algorithm_overrides parse_algorithms(std::string_view name, std::string_view v) {
   algorithm_overrides o;
   std::size_t pos = 0;
@@ -202,6 +203,8 @@ inline algorithm_overrides parse_algorithms(std::string_view name, std::string_v
     } else {
       const auto c = parse_collective_name(item.substr(0, colon));
       if (!c) reject(name, v, "collective names from " + collective_names());
+      if (*c == collective::all_to_all && *a == algorithm::tree)  // (a bare "tree" leaves all_to_all direct)
+        reject(name, v, "ring or direct for all_to_all, which has no tree algorithm");
       o.per[static_cast<std::size_t>(*c)] = a;
     }
     pos = comma + 1;
