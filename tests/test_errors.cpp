@@ -7,6 +7,7 @@
 #include "reference.hpp"
 
 #include <atomic>
+#include <mutex>
 #include <chrono>
 #include <thread>
 #include <cstdint>
@@ -780,6 +781,57 @@ TEST_CASE("threads: a rank that destroys its communicator fails the peers that w
     CHECK(errors[static_cast<size_t>(r)].find("rank 2 closed its communicator") != std::string::npos);
     CHECK(seconds[static_cast<size_t>(r)] < 10);
   }
+  // A rank that leaves right after its last call does not fail a peer still finishing that call
+  // (its wait_sends may see the departure before the consumption it waits for).
+  std::atomic<int> failures{0};
+  std::string first;
+  std::mutex m;
+  for (int round = 0; round < 2000; ++round) {
+    auto pair = collx::make_thread_communicators(3, o);
+    std::vector<std::thread> rs;
+    for (int r = 0; r < 3; ++r)
+      rs.emplace_back([&, r] {
+        try {
+          collx::communicator mine(std::move(pair[uz(r)]));
+          std::vector<float> x(7, static_cast<float>(r));
+          collx::allreduce<collx::algo::direct>(mine, std::span<float>(x));
+        } catch (const collx::error& e) {
+          if (failures++ == 0) {
+            std::lock_guard<std::mutex> lock(m);
+            first = e.what();
+          }
+        }
+      });
+    for (auto& t : rs) t.join();
+  }
+  INFO(first);
+  CHECK(failures.load() == 0);
+}
+
+TEST_CASE("ranks with different ring orders: mismatch that names the ring order", "[errors][mismatch]") {
+  auto world = std::make_shared<collx::transport_impl::thread_world>(3);
+  std::vector<collx::communicator> comms;
+  for (int r = 0; r < 3; ++r) {
+    collx::communicator_options o = ref::test_options();
+    o.ring_order = r == 2 ? std::vector<int>{0, 2, 1} : std::vector<int>{0, 1, 2};
+    comms.emplace_back(std::make_shared<collx::transport_impl::threads_transport>(world, r), o);
+  }
+  std::vector<std::string> errors(3);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < 3; ++r)
+    ts.emplace_back([&, r] {
+      try {
+        std::vector<float> x(30, 1.0f);
+        collx::allreduce<collx::algo::ring>(comms[uz(r)], std::span<float>(x));
+      } catch (const collx::error& e) {
+        errors[uz(r)] = e.what();
+      }
+    });
+  for (auto& t : ts) t.join();
+  bool named = false;
+  for (const auto& e : errors) named = named || e.find("ring_order") != std::string::npos;
+  for (const auto& e : errors) INFO(e);
+  CHECK(named);
 }
 
 TEST_CASE("error messages name rank, world size and the call", "[errors][messages]") {

@@ -244,7 +244,7 @@ class threads_transport final : public transport {
     // message to compare, as when both broadcast as the root), and the other levels of a hierarchy
     // (and their records: a hierarchical call's ranks may never meet on a level).
     const auto st = detail::wait_until(world_->bell(rank_), false, std::chrono::nanoseconds(timeout_), spin_, ready,
-                                       [&] { return world_->failed() || records_disagree() || watched_failed() || left(peer); },
+                                       [&] { return world_->failed() || records_disagree() || watched_failed() || left(peer, ready); },
                                        std::chrono::milliseconds(20));
     if (st == detail::wait_status::ready) return;
     if (st == detail::wait_status::timed_out)
@@ -254,11 +254,14 @@ class threads_transport final : public transport {
     rethrow_failure();
   }
 
-  /// True (with the world failed) if `peer` destroyed its communicator: what this rank waits for
-  /// can no longer come (a send between threads returns only once received, so nothing of a
-  /// finished call is left in flight).
-  bool left(int peer) noexcept {
-    if (!world_->departed(peer)) return false;
+  /// True (with the world failed) if `peer` destroyed its communicator and `ready` still does not
+  /// hold: what this rank waits for can no longer come (a send between threads returns only once
+  /// received, so nothing of a finished call is left in flight). `ready` is asked again after the
+  /// departure is seen: the peer's last step of its last call (consuming this rank's message) comes
+  /// before its departure, and may have come after this wait last asked.
+  template <class Ready>
+  bool left(int peer, Ready& ready) noexcept {
+    if (!world_->departed(peer) || ready()) return false;
     try {
       world_->fail(errc::transport, reported("rank " + std::to_string(peer) + " closed its communicator while rank " +
                                              std::to_string(rank_) + " waits for it; the job cannot continue"));

@@ -109,7 +109,12 @@ inline std::string describe_mismatch(const call_signature& mine, int me, const c
   if (mine.algo != theirs.algo)
     return "algorithm differs: " + rp + " runs " + signature_algorithm_name(theirs.algo) + ", " + rm + " runs " +
            signature_algorithm_name(mine.algo);
-  if (mine.layout_hash != theirs.layout_hash) return "per-rank counts differ between " + rp + " and " + rm;
+  if (mine.layout_hash != theirs.layout_hash) {
+    // A ring call's hash also holds communicator_options::ring_order (dispatch.hpp): say both.
+    if (mine.algo == static_cast<std::uint8_t>(algorithm::ring))
+      return "per-rank counts differ (or the ring order, communicator_options::ring_order) between " + rp + " and " + rm;
+    return "per-rank counts differ between " + rp + " and " + rm;
+  }
   if (mine.earlier != theirs.earlier)
     return "an earlier call differs: " + rp + "'s record of the calls before #" + std::to_string(mine.seq) +
            " is not " + rm + "'s (both finished a call they disagreed on without a message showing it: a root, "
