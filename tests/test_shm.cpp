@@ -286,12 +286,13 @@ TEST_CASE("shm: a rank whose element does not fit a slot fails the communicator:
   for (const auto& r : res) CHECK(r.exit_code == 3);
 }
 
-TEST_CASE("shm: a communicator used or destroyed in a forked child: invalid_argument there, the ranks unharmed",
+TEST_CASE("shm: a communicator used, destroyed or assigned to in a forked child: invalid_argument there, the ranks "
+          "unharmed",
           "[shm]") {
   // Before: the child took part in the allreduce as rank 1 (ranks 0 and 2 summed its data, and the
   // parent's next call paired with theirs: different results per rank), and destroying its copy
   // told the peers that rank 1 had left.
-  require_all_ok(collx::run_processes(3, [](collx::communicator& c) -> int {
+  for (const bool rank1_child_assigns : {false, true}) require_all_ok(collx::run_processes(3, [rank1_child_assigns](collx::communicator& c) -> int {
     std::vector<float> x(1000, static_cast<float>(c.rank() + 1));
     if (c.rank() == 1) {
       const pid_t pid = ::fork();
@@ -304,12 +305,20 @@ TEST_CASE("shm: a communicator used or destroyed in a forked child: invalid_argu
           code = e.code() == collx::errc::invalid_argument && std::string(e.what()).find("fork()") != std::string::npos ? 0 : 11;
           if (code) std::fprintf(stderr, "child: %s\n", e.what());
         }
-        { collx::communicator taken(std::move(c)); }  // destroyed in the child: must not close rank 1
+        if (rank1_child_assigns) {  // as the README advises: a communicator of the child's own over the copy
+          collx::communicator taken(std::move(c));
+          taken = std::move(collx::make_thread_communicators(1)[0]);
+          collx::allreduce(taken, std::span<float>(x));
+          if (x[0] != 2.0f) code = 12;
+        } else {
+          collx::communicator taken(std::move(c));  // destroyed in the child: must not close rank 1
+        }
         ::_exit(code);
       }
       int status = 0;
       if (pid < 0 || ::waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return 20;
       if (WEXITSTATUS(status) != 0) return 20 + WEXITSTATUS(status);
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the peers look at rank 1's liveness meanwhile
     }
     collx::allreduce(c, std::span<float>(x));
     for (float v : x)

@@ -101,6 +101,7 @@ class communicator {
   communicator(communicator&& o) noexcept { *this = std::move(o); }
   communicator& operator=(communicator&& o) noexcept {
     if (this != &o) {
+      if (forked()) leave_to_parent();  // not torn down here: the parent's rank goes on with it
       o.drain_async();
       drain_async();
       engine_ = std::move(o.engine_);
@@ -126,10 +127,7 @@ class communicator {
   /// with the child): tearing it down would tell the peers this rank left.
   ~communicator() {
     if (forked()) {
-      (void)engine_.release();  // its thread is the parent's: there is nothing here to join
-      new std::shared_ptr<transport>(std::move(transport_));  // leaked on purpose, as the rest below
-      new std::shared_ptr<hierarchy>(std::move(hierarchy_));
-      new std::vector<std::shared_ptr<transport>>(std::move(linked_));
+      leave_to_parent();
       return;
     }
     if (transport_ && std::uncaught_exceptions() > exceptions_at_creation_)
@@ -286,6 +284,15 @@ class communicator {
   }
   /// True in a child fork() made of the process that created this communicator.
   bool forked() const noexcept { return created_in_ != detail::fork_generation(); }
+  /// In a fork's child: lets go of the parent's transport, hierarchy and progress thread without
+  /// tearing them down (which would tell the peers this rank left, or join a thread that is not
+  /// in this process). Leaked on purpose: the memory goes with the child.
+  void leave_to_parent() noexcept {
+    (void)engine_.release();
+    new std::shared_ptr<transport>(std::move(transport_));
+    new std::shared_ptr<hierarchy>(std::move(hierarchy_));
+    new std::vector<std::shared_ptr<transport>>(std::move(linked_));
+  }
   struct aligned_delete {
     void operator()(std::byte* p) const noexcept { ::operator delete(p, std::align_val_t{64}); }
   };
