@@ -20,7 +20,7 @@ static const char* const usage_text =
     "when a rank fails, the others get SIGTERM, then SIGKILL 3 s later; SIGINT, SIGTERM and SIGHUP\n"
     "  are forwarded to every rank\n"
     "exit status: the first failure's (128 + signal for a signal), 0 if every rank exits 0,\n"
-    "  2 for a usage error, 127 if the program cannot be run\n";
+    "  2 for a usage error, 127 if the program cannot be run, 1 if the ranks cannot be started\n";
 
 static int usage(const char* why) {
   std::fprintf(stderr, "collx-run: %s\n%s", why, usage_text);

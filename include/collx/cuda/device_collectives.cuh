@@ -1264,7 +1264,8 @@ struct call_check {
     const scoped_device restore;  // the caller's current device, whatever happens below
     if (!dc.failed() && cudaSetDevice(dc.device()) == cudaSuccess &&
         cudaStreamIsCapturing(stream, &capturing) == cudaSuccess && capturing == cudaStreamCaptureStatusNone) {
-      (void)launch_status(&reject_kernel<>, 1, 32, stream, dc.view());  // the error below is the one to report
+      if (launch_status(&reject_kernel<>, 1, 32, stream, dc.view()) != cudaSuccess)
+        (void)cudaGetLastError();  // the error below is the one to report
     }
     dc.mark_rejected();
     COLLX_THROW(errc::invalid_argument, std::string(name) + ": " + what);

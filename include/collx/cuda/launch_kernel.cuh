@@ -38,7 +38,9 @@ cudaError_t launch_status(void (*kernel)(Params...), unsigned blocks, unsigned t
 template <class... Params, class... Args>
 void launch_kernel(const char* what, void (*kernel)(Params...), unsigned blocks, unsigned threads, cudaStream_t stream,
                    Args&&... args) {
-  check(launch_status(kernel, blocks, threads, stream, std::forward<Args>(args)...), what);
+  const cudaError_t status = launch_status(kernel, blocks, threads, stream, std::forward<Args>(args)...);
+  if (status != cudaSuccess) (void)cudaGetLastError();  // the exception carries it (as cudaGetLastError() did)
+  check(status, what);
 }
 
 }  // namespace gpu

@@ -357,15 +357,17 @@ class shm_transport final : public transport {
       w.peers[static_cast<std::size_t>(r)] = static_cast<std::byte*>(p);
     };
     (void)bytes;
-    map_one(rank_, true);
     try {
+      map_one(rank_, true);
       barrier();  // every rank created its buffer
       for (int r = 0; r < n_; ++r)
         if (r != rank_) map_one(r, false);
       barrier();  // every rank mapped every buffer: the names can go
-    } catch (...) {
-      // A peer died or failed (the communicator has failed: nobody maps these any more). Remove
-      // every rank's name, a dead peer's too, or the files would stay in /dev/shm.
+    } catch (const error& e) {
+      // A peer died or failed, or this rank could not create or map a buffer: fail the
+      // communicator (the peers must not wait in the barriers for this rank), then remove every
+      // rank's name, a dead peer's too, or the files would stay in /dev/shm.
+      fail(e.code(), std::string("creating a shared buffer: ") + e.what());
       for (int r = 0; r < n_; ++r) {
         if (void* p = w.peers[static_cast<std::size_t>(r)]) ::munmap(p, std::max<std::size_t>(all_bytes[static_cast<std::size_t>(r)], 1));
         ::shm_unlink(name_of(r).c_str());
