@@ -37,7 +37,9 @@ inline constexpr std::array<env_var_doc, 14> environment_variables{{
      "non-commutative ops); for a device communicator's untagged all_reduce, reduce_scatter and all_gather "
      "(rank 0's), ring means algo::ring at every size and direct the direct forms at every size, unless "
      "device_options::ring_min_bytes is given"},
-    {"COLLX_SEGMENT_BYTES", "size (4096, 64K, 4M, 0x1000), at least 64; default 8M", "scratch memory per rank per call segment"},
+    {"COLLX_SEGMENT_BYTES", "size (4096, 64K, 4M, 0x1000), at least 64; default 8M",
+     "scratch memory per rank per call segment; also where `algo::ring` cuts its blocks, so its bits (ranks must agree: a "
+     "difference is a mismatch)"},
     {"COLLX_SHM_BYTES_PER_PEER", "size, at least 4096; default 1M (less for > 8 ranks: 64M / ranks^2, at least 64K)",
      "shared-memory staging per ordered pair of ranks, in 8 slots: an element type may be at most an eighth of it (a struct of more than 8 KiB needs more than the 64K floor)"},
     {"COLLX_CMA", "auto, 0 or 1 (also off/on, false/true); default auto",
@@ -45,8 +47,10 @@ inline constexpr std::array<env_var_doc, 14> environment_variables{{
      "CPUs they may use, 1 always (an error where the kernel forbids them)"},
     {"COLLX_BIND", "core or none; default core", "collx-run and run_processes pin each rank to its own allowed CPU when the ranks fit, in contiguous blocks per NUMA node (topo::pin_cpus)"},
     {"COLLX_NODE_ID", "printable characters without spaces, at most 255; default the host name",
-     "which node a rank is on, for algo::hierarchical (set it to run several \"nodes\" on one machine) and for a device "
-     "communicator, whose ranks must share one (compared on the first 63 bytes)"},
+     "which node a rank is on, read by `mpi::connect_hierarchical` for algo::hierarchical (set it to run several \"nodes\" "
+     "on one machine under mpirun) and by a device communicator, whose ranks must share one (compared on the first 63 "
+     "bytes); `collx-run` and `connect_shm` ignore it (one machine is one node there; "
+     "`make_hierarchical_thread_communicators` takes node ids as an argument)"},
     {"COLLX_GPU_WIRING", "auto or off (also 1/0, on, true/false); default auto",
      "whether a device communicator's rank 0 reads how the GPUs are wired (sysfs, NVML) when created, for the "
      "figures its device_options leave at their defaults (gpu::device_options::discover_wiring); off: collx's defaults"},
