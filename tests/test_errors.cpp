@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <mutex>
+#include <stdexcept>
 #include <chrono>
 #include <thread>
 #include <cstdint>
@@ -832,6 +833,76 @@ TEST_CASE("ranks with different ring orders: mismatch that names the ring order"
   for (const auto& e : errors) named = named || e.find("ring_order") != std::string::npos;
   for (const auto& e : errors) INFO(e);
   CHECK(named);
+}
+
+namespace {
+thread_local bool refuse_here = false;  // set on one rank's thread: its op (or selector) throws there only
+struct refusing_sum {
+  static constexpr bool commutative = true;
+  float operator()(float a, float b) const {
+    if (refuse_here) throw std::runtime_error("the op refused");
+    return a + b;
+  }
+};
+}  // namespace
+
+TEST_CASE("a user op or selector that throws something else than collx::error fails the communicator at once",
+          "[errors][failed]") {
+  // Before, the thrower left the call with its communicator usable and its peers waited for their
+  // timeout (between threads reading its freed buffer meanwhile, as ASan showed).
+  collx::communicator_options o;
+  o.timeout = std::chrono::seconds(30);
+  for (const bool in_selector : {false, true}) {
+    INFO((in_selector ? "selector" : "op") << " throws");
+    collx::communicator_options oo = o;
+    if (in_selector)
+      oo.selector = [](const collx::selection_query&) {
+        if (refuse_here) throw std::runtime_error("the selector refused");
+        return collx::algorithm::direct;
+      };
+    auto comms = collx::make_thread_communicators(3, oo);
+    std::vector<std::string> errors(3);
+    std::vector<double> seconds(3, 0.0);
+    std::vector<bool> std_error(3, false);
+    std::vector<std::thread> ts;
+    for (int r = 0; r < 3; ++r)
+      ts.emplace_back([&, r] {
+        refuse_here = r == 1;
+        const auto t0 = std::chrono::steady_clock::now();
+        try {
+          auto x = std::make_unique<std::vector<float>>(5000, 1.0f);
+          collx::allreduce(comms[uz(r)], std::span<float>(*x), refusing_sum{});
+        } catch (const collx::error& e) {
+          errors[uz(r)] = e.what();
+        } catch (const std::runtime_error& e) {  // the thrower's own exception goes through unchanged
+          errors[uz(r)] = e.what();
+          std_error[uz(r)] = true;
+        }
+        seconds[uz(r)] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        try {
+          collx::barrier(comms[uz(r)]);
+          errors[uz(r)] += " / the communicator still worked";
+        } catch (const collx::error&) {
+        }
+      });
+    for (auto& t : ts) t.join();
+    for (int r = 0; r < 3; ++r) {
+      INFO("rank " << r << " after " << seconds[uz(r)] << " s: " << errors[uz(r)]);
+      CHECK(errors[uz(r)].find("refused") != std::string::npos);
+      CHECK(errors[uz(r)].find("still worked") == std::string::npos);
+      CHECK(std_error[uz(r)] == (r == 1));
+      CHECK(seconds[uz(r)] < 10);
+    }
+  }
+  // A selector's answer that is no algorithm: invalid_argument, not a call that does nothing.
+  collx::communicator_options bad = o;
+  bad.selector = [](const collx::selection_query&) { return static_cast<collx::algorithm>(3); };
+  std::vector<float> y(4, 1.0f);
+  REQUIRE_THROWS_WITH(collx::run_threads(2, [&](collx::communicator& c) {
+                        std::vector<float> z(y);
+                        collx::allreduce(c, std::span<float>(z));
+                      }, bad),
+                      Catch::Contains("selector returned algorithm 3"));
 }
 
 TEST_CASE("error messages name rank, world size and the call", "[errors][messages]") {

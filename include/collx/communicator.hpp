@@ -203,6 +203,9 @@ class communicator {
   algorithm select(const selection_query& q) const {
     const auto forced = options_.algorithm_overrides.for_collective(q.coll);
     algorithm a = forced ? *forced : options_.selector ? options_.selector(q) : live().costs().choose(q);
+    if (a != algorithm::ring && a != algorithm::tree && a != algorithm::direct)
+      COLLX_THROW(errc::invalid_argument, "communicator_options::selector returned algorithm " +
+                                              std::to_string(static_cast<int>(a)) + ", not ring, tree or direct");
     if (a == algorithm::ring && !q.commutative) a = algorithm::direct;
     if (a == algorithm::tree && q.coll == collective::all_to_all) a = algorithm::direct;
     return a;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <exception>
 #include <numeric>
 #include <optional>
 #include <span>
@@ -94,6 +95,22 @@ void check_not_failed(communicator& comm, What&& what) {
     COLLX_THROW(e.code(), std::string(what()) +
                               ": the communicator had already failed when this call began and cannot be used any more "
                               "(every rank's later calls fail at once); the first failure: " + e.what());
+  }
+}
+
+/// Called in a catch block of a call that an exception cuts short: fails the communicator with the
+/// exception's text (a std::exception that is not a collx::error, e.g. from a user's op or
+/// selector, as errc::aborted), so that the peers, left in the call, learn why now instead of at
+/// their timeout. `call` names the call. A no-op when the communicator failed already.
+inline void fail_for_escaping(communicator& comm, const std::string& call) {
+  try {
+    throw;
+  } catch (const error& e) {
+    comm.fail(e.code(), call + ": " + e.what());
+  } catch (const std::exception& e) {
+    comm.fail(errc::aborted, call + ": " + e.what());
+  } catch (...) {
+    comm.fail(errc::aborted, call + ": an exception that is not a std::exception");
   }
 }
 
@@ -281,7 +298,13 @@ inline void run_flat_untyped(communicator& comm, collective coll, bool in_place,
   // The bytes the selector sees.
   const std::size_t total = elements_moved(coll, lay);
   selection_query q{coll, n, total * tc.value_size, tc.commutative || !reduces};
-  const algorithm alg = fixed ? *fixed : comm.select(q);
+  algorithm alg = algorithm::direct;
+  try {
+    alg = fixed ? *fixed : comm.select(q);
+  } catch (...) {  // the user's selector threw: the peers are in the call already
+    fail_for_escaping(comm, call_name(comm, coll, 0, tc.type_name, tc.op_name, "", lay.varying));
+    throw;
+  }
 
   call_signature sig = layout_signature(coll, lay, root, tc.value_size, tc.type_hash, tc.op_hash);
   sig.algo = static_cast<std::uint8_t>(alg);
@@ -399,6 +422,9 @@ inline void run_flat_untyped(communicator& comm, collective coll, bool in_place,
     const std::string what = name() + ": " + e.what();
     comm.fail(e.code(), what);
     COLLX_THROW(e.code(), what);
+  } catch (...) {  // a user's op threw something else: fail as well, and let it through as it is
+    fail_for_escaping(comm, name());
+    throw;
   }
 }
 

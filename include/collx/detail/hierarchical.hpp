@@ -375,6 +375,9 @@ inline void run_hierarchical_untyped(communicator& comm, collective coll, const 
       (void)comm.get_transport().failure(code, world_why);  // another rank's, if it failed the world first
     }
     COLLX_THROW(code, name + ": " + as_seen_by(comm.rank(), std::move(world_why)));
+  } catch (...) {  // a user's op threw something else: its level failed; fail the whole communicator too
+    fail_for_escaping(comm, name);
+    throw;
   }
 }
 

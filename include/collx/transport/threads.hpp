@@ -175,7 +175,12 @@ class threads_transport final : public transport {
   void check() override {
     if (world_->failed()) rethrow_failure();
   }
-  void fail(errc code, const std::string& why) noexcept override { world_->fail(code, reported(why)); }
+  /// Fails the world, then waits until no peer still copies out of a message of this rank's: the
+  /// caller may be leaving its call (an exception from its op) and free the buffer behind it.
+  void fail(errc code, const std::string& why) noexcept override {
+    world_->fail(code, reported(why));
+    quiesce();
+  }
   void adopt_failure(errc code, const std::string& why) noexcept override { world_->fail(code, why); }
   bool failure(errc& code, std::string& why) noexcept override { return world_->failure(code, why); }
 
