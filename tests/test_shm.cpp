@@ -356,6 +356,32 @@ TEST_CASE("shm: a rank killed while shared buffers are created leaves no file in
   CHECK(collx_shm_entries() == before);
 }
 
+TEST_CASE("shm: a request pending when the process forked throws in the child instead of waiting forever", "[shm]") {
+  require_all_ok(collx::run_processes(3, [](collx::communicator& c) -> int {
+    std::vector<float> y(100, static_cast<float>(c.rank() + 1));
+    if (c.rank() != 1) {
+      collx::allreduce(c, std::span<float>(y));
+    } else {
+      collx::request req = collx::allreduce_async(c, std::span<float>(y));
+      const pid_t pid = ::fork();
+      if (pid == 0) {
+        ::alarm(20);  // a wait that never returns fails the test by signal, not by hanging it
+        try {
+          req.wait();
+          ::_exit(10);
+        } catch (const collx::error& e) {
+          ::_exit(e.code() == collx::errc::invalid_argument ? 0 : 11);
+        }
+      }
+      int status = 0;
+      if (pid < 0 || ::waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return 20;
+      if (WEXITSTATUS(status) != 0) return 20 + WEXITSTATUS(status);
+      req.wait();
+    }
+    return y[99] == 6.0f ? 0 : 2;
+  }));
+}
+
 TEST_CASE("shm: 8 ranks on 2 cores finish a small allreduce quickly", "[shm]") {
   require_all_ok(collx::run_processes(8, [](collx::communicator& comm) -> int {
     std::vector<float> x(2, static_cast<float>(comm.rank()));

@@ -11,6 +11,9 @@
 #include <mutex>
 #include <thread>
 
+#include <collx/detail/fork_generation.hpp>
+#include <collx/error.hpp>
+
 namespace collx {
 inline namespace v0 {
 
@@ -108,8 +111,11 @@ class request {
   explicit request(std::shared_ptr<detail::request_state> s) : state_(std::move(s)) {}
   /// Blocks until the call finished; rethrows its collx::error if it failed. A default-constructed
   /// or already waited request returns at once.
+  /// @throws collx::error (errc::invalid_argument) in a child fork() made of the process that
+  ///         started the call: the call runs there, on a thread the child does not have.
   void wait() {
     if (!state_) return;
+    check_process();
     std::unique_lock<std::mutex> lock(state_->m);
     state_->cv.wait(lock, [&] { return state_->done; });
     auto err = state_->error;
@@ -120,6 +126,7 @@ class request {
   /// True if the call finished (then like wait(): rethrows its error, once).
   bool test() {
     if (!state_) return true;
+    check_process();
     {
       std::lock_guard<std::mutex> lock(state_->m);
       if (!state_->done) return false;
@@ -129,7 +136,13 @@ class request {
   }
 
  private:
+  void check_process() const {
+    if (created_in_ != detail::fork_generation())
+      COLLX_THROW(errc::invalid_argument, "collx::request waited on in a child that fork() made of the process that "
+                                          "started the call; the call runs in that process, not here");
+  }
   std::shared_ptr<detail::request_state> state_;
+  unsigned created_in_ = detail::fork_generation();  ///< this process, as fork_generation() tells it
 };
 
 }  // namespace v0
