@@ -1151,7 +1151,8 @@ inline communicator connect_shm_from_environment(const communicator_options& opt
 /// input and writes it into every rank's output (detail/shared_allreduce.hpp), so peers also write
 /// into this memory during such calls. Counts may differ between ranks.
 /// Creating and destroying it are collective (every rank, same order, like MPI_Win_allocate and
-/// MPI_Win_free): both synchronise the ranks. Contents start zeroed.
+/// MPI_Win_free): both synchronise the ranks. Contents start zeroed. It keeps a pointer to `comm`,
+/// which must outlive it and stay where it is (not moved from) until it is destroyed.
 /// @throws collx::error invalid_argument (the communicator is not a shared-memory one), system
 ///   (shared memory full), and what barrier/all_gather throw.
 template <element T>
