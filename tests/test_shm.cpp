@@ -728,27 +728,31 @@ TEST_CASE("shm: a staging size whose segment would wrap around is refused before
   CHECK(collx_shm_entries() == baseline);
 }
 
-TEST_CASE("shm: ranks set up for other staging sizes fail at once, and a start that times out leaves no segment", "[shm]") {
+TEST_CASE("shm: ranks set up for other staging sizes fail at once, rank 0 too, and leave no segment", "[shm]") {
   // Rank 0 (a thread here) makes the job's segment and waits for rank 1. Rank 1 asks for another
   // staging size (its own COLLX_SHM_BYTES_PER_PEER): it fails at once with both sizes named, not
-  // after the connect timeout with "did not appear". Rank 0's wait then times out, and it removes
-  // the segment, which no rank can use.
+  // after the connect timeout with "did not appear", and tells rank 0 (the same start), which
+  // fails with its reason instead of waiting out its connect timeout (60 s by default; before,
+  // it then blamed "missing: rank 1"), and removes the segment, which no rank can use.
   const std::string job = "test-disagree-" + std::to_string(::getpid());
   const std::string path = "/dev/shm" + collx::transport_impl::shm_transport::segment_name(job);
   std::string rank0;
+  std::chrono::steady_clock::duration rank0_waited{};
   std::thread first([&] {
     collx::shm_options shm;
     shm.bytes_per_peer = 64 << 10;
-    shm.connect_timeout = 4s;
+    shm.connect_timeout = 20s;
+    const auto start = std::chrono::steady_clock::now();
     try {
-      collx::connect_shm(collx::launch_info{0, 2, 0, 2, job, "test"}, {}, shm);
+      collx::connect_shm(collx::launch_info{0, 2, 0, 2, job, "test", "start-1"}, {}, shm);  // one start (collx-run sets it)
       rank0 = "rank 0 connected alone";
     } catch (const collx::error& e) {
-      // The timeout names the rank that never attached (rank 1 left without attaching).
-      rank0 = e.code() == collx::errc::timeout && std::string(e.what()).find("(missing: rank 1)") != std::string::npos
+      rank0 = e.code() == collx::errc::mismatch && std::string(e.what()).find("rank 1 failed") != std::string::npos &&
+                      std::string(e.what()).find("COLLX_SHM_BYTES_PER_PEER") != std::string::npos
                   ? ""
                   : e.what();
     }
+    rank0_waited = std::chrono::steady_clock::now() - start;
   });
   const auto deadline = std::chrono::steady_clock::now() + 30s;
   while (!std::filesystem::exists(path) && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(5ms);
@@ -758,7 +762,7 @@ TEST_CASE("shm: ranks set up for other staging sizes fail at once, and a start t
   shm.connect_timeout = 20s;
   const auto t0 = std::chrono::steady_clock::now();
   try {
-    collx::connect_shm(collx::launch_info{1, 2, 1, 2, job, "test"}, {}, shm);
+    collx::connect_shm(collx::launch_info{1, 2, 1, 2, job, "test", "start-1"}, {}, shm);
     FAIL("rank 1 joined a segment set up for another staging size");
   } catch (const collx::error& e) {
     CHECK(e.code() == collx::errc::mismatch);
@@ -768,6 +772,7 @@ TEST_CASE("shm: ranks set up for other staging sizes fail at once, and a start t
   CHECK(std::chrono::steady_clock::now() - t0 < 3s);
   first.join();
   CHECK(rank0 == "");
+  CHECK(rank0_waited < 10s);
   CHECK_FALSE(std::filesystem::exists(path));
   ::shm_unlink(collx::transport_impl::shm_transport::segment_name(job).c_str());
 }

@@ -817,7 +817,7 @@ class shm_transport final : public transport {
   /// join: another start's (launch_info::launch_id), or set up for another world size or staging
   /// size than this rank's. Then what differs, so that the rank fails now instead of joining
   /// another job's ranks or waiting out the connect timeout for a segment that will never fit.
-  std::string live_segment_disagrees(int fd, std::size_t size) const {
+  std::string live_segment_disagrees(int fd, std::size_t size, bool* same_start = nullptr) const {
     if (size < sizeof(shm_segment::header)) return "";  // rank 0 is still creating it
     void* p = ::mmap(nullptr, sizeof(shm_segment::header), PROT_READ, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) return "";
@@ -833,14 +833,32 @@ class shm_transport final : public transport {
       why = "shared memory " + name_ + " belongs to another start of this job id (rank 0 pid " + std::to_string(h->creator_pid) +
             ", COLLX_LAUNCH_ID " + theirs + "; this rank's is " + launch_id_ +
             "): two jobs were given the same COLLX_JOB_ID; give each its own";
-    else if (h->world_size != n_ || h->total_bytes != bytes_)
+    else if (h->world_size != n_ || h->total_bytes != bytes_) {
+      if (same_start) *same_start = !theirs.empty() && theirs == launch_id_;
       why = "shared memory " + name_ + " was set up by rank 0 (pid " + std::to_string(h->creator_pid) + ") for " +
             std::to_string(h->world_size) + " ranks and " + std::to_string(h->slot_bytes * h->slots) +
             " staging bytes per pair, this rank has " + std::to_string(n_) + " ranks and " +
             std::to_string(slot_bytes_ * slots_) +
             ": the ranks disagree on the world size or COLLX_SHM_BYTES_PER_PEER, or another job has this job id";
+    }
     ::munmap(p, sizeof(shm_segment::header));
     return why;
+  }
+
+  /// Publishes `why` as the failure of rank 0's segment, so that rank 0, waiting for the ranks to
+  /// attach, ends now with this rank's reason instead of at its connect timeout. Only for a
+  /// segment of this very start (same COLLX_LAUNCH_ID): another job's is left alone.
+  void tell_rank0(int fd, const std::string& why) const noexcept {
+    void* p = ::mmap(nullptr, sizeof(shm_segment::header), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) return;
+    auto* h = static_cast<shm_segment::header*>(p);
+    std::uint32_t expected = 0;
+    if (h->fail_lock.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
+      h->fail_code = static_cast<std::uint32_t>(errc::mismatch);
+      std::snprintf(h->fail_reason, sizeof h->fail_reason, "rank %d failed: %s", rank_, why.c_str());
+      h->failed.store(1, std::memory_order_release);
+    }
+    ::munmap(p, sizeof(shm_segment::header));
   }
 
   [[noreturn]] void system_error(const std::string& what, int err) {
@@ -920,7 +938,9 @@ class shm_transport final : public transport {
           const std::size_t marker = shm_segment::align_up(sizeof(shm_segment::header), 4096);
           const bool sized = ::fstat(fd, &st) == 0;
           if (sized && static_cast<std::size_t>(st.st_size) != marker) {
-            if (const std::string why = live_segment_disagrees(fd, static_cast<std::size_t>(st.st_size)); !why.empty()) {
+            bool ours = false;
+            if (const std::string why = live_segment_disagrees(fd, static_cast<std::size_t>(st.st_size), &ours); !why.empty()) {
+              if (ours) tell_rank0(fd, why);
               ::close(fd);
               COLLX_THROW(errc::mismatch, "rank " + std::to_string(rank_) + "/" + std::to_string(n_) + ": " + why);
             }
@@ -944,7 +964,9 @@ class shm_transport final : public transport {
                   map_bytes == bytes_ && !detail::process_dead(h->creator_pid, h->creator_start) &&
                   h->world_size == n_) {
                 // Ready now, perhaps not when live_segment_disagrees looked: ask again before joining.
-                if (const std::string why = live_segment_disagrees(fd, map_bytes); !why.empty()) {
+                bool ours = false;
+                if (const std::string why = live_segment_disagrees(fd, map_bytes, &ours); !why.empty()) {
+                  if (ours) tell_rank0(fd, why);
                   ::munmap(p, map_bytes);
                   ::close(fd);
                   COLLX_THROW(errc::mismatch, "rank " + std::to_string(rank_) + "/" + std::to_string(n_) + ": " + why);
@@ -1028,7 +1050,10 @@ class shm_transport final : public transport {
                                                               missing + ")") +
                                        job_id_hint());
       }
-      if (st == detail::wait_status::interrupted) raise_failure();
+      if (st == detail::wait_status::interrupted) {
+        unlink_name_if_ours();  // as for the timeout: the job cannot start
+        raise_failure();
+      }
     };
     connect_wait(all_attached);
 
