@@ -96,7 +96,7 @@ COLLX_HOST_DEVICE constexpr T via_float(T a, T b, F f) noexcept {
 /// call operator, `static constexpr bool commutative = true` and a `name`.
 namespace ops {
 
-/// Addition (integers wrap; narrow floats widen to fp32).
+/// Addition (integers wrap; narrow floats widen to fp32; std::complex too).
 struct sum {
   static constexpr bool commutative = true;
   static constexpr const char* name = "sum";
@@ -106,12 +106,13 @@ struct sum {
     else return a + b;
   }
   template <class T> requires is_narrow_float_v<T>
-  COLLX_HOST_DEVICE constexpr T operator()(T a, T b) const noexcept { return detail::via_float(a, b, *this); }  /// Complex addition (constexpr, not COLLX_HOST_DEVICE: std::complex's operators are constexpr only).
+  COLLX_HOST_DEVICE constexpr T operator()(T a, T b) const noexcept { return detail::via_float(a, b, *this); }
+  /// Complex addition (constexpr, not COLLX_HOST_DEVICE: std::complex's operators are constexpr only).
   template <detail::std_complex T>
   constexpr T operator()(const T& a, const T& b) const noexcept { return a + b; }
 };
 
-/// Multiplication (integers wrap; narrow floats widen to fp32).
+/// Multiplication (integers wrap; narrow floats widen to fp32; std::complex too).
 struct prod {
   static constexpr bool commutative = true;
   static constexpr const char* name = "prod";
@@ -121,7 +122,8 @@ struct prod {
     else return a * b;
   }
   template <class T> requires is_narrow_float_v<T>
-  COLLX_HOST_DEVICE constexpr T operator()(T a, T b) const noexcept { return detail::via_float(a, b, *this); }  /// Complex multiplication: std::complex's (constexpr, as sum's).
+  COLLX_HOST_DEVICE constexpr T operator()(T a, T b) const noexcept { return detail::via_float(a, b, *this); }
+  /// Complex multiplication: std::complex's (constexpr, as sum's).
   template <detail::std_complex T>
   constexpr T operator()(const T& a, const T& b) const noexcept { return a * b; }
 };

@@ -582,14 +582,17 @@ class shm_transport final : public transport {
 
   /// Fails the job with `text`, what every rank's calls then throw (the first failure is kept).
   void publish_failure(errc code, const std::string& text) noexcept {
-    shm_segment::header* h = hdr();
-    std::uint32_t expected = 0;
-    if (h->fail_lock.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
-      h->fail_code = static_cast<std::uint32_t>(code);
-      std::snprintf(h->fail_reason, sizeof h->fail_reason, "%s", text.c_str());
-      h->failed.store(1, std::memory_order_release);
-    }
+    write_failure(*hdr(), code, text);
     for (int r = 0; r < n_; ++r) peer(r).bell.ring(true);
+  }
+  /// Records `code` and `text` as segment `h`'s failure unless one is recorded already.
+  static void write_failure(shm_segment::header& h, errc code, const std::string& text) noexcept {
+    std::uint32_t expected = 0;
+    if (h.fail_lock.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
+      h.fail_code = static_cast<std::uint32_t>(code);
+      std::snprintf(h.fail_reason, sizeof h.fail_reason, "%s", text.c_str());
+      h.failed.store(1, std::memory_order_release);
+    }
   }
 
   [[noreturn]] void raise_failure() {
@@ -851,12 +854,11 @@ class shm_transport final : public transport {
   void tell_rank0(int fd, const std::string& why) const noexcept {
     void* p = ::mmap(nullptr, sizeof(shm_segment::header), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) return;
-    auto* h = static_cast<shm_segment::header*>(p);
-    std::uint32_t expected = 0;
-    if (h->fail_lock.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
-      h->fail_code = static_cast<std::uint32_t>(errc::mismatch);
-      std::snprintf(h->fail_reason, sizeof h->fail_reason, "rank %d failed: %s", rank_, why.c_str());
-      h->failed.store(1, std::memory_order_release);
+    // (no bell: rank 0's attach wait looks at the failure every 50 ms)
+    try {
+      write_failure(*static_cast<shm_segment::header*>(p), errc::mismatch, reported_by(rank_, why));
+    } catch (...) {  // no memory for the text: the failure without it
+      write_failure(*static_cast<shm_segment::header*>(p), errc::mismatch, {});
     }
     ::munmap(p, sizeof(shm_segment::header));
   }
