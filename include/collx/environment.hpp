@@ -172,11 +172,14 @@ inline std::optional<collective> parse_collective_name(std::string_view s) {
   return std::nullopt;
 }
 
-/// Every name parse_collective_name accepts, comma-separated, in enum order ("allreduce, ...,
-/// send_recv"), for messages: built from all_collectives, so it never lists fewer.
-inline std::string collective_names() {
+/// The collectives COLLX_ALGO may name, comma-separated, in enum order ("allreduce, ...,
+/// all_to_all"), for messages: barrier and send_recv run one fixed schedule, so naming them
+/// would do nothing.
+inline std::string choosable_collective_names() {
   std::string r;
-  for (collective c : all_collectives) r.append(r.empty() ? "" : ", ").append(collective_name(c));
+  for (collective c : all_collectives)
+    if (c != collective::barrier && c != collective::send_recv)
+      r.append(r.empty() ? "" : ", ").append(collective_name(c));
   return r;
 }
 
@@ -187,8 +190,9 @@ struct algorithm_overrides {
 };
 
 /// Parses "ring" (all collectives) or "allreduce:ring,broadcast:tree" (per collective; later
-/// entries win). Unknown collective or algorithm names, and all_to_all:tree, are errors naming the
-/// variable (a bare "tree" sends all_to_all to direct, as communicator::select does).
+/// entries win). Unknown collective or algorithm names, barrier or send_recv (which have no
+/// algorithm to choose) and all_to_all:tree are errors naming the variable (a bare "tree" sends
+/// all_to_all to direct, as communicator::select does).
 inline algorithm_overrides parse_algorithms(std::string_view name, std::string_view v) {
   algorithm_overrides o;
   std::size_t pos = 0;
@@ -206,7 +210,9 @@ inline algorithm_overrides parse_algorithms(std::string_view name, std::string_v
       for (auto& slot : o.per) slot = a;
     } else {
       const auto c = parse_collective_name(item.substr(0, colon));
-      if (!c) reject(name, v, "collective names from " + collective_names());
+      if (!c || *c == collective::barrier || *c == collective::send_recv)
+        reject(name, v, "collective names from " + choosable_collective_names() +
+                            " (barrier and send_recv have no algorithm to choose)");
       if (*c == collective::all_to_all && *a == algorithm::tree)  // (a bare "tree" leaves all_to_all direct)
         reject(name, v, "ring or direct for all_to_all, which has no tree algorithm");
       o.per[static_cast<std::size_t>(*c)] = a;
