@@ -537,6 +537,25 @@ TEST_CASE("ranks that disagree: mismatch on every rank, the differing field name
     SECTION("count: 16 vs 17 (" + fa.first + ")") {
       require_mismatch(allreduce_of<float>(16), allreduce_of<float>(17), "count differs", o);
     }
+    if (fa.first != "tree")  // all_to_all has none
+      SECTION("all_to_all count: named per block, as the send count / world size (" + fa.first + ")") {
+        auto a2a = [](size_t block) {
+          return [block](collx::communicator& c) {
+            std::vector<float> s(block * uz(c.size())), r(s.size());
+            collx::all_to_all(c, std::span<const float>(s), std::span<float>(r));
+          };
+        };
+        require_mismatch(a2a(3), a2a(4), "count per block (the send count / world size) differs", o);
+      }
+    SECTION("all_gather count: named per rank (" + fa.first + ")") {
+      auto ag = [](size_t block) {
+        return [block](collx::communicator& c) {
+          std::vector<float> s(block), r(block * uz(c.size()));
+          collx::all_gather(c, std::span<const float>(s), std::span<float>(r));
+        };
+      };
+      require_mismatch(ag(3), ag(4), "count per rank (the send count;", o);
+    }
     SECTION("reduce_scatter_v counts: same total, different split (" + fa.first + ")") {
       auto rs = [](std::vector<size_t> counts) {
         return [counts](collx::communicator& c) {

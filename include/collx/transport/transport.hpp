@@ -88,8 +88,15 @@ inline std::string describe_mismatch(const call_signature& mine, int me, const c
            "): a rank skipped or added a call, or passed a count of zero where others did not";
   if (mine.coll != theirs.coll || mine.varying != theirs.varying)
     return "collective differs: " + rp + " called " + called(theirs) + ", " + rm + " called " + called(mine);
-  if (mine.count != theirs.count)
-    return field(mine.varying ? "count (the sum of the per-rank counts)" : "count", theirs.count, mine.count);
+  if (mine.count != theirs.count) {
+    // Named as the user passed it: the signature holds a block's count where the call takes n blocks.
+    const char* what = "count";
+    if (mine.varying) what = "count (the sum of the per-rank counts)";
+    else if (mine.coll == collective::all_to_all) what = "count per block (the send count / world size)";
+    else if (mine.coll == collective::reduce_scatter) what = "count per rank (the recv count; send holds world size times it)";
+    else if (mine.coll == collective::all_gather) what = "count per rank (the send count; recv holds world size times it)";
+    return field(what, theirs.count, mine.count);
+  }
   if (mine.type_size != theirs.type_size || mine.type_hash != theirs.type_hash) {
     auto type = [](const call_signature& c) {
       const std::string bytes = std::to_string(c.type_size) + "-byte";
