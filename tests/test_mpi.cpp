@@ -360,16 +360,19 @@ void rejection_reaches_levels(collx::communicator& c) {
   check(s < 10.0, "rejection seen on every level in " + std::to_string(s) + " s");
 }
 
-// Rank 1 names another root for a hierarchical broadcast than the others. Over MPI a root's sends
-// complete without a receiver, so every rank may finish the call, rank 1 with other data, and
-// no level call ever sees the difference. The next world call (a flat barrier) must fail with the
-// root named on every rank: each message carries a digest of the sender's earlier calls.
-void hierarchical_root_disagreement(collx::communicator& c) {
+// Rank 1 names another root for a hierarchical broadcast than the others. Over MPI a small
+// root's sends complete without a receiver, so every rank may finish the call, rank 1 with other
+// data, and no level call ever sees the difference. The next world call (a flat barrier) must fail
+// with the root named on every rank: each message carries a digest of the sender's earlier calls.
+// A large root's sends (MPI's rendezvous protocol) wait for a receiver that never comes: the
+// ranks waiting in a level must learn of the disagreement too (the world's records, sent after
+// 50 ms), not wait for their timeout (before: 60 s, a timeout).
+void hierarchical_root_disagreement(collx::communicator& c, std::size_t count) {
   const auto t0 = std::chrono::steady_clock::now();
   collx::errc code = collx::errc::internal;
   std::string why;
   try {
-    std::vector<int> v(64, c.rank());
+    std::vector<int> v(count, c.rank());
     collx::broadcast<collx::algo::hierarchical<>>(c, std::span<int>(v), c.rank() == 1 ? 1 : 0);
     collx::barrier(c);
   } catch (const collx::error& e) {
@@ -380,7 +383,7 @@ void hierarchical_root_disagreement(collx::communicator& c) {
   check(code == collx::errc::mismatch,
         "a root that differs in a hierarchical call fails the next call (got " + std::to_string(static_cast<int>(code)) + ")");
   check(why.find("root differs") != std::string::npos, "the root is named: " + why);
-  check(s < 10.0, "the root disagreement seen in " + std::to_string(s) + " s");
+  check(s < 10.0, "the root disagreement (" + std::to_string(count) + " elements) seen in " + std::to_string(s) + " s");
 }
 
 // Rank 1's own code throws between two all-reduces, destroying its communicator on the way out.
@@ -472,7 +475,11 @@ int main(int argc, char** argv) {
     }
     {
       collx::communicator c = collx::mpi::connect_hierarchical(MPI_COMM_WORLD);
-      hierarchical_root_disagreement(c);
+      hierarchical_root_disagreement(c, 64);
+    }
+    {
+      collx::communicator c = collx::mpi::connect_hierarchical(MPI_COMM_WORLD);
+      hierarchical_root_disagreement(c, std::size_t{1} << 20);
     }
     left_by_exception();
   } catch (const std::exception& e) {

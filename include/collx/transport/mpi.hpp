@@ -223,6 +223,7 @@ class mpi_transport final : public transport {
     enter();
     history_[sig.seq % published_call_history] = sig;
     current_ = sig;
+    announced_at_ = std::chrono::steady_clock::now();
     std::erase_if(query_sends_, [](auto& q) {  // queries delivered: their bytes can go
       int done = 0;
       return MPI_Test(&q.first, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done;
@@ -241,6 +242,25 @@ class mpi_transport final : public transport {
     enter();
     (void)sig;  // the current call (announce came first)
     for (int p = 0; p < size_; ++p) query(p);
+  }
+
+  /// The world transport of an algo::hierarchical call moves no message of its own: ranks that
+  /// disagree on the call (a root) may take level calls that never meet, and wait there until their
+  /// timeout. The levels' waits call this (transport::watched_failed, every 50 ms). Once such a
+  /// call has run query_after, this rank sends every peer its record of it (query, once per call
+  /// and peer); it takes in the peers' notices and queries, comparing those with its own records
+  /// (answer). A peer whose record differs fails the communicator, naming the field, when it next
+  /// polls: in a wait, or at its next call. True when this transport has failed.
+  bool records_disagree() noexcept override {
+    if (failed_.load(std::memory_order_acquire)) return true;
+    try {
+      enter();
+      poll_control();
+      if (current_.algo == hierarchical_signature_algo && std::chrono::steady_clock::now() - announced_at_ > query_after)
+        for (int p = 0; p < size_; ++p) query(p);
+    } catch (...) {  // poll_control failed (it fails the transport) or no memory: the timeout still ends the wait
+    }
+    return failed_.load(std::memory_order_acquire);
   }
 
   void fail(errc code, const std::string& why) noexcept override { fail_with_notice(code, why, true); }
@@ -632,6 +652,7 @@ class mpi_transport final : public transport {
   // Signature queries (the owner thread only).
   std::uint64_t token_ = 0;                                            // agreed at construction
   call_signature current_;                                             // the call announced last
+  std::chrono::steady_clock::time_point announced_at_{};               // ... and when
   call_signature history_[published_call_history];                     // call k at k % history
   std::vector<std::uint64_t> queried_;                                 // per peer: the call last queried
   std::vector<std::pair<int, query_message>> early_queries_;          // for calls not reached yet

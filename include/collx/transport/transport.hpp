@@ -352,7 +352,8 @@ class transport {
   /// Compares this rank's current call with the records its peers publish (threads, shm:
   /// first_disagreement) and fails this transport when they differ: true then. The transports of
   /// a hierarchy run it on those they watch (at most every 50 ms), as the world's call may be one
-  /// whose ranks took level calls that never meet. Default (MPI: peers publish nothing): false.
+  /// whose ranks took level calls that never meet. Default: false. MPI, whose peers publish
+  /// nothing, sends its record of a hierarchical call to the peers instead (mpi_transport).
   /// Called from the waits of the transports that watch this one: all transports of a rank's
   /// hierarchy are driven by one thread at a time (the communicator's call_scope).
   virtual bool records_disagree() noexcept { return false; }
