@@ -119,10 +119,12 @@ class communicator {
     }
     return *this;
   }
-  /// Finishes pending async calls. Destroyed by an exception on its way out (the caller threw
-  /// between collectives), it first fails the communicator for every rank (errc::aborted, naming
-  /// this rank): the peers' next call would otherwise wait for this rank until their timeout
-  /// (over MPI nothing else tells them it left).
+  /// Finishes pending async calls, as wait() would: like MPI_Comm_free, it does not cancel them,
+  /// so a call that no peer joins ends at its timeout (its error goes to the request, unread).
+  /// Destroyed by an exception on its way out (the caller threw between collectives), it first
+  /// fails the communicator for every rank (errc::aborted, naming this rank): the peers' next call
+  /// would otherwise wait for this rank until their timeout (over MPI nothing else tells them it
+  /// left).
   /// In a child forked from the process that created it, it is left as it is (its memory goes
   /// with the child): tearing it down would tell the peers this rank left.
   ~communicator() {
