@@ -18,6 +18,7 @@
 #include <collx/collx.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <chrono>
 #include <cmath>
@@ -27,6 +28,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <iterator>
 #include <limits>
 #include <span>
 #include <string>
@@ -91,6 +93,72 @@ struct max_loc {
     return a.idx <= b.idx ? a : b;
   }
 };
+
+/// An over-aligned element (alignas(A), as an AVX vector of A bytes): A / 8 doubles.
+template <std::size_t A>
+struct alignas(A) over_aligned {
+  double v[A / 8];
+  friend bool operator==(const over_aligned& a, const over_aligned& b) {
+    for (std::size_t i = 0; i < A / 8; ++i)
+      if (a.v[i] != b.v[i]) return false;
+    return true;
+  }
+};
+
+/// Operands handed to add_aligned at an address off their alignment (process-wide count): aligned
+/// vector loads of such an operand fault (SIGSEGV), so collx must never pass one.
+inline std::atomic<long> misaligned_operands{0};
+
+/// Element-wise sum of over_aligned values that counts operands it gets misaligned.
+struct add_aligned {
+  static constexpr bool commutative = true;
+  static constexpr const char* name = "add_aligned";
+  template <class V>
+  V operator()(const V& a, const V& b) const {
+    for (const V* p : {&a, &b}) {
+      std::uintptr_t addr = reinterpret_cast<std::uintptr_t>(p);
+      asm volatile("" : "+r"(addr));  // the compiler may assume a V* aligned and drop the test otherwise
+      if (addr % alignof(V) != 0) misaligned_operands.fetch_add(1, std::memory_order_relaxed);
+    }
+    V out;
+    for (std::size_t i = 0; i < std::size(a.v); ++i) out.v[i] = a.v[i] + b.v[i];
+    return out;
+  }
+};
+
+/// allreduce, reduce_scatter and reduce of over_aligned<A> with add_aligned on `c`, Algo, at counts
+/// 1 to 100 (rank r element i part k = 1000 r + 10 i + k, exact in double): the number of wrong
+/// elements. Operands passed misaligned add to misaligned_operands (the caller resets and reads it).
+template <std::size_t A, class Algo = collx::algo::automatic>
+long over_aligned_errors(collx::communicator& c) {
+  using V = over_aligned<A>;
+  const int n = c.size();
+  const auto value = [](int r, std::size_t i) {
+    V v;
+    for (std::size_t k = 0; k < A / 8; ++k) v.v[k] = 1000.0 * r + 10.0 * static_cast<double>(i) + static_cast<double>(k);
+    return v;
+  };
+  const auto sum = [&](std::size_t i) {
+    V v;
+    for (std::size_t k = 0; k < A / 8; ++k)
+      v.v[k] = 1000.0 * n * (n - 1) / 2 + n * (10.0 * static_cast<double>(i) + static_cast<double>(k));
+    return v;
+  };
+  long wrong = 0;
+  for (std::size_t count : {1, 2, 3, 5, 17, 100}) {
+    std::vector<V> in(count * static_cast<std::size_t>(n)), out(in.size());
+    for (std::size_t i = 0; i < in.size(); ++i) in[i] = value(c.rank(), i);
+    collx::allreduce<Algo>(c, std::span<const V>(in), std::span<V>(out), add_aligned{});
+    for (std::size_t i = 0; i < in.size(); ++i) wrong += !(out[i] == sum(i));
+    std::vector<V> block(count);
+    collx::reduce_scatter<Algo>(c, std::span<const V>(in), std::span<V>(block), add_aligned{});
+    for (std::size_t i = 0; i < count; ++i) wrong += !(block[i] == sum(static_cast<std::size_t>(c.rank()) * count + i));
+    collx::reduce<Algo>(c, std::span<const V>(in), std::span<V>(out), n - 1, add_aligned{});
+    if (c.rank() == n - 1)
+      for (std::size_t i = 0; i < in.size(); ++i) wrong += !(out[i] == sum(i));
+  }
+  return wrong;
+}
 
 /// Running statistics (Chan et al. parallel Welford): count, mean, sum of squared deviations.
 struct welford {

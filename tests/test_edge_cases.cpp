@@ -622,6 +622,20 @@ TEST_CASE("T1 structs with holes: max-loc and min-loc on {int16, int32} and {dou
   }
 }
 
+TEST_CASE("T2 over-aligned elements (alignas 32, 128) reach the op aligned on every algorithm", "[edge][T2]") {
+  // Scratch memory was 64-byte aligned: an alignas(128) accumulator sat off its alignment there.
+  for (const auto& ao : every_algorithm()) {
+    INFO("algorithm " << ao.name);
+    ref::misaligned_operands = 0;
+    std::atomic<long> wrong{0};
+    ref::run_ranks(
+        3, [&](collx::communicator& c) { wrong += ref::over_aligned_errors<32>(c) + ref::over_aligned_errors<128>(c); },
+        ao.o);
+    CHECK(wrong == 0);
+    CHECK(ref::misaligned_operands == 0);
+  }
+}
+
 // =============================================================================================
 // Buffer contracts
 

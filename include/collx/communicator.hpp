@@ -15,6 +15,7 @@
 #include <vector>
 
 #include <collx/algo/automatic.hpp>
+#include <collx/concepts.hpp>
 #include <collx/detail/async_engine.hpp>
 #include <collx/detail/fork_generation.hpp>
 #include <collx/detail/ring_order_check.hpp>
@@ -266,10 +267,11 @@ class communicator {
   /// The last schedule this communicator built, for the next call with the same parameters.
   detail::schedule_cache& schedules() noexcept { return schedules_; }
 
-  /// Scratch memory of at least `bytes` bytes, 64-byte aligned, owned by the communicator.
+  /// Scratch memory of at least `bytes` bytes, aligned for any element (max_element_alignment),
+  /// owned by the communicator.
   std::byte* scratch(std::size_t bytes) {
     if (bytes > scratch_bytes_) {
-      scratch_.reset(static_cast<std::byte*>(::operator new(bytes, std::align_val_t{64})));
+      scratch_.reset(static_cast<std::byte*>(::operator new(bytes, std::align_val_t{max_element_alignment})));
       scratch_bytes_ = bytes;
     }
     return scratch_.get();
@@ -299,7 +301,7 @@ class communicator {
     new std::vector<std::shared_ptr<transport>>(std::move(linked_));
   }
   struct aligned_delete {
-    void operator()(std::byte* p) const noexcept { ::operator delete(p, std::align_val_t{64}); }
+    void operator()(std::byte* p) const noexcept { ::operator delete(p, std::align_val_t{max_element_alignment}); }
   };
   std::shared_ptr<transport> transport_;
   communicator_options options_;

@@ -3,16 +3,24 @@
 #pragma once
 
 #include <concepts>
+#include <cstddef>
 #include <type_traits>
 
 namespace collx {
 inline namespace v0 {
 
-/// An element: a trivially copyable, non-const object type. collx moves elements as bytes, so a
-/// struct with padding works; padding bytes of outputs are unspecified.
+/// The largest alignof an element may have (a page): collx's own buffers for elements (scratch,
+/// staging copies) are aligned to it or to the element's alignment.
+inline constexpr std::size_t max_element_alignment = 4096;
+
+/// An element: a trivially copyable, non-const object type aligned to at most
+/// max_element_alignment bytes. collx moves elements as bytes, so a struct with padding works;
+/// padding bytes of outputs are unspecified. Over-aligned types (alignas(32) AVX vectors) are
+/// read at their alignment: values that arrive in a transport's staging unaligned are copied out
+/// first.
 template <class T>
 concept element = std::is_trivially_copyable_v<T> && std::is_object_v<T> && !std::is_const_v<T> &&
-                  !std::is_volatile_v<T> && !std::is_array_v<T>;
+                  !std::is_volatile_v<T> && !std::is_array_v<T> && alignof(T) <= max_element_alignment;
 
 /// A reduction op on T: `op(a, b)` with `const T&` operands returns something convertible to T, and
 /// Op is trivially copyable (so it can be passed to a GPU kernel by value). Associativity is

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 
 #include <collx/algo/schedule.hpp>
@@ -57,20 +58,46 @@ struct exec_context {
     }
   }
 
+  /// Whether p may be read or written as V. A transport's staging (shared-memory slots, MPI
+  /// pieces) keeps element boundaries but not an alignment above 16 bytes: an alignas(32) element
+  /// (an AVX vector) may sit at 48 mod 64 there, where aligned vector loads fault.
+  template <class V>
+  static bool aligned_for(const std::byte* p) noexcept {
+    return reinterpret_cast<std::uintptr_t>(p) % alignof(V) == 0;
+  }
+  /// Element i of p as V, at any alignment.
+  template <class V>
+  static V load_at(const std::byte* p, std::size_t i) noexcept {
+    V v;
+    std::memcpy(&v, p + i * sizeof(V), sizeof(V));
+    return v;
+  }
+  /// Element i of p set to v, at any alignment.
+  template <class V>
+  static void store_at(std::byte* p, std::size_t i, const V& v) noexcept {
+    std::memcpy(p + i * sizeof(V), &v, sizeof(V));
+  }
+
   /// dst[0, n) = src[0, n), converting: T->T and acc->acc copy bits; T->acc widens; acc->T finalises.
   template <bool SrcAcc, bool DstAcc>
   void convert(const std::byte* src, std::byte* dst, std::size_t n) const {
+    using S = std::conditional_t<SrcAcc, acc, T>;
+    using D = std::conditional_t<DstAcc, acc, T>;
     if constexpr (SrcAcc == DstAcc) {
-      if (src != dst) std::memmove(dst, src, n * (SrcAcc ? sizeof(acc) : sizeof(T)));
-    } else if constexpr (!SrcAcc && DstAcc) {
-      acc* d = reinterpret_cast<acc*>(dst);
-      const T* s = reinterpret_cast<const T*>(src);
-      for (std::size_t i = 0; i < n; ++i) d[i] = red::widen(s[i]);
+      if (src != dst) std::memmove(dst, src, n * sizeof(S));
+    } else if (!aligned_for<S>(src) || !aligned_for<D>(dst)) {
+      for (std::size_t i = 0; i < n; ++i) store_at<D>(dst, i, convert_one<SrcAcc>(load_at<S>(src, i)));
     } else {
-      T* d = reinterpret_cast<T*>(dst);
-      const acc* s = reinterpret_cast<const acc*>(src);
-      for (std::size_t i = 0; i < n; ++i) d[i] = red::finalize(s[i], world_size);
+      D* d = reinterpret_cast<D*>(dst);
+      const S* s = reinterpret_cast<const S*>(src);
+      for (std::size_t i = 0; i < n; ++i) d[i] = convert_one<SrcAcc>(s[i]);
     }
+  }
+  /// One value of convert's: T->acc widens, acc->T finalises.
+  template <bool SrcAcc>
+  auto convert_one(const std::conditional_t<SrcAcc, acc, T>& v) const {
+    if constexpr (SrcAcc) return red::finalize(v, world_size);
+    else return red::widen(v);
   }
 
   /// dst[i] = x_first ? op(x[i], a[i]) : op(a[i], x[i]) for i < n; dst may be a (same index).
@@ -105,10 +132,14 @@ struct exec_context {
       else return red::finalize(v, world_size);
     };
     const Op& f = *op;
-    if (stream_output && !dst_is_scratch)
+    if (!aligned_for<F>(first) || !aligned_for<S>(second) || !aligned_for<D>(dst)) {  // each element copied in and out
+      for (std::size_t i = 0; i < n; ++i)
+        store_at<D>(dst, i, st(red::combine(f, wf(load_at<F>(first, i)), ws(load_at<S>(second, i)))));
+    } else if (stream_output && !dst_is_scratch) {
       store_streaming(pd, n, [&](std::size_t i) { return st(red::combine(f, wf(pf[i]), ws(ps[i]))); });
-    else
+    } else {
       for (std::size_t i = 0; i < n; ++i) pd[i] = st(red::combine(f, wf(pf[i]), ws(ps[i])));
+    }
   }
 
   /// Whether the representation a value lives in (accumulator or T) changes any computation: only
