@@ -85,11 +85,14 @@ request all_gather_async(communicator& comm, std::type_identity_t<std::span<cons
   return detail::start_async(comm, [=](communicator& c) { all_gather<Algo, T>(c, send, recv); });
 }
 
-/// Starts all_gather_v on the progress thread; counts must stay alive until it finished.
+/// Starts all_gather_v on the progress thread; see allreduce_async. counts is copied (it may be a
+/// temporary).
 template <class Algo = algo::automatic, element T>
 request all_gather_v_async(communicator& comm, std::type_identity_t<std::span<const T>> send, std::span<T> recv,
                            std::span<const std::size_t> counts) {
-  return detail::start_async(comm, [=](communicator& c) { all_gather_v<Algo, T>(c, send, recv, counts); });
+  return detail::start_async(comm, [=, counts = std::vector<std::size_t>(counts.begin(), counts.end())](communicator& c) {
+    all_gather_v<Algo, T>(c, send, recv, counts);
+  });
 }
 
 }  // namespace v0

@@ -90,5 +90,16 @@ request all_to_all_async(communicator& comm, std::type_identity_t<std::span<cons
   return detail::start_async(comm, [=](communicator& c) { all_to_all<Algo, T>(c, send, recv); });
 }
 
+/// Starts all_to_all_v on the progress thread; see allreduce_async. The counts are copied (they may
+/// be temporaries).
+template <class Algo = algo::automatic, element T>
+request all_to_all_v_async(communicator& comm, std::type_identity_t<std::span<const T>> send,
+                           std::span<const std::size_t> send_counts, std::span<T> recv,
+                           std::span<const std::size_t> recv_counts) {
+  return detail::start_async(comm, [=, send_counts = std::vector<std::size_t>(send_counts.begin(), send_counts.end()),
+                                    recv_counts = std::vector<std::size_t>(recv_counts.begin(), recv_counts.end())](
+                                       communicator& c) { all_to_all_v<Algo, T>(c, send, send_counts, recv, recv_counts); });
+}
+
 }  // namespace v0
 }  // namespace collx

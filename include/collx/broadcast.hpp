@@ -52,6 +52,12 @@ void broadcast(communicator& comm, std::span<T> buf, int root) {
   broadcast<Algo, T>(comm, std::span<const T>(buf), buf, root);
 }
 
+/// Starts broadcast on the progress thread; see allreduce_async.
+template <class Algo = algo::automatic, element T>
+request broadcast_async(communicator& comm, std::type_identity_t<std::span<const T>> send, std::span<T> recv, int root) {
+  return detail::start_async(comm, [=](communicator& c) { broadcast<Algo, T>(c, send, recv, root); });
+}
+
 /// Starts an in-place broadcast on the progress thread; see allreduce_async.
 template <class Algo = algo::automatic, element T>
 request broadcast_async(communicator& comm, std::span<T> buf, int root) {

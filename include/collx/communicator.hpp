@@ -105,7 +105,7 @@ class communicator {
       if (forked()) leave_to_parent();  // not torn down here: the parent's rank goes on with it
       o.drain_async();
       drain_async();
-      engine_ = std::move(o.engine_);
+      delete engine_.exchange(o.engine_.exchange(nullptr));  // ours drained: its thread ends
       transport_ = std::move(o.transport_);
       options_ = std::move(o.options_);
       sequence_ = o.sequence_;
@@ -135,7 +135,7 @@ class communicator {
     }
     if (transport_ && std::uncaught_exceptions() > exceptions_at_creation_)
       fail(errc::aborted, "it left its communicator while an exception was propagating out of its code; the job cannot continue");
-    engine_.reset();  // while the rest still exists
+    delete engine_.exchange(nullptr);  // while the rest still exists
   }
 
   /// Wraps a transport (see transport/threads.hpp for ready-made ones).
@@ -215,16 +215,22 @@ class communicator {
   }
 
   /// Runs fn on this communicator's progress thread after every earlier call; the request completes
-  /// when fn returns (with its exception, if any).
+  /// when fn returns (with its exception, if any). Several threads may submit at once (the calls
+  /// then run in the order their submissions took the queue).
   request submit_async(std::function<void()> fn) {
     (void)live();
-    if (!engine_) engine_ = std::make_unique<detail::async_engine>();
-    return request(engine_->submit(std::move(fn)));
+    detail::async_engine* e = engine_.load(std::memory_order_acquire);
+    if (!e) {  // the first async call starts the thread; two threads racing here keep one
+      auto fresh = std::make_unique<detail::async_engine>();
+      if (engine_.compare_exchange_strong(e, fresh.get(), std::memory_order_acq_rel)) e = fresh.release();
+    }
+    return request(e->submit(std::move(fn)));
   }
 
   /// Waits until every *_async call made so far has finished (a no-op on the progress thread).
   void drain_async() noexcept {
-    if (engine_ && !detail::on_progress_thread && !forked()) engine_->drain();
+    detail::async_engine* e = engine_.load(std::memory_order_acquire);
+    if (e && !detail::on_progress_thread && !forked()) e->drain();
   }
 
   /// Marks the calling thread as the one inside a call on this communicator until it ends (nested
@@ -295,7 +301,7 @@ class communicator {
   /// tearing them down (which would tell the peers this rank left, or join a thread that is not
   /// in this process). Leaked on purpose: the memory goes with the child.
   void leave_to_parent() noexcept {
-    (void)engine_.release();
+    (void)engine_.exchange(nullptr);
     new std::shared_ptr<transport>(std::move(transport_));
     new std::shared_ptr<hierarchy>(std::move(hierarchy_));
     new std::vector<std::shared_ptr<transport>>(std::move(linked_));
@@ -315,7 +321,7 @@ class communicator {
   mutable std::atomic<std::thread::id> busy_{};  // the thread inside a call (call_scope), or none
   int exceptions_at_creation_ = std::uncaught_exceptions();  // more at destruction: destroyed by a throw
   unsigned created_in_ = detail::fork_generation();  ///< this process, as fork_generation() tells it
-  std::unique_ptr<detail::async_engine> engine_;  // last: destroyed first, after draining
+  std::atomic<detail::async_engine*> engine_{nullptr};  // owned: made at the first async call, deleted first by ~communicator
 };
 
 }  // namespace v0

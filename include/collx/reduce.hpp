@@ -64,5 +64,12 @@ request reduce_async(communicator& comm, std::type_identity_t<std::span<const T>
   return detail::start_async(comm, [=](communicator& c) { reduce<Algo, T, Op>(c, send, recv, root, op); });
 }
 
+/// Starts an in-place reduce on the progress thread; see allreduce_async.
+template <class Algo = algo::automatic, element T, class Op = ops::sum>
+  requires reduction_op<Op, T>
+request reduce_async(communicator& comm, std::span<T> buf, int root, Op op = {}) {
+  return detail::start_async(comm, [=](communicator& c) { reduce<Algo, T, Op>(c, buf, root, op); });
+}
+
 }  // namespace v0
 }  // namespace collx

@@ -6,6 +6,7 @@
 #include <numeric>
 #include <span>
 #include <type_traits>
+#include <vector>
 
 #include <collx/algo/automatic.hpp>
 #include <collx/algo/direct.hpp>
@@ -96,13 +97,16 @@ request reduce_scatter_async(communicator& comm, std::type_identity_t<std::span<
   return detail::start_async(comm, [=](communicator& c) { reduce_scatter<Algo, T, Op>(c, send, recv, op); });
 }
 
-/// Starts reduce_scatter_v on the progress thread; recv_counts must stay alive until it finished.
+/// Starts reduce_scatter_v on the progress thread; see allreduce_async. recv_counts is copied (it
+/// may be a temporary).
 template <class Algo = algo::automatic, element T, class Op = ops::sum>
   requires reduction_op<Op, T>
 request reduce_scatter_v_async(communicator& comm, std::type_identity_t<std::span<const T>> send, std::span<T> recv,
                                std::span<const std::size_t> recv_counts, Op op = {}) {
-  return detail::start_async(comm,
-                             [=](communicator& c) { reduce_scatter_v<Algo, T, Op>(c, send, recv, recv_counts, op); });
+  return detail::start_async(
+      comm, [=, recv_counts = std::vector<std::size_t>(recv_counts.begin(), recv_counts.end())](communicator& c) {
+        reduce_scatter_v<Algo, T, Op>(c, send, recv, recv_counts, op);
+      });
 }
 
 }  // namespace v0

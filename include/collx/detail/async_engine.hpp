@@ -83,8 +83,10 @@ class async_engine {
         err = std::current_exception();
       }
       {
+        // Moved, not copied: the waiter takes the only reference, so the exception is freed on its
+        // thread (libstdc++'s exception_ptr counts in code TSan does not see).
         std::lock_guard<std::mutex> sl(t.state->m);
-        t.state->error = err;
+        t.state->error = std::move(err);
         t.state->done = true;
       }
       t.state->cv.notify_all();
@@ -104,10 +106,15 @@ class async_engine {
 }  // namespace detail
 
 /// A collective started by an *_async call. Its buffers must stay alive and untouched (send: not
-/// written; recv: not read or written) until wait() returns or test() returns true.
+/// written; recv: not read or written) until wait() returns or test() returns true. Move-only, as
+/// std::future: the call's outcome, an error included, is delivered once.
 class request {
  public:
   request() = default;
+  request(request&&) noexcept = default;
+  request& operator=(request&&) noexcept = default;
+  request(const request&) = delete;
+  request& operator=(const request&) = delete;
   explicit request(std::shared_ptr<detail::request_state> s) : state_(std::move(s)) {}
   /// Blocks until the call finished; rethrows its collx::error if it failed. A default-constructed
   /// or already waited request returns at once.
@@ -118,7 +125,7 @@ class request {
     check_process();
     std::unique_lock<std::mutex> lock(state_->m);
     state_->cv.wait(lock, [&] { return state_->done; });
-    auto err = state_->error;
+    auto err = std::move(state_->error);
     lock.unlock();
     state_.reset();
     if (err) std::rethrow_exception(err);
