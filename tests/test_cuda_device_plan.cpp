@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <collx/cuda/device_plan.hpp>
+#include <collx/cuda/ring_plan.hpp>
 
 #include <algorithm>
 #include <random>
@@ -498,6 +499,27 @@ TEST_CASE("device all_to_all_v: layouts, and the kernel's chunks move every elem
     CHECK_THROWS_WITH(gpu::make_v_layout(bad, 3, 3, 8, "gpu::all_gather_v"), Catch::Contains("more than memory holds"));
   }
   CHECK_NOTHROW(gpu::make_v_layout(huge, 3, 3, 1, "gpu::all_gather_v"));  // 2^61 bytes: fits in the address arithmetic
+}
+
+TEST_CASE("device signatures: count 0 alone has the empty count field, ring signatures included", "[cuda]") {
+  // A rank with count 0 meets its peers once (empty_call_kernel); a peer whose count hashed to the
+  // same 6 bits (1 in 64) passed that meeting and read the rank's stale staging as its data.
+  using gpu::device_signature;
+  const auto count_field = [](device_signature s) {
+    const auto& f = device_signature::fields[4];
+    return (s.bits >> f.shift) & ((1u << f.width) - 1);
+  };
+  CHECK(count_field(device_signature::make(collective::allreduce, "float32", 4, "sum", -1, 0)) == device_signature::empty_count_bits);
+  int empty = 0, ring_empty = 0;
+  for (std::size_t c = 1; c <= 100000; ++c) {
+    const auto d = device_signature::make(collective::allreduce, "float32", 4, "sum", -1, c);
+    empty += count_field(d) == device_signature::empty_count_bits;
+    empty += count_field(device_signature::make(collective::all_gather, "bfloat16", 2, "", -1, c, c * 7)) ==
+             device_signature::empty_count_bits;
+    ring_empty += count_field(gpu::ring_signature(d)) == device_signature::empty_count_bits;
+  }
+  CHECK(empty == 0);
+  CHECK(ring_empty == 0);
 }
 
 TEST_CASE("device signatures never take the reserved signature of a rejected call", "[cuda]") {

@@ -578,17 +578,18 @@ inline std::size_t ring_crossover_bytes_where(ring_phase phase, int world, std::
 /// The signature of a ring call whose direct form (the same collective and arguments, no
 /// algorithm) signs `direct`: `direct` with bits of its count field flipped, the fewest that make
 /// it differ from `direct`, from each of `others` (for all_reduce: two-shot's two launches) and
-/// from the reserved rejected signature. A ring call met by a direct or two-shot one therefore
+/// from the reserved rejected signature, and keeping the count field off count 0's value
+/// (device_signature::empty_count_bits). A ring call met by a direct or two-shot one therefore
 /// fails with errc::mismatch whatever the count (a hash of its own would collide 1 time in 64).
 inline device_signature ring_signature(device_signature direct, std::initializer_list<device_signature> others = {}) noexcept {
   const unsigned shift = device_signature::fields[4].shift;
   for (std::uint32_t m = 1; m < 64; ++m) {
     const std::uint32_t bits = direct.bits ^ (m << shift);
-    bool clash = bits == rejected_signature_bits;
+    bool clash = bits == rejected_signature_bits || ((bits >> shift) & 63u) == device_signature::empty_count_bits;
     for (const device_signature o : others) clash = clash || bits == o.bits;
     if (!clash) return {bits};
   }
-  return {direct.bits ^ (1u << shift)};  // not reached: at most three values are excluded
+  return {direct.bits ^ (1u << shift)};  // not reached: at most four values are excluded
 }
 
 /// The peers a ring barrier at chunk epoch `epoch` waits for, as a bit mask of ranks: every rank at
