@@ -473,6 +473,20 @@ struct add_custom {
 struct larger_custom {
   float operator()(float a, float b) const { return a < b ? b : a; }
 };
+// Two ops that share a name, and a user op that calls itself "sum" (before, the name alone was
+// compared: ranks reduced with different ops and got different results without an error).
+struct named_add {
+  static constexpr const char* name = "myop";
+  float operator()(float a, float b) const { return a + b; }
+};
+struct named_mul {
+  static constexpr const char* name = "myop";
+  float operator()(float a, float b) const { return a * b; }
+};
+struct named_sum_subtracting {
+  static constexpr const char* name = "sum";
+  float operator()(float a, float b) const { return a - b; }
+};
 
 template <class T>
 std::function<void(collx::communicator&)> allreduce_of(size_t count) {
@@ -512,6 +526,16 @@ TEST_CASE("ranks that disagree: mismatch on every rank, the differing field name
         };
       };
       require_mismatch(with(add_custom{}), with(larger_custom{}), "reduction op differs", o, {"add_custom", "larger_custom"});
+    }
+    SECTION("op: two op types that share a name (" + fa.first + ")") {
+      auto with = [](auto op) {
+        return [op](collx::communicator& c) {
+          std::vector<float> x(16);
+          collx::allreduce(c, std::span<float>(x), op);
+        };
+      };
+      require_mismatch(with(named_add{}), with(named_mul{}), "reduction op differs", o, {"two op types of that name"});
+      require_mismatch(with(collx::ops::sum{}), with(named_sum_subtracting{}), "reduction op differs", o);
     }
     SECTION("op: two user lambdas with the same parameters (" + fa.first + ")") {
       // g++ spells both types "C_A_T_C_H...()::<lambda(float, float)>": the signature must not rely on that.

@@ -57,13 +57,20 @@ constexpr std::string_view op_display_name() noexcept {
   else return pretty_type_name<Op>();
 }
 
-/// What identifies op Op in a signature: its `name`; for an op without one, its mangled type name
-/// where RTTI is on (g++ spells two lambdas with the same parameters alike, "main()::<lambda(float,
-/// float)>", while their mangled names differ), else op_display_name.
+/// What identifies op Op in a signature: its `name` and, where RTTI is on, its mangled type name
+/// (two op types that share a name, or a user op named "sum" against ops::sum, are different ops);
+/// for an op without a name, its mangled type name (g++ spells two lambdas with the same
+/// parameters alike, "main()::<lambda(float, float)>", while their mangled names differ), else
+/// op_display_name.
 template <class Op>
 std::string_view op_signature_key() noexcept {
   if constexpr (requires { Op::name; }) {
+#if defined(__GXX_RTTI) || defined(_CPPRTTI)
+    static const std::string key = std::string(op_traits<Op>::name) + '/' + typeid(Op).name();
+    return key;
+#else
     return op_traits<Op>::name;
+#endif
   } else {
 #if defined(__GXX_RTTI) || defined(_CPPRTTI)
     return typeid(Op).name();

@@ -110,7 +110,9 @@ inline std::string describe_mismatch(const call_signature& mine, int me, const c
       const auto name = detail::signature_name(c.op_hash);
       return name ? *name : std::string("another op");
     };
-    return "reduction op differs: " + rp + " reduces with " + op(theirs) + ", " + rm + " with " + op(mine);
+    const std::string a = op(theirs), b = op(mine);
+    return "reduction op differs: " + rp + " reduces with " + a + ", " + rm + " with " + b +
+           (a == b ? " (two op types of that name)" : "");
   }
   if (mine.root != theirs.root) return field("root", theirs.root, mine.root);
   if (mine.algo != theirs.algo)
