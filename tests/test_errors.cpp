@@ -987,7 +987,10 @@ TEST_CASE("error messages name rank, world size and the call", "[errors][message
     auto v = run_expecting(
         2,
         [](collx::communicator& c) {
-          if (c.rank() == 1) return;  // never calls
+          if (c.rank() == 1) {  // never calls (and stays, so that rank 0 times out rather than sees it leave)
+            std::this_thread::sleep_for(std::chrono::milliseconds(600));
+            return;
+          }
           std::vector<float> x(4);
           collx::allreduce<collx::algo::direct>(c, std::span<float>(x));
         },
@@ -1170,5 +1173,24 @@ TEST_CASE("collx::error: std::runtime_error with a std::error_code of category \
     REQUIRE_FALSE(ec.message().empty());
     REQUIRE(ec.message() != "unknown collx error");
     REQUIRE(static_cast<bool>(ec));
+  }
+}
+
+TEST_CASE("a thread rank that returns while its peers still call: they fail at once, naming it", "[errors][departed]") {
+  // run_threads destroys a rank's communicator when its function returns; before, the peers
+  // waited for their whole timeout (60 s here) and then blamed a rank that is "late or stuck".
+  for (int round = 0; round < 20; ++round) {
+    const auto v = run_expecting(3, [](collx::communicator& c) {
+      if (c.rank() == 2) return;
+      std::vector<float> x(64, 1.0f);
+      collx::allreduce(c, std::span<float>(x));
+    });
+    INFO(describe(v));
+    REQUIRE(!v[2].code);
+    for (int r = 0; r < 2; ++r) {
+      REQUIRE(v[uz(r)].code == errc::transport);
+      CHECK(v[uz(r)].what.find("rank 2 closed its communicator") != std::string::npos);
+      CHECK(v[uz(r)].seconds < 10);
+    }
   }
 }

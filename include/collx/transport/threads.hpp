@@ -368,12 +368,12 @@ inline std::vector<communicator> make_hierarchical_thread_communicators(const st
   return comms;
 }
 
-/// Runs fn(communicator&) on one thread per communicator of `comms` (from make_thread_communicators
-/// or make_hierarchical_thread_communicators) and joins them. If any rank throws, its
-/// communicator is aborted (so the other ranks' calls fail fast instead of hanging) and the first
-/// exception thrown is rethrown here after every thread ended.
+namespace detail {
+/// run_threads' body; `close_when_done`: each rank's communicator is destroyed as soon as its fn
+/// returns (the communicators are run_threads' own), so that peers still calling it learn at once
+/// that the rank left ("rank 2 closed its communicator") instead of waiting for their timeout.
 template <class F>
-void run_threads(std::vector<communicator>& comms, F&& fn) {
+void run_rank_threads(std::vector<communicator>& comms, F&& fn, bool close_when_done) {
   std::mutex m;
   std::exception_ptr first;
   std::vector<std::thread> threads;
@@ -397,18 +397,33 @@ void run_threads(std::vector<communicator>& comms, F&& fn) {
         }
         comm->fail(errc::aborted, why);  // its hierarchy's levels too
       }
+      if (close_when_done) communicator closing = std::move(*comm);
     });
   for (auto& t : threads) t.join();
   if (first) std::rethrow_exception(first);
 }
+}  // namespace detail
+
+/// Runs fn(communicator&) on one thread per communicator of `comms` (from make_thread_communicators
+/// or make_hierarchical_thread_communicators) and joins them. If any rank throws, its
+/// communicator is aborted (so the other ranks' calls fail fast instead of hanging) and the first
+/// exception thrown is rethrown here after every thread ended. The communicators stay usable
+/// afterwards, so a rank that returns while its peers still call it leaves them waiting until
+/// their timeout (run_threads(world_size, fn) ends them at once).
+template <class F>
+void run_threads(std::vector<communicator>& comms, F&& fn) {
+  detail::run_rank_threads(comms, std::forward<F>(fn), false);
+}
 
 /// Runs fn(communicator&) on `world_size` threads, one rank each, and joins them. If any rank
 /// throws, the world is failed (so the other ranks' calls fail fast instead of hanging) and the
-/// first exception thrown is rethrown here after every thread ended.
+/// first exception thrown is rethrown here after every thread ended. A rank's communicator is
+/// destroyed when its fn returns: peers still calling it fail at once (errc::transport, "rank R
+/// closed its communicator"), as ranks over shared memory do when a process exits.
 template <class F>
 void run_threads(int world_size, F&& fn, const communicator_options& opt = {}) {
   std::vector<communicator> comms = make_thread_communicators(world_size, opt);
-  run_threads(comms, fn);
+  detail::run_rank_threads(comms, std::forward<F>(fn), true);
 }
 
 }  // namespace v0
