@@ -622,6 +622,36 @@ TEST_CASE("T1 structs with holes: max-loc and min-loc on {int16, int32} and {dou
   }
 }
 
+namespace {
+/// An element without a default constructor (the element concept does not ask for one).
+struct no_default {
+  explicit no_default(double x) : v(x) {}
+  double v;
+};
+struct add_no_default {
+  static constexpr bool commutative = true;
+  static constexpr const char* name = "add_no_default";
+  no_default operator()(const no_default& a, const no_default& b) const { return no_default(a.v + b.v); }
+};
+}  // namespace
+
+TEST_CASE("T3 an element type without a default constructor reduces on every algorithm", "[edge][T3]") {
+  for (const auto& ao : every_algorithm()) {
+    INFO("algorithm " << ao.name);
+    std::atomic<int> wrong{0};
+    ref::run_ranks(
+        3,
+        [&](collx::communicator& c) {
+          std::vector<no_default> x;
+          for (size_t i = 0; i < 37; ++i) x.emplace_back(100.0 * c.rank() + static_cast<double>(i));
+          collx::allreduce(c, std::span<no_default>(x), add_no_default{});
+          for (size_t i = 0; i < x.size(); ++i) wrong += x[i].v != 300.0 + 3.0 * static_cast<double>(i);
+        },
+        ao.o);
+    CHECK(wrong == 0);
+  }
+}
+
 TEST_CASE("T2 over-aligned elements (alignas 32, 128) reach the op aligned on every algorithm", "[edge][T2]") {
   // Scratch memory was 64-byte aligned: an alignas(128) accumulator sat off its alignment there.
   for (const auto& ao : every_algorithm()) {

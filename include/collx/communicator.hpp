@@ -91,8 +91,9 @@ struct communicator_options {
 
 /// One rank's view of a group of ranks. Collectives take it as their first argument and must be
 /// called by every rank in the same order with matching arguments. A communicator is used by one
-/// thread at a time, except abort(), which any thread may call; a second thread calling a
-/// collective while one runs gets errc::invalid_argument (call_scope).
+/// thread at a time, except abort(), which any thread may call, and the *_async forms, which any
+/// thread may start; a second thread calling a blocking collective while one runs gets
+/// errc::invalid_argument (call_scope).
 ///
 /// Ordering of async calls: calls run in the order they are made, *_async or blocking: a blocking
 /// call first waits until every earlier *_async call on the communicator has finished. Moving a
@@ -227,7 +228,8 @@ class communicator {
     return request(e->submit(std::move(fn)));
   }
 
-  /// Waits until every *_async call made so far has finished (a no-op on the progress thread).
+  /// Waits until the progress thread's queue is empty: every *_async call made so far has finished
+  /// (and any another thread started meanwhile). A no-op on the progress thread.
   void drain_async() noexcept {
     detail::async_engine* e = engine_.load(std::memory_order_acquire);
     if (e && !detail::on_progress_thread && !forked()) e->drain();

@@ -9,8 +9,8 @@
 namespace collx {
 inline namespace v0 {
 
-/// The largest alignof an element may have (a page): collx's own buffers for elements (scratch,
-/// staging copies) are aligned to it or to the element's alignment.
+/// The largest alignof an element may have (a page): collx's scratch for elements is aligned to it;
+/// values that arrive unaligned in a transport's staging are copied out before use.
 inline constexpr std::size_t max_element_alignment = 4096;
 
 /// An element: a trivially copyable, non-const object type aligned to at most

@@ -3,6 +3,8 @@
 /// into) the right buffer with the conversions the buffers' types call for.
 #pragma once
 
+#include <array>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -44,20 +46,6 @@ struct exec_context {
     return b == schedule::buffer::scratch ? sizeof(acc) : sizeof(T);
   }
 
-  // Values as typed by where they live: SrcAcc = the source holds accumulator values.
-  template <bool SrcAcc>
-  static acc load(const std::byte* p, std::size_t i) noexcept {
-    if constexpr (SrcAcc) {
-      acc v;
-      std::memcpy(&v, p + i * sizeof(acc), sizeof(acc));
-      return v;
-    } else {
-      T v;
-      std::memcpy(&v, p + i * sizeof(T), sizeof(T));
-      return red::widen(v);
-    }
-  }
-
   /// Whether p may be read or written as V. A transport's staging (shared-memory slots, MPI
   /// pieces) keeps element boundaries but not an alignment above 16 bytes: an alignas(32) element
   /// (an AVX vector) may sit at 48 mod 64 there, where aligned vector loads fault.
@@ -65,12 +53,12 @@ struct exec_context {
   static bool aligned_for(const std::byte* p) noexcept {
     return reinterpret_cast<std::uintptr_t>(p) % alignof(V) == 0;
   }
-  /// Element i of p as V, at any alignment.
+  /// Element i of p as V, at any alignment (V need not be default-constructible).
   template <class V>
   static V load_at(const std::byte* p, std::size_t i) noexcept {
-    V v;
-    std::memcpy(&v, p + i * sizeof(V), sizeof(V));
-    return v;
+    std::array<std::byte, sizeof(V)> bytes;
+    std::memcpy(bytes.data(), p + i * sizeof(V), sizeof(V));
+    return std::bit_cast<V>(bytes);
   }
   /// Element i of p set to v, at any alignment.
   template <class V>

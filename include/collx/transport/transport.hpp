@@ -26,7 +26,7 @@ struct call_signature {
   std::uint64_t count = 0;        ///< elements: the vector (allreduce/reduce/broadcast), per-rank block
                                   ///< (reduce_scatter/all_gather/all_to_all), total for v-forms
   std::uint64_t type_hash = 0;    ///< hash of the element type's name
-  std::uint64_t op_hash = 0;      ///< hash of the op's name (detail::op_signature_key; 0: no op)
+  std::uint64_t op_hash = 0;      ///< hash of the op's name and type (detail::op_signature_key; 0: no op)
   std::uint64_t layout_hash = 0;  ///< hash of per-rank counts (v-forms), else 0
   std::uint32_t type_size = 0;    ///< sizeof(element)
   std::int32_t root = -1;         ///< broadcast/reduce root, else -1
