@@ -247,17 +247,21 @@ class mpi_transport final : public transport {
   /// The world transport of an algo::hierarchical call moves no message of its own: ranks that
   /// disagree on the call (a root) may take level calls that never meet, and wait there until their
   /// timeout. The levels' waits call this (transport::watched_failed, every 50 ms). Once such a
-  /// call has run query_after, this rank sends every peer its record of it (query, once per call
-  /// and peer); it takes in the peers' notices and queries, comparing those with its own records
-  /// (answer). A peer whose record differs fails the communicator, naming the field, when it next
-  /// polls: in a wait, or at its next call. True when this transport has failed.
+  /// call has run query_after, this rank sends its record of it to its two neighbours in rank
+  /// order (query, once per call and peer: O(n) messages for the job, not O(n^2); where ranks
+  /// disagree, some neighbours do); it takes in the peers' notices and queries, comparing those
+  /// with its own records (answer). A peer whose record differs fails the communicator for every
+  /// rank, naming the field, when it next polls: in a wait, or at its next call. True when this
+  /// transport has failed.
   bool records_disagree() noexcept override {
     if (failed_.load(std::memory_order_acquire)) return true;
     try {
       enter();
       poll_control();
-      if (current_.algo == hierarchical_signature_algo && std::chrono::steady_clock::now() - announced_at_ > query_after)
-        for (int p = 0; p < size_; ++p) query(p);
+      if (current_.algo == hierarchical_signature_algo && std::chrono::steady_clock::now() - announced_at_ > query_after) {
+        query((rank_ + 1) % size_);
+        query((rank_ + size_ - 1) % size_);
+      }
     } catch (...) {  // poll_control failed (it fails the transport) or no memory: the timeout still ends the wait
     }
     return failed_.load(std::memory_order_acquire);
