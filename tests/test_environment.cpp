@@ -275,11 +275,32 @@ TEST_CASE("launchers: torchrun, Open MPI, MPICH, Slurm and collx-run environment
       CHECK(error_of([] { collx::bootstrap::from_environment(); }).find("RANK='x'") != std::string::npos);
     }
   }
-  SECTION("contradicting launchers") {
-    scoped_env e{{"COLLX_RANK", "1"}, {"COLLX_WORLD_SIZE", "2"}, {"OMPI_COMM_WORLD_RANK", "0"},
-                 {"OMPI_COMM_WORLD_SIZE", "2"}};
-    const std::string msg = error_of([] { collx::bootstrap::from_environment(); });
-    CHECK(msg.find("COLLX_RANK=1") != std::string::npos);
-    CHECK(msg.find("OMPI_COMM_WORLD_RANK=0") != std::string::npos);
+  SECTION("nested launchers: the innermost wins, the outer job's variables are not read") {
+    // collx-run inside an srun step (or an sbatch script's SLURM_PROCID=0, SLURM_NTASKS=1): before,
+    // every rank aborted with "launcher variables contradict each other".
+    {
+      scoped_env e{{"COLLX_RANK", "1"}, {"COLLX_WORLD_SIZE", "2"}, {"OMPI_COMM_WORLD_RANK", "0"},
+                   {"OMPI_COMM_WORLD_SIZE", "1"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}, {"SLURM_LOCALID", "0"}};
+      const auto info = collx::bootstrap::from_environment();
+      CHECK(info.rank == 1);
+      CHECK(info.world_size == 2);
+      CHECK(info.source == "collx-run");
+    }
+    {  // torchrun's workers inside a 2-node srun step, and mpirun inside an sbatch script
+      scoped_env e{{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "4"},
+                   {"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}};
+      const auto info = collx::bootstrap::from_environment();
+      CHECK(info.rank == 5);
+      CHECK(info.world_size == 8);
+      CHECK(info.local_rank == 1);
+    }
+    {
+      scoped_env e{{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}};
+      CHECK(collx::bootstrap::from_environment().rank == 3);
+    }
+    {  // the winner's own variables are still checked
+      scoped_env e{{"COLLX_RANK", "2"}, {"COLLX_WORLD_SIZE", "2"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}};
+      CHECK(error_of([] { collx::bootstrap::from_environment(); }).find("COLLX_RANK") != std::string::npos);
+    }
   }
 }

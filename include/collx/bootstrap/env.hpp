@@ -74,9 +74,11 @@ inline std::string sanitize_job_id(std::string s) {
 }
 }  // namespace detail
 
-/// Reads the launcher's environment. The first launcher whose rank variable is set wins; another
-/// launcher's variables that contradict it (a different rank or world size) are an error, as are
-/// missing or malformed variables; every message names the variables.
+/// Reads the launcher's environment. Launchers nest (collx-run or torchrun inside an srun step,
+/// mpirun inside an sbatch script, whose SLURM_PROCID and SLURM_NTASKS describe the outer job), so
+/// the innermost one whose rank variable is set wins, in this order: collx-run (COLLX_*),
+/// torchrun, Open MPI, MPICH, Slurm; the outer launchers' variables are not read. Missing or
+/// malformed variables of the winner are an error; every message names the variables.
 /// @throws collx::error(errc::invalid_argument)
 inline launch_info from_environment() {
   const detail::launcher_vars* found = nullptr;
@@ -87,18 +89,10 @@ inline launch_info from_environment() {
     const auto s = env::get(l.size);
     if (!s)
       COLLX_THROW(errc::invalid_argument, std::string(l.rank) + " is set (" + l.source + ") but " + l.size + " is not");
-    const int size = static_cast<int>(env::parse_int(l.size, *s, 1, 1 << 24));
-    const int rank = static_cast<int>(env::parse_int(l.rank, *r, 0, size - 1));
-    if (!found) {
-      found = &l;
-      info.rank = rank;
-      info.world_size = size;
-    } else if (rank != info.rank || size != info.world_size) {
-      COLLX_THROW(errc::invalid_argument, std::string("launcher variables contradict each other: ") + found->rank + "=" +
-                                              std::to_string(info.rank) + " " + found->size + "=" +
-                                              std::to_string(info.world_size) + " but " + l.rank + "=" + *r + " " +
-                                              l.size + "=" + *s);
-    }
+    found = &l;
+    info.world_size = static_cast<int>(env::parse_int(l.size, *s, 1, 1 << 24));
+    info.rank = static_cast<int>(env::parse_int(l.rank, *r, 0, info.world_size - 1));
+    break;
   }
   if (!found)
     COLLX_THROW(errc::invalid_argument,
