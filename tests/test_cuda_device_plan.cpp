@@ -520,6 +520,11 @@ TEST_CASE("device signatures: count 0 alone has the empty count field, ring sign
   }
   CHECK(empty == 0);
   CHECK(ring_empty == 0);
+  // all_to_all_v signs count 0 with a layout (device_collectives.cuh): it must not look like an
+  // all_to_all that moves nothing.
+  for (const char* type : {"float32", "int8", "bfloat16", "float64"})
+    CHECK(device_signature::make(collective::all_to_all, type, 4, "", -1, 0, 0x76).bits !=
+          device_signature::make(collective::all_to_all, type, 4, "", -1, 0).bits);
 }
 
 TEST_CASE("device signatures never take the reserved signature of a rejected call", "[cuda]") {

@@ -264,6 +264,44 @@ TEST_CASE("gpu device collectives: an error the caller left unread neither fails
   }));
 }
 
+TEST_CASE("gpu device collectives: calls on alternating streams run in the order made", "[gpu][cuda]") {
+  // Each call reads what the one before it, on the other stream, wrote. Two kernels of one
+  // communicator running at once would take the same epochs and staging slots: the communicator
+  // orders a call on another stream after the previous call (an event), as NCCL does.
+  gpu::device_options opt;
+  opt.staging_bytes = 32 << 10;
+  opt.timeout = std::chrono::seconds(15);
+  require_none(on_ranks(3, opt, std::chrono::seconds(60), [](gpu::device_communicator& dc, cudaStream_t s, auto& out) {
+    using collx_cuda_test::sweep_buffer;
+    const int n = dc.size(), me = dc.rank();
+    const std::size_t count = 9001;
+    const std::string tag = "rank " + std::to_string(me) + ": ";
+    cudaStream_t other = nullptr;
+    if (cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking) != cudaSuccess) {
+      out.push_back(tag + "cudaStreamCreateWithFlags failed");
+      return;
+    }
+    sweep_buffer<std::int32_t> a(count, 0, s), b(count, 0, s);
+    std::vector<std::int32_t> mine(count);
+    for (std::size_t i = 0; i < count; ++i) mine[i] = static_cast<std::int32_t>(i % 1000) + 7 * me;
+    a.set(mine);
+    // a -> b on s, b -> a on other, ...: each call sums n copies of what the last one gave.
+    std::vector<std::int32_t> want(count);
+    for (std::size_t i = 0; i < count; ++i) want[i] = n * static_cast<std::int32_t>(i % 1000) + 7 * n * (n - 1) / 2;
+    for (int k = 0; k < 6; ++k) {
+      const bool even = k % 2 == 0;
+      gpu::all_reduce(dc, even ? a.data() : b.data(), even ? b.data() : a.data(), count, collx::ops::sum{}, even ? s : other);
+      if (k > 0)
+        for (auto& w : want) w *= n;
+    }
+    if (cudaStreamSynchronize(other) != cudaSuccess) out.push_back(tag + "the other stream failed");
+    for (std::string p : {collx_cuda_test::sweep_sync(dc, s, tag + "alternating all_reduce"),
+                          a.compare(want, tag + "six all_reduces on alternating streams")})
+      if (!p.empty()) out.push_back(p);
+    cudaStreamDestroy(other);
+  }));
+}
+
 TEST_CASE("gpu device collectives: workspaces in shared host memory give the same results", "[gpu][cuda]") {
   // workspace_memory::host is the path between GPUs without peer access; forced here, it runs
   // between ranks of one GPU too: every flag and staging slot crosses PCIe to host memory.

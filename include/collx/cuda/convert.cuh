@@ -44,7 +44,8 @@ struct device_convert {
 /// [src, src + count) is read and [dst, dst + count) written.
 /// Preconditions: device pointers on the stream's device; no overlap except dst == src with S == D.
 /// @throws collx::error (errc::invalid_argument) for a null pointer with count > 0, world_size < 1
-///         or overlapping buffers; (errc::cuda) when CUDA refuses the copy or the launch.
+///         or overlapping buffers; (errc::cuda) when CUDA refuses the copy or the launch (not for
+///         an error an earlier call of the caller's left unread, which stays unread).
 template <class T, values S, values D, class Op>
 void convert(value_t<T, Op, D>* dst, const value_t<T, Op, S>* src, std::size_t count, const Op& op,
              int world_size, cudaStream_t stream) {
@@ -63,8 +64,14 @@ void convert(value_t<T, Op, D>* dst, const value_t<T, Op, S>* src, std::size_t c
   if constexpr (S == D) {
     check(cudaMemcpyAsync(dst, src, count * sizeof(VD), cudaMemcpyDefault, stream), "gpu::convert: cudaMemcpyAsync");
   } else {
-    check(cub::DeviceTransform::Transform(src, dst, count, device_convert<T, Op, S, D>{op, world_size}, stream),
-          "gpu::convert: cub::DeviceTransform::Transform");
+    // CUB returns cudaPeekAtLastError() after its launch: an error the caller left unread (a failed
+    // cudaMalloc) would read as this launch's. The same error before and after is that one, left
+    // for the caller as launch_kernel leaves it, unless the stream reports it too (a sticky error:
+    // the context is broken and nothing was enqueued).
+    const cudaError_t unread = cudaPeekAtLastError();
+    const cudaError_t status = cub::DeviceTransform::Transform(src, dst, count, device_convert<T, Op, S, D>{op, world_size}, stream);
+    if (status != unread || (status != cudaSuccess && cudaStreamQuery(stream) == status))
+      check(status, "gpu::convert: cub::DeviceTransform::Transform");
   }
 }
 

@@ -254,13 +254,22 @@ __device__ inline void flag_all_peers(const device_view& v, std::uint64_t word) 
   }
 }
 
+/// True when this rank's recorded failure poisoned its flags (claim_poisoned), not when it carries
+/// the rejection mark (claim_unpoisoned) or none is recorded.
+__device__ inline bool failure_poisoned(const device_view& v) {
+  return cuda::atomic_ref<std::uint64_t, cuda::thread_scope_device>(*claim_of(v)).load(cuda::memory_order_relaxed) ==
+         claim_poisoned;
+}
+
 /// Records this rank's first failure, then poisons the flags this rank writes at every peer, for
-/// every block, so the peers' waits end at once.
+/// every block, so the peers' waits end at once. Not when an earlier failure of this rank left the
+/// peers unpoisoned on purpose (it ended on a peer's rejection mark): peers still finishing an
+/// earlier call with this rank would be cut short.
 __device__ inline void fail(const device_view& v, device_failure what, int peer, std::uint64_t epoch,
                             std::uint64_t seen, std::uint32_t theirs, std::uint32_t mine,
                             device_activity during = device_activity::collective) {
-  record_failure(v, claim_poisoned, what, peer, epoch, seen, theirs, mine, during);
-  flag_all_peers(v, flag_word(poison_epoch, {mine}));
+  if (record_failure(v, claim_poisoned, what, peer, epoch, seen, theirs, mine, during) || failure_poisoned(v))
+    flag_all_peers(v, flag_word(poison_epoch, {mine}));
 }
 
 /// The barrier of chunk `epoch` for this block: thread p < world, for each rank p in `peers` (a bit
@@ -294,10 +303,7 @@ __device__ inline bool barrier(const device_view& v, std::uint64_t epoch, device
         break;
       }
       if ((polls & 255) == 255) {
-        if (const unsigned long long c = claim.load(cuda::memory_order_relaxed); c != 0) {  // another block failed
-          // Its poison may have reached rank p before this block's flag above replaced it: poison
-          // again, or rank p's block, if behind this one, would wait for it until its timeout.
-          if (c == claim_poisoned) out.store(flag_word(poison_epoch, sig), cuda::memory_order_release);
+        if (claim.load(cuda::memory_order_relaxed) != 0) {  // another block failed (poisoned again below)
           atomicExch(&failed, 1);
           break;
         }
@@ -313,6 +319,13 @@ __device__ inline bool barrier(const device_view& v, std::uint64_t epoch, device
     }
   }
   __syncthreads();
+  // The rank's poison may have reached a peer before this block's flag above replaced it, also at
+  // a peer this block had already passed: poison again, or that peer's block, waiting at a later
+  // epoch of this block's, would wait until its timeout.
+  if (failed && p < v.world && p != v.rank && ((peers >> p) & 1u) && failure_poisoned(v)) {
+    cuda::atomic_ref<std::uint64_t, cuda::thread_scope_system> out(flags_of(v, p)[blockIdx.x * max_device_world + v.rank]);
+    out.store(flag_word(poison_epoch, sig), cuda::memory_order_release);
+  }
   return failed == 0;
 }
 
@@ -742,13 +755,28 @@ __global__ void empty_call_kernel(device_view v, device_signature sig) {
   call_end(v, base + 1);
 }
 
+/// Launches kernel(args...) as `blocks` blocks of `threads` threads on `stream` (launch_kernel),
+/// after dc's previous call when that went on another stream, and marks it as dc's latest call
+/// (device_communicator::order_after_previous_call, record_call).
+/// @throws collx::error (errc::cuda) naming `what` when the wait or the launch cannot be enqueued.
+template <class... Params, class... Args>
+void launch_in_order(device_communicator& dc, const char* what, void (*kernel)(Params...), unsigned blocks,
+                     unsigned threads, cudaStream_t stream, Args&&... args) {
+  const device_communicator::capture_state capture = device_communicator::capture_of(stream);
+  const cudaError_t ordered = dc.order_after_previous_call(stream, capture);
+  if (ordered != cudaSuccess) (void)cudaGetLastError();  // the exception carries it
+  gpu::check(ordered, what);
+  launch_kernel(what, kernel, blocks, threads, stream, std::forward<Args>(args)...);
+  dc.record_call(stream, capture);
+}
+
 /// Launches empty_call_kernel for a call signed `sig` (the peers' signature of the same call with
 /// count 0: device_signature::make with count 0 and no layout).
 inline void launch_empty_call(device_communicator& dc, const char* name, device_signature sig, cudaStream_t stream) {
   dc.check();
   const scoped_device on_device(dc.device(), name);  // and back to the caller's afterwards
   static_assert(max_device_world <= 32, "barrier() gives each peer one thread of the block");
-  launch_kernel(name, &empty_call_kernel<>, 1, 32, stream, dc.view(), sig);
+  launch_in_order(dc, name, &empty_call_kernel<>, 1, 32, stream, dc.view(), sig);
 }
 
 /// True when p is 16-byte aligned.
@@ -770,8 +798,8 @@ void launch_call(device_communicator& dc, const char* name, collective coll, std
   if (plan.chunks == 0) return;
   const scoped_device on_device(dc.device(), name);  // and back to the caller's afterwards
   if (V > 1 && vector_ok)
-    launch_kernel(name, &collective_kernel<Vectored>, plan.blocks, device_threads_per_block, stream, dc.view(), plan, sig, vectored);
-  else launch_kernel(name, &collective_kernel<Scalar>, plan.blocks, device_threads_per_block, stream, dc.view(), plan, sig, scalar);
+    launch_in_order(dc, name, &collective_kernel<Vectored>, plan.blocks, device_threads_per_block, stream, dc.view(), plan, sig, vectored);
+  else launch_in_order(dc, name, &collective_kernel<Scalar>, plan.blocks, device_threads_per_block, stream, dc.view(), plan, sig, scalar);
 }
 
 /// The signature layout of a call on window `w` at element `offset`: ranks that pass other windows
@@ -790,8 +818,8 @@ void launch_direct(device_communicator& dc, const char* name, collective coll, s
   const chunk_plan plan = plan_direct(count, V, dc.block_limit());
   const scoped_device on_device(dc.device(), name);  // and back to the caller's afterwards
   if (V > 1 && vector_ok)
-    launch_kernel(name, &direct_kernel<Vectored>, plan.blocks, device_threads_per_block, stream, dc.view(), plan, sig, vectored);
-  else launch_kernel(name, &direct_kernel<Scalar>, plan.blocks, device_threads_per_block, stream, dc.view(), plan, sig, scalar);
+    launch_in_order(dc, name, &direct_kernel<Vectored>, plan.blocks, device_threads_per_block, stream, dc.view(), plan, sig, vectored);
+  else launch_in_order(dc, name, &direct_kernel<Scalar>, plan.blocks, device_threads_per_block, stream, dc.view(), plan, sig, scalar);
 }
 
 /// The per-rank source pointers of a window at element `offset`.
@@ -996,8 +1024,8 @@ void launch_ring(device_communicator& dc, const char* name, ring_phase phase, de
   if (call.chunks == 0) return;
   const scoped_device on_device(dc.device(), name);  // and back to the caller's afterwards
   if (V > 1 && vector_ok)
-    launch_kernel(name, &ring_kernel<T, Op, V>, call.blocks, device_threads_per_block, stream, dc.view(), call, sig, send, recv, op);
-  else launch_kernel(name, &ring_kernel<T, Op, 1>, call.blocks, device_threads_per_block, stream, dc.view(), call, sig, send, recv, op);
+    launch_in_order(dc, name, &ring_kernel<T, Op, V>, call.blocks, device_threads_per_block, stream, dc.view(), call, sig, send, recv, op);
+  else launch_in_order(dc, name, &ring_kernel<T, Op, 1>, call.blocks, device_threads_per_block, stream, dc.view(), call, sig, send, recv, op);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1228,8 +1256,8 @@ void launch_p2p(device_communicator& dc, const char* name, const p2p_part<T>& se
   const unsigned blocks = std::max(send.peer >= 0 ? send.plan.blocks : 0u, recv.peer >= 0 ? recv.plan.blocks : 0u);
   constexpr std::size_t V = device_vector_elements<T>;
   const scoped_device on_device(dc.device(), name);  // and back to the caller's afterwards
-  if (V > 1 && vector_ok) launch_kernel(name, &p2p_kernel<T, V>, blocks, device_threads_per_block, stream, dc.view(), send, recv);
-  else launch_kernel(name, &p2p_kernel<T, 1>, blocks, device_threads_per_block, stream, dc.view(), send, recv);
+  if (V > 1 && vector_ok) launch_in_order(dc, name, &p2p_kernel<T, V>, blocks, device_threads_per_block, stream, dc.view(), send, recv);
+  else launch_in_order(dc, name, &p2p_kernel<T, 1>, blocks, device_threads_per_block, stream, dc.view(), send, recv);
 }
 
 /// Records a rejected call as this rank's failure (one thread; runs after this rank's earlier calls
@@ -1264,8 +1292,11 @@ struct call_check {
     const scoped_device restore;  // the caller's current device, whatever happens below
     if (!dc.failed() && cudaSetDevice(dc.device()) == cudaSuccess &&
         cudaStreamIsCapturing(stream, &capturing) == cudaSuccess && capturing == cudaStreamCaptureStatusNone) {
-      if (launch_status(&reject_kernel<>, 1, 32, stream, dc.view()) != cudaSuccess)
+      const device_communicator::capture_state none{};  // checked just above
+      if (dc.order_after_previous_call(stream, none) != cudaSuccess ||
+          launch_status(&reject_kernel<>, 1, 32, stream, dc.view()) != cudaSuccess)
         (void)cudaGetLastError();  // the error below is the one to report
+      else dc.record_call(stream, none);
     }
     dc.mark_rejected();
     COLLX_THROW(errc::invalid_argument, std::string(name) + ": " + what);
@@ -1894,8 +1925,8 @@ void all_to_all_v(device_communicator& dc, const T* send, std::span<const std::s
                    lay.offsets_aligned16(sizeof(T));
   const scoped_device on_device(dc.device(), name);  // and back to the caller's afterwards
   if (V > 1 && vec)
-    launch_kernel(name, &all_to_all_v_kernel<T, V>, full.blocks, device_threads_per_block, stream, dc.view(), lay, send, recv, full.chunk, sig);
-  else launch_kernel(name, &all_to_all_v_kernel<T, 1>, full.blocks, device_threads_per_block, stream, dc.view(), lay, send, recv, full.chunk, sig);
+    launch_in_order(dc, name, &all_to_all_v_kernel<T, V>, full.blocks, device_threads_per_block, stream, dc.view(), lay, send, recv, full.chunk, sig);
+  else launch_in_order(dc, name, &all_to_all_v_kernel<T, 1>, full.blocks, device_threads_per_block, stream, dc.view(), lay, send, recv, full.chunk, sig);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -11,8 +11,10 @@
 ///
 /// Like NCCL's, calls are stream-ordered: they enqueue a kernel on the caller's stream and return;
 /// every rank must make the same collective calls in the same order (sends and recvs match per
-/// pair of ranks, in order), and one communicator's calls must not run
-/// concurrently (use one stream, or order the streams). Unlike NCCL's, a call that waits too long for
+/// pair of ranks, in order). One communicator's calls run one at a time in the order made, also
+/// on different streams: a call on another stream than the previous one of its kind (eager, or
+/// in the same capture) waits for it (order_after_previous_call); between graph launches and
+/// eager calls the caller orders. Unlike NCCL's, a call that waits too long for
 /// a peer, or whose peers make a different call, ends and reports a collx::error at the next
 /// synchronize() / check() (and every later call fails at once): see device_plan.hpp.
 #pragma once
@@ -467,6 +469,63 @@ class device_communicator {
   /// What the kernels are given.
   const device_view& view() const noexcept { return view_; }
 
+  /// Whether a stream is being captured into a graph, and which capture (capture_of).
+  struct capture_state {
+    bool known = true;          ///< false: the query failed, or the capture was invalidated
+    bool active = false;        ///< being captured
+    unsigned long long id = 0;  ///< the capture's id (cudaStreamGetCaptureInfo) when active
+  };
+  /// The capture `stream` is in (a failed query's error is cleared).
+  static capture_state capture_of(cudaStream_t stream) noexcept {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    unsigned long long id = 0;
+    if (cudaStreamGetCaptureInfo(stream, &status, &id) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return {false, false, 0};
+    }
+    if (status == cudaStreamCaptureStatusNone) return {};
+    return {status == cudaStreamCaptureStatusActive, true, id};
+  }
+
+  /// Makes `stream` (whose capture is `capture`) wait for this communicator's previous call of the
+  /// same kind when that went on another stream: a communicator's calls then run one at a time in
+  /// the order made, whatever streams they are on (NCCL orders them so too); two of its kernels
+  /// running at once would take the same chunk epochs and staging slots. Eager calls wait for the
+  /// last eager call; calls being captured for the last call of the same capture. Between graph
+  /// launches and eager calls the caller orders (a stream being captured cannot wait for work
+  /// outside its graph, nor the reverse), as on one stream. Returns the wait's status
+  /// (cudaSuccess when none is needed); the launch helpers (device_collectives.cuh) throw on an
+  /// error, before enqueueing.
+  cudaError_t order_after_previous_call(cudaStream_t stream, capture_state capture) noexcept {
+    if (!capture.known) return cudaSuccess;
+    const launch_record& last = capture.active ? captured_ : eager_;
+    if (!last.recorded || (capture.active && last.capture_id != capture.id)) return cudaSuccess;
+    const unsigned long long id = stream_id(stream);
+    if (id != 0 && id == last.stream_id) return cudaSuccess;  // the same stream orders them
+    return cudaStreamWaitEvent(stream, last.done, 0);
+  }
+  /// Marks the call just enqueued on `stream` (whose capture is `capture`) as the one later calls
+  /// of its kind on other streams wait for (order_after_previous_call). Its kernel is out already,
+  /// so nothing here throws: a failure only loses the order across streams (its error is cleared,
+  /// not left for the caller).
+  void record_call(cudaStream_t stream, capture_state capture) noexcept {
+    if (!capture.known) return;
+    launch_record& last = capture.active ? captured_ : eager_;
+    last.recorded = false;
+    if (!last.done && cudaEventCreateWithFlags(&last.done, cudaEventDisableTiming) != cudaSuccess) {
+      last.done = nullptr;
+      (void)cudaGetLastError();
+      return;
+    }
+    if (cudaEventRecord(last.done, stream) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return;
+    }
+    last.stream_id = stream_id(stream);
+    last.capture_id = capture.id;
+    last.recorded = true;
+  }
+
   /// True once a kernel of this communicator has given up (timeout, mismatch, a failed peer, or a
   /// call this rank rejected for its arguments).
   bool failed() const noexcept { return status_ != nullptr && std::atomic_ref<std::uint32_t>(status_->failure).load() != 0; }
@@ -523,7 +582,7 @@ class device_communicator {
         COLLX_THROW(errc::invalid_argument, "gpu::register_window: " + std::to_string(bytes) + " bytes from " +
                                                 std::to_string(mine.address) + " run past the end of its allocation");
       mine.offset = mine.address - alloc_base;
-      if (memory_ == workspace_memory::device) {  // peers map it
+      if (memory_ == workspace_memory::device && peers_in_other_processes()) {  // they map it (same process: its address)
         cudaIpcMemHandle_t h{};
         gpu::check(cudaIpcGetMemHandle(&h, reinterpret_cast<void*>(static_cast<std::uintptr_t>(alloc_base))),
                    "cudaIpcGetMemHandle(window)");
@@ -655,12 +714,19 @@ class device_communicator {
   }
 
   /// Gives every rank this rank's workspace address and IPC handle (records_).
+  /// True when some rank runs in another process than this one (records_): only those map this
+  /// rank's memory over CUDA IPC.
+  bool peers_in_other_processes() const {
+    const std::uint64_t mine = records_[static_cast<std::size_t>(rank())].process;
+    return std::any_of(records_.begin(), records_.end(), [&](const peer_record& r) { return r.process != mine; });
+  }
   void publish_device_workspace() {
     struct published {
       std::uint64_t address;
       std::array<unsigned char, 64> ipc_handle;
     } out{reinterpret_cast<std::uintptr_t>(workspace_), {}};
     on_every_rank("export its workspace", [&] {
+      if (!peers_in_other_processes()) return;  // they use its address: no IPC (which some platforms lack)
       cudaIpcMemHandle_t handle{};
       gpu::check(cudaIpcGetMemHandle(&handle, workspace_), "cudaIpcGetMemHandle(workspace)");
       static_assert(sizeof handle <= sizeof out.ipc_handle);
@@ -867,6 +933,10 @@ class device_communicator {
   }
 
   void release() noexcept {
+    for (launch_record* r : {&eager_, &captured_}) {
+      if (r->done) (void)cudaEventDestroy(r->done);
+      *r = {};
+    }
     close_mappings();
     if (workspace_) (void)cudaFree(workspace_);
     workspace_ = nullptr;
@@ -875,8 +945,29 @@ class device_communicator {
     shared_ = shared_host_memory{};
   }
 
+  /// The stream's id (cudaStreamGetId: handles such as cudaStreamPerThread name a different
+  /// stream on each thread, and a destroyed stream's handle may come back for a new one); 0 when
+  /// it cannot be told (a failed query's error is cleared), so that the caller waits.
+  static unsigned long long stream_id(cudaStream_t stream) noexcept {
+    unsigned long long id = 0;
+    if (cudaStreamGetId(stream, &id) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 0;
+    }
+    return id;
+  }
+  /// The last call of one kind (eager, or in a capture): its stream, its capture, and an event
+  /// recorded after it.
+  struct launch_record {
+    bool recorded = false;
+    unsigned long long stream_id = 0;
+    unsigned long long capture_id = 0;
+    cudaEvent_t done = nullptr;
+  };
+
   communicator* host_;
   int device_ = 0;
+  launch_record eager_{}, captured_{};  // order_after_previous_call
   workspace_layout layout_{};
   void* workspace_ = nullptr;
   device_status* status_ = nullptr;         // host address

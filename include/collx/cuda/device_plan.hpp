@@ -136,9 +136,10 @@ inline constexpr std::uint32_t rejected_signature_bits = (1u << flag_signature_b
 /// and count (6 bits of the hash of the count and, for registered windows, the window and offset;
 /// ring calls flip bits of it: ring_signature). Two ranks whose signatures differ are making
 /// different calls; the converse holds up to hash collisions of the type, op and count (1 in 64,
-/// 32 and about 62). The count field's value 0 (empty_count_bits) is count 0's alone: a rank that passed
-/// count 0 where its peers did not is always told apart (its one meeting would otherwise pass a
-/// peer that then reads its stale staging).
+/// 32 and about 62). The count field's value 0 (empty_count_bits) is that of count 0 without a
+/// layout (a rank's one meeting when it moves nothing) alone: a rank that passed count 0 where its
+/// peers did not is always told apart (that meeting would otherwise pass a peer that then reads
+/// its stale staging). all_to_all_v signs count 0 with a layout, and is kept off it too.
 struct device_signature {
   std::uint32_t bits = 0;  ///< the packed 24 bits
 
@@ -153,7 +154,7 @@ struct device_signature {
                                                 {9, 5, "reduction op"},
                                                 {14, 4, "root"},
                                                 {18, 6, "count (or window and offset, or algorithm)"}}};
-  /// The count field of a call with count 0, and of no other call.
+  /// The count field of a call with count 0 and no layout, and of no other call.
   static constexpr std::uint32_t empty_count_bits = 0;
 
   /// Packs a call: `type_name`/`type_size` of the element, `op_name` ("" for collectives without an
@@ -174,7 +175,7 @@ struct device_signature {
       v |= (parts[i] & ((1u << fields[i].width) - 1)) << fields[i].shift;
     const unsigned count_shift = fields[4].shift;
     const std::uint32_t count_mask = ((1u << fields[4].width) - 1) << count_shift;
-    if (count == 0) v = (v & ~count_mask) | (empty_count_bits << count_shift);
+    if (count == 0 && layout == 0) v = (v & ~count_mask) | (empty_count_bits << count_shift);
     else if (((v & count_mask) >> count_shift) == empty_count_bits) v ^= 1u << count_shift;  // reserved for count 0
     if (v == rejected_signature_bits) v ^= 1u << count_shift;  // reserved (the count hash loses one more value)
     return {v};
