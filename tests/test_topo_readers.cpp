@@ -112,6 +112,26 @@ TEST_CASE("nvidia-smi: abbreviated matrices ('...') and the GPU model hint") {
   for (const std::string& n : h.notes) CHECK(n.find("assumed from") == std::string::npos);
 }
 
+TEST_CASE("nvidia-smi: two NVSwitch islands with SYS between them keep their SYS paths") {
+  // 16 GPUs in two trays of 8 (NV18 inside a tray, SYS across; synthetic). Before, every GPU with
+  // an NV cell met in one switch: GPU7 -> GPU8 read as NV18 and rings were rated at NVLink speed.
+  std::string m = "\t";
+  for (int g = 0; g < 16; ++g) m += "GPU" + std::to_string(g) + "\t";
+  m += "CPU Affinity\tNUMA Affinity\n";
+  for (int a = 0; a < 16; ++a) {
+    m += "GPU" + std::to_string(a);
+    for (int b = 0; b < 16; ++b) m += a == b ? "\t X " : a / 8 == b / 8 ? "\tNV18" : "\tSYS";
+    m += "\t" + std::to_string(a / 8) + "\t" + std::to_string(a / 8) + "\n";
+  }
+  const topology t = read_nvidia_smi(m, "two-trays");
+  CHECK(cell(t, t.gpu(0), t.gpu(7)) == "NV18");
+  CHECK(cell(t, t.gpu(8), t.gpu(15)) == "NV18");
+  CHECK(cell(t, t.gpu(7), t.gpu(8)) == "SYS");
+  CHECK(cell(t, t.gpu(0), t.gpu(15)) == "SYS");
+  CHECK(t.classify(t.gpu(1), t.gpu(6)).via_nvswitch);
+  CHECK_FALSE(t.classify(t.gpu(1), t.gpu(9)).via_nvswitch);
+}
+
 TEST_CASE("nvidia-smi: the same matrix pasted differently reads the same") {
   const std::string crlf = topo_fixture("a800-sxm4-8gpu-nv8-4nic-topo-m.txt");
   const std::vector<std::string> ref = all_cells(read_nvidia_smi(crlf));

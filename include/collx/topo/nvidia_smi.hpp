@@ -445,13 +445,26 @@ inline topology read_nvidia_smi(std::string_view text, std::string_view source =
 
   // NVLinks.
   if (switched) {
-    vertex s;
-    s.kind = vertex_kind::nvswitch, s.name = "NVSwitch";
-    const int sw = t.add_vertex(s);
+    // One switch per island of GPUs joined by NV cells: GPUs of two NVLink domains (trays with SYS
+    // between them) must keep their SYS paths, not meet in one switch.
+    union_find nv_uf(n);
+    const auto id = [](std::size_t i) { return static_cast<int>(i); };
     for (std::size_t i = 0; i < n; ++i)
-      if (nv_max[i] > 0) t.add_link(make_nvlink(dev_vertex[i], sw, *arch, nv_max[i]));
+      for (std::size_t j = i + 1; j < n; ++j)
+        if (cell[i][j].type == path_type::nvlink) nv_uf.unite(id(i), id(j));
+    std::vector<int> roots;
+    for (std::size_t i = 0; i < n; ++i)
+      if (nv_max[i] > 0 && std::find(roots.begin(), roots.end(), nv_uf.find(id(i))) == roots.end()) roots.push_back(nv_uf.find(id(i)));
+    for (std::size_t k = 0; k < roots.size(); ++k) {
+      vertex s;
+      s.kind = vertex_kind::nvswitch, s.name = roots.size() == 1 ? "NVSwitch" : "NVSwitch " + std::to_string(k);
+      const int sw = t.add_vertex(s);
+      for (std::size_t i = 0; i < n; ++i)
+        if (nv_max[i] > 0 && nv_uf.find(id(i)) == roots[k]) t.add_link(make_nvlink(dev_vertex[i], sw, *arch, nv_max[i]));
+    }
     t.notes.push_back("NVSwitch inferred: a GPU's NV cells add up to " + std::to_string(max_sum) + " links, more than " +
-                      (opt.gpu ? "a " + std::string(opt.gpu->name) + " has" : std::string("any GPU has")) + " (" + std::to_string(link_budget) + ")");
+                      (opt.gpu ? "a " + std::string(opt.gpu->name) + " has" : std::string("any GPU has")) + " (" + std::to_string(link_budget) + ")" +
+                      (roots.size() > 1 ? "; " + std::to_string(roots.size()) + " NVLink islands, a switch each" : ""));
   } else {
     for (std::size_t i = 0; i < n; ++i)
       for (std::size_t j = i + 1; j < n; ++j)
