@@ -195,15 +195,16 @@ struct options {
   std::string label;               ///< --label: a name for this run in the JSON/CSV (default: the library)
   bool algo_given = false, transport_given = false;
 
-  /// The sweep: min, then *factor or +increment, up to max.
+  /// The sweep: min, then *factor (at least one byte more: 8 * 1.1 and 0 * 2 would not grow) or
+  /// +increment, up to max.
   std::vector<std::size_t> sizes() const {
     std::vector<std::size_t> v;
     for (std::size_t s = min_bytes; s <= max_bytes;) {
       v.push_back(s);
       const double grown = static_cast<double>(s) * step_factor;
-      if (step_factor > 1 && grown > static_cast<double>(max_bytes)) break;  // (and never casts past size_t)
-      const std::size_t next = step_factor > 1 ? static_cast<std::size_t>(grown) : s + step_bytes;
-      if (next <= s) break;  // -i 0 (or a wrap past size_t), or a factor that does not grow a tiny size
+      if (step_factor > 1 && grown >= 0x1p64) break;  // past size_t: never cast
+      const std::size_t next = step_factor > 1 ? std::max(s + 1, static_cast<std::size_t>(grown)) : s + step_bytes;
+      if (next <= s) break;  // -i 0, or a wrap past size_t
       s = next;
     }
     return v;
@@ -225,7 +226,8 @@ inline const char* common_usage =
     "  -i, --stepbytes SIZE     else add SIZE between steps (default 1M)\n"
     "  -n, --iters N            timed calls per size (default 20)\n"
     "  -w, --warmup_iters N     untimed calls before each size (default 5)\n"
-    "  -c, --check 0|1          check every result against an independent reference (default 1)\n"
+    "  -c, --check 0|1          after each size's timed calls, check one more (blocking) call's\n"
+    "                           result against an independent reference (default 1)\n"
     "  -d, --datatype T         int8 uint8 int32 uint32 int64 uint64 half float double bfloat16 (default float)\n"
     "  -o, --op OP              sum prod max min avg (default sum)\n"
     "  -r, --root R             root of broadcast and reduce (default 0)\n"
