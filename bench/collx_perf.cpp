@@ -253,6 +253,10 @@ int main(int argc, char** argv) {
   try {
     try {
       (void)comm_options(o);  // reads COLLX_TIMEOUT, COLLX_SEGMENT_BYTES and COLLX_ALGO
+      if (o.transport == "shm") {  // what every rank's shared memory would read, and fail on
+        (void)collx::shm_bytes_per_peer_from_environment();
+        (void)collx::shm_cma_from_environment(-1);
+      }
     } catch (const collx::error& e) {
       if (e.code() == collx::errc::invalid_argument) return usage(e.what());
       throw;

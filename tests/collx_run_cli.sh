@@ -35,9 +35,17 @@ if [ -n "$perf" ]; then
   err=$("$perf" allreduce -b 8 -e 8 -n 1 -w 0 --ranks 2 --json /nonexistent/collx.json 2>&1 >/dev/null); rc=$?
   [ $rc -eq 2 ] || fail "collx-perf --json /nonexistent/... exited $rc, not 2: $err"
   case $err in *"cannot write /nonexistent/collx.json"*) ;; *) fail "unwritable --json not named: $err" ;; esac
-  # A tool that launches itself names itself, not collx-run, when a rank fails.
-  err=$(COLLX_SHM_BYTES_PER_PEER=100 "$perf" allreduce -b 8 -e 8 --ranks 2 2>&1 >/dev/null); rc=$?
-  [ $rc -ne 0 ] || fail "collx-perf with a bad COLLX_SHM_BYTES_PER_PEER exited 0"
+  # Bad shared-memory settings are usage errors, said once before any rank starts (each rank said
+  # them and the status was 1).
+  for bad in COLLX_SHM_BYTES_PER_PEER=100 COLLX_CMA=maybe; do
+    err=$(env "$bad" "$perf" allreduce -b 8 -e 8 --ranks 2 2>&1 >/dev/null); rc=$?
+    [ $rc -eq 2 ] || fail "collx-perf with $bad exited $rc, not 2: $err"
+    case $err in *"${bad%%=*}"*) ;; *) fail "collx-perf with $bad did not name the variable: $err" ;; esac
+  done
+  # A tool that launches itself names itself, not collx-run, when a rank fails (a staging size
+  # that is well formed but too large for 2 ranks' segment fails in the ranks).
+  err=$(COLLX_SHM_BYTES_PER_PEER=4611686018427387904 "$perf" allreduce -b 8 -e 8 --ranks 2 2>&1 >/dev/null); rc=$?
+  [ $rc -ne 0 ] || fail "collx-perf with a too large COLLX_SHM_BYTES_PER_PEER exited 0"
   case $err in *"collx-perf: rank "*") exited with status"*) ;; *) fail "collx-perf's failing rank not reported as collx-perf's: $err" ;; esac
   # collx-run inside collx-run: each inner job gets its own id (they inherited one and collided).
   err=$(COLLX_TIMEOUT=30 "$run" -n 2 "$run" -n 2 "$perf" allreduce -b 8 -e 8 -n 1 -w 0 2>&1 >/dev/null); rc=$?

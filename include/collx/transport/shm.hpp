@@ -81,6 +81,23 @@ struct shm_options {
   int ranks_on_host = 0;
 };
 
+/// COLLX_SHM_BYTES_PER_PEER as the shared-memory transport reads it: 0 when unset.
+/// @throws collx::error(invalid_argument) naming the variable for a malformed value or one below 4096.
+inline std::size_t shm_bytes_per_peer_from_environment() {
+  const auto v = env::get("COLLX_SHM_BYTES_PER_PEER");
+  if (!v) return 0;
+  const std::size_t bytes = env::parse_size("COLLX_SHM_BYTES_PER_PEER", *v);
+  if (bytes < 4096) env::reject("COLLX_SHM_BYTES_PER_PEER", *v, "at least 4096 bytes");
+  return bytes;
+}
+
+/// COLLX_CMA as the shared-memory transport reads it (-1 auto, 0 off, 1 on), or `fallback` when unset.
+/// @throws collx::error(invalid_argument) naming the variable for a malformed value.
+inline int shm_cma_from_environment(int fallback) {
+  const auto v = env::get("COLLX_CMA");
+  return v ? env::parse_switch("COLLX_CMA", *v) : fallback;
+}
+
 namespace transport_impl {
 
 /// The shared segment's layout. Everything in it is plain data and lock-free atomics.
@@ -880,14 +897,8 @@ class shm_transport final : public transport {
   void connect(const shm_options& opt) {
     // Staging geometry: the same on every rank (derived from the world size and the environment).
     std::size_t per_peer = opt.bytes_per_peer;
-    if (!per_peer) {
-      if (const auto v = env::get("COLLX_SHM_BYTES_PER_PEER")) {
-        per_peer = env::parse_size("COLLX_SHM_BYTES_PER_PEER", *v);
-        if (per_peer < 4096) env::reject("COLLX_SHM_BYTES_PER_PEER", *v, "at least 4096 bytes");
-      } else {
-        per_peer = std::clamp<std::size_t>((std::size_t{64} << 20) / (static_cast<std::size_t>(n_) * n_), 64 << 10, 1 << 20);
-      }
-    }
+    if (!per_peer) per_peer = shm_bytes_per_peer_from_environment();
+    if (!per_peer) per_peer = std::clamp<std::size_t>((std::size_t{64} << 20) / (static_cast<std::size_t>(n_) * n_), 64 << 10, 1 << 20);
     if (per_peer < 4096)
       COLLX_THROW(errc::invalid_argument, "shm_options::bytes_per_peer of " + std::to_string(per_peer) + " must be at least 4096 bytes");
     // The segment holds n * n pairs' staging: past 2^62 bytes its size would wrap (or not fit the
@@ -900,8 +911,7 @@ class shm_transport final : public transport {
     slot_bytes_ = per_peer / slots_ / 64 * 64;
     lay_ = shm_segment::compute(n_, slot_bytes_, slots_);
     bytes_ = lay_.total;
-    int cma_pref = opt.cma;
-    if (const auto v = env::get("COLLX_CMA")) cma_pref = env::parse_switch("COLLX_CMA", *v);
+    const int cma_pref = shm_cma_from_environment(opt.cma);
 
     const auto deadline = std::chrono::steady_clock::now() + opt.connect_timeout;
     int fd = -1;
