@@ -279,7 +279,7 @@ TEST_CASE("launchers: torchrun, Open MPI, MPICH, Slurm and collx-run environment
     // collx-run inside an srun step (or an sbatch script's SLURM_PROCID=0, SLURM_NTASKS=1): before,
     // every rank aborted with "launcher variables contradict each other".
     {
-      scoped_env e{{"COLLX_RANK", "1"}, {"COLLX_WORLD_SIZE", "2"}, {"OMPI_COMM_WORLD_RANK", "0"},
+      scoped_env e{{"COLLX_RANK", "1"}, {"COLLX_WORLD_SIZE", "2"}, {"COLLX_LAUNCH_ID", "x"}, {"OMPI_COMM_WORLD_RANK", "0"},
                    {"OMPI_COMM_WORLD_SIZE", "1"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}, {"SLURM_LOCALID", "0"}};
       const auto info = collx::bootstrap::from_environment();
       CHECK(info.rank == 1);
@@ -301,6 +301,16 @@ TEST_CASE("launchers: torchrun, Open MPI, MPICH, Slurm and collx-run environment
     {  // the winner's own variables are still checked
       scoped_env e{{"COLLX_RANK", "2"}, {"COLLX_WORLD_SIZE", "2"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}};
       CHECK(error_of([] { collx::bootstrap::from_environment(); }).find("COLLX_RANK") != std::string::npos);
+    }
+    {  // a RANK/WORLD_SIZE left over in an mpirun's shell is not taken for torchrun's: an error
+      scoped_env e{{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"OMPI_COMM_WORLD_RANK", "2"}, {"OMPI_COMM_WORLD_SIZE", "3"}};
+      const std::string msg = error_of([] { collx::bootstrap::from_environment(); });
+      CHECK(msg.find("contradict") != std::string::npos);
+      CHECK(msg.find("OMPI_COMM_WORLD_RANK=2") != std::string::npos);
+    }
+    {  // hand-set COLLX_* (no COLLX_LAUNCH_ID) against mpirun's: an error too
+      scoped_env e{{"COLLX_RANK", "1"}, {"COLLX_WORLD_SIZE", "2"}, {"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}};
+      CHECK(error_of([] { collx::bootstrap::from_environment(); }).find("contradict") != std::string::npos);
     }
   }
 }

@@ -74,25 +74,36 @@ inline std::string sanitize_job_id(std::string s) {
 }
 }  // namespace detail
 
-/// Reads the launcher's environment. Launchers nest (collx-run or torchrun inside an srun step,
-/// mpirun inside an sbatch script, whose SLURM_PROCID and SLURM_NTASKS describe the outer job), so
-/// the innermost one whose rank variable is set wins, in this order: collx-run (COLLX_*),
-/// torchrun, Open MPI, MPICH, Slurm; the outer launchers' variables are not read. Missing or
-/// malformed variables of the winner are an error; every message names the variables.
+/// Reads the launcher's environment. The first launcher whose rank variable is set wins, in this
+/// order: collx-run (COLLX_*), torchrun, Open MPI, MPICH, Slurm. Launchers nest, so the others'
+/// variables may describe an outer job: Slurm's always may (collx-run, torchrun or mpirun inside an
+/// srun step or an sbatch script) and are not compared, nor is anything when collx-run started
+/// this process (COLLX_LAUNCH_ID set). Otherwise another launcher's variables that contradict the
+/// winner (a different rank or world size: a RANK/WORLD_SIZE left over in the shell of an mpirun)
+/// are an error, as are missing or malformed variables; every message names the variables.
 /// @throws collx::error(errc::invalid_argument)
 inline launch_info from_environment() {
   const detail::launcher_vars* found = nullptr;
   launch_info info;
+  const bool started_by_collx_run = env::get("COLLX_LAUNCH_ID").has_value();
   for (const auto& l : detail::launchers) {
     const auto r = env::get(l.rank);
     if (!r) continue;
     const auto s = env::get(l.size);
-    if (!s)
-      COLLX_THROW(errc::invalid_argument, std::string(l.rank) + " is set (" + l.source + ") but " + l.size + " is not");
-    found = &l;
-    info.world_size = static_cast<int>(env::parse_int(l.size, *s, 1, 1 << 24));
-    info.rank = static_cast<int>(env::parse_int(l.rank, *r, 0, info.world_size - 1));
-    break;
+    if (!found) {
+      if (!s)
+        COLLX_THROW(errc::invalid_argument, std::string(l.rank) + " is set (" + l.source + ") but " + l.size + " is not");
+      found = &l;
+      info.world_size = static_cast<int>(env::parse_int(l.size, *s, 1, 1 << 24));
+      info.rank = static_cast<int>(env::parse_int(l.rank, *r, 0, info.world_size - 1));
+      if (std::string_view(l.source) == "collx-run" && started_by_collx_run) break;
+    } else if (std::string_view(l.source) != "Slurm" && (*r != std::to_string(info.rank) || !s || *s != std::to_string(info.world_size))) {
+      COLLX_THROW(errc::invalid_argument, std::string("launcher variables contradict each other: ") + found->rank + "=" +
+                                              std::to_string(info.rank) + " " + found->size + "=" +
+                                              std::to_string(info.world_size) + " but " + l.rank + "=" + *r + " " +
+                                              l.size + "=" + s.value_or("(unset)") +
+                                              " (a variable left over from another launcher? unset it)");
+    }
   }
   if (!found)
     COLLX_THROW(errc::invalid_argument,
