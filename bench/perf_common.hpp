@@ -195,15 +195,16 @@ struct options {
   std::string label;               ///< --label: a name for this run in the JSON/CSV (default: the library)
   bool algo_given = false, transport_given = false;
 
-  /// The sweep: min, then *factor (at least one byte more: 8 * 1.1 and 0 * 2 would not grow) or
-  /// +increment, up to max.
+  /// The sweep: min, then *factor (at least one element more: 8 * 1.1 and 0 * 2 would not grow, and
+  /// a smaller step repeats the row) or +increment, up to max.
   std::vector<std::size_t> sizes() const {
+    const std::size_t element = with_type(type, [](auto tag) { return sizeof(typename decltype(tag)::type); });
     std::vector<std::size_t> v;
     for (std::size_t s = min_bytes; s <= max_bytes;) {
       v.push_back(s);
       const double grown = static_cast<double>(s) * step_factor;
       if (step_factor > 1 && grown >= 0x1p64) break;  // past size_t: never cast
-      const std::size_t next = step_factor > 1 ? std::max(s + 1, static_cast<std::size_t>(grown)) : s + step_bytes;
+      const std::size_t next = step_factor > 1 ? std::max(s + element, static_cast<std::size_t>(grown)) : s + step_bytes;
       if (next <= s) break;  // -i 0, or a wrap past size_t
       s = next;
     }

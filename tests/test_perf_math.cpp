@@ -135,12 +135,12 @@ TEST_CASE("the size sweep: -f multiplies up to -e, never past size_t; without -f
   CHECK(parse_options(8, const_cast<char**>(argv_mul), 2).sizes() == std::vector<std::size_t>{8, 24, 72});
   const char* argv_add[] = {"collx-perf", "allreduce", "-b", "8", "-e", "30", "-i", "10"};
   CHECK(parse_options(8, const_cast<char**>(argv_add), 2).sizes() == std::vector<std::size_t>{8, 18, 28});
-  // A factor that does not grow a small size by a whole byte grows it by one (the sweep stopped
-  // after its first size before), and so does any factor from 0.
-  const char* argv_slow[] = {"collx-perf", "allreduce", "-b", "8", "-e", "12", "-f", "1.1"};
-  CHECK(parse_options(8, const_cast<char**>(argv_slow), 2).sizes() == std::vector<std::size_t>{8, 9, 10, 11, 12});
-  const char* argv_zero[] = {"collx-perf", "allreduce", "-b", "0", "-e", "4", "-f", "2"};
-  CHECK(parse_options(8, const_cast<char**>(argv_zero), 2).sizes() == std::vector<std::size_t>{0, 1, 2, 4});
+  // A factor that does not grow a small size by a whole element grows it by one (the sweep stopped
+  // after its first size before; a byte at a time repeated rows), and so does any factor from 0.
+  const char* argv_slow[] = {"collx-perf", "allreduce", "-b", "8", "-e", "20", "-f", "1.1"};
+  CHECK(parse_options(8, const_cast<char**>(argv_slow), 2).sizes() == std::vector<std::size_t>{8, 12, 16, 20});
+  const char* argv_zero[] = {"collx-perf", "allreduce", "-b", "0", "-e", "16", "-f", "2", "-d", "double"};
+  CHECK(parse_options(10, const_cast<char**>(argv_zero), 2).sizes() == std::vector<std::size_t>{0, 8, 16});
   options o;
   o.min_bytes = std::size_t{1} << 62;
   o.max_bytes = ~std::size_t{0};
