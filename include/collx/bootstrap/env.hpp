@@ -97,7 +97,9 @@ inline launch_info from_environment() {
       info.world_size = static_cast<int>(env::parse_int(l.size, *s, 1, 1 << 24));
       info.rank = static_cast<int>(env::parse_int(l.rank, *r, 0, info.world_size - 1));
       if (std::string_view(l.source) == "collx-run" && started_by_collx_run) break;
-    } else if (std::string_view(l.source) != "Slurm" && (*r != std::to_string(info.rank) || !s || *s != std::to_string(info.world_size))) {
+    } else if (std::string_view(l.source) != "Slurm" &&
+               (!s || env::parse_int(l.size, *s, 1, 1 << 24) != info.world_size ||
+                env::parse_int(l.rank, *r, 0, 1 << 24) != info.rank)) {
       COLLX_THROW(errc::invalid_argument, std::string("launcher variables contradict each other: ") + found->rank + "=" +
                                               std::to_string(info.rank) + " " + found->size + "=" +
                                               std::to_string(info.world_size) + " but " + l.rank + "=" + *r + " " +

@@ -763,9 +763,7 @@ template <class... Params, class... Args>
 void launch_in_order(device_communicator& dc, const char* what, void (*kernel)(Params...), unsigned blocks,
                      unsigned threads, cudaStream_t stream, Args&&... args) {
   const device_communicator::capture_state capture = device_communicator::capture_of(stream);
-  const cudaError_t ordered = dc.order_after_previous_call(stream, capture);
-  if (ordered != cudaSuccess) (void)cudaGetLastError();  // the exception carries it
-  gpu::check(ordered, what);
+  check_own(dc.order_after_previous_call(stream, capture), what);
   launch_kernel(what, kernel, blocks, threads, stream, std::forward<Args>(args)...);
   dc.record_call(stream, capture);
 }

@@ -30,6 +30,14 @@ cudaError_t launch_status(void (*kernel)(Params...), unsigned blocks, unsigned t
   return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 
+/// Throws `status` (errc::cuda, naming `what`) if it is an error, clearing it first from what
+/// cudaGetLastError() would return (it is this call's own: an error the caller left unread was
+/// overwritten by it).
+inline void check_own(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) (void)cudaGetLastError();  // the exception carries it
+  check(status, what);
+}
+
 /// launch_status, checked.
 /// @throws collx::error (errc::cuda) naming `what` when this launch fails (bad configuration, no
 /// kernel image for the device, a context already broken by an earlier fault). An error left
@@ -38,9 +46,7 @@ cudaError_t launch_status(void (*kernel)(Params...), unsigned blocks, unsigned t
 template <class... Params, class... Args>
 void launch_kernel(const char* what, void (*kernel)(Params...), unsigned blocks, unsigned threads, cudaStream_t stream,
                    Args&&... args) {
-  const cudaError_t status = launch_status(kernel, blocks, threads, stream, std::forward<Args>(args)...);
-  if (status != cudaSuccess) (void)cudaGetLastError();  // the exception carries it (as cudaGetLastError() did)
-  check(status, what);
+  check_own(launch_status(kernel, blocks, threads, stream, std::forward<Args>(args)...), what);
 }
 
 }  // namespace gpu
