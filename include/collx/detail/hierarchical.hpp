@@ -366,13 +366,20 @@ inline void run_hierarchical_untyped(communicator& comm, collective coll, const 
     // The first failure the whole communicator knows, so that every rank reports the same one: a
     // level's own (in the level's rank numbers: with the legend) unless the world failed first
     // (its records disagree, another rank's level failed, abort): that text names world ranks.
+    // The world's records are compared once more before the level's failure is taken: a level
+    // may see a disagreement of the whole call first, as a mismatch of its own (a rank that
+    // finished its part of a broadcast whose root differs went on to its next call, which a
+    // level call of a rank still in the broadcast compared with its own), and the records name
+    // the cause.
     errc code = e.code();
     std::string world_why;
-    if (!comm.get_transport().failure(code, world_why)) {
+    transport& world_transport = comm.get_transport();
+    if (!world_transport.failure(code, world_why) &&
+        !(world_transport.records_disagree() && world_transport.failure(code, world_why))) {
       code = e.code();
       world_why = e.what() + (" " + level_ranks_legend(comm.rank(), l));
       comm.fail(code, world_why);
-      (void)comm.get_transport().failure(code, world_why);  // another rank's, if it failed the world first
+      (void)world_transport.failure(code, world_why);  // another rank's, if it failed the world first
     }
     COLLX_THROW(code, name + ": " + as_seen_by(comm.rank(), std::move(world_why)));
   } catch (...) {  // a user's op threw something else: its level failed; fail the whole communicator too
