@@ -5,9 +5,9 @@
 //              [--ranks N] [--json FILE] [--csv FILE]
 //
 // COLLECTIVE: allreduce reduce_scatter all_gather broadcast reduce all_to_all sendrecv.
-// With --transport shm (the default) and no launcher environment (COLLX_RANK, OMPI_COMM_WORLD_RANK,
-// PMI_RANK), collx-perf re-executes itself as --ranks N processes through collx::launch_program;
-// under collx-run, mpirun or another launcher it connects to the job it is part of. With --transport
+// With --transport shm (the default), collx-perf re-executes itself as --ranks N processes through
+// collx::launch_program unless a launcher (collx-run, mpirun, torchrun, srun) started it as one
+// rank of several (collx::joins_launched_job): then it connects to the job it is part of. With --transport
 // threads it runs --ranks N threads of this process. With --transport mpi (builds with collx::mpi)
 // it must be started by mpirun and sends over MPI; --algo hierarchical then connects with
 // collx::mpi::connect_hierarchical (shared memory inside a node, MPI across nodes; nodes from
@@ -134,12 +134,6 @@ int bench(collx::communicator& comm, const cp::options& o, const std::string& la
   return rep.footer();
 }
 
-bool launched_by_a_launcher() {
-  for (const char* v : {"COLLX_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"})
-    if (std::getenv(v)) return true;
-  return false;
-}
-
 int usage(const char* why) {
   if (why) {
     std::fprintf(stderr, "collx-perf: %s\n(collx-perf --help lists the options)\n", why);
@@ -159,8 +153,9 @@ int usage(const char* why) {
                "not in this build)\n"
 #endif
 
-               "      --ranks N            number of ranks: shm re-executes collx-perf as N processes when not\n"
-               "                           started by a launcher (collx-run, mpirun); threads runs N threads\n"
+               "      --ranks N            number of ranks: shm re-executes collx-perf as N processes unless a\n"
+               "                           launcher started it as one rank of several (collx-run, mpirun, srun,\n"
+               "                           torchrun); threads runs N threads\n"
                "      --bind none|core     core: rank i runs on the i-th CPU it may use (as mpirun --bind-to core);\n"
                "                           default: the launcher's (collx-run and --ranks: COLLX_BIND, default core)\n"
                "Environment: COLLX_CMA, COLLX_SHM_BYTES_PER_PEER, COLLX_SEGMENT_BYTES, COLLX_TIMEOUT, COLLX_ALGO\n"
@@ -265,8 +260,9 @@ int main(int argc, char** argv) {
     if (o.transport == "mpi") return run_over_mpi(argc, argv, o);
 #endif
     if (o.transport == "threads") {
-      if (launched_by_a_launcher())
-        return usage("--transport threads runs all ranks in this process; do not start it with a launcher");
+      if (collx::bootstrap::launcher_in_environment() && collx::bootstrap::from_environment().world_size > 1)
+        return usage("--transport threads runs all ranks in this process; do not start it as several ranks of a "
+                     "launcher");
       const int n = o.ranks ? o.ranks : 1;
       if (o.collective == cp::coll::sendrecv && n < 2) return usage("sendrecv needs --ranks 2 or more");
       if (o.root >= n) return usage("-r: the root must be below the number of ranks");
@@ -283,7 +279,7 @@ int main(int argc, char** argv) {
     }
 
     // Shared memory: either we are a rank of a launched job, or we launch one.
-    if (!launched_by_a_launcher()) {
+    if (!collx::joins_launched_job(o.ranks)) {
       const int n = o.ranks ? o.ranks : 1;
       if (o.collective == cp::coll::sendrecv && n < 2) return usage("sendrecv needs --ranks 2 or more");
       if (o.root >= n) return usage("-r: the root must be below the number of ranks");

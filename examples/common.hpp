@@ -128,20 +128,16 @@ class options {
   mutable std::vector<std::string> used_;
 };
 
-/// True when a launcher started this process as one rank of a job (the variables collx's
-/// bootstrap reads: collx-run, torchrun, Open MPI, MPICH, Slurm).
-inline bool started_by_launcher() {
-  for (const char* v : {"COLLX_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"})
-    if (std::getenv(v)) return true;
-  return false;
-}
+/// True when a launcher started this process as one rank of a job (collx-run, torchrun, Open
+/// MPI, MPICH, or Slurm inside a job step: collx::bootstrap::launcher_in_environment).
+inline bool started_by_launcher() { return collx::bootstrap::launcher_in_environment().has_value(); }
 
 /// The exit status of a rank that skips its work and has said why (ctest's SKIP_RETURN_CODE).
 inline constexpr int skipped_exit_code = 77;
 
 /// Runs fn(comm) -> int (0: this rank's checks passed) on every rank, and returns main's exit status.
-/// Under a launcher this process is one rank; otherwise `ranks` processes are forked
-/// (`ranks` < 1: the example's default). A rank that throws prints the error and fails; one that
+/// Under a launcher this process is one rank (collx::joins_launched_job); otherwise `ranks`
+/// processes are forked (`ranks` < 1: the example's default). A rank that throws prints the error and fails; one that
 /// returns skipped_exit_code makes the job's status that, unless another rank failed.
 template <class F>
 int run_ranks(int ranks, F&& fn) {
@@ -154,7 +150,7 @@ int run_ranks(int ranks, F&& fn) {
     }
   };
   try {
-    if (started_by_launcher()) {
+    if (collx::joins_launched_job(ranks)) {
       collx::communicator comm = collx::connect_shm_from_environment();
       if (ranks > 0 && ranks != comm.size()) {
         std::fprintf(stderr, "--ranks %d contradicts the launcher's world size %d\n", ranks, comm.size());

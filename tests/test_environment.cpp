@@ -14,6 +14,7 @@
 #include <collx/bootstrap/env.hpp>
 #include <collx/communicator.hpp>
 #include <collx/environment.hpp>
+#include <collx/launch.hpp>
 #include <collx/transport/threads.hpp>
 
 namespace {
@@ -44,7 +45,7 @@ scoped_env no_launcher() {
                     {"OMPI_COMM_WORLD_LOCAL_RANK", nullptr}, {"OMPI_COMM_WORLD_LOCAL_SIZE", nullptr},
                     {"PMI_RANK", nullptr}, {"PMI_SIZE", nullptr}, {"SLURM_PROCID", nullptr}, {"SLURM_NTASKS", nullptr},
                     {"SLURM_LOCALID", nullptr}, {"SLURM_STEP_TASKS_PER_NODE", nullptr}, {"SLURM_NODEID", nullptr},
-                    {"SLURM_JOB_ID", nullptr}, {"TORCHELASTIC_RUN_ID", nullptr}, {"OMPI_MCA_ess_base_jobid", nullptr},
+                    {"SLURM_JOB_ID", nullptr}, {"SLURM_STEP_ID", nullptr}, {"SLURM_STEPID", nullptr}, {"TORCHELASTIC_RUN_ID", nullptr}, {"OMPI_MCA_ess_base_jobid", nullptr},
                     {"PMIX_NAMESPACE", nullptr}, {"MPI_LOCALRANKID", nullptr}, {"MPI_LOCALNRANKS", nullptr}};
 }
 
@@ -249,12 +250,55 @@ TEST_CASE("launchers: torchrun, Open MPI, MPICH, Slurm and collx-run environment
     CHECK(i.job_id.rfind("ppid-", 0) == 0);
   }
   SECTION("Slurm") {
-    scoped_env e{{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "7"}, {"SLURM_LOCALID", "1"},
+    scoped_env e{{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "7"}, {"SLURM_LOCALID", "1"}, {"SLURM_STEP_ID", "3"},
                  {"SLURM_STEP_TASKS_PER_NODE", "4,3"}, {"SLURM_NODEID", "1"}, {"SLURM_JOB_ID", "99"}};
     const auto i = collx::bootstrap::from_environment();
-    CHECK((i.source == "Slurm" && i.local_world_size == 3 && i.job_id == "slurm-99.0"));
+    CHECK((i.source == "Slurm" && i.rank == 5 && i.world_size == 7 && i.local_world_size == 3 && i.job_id == "slurm-99.3"));
+    CHECK(collx::bootstrap::launcher_in_environment() == "Slurm");
     CHECK(collx::bootstrap::detail::slurm_tasks_on_node("4(x2),3", 1) == 4);
     CHECK(collx::bootstrap::detail::slurm_tasks_on_node("4(x2),3", 2) == 3);
+  }
+  SECTION("a Slurm batch script or salloc shell is one process, not rank 0 of SLURM_NTASKS") {
+    // Before, `sbatch -n 4` running a program straight from its script made it rank 0 of 4: it
+    // waited for 3 ranks until the connect timeout, and the examples refused --ranks 4.
+    scoped_env e{{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "0"}, {"SLURM_JOB_ID", "99"}};
+    CHECK_FALSE(collx::bootstrap::launcher_in_environment());
+    CHECK(error_of([] { collx::bootstrap::from_environment(); }).find("batch script") != std::string::npos);
+    CHECK_FALSE(collx::joins_launched_job(4));
+    CHECK_FALSE(collx::joins_launched_job(0));
+    for (const char* not_a_task_step : {"batch", "extern", "4294967291", "", "1x"}) {
+      INFO(not_a_task_step);
+      scoped_env step{{"SLURM_STEP_ID", not_a_task_step}};
+      CHECK_FALSE(collx::bootstrap::launcher_in_environment());
+    }
+    {
+      scoped_env step{{"SLURM_STEPID", "0"}};  // the older name srun still sets
+      CHECK(collx::bootstrap::launcher_in_environment() == "Slurm");
+    }
+    {  // torchrun or mpirun inside the batch script: theirs
+      scoped_env t{{"RANK", "2"}, {"WORLD_SIZE", "3"}};
+      CHECK(collx::bootstrap::launcher_in_environment() == "torchrun");
+      CHECK(collx::bootstrap::from_environment().world_size == 3);
+    }
+  }
+  SECTION("a program that can start its own ranks joins a launched job unless it is the job's one process") {
+    CHECK_FALSE(collx::joins_launched_job(4));  // no launcher: it starts them
+    {
+      scoped_env e{{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}, {"SLURM_STEP_ID", "0"}};  // srun --pty bash
+      CHECK(collx::joins_launched_job(0));
+      CHECK(collx::joins_launched_job(1));
+      CHECK_FALSE(collx::joins_launched_job(4));
+    }
+    {
+      scoped_env e{{"COLLX_RANK", "1"}, {"COLLX_WORLD_SIZE", "4"}};
+      CHECK(collx::joins_launched_job(0));
+      CHECK(collx::joins_launched_job(4));
+      CHECK(collx::joins_launched_job(2));  // the caller then reports --ranks 2 against the launcher's 4
+    }
+    {
+      scoped_env e{{"COLLX_RANK", "1"}, {"COLLX_WORLD_SIZE", "x"}};
+      CHECK(error_of([] { collx::joins_launched_job(4); }).find("COLLX_WORLD_SIZE") != std::string::npos);
+    }
   }
   SECTION("collx-run") {
     scoped_env e{{"COLLX_RANK", "0"}, {"COLLX_WORLD_SIZE", "1"}, {"COLLX_JOB_ID", "my job/1"}};
@@ -288,7 +332,7 @@ TEST_CASE("launchers: torchrun, Open MPI, MPICH, Slurm and collx-run environment
     }
     {  // torchrun's workers inside a 2-node srun step, and mpirun inside an sbatch script
       scoped_env e{{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "4"},
-                   {"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}};
+                   {"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}, {"SLURM_STEP_ID", "0"}};
       const auto info = collx::bootstrap::from_environment();
       CHECK(info.rank == 5);
       CHECK(info.world_size == 8);

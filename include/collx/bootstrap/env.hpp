@@ -67,6 +67,31 @@ inline std::optional<int> slurm_tasks_on_node(std::string_view spec, int node) {
   return std::nullopt;
 }
 
+/// Whether launcher `l`'s variables describe this process as one of its ranks. Slurm's do only
+/// inside a job step: srun sets SLURM_STEP_ID (and the older SLURM_STEPID) to the step's number for
+/// every task, while a batch script or an salloc shell, one process, sees the allocation's
+/// SLURM_PROCID=0 and SLURM_NTASKS=N. The batch and extern steps (pam_slurm_adopt's ssh sessions),
+/// when they set a step id, set a name or a number at the top of the range, not a task step's.
+inline bool describes_this_process(const launcher_vars& l) {
+  if (std::string_view(l.source) != "Slurm") return true;
+  for (const char* name : {"SLURM_STEP_ID", "SLURM_STEPID"}) {
+    const auto id = env::get(name);
+    if (!id || id->empty() || id->size() > 9) continue;
+    bool digits = true;
+    for (char c : *id) digits = digits && c >= '0' && c <= '9';
+    if (digits) return true;
+  }
+  return false;
+}
+
+/// The first launcher (in `launchers`' order) whose rank variable is set and describes this
+/// process; nullptr when none does.
+inline const launcher_vars* first_launcher() {
+  for (const auto& l : launchers)
+    if (env::get(l.rank) && describes_this_process(l)) return &l;
+  return nullptr;
+}
+
 inline std::string sanitize_job_id(std::string s) {
   for (char& c : s)
     if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-')) c = '_';
@@ -74,8 +99,18 @@ inline std::string sanitize_job_id(std::string s) {
 }
 }  // namespace detail
 
+/// The launcher that started this process as one rank of a job, as from_environment finds it
+/// ("collx-run", "torchrun", "Open MPI", "MPICH" or "Slurm"), without checking its variables;
+/// std::nullopt when none did. Slurm counts inside a job step only (srun's tasks, SLURM_STEP_ID
+/// set): a batch script or an salloc shell is one process, whatever SLURM_NTASKS says.
+inline std::optional<std::string> launcher_in_environment() {
+  if (const auto* l = detail::first_launcher()) return std::string(l->source);
+  return std::nullopt;
+}
+
 /// Reads the launcher's environment. The first launcher whose rank variable is set wins, in this
-/// order: collx-run (COLLX_*), torchrun, Open MPI, MPICH, Slurm. Launchers nest, so the others'
+/// order: collx-run (COLLX_*), torchrun, Open MPI, MPICH, Slurm (inside a job step: SLURM_STEP_ID
+/// set; see launcher_in_environment). Launchers nest, so the others'
 /// variables may describe an outer job: Slurm's always may (collx-run, torchrun or mpirun inside an
 /// srun step or an sbatch script) and are not compared, nor is anything when collx-run started
 /// this process (COLLX_LAUNCH_ID set). Otherwise another launcher's variables that contradict the
@@ -88,7 +123,7 @@ inline launch_info from_environment() {
   const bool started_by_collx_run = env::get("COLLX_LAUNCH_ID").has_value();
   for (const auto& l : detail::launchers) {
     const auto r = env::get(l.rank);
-    if (!r) continue;
+    if (!r || !detail::describes_this_process(l)) continue;
     const auto s = env::get(l.size);
     if (!found) {
       if (!s)
@@ -110,7 +145,8 @@ inline launch_info from_environment() {
   if (!found)
     COLLX_THROW(errc::invalid_argument,
                 "no launcher environment found: set COLLX_RANK and COLLX_WORLD_SIZE (or start the program with "
-                "collx-run -n N, torchrun, mpirun or srun)");
+                "collx-run -n N, torchrun, mpirun or srun; a Slurm batch script or salloc shell is one process, "
+                "not a job step's task)");
   info.source = found->source;
   // Local rank and size: default to a single node.
   info.local_rank = info.rank;
