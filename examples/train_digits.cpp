@@ -376,7 +376,11 @@ int main(int argc, char** argv) {
   const std::vector<std::size_t> test(perm.end() - static_cast<std::ptrdiff_t>(n_test), perm.end());
   const model m(cfg.hidden);
 
-  return ex::run_ranks(ranks > 0 ? ranks : (ex::started_by_launcher() ? 0 : 4), [&](collx::communicator& comm) -> int {
+  const int ranks_to_start = ranks > 0 ? ranks : (ex::started_by_launcher() ? 0 : 4);
+  // Refused here, before forking, where the count is known (exit 2 once, not 1 from every rank);
+  // under a launcher the world size is known in the ranks.
+  if (shards_opt > 1 && ranks_to_start > 1) opt.fail("--shards S emulates S ranks in one process: run it with --ranks 1");
+  return ex::run_ranks(ranks_to_start, [&](collx::communicator& comm) -> int {
     const int rank = comm.rank(), world = comm.size();
     if (shards_opt > 1 && world != 1)
       throw std::runtime_error("--shards S emulates S ranks in one process: run it with --ranks 1");
