@@ -266,6 +266,32 @@ TEST_CASE("NCCL topology XML: static cloud files and their edge cases") {
   CHECK_FALSE(g5.notes.empty());
 }
 
+TEST_CASE("NCCL XML: a GPU model not known from sm or device id gets one note saying what was tried") {
+  const auto notes_of = [](const char* gpu_attrs, const char* pci_attrs) {
+    const std::string xml = std::string("<system version=\"1\">\n <cpu numaid=\"0\" arch=\"x86_64\">\n  <pci busid=\"0000:4f:00.0\" "
+                                        "class=\"0x030200\" link_speed=\"32.0 GT/s PCIe\" link_width=\"16\" ") +
+                            pci_attrs + ">\n   <gpu dev=\"0\" " + gpu_attrs + "/>\n  </pci>\n </cpu>\n</system>\n";
+    std::string all;
+    for (const std::string& n : read_nccl_topology(xml, "t.xml").notes)
+      if (n.find("GPU 0000:4f:00.0: model") != std::string::npos || n.find("sm ") != std::string::npos) all += n + "\n";
+    return all;
+  };
+  // Before: "sm 999 not known; generic figures used" and "model unknown (no sm, ...)" side by side.
+  const std::string unknown = notes_of("sm=\"999\"", "");
+  INFO(unknown);
+  CHECK(unknown.find("model unknown (sm 999 not known)") != std::string::npos);
+  CHECK(unknown.find("no sm") == std::string::npos);
+  CHECK(std::count(unknown.begin(), unknown.end(), '\n') == 1);
+  // An unknown sm with a known PCI device id (A100 SXM4 0x20b0): the model, and what was not known.
+  const std::string by_id = notes_of("sm=\"999\"", "device=\"0x20b0\"");
+  INFO(by_id);
+  CHECK(by_id.find("from PCI device id 0x20b0 (sm 999 not known)") != std::string::npos);
+  CHECK(by_id.find("generic") == std::string::npos);
+  const std::string neither = notes_of("", "device=\"0x1234\"");
+  CHECK(neither.find("model unknown (PCI device id 0x1234 not known)") != std::string::npos);
+  CHECK(notes_of("", "").find("model unknown (no sm, no PCI device id)") != std::string::npos);
+}
+
 TEST_CASE("NCCL XML: input it cannot understand is an error naming line and column") {
   expect_error([] { read_nccl_topology("<system>\n  <cpu numaid=\"0\">\n</system>\n", "t.xml"); }, "t.xml:3:1:", "closes <cpu>");
   expect_error([] { read_nccl_topology("<system>\n  <gpu/>\n</system>\n", "t.xml"); }, "t.xml:2:3:", "unexpected <gpu>");

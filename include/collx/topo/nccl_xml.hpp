@@ -209,21 +209,28 @@ inline topology read_nccl_topology(std::string_view text, std::string_view sourc
         g = &c;
       }
       const gpu_arch* arch = opt.gpu;
+      std::string unknown_because;  // what was tried and not known, for the one note below
+      const auto tried = [&](const std::string& what) { unknown_because += (unknown_because.empty() ? "" : ", ") + what; };
       if (!arch && g) {
         if (const xml_attribute* sm = g->find("sm")) {
           arch = gpu_arch_for_sm(static_cast<int>(parse_long(*sm, source)));
-          if (!arch) t.notes.push_back("GPU " + busid + ": sm " + sm->value + " not known; generic figures used");
+          if (!arch) tried("sm " + sm->value + " not known");
         }
       }
       if (!arch) {
         if (const xml_attribute* dev = e.find("device")) {
           arch = gpu_arch_for_pci_device(static_cast<unsigned>(parse_long(*dev, source, 16)));
-          if (arch) t.notes.push_back("GPU " + busid + ": model " + std::string(arch->name) + " from PCI device id " + dev->value);
+          if (arch)
+            t.notes.push_back("GPU " + busid + ": model " + std::string(arch->name) + " from PCI device id " + dev->value +
+                              (unknown_because.empty() ? "" : " (" + unknown_because + ")"));
+          else
+            tried("PCI device id " + dev->value + " not known");
         }
       }
       if (!arch) {
         arch = &unknown_gpu_arch;
-        t.notes.push_back("GPU " + busid + ": model unknown (no sm, no known device id): " + std::string(unknown_gpu_arch.source));
+        t.notes.push_back("GPU " + busid + ": model unknown (" + (unknown_because.empty() ? "no sm, no PCI device id" : unknown_because) +
+                          "): " + std::string(unknown_gpu_arch.source));
       }
       v.arch = arch;
       if (g && g->find("dev")) {
