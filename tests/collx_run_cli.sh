@@ -94,6 +94,17 @@ err=$(COLLX_BIND=bogus "$run" -n 3 true 2>&1); rc=$?
 lines=$(printf '%s\n' "$err" | grep -c "COLLX_BIND='bogus' is not valid")
 [ "$lines" -eq 1 ] || fail "COLLX_BIND=bogus reported $lines times, not once: $err"
 
+# So are the variables every rank would refuse when it makes its communicator (each rank said
+# them, with status 1).
+for bad in COLLX_CMA=maybe COLLX_SHM_BYTES_PER_PEER=100 COLLX_TIMEOUT=-1 COLLX_SEGMENT_BYTES=4X COLLX_ALGO=barrier:ring; do
+  err=$(env "$bad" "$run" -n 3 true 2>&1); rc=$?
+  [ $rc -eq 2 ] || fail "collx-run with $bad exited $rc, not 2: $err"
+  lines=$(printf '%s\n' "$err" | grep -c "${bad%%=*}")
+  [ "$lines" -ge 1 ] || fail "collx-run with $bad did not name the variable: $err"
+  starts=$(printf '%s\n' "$err" | grep -c "^collx-run: ")
+  [ "$starts" -eq 1 ] || fail "collx-run with $bad said $starts errors, not one: $err"
+done
+
 # Ranks that end together: the one killed by a signal is the failure named, not a peer that exited
 # with an error just after it. collx-run is stopped while both end, so that one pass finds both.
 tmp=$(mktemp -d)

@@ -16,7 +16,9 @@ static const char* const usage_text =
     "  -h, --help                          this text\n"
     "sets in each rank: COLLX_RANK, COLLX_WORLD_SIZE, COLLX_LOCAL_RANK, COLLX_LOCAL_WORLD_SIZE,\n"
     "  COLLX_JOB_ID (kept if set), COLLX_LAUNCH_ID\n"
-    "reads: COLLX_BIND=core|none (pin each rank to a CPU when they fit; default core)\n"
+    "reads: COLLX_BIND=core|none (pin each rank to a CPU when they fit; default core); checks\n"
+    "  COLLX_TIMEOUT, COLLX_SEGMENT_BYTES, COLLX_ALGO, COLLX_CMA and COLLX_SHM_BYTES_PER_PEER, which\n"
+    "  every rank would refuse, before starting any\n"
     "when a rank fails, the others get SIGTERM, then SIGKILL 3 s later; SIGINT, SIGTERM and SIGHUP\n"
     "  are forwarded to every rank\n"
     "exit status: the first failure's (128 + signal for a signal), 0 if every rank exits 0,\n"
@@ -62,6 +64,15 @@ int main(int argc, char** argv) {
   if (const int e = collx::detail::runnable(argv[i]); e != 0) {  // one message, not one per rank
     std::fprintf(stderr, "collx-run: cannot run %s: %s\n", argv[i], std::strerror(e));
     return 127;  // as a shell does
+  }
+  try {
+    // The variables every rank reads when it makes its communicator: a bad one is said once here,
+    // as a usage error, instead of by every rank with status 1.
+    (void)collx::communicator_options{};  // COLLX_TIMEOUT, COLLX_SEGMENT_BYTES, COLLX_ALGO
+    (void)collx::shm_bytes_per_peer_from_environment();
+    (void)collx::shm_cma_from_environment(-1);
+  } catch (const collx::error& e) {
+    return usage(e.what());
   }
   try {
     return collx::launch_program(n, argv + i);
