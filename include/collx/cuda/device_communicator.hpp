@@ -681,20 +681,31 @@ class device_communicator {
         continue;
       }
       const int ordinal = r.process == me.process ? r.device : local_ordinal(r.uuid);
+      if (ordinal < 0) continue;
       int can = 0;
-      if (ordinal >= 0 && cudaDeviceCanAccessPeer(&can, device_, ordinal) == cudaSuccess && can) mask |= std::uint64_t{1} << p;
+      if (cudaDeviceCanAccessPeer(&can, device_, ordinal) != cudaSuccess) {
+        (void)cudaGetLastError();  // this query's own error (not one the caller left pending): out of reach
+        continue;
+      }
+      if (can) mask |= std::uint64_t{1} << p;
     }
-    (void)cudaGetLastError();
     return mask;
   }
 
   /// This process's ordinal of the GPU with `uuid`, or -1 when it does not see that GPU.
   static int local_ordinal(const std::array<unsigned char, 16>& uuid) {
     int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess) return -1;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+      (void)cudaGetLastError();  // the query's own error only (see reach_mask)
+      return -1;
+    }
     for (int d = 0; d < n; ++d) {
       cudaDeviceProp prop{};
-      if (cudaGetDeviceProperties(&prop, d) == cudaSuccess && std::memcmp(&prop.uuid, uuid.data(), uuid.size()) == 0) return d;
+      if (cudaGetDeviceProperties(&prop, d) != cudaSuccess) {
+        (void)cudaGetLastError();
+        continue;
+      }
+      if (std::memcmp(&prop.uuid, uuid.data(), uuid.size()) == 0) return d;
     }
     return -1;
   }
