@@ -121,6 +121,21 @@ err=$(cat "$tmp/err")
 [ $rc -eq 137 ] || fail "rank killed by SIGKILL beside a rank that exited 5: exited $rc, not 137: $err"
 case $err in *"rank 1 (pid "*") was killed by signal 9"*) ;; *) fail "the killed rank was not the one named: $err" ;; esac
 
+# A rank killed while a program it started runs: that program stops with the other ranks (it was
+# left running, re-parented to init). Dead means gone or a zombie (pid 1 may not reap it here).
+alive() { st=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null); [ -n "$st" ] && [ "$st" != Z ]; }
+"$run" -n 2 sh -c 'if [ $COLLX_RANK = 1 ]; then sleep 34.2 & echo $! > "$0/child"; echo $$ > "$0/shpid"; wait; fi
+  exec sleep 35.3' "$tmp" 2>/dev/null &
+pid=$!
+n=0; while [ ! -s "$tmp/child" ] || [ ! -s "$tmp/shpid" ]; do sleep 0.05; n=$((n + 1)); [ $n -lt 600 ] || fail "rank 1 did not start its child"; done
+kill -KILL "$(cat "$tmp/shpid")"
+wait $pid; rc=$?
+[ $rc -eq 137 ] || fail "a rank killed by SIGKILL: collx-run exited $rc, not 137"
+child=$(cat "$tmp/child")
+n=0; while alive "$child"; do
+  sleep 0.05; n=$((n + 1)); [ $n -lt 100 ] || { kill -KILL "$child"; fail "the killed rank's child $child outlived collx-run"; }
+done
+
 # collx-run killed with SIGKILL (which it cannot forward): its ranks get SIGTERM.
 "$run" -n 2 sh -c 'echo $$ > "$0/pid.$COLLX_RANK"; exec sleep 33.1' "$tmp" &
 pid=$!

@@ -302,15 +302,22 @@ inline int launch_program(int world_size, char* const argv[], std::chrono::milli
   int first_failure = 0;
   std::size_t alive = pids.size();
   auto deadline = std::chrono::steady_clock::time_point::max();
+  // The groups of ranks reaped once the job is failing, the failed rank's among them: what such a
+  // rank started may outlive it (`sh -c 'prog'` killed while prog runs) and is stopped with the
+  // others (the others' groups are signalled while their leaders live). Only those: an empty
+  // group's id may be reused by a new process, which the grace period makes unlikely.
+  std::vector<pid_t> reaped_groups;
   const auto stop_others = [&](int status) {
     if (!first_failure) first_failure = status;
     detail::signal_ranks(pids, SIGTERM);
+    detail::signal_ranks(reaped_groups, SIGTERM);
     deadline = std::min(deadline, std::chrono::steady_clock::now() + grace);  // a later stop does not extend it
   };
   while (alive) {
     if (const int sig = detail::launch_signal) {
       detail::launch_signal = 0;
       detail::signal_ranks(pids, sig);
+      detail::signal_ranks(reaped_groups, sig);
       if (!first_failure) first_failure = 128 + sig;
       deadline = std::min(deadline, std::chrono::steady_clock::now() + grace);  // signals sent again do not extend it
     }
@@ -335,6 +342,7 @@ inline int launch_program(int world_size, char* const argv[], std::chrono::milli
     std::stable_partition(ended.begin(), ended.end(), [](const ended_rank& e) { return WIFSIGNALED(e.st) && WTERMSIG(e.st) != SIGABRT; });
     for (const ended_rank& e : ended) {
       const int status = WIFEXITED(e.st) ? WEXITSTATUS(e.st) : 128 + WTERMSIG(e.st);
+      if (status != 0 || first_failure) reaped_groups.push_back(e.pid);  // SIGKILL after the grace period
       if (status == 0 || first_failure) continue;
       if (WIFEXITED(e.st))
         std::fprintf(stderr, "%s: rank %zu (pid %d) exited with status %d; stopping the other ranks\n",
@@ -347,6 +355,7 @@ inline int launch_program(int world_size, char* const argv[], std::chrono::milli
     const bool reaped = alive != alive_before;
     if (first_failure && std::chrono::steady_clock::now() > deadline) {  // grace period over
       detail::signal_ranks(pids, SIGKILL);
+      detail::signal_ranks(reaped_groups, SIGKILL);
       deadline = std::chrono::steady_clock::time_point::max();
     }
     if (alive && !reaped) std::this_thread::sleep_for(std::chrono::milliseconds(first_failure ? 10 : 20));  // 50 looks a second: nothing next to a job
