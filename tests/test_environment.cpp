@@ -272,13 +272,35 @@ TEST_CASE("launchers: torchrun, Open MPI, MPICH, Slurm and collx-run environment
       CHECK_FALSE(collx::bootstrap::launcher_in_environment());
     }
     {
-      scoped_env step{{"SLURM_STEPID", "0"}};  // the older name srun still sets
+      scoped_env step{{"SLURM_STEPID", "3"}};  // the older name srun still sets
       CHECK(collx::bootstrap::launcher_in_environment() == "Slurm");
+      CHECK(collx::bootstrap::from_environment().job_id == "slurm-99.3");  // not .0: steps apart
     }
     {  // torchrun or mpirun inside the batch script: theirs
       scoped_env t{{"RANK", "2"}, {"WORLD_SIZE", "3"}};
       CHECK(collx::bootstrap::launcher_in_environment() == "torchrun");
       CHECK(collx::bootstrap::from_environment().world_size == 3);
+    }
+  }
+  SECTION("RANK/WORLD_SIZE left over inside an srun step of more tasks are an error, not tasks sharing rank 0") {
+    // Before (a new-user trial): srun -n 2 in a shell exporting RANK=0 WORLD_SIZE=1 made both tasks
+    // rank 0 of a 1-rank job with the step's job id: one "reduced" its own data alone and reported
+    // success, the other failed on "a running job with the same job id".
+    scoped_env e{{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}, {"SLURM_STEP_ID", "0"}, {"SLURM_JOB_ID", "77"},
+                 {"RANK", "0"}, {"WORLD_SIZE", "1"}};
+    const std::string msg = error_of([] { collx::bootstrap::from_environment(); });
+    CHECK(msg.find("RANK=0 WORLD_SIZE=1 (torchrun) inside an srun step of 2 tasks") != std::string::npos);
+    {  // torchrun's own workers bring its job id: several per task is what it does
+      scoped_env t{{"TORCHELASTIC_RUN_ID", "r1"}, {"MASTER_PORT", "29500"}};
+      CHECK(collx::bootstrap::from_environment().job_id == "torch-r1-29500");
+    }
+    {  // as does a job given its own id
+      scoped_env j{{"COLLX_JOB_ID", "mine"}};
+      CHECK(collx::bootstrap::from_environment().world_size == 1);
+    }
+    {  // ranks by hand as many as the step's tasks or more (a wrapper starting several per task): theirs
+      scoped_env more{{"RANK", "3"}, {"WORLD_SIZE", "4"}};
+      CHECK(collx::bootstrap::from_environment().job_id == "slurm-77.0");
     }
   }
   SECTION("a program that can start its own ranks joins a launched job unless it is the job's one process") {

@@ -72,16 +72,21 @@ inline std::optional<int> slurm_tasks_on_node(std::string_view spec, int node) {
 /// every task, while a batch script or an salloc shell, one process, sees the allocation's
 /// SLURM_PROCID=0 and SLURM_NTASKS=N. The batch and extern steps (pam_slurm_adopt's ssh sessions),
 /// when they set a step id, set a name or a number at the top of the range, not a task step's.
-inline bool describes_this_process(const launcher_vars& l) {
-  if (std::string_view(l.source) != "Slurm") return true;
+/// The srun step this process is a task of (SLURM_STEP_ID, or the older SLURM_STEPID, when it is a
+/// task step's number), or std::nullopt.
+inline std::optional<std::string> slurm_task_step() {
   for (const char* name : {"SLURM_STEP_ID", "SLURM_STEPID"}) {
     const auto id = env::get(name);
     if (!id || id->empty() || id->size() > 9) continue;
     bool digits = true;
     for (char c : *id) digits = digits && c >= '0' && c <= '9';
-    if (digits) return true;
+    if (digits) return id;
   }
-  return false;
+  return std::nullopt;
+}
+
+inline bool describes_this_process(const launcher_vars& l) {
+  return std::string_view(l.source) != "Slurm" || slurm_task_step().has_value();
 }
 
 /// The first launcher (in `launchers`' order) whose rank variable is set and describes this
@@ -115,7 +120,9 @@ inline std::optional<std::string> launcher_in_environment() {
 /// srun step or an sbatch script) and are not compared, nor is anything when collx-run started
 /// this process (COLLX_LAUNCH_ID set). Otherwise another launcher's variables that contradict the
 /// winner (a different rank or world size: a RANK/WORLD_SIZE left over in the shell of an mpirun)
-/// are an error, as are missing or malformed variables; every message names the variables.
+/// are an error, as are missing or malformed variables; every message names the variables. So is
+/// a winner without a job id of its own (RANK/WORLD_SIZE by hand) inside an srun step that has more
+/// tasks than it has ranks: the tasks would share ranks of one job.
 /// @throws collx::error(errc::invalid_argument)
 inline launch_info from_environment() {
   const detail::launcher_vars* found = nullptr;
@@ -171,8 +178,23 @@ inline launch_info from_environment() {
   else if (auto t = env::get("TORCHELASTIC_RUN_ID")) job = "torch-" + *t + "-" + env::get("MASTER_PORT").value_or("");
   else if (auto o = env::get("OMPI_MCA_ess_base_jobid")) job = "ompi-" + *o;
   else if (auto p = env::get("PMIX_NAMESPACE")) job = "pmix-" + *p;
-  else if (auto sj = env::get("SLURM_JOB_ID")) job = "slurm-" + *sj + "." + env::get("SLURM_STEP_ID").value_or("0");
-  else job = "ppid-" + std::to_string(::getppid());
+  else if (auto sj = env::get("SLURM_JOB_ID")) {
+    const auto step = detail::slurm_task_step();
+    job = "slurm-" + *sj + "." + step.value_or("0");
+    // A winner that brings no job id of its own (RANK and WORLD_SIZE set by hand, or left over in
+    // the shell) inside an srun step shares the step's. With more tasks in the step than ranks in
+    // that job, tasks would claim the same rank of one job: each "rank 0 of 1" reduces only its
+    // own data, or they collide on the job's shared memory.
+    if (step && std::string_view(found->source) != "Slurm")
+      if (const auto tasks = env::get("SLURM_NTASKS"); tasks && env::parse_int("SLURM_NTASKS", *tasks, 1, 1 << 24) > info.world_size)
+        COLLX_THROW(errc::invalid_argument,
+                    std::string(found->rank) + "=" + std::to_string(info.rank) + " " + found->size + "=" +
+                        std::to_string(info.world_size) + " (" + found->source + ") inside an srun step of " + *tasks +
+                        " tasks (SLURM_NTASKS) would make tasks share one rank of one job: variables left over in "
+                        "the shell? unset them (or give each job its own COLLX_JOB_ID)");
+  } else {
+    job = "ppid-" + std::to_string(::getppid());
+  }
   info.job_id = detail::sanitize_job_id(job);
   info.launch_id = env::get("COLLX_LAUNCH_ID").value_or("");
   return info;
