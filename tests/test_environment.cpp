@@ -290,6 +290,10 @@ TEST_CASE("launchers: torchrun, Open MPI, MPICH, Slurm and collx-run environment
                  {"RANK", "0"}, {"WORLD_SIZE", "1"}};
     const std::string msg = error_of([] { collx::bootstrap::from_environment(); });
     CHECK(msg.find("RANK=0 WORLD_SIZE=1 (torchrun) inside an srun step of 2 tasks") != std::string::npos);
+    {  // the same where Slurm's PMIx plugin names the step's namespace (srun --mpi=pmix)
+      scoped_env pmix{{"PMIX_NAMESPACE", "slurm.pmix.77.0"}};
+      CHECK(error_of([] { collx::bootstrap::from_environment(); }).find("inside an srun step") != std::string::npos);
+    }
     {  // torchrun's own workers bring its job id: several per task is what it does
       scoped_env t{{"TORCHELASTIC_RUN_ID", "r1"}, {"MASTER_PORT", "29500"}};
       CHECK(collx::bootstrap::from_environment().job_id == "torch-r1-29500");

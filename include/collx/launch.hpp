@@ -24,6 +24,7 @@
 #include <type_traits>
 #include <vector>
 
+#include <collx/bootstrap/env.hpp>
 #include <collx/communicator.hpp>
 #include <collx/detail/cpus.hpp>
 #include <collx/error.hpp>
@@ -245,7 +246,9 @@ class forward_signals {
 /// COLLX_LAUNCH_ID naming this start (so that two starts given one job id fail apart), each pinned to
 /// one CPU when they fit (COLLX_BIND) and leading its own process group. When a process fails
 /// (non-zero status or a signal), a line on stderr says which, and the other ranks' process groups
-/// get SIGTERM, then SIGKILL after `grace`. SIGINT, SIGTERM and SIGHUP sent to the caller while it
+/// get SIGTERM, then SIGKILL after `grace`; so do the groups of the failed rank and of ranks that
+/// end after it (what they started and left running), until `grace` is over even when every rank
+/// has ended. Ranks that exited 0 before the failure are not followed. SIGINT, SIGTERM and SIGHUP sent to the caller while it
 /// waits are forwarded to every rank's group (as mpirun does), with the same escalation. Waits only
 /// for its own ranks (other children of the caller are left alone). Returns the first failure's
 /// status (128 + signal for a signal, also for a forwarded one), or 0. Ranks found ended together
@@ -359,6 +362,19 @@ inline int launch_program(int world_size, char* const argv[], std::chrono::milli
       deadline = std::chrono::steady_clock::time_point::max();
     }
     if (alive && !reaped) std::this_thread::sleep_for(std::chrono::milliseconds(first_failure ? 10 : 20));  // 50 looks a second: nothing next to a job
+  }
+  // Every rank ended; what the failed ones started may not have (SIGTERM ignored or handled): the
+  // rest of the grace period, then SIGKILL. kill(-group, 0) fails once a group has no member.
+  if (first_failure && !reaped_groups.empty()) {
+    const auto members_left = [&] {
+      for (pid_t g : reaped_groups)
+        if (::kill(-g, 0) == 0) return true;
+      return false;
+    };
+    while (deadline != std::chrono::steady_clock::time_point::max() && std::chrono::steady_clock::now() < deadline &&
+           members_left())
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    detail::signal_ranks(reaped_groups, SIGKILL);
   }
   transport_impl::shm_transport::remove_if_stale(job);
   return first_failure;

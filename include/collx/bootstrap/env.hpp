@@ -67,13 +67,11 @@ inline std::optional<int> slurm_tasks_on_node(std::string_view spec, int node) {
   return std::nullopt;
 }
 
-/// Whether launcher `l`'s variables describe this process as one of its ranks. Slurm's do only
-/// inside a job step: srun sets SLURM_STEP_ID (and the older SLURM_STEPID) to the step's number for
-/// every task, while a batch script or an salloc shell, one process, sees the allocation's
-/// SLURM_PROCID=0 and SLURM_NTASKS=N. The batch and extern steps (pam_slurm_adopt's ssh sessions),
-/// when they set a step id, set a name or a number at the top of the range, not a task step's.
 /// The srun step this process is a task of (SLURM_STEP_ID, or the older SLURM_STEPID, when it is a
-/// task step's number), or std::nullopt.
+/// task step's number), or std::nullopt. srun sets both to the step's number for every task; a
+/// batch script or an salloc shell has neither. The batch, extern (pam_slurm_adopt's ssh sessions)
+/// and interactive steps, when they set a step id, set a name or a number at the top of the range
+/// (10 digits), not a task step's.
 inline std::optional<std::string> slurm_task_step() {
   for (const char* name : {"SLURM_STEP_ID", "SLURM_STEPID"}) {
     const auto id = env::get(name);
@@ -85,6 +83,9 @@ inline std::optional<std::string> slurm_task_step() {
   return std::nullopt;
 }
 
+/// Whether launcher `l`'s variables describe this process as one of its ranks. Slurm's do only
+/// inside a task step (slurm_task_step): a batch script or an salloc shell, one process, sees the
+/// allocation's SLURM_PROCID=0 and SLURM_NTASKS=N.
 inline bool describes_this_process(const launcher_vars& l) {
   return std::string_view(l.source) != "Slurm" || slurm_task_step().has_value();
 }
@@ -114,8 +115,8 @@ inline std::optional<std::string> launcher_in_environment() {
 }
 
 /// Reads the launcher's environment. The first launcher whose rank variable is set wins, in this
-/// order: collx-run (COLLX_*), torchrun, Open MPI, MPICH, Slurm (inside a job step: SLURM_STEP_ID
-/// set; see launcher_in_environment). Launchers nest, so the others'
+/// order: collx-run (COLLX_*), torchrun, Open MPI, MPICH, Slurm (inside a task step: a numeric
+/// SLURM_STEP_ID or SLURM_STEPID; see launcher_in_environment). Launchers nest, so the others'
 /// variables may describe an outer job: Slurm's always may (collx-run, torchrun or mpirun inside an
 /// srun step or an sbatch script) and are not compared, nor is anything when collx-run started
 /// this process (COLLX_LAUNCH_ID set). Otherwise another launcher's variables that contradict the
@@ -173,28 +174,32 @@ inline launch_info from_environment() {
     COLLX_THROW(errc::invalid_argument, "local rank " + std::to_string(info.local_rank) +
                                             " is not below the local world size " + std::to_string(info.local_world_size));
   // Job id: collx's own, else the launcher's, else the parent process (all local ranks share it).
+  const auto step = detail::slurm_task_step();
   std::string job;
+  bool steps_job = false;  // the id is the srun step's (Slurm's own, or its PMIx plugin's namespace)
   if (auto v = env::get("COLLX_JOB_ID")) job = *v;
   else if (auto t = env::get("TORCHELASTIC_RUN_ID")) job = "torch-" + *t + "-" + env::get("MASTER_PORT").value_or("");
   else if (auto o = env::get("OMPI_MCA_ess_base_jobid")) job = "ompi-" + *o;
-  else if (auto p = env::get("PMIX_NAMESPACE")) job = "pmix-" + *p;
-  else if (auto sj = env::get("SLURM_JOB_ID")) {
-    const auto step = detail::slurm_task_step();
+  else if (auto p = env::get("PMIX_NAMESPACE")) {
+    job = "pmix-" + *p;
+    steps_job = p->rfind("slurm.pmix.", 0) == 0;
+  } else if (auto sj = env::get("SLURM_JOB_ID")) {
     job = "slurm-" + *sj + "." + step.value_or("0");
-    // A winner that brings no job id of its own (RANK and WORLD_SIZE set by hand, or left over in
-    // the shell) inside an srun step shares the step's. With more tasks in the step than ranks in
-    // that job, tasks would claim the same rank of one job: each "rank 0 of 1" reduces only its
-    // own data, or they collide on the job's shared memory.
-    if (step && std::string_view(found->source) != "Slurm")
-      if (const auto tasks = env::get("SLURM_NTASKS"); tasks && env::parse_int("SLURM_NTASKS", *tasks, 1, 1 << 24) > info.world_size)
-        COLLX_THROW(errc::invalid_argument,
-                    std::string(found->rank) + "=" + std::to_string(info.rank) + " " + found->size + "=" +
-                        std::to_string(info.world_size) + " (" + found->source + ") inside an srun step of " + *tasks +
-                        " tasks (SLURM_NTASKS) would make tasks share one rank of one job: variables left over in "
-                        "the shell? unset them (or give each job its own COLLX_JOB_ID)");
+    steps_job = true;
   } else {
     job = "ppid-" + std::to_string(::getppid());
   }
+  // A winner that brings no job id of its own (RANK and WORLD_SIZE set by hand, or left over in the
+  // shell) inside an srun step shares the step's. With more tasks in the step than ranks in that
+  // job, tasks would claim the same rank of one job: each "rank 0 of 1" reduces only its own data,
+  // or they collide on the job's shared memory.
+  if (steps_job && step && std::string_view(found->source) != "Slurm")
+    if (const auto tasks = env::get("SLURM_NTASKS"); tasks && env::parse_int("SLURM_NTASKS", *tasks, 1, 1 << 24) > info.world_size)
+      COLLX_THROW(errc::invalid_argument,
+                  std::string(found->rank) + "=" + std::to_string(info.rank) + " " + found->size + "=" +
+                      std::to_string(info.world_size) + " (" + found->source + ") inside an srun step of " + *tasks +
+                      " tasks (SLURM_NTASKS) would make tasks share one rank of one job: variables left over in "
+                      "the shell? unset them (or give each job its own COLLX_JOB_ID)");
   info.job_id = detail::sanitize_job_id(job);
   info.launch_id = env::get("COLLX_LAUNCH_ID").value_or("");
   return info;
