@@ -137,8 +137,9 @@ inline constexpr int skipped_exit_code = 77;
 
 /// Runs fn(comm) -> int (0: this rank's checks passed) on every rank, and returns main's exit status.
 /// Under a launcher this process is one rank (collx::joins_launched_job); otherwise `ranks`
-/// processes are forked (`ranks` < 1: the example's default). A rank that throws prints the error and fails; one that
-/// returns skipped_exit_code makes the job's status that, unless another rank failed.
+/// processes are forked (`ranks` < 1: the example's default). A rank that throws prints the error
+/// and fails; one that returns skipped_exit_code makes the job's status that, unless another rank
+/// failed.
 template <class F>
 int run_ranks(int ranks, F&& fn) {
   auto guarded = [&](collx::communicator& comm) -> int {
