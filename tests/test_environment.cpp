@@ -287,9 +287,19 @@ TEST_CASE("launchers: torchrun, Open MPI, MPICH, Slurm and collx-run environment
     // rank 0 of a 1-rank job with the step's job id: one "reduced" its own data alone and reported
     // success, the other failed on "a running job with the same job id".
     scoped_env e{{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}, {"SLURM_STEP_ID", "0"}, {"SLURM_JOB_ID", "77"},
-                 {"RANK", "0"}, {"WORLD_SIZE", "1"}};
+                 {"SLURM_STEP_TASKS_PER_NODE", "2"}, {"SLURM_NODEID", "0"}, {"RANK", "0"}, {"WORLD_SIZE", "1"}};
     const std::string msg = error_of([] { collx::bootstrap::from_environment(); });
-    CHECK(msg.find("RANK=0 WORLD_SIZE=1 (torchrun) inside an srun step of 2 tasks") != std::string::npos);
+    CHECK(msg.find("RANK=0 WORLD_SIZE=1 (torchrun, 1 on this node) inside an srun step of 2 tasks on this node") !=
+          std::string::npos);
+    {  // MPICH's ranks by hand alike
+      scoped_env m{{"RANK", nullptr}, {"WORLD_SIZE", nullptr}, {"PMI_RANK", "0"}, {"PMI_SIZE", "1"}};
+      CHECK(error_of([] { collx::bootstrap::from_environment(); }).find("PMI_RANK=0 PMI_SIZE=1 (MPICH") != std::string::npos);
+    }
+    {  // a job per node of a multi-node step (one task per node, two ranks each): fine, /dev/shm is per node
+      scoped_env m{{"SLURM_NTASKS", "4"}, {"SLURM_STEP_TASKS_PER_NODE", "1(x4)"}, {"SLURM_NODEID", "2"}, {"RANK", "1"},
+                   {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"}};
+      CHECK(collx::bootstrap::from_environment().world_size == 2);
+    }
     {  // the same where Slurm's PMIx plugin names the step's namespace (srun --mpi=pmix)
       scoped_env pmix{{"PMIX_NAMESPACE", "slurm.pmix.77.0"}};
       CHECK(error_of([] { collx::bootstrap::from_environment(); }).find("inside an srun step") != std::string::npos);

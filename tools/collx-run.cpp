@@ -71,8 +71,9 @@ int main(int argc, char** argv) {
     (void)collx::communicator_options{};  // COLLX_TIMEOUT, COLLX_SEGMENT_BYTES, COLLX_ALGO
     (void)collx::shm_bytes_per_peer_from_environment();
     (void)collx::shm_cma_from_environment(-1);
-  } catch (const collx::error& e) {
-    return usage(e.what());
+  } catch (const collx::error& e) {  // the environment, not the command line: no usage text
+    std::fprintf(stderr, "collx-run: %s\n", e.what());
+    return 2;
   }
   try {
     return collx::launch_program(n, argv + i);

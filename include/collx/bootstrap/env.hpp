@@ -7,6 +7,7 @@
 
 #include <cctype>
 #include <cstdio>
+#include <cstdlib>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -83,6 +84,18 @@ inline std::optional<std::string> slurm_task_step() {
   return std::nullopt;
 }
 
+/// How many tasks of the srun step run on this node (SLURM_STEP_TASKS_PER_NODE at SLURM_NODEID),
+/// or std::nullopt where they are not set or not understood.
+inline std::optional<int> slurm_step_tasks_here() {
+  const auto spec = env::get("SLURM_STEP_TASKS_PER_NODE");
+  const auto node = env::get("SLURM_NODEID");
+  if (!spec) return std::nullopt;
+  char* end = nullptr;
+  const long n = node ? std::strtol(node->c_str(), &end, 10) : 0;
+  if (node && (node->empty() || *end || n < 0 || n > (1 << 20))) return std::nullopt;
+  return slurm_tasks_on_node(*spec, static_cast<int>(n));
+}
+
 /// Whether launcher `l`'s variables describe this process as one of its ranks. Slurm's do only
 /// inside a task step (slurm_task_step): a batch script or an salloc shell, one process, sees the
 /// allocation's SLURM_PROCID=0 and SLURM_NTASKS=N.
@@ -122,8 +135,9 @@ inline std::optional<std::string> launcher_in_environment() {
 /// this process (COLLX_LAUNCH_ID set). Otherwise another launcher's variables that contradict the
 /// winner (a different rank or world size: a RANK/WORLD_SIZE left over in the shell of an mpirun)
 /// are an error, as are missing or malformed variables; every message names the variables. So is
-/// a winner without a job id of its own (RANK/WORLD_SIZE by hand) inside an srun step that has more
-/// tasks than it has ranks: the tasks would share ranks of one job.
+/// a winner without a job id of its own (RANK/WORLD_SIZE by hand, MPICH) inside an srun step that
+/// has more tasks on this node than the winner has ranks here: the tasks would share ranks of one
+/// job.
 /// @throws collx::error(errc::invalid_argument)
 inline launch_info from_environment() {
   const detail::launcher_vars* found = nullptr;
@@ -189,17 +203,20 @@ inline launch_info from_environment() {
   } else {
     job = "ppid-" + std::to_string(::getppid());
   }
-  // A winner that brings no job id of its own (RANK and WORLD_SIZE set by hand, or left over in the
-  // shell) inside an srun step shares the step's. With more tasks in the step than ranks in that
-  // job, tasks would claim the same rank of one job: each "rank 0 of 1" reduces only its own data,
-  // or they collide on the job's shared memory.
+  // A winner that brings no job id of its own (RANK and WORLD_SIZE set by hand or left over in the
+  // shell, MPICH's PMI_RANK) inside an srun step shares the step's. Where the step has more tasks
+  // on this node than that job has ranks here, tasks of this node would claim the same rank of
+  // one job: each "rank 0 of 1" reduces only its own data, or they collide on the node's shared
+  // memory. (Per node: a job per node of a multi-node step is fine, /dev/shm being per node.)
   if (steps_job && step && std::string_view(found->source) != "Slurm")
-    if (const auto tasks = env::get("SLURM_NTASKS"); tasks && env::parse_int("SLURM_NTASKS", *tasks, 1, 1 << 24) > info.world_size)
+    if (const auto here = detail::slurm_step_tasks_here(); here && *here > info.local_world_size)
       COLLX_THROW(errc::invalid_argument,
                   std::string(found->rank) + "=" + std::to_string(info.rank) + " " + found->size + "=" +
-                      std::to_string(info.world_size) + " (" + found->source + ") inside an srun step of " + *tasks +
-                      " tasks (SLURM_NTASKS) would make tasks share one rank of one job: variables left over in "
-                      "the shell? unset them (or give each job its own COLLX_JOB_ID)");
+                      std::to_string(info.world_size) + " (" + found->source + ", " +
+                      std::to_string(info.local_world_size) + " on this node) inside an srun step of " +
+                      std::to_string(*here) + " tasks on this node (SLURM_STEP_TASKS_PER_NODE) would make tasks "
+                      "share ranks of one job: variables left over in the shell, or one job per task? unset them, "
+                      "or give each job its own COLLX_JOB_ID");
   info.job_id = detail::sanitize_job_id(job);
   info.launch_id = env::get("COLLX_LAUNCH_ID").value_or("");
   return info;
