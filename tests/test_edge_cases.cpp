@@ -1,4 +1,4 @@
-// The cases of /work/shared/cases/edge-cases.md that the host and the threads transport can run,
+// The cases of docs/edge-cases.md that the host and the threads transport can run,
 // one TEST_CASE per case id, with the expected values the file gives. F2, F3 (shared-memory
 // transport, environment) and P1 (benchmark arithmetic) are tested elsewhere.
 //

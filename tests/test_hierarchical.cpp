@@ -7,8 +7,10 @@
 // failure propagation between the levels, and algo::automatic choosing hierarchical.
 #include <catch2/catch.hpp>
 
+#include "edge_cases_per_rank.hpp"
 #include "reference.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <numeric>
 #include <regex>
@@ -89,6 +91,20 @@ void check_allreduce(const std::vector<std::string>& ids, size_t count, bool in_
     f.expect(c.rank(), ref::bytes_equal<T>(std::span<const T>(buf.end() - 1, buf.end()), guard), "guard overwritten");
   });
   f.expect_clean();
+}
+
+TEST_CASE("edge cases (docs/edge-cases.md) through algo::hierarchical and automatic on every layout", "[hierarchical][edge]") {
+  // Each rank checks its own results (edge_cases_per_rank.hpp) and prints what it found wrong.
+  for (const auto& ids : layouts()) {
+    INFO("layout of " << ids.size() << " ranks, rank 1 on node " << ids[1]);
+    auto comms = collx::make_hierarchical_thread_communicators(ids, ref::test_options());
+    std::atomic<int> failed{0};
+    collx::run_threads(comms, [&](collx::communicator& c) {
+      failed += edge::every_case<collx::algo::hierarchical<>>(c);
+      failed += edge::every_case<collx::algo::automatic>(c);
+    });
+    REQUIRE(failed == 0);
+  }
 }
 
 TEST_CASE("node_layout from node ids", "[hierarchical]") {

@@ -13,6 +13,7 @@
 // (every rank generates every rank's inputs). A plain program, not Catch2: each rank checks, all
 // ranks keep making the same calls, and the exit status says whether any check failed.
 // argv[1] (optional): the number of nodes the launcher set up with COLLX_NODE_ID.
+#include "edge_cases_per_rank.hpp"
 #include "reference.hpp"
 
 #include <mpi.h>
@@ -182,6 +183,13 @@ void transport_only(collx::communicator& c) {
     const long s = static_cast<long>(n) * (n + 1) / 2;
     check(a[4999] == s && b[6999] == 2 * (s - n), "mpi async allreduce");
   }
+}
+
+// edge::every_case on c with Algo; its failures (printed by each rank) count as this rank's.
+template <class Algo>
+void edge_cases(collx::communicator& c, const std::string& where) {
+  const int failed = edge::every_case<Algo>(c);
+  check(failed == 0, "edge cases, " + where + ": " + std::to_string(failed) + " failed (above)");
 }
 
 void hierarchical(collx::communicator& c, int expected_nodes) {
@@ -448,6 +456,20 @@ int main(int argc, char** argv) {
     {
       collx::communicator c = collx::mpi::connect_hierarchical(MPI_COMM_WORLD);
       hierarchical(c, expected_nodes);
+    }
+    // The cases of docs/edge-cases.md, each rank checking its own results (edge_cases_per_rank.hpp):
+    // over MPI with ring, tree and direct forced and automatic's choice, then hierarchically.
+    for (const auto a : {collx::algorithm::ring, collx::algorithm::tree, collx::algorithm::direct}) {
+      collx::communicator c = collx::mpi::connect(MPI_COMM_WORLD, ref::forcing(a));
+      edge_cases<collx::algo::automatic>(c, std::string("MPI, ") + std::string(collx::algorithm_name(a)));
+    }
+    {
+      collx::communicator c = collx::mpi::connect(MPI_COMM_WORLD);
+      edge_cases<collx::algo::automatic>(c, "MPI, automatic");
+    }
+    {
+      collx::communicator c = collx::mpi::connect_hierarchical(MPI_COMM_WORLD);
+      edge_cases<collx::algo::hierarchical<>>(c, "hierarchical");
     }
     {
       collx::communicator c = collx::mpi::connect(MPI_COMM_WORLD);

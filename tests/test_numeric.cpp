@@ -1,7 +1,7 @@
 // collx::half and collx::bfloat16: exact widening, round trips of every encoding, and float -> narrow
 // rounding checked against an independent reference (a sorted table of every finite value of the
 // format, nearest wins, ties to the even encoding, one step past the largest finite value is inf).
-// Also the fp16 arithmetic cases of shared/cases/edge-cases.md A2 (fp32 sum, then one rounding).
+// Also the fp16 arithmetic cases of docs/edge-cases.md A2 (fp32 sum, then one rounding).
 #include <catch2/catch.hpp>
 
 #include <collx/detail/reduction.hpp>

@@ -1,4 +1,4 @@
-// Case P1 of ../shared/cases/edge-cases.md: the bandwidth arithmetic of collx-perf (and of the MPI
+// Case P1 of docs/edge-cases.md: the bandwidth arithmetic of collx-perf (and of the MPI
 // peers, which share bench/perf_math.hpp) is nccl-tests' doc/PERFORMANCE.md to the last digit.
 #include <catch2/catch.hpp>
 

@@ -1,6 +1,6 @@
 // Processes on one node over the shared-memory transport: every collective against closed-form
 // references over 2, 3, 4 and 8 processes (staged and single-copy paths), and the failure cases of
-// ../shared/cases/edge-cases.md that need real processes (F1 over shm, F2, B6 with a guard page).
+// docs/edge-cases.md that need real processes (F1 over shm, F2, B6 with a guard page).
 #include <catch2/catch.hpp>
 
 #include <dirent.h>
@@ -28,6 +28,7 @@
 #include <collx/launch.hpp>
 #include <collx/transport/shm.hpp>
 
+#include "edge_cases_per_rank.hpp"
 #include "reference.hpp"
 
 using namespace std::chrono_literals;
@@ -181,6 +182,33 @@ TEST_CASE("shm: every collective against closed-form references on 2, 3, 4 and 8
       shm.ranks_on_host = 4096;  // auto then picks single copy (as with more ranks than cores)
       require_all_ok(collx::run_processes(n, full_sweep, {}, shm));
     }
+  }
+}
+
+TEST_CASE("edge cases (docs/edge-cases.md) over shm: every algorithm on 2, 3, 5 and 8 processes, staged and "
+          "single-copy", "[shm][edge]") {
+  // Each rank checks its own results (edge_cases_per_rank.hpp) and exits 1 on a wrong one.
+  const auto run = [](int n, const collx::communicator_options& o, const collx::shm_options& shm, const edge::scale& s) {
+    require_all_ok(collx::run_processes(n, [&s](collx::communicator& c) { return edge::every_case(c, s) == 0 ? 0 : 1; }, o, shm));
+  };
+  const collx::communicator_options every_algorithm[] = {ref::forcing(collx::algorithm::ring), ref::forcing(collx::algorithm::tree),
+                                                         ref::forcing(collx::algorithm::direct), ref::test_options()};
+  const char* names[] = {"ring", "tree", "direct", "automatic"};
+  for (std::size_t a = 0; a < std::size(every_algorithm); ++a) {
+    INFO("algorithm " << names[a]);
+    for (const int n : {2, 3, 5, 8}) {
+      INFO(n << " processes");
+      run(n, every_algorithm[a], {}, {});
+    }
+    // The file's sizes (C2 10556587 elements, B2 recv count 524288) take the single-copy path.
+    INFO("3 processes, the file's large counts");
+    run(3, every_algorithm[a], {}, {.c2_large = true, .b2_recv = 524288, .b2_iterations = 2});
+    // Slots of 512 bytes: every message of more than a few elements crosses slot boundaries.
+    collx::shm_options tiny;
+    tiny.cma = 0;
+    tiny.bytes_per_peer = 4096;
+    INFO("4 processes, 512-byte staging slots");
+    run(4, every_algorithm[a], tiny, {});
   }
 }
 
