@@ -2,6 +2,8 @@
 // collx-run): values parsed or rejected with the variable's name, never turned into garbage.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -339,7 +341,33 @@ TEST_CASE("launchers: torchrun, Open MPI, MPICH, Slurm and collx-run environment
   SECTION("collx-run") {
     scoped_env e{{"COLLX_RANK", "0"}, {"COLLX_WORLD_SIZE", "1"}, {"COLLX_JOB_ID", "my job/1"}};
     const auto i = collx::bootstrap::from_environment();
-    CHECK((i.source == "collx-run" && i.job_id == "my_job_1"));
+    CHECK(i.source == "collx-run");
+    CHECK(i.job_id.rfind("my_job_1-", 0) == 0);  // readable prefix, then a hash of the whole id
+  }
+  SECTION("job ids that differ stay apart in shared-memory names") {
+    // torchrun's variables, and COLLX_JOB_ID when `collx_id` is given (it wins)
+    const auto job_of = [](const char* collx_id, const char* run_id = "r", const char* port = "29500") {
+      scoped_env e{{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"TORCHELASTIC_RUN_ID", run_id}, {"MASTER_PORT", port}, {"COLLX_JOB_ID", collx_id}};
+      return collx::bootstrap::from_environment().job_id;
+    };
+    const auto allowed = [](const std::string& id) {
+      return id.size() <= 64 && std::all_of(id.begin(), id.end(), [](char c) {
+               return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-';
+             });
+    };
+    CHECK(job_of("run-12.a_b") == "run-12.a_b");  // a clean id is kept as it is
+    const std::string slash = job_of("team/a"), colon = job_of("team:a");
+    CHECK(slash != colon);
+    const std::string long_a(70, 'a'), long_b = std::string(69, 'a') + "b";
+    CHECK(job_of(long_a.c_str()) != job_of(long_b.c_str()));
+    // torchrun: a long run id must not cut off the MASTER_PORT that tells concurrent jobs apart
+    const std::string run(62, 'r');
+    const std::string p1 = job_of(nullptr, run.c_str(), "29500"), p2 = job_of(nullptr, run.c_str(), "29600");
+    CHECK(p1 != p2);
+    for (const auto& id : {slash, colon, p1, p2, job_of(long_a.c_str())}) {
+      INFO(id);
+      CHECK(allowed(id));
+    }
   }
   SECTION("missing and malformed variables are named") {
     {

@@ -54,7 +54,7 @@ inline constexpr std::array<env_var_doc, 14> environment_variables{{
     {"COLLX_GPU_WIRING", "auto or off (also 1/0, on, true/false); default auto",
      "whether a device communicator's rank 0 reads how the GPUs are wired (sysfs, NVML) when created, for the "
      "figures its device_options leave at their defaults (gpu::device_options::discover_wiring); off: collx's defaults"},
-    {"COLLX_JOB_ID", "string; characters other than [A-Za-z0-9_.-] become _, at most 64 kept", "keeps concurrent jobs on one machine apart (set by collx-run; a collx-run started as a rank of another appends `.rank`)"},
+    {"COLLX_JOB_ID", "string; an id of at most 64 characters from [A-Za-z0-9_.-] is used as it is, any other as its first 47 characters (others replaced by _) and a hash of the whole id", "keeps concurrent jobs on one machine apart (set by collx-run; a collx-run started as a rank of another appends `.rank`)"},
     {"COLLX_LAUNCH_ID", "string (set by collx-run: its pid and start time)", "one start of a job: ranks of two starts given the same COLLX_JOB_ID fail at once instead of joining each other"},
     {"COLLX_RANK", "integer in [0, COLLX_WORLD_SIZE)", "this process's rank (set by collx-run)"},
     {"COLLX_WORLD_SIZE", "integer >= 1", "number of ranks (set by collx-run)"},

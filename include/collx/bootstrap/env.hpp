@@ -14,6 +14,7 @@
 #include <vector>
 
 #include <collx/environment.hpp>
+#include <collx/detail/type_name.hpp>
 #include <collx/error.hpp>
 
 namespace collx {
@@ -111,10 +112,18 @@ inline const launcher_vars* first_launcher() {
   return nullptr;
 }
 
-inline std::string sanitize_job_id(std::string s) {
+/// The job id as shared-memory names can carry it: an id of at most 64 characters from
+/// [A-Za-z0-9_.-] unchanged; any other id as the first 47 of its characters (others replaced by _)
+/// and a hash of the whole id, so that ids differing only in replaced characters ("team/a",
+/// "team:a") or past the 47th (a long torchrun run id followed by its MASTER_PORT) stay apart.
+inline std::string sanitize_job_id(const std::string& id) {
+  std::string s = id;
   for (char& c : s)
     if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-')) c = '_';
-  return s.substr(0, 64);
+  if (s == id && s.size() <= 64) return s;
+  char hash[18];
+  std::snprintf(hash, sizeof hash, "-%016llx", static_cast<unsigned long long>(collx::detail::fnv1a(id)));
+  return s.substr(0, 47) + hash;
 }
 }  // namespace detail
 
