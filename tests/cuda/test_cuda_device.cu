@@ -21,6 +21,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <chrono>
 #include <exception>
 #include <string>
@@ -202,6 +203,23 @@ TEST_CASE("gpu device collectives: the op left out before a stream sums, on that
       gpu::reduce_scatter_v(dc, all.data(), res.data(), std::span<const std::size_t>(counts), s);
       note(sweep_sync(dc, s, tag + "reduce_scatter_v"));
       note(res.compare(sweep_fold<float>(n, count, first, 2, sum), tag + "reduce_scatter_v"));
+    }
+    // In place (NCCL's layout): the result lands in this rank's block of send, the other blocks
+    // keep their input.
+    for (const int form : {0, 1, 2}) {
+      const std::string what = tag + (form == 0 ? "reduce_scatter" : form == 1 ? "reduce_scatter<ring>" : "reduce_scatter_v") + " in place";
+      sweep_buffer<float> buf(un * count, 0, s);
+      buf.set(blocks);
+      const std::vector<std::size_t> counts(un, count);
+      if (form == 0) gpu::reduce_scatter(dc, buf.data(), buf.data() + first, count, s);
+      else if (form == 1) gpu::reduce_scatter<ring>(dc, buf.data(), buf.data() + first, count, s);
+      else gpu::reduce_scatter_v(dc, buf.data(), buf.data() + first, std::span<const std::size_t>(counts), s);
+      note(sweep_sync(dc, s, what));
+      const auto block = form == 1 ? collx_cuda_test::sweep_ring_fold<float>(dc, gpu::ring_phase::reduce_scatter, count, first, 2, sum)
+                                   : sweep_fold<float>(n, count, first, 2, sum);
+      auto want = blocks;
+      std::copy(block.begin(), block.end(), want.begin() + static_cast<std::ptrdiff_t>(first));
+      note(buf.compare(want, what));
     }
     {
       float* mem = nullptr;  // cudaMalloc: CUDA IPC cannot export pool memory

@@ -1317,14 +1317,18 @@ struct call_check {
             "send and recv overlap but are not the same buffer");
     return true;
   }
-  /// reduce_scatter's buffers (size() x recv_count and recv_count elements): given and apart.
+  /// reduce_scatter's buffers (size() x recv_count and recv_count elements): given, and recv apart
+  /// from send or this rank's block of it (in place, NCCL's layout: every block of send is read
+  /// into the staging slots, or by this rank's own ring step, before the step that writes it).
   /// False when the call moves nothing.
   template <class T>
   bool reduce_scatter_buffers(const T* send, const T* recv, std::size_t recv_count) const {
     if (recv_count == 0) return false;
     const std::size_t n = static_cast<std::size_t>(dc.size());
     require(send && recv, "null buffer with count " + std::to_string(recv_count));
-    require(!ranges_overlap(send, n * recv_count * sizeof(T), recv, recv_count * sizeof(T)), "send and recv overlap");
+    require(recv == send + static_cast<std::size_t>(dc.rank()) * recv_count ||
+                !ranges_overlap(send, n * recv_count * sizeof(T), recv, recv_count * sizeof(T)),
+            "recv overlaps send but is not this rank's block of it");
     return true;
   }
   /// all_gather's buffers (send_count and size() x send_count elements): given, and send apart
@@ -1664,7 +1668,9 @@ void direct_reduce_scatter(device_communicator& dc, const T* send, T* recv, std:
 /// @param send size() * recv_count elements; @param recv recv_count elements (device memory)
 /// From dc.ring_min_bytes(reduce_scatter) bytes of send buffer on (as all_reduce), commutative
 /// ops run reduce_scatter<algo::ring>.
-/// @throws as all_reduce (recv may not overlap send: no in-place form).
+/// In place as NCCL defines it: recv == send + rank() * recv_count (the result lands in this rank's
+/// block of send); any other overlap of send and recv is rejected.
+/// @throws as all_reduce.
 template <class T, class Op = ops::sum>
 void reduce_scatter(device_communicator& dc, const T* send, T* recv, std::size_t recv_count, const Op& op = {},
                     cudaStream_t stream = nullptr) {
@@ -1864,7 +1870,9 @@ void all_gather_v(device_communicator& dc, const T* send, T* recv, std::span<con
 /// ranks q (in order) of send_q[counts[0] + ... + counts[r-1] + i].
 /// @param send the sum of the counts; @param recv counts[rank()] elements (may be null when that is
 ///        0); @param counts as all_gather_v's
-/// @throws as all_gather_v (recv may not overlap send: no in-place form).
+/// In place: recv == send + counts[0] + ... + counts[rank() - 1] (this rank's block of send); any
+/// other overlap of send and recv is rejected.
+/// @throws as all_gather_v.
 template <class T, class Op = ops::sum>
 void reduce_scatter_v(device_communicator& dc, const T* send, T* recv, std::span<const std::size_t> counts, const Op& op = {},
                       cudaStream_t stream = nullptr) {
@@ -1877,7 +1885,8 @@ void reduce_scatter_v(device_communicator& dc, const T* send, T* recv, std::span
   if (lay.total == 0) return chk.nothing_to_move<T>(collective::reduce_scatter, detail::op_signature_key<Op>());
   const std::size_t mine = lay.counts[dc.rank()];
   chk.require(send && (recv || mine == 0), "null buffer with " + std::to_string(lay.total) + " elements in all");
-  chk.require(mine == 0 || !ranges_overlap(send, lay.total * sizeof(T), recv, mine * sizeof(T)), "send and recv overlap");
+  chk.require(mine == 0 || recv == send + lay.displs[dc.rank()] || !ranges_overlap(send, lay.total * sizeof(T), recv, mine * sizeof(T)),
+              "recv overlaps send but is not this rank's block of it");
   const bool vec = aligned16(send) && (mine == 0 || aligned16(recv)) && lay.offsets_aligned16(sizeof(T));
   launch_call<T>(dc, name, collective::reduce_scatter, detail::op_signature_key<Op>(), -1, lay.longest, static_cast<std::size_t>(dc.size()),
                  vec, stream, reduce_scatter_v_step<T, Op, 1>{send, recv, op, lay},

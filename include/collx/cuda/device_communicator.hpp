@@ -862,11 +862,13 @@ class device_communicator {
     std::memcpy(&h, r.ipc_handle.data(), sizeof h);
     void* mapped = nullptr;
     const cudaError_t e = cudaIpcOpenMemHandle(&mapped, h, cudaIpcMemLazyEnablePeerAccess);
-    if (e != cudaSuccess)
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();  // reported here: not left for the caller's next cudaGetLastError()
       COLLX_THROW(errc::cuda, "gpu: rank " + std::to_string(rank()) + " (device " + std::to_string(device_) +
                                   ") cannot map rank " + std::to_string(p) + "'s workspace (device " + std::to_string(r.device) +
                                   " of its process): cudaIpcOpenMemHandle: " + cudaGetErrorName(e) + " (" +
                                   cudaGetErrorString(e) + "); workspace_memory::host stages through host memory instead");
+    }
     opened_.push_back(mapped);
     return static_cast<std::byte*>(mapped);
   }
