@@ -177,7 +177,7 @@ struct options {
   coll collective = coll::allreduce;
   std::size_t min_bytes = 32u << 20, max_bytes = 32u << 20;
   std::size_t step_bytes = 1u << 20;  ///< -i
-  double step_factor = 1;             ///< -f (> 1: multiply; 1, when -f is not given: add -i)
+  double step_factor = 1;             ///< -f (> 1: multiply; 1: add -i)
   int iters = 20, warmup = 5;
   int check = 1;
   dtype type = dtype::float32;
@@ -223,7 +223,7 @@ inline bool writable_path(const std::string& path) {
 inline const char* common_usage =
     "  -b, --minbytes SIZE      smallest size, bytes (K, M, G suffixes; default 32M)\n"
     "  -e, --maxbytes SIZE      largest size (default 32M)\n"
-    "  -f, --stepfactor F       multiply the size by F between steps (1 < F <= 1024)\n"
+    "  -f, --stepfactor F       multiply the size by F between steps (1 < F <= 1024; 1: add -i)\n"
     "  -i, --stepbytes SIZE     else add SIZE between steps (default 1M)\n"
     "  -n, --iters N            timed calls per size (default 20)\n"
     "  -w, --warmup_iters N     untimed calls before each size (default 5)\n"
@@ -264,9 +264,9 @@ inline options parse_options(int argc, char** argv, int first) {
       const std::string s = value();
       char* end = nullptr;
       o.step_factor = std::strtod(s.c_str(), &end);
-      // > 1 as the help says (1 used to fall back to adding -i); !(...) also catches nan.
-      if (s.empty() || std::isspace(static_cast<unsigned char>(s[0])) || *end || !(o.step_factor > 1 && o.step_factor <= 1024))
-        throw usage_error(a + ": expected a factor F with 1 < F <= 1024 (leave -f out to add -i instead), got '" + s + "'");
+      // 1 (the default) adds -i, as in nccl-tests; !(...) also catches nan.
+      if (s.empty() || std::isspace(static_cast<unsigned char>(s[0])) || *end || !(o.step_factor >= 1 && o.step_factor <= 1024))
+        throw usage_error(a + ": expected a factor F with 1 <= F <= 1024 (1: add -i instead), got '" + s + "'");
     } else if (is("-n", "--iters")) o.iters = static_cast<int>(parse_integer(a, value(), 1, 1 << 30));
     else if (is("-w", "--warmup_iters")) o.warmup = static_cast<int>(parse_integer(a, value(), 0, 1 << 30));
     else if (is("-c", "--check")) o.check = static_cast<int>(parse_integer(a, value(), 0, 1));

@@ -114,11 +114,14 @@ std::string usage_error_of(std::initializer_list<const char*> args) {
 }
 }  // namespace
 
-TEST_CASE("command line: -f takes 1 < F <= 1024 as the help says, -R 1 only with shm; both usage errors (exit 2)") {
-  for (const char* f : {"1", "0.5", "1.0", "nan", "inf", "2000", " 2", "2x", ""}) {
+TEST_CASE("command line: -f takes 1 <= F <= 1024 as the help says (1: add -i, as nccl-tests), -R 1 only with shm; "
+          "both usage errors (exit 2)") {
+  for (const char* f : {"0.5", "0.99", "nan", "inf", "2000", " 2", "2x", ""}) {
     INFO(f);
-    CHECK(usage_error_of({"-f", f}).find("-f: expected a factor F with 1 < F <= 1024") != std::string::npos);
+    CHECK(usage_error_of({"-f", f}).find("-f: expected a factor F with 1 <= F <= 1024") != std::string::npos);
   }
+  CHECK(usage_error_of({"-f", "1"}).empty());
+  CHECK(usage_error_of({"-f", "1.0", "-i", "4K"}).empty());
   CHECK(usage_error_of({"-f", "2"}).empty());
   CHECK(usage_error_of({"-f", "1.5"}).empty());
   // -R 1 needs collx::shm_buffer, i.e. processes over shared memory; threads failed mid-run (exit 1).
