@@ -239,6 +239,22 @@ void a1(collx::communicator& c, tally& t) {
   a1_pair<Algo, std::int32_t>(c, t, 2147483647, 1, -2147483647 - 1);
 }
 
+/// A2's pairs of fp16 operands and their correctly rounded fp16 sum, as the file lists them.
+struct fp16_pair {
+  double a, b, sum;
+};
+inline std::vector<fp16_pair> a2_pairs() {
+  return {{65504, 65504, INFINITY},
+          {65504, 16, INFINITY},
+          {65504, 8, 65504},
+          {-65504, 65504, 0},
+          {1, std::ldexp(1.0, -11), 1},
+          {1, 3 * std::ldexp(1.0, -11), 1.001953125},
+          {std::ldexp(1.0, -24), std::ldexp(1.0, -24), std::ldexp(1.0, -23)},
+          {2048, 1, 2048},
+          {ref::to_double(ref::round_narrow<half>(0.1)), ref::to_double(ref::round_narrow<half>(0.2)), 0.2998046875}};
+}
+
 /// A2: fp16 sum of the file's pairs (rank 0 the first operand, rank 1 the second, others +0), and
 /// of every finite fp16 encoding against a fixed vector; want: the exact sum rounded once.
 template <class Algo>
@@ -246,17 +262,8 @@ void a2(collx::communicator& c, tally& t) {
   t.in_case("A2 fp16 rounding");
   const auto h = [](double d) { return ref::round_narrow<half>(d); };
   const int r = c.rank();
-  const double pairs[][3] = {{65504, 65504, INFINITY},
-                             {65504, 16, INFINITY},
-                             {65504, 8, 65504},
-                             {-65504, 65504, 0},
-                             {1, std::ldexp(1.0, -11), 1},
-                             {1, 3 * std::ldexp(1.0, -11), 1.001953125},
-                             {std::ldexp(1.0, -24), std::ldexp(1.0, -24), std::ldexp(1.0, -23)},
-                             {2048, 1, 2048},
-                             {ref::to_double(h(0.1)), ref::to_double(h(0.2)), 0.2998046875}};
   std::vector<half> in, want;
-  for (const auto& p : pairs) in.push_back(h(r == 0 ? p[0] : r == 1 ? p[1] : 0.0)), want.push_back(h(p[2]));
+  for (const auto& p : a2_pairs()) in.push_back(h(r == 0 ? p.a : r == 1 ? p.b : 0.0)), want.push_back(h(p.sum));
   std::vector<half> out = ref::poisoned<half>(in.size());
   collx::allreduce<Algo>(c, std::span<const half>(in), std::span<half>(out));
   t.same(out, want, "the file's pairs");
