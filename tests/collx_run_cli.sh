@@ -153,16 +153,19 @@ done
 rm -rf "$tmp"
 
 # A rank that fails while the job starts: rank 0 made the job's segment and waits for rank 1, which
-# exits; collx-run stops rank 0, and removes the segment it leaves.
+# exits; collx-run stops rank 0, and removes the segment it leaves. Also for a job id that the
+# segment's name carries cleaned (clitest_PID-<hash>).
 if [ -n "$perf" ]; then
-  job=clitest-$$
-  seg=/dev/shm/collx-$(id -u)-$job
-  # Rank 1 fails once rank 0's segment is past its first page (rank 0 has signed it as its creator).
-  COLLX_JOB_ID=$job "$run" -n 2 sh -c 'if [ $COLLX_RANK = 1 ]; then n=0
-      while [ "$(stat -c %s "$1" 2>/dev/null || echo 0)" -le 8192 ] && [ $n -lt 600 ]; do sleep 0.05; n=$((n + 1)); done
-      exit 3; fi; exec "$0" allreduce -b 8 -e 8 -n 1 -w 0' "$perf" "$seg" 2>/dev/null; rc=$?
-  [ $rc -eq 3 ] || fail "a rank failing at start-up: exited $rc, not 3"
-  if [ -e "$seg" ]; then rm -f "$seg"; fail "the job's segment $seg was left behind"; fi
+  for job in "clitest-$$" "clitest/$$"; do
+    segs="/dev/shm/collx-$(id -u)-clitest?$$*"
+    # Rank 1 fails once rank 0's segment is past its first page (rank 0 has signed it as its creator).
+    COLLX_JOB_ID=$job "$run" -n 2 sh -c 'if [ $COLLX_RANK = 1 ]; then n=0
+        while [ "$(stat -c %s $1 2>/dev/null || echo 0)" -le 8192 ] && [ $n -lt 600 ]; do sleep 0.05; n=$((n + 1)); done
+        exit 3; fi; exec "$0" allreduce -b 8 -e 8 -n 1 -w 0' "$perf" "$segs" 2>/dev/null; rc=$?
+    [ $rc -eq 3 ] || fail "job $job: a rank failing at start-up: exited $rc, not 3"
+    left=$(ls $segs 2>/dev/null || true)
+    if [ -n "$left" ]; then rm -f $left; fail "job $job: the job's segment $left was left behind"; fi
+  done
 fi
 
 # SIGINT to collx-run reaches every rank's group; the status says so (128 + 2).
