@@ -270,7 +270,16 @@ topology load(const opts& o, const std::string& file) {
   ro.gpu = o.gpu;
   topology t;
   if (!file.empty()) {
-    t = read_topology(slurp(file), file, ro);
+    const std::string text = slurp(file);
+    try {
+      t = read_topology(text, file, ro);
+    } catch (const collx::error& e) {
+      // An nccl-tests table given where a topology belongs: say which command reads it.
+      if (text.find("busbw") != std::string::npos && text.find("algbw") != std::string::npos)
+        die(std::string(e.what()) + "\n" + file + " looks like an nccl-tests table: collx-topo check " + file +
+            " TOPOLOGY compares one with a topology's prediction");
+      throw;
+    }
   } else if (o.hwloc) {
 #if defined(COLLX_TOPO_HAVE_HWLOC)
     t = discover_cpus_hwloc();
