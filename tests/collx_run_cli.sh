@@ -157,12 +157,12 @@ rm -rf "$tmp"
 # segment's name carries cleaned (clitest_PID-<hash>).
 if [ -n "$perf" ]; then
   for job in "clitest-$$" "clitest/$$"; do
-    segs="/dev/shm/collx-$(id -u)-clitest?$$*"
+    segs="/dev/shm/collx-$(id -u)-clitest-$$ /dev/shm/collx-$(id -u)-clitest_$$-*"  # as given; cleaned + hash
     # Rank 1 fails once rank 0's segment is past its first page (rank 0 has signed it as its creator).
     COLLX_JOB_ID=$job "$run" -n 2 sh -c 'if [ $COLLX_RANK = 1 ]; then n=0
-        while [ "$(stat -c %s $1 2>/dev/null || echo 0)" -le 8192 ] && [ $n -lt 600 ]; do sleep 0.05; n=$((n + 1)); done
-        exit 3; fi; exec "$0" allreduce -b 8 -e 8 -n 1 -w 0' "$perf" "$segs" 2>/dev/null; rc=$?
-    [ $rc -eq 3 ] || fail "job $job: a rank failing at start-up: exited $rc, not 3"
+        while size=$(stat -c %s $1 2>/dev/null | head -n 1); [ "${size:-0}" -le 8192 ] && [ $n -lt 600 ]; do sleep 0.05; n=$((n + 1)); done
+        [ $n -lt 600 ] || exit 4; exit 3; fi; exec "$0" allreduce -b 8 -e 8 -n 1 -w 0' "$perf" "$segs" 2>/dev/null; rc=$?
+    [ $rc -eq 3 ] || fail "job $job: a rank failing at start-up: exited $rc, not 3 (4: rank 0's segment never appeared)"
     left=$(ls $segs 2>/dev/null || true)
     if [ -n "$left" ]; then rm -f $left; fail "job $job: the job's segment $left was left behind"; fi
   done

@@ -17,9 +17,13 @@
 #include <collx/communicator.hpp>
 #include <collx/environment.hpp>
 #include <collx/launch.hpp>
+#include <collx/transport/shm.hpp>
 #include <collx/transport/threads.hpp>
 
+#include <unistd.h>
+
 namespace {
+using shm = collx::transport_impl::shm_transport;
 /// Sets variables for one scope and restores the previous environment afterwards.
 struct scoped_env {
   std::vector<std::pair<std::string, std::string>> saved;
@@ -341,14 +345,20 @@ TEST_CASE("launchers: torchrun, Open MPI, MPICH, Slurm and collx-run environment
   SECTION("collx-run") {
     scoped_env e{{"COLLX_RANK", "0"}, {"COLLX_WORLD_SIZE", "1"}, {"COLLX_JOB_ID", "my job/1"}};
     const auto i = collx::bootstrap::from_environment();
-    CHECK(i.source == "collx-run");
-    CHECK(i.job_id.rfind("my_job_1-", 0) == 0);  // readable prefix, then a hash of the whole id
+    CHECK((i.source == "collx-run" && i.job_id == "my job/1"));
+    // its segment: a readable prefix, then a hash of the whole id
+    CHECK(shm::segment_name(i.job_id).rfind("/collx-" + std::to_string(::getuid()) + "-my_job_1-", 0) == 0);
   }
   SECTION("job ids that differ stay apart in shared-memory names") {
-    // torchrun's variables, and COLLX_JOB_ID when `collx_id` is given (it wins)
-    const auto job_of = [](const char* collx_id, const char* run_id = "r", const char* port = "29500") {
+    // The segment name of a job with torchrun's variables, and COLLX_JOB_ID when `collx_id` is
+    // given (it wins); the id part after "/collx-<uid>-".
+    const std::string prefix = "/collx-" + std::to_string(::getuid()) + "-";
+    const auto job_of = [&prefix](const char* collx_id, const char* run_id = "r", const char* port = "29500") {
       scoped_env e{{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"TORCHELASTIC_RUN_ID", run_id}, {"MASTER_PORT", port}, {"COLLX_JOB_ID", collx_id}};
-      return collx::bootstrap::from_environment().job_id;
+      const std::string name = shm::segment_name(collx::bootstrap::from_environment().job_id);
+      REQUIRE(name.rfind(prefix, 0) == 0);
+      CHECK(shm::segment_name(name.substr(prefix.size())) == name);  // a name's id part names itself
+      return name.substr(prefix.size());
     };
     const auto allowed = [](const std::string& id) {
       return id.size() <= 64 && std::all_of(id.begin(), id.end(), [](char c) {

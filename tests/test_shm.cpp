@@ -748,6 +748,21 @@ TEST_CASE("F2: a start that cannot fork every rank kills the others and leaves n
   CHECK(errno == ECHILD);
 }
 
+TEST_CASE("shm: a start that times out names the job id its segment's name carries cleaned", "[shm]") {
+  // Two ranks told ids that differ only in a character names cannot carry ("team/a", "team:a")
+  // wait for segments whose names differ only in the hash: the message says which id it was.
+  collx::shm_options shm;
+  shm.connect_timeout = 300ms;
+  const std::string job = "team/a-" + std::to_string(::getpid());
+  try {
+    collx::connect_shm(collx::launch_info{1, 2, 1, 2, job, "test"}, {}, shm);
+    FAIL("rank 1 connected without rank 0");
+  } catch (const collx::error& e) {
+    CHECK(e.code() == collx::errc::timeout);
+    CHECK_THAT(e.what(), Catch::Matchers::Contains("did not appear") && Catch::Matchers::Contains("job id \"" + job + "\""));
+  }
+}
+
 TEST_CASE("shm: a full /dev/shm is reported as such", "[shm]") {
   const int baseline = collx_shm_entries();
   collx::shm_options shm;

@@ -272,7 +272,6 @@ inline int launch_program(int world_size, char* const argv[], std::chrono::milli
   // its siblings' too, whose own jobs would collide with this one; its rank sets it apart.
   if (env::get("COLLX_LAUNCH_ID"))
     if (const auto rank = env::get("COLLX_RANK")) job += "." + *rank;
-  job = bootstrap::detail::sanitize_job_id(job);  // as the ranks name the segment, which the end removes
   const detail::forward_signals forwarding;
   const pid_t parent = ::getpid();
   // This start, apart from any other given the same COLLX_JOB_ID: no other process has this pid

@@ -112,10 +112,11 @@ inline const launcher_vars* first_launcher() {
   return nullptr;
 }
 
-/// The job id as shared-memory names can carry it: an id of at most 64 characters from
-/// [A-Za-z0-9_.-] unchanged; any other id as the first 47 of its characters (others replaced by _)
-/// and a hash of the whole id, so that ids differing only in replaced characters ("team/a",
-/// "team:a") or past the 47th (a long torchrun run id followed by its MASTER_PORT) stay apart.
+/// The job id as shared-memory names carry it (shm_transport::segment_name): an id of at most 64
+/// characters from [A-Za-z0-9_.-] unchanged; any other id as the first 47 of its characters
+/// (others replaced by _) and a hash of the whole id, so that ids differing only in replaced
+/// characters ("team/a", "team:a") or past the 47th (a long torchrun run id followed by its
+/// MASTER_PORT) stay apart. Idempotent: its result is returned unchanged.
 inline std::string sanitize_job_id(const std::string& id) {
   std::string s = id;
   for (char& c : s)
@@ -226,7 +227,7 @@ inline launch_info from_environment() {
                       std::to_string(*here) + " tasks on this node (SLURM_STEP_TASKS_PER_NODE) would make tasks "
                       "share ranks of one job: variables left over in the shell, or one job per task? unset them, "
                       "or give each job its own COLLX_JOB_ID");
-  info.job_id = detail::sanitize_job_id(job);
+  info.job_id = job;
   info.launch_id = env::get("COLLX_LAUNCH_ID").value_or("");
   return info;
 }

@@ -199,6 +199,8 @@ class shm_transport final : public transport {
                   "the shared-memory transport needs every rank on one node, but " + std::to_string(info.world_size) +
                       " ranks run " + std::to_string(info.local_world_size) + " per node");
     name_ = segment_name(info.job_id);
+    if (bootstrap::detail::sanitize_job_id(info.job_id) != info.job_id)
+      id_note_ = " (job id \"" + info.job_id + "\", cleaned and hashed in the name)";
     launch_id_ = info.launch_id.substr(0, sizeof(shm_segment::header::launch_id) - 1);
     try {
       connect(opt);
@@ -428,9 +430,10 @@ class shm_transport final : public transport {
   /// Id for the next window (the same sequence on every rank).
   std::uint32_t next_window_id() noexcept { return next_window_id_++; }
 
-  /// The name a job's segment gets: "/collx-<uid>-<job id>".
+  /// The name a job's segment gets: "/collx-<uid>-<job id>", the id as names can carry it
+  /// (bootstrap::detail::sanitize_job_id: distinct ids keep distinct names).
   static std::string segment_name(const std::string& job_id) {
-    return "/collx-" + std::to_string(::getuid()) + "-" + job_id;
+    return "/collx-" + std::to_string(::getuid()) + "-" + bootstrap::detail::sanitize_job_id(job_id);
   }
 
   /// Unlinks job `job_id`'s segment if its creator died, and keeps it otherwise (a live job with the
@@ -996,7 +999,7 @@ class shm_transport final : public transport {
         }
         if (std::chrono::steady_clock::now() > deadline)
           COLLX_THROW(errc::timeout, "rank " + std::to_string(rank_) + "/" + std::to_string(n_) + ": shared memory " +
-                                         name_ + " did not appear within the connect timeout (is rank 0 running, with "
+                                         name_ + id_note_ + " did not appear within the connect timeout (is rank 0 running, with "
                                          "the same job id and world size?)" + job_id_hint());
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
@@ -1056,7 +1059,7 @@ class shm_transport final : public transport {
           if (peer(r).attached.load(std::memory_order_acquire) == 0) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
         COLLX_THROW(errc::timeout, "rank " + std::to_string(rank_) + "/" + std::to_string(n_) + ": only " +
                                        std::to_string(hdr()->attached.load()) + " of " + std::to_string(n_) +
-                                       " ranks attached to " + name_ + " within the connect timeout" +
+                                       " ranks attached to " + name_ + id_note_ + " within the connect timeout" +
                                        (missing.empty() ? std::string()
                                                         : " (missing: rank" + std::string(missing.find(',') != std::string::npos ? "s " : " ") +
                                                               missing + ")") +
@@ -1142,6 +1145,7 @@ class shm_transport final : public transport {
   std::chrono::milliseconds timeout_;
   std::size_t cma_min_;
   std::string name_;
+  std::string id_note_;  ///< the job id as given, for messages, where the name carries it cleaned
   std::string launch_id_;  // launch_info::launch_id: a segment of another start is never joined
   std::byte* base_ = nullptr;
   std::size_t bytes_ = 0;
