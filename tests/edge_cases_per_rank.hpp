@@ -33,16 +33,18 @@ using collx::bfloat16;
 using collx::half;
 namespace ops = collx::ops;
 
+/// A rank or world size as an index.
 inline size_t uz(int x) { return static_cast<size_t>(x); }
 
 /// One rank's checks: a failure is printed to stderr at once, with the rank and the case.
 class tally {
  public:
+  /// Checks of rank `rank`.
   explicit tally(int rank) : rank_(rank) {}
   /// The case that later failures name.
   void in_case(std::string name) { case_ = std::move(name); }
+  /// Counts a check; prints `what` with the rank and case when !ok.
   void check(bool ok, const std::string& what) {
-    ++checks_;
     if (ok) return;
     ++failures_;
     std::fprintf(stderr, "rank %d: FAILED: %s: %s\n", rank_, case_.c_str(), what.c_str());
@@ -68,13 +70,13 @@ class tally {
       if (!ref::is_poison(s[i])) bad = i;
     check(bad == ref::npos, what + (bad == ref::npos ? std::string() : ": element " + std::to_string(bad) + " was written"));
   }
+  /// Checks that failed so far.
   int failures() const { return failures_; }
-  int checks() const { return checks_; }
 
  private:
   int rank_;
   std::string case_;
-  int failures_ = 0, checks_ = 0;
+  int failures_ = 0;
 };
 
 /// all_to_all and send/recv have no hierarchical form: a hierarchical run takes automatic there.
@@ -92,6 +94,7 @@ template <class T>
 std::vector<T> with_guard(size_t count) {
   return ref::poisoned<T>(count + 1);
 }
+/// The first `count` elements of v (the part a call may write; with_guard's guard follows).
 template <class T>
 std::span<T> first(std::vector<T>& v, size_t count) {
   return std::span<T>(v.data(), count);
@@ -239,10 +242,11 @@ void a1(collx::communicator& c, tally& t) {
   a1_pair<Algo, std::int32_t>(c, t, 2147483647, 1, -2147483647 - 1);
 }
 
-/// A2's pairs of fp16 operands and their correctly rounded fp16 sum, as the file lists them.
+/// Two fp16 operands (as doubles) and their correctly rounded fp16 sum.
 struct fp16_pair {
   double a, b, sum;
 };
+/// A2's pairs, as the file lists them.
 inline std::vector<fp16_pair> a2_pairs() {
   return {{65504, 65504, INFINITY},
           {65504, 16, INFINITY},

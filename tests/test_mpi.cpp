@@ -185,7 +185,7 @@ void transport_only(collx::communicator& c) {
   }
 }
 
-// edge::every_case on c with Algo; its failures (printed by each rank) count as this rank's.
+/// edge::every_case on c with Algo; its failures (printed by each rank) count as this rank's.
 template <class Algo>
 void edge_cases(collx::communicator& c, const std::string& where) {
   const int failed = edge::every_case<Algo>(c);

@@ -1,6 +1,7 @@
 // Processes on one node over the shared-memory transport: every collective against closed-form
-// references over 2, 3, 4 and 8 processes (staged and single-copy paths), and the failure cases of
-// docs/edge-cases.md that need real processes (F1 over shm, F2, B6 with a guard page).
+// references over 2, 3, 4 and 8 processes (staged and single-copy paths), the cases of
+// docs/edge-cases.md that each rank checks itself (edge_cases_per_rank.hpp), and those that need
+// real processes (F1 over shm, F2, B6 with a guard page).
 #include <catch2/catch.hpp>
 
 #include <dirent.h>
@@ -200,15 +201,19 @@ TEST_CASE("edge cases (docs/edge-cases.md) over shm: every algorithm on 2, 3, 5 
       INFO(n << " processes");
       run(n, every_algorithm[a], {}, {});
     }
-    // The file's sizes (C2 10556587 elements, B2 recv count 524288) take the single-copy path.
-    INFO("3 processes, the file's large counts");
-    run(3, every_algorithm[a], {}, {.c2_large = true, .b2_recv = 524288, .b2_iterations = 2});
-    // Slots of 512 bytes: every message of more than a few elements crosses slot boundaries.
-    collx::shm_options tiny;
-    tiny.cma = 0;
-    tiny.bytes_per_peer = 4096;
-    INFO("4 processes, 512-byte staging slots");
-    run(4, every_algorithm[a], tiny, {});
+    {  // The file's sizes (C2 10556587 elements, B2 recv count 524288), single-copy from 64 KiB.
+      INFO("3 processes, the file's large counts");
+      collx::shm_options single_copy;
+      single_copy.ranks_on_host = 4096;  // auto picks single copy (as with more ranks than cores)
+      run(3, every_algorithm[a], single_copy, {.c2_large = true, .b2_recv = 524288, .b2_iterations = 2});
+    }
+    {  // Slots of 512 bytes: every message of more than a few elements crosses slot boundaries.
+      INFO("4 processes, 512-byte staging slots");
+      collx::shm_options tiny;
+      tiny.cma = 0;
+      tiny.bytes_per_peer = 4096;
+      run(4, every_algorithm[a], tiny, {});
+    }
   }
 }
 

@@ -205,22 +205,26 @@ TEST_CASE("gpu device collectives: the op left out before a stream sums, on that
       note(res.compare(sweep_fold<float>(n, count, first, 2, sum), tag + "reduce_scatter_v"));
     }
     // In place (NCCL's layout): the result lands in this rank's block of send, the other blocks
-    // keep their input.
-    for (const int form : {0, 1, 2}) {
-      const std::string what = tag + (form == 0 ? "reduce_scatter" : form == 1 ? "reduce_scatter<ring>" : "reduce_scatter_v") + " in place";
-      sweep_buffer<float> buf(un * count, 0, s);
-      buf.set(blocks);
-      const std::vector<std::size_t> counts(un, count);
-      if (form == 0) gpu::reduce_scatter(dc, buf.data(), buf.data() + first, count, s);
-      else if (form == 1) gpu::reduce_scatter<ring>(dc, buf.data(), buf.data() + first, count, s);
-      else gpu::reduce_scatter_v(dc, buf.data(), buf.data() + first, std::span<const std::size_t>(counts), s);
-      note(sweep_sync(dc, s, what));
-      const auto block = form == 1 ? collx_cuda_test::sweep_ring_fold<float>(dc, gpu::ring_phase::reduce_scatter, count, first, 2, sum)
-                                   : sweep_fold<float>(n, count, first, 2, sum);
-      auto want = blocks;
-      std::copy(block.begin(), block.end(), want.begin() + static_cast<std::ptrdiff_t>(first));
-      note(buf.compare(want, what));
-    }
+    // keep their input. 4096 elements: 16-byte aligned blocks, so the vector kernels run too.
+    for (const std::size_t c : {count, std::size_t{4096}})
+      for (const int form : {0, 1, 2}) {
+        const std::string what = tag + (form == 0 ? "reduce_scatter" : form == 1 ? "reduce_scatter<ring>" : "reduce_scatter_v") +
+                                 " in place, count " + std::to_string(c);
+        const auto input = sweep_input<float>(me, un * c, 2);
+        const std::size_t at = static_cast<std::size_t>(me) * c;
+        sweep_buffer<float> buf(un * c, 0, s);
+        buf.set(input);
+        const std::vector<std::size_t> counts(un, c);
+        if (form == 0) gpu::reduce_scatter(dc, buf.data(), buf.data() + at, c, s);
+        else if (form == 1) gpu::reduce_scatter<ring>(dc, buf.data(), buf.data() + at, c, s);
+        else gpu::reduce_scatter_v(dc, buf.data(), buf.data() + at, std::span<const std::size_t>(counts), s);
+        note(sweep_sync(dc, s, what));
+        const auto block = form == 1 ? collx_cuda_test::sweep_ring_fold<float>(dc, gpu::ring_phase::reduce_scatter, c, at, 2, sum)
+                                     : sweep_fold<float>(n, c, at, 2, sum);
+        auto want = input;
+        std::copy(block.begin(), block.end(), want.begin() + static_cast<std::ptrdiff_t>(at));
+        note(buf.compare(want, what));
+      }
     {
       float* mem = nullptr;  // cudaMalloc: CUDA IPC cannot export pool memory
       gpu::check(cudaMalloc(&mem, un * count * sizeof(float)), "cudaMalloc");
