@@ -321,7 +321,7 @@ inline options parse_options(int argc, char** argv, int first) {
   constexpr std::size_t most_bytes = std::size_t{1} << 50;
   if (o.max_bytes > most_bytes) throw usage_error("-e " + std::to_string(o.max_bytes) + ": more than 1 PiB per buffer");
   if (o.step_factor <= 1 && o.step_bytes == 0 && o.min_bytes < o.max_bytes)
-    throw usage_error("-i 0: the sweep would never grow from -b to -e (give -i above 0, or -f)");
+    throw usage_error("-i 0: the sweep would never grow from -b to -e (give -i above 0, or -f above 1)");
   // Before the run, not after it: a long sweep must not end without its results file. (Looked at,
   // not created: every rank parses the options, and a later usage error leaves nothing behind.)
   for (const std::string* path : {&o.json_path, &o.csv_path})
