@@ -332,3 +332,67 @@ TEST_CASE("gpu reduce and convert: bad arguments fail before any CUDA call", "[c
         std::nullopt);
   CHECK(code_of([&] { gpu::convert<float, P, E>(nullptr, nullptr, 0, ops::avg{}, 2, cudaStream_t{}); }) == std::nullopt);
 }
+
+// cub::DeviceTransform reads cudaGetLastError() itself (CubDebug): an error an earlier call left
+// unread used to come back from it as its own before anything was launched, and convert, seeing
+// the same error before and after, returned as if it had enqueued the conversion.
+TEST_CASE("gpu convert: an error the caller left unread does not skip the conversion", "[gpu][cuda]") {
+  constexpr std::size_t n = 1000;
+  using red = collx::detail::reduction<collx::half, ops::sum>;
+  std::mt19937_64 rng(0xC0B);
+  std::vector<collx::half> src(n);
+  std::vector<float> expected(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    src[i] = random_value<collx::half>(rng, false);
+    expected[i] = red::widen(src[i]);
+  }
+  guarded<collx::half> gs(n, 0, 0xA5);
+  guarded<float> gd(n, 0, 0xA5);
+  gs.set(src);
+  gs.upload();
+  gd.upload();
+  void* huge = nullptr;
+  REQUIRE(cudaMalloc(&huge, std::size_t{1} << 62) == cudaErrorMemoryAllocation);  // left unread
+  gpu::convert<collx::half, E, P>(gd.data(), gs.data(), n, ops::sum{}, 1, cudaStream_t{});
+  CHECK(cudaGetLastError() == cudaSuccess);  // nothing of convert's (or CUB's) left pending
+  cuda_ok(cudaDeviceSynchronize(), "convert");
+  check_image(gd, gd.download(), expected, true, "dst");
+}
+
+// cudaStreamQuery on a stream being captured fails and invalidates the capture: convert must not
+// query the stream, also when an error is left unread (the path that used to query it).
+TEST_CASE("gpu convert: captured into a graph with an error left unread", "[gpu][cuda]") {
+  constexpr std::size_t n = 4099;
+  using red = collx::detail::reduction<collx::bfloat16, ops::sum>;
+  std::mt19937_64 rng(0xC0C);
+  std::vector<collx::bfloat16> src(n);
+  std::vector<float> expected(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    src[i] = random_value<collx::bfloat16>(rng, false);
+    expected[i] = red::widen(src[i]);
+  }
+  guarded<collx::bfloat16> gs(n, 1, 0x5A);
+  guarded<float> gd(n, 3, 0x5A);
+  gs.set(src);
+  gs.upload();
+  gd.upload();
+  cudaStream_t stream = nullptr;
+  cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  for (const cudaStreamCaptureMode mode : {cudaStreamCaptureModeGlobal, cudaStreamCaptureModeThreadLocal}) {
+    cuda_ok(cudaStreamBeginCapture(stream, mode), "cudaStreamBeginCapture");
+    cudaDeviceProp prop{};
+    CHECK(cudaGetDeviceProperties(&prop, 1 << 20) != cudaSuccess);  // an error left unread, legal while capturing
+    gpu::convert<collx::bfloat16, E, P>(gd.data(), gs.data(), n, ops::sum{}, 1, stream);
+    cudaGraph_t graph = nullptr;
+    cuda_ok(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture (the capture was invalidated)");
+    cudaGraphExec_t exec = nullptr;
+    cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+    cuda_ok(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+    cuda_ok(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    check_image(gd, gd.download(), expected, true, "dst");
+    (void)cudaGraphExecDestroy(exec);
+    (void)cudaGraphDestroy(graph);
+    gd.upload();  // poisoned again for the next mode
+  }
+  (void)cudaStreamDestroy(stream);
+}

@@ -12,6 +12,7 @@
 #include <string>
 
 #include <collx/cuda/device_callable.cuh>
+#include <collx/cuda/launch_kernel.cuh>  // check_own
 #include <collx/cuda/reduce_kernel.cuh>  // ranges_overlap
 #include <collx/cuda/reduce_step.hpp>
 #include <collx/cuda/runtime.hpp>
@@ -44,8 +45,9 @@ struct device_convert {
 /// [src, src + count) is read and [dst, dst + count) written.
 /// Preconditions: device pointers on the stream's device; no overlap except dst == src with S == D.
 /// @throws collx::error (errc::invalid_argument) for a null pointer with count > 0, world_size < 1
-///         or overlapping buffers; (errc::cuda) when CUDA refuses the copy or the launch (not for
-///         an error an earlier call of the caller's left unread, which stays unread).
+///         or overlapping buffers; (errc::cuda) when CUDA refuses the copy or the launch, or the
+///         context is broken (a sticky error). When S != D, a non-sticky error an earlier call of
+///         the caller's left unread is cleared (CUB reads cudaGetLastError() itself), not reported.
 template <class T, values S, values D, class Op>
 void convert(value_t<T, Op, D>* dst, const value_t<T, Op, S>* src, std::size_t count, const Op& op,
              int world_size, cudaStream_t stream) {
@@ -62,16 +64,19 @@ void convert(value_t<T, Op, D>* dst, const value_t<T, Op, S>* src, std::size_t c
   if (ranges_overlap(dst, count * sizeof(VD), src, count * sizeof(VS)))
     COLLX_THROW(errc::invalid_argument, "gpu::convert: dst and src overlap");
   if constexpr (S == D) {
-    check(cudaMemcpyAsync(dst, src, count * sizeof(VD), cudaMemcpyDefault, stream), "gpu::convert: cudaMemcpyAsync");
+    check_own(cudaMemcpyAsync(dst, src, count * sizeof(VD), cudaMemcpyDefault, stream), "gpu::convert: cudaMemcpyAsync");
   } else {
-    // CUB returns cudaPeekAtLastError() after its launch: an error the caller left unread (a failed
-    // cudaMalloc) would read as this launch's. The same error before and after is that one, left
-    // for the caller as launch_kernel leaves it, unless the stream reports it too (a sticky error:
-    // the context is broken and nothing was enqueued).
-    const cudaError_t unread = cudaPeekAtLastError();
+    // CUB wraps its calls in CubDebug, which calls cudaGetLastError(): an error an earlier call of
+    // the caller's left unread (a failed cudaMalloc) comes back from Transform as its own, before
+    // anything is launched, and is cleared; CUB's own launch error may be cleared or (older CCCL,
+    // cudaPeekAtLastError) left pending. So take the unread one out of the way first (a sticky
+    // error stays and fails the launch below, as it should), and clear whatever CUB leaves: the
+    // status is then this launch's alone, and nothing is left for the caller's next
+    // cudaGetLastError(). No stream query: it is illegal on a stream being captured (and would
+    // invalidate the capture).
+    (void)cudaGetLastError();
     const cudaError_t status = cub::DeviceTransform::Transform(src, dst, count, device_convert<T, Op, S, D>{op, world_size}, stream);
-    if (status != unread || (status != cudaSuccess && cudaStreamQuery(stream) == status))
-      check(status, "gpu::convert: cub::DeviceTransform::Transform");
+    check_own(status, "gpu::convert: cub::DeviceTransform::Transform");  // cleared, then thrown
   }
 }
 
