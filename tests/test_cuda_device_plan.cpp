@@ -116,6 +116,10 @@ TEST_CASE("device failures: messages name the rank, the peer and the field", "[c
   s.failure = static_cast<std::uint32_t>(gpu::device_failure::rejected);
   CHECK(gpu::describe_failure(s, 2).find("rank 2 rejected a call's arguments") != std::string::npos);
   CHECK(gpu::errc_of(gpu::device_failure::rejected) == collx::errc::invalid_argument);
+
+  s.failure = static_cast<std::uint32_t>(gpu::device_failure::launch_failed);
+  CHECK(gpu::describe_failure(s, 2).find("rank 2 could not launch a call's kernel") != std::string::npos);
+  CHECK(gpu::errc_of(gpu::device_failure::launch_failed) == collx::errc::cuda);
   s.failure = 0;
   CHECK(gpu::describe_failure(s, 0).empty());
 }

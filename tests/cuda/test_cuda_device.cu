@@ -995,6 +995,55 @@ TEST_CASE("gpu device collectives: a rank that rejects a call ends its peers' wa
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));  // not the 20 s timeout
 }
 
+TEST_CASE("gpu device collectives: a rank whose kernel fails to launch ends its peers' waits at once", "[gpu][cuda]") {
+  // Rank 1 alone passes count 0 (empty_call_kernel: one block), and that kernel is made
+  // unlaunchable for the process (a required cluster of 2 blocks: its launch fails); the peers'
+  // collective_kernel is untouched. Rank 1 throws errc::cuda at once; the peers, whose kernels are
+  // out, must end with errc::aborted naming rank 1, not wait for the 20 s timeout.
+  const void* empty = reinterpret_cast<const void*>(&gpu::device_detail::empty_call_kernel<>);
+  const auto cluster = [&](int w) {
+    cudaError_t e = cudaFuncSetAttribute(empty, cudaFuncAttributeRequiredClusterWidth, w);
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(empty, cudaFuncAttributeRequiredClusterHeight, w ? 1 : 0);
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(empty, cudaFuncAttributeRequiredClusterDepth, w ? 1 : 0);
+    return e;
+  };
+  if (const cudaError_t e = cluster(2); e != cudaSuccess) {
+    (void)cudaGetLastError();
+    (void)cluster(0);
+    WARN("cannot make a kernel unlaunchable here (cudaFuncSetAttribute: " << cudaGetErrorName(e) << "): not tested");
+    return;
+  }
+  gpu::device_options opt;
+  opt.timeout = std::chrono::seconds(20);
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto problems = on_ranks(3, opt, std::chrono::seconds(60), [](gpu::device_communicator& dc, cudaStream_t s, auto& out) {
+    using collx_cuda_test::sweep_buffer;
+    const std::size_t count = 1000;
+    const std::string tag = "rank " + std::to_string(dc.rank()) + ": ";
+    sweep_buffer<float> in(count, 0, s), res(count, 0, s);
+    bool threw = false;
+    try {
+      gpu::all_reduce(dc, in.data(), res.data(), dc.rank() == 1 ? 0 : count, collx::ops::sum{}, s);
+    } catch (const collx::error& e) {
+      threw = true;
+      if (dc.rank() != 1 || e.code() != collx::errc::cuda) out.push_back(tag + "all_reduce threw: " + e.what());
+    }
+    if (dc.rank() == 1 && !threw) out.push_back(tag + "the unlaunchable kernel did not fail its launch");
+    try {
+      dc.synchronize(s);
+      out.push_back(tag + "no failure after rank 1's launch failed");
+    } catch (const collx::error& e) {
+      const std::string what = e.what();
+      const bool expected = dc.rank() == 1 ? e.code() == collx::errc::cuda && what.find("could not launch") != std::string::npos
+                                           : e.code() == collx::errc::aborted && what.find("rank 1 failed first") != std::string::npos;
+      if (!expected) out.push_back(tag + "unexpected error: " + what);
+    }
+  });
+  (void)cluster(0);  // launchable again for the tests after this one
+  require_none(problems);
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));  // not the 20 s timeout
+}
+
 TEST_CASE("gpu device collectives: captured in a CUDA graph, replays keep counting epochs", "[gpu][cuda]") {
   require_none(on_ranks(2, {}, std::chrono::seconds(60), [](gpu::device_communicator& dc, cudaStream_t s, auto& out) {
     using collx_cuda_test::sweep_buffer;

@@ -30,7 +30,8 @@
 /// A wait that exceeds the communicator's timeout, or a flag with another signature, ends the call:
 /// the block records the failure (device_communicator::check), poisons its peers' flags so they end
 /// too, and every later call of this rank returns at once. A call rejected on the host (bad
-/// arguments) ends the communicator the same way (reject_kernel), flagging the rejected call's
+/// arguments), or whose kernel fails to launch, ends the communicator the same way (reject_kernel,
+/// end_for_peers), flagging the rejected call's
 /// epoch with a reserved signature so that peers still finishing earlier calls are not cut short.
 /// A rank whose call moves nothing (count 0) still meets its peers once with the call's signature
 /// (empty_call_kernel), so that counts that differ across ranks are a mismatch, as on the host.
@@ -755,16 +756,60 @@ __global__ void empty_call_kernel(device_view v, device_signature sig) {
   call_end(v, base + 1);
 }
 
+/// Records a rejected call as this rank's failure `what` (device_failure::rejected: bad arguments;
+/// launch_failed: its kernel could not be launched) (one thread; runs after this rank's earlier calls
+/// on the stream, so counters[0] is their last epoch) and writes, as this rank's flag at every peer,
+/// the rejected call's first epoch with rejected_signature_bits: a peer waiting there ends at once
+/// (errc::aborted) instead of at its timeout, and a peer still waiting at an earlier epoch, for
+/// data this rank has already staged, passes (poison_epoch would end that valid call too). Nothing
+/// is written when this rank has already failed (its flags already carry poison_epoch).
+/// A template only so that every .cu file may include this header (one definition per program).
+template <int = 0>
+__global__ void reject_kernel(device_view v, device_failure what) {
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  const std::uint64_t next = counters_of(v)[0] + 1;
+  if (record_failure(v, claim_unpoisoned, what, -1, next, 0, 0, 0)) flag_all_peers(v, flag_word(next, {rejected_signature_bits}));
+}
+
+/// Ends the communicator for every rank because this rank gives up a call it has not enqueued
+/// (`what`: rejected for its arguments, or launch_failed): reject_kernel on `stream` after this
+/// rank's earlier calls, so that the peers' same call ends at once, and the failure recorded on
+/// the host, so that this rank's later calls fail at check(). Any CUDA error on the way is
+/// cleared (the caller throws its own). During stream capture nothing can be launched for the
+/// peers (the kernel would only join the graph): the peers' graphs wait at this call until their
+/// timeout. Nothing is launched either when this rank has failed already.
+inline void end_for_peers(device_communicator& dc, cudaStream_t stream, device_failure what) noexcept {
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  const scoped_device restore;  // the caller's current device, whatever happens below
+  if (!dc.failed() && cudaSetDevice(dc.device()) == cudaSuccess &&
+      cudaStreamIsCapturing(stream, &capturing) == cudaSuccess && capturing == cudaStreamCaptureStatusNone) {
+    const device_communicator::capture_state none{};  // checked just above
+    if (dc.order_after_previous_call(stream, none) != cudaSuccess ||
+        launch_status(&reject_kernel<>, 1, 32, stream, dc.view(), what) != cudaSuccess)
+      (void)cudaGetLastError();  // the caller's error is the one to report
+    else dc.record_call(stream, none);
+  }
+  dc.mark_failed(what);
+}
+
 /// Launches kernel(args...) as `blocks` blocks of `threads` threads on `stream` (launch_kernel),
 /// after dc's previous call when that went on another stream, and marks it as dc's latest call
 /// (device_communicator::order_after_previous_call, record_call).
+/// When the wait or the launch fails, the call ends the communicator for every rank as a rejected
+/// call does (end_for_peers with device_failure::launch_failed): the peers, whose kernels for the
+/// same call are out already, end at once instead of waiting for this rank until their timeout.
 /// @throws collx::error (errc::cuda) naming `what` when the wait or the launch cannot be enqueued.
 template <class... Params, class... Args>
 void launch_in_order(device_communicator& dc, const char* what, void (*kernel)(Params...), unsigned blocks,
                      unsigned threads, cudaStream_t stream, Args&&... args) {
   const device_communicator::capture_state capture = device_communicator::capture_of(stream);
-  check_own(dc.order_after_previous_call(stream, capture), what);
-  launch_kernel(what, kernel, blocks, threads, stream, std::forward<Args>(args)...);
+  cudaError_t status = dc.order_after_previous_call(stream, capture);
+  if (status == cudaSuccess) status = launch_status(kernel, blocks, threads, stream, std::forward<Args>(args)...);
+  if (status != cudaSuccess) {
+    (void)cudaGetLastError();  // this wait's or launch's own: the exception carries it
+    end_for_peers(dc, stream, device_failure::launch_failed);
+    check(status, (std::string(what) + " (nothing enqueued; the communicator ends on every rank)").c_str());
+  }
   dc.record_call(stream, capture);
 }
 
@@ -1258,20 +1303,6 @@ void launch_p2p(device_communicator& dc, const char* name, const p2p_part<T>& se
   else launch_in_order(dc, name, &p2p_kernel<T, 1>, blocks, device_threads_per_block, stream, dc.view(), send, recv);
 }
 
-/// Records a rejected call as this rank's failure (one thread; runs after this rank's earlier calls
-/// on the stream, so counters[0] is their last epoch) and writes, as this rank's flag at every peer,
-/// the rejected call's first epoch with rejected_signature_bits: a peer waiting there ends at once
-/// (errc::aborted) instead of at its timeout, and a peer still waiting at an earlier epoch, for
-/// data this rank has already staged, passes (poison_epoch would end that valid call too). Nothing
-/// is written when this rank has already failed (its flags already carry poison_epoch).
-/// A template only so that every .cu file may include this header (one definition per program).
-template <int = 0>
-__global__ void reject_kernel(device_view v) {
-  if (threadIdx.x != 0 || blockIdx.x != 0) return;
-  const std::uint64_t next = counters_of(v)[0] + 1;
-  if (record_failure(v, claim_unpoisoned, device_failure::rejected, -1, next, 0, 0, 0)) flag_all_peers(v, flag_word(next, {rejected_signature_bits}));
-}
-
 /// The argument checks of one call. A check that fails rejects the call as the host collectives
 /// do: the communicator ends for every rank (reject_kernel on the call's stream, after this rank's
 /// earlier calls), then collx::error (errc::invalid_argument) names the call and the problem.
@@ -1286,17 +1317,7 @@ struct call_check {
 
   /// Rejects the call with `what` (without the call's name).
   [[noreturn]] void reject(const std::string& what) const {
-    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-    const scoped_device restore;  // the caller's current device, whatever happens below
-    if (!dc.failed() && cudaSetDevice(dc.device()) == cudaSuccess &&
-        cudaStreamIsCapturing(stream, &capturing) == cudaSuccess && capturing == cudaStreamCaptureStatusNone) {
-      const device_communicator::capture_state none{};  // checked just above
-      if (dc.order_after_previous_call(stream, none) != cudaSuccess ||
-          launch_status(&reject_kernel<>, 1, 32, stream, dc.view()) != cudaSuccess)
-        (void)cudaGetLastError();  // the error below is the one to report
-      else dc.record_call(stream, none);
-    }
-    dc.mark_rejected();
+    end_for_peers(dc, stream, device_failure::rejected);
     COLLX_THROW(errc::invalid_argument, std::string(name) + ": " + what);
   }
   /// Enqueues the call of a rank that moves nothing (launch_empty_call), signed as its peers sign

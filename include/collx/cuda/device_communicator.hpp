@@ -530,19 +530,21 @@ class device_communicator {
   /// call this rank rejected for its arguments).
   bool failed() const noexcept { return status_ != nullptr && std::atomic_ref<std::uint32_t>(status_->failure).load() != 0; }
 
-  /// Records on the host that this rank rejected a call's arguments (collx/cuda/device_collectives.cuh
-  /// call_check), unless a failure is recorded already: later calls then fail at check(), also when
-  /// no kernel could record it (during stream capture).
-  void mark_rejected() noexcept {
+  /// Records on the host that this rank gave up a call before enqueueing it (`what`: rejected for
+  /// its arguments, collx/cuda/device_collectives.cuh call_check; launch_failed: its kernel could
+  /// not be launched), unless a failure is recorded already: later calls then fail at check(), also
+  /// when no kernel could record it (during stream capture, or a broken context).
+  void mark_failed(device_failure what) noexcept {
     if (status_ == nullptr || failed()) return;
     status_->peer = -1;
-    std::atomic_ref<std::uint32_t>(status_->failure).store(static_cast<std::uint32_t>(device_failure::rejected));
+    std::atomic_ref<std::uint32_t>(status_->failure).store(static_cast<std::uint32_t>(what));
   }
 
   /// Throws the failure a kernel reported, if any. Reads host-mapped memory: call it after the
   /// stream has been synchronised to see the failures of the calls before.
   /// @throws collx::error (errc::timeout, errc::mismatch -- a call signature, all_to_all_v counts
-  ///         or a recv whose count or element size differs from the send's --, errc::aborted, or errc::invalid_argument after a call this rank rejected) naming
+  ///         or a recv whose count or element size differs from the send's --, errc::aborted, errc::invalid_argument after a call this rank rejected,
+  ///         or errc::cuda after a call whose kernel this rank could not launch) naming
   ///         the rank, block and peer.
   void check() const {
     if (!failed()) return;

@@ -262,6 +262,7 @@ enum class device_failure : std::uint32_t {
   rejected = 4,       ///< this rank rejected a call's arguments, which ended the communicator
   counts = 5,         ///< all_to_all_v: a peer sends another count than this rank receives from it
   message_size = 6,   ///< recv: the matching send carries another count or element size
+  launch_failed = 7,  ///< this rank could not launch a call's kernel, which ended the communicator
 };
 
 /// A point-to-point message's size as its sender publishes it: the count (low 48 bits kept) and
@@ -307,10 +308,15 @@ inline std::string describe_failure(const device_status& s, int me) {
              (p2p ? "): the send and the recv do not match" : "): the ranks are not making the same collective call");
     case device_failure::peer_failed:
       return where + ": rank " + std::to_string(s.peer) +
-             " failed first (timeout, mismatch, or a call it rejected for invalid arguments) and ended the call";
+             " failed first (timeout, mismatch, a call it rejected for invalid arguments, or a call whose kernel it could "
+             "not launch) and ended the call";
     case device_failure::rejected:
       return "gpu: rank " + std::to_string(me) +
              " rejected a call's arguments (see the error that call threw), which ended the communicator on every rank";
+    case device_failure::launch_failed:
+      return "gpu: rank " + std::to_string(me) +
+             " could not launch a call's kernel (see the errc::cuda error that call threw), which ended the communicator on "
+             "every rank";
     case device_failure::message_size:
       return where + ": the send and the recv do not match: rank " + std::to_string(s.peer) + " sends " +
              std::to_string(s.seen >> 16) + " elements of " + std::to_string(s.seen & 0xffff) + " bytes, this recv takes " +
@@ -332,6 +338,7 @@ constexpr errc errc_of(device_failure f) noexcept {
     case device_failure::rejected: return errc::invalid_argument;
     case device_failure::counts: return errc::mismatch;
     case device_failure::message_size: return errc::mismatch;
+    case device_failure::launch_failed: return errc::cuda;
     case device_failure::none: break;
   }
   return errc::internal;
