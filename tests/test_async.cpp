@@ -7,6 +7,10 @@
 #include <collx/collx.hpp>
 
 #include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <unistd.h>
 #include <cstddef>
 #include <cstring>
 #include <numeric>
@@ -194,4 +198,54 @@ TEST_CASE("a request is move-only and delivers its call's error once", "[async]"
     q.wait();      // moved from: returns
   });
   CHECK(rethrown == 2);
+}
+
+// Rank 1 joins the call 300 ms late: a request rank 0 destroys (or assigns over) at once must wait
+// for the call, or rank 0 would read its poisoned output (and the call would later write to a
+// buffer its caller may have freed).
+TEST_CASE("a request destroyed or assigned over without wait() waits for its call", "[async]") {
+  constexpr size_t count = 1001;
+  std::atomic<int> wrong{0};
+  ref::run_ranks(2, [&](collx::communicator& c) {
+    auto in = values(c.rank(), count, 3);
+    std::vector<double> expected(count);
+    for (size_t i = 0; i < count; ++i) expected[i] = values(0, count, 3)[i] + values(1, count, 3)[i];
+    for (int form = 0; form < 2; ++form) {
+      auto out = ref::poisoned<double>(count);
+      if (c.rank() == 1) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        collx::allreduce(c, std::span<const double>(in), std::span<double>(out));
+      } else if (form == 0) {
+        collx::request q = collx::allreduce_async(c, std::span<const double>(in), std::span<double>(out));
+      } else {
+        collx::request q = collx::allreduce_async(c, std::span<const double>(in), std::span<double>(out));
+        q = collx::request{};
+      }
+      wrong += std::memcmp(out.data(), expected.data(), count * sizeof(double)) != 0;
+    }
+  });
+  CHECK(wrong == 0);
+}
+
+// A failed call whose request nobody waits for: its error cannot be thrown from a destructor, so
+// it goes to stderr (read back here through a temporary file put in place of fd 2).
+TEST_CASE("a failed request destroyed without wait() writes its error to stderr", "[async]") {
+  std::FILE* log = std::tmpfile();
+  REQUIRE(log != nullptr);
+  std::fflush(stderr);
+  const int saved = ::dup(2);
+  REQUIRE(::dup2(::fileno(log), 2) == 2);
+  ref::run_ranks(2, [&](collx::communicator& c) {
+    std::vector<float> x(4);
+    if (c.rank() == 0) collx::request q = collx::broadcast_async(c, std::span<float>(x), 7);  // no rank 7
+  });
+  std::fflush(stderr);
+  ::dup2(saved, 2);
+  ::close(saved);
+  std::rewind(log);
+  std::string text(4096, '\0');
+  text.resize(std::fread(text.data(), 1, text.size(), log));
+  std::fclose(log);
+  CHECK(text.find("collx: a request destroyed without wait() or test() failed:") != std::string::npos);
+  CHECK(text.find("root") != std::string::npos);
 }

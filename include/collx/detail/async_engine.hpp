@@ -4,6 +4,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <cstdio>
 #include <deque>
 #include <exception>
 #include <functional>
@@ -108,13 +109,25 @@ class async_engine {
 /// A collective started by an *_async call. Its buffers must stay alive and untouched (send: not
 /// written; recv: not read or written) until wait() returns or test() returns true. Move-only, as
 /// std::future: the call's outcome, an error included, is delivered once.
-class request {
+/// [[nodiscard]]: a request dropped unread is a bug. Destroying (or assigning over) a request whose
+/// call has not been waited for waits for it, as std::async's future does, so that the call never
+/// runs on buffers its caller has freed; if that call failed, the error, which nobody can catch
+/// there, is written to stderr (the communicator has failed too: its next call throws).
+class [[nodiscard]] request {
  public:
   request() = default;
   request(request&&) noexcept = default;
-  request& operator=(request&&) noexcept = default;
+  request& operator=(request&& other) noexcept {
+    if (this != &other) {
+      finish_unobserved();
+      state_ = std::move(other.state_);
+      created_in_ = other.created_in_;
+    }
+    return *this;
+  }
   request(const request&) = delete;
   request& operator=(const request&) = delete;
+  ~request() { finish_unobserved(); }
   explicit request(std::shared_ptr<detail::request_state> s) : state_(std::move(s)) {}
   /// Blocks until the call finished; rethrows its collx::error if it failed. A default-constructed
   /// or already waited request returns at once.
@@ -147,6 +160,28 @@ class request {
     if (created_in_ != detail::fork_generation())
       COLLX_THROW(errc::invalid_argument, "collx::request waited on in a child that fork() made of the process that "
                                           "started the call; the call runs in that process, not here");
+  }
+  /// The destructor's wait: the call has to end before its buffers may go; its error, unread by
+  /// anyone, goes to stderr. In a fork() child the call runs in the parent: nothing to wait for.
+  void finish_unobserved() noexcept {
+    if (state_ && created_in_ == detail::fork_generation()) {
+      std::exception_ptr err;
+      {
+        std::unique_lock<std::mutex> lock(state_->m);
+        state_->cv.wait(lock, [&] { return state_->done; });
+        err = std::move(state_->error);
+      }
+      if (err) {
+        try {
+          std::rethrow_exception(err);
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "collx: a request destroyed without wait() or test() failed: %s\n", e.what());
+        } catch (...) {
+          std::fprintf(stderr, "collx: a request destroyed without wait() or test() failed (not a std::exception)\n");
+        }
+      }
+    }
+    state_.reset();
   }
   std::shared_ptr<detail::request_state> state_;
   unsigned created_in_ = detail::fork_generation();  ///< this process, as fork_generation() tells it
