@@ -799,12 +799,26 @@ TEST_CASE("shm: a staging size whose segment would wrap around is refused before
   CHECK(collx_shm_entries() == baseline);
 }
 
-TEST_CASE("shm: ranks set up for other staging sizes fail at once, rank 0 too, and leave no segment", "[shm]") {
+TEST_CASE("shm: ranks set up for another staging size or world size fail at once, rank 0 too, and leave no segment",
+          "[shm]") {
   // Rank 0 (a thread here) makes the job's segment and waits for rank 1. Rank 1 asks for another
-  // staging size (its own COLLX_SHM_BYTES_PER_PEER): it fails at once with both sizes named, not
-  // after the connect timeout with "did not appear", and tells rank 0 (the same start), which
-  // fails with its reason instead of waiting out its connect timeout (60 s by default; before,
-  // it then blamed "missing: rank 1"), and removes the segment, which no rank can use.
+  // staging size (its own COLLX_SHM_BYTES_PER_PEER) or world size: it fails at once with both
+  // named, not after the connect timeout with "did not appear", and tells rank 0 (the same start,
+  // or ranks started by hand, without a launch id: the job id is all they have), which fails with
+  // its reason instead of waiting out its connect timeout (60 s by default; before, it then blamed
+  // "missing: rank 1"), and removes the segment, which no rank can use.
+  struct disagreement {
+    const char* launch_id;
+    int rank1_world;
+    std::size_t rank1_bytes;
+    const char* named[3];
+  };
+  const auto d = GENERATE(
+      disagreement{"start-1", 2, 128 << 10, {"65536 staging bytes per pair", "131072", "COLLX_SHM_BYTES_PER_PEER"}},
+      disagreement{"", 2, 128 << 10, {"65536 staging bytes per pair", "131072", "COLLX_SHM_BYTES_PER_PEER"}},
+      disagreement{"", 3, 64 << 10, {"for 2 ranks", "this rank has 3 ranks", "world size"}},
+      disagreement{"start-1", 3, 64 << 10, {"for 2 ranks", "this rank has 3 ranks", "world size"}});
+  CAPTURE(d.launch_id, d.rank1_world, d.rank1_bytes);
   const std::string job = "test-disagree-" + std::to_string(::getpid());
   const std::string path = "/dev/shm" + collx::transport_impl::shm_transport::segment_name(job);
   std::string rank0;
@@ -815,11 +829,11 @@ TEST_CASE("shm: ranks set up for other staging sizes fail at once, rank 0 too, a
     shm.connect_timeout = 20s;
     const auto start = std::chrono::steady_clock::now();
     try {
-      collx::connect_shm(collx::launch_info{0, 2, 0, 2, job, "test", "start-1"}, {}, shm);  // one start (collx-run sets it)
+      collx::connect_shm(collx::launch_info{0, 2, 0, 2, job, "test", d.launch_id}, {}, shm);
       rank0 = "rank 0 connected alone";
     } catch (const collx::error& e) {
       rank0 = e.code() == collx::errc::mismatch && std::string(e.what()).find("rank 1 failed") != std::string::npos &&
-                      std::string(e.what()).find("COLLX_SHM_BYTES_PER_PEER") != std::string::npos
+                      std::string(e.what()).find(d.named[2]) != std::string::npos
                   ? ""
                   : e.what();
     }
@@ -829,16 +843,16 @@ TEST_CASE("shm: ranks set up for other staging sizes fail at once, rank 0 too, a
   while (!std::filesystem::exists(path) && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(5ms);
   std::this_thread::sleep_for(100ms);  // rank 0 has written its header
   collx::shm_options shm;
-  shm.bytes_per_peer = 128 << 10;
+  shm.bytes_per_peer = d.rank1_bytes;
   shm.connect_timeout = 20s;
   const auto t0 = std::chrono::steady_clock::now();
   try {
-    collx::connect_shm(collx::launch_info{1, 2, 1, 2, job, "test", "start-1"}, {}, shm);
-    FAIL("rank 1 joined a segment set up for another staging size");
+    collx::connect_shm(collx::launch_info{1, d.rank1_world, 1, d.rank1_world, job, "test", d.launch_id}, {}, shm);
+    FAIL("rank 1 joined a segment set up for another staging or world size");
   } catch (const collx::error& e) {
     CHECK(e.code() == collx::errc::mismatch);
-    CHECK_THAT(e.what(), Catch::Matchers::Contains("65536 staging bytes per pair") && Catch::Matchers::Contains("131072") &&
-                             Catch::Matchers::Contains("COLLX_SHM_BYTES_PER_PEER"));
+    CHECK_THAT(e.what(), Catch::Matchers::Contains(d.named[0]) && Catch::Matchers::Contains(d.named[1]) &&
+                             Catch::Matchers::Contains(d.named[2]));
   }
   CHECK(std::chrono::steady_clock::now() - t0 < 3s);
   first.join();

@@ -857,7 +857,9 @@ class shm_transport final : public transport {
             ", COLLX_LAUNCH_ID " + theirs + "; this rank's is " + launch_id_ +
             "): two jobs were given the same COLLX_JOB_ID; give each its own";
     else if (h->world_size != n_ || h->total_bytes != bytes_) {
-      if (same_start) *same_start = !theirs.empty() && theirs == launch_id_;
+      // The same start: the same launch id, or none on either side (ranks started by hand, for
+      // which the job id is all that tells jobs apart).
+      if (same_start) *same_start = theirs == launch_id_;
       why = "shared memory " + name_ + " was set up by rank 0 (pid " + std::to_string(h->creator_pid) + ") for " +
             std::to_string(h->world_size) + " ranks and " + std::to_string(h->slot_bytes * h->slots) +
             " staging bytes per pair, this rank has " + std::to_string(n_) + " ranks and " +
@@ -870,7 +872,8 @@ class shm_transport final : public transport {
 
   /// Publishes `why` as the failure of rank 0's segment, so that rank 0, waiting for the ranks to
   /// attach, ends now with this rank's reason instead of at its connect timeout. Only for a
-  /// segment of this very start (same COLLX_LAUNCH_ID): another job's is left alone.
+  /// segment of this very start (same COLLX_LAUNCH_ID, or none on both sides): another start's is
+  /// left alone.
   void tell_rank0(int fd, const std::string& why) const noexcept {
     void* p = ::mmap(nullptr, sizeof(shm_segment::header), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) return;
