@@ -38,6 +38,9 @@ build_and_run() {  # name, extra cmake args...
   }
   cmake --build "$work/$name" -j2
   "$work/$name/consumer"
+  if [[ -f "$work/$name/launcher_path.txt" ]]; then  # collx-run as a parent project builds it
+    "$(cat "$work/$name/launcher_path.txt")" -n 2 "$work/$name/consumer"
+  fi
 }
 
 # Each consumer builds in the background, two at a time (each is one translation unit, so one
