@@ -106,9 +106,11 @@ inline std::optional<double> cgroup_cpu_quota(const std::string& proc_self_cgrou
     if (!f || !std::getline(f, s)) return std::nullopt;
     return s;
   };
-  std::optional<double> best;
-  const auto take = [&](std::optional<double> q) {
-    if (q && (!best || *q < *best)) best = q;
+  // A double, 0 for none, not an optional: g++ 12 -O1 -fsanitize=address falsely warned that the
+  // optional "may be used uninitialized", which breaks users' -Werror builds.
+  double best = 0;
+  const auto take = [&](double q) {  // q: 0 for none
+    if (q > 0 && (best == 0 || q < best)) best = q;
   };
   for (std::size_t at = 0; at < proc_self_cgroup.size();) {
     const std::size_t eol = std::min(proc_self_cgroup.find('\n', at), proc_self_cgroup.size());
@@ -130,16 +132,17 @@ inline std::optional<double> cgroup_cpu_quota(const std::string& proc_self_cgrou
     for (;;) {  // from the process's own cgroup up to the root
       const std::string at = dir + (path == "/" ? "" : path);
       if (controllers.empty()) {
-        if (const auto s = read(at + "/cpu.max")) take(parse_cgroup2_cpu_max(*s));
+        if (const auto s = read(at + "/cpu.max")) take(parse_cgroup2_cpu_max(*s).value_or(0));
       } else if (const auto q = read(at + "/cpu.cfs_quota_us")) {
-        if (const auto p = read(at + "/cpu.cfs_period_us")) take(parse_cgroup1_quota(*q, *p));
+        if (const auto p = read(at + "/cpu.cfs_period_us")) take(parse_cgroup1_quota(*q, *p).value_or(0));
       }
       if (path.empty() || path == "/") break;
       const auto slash = path.find_last_of('/');
       path = slash == 0 || slash == std::string::npos ? "/" : path.substr(0, slash);
     }
   }
-  return best;
+  if (best > 0) return best;
+  return std::nullopt;
 }
 
 /// This process's CPU quota (cgroup_cpu_quota on /proc/self/cgroup), read once.
