@@ -894,6 +894,21 @@ TEST_CASE("gpu device collectives: bad arguments are rejected before the call is
       {"reduce_scatter overlap",
        [](gpu::device_communicator& dc, float* buf, cudaStream_t s) { gpu::reduce_scatter(dc, buf, buf + 2, 4, collx::ops::sum{}, s); }},
       {"all_gather overlap", [](gpu::device_communicator& dc, float* buf, cudaStream_t s) { gpu::all_gather(dc, buf, buf + 1, 4, s); }},
+      // Counts past memory, e.g. negative ones converted to size_t (send == recv: before, the wrapped
+      // byte counts passed the overlap checks).
+      {"all_reduce count -1", [](gpu::device_communicator& dc, float* buf, cudaStream_t s) {
+         gpu::all_reduce(dc, buf, buf, static_cast<std::size_t>(-1), collx::ops::sum{}, s); }},
+      {"reduce_scatter count 2^62 times 2 ranks", [](gpu::device_communicator& dc, float* buf, cudaStream_t s) {
+         gpu::reduce_scatter(dc, buf, buf, std::size_t{1} << 62, collx::ops::sum{}, s); }},
+      {"all_gather count -4", [](gpu::device_communicator& dc, float* buf, cudaStream_t s) {
+         gpu::all_gather(dc, buf, buf, static_cast<std::size_t>(-4), s); }},
+      {"all_to_all count -2", [](gpu::device_communicator& dc, float* buf, cudaStream_t s) {
+         gpu::all_to_all(dc, buf, buf, static_cast<std::size_t>(-2), s); }},
+      {"broadcast count -1", [](gpu::device_communicator& dc, float* buf, cudaStream_t s) {
+         gpu::broadcast(dc, buf, buf, static_cast<std::size_t>(-1), 0, s); }},
+      {"send count -1", [](gpu::device_communicator& dc, float* buf, cudaStream_t s) {
+         if (dc.rank() == 0) gpu::send(dc, buf, static_cast<std::size_t>(-1), 1, s);
+         else gpu::recv(dc, buf, static_cast<std::size_t>(-1), 0, s); }},
       {"all_gather_v with 3 counts for 2 ranks",
        [](gpu::device_communicator& dc, float* buf, cudaStream_t s) {
          const std::size_t counts[] = {1, 1, 1};

@@ -327,6 +327,11 @@ TEST_CASE("gpu reduce and convert: bad arguments fail before any CUDA call", "[c
         }) == errc::invalid_argument);
   CHECK(code_of([&] { gpu::convert<float, E, E>(buf + 1, buf, 8, ops::sum{}, 1, cudaStream_t{}); }) == errc::invalid_argument);
   CHECK(code_of([&] { gpu::convert<float, E, E>(buf, buf + 8, 8, ops::sum{}, 0, cudaStream_t{}); }) == errc::invalid_argument);
+  // A negative count converted to size_t: rejected, not wrapped into a small byte count.
+  CHECK(code_of([&] { gpu::convert<float, E, E>(buf, buf + 8, static_cast<std::size_t>(-8), ops::sum{}, 1, cudaStream_t{}); }) ==
+        errc::invalid_argument);
+  CHECK(code_of([&] { gpu::convert<float, E, P>(buf, buf + 8, SIZE_MAX / 4 + 3, ops::sum{}, 1, cudaStream_t{}); }) ==
+        errc::invalid_argument);
   // Empty calls are no-ops, even on null pointers.
   CHECK(code_of([&] { gpu::reduce_elementwise<float>(nullptr, nullptr, nullptr, 0, ops::sum{}, 1, cudaStream_t{}); }) ==
         std::nullopt);

@@ -8,7 +8,9 @@
 
 #include <cub/device/device_transform.cuh>
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include <collx/cuda/device_callable.cuh>
@@ -44,8 +46,8 @@ struct device_convert {
 /// reads at both ends of the buffers), and D == elements finalises with world_size. Only
 /// [src, src + count) is read and [dst, dst + count) written.
 /// Preconditions: device pointers on the stream's device; no overlap except dst == src with S == D.
-/// @throws collx::error (errc::invalid_argument) for a null pointer with count > 0, world_size < 1
-///         or overlapping buffers; (errc::cuda) when CUDA refuses the copy or the launch, or the
+/// @throws collx::error (errc::invalid_argument) for a null pointer with count > 0, world_size < 1,
+///         a count past memory or overlapping buffers; (errc::cuda) when CUDA refuses the copy or the launch, or the
 ///         context is broken (a sticky error). When S != D, a non-sticky error an earlier call of
 ///         the caller's left unread is cleared (CUB reads cudaGetLastError() itself), not reported.
 template <class T, values S, values D, class Op>
@@ -56,6 +58,9 @@ void convert(value_t<T, Op, D>* dst, const value_t<T, Op, S>* src, std::size_t c
   if (world_size < 1)
     COLLX_THROW(errc::invalid_argument, "gpu::convert: world_size " + std::to_string(world_size) + " < 1");
   if (count == 0) return;
+  if (count > static_cast<std::size_t>(PTRDIFF_MAX) / std::max(sizeof(VS), sizeof(VD)))
+    COLLX_THROW(errc::invalid_argument, "gpu::convert: count " + std::to_string(count) +
+                                            " is more than memory holds (a negative count converted to std::size_t?)");
   if (dst == nullptr || src == nullptr)
     COLLX_THROW(errc::invalid_argument, "gpu::convert: null buffer with count " + std::to_string(count));
   if constexpr (S == D) {

@@ -1329,10 +1329,20 @@ struct call_check {
   void require(bool ok, const std::string& what) const {
     if (!ok) reject(what);
   }
+  /// `count` elements of T, `rows` times over (one block per rank), fit in memory (PTRDIFF_MAX
+  /// bytes, as the v-forms' counts): a negative count converted to std::size_t is rejected here
+  /// instead of wrapping the byte counts the overlap checks and the kernels use.
+  template <class T>
+  void fits(std::size_t count, std::size_t rows = 1) const {
+    require(count <= static_cast<std::size_t>(PTRDIFF_MAX) / sizeof(T) / rows,
+            "count " + std::to_string(count) + (rows > 1 ? " times " + std::to_string(rows) + " ranks" : std::string()) +
+                " is more than memory holds (a negative count converted to std::size_t?)");
+  }
   /// all_reduce's buffers: given, and the same or apart. False when the call moves nothing.
   template <class T>
   bool all_reduce_buffers(const T* send, const T* recv, std::size_t count) const {
     if (count == 0) return false;
+    fits<T>(count);
     require(send && recv, "null buffer with count " + std::to_string(count));
     require(send == recv || !ranges_overlap(send, count * sizeof(T), recv, count * sizeof(T)),
             "send and recv overlap but are not the same buffer");
@@ -1346,6 +1356,7 @@ struct call_check {
   bool reduce_scatter_buffers(const T* send, const T* recv, std::size_t recv_count) const {
     if (recv_count == 0) return false;
     const std::size_t n = static_cast<std::size_t>(dc.size());
+    fits<T>(recv_count, n);
     require(send && recv, "null buffer with count " + std::to_string(recv_count));
     require(recv == send + static_cast<std::size_t>(dc.rank()) * recv_count ||
                 !ranges_overlap(send, n * recv_count * sizeof(T), recv, recv_count * sizeof(T)),
@@ -1358,6 +1369,7 @@ struct call_check {
   bool all_gather_buffers(const T* send, const T* recv, std::size_t send_count) const {
     if (send_count == 0) return false;
     const std::size_t n = static_cast<std::size_t>(dc.size());
+    fits<T>(send_count, n);
     require(send && recv, "null buffer with count " + std::to_string(send_count));
     require(send == recv + static_cast<std::size_t>(dc.rank()) * send_count ||
                 !ranges_overlap(send, send_count * sizeof(T), recv, n * send_count * sizeof(T)),
@@ -1378,6 +1390,7 @@ struct call_check {
   /// One side of a point-to-point call (p2p_side), or the call rejected (half a slot too small for T).
   template <class T>
   p2p_part<T> p2p(const T* src, T* dst, std::size_t count, int peer) const {
+    fits<T>(count);
     return or_reject([&] { return p2p_side<T>(dc, src, dst, count, peer); });
   }
   /// The buffers of a rooted call (reduce, broadcast): at the root, send and recv both given and
@@ -1632,8 +1645,8 @@ void direct_all_reduce(device_communicator& dc, const T* send, T* recv, std::siz
 /// size with COLLX_ALGO=ring
 /// (or allreduce:ring). all_reduce<algo::direct> keeps the rank-order bits at every size.
 /// @param send,recv `count` elements in device memory of dc.device() (or memory it can access)
-/// @throws collx::error (errc::invalid_argument) for null buffers with count > 0 or partly overlapping
-///         buffers; (errc::cuda) when the launch fails; a failure reported by an earlier call (see
+/// @throws collx::error (errc::invalid_argument) for null buffers with count > 0, a count (times
+///         size() where blocks are per rank) past memory, or partly overlapping buffers; (errc::cuda) when the launch fails; a failure reported by an earlier call (see
 ///         device_communicator::check). Failures of this call show at dc.synchronize().
 template <class T, class Op = ops::sum>
 void all_reduce(device_communicator& dc, const T* send, T* recv, std::size_t count, const Op& op = {},
@@ -1658,6 +1671,7 @@ void reduce(device_communicator& dc, const T* send, T* recv, std::size_t count, 
   chk.root(root);
   if (count == 0) return chk.nothing_to_move<T>(collective::reduce, detail::op_signature_key<Op>(), root);
   const bool is_root = dc.rank() == root;
+  chk.fits<T>(count);
   chk.rooted_buffers(is_root, send, recv, send, count * sizeof(T));
   const bool vec = aligned16(send) && (!is_root || aligned16(recv));
   launch_call<T>(dc, name, collective::reduce, detail::op_signature_key<Op>(), root, count, 1, vec, stream,
@@ -1836,6 +1850,7 @@ void broadcast(device_communicator& dc, const T* send, T* recv, std::size_t coun
   chk.root(root);
   if (count == 0) return chk.nothing_to_move<T>(collective::broadcast, "", root);
   const bool is_root = dc.rank() == root;
+  chk.fits<T>(count);
   chk.rooted_buffers(is_root, send, recv, recv, count * sizeof(T));
   const bool vec = aligned16(recv) && (!is_root || aligned16(send));
   launch_call<T>(dc, name, collective::broadcast, "", root, count, 1, vec, stream, broadcast_step<T, 1>{send, recv, root},
@@ -1854,6 +1869,7 @@ void all_to_all(device_communicator& dc, const T* send, T* recv, std::size_t cou
   using namespace device_detail;
   const call_check chk{dc, stream, name};
   if (count == 0) return chk.nothing_to_move<T>(collective::all_to_all, "");
+  chk.fits<T>(count, static_cast<std::size_t>(dc.size()));
   const std::size_t bytes = static_cast<std::size_t>(dc.size()) * count * sizeof(T);
   chk.require(send && recv, "null buffer with count " + std::to_string(count));
   chk.require(send == recv || !ranges_overlap(send, bytes, recv, bytes), "send and recv overlap but are not the same buffer");
