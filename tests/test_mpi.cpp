@@ -280,6 +280,7 @@ void silent_mismatch(collx::communicator& c, std::chrono::milliseconds pause, bo
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   check(code == collx::errc::mismatch, "count 0 against 64 reported as errc::mismatch (got " + std::to_string(static_cast<int>(code)) + ")");
   check(what.find("count differs") != std::string::npos, "the message names the count: " + what);
+  check(what.rfind("rank " + std::to_string(g_rank) + "/", 0) == 0, "the message names the rank and call first: " + what);
   check(s < 10.0, "silent mismatch reported in " + std::to_string(s) + " s (timeout is 60 s)");
 }
 

@@ -316,8 +316,8 @@ inline void run_flat_untyped(communicator& comm, collective coll, bool in_place,
 
   auto name = [&] { return call_name(comm, coll, sig.seq, tc.type_name, tc.op_name, algorithm_name(alg), lay.varying); };
   check_not_failed(comm, name);
-  tp.announce(sig);
   try {
+    tp.announce(sig);  // may find a peer's query for this call that differs: named as the call's own failure
     if (total == 0 && coll != collective::all_to_all && coll != collective::barrier) {  // all ranks know
       tp.moves_nothing(sig);  // ... unless one disagrees: tell those that cannot see announcements
       return;

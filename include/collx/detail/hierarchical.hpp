@@ -343,13 +343,19 @@ inline void run_hierarchical_untyped(communicator& comm, collective coll, const 
   // would time out.
   try {
     check_not_failed(comm, [&] { return name; });  // failed earlier: tell the levels too (a rank may be waiting in one)
+  } catch (const error& e) {
+    comm.fail(e.code(), e.what());
+    throw;
+  }
+  try {
     // Published on the world communicator as a flat call's is: ranks that disagree on the call as
     // a whole (a root, or one rank calling flat) may never meet in a level call, and the world's
     // next call, or a peer waiting in one now, compares the records.
     comm.get_transport().announce(sig);
-  } catch (const error& e) {
-    comm.fail(e.code(), e.what());
-    throw;
+  } catch (const error& e) {  // this call's own failure (a peer's query differs): named as the call
+    const std::string what = name + ": " + e.what();
+    comm.fail(e.code(), what);
+    COLLX_THROW(e.code(), what);
   }
   hierarchical_call call{comm, *h, t, intra, inter};
   std::size_t total = 0;
