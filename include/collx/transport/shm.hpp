@@ -891,6 +891,14 @@ class shm_transport final : public transport {
                                   ": " + what + ": " + std::strerror(err));
   }
 
+  /// MAP_POPULATE for a segment of `bytes` up to 256 MiB (every segment of up to 32 ranks at the
+  /// default staging size): the page faults of the whole segment at the start, not in the first
+  /// calls of each message size (they made a cold 512 B all-reduce twice as slow as a warm one).
+  /// A larger segment (n x n rings) is faulted in as used: each rank touches 2n of the n^2 rings,
+  /// and populating all of them in every rank cost time and page tables that grow as n^3 (100
+  /// ranks: 650 MiB mapped 100 times).
+  static int populate(std::size_t bytes) noexcept { return bytes <= (std::size_t{256} << 20) ? MAP_POPULATE : 0; }
+
   /// For a start that timed out: where a job id taken from the parent process came from.
   std::string job_id_hint() const {
     const std::size_t at = name_.rfind("-ppid-");
@@ -965,9 +973,7 @@ class shm_transport final : public transport {
           }
           if (sized && (static_cast<std::size_t>(st.st_size) == bytes_ || static_cast<std::size_t>(st.st_size) == marker)) {
             const std::size_t map_bytes = static_cast<std::size_t>(st.st_size);
-            // MAP_POPULATE: the page faults of the whole ring now, not in the first calls of each
-            // message size (they made a cold 512 B all-reduce twice as slow as a warm one).
-            void* p = ::mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+            void* p = ::mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | populate(map_bytes), fd, 0);
             if (p != MAP_FAILED) {
               auto* h = static_cast<shm_segment::header*>(p);
               if (h->magic.load(std::memory_order_acquire) == shm_segment::magic_failed) {  // rank 0 gave up
@@ -1008,7 +1014,7 @@ class shm_transport final : public transport {
       }
     }
     if (!base_) {
-      void* p = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);  // as above
+      void* p = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | populate(bytes_), fd, 0);
       if (p == MAP_FAILED) {
         const int e = errno;
         ::close(fd);
