@@ -60,6 +60,15 @@ struct call_layout {
   }
 };
 
+/// A v-form's per-rank counts as this rank passed them, for mismatch messages: "counts [3, 0, 7]"
+/// (at most 16 listed, then "... (n in all)").
+inline std::string describe_counts(std::span<const std::size_t> counts) {
+  std::string s = "counts [";
+  for (std::size_t i = 0; i < counts.size() && i < 16; ++i) s += (i ? ", " : "") + std::to_string(counts[i]);
+  if (counts.size() > 16) s += ", ... (" + std::to_string(counts.size()) + " in all)";
+  return s + "]";
+}
+
 /// "rank 3/8 allreduce#42<float32,sum,ring>" (without "#42" when seq is 0: a call rejected before
 /// it got a sequence number; without the op when `op` is empty; "all_gather_v" etc. when `varying`,
 /// the v-form with a count per rank). Not a template: every (type, op) of every collective names its
@@ -419,7 +428,11 @@ inline void run_flat_untyped(communicator& comm, collective coll, bool in_place,
   } catch (const error& e) {
     // Cut short, this call leaves its peers in it: fail the communicator so that they learn why
     // now, not at their timeout (a no-op when a transport error already failed it, as most do).
-    const std::string what = name() + ": " + e.what();
+    std::string what = name() + ": " + e.what();
+    // The signature holds only a hash of the counts (reduce_scatter_v, all_gather_v): name this
+    // rank's, for the user to compare.
+    if (lay.varying && std::string_view(e.what()).find("per-rank counts differ") != std::string_view::npos)
+      what += "; rank " + std::to_string(r) + "'s " + describe_counts(lay.counts);
     comm.fail(e.code(), what);
     COLLX_THROW(e.code(), what);
   } catch (...) {  // a user's op threw something else: fail as well, and let it through as it is
