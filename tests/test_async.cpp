@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstring>
 #include <numeric>
+#include <stdexcept>
 #include <span>
 #include <thread>
 #include <type_traits>
@@ -248,4 +249,41 @@ TEST_CASE("a failed request destroyed without wait() writes its error to stderr"
   std::fclose(log);
   CHECK(text.find("collx: a request destroyed without wait() or test() failed:") != std::string::npos);
   CHECK(text.find("root") != std::string::npos);
+}
+
+// Rank 1 joins the async call only after rank 0 has got past dropping its request (as when it
+// waits for a message on another communicator): a request dropped by an exception must fail the
+// communicator at once, as the communicator's own destructor does, not wait for rank 1 until the
+// 20 s timeout.
+TEST_CASE("a request dropped by an exception fails the communicator instead of waiting for the timeout", "[async]") {
+  collx::communicator_options o;
+  o.timeout = std::chrono::seconds(20);
+  std::atomic<bool> rank0_past{false};
+  std::atomic<int> aborted{0};
+  std::chrono::steady_clock::duration rank0_took{};
+  ref::run_ranks(
+      2,
+      [&](collx::communicator& c) {
+        std::vector<double> v(100, 1.0);
+        if (c.rank() == 0) {
+          const auto t0 = std::chrono::steady_clock::now();
+          try {
+            collx::request q = collx::allreduce_async(c, std::span<double>(v));
+            throw std::runtime_error("the caller's own failure");
+          } catch (const std::runtime_error&) {
+          }
+          rank0_took = std::chrono::steady_clock::now() - t0;
+          rank0_past = true;
+        } else {
+          while (!rank0_past) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+        try {
+          collx::allreduce(c, std::span<double>(v));
+        } catch (const collx::error& e) {
+          aborted += e.code() == collx::errc::aborted;
+        }
+      },
+      o);
+  CHECK(rank0_took < std::chrono::seconds(5));
+  CHECK(aborted == 2);
 }

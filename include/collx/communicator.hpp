@@ -225,7 +225,22 @@ class communicator {
       auto fresh = std::make_unique<detail::async_engine>();
       if (engine_.compare_exchange_strong(e, fresh.get(), std::memory_order_acq_rel)) e = fresh.release();
     }
-    return request(e->submit(std::move(fn)));
+    std::shared_ptr<detail::request_state> st = e->submit(std::move(fn));
+    // What a request dropped by an exception does (request::~request): fail this communicator,
+    // with its levels, as its own destructor would; weak, as the request may outlive it.
+    std::vector<std::weak_ptr<transport>> parts{transport_};
+    for (const auto& t : linked_) parts.push_back(t);
+    st->abandon = [parts = std::move(parts), r = rank()] {
+      const std::string why =
+          "it dropped a pending async call's request while an exception was propagating out of its code; the job cannot "
+          "continue";
+      for (std::size_t i = 0; i < parts.size(); ++i)
+        if (const auto t = parts[i].lock()) {
+          if (i == 0) t->fail(errc::aborted, why);
+          else t->adopt_failure(errc::aborted, reported_by(r, why));
+        }
+    };
+    return request(std::move(st));
   }
 
   /// Waits until the progress thread's queue is empty: every *_async call made so far has finished

@@ -25,6 +25,10 @@ struct request_state {
   std::condition_variable cv;
   bool done = false;
   std::exception_ptr error;
+  /// Fails the call's communicator for every rank (set by communicator::submit_async; only the
+  /// request's owner calls it): a request dropped by an exception must not wait for peers that may
+  /// never join the call, as the communicator's destructor does not.
+  std::function<void()> abandon;
 };
 
 /// True on a progress thread (so a call it runs does not wait for its own queue).
@@ -112,7 +116,11 @@ class async_engine {
 /// [[nodiscard]]: a request dropped unread is a bug. Destroying (or assigning over) a request whose
 /// call has not been waited for waits for it, as std::async's future does, so that the call never
 /// runs on buffers its caller has freed; if that call failed, the error, which nobody can catch
-/// there, is written to stderr (the communicator has failed too: its next call throws).
+/// there, is written to stderr (a failed collective fails its communicator too: the next call
+/// throws). Destroyed by an exception on its way out, it first fails the communicator for every
+/// rank (errc::aborted), as the communicator's destructor does, so that the wait ends at once
+/// instead of at the timeout. On a progress thread (a task of submit_async owning a request) it
+/// does not wait, which would wait for itself, and says so on stderr.
 class [[nodiscard]] request {
  public:
   request() = default;
@@ -122,6 +130,7 @@ class [[nodiscard]] request {
       finish_unobserved();
       state_ = std::move(other.state_);
       created_in_ = other.created_in_;
+      exceptions_at_creation_ = other.exceptions_at_creation_;
     }
     return *this;
   }
@@ -164,7 +173,17 @@ class [[nodiscard]] request {
   /// The destructor's wait: the call has to end before its buffers may go; its error, unread by
   /// anyone, goes to stderr. In a fork() child the call runs in the parent: nothing to wait for.
   void finish_unobserved() noexcept {
-    if (state_ && created_in_ == detail::fork_generation()) {
+    if (state_ && created_in_ == detail::fork_generation() && detail::on_progress_thread) {
+      std::fprintf(stderr, "collx: a request destroyed on a progress thread is not waited for (it could wait for itself)\n");
+    } else if (state_ && created_in_ == detail::fork_generation()) {
+      if (std::uncaught_exceptions() > exceptions_at_creation_ && state_->abandon) {
+        bool done = false;
+        {
+          std::lock_guard<std::mutex> lock(state_->m);
+          done = state_->done;
+        }
+        if (!done) state_->abandon();
+      }
       std::exception_ptr err;
       {
         std::unique_lock<std::mutex> lock(state_->m);
@@ -185,6 +204,7 @@ class [[nodiscard]] request {
   }
   std::shared_ptr<detail::request_state> state_;
   unsigned created_in_ = detail::fork_generation();  ///< this process, as fork_generation() tells it
+  int exceptions_at_creation_ = std::uncaught_exceptions();  ///< more at destruction: dropped by one
 };
 
 }  // namespace v0
