@@ -778,18 +778,23 @@ __global__ void reject_kernel(device_view v, device_failure what) {
 /// cleared (the caller throws its own). During stream capture nothing can be launched for the
 /// peers (the kernel would only join the graph): the peers' graphs wait at this call until their
 /// timeout. Nothing is launched either when this rank has failed already.
-inline void end_for_peers(device_communicator& dc, cudaStream_t stream, device_failure what) noexcept {
+/// @return whether the peers were told (reject_kernel enqueued)
+inline bool end_for_peers(device_communicator& dc, cudaStream_t stream, device_failure what) noexcept {
   cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
   const scoped_device restore;  // the caller's current device, whatever happens below
+  bool told = false;
   if (!dc.failed() && cudaSetDevice(dc.device()) == cudaSuccess &&
       cudaStreamIsCapturing(stream, &capturing) == cudaSuccess && capturing == cudaStreamCaptureStatusNone) {
     const device_communicator::capture_state none{};  // checked just above
-    if (dc.order_after_previous_call(stream, none) != cudaSuccess ||
-        launch_status(&reject_kernel<>, 1, 32, stream, dc.view(), what) != cudaSuccess)
-      (void)cudaGetLastError();  // the caller's error is the one to report
-    else dc.record_call(stream, none);
+    if (dc.order_after_previous_call(stream, none) == cudaSuccess &&
+        launch_status(&reject_kernel<>, 1, 32, stream, dc.view(), what) == cudaSuccess) {
+      dc.record_call(stream, none);
+      told = true;
+    }
   }
+  if (!told) (void)cudaGetLastError();  // the caller's error is the one to report
   dc.mark_failed(what);
+  return told;
 }
 
 /// Launches kernel(args...) as `blocks` blocks of `threads` threads on `stream` (launch_kernel),
@@ -807,8 +812,12 @@ void launch_in_order(device_communicator& dc, const char* what, void (*kernel)(P
   if (status == cudaSuccess) status = launch_status(kernel, blocks, threads, stream, std::forward<Args>(args)...);
   if (status != cudaSuccess) {
     (void)cudaGetLastError();  // this wait's or launch's own: the exception carries it
-    end_for_peers(dc, stream, device_failure::launch_failed);
-    check(status, (std::string(what) + " (nothing enqueued; the communicator ends on every rank)").c_str());
+    // "This launch": a call of two launches (two-shot) may have its first kernel enqueued, still
+    // using the buffers until the stream reaches it.
+    const bool told = end_for_peers(dc, stream, device_failure::launch_failed);
+    check(status, (std::string(what) + " (this launch enqueued nothing; the communicator has failed" +
+                   (told ? ", and its peers end this call at once)" : "; its peers could not be told and end this call at their timeout)"))
+                      .c_str());
   }
   dc.record_call(stream, capture);
 }
