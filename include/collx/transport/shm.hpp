@@ -858,8 +858,9 @@ class shm_transport final : public transport {
             "): two jobs were given the same COLLX_JOB_ID; give each its own";
     else if (h->world_size != n_ || h->total_bytes != bytes_) {
       // The same start: the same launch id, or none on either side (ranks started by hand, for
-      // which the job id is all that tells jobs apart).
-      if (same_start) *same_start = theirs == launch_id_;
+      // which the job id is all that tells jobs apart), unless that id is the parent's pid, which
+      // two jobs started by one parent share.
+      if (same_start) *same_start = theirs == launch_id_ && (!theirs.empty() || !id_from_parent());
       why = "shared memory " + name_ + " was set up by rank 0 (pid " + std::to_string(h->creator_pid) + ") for " +
             std::to_string(h->world_size) + " ranks and " + std::to_string(h->slot_bytes * h->slots) +
             " staging bytes per pair, this rank has " + std::to_string(n_) + " ranks and " +
@@ -899,10 +900,16 @@ class shm_transport final : public transport {
   /// ranks: 650 MiB mapped 100 times).
   static int populate(std::size_t bytes) noexcept { return bytes <= (std::size_t{256} << 20) ? MAP_POPULATE : 0; }
 
+  /// Whether the job id is the parent process's pid (no COLLX_JOB_ID nor a launcher's job id).
+  bool id_from_parent() const {
+    const std::size_t at = name_.rfind("-ppid-");
+    return at != std::string::npos && name_.find_first_not_of("0123456789", at + 6) == std::string::npos;
+  }
+
   /// For a start that timed out: where a job id taken from the parent process came from.
   std::string job_id_hint() const {
+    if (!id_from_parent()) return "";
     const std::size_t at = name_.rfind("-ppid-");
-    if (at == std::string::npos || name_.find_first_not_of("0123456789", at + 6) != std::string::npos) return "";
     return "; the job id came from this process's parent (pid " + name_.substr(at + 6) +
            "), as neither COLLX_JOB_ID nor a known launcher's job id is set: ranks started by different parents "
            "(a wrapper such as timeout or sh per rank) get different ids, so set COLLX_JOB_ID to one value for all";
