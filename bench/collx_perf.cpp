@@ -115,7 +115,8 @@ int bench(collx::communicator& comm, const cp::options& o, const std::string& la
   flush();
   if (o.collective == cp::coll::sendrecv) info.algorithm = "point-to-point (collx::send / collx::recv; --algo does not apply)";
   else if (o.algo == "hierarchical")
-    info.algorithm = "hierarchical (algo::automatic on a communicator with a hierarchy): " + resolved;
+    info.algorithm = "hierarchical (--algo hierarchical: a communicator from collx::mpi::connect_hierarchical, whose "
+                     "algo::automatic calls run algo::hierarchical where it applies): " + resolved;
   else if (o.algo == "auto") info.algorithm = "auto (algo::automatic, resolved by communicator::select): " + resolved;
   else
     info.algorithm = o.algo + " for every call (communicator_options::algorithm_overrides, as COLLX_ALGO=" + o.algo +

@@ -303,9 +303,9 @@ int main(int argc, char** argv) {
       const bool same_l = ex::same_bits(std::span<const double>(losses), std::span<const double>(ref_losses));
       std::printf("sharded run: %.3f s; final loss %.6f, weights fnv1a64 %016llx\n", seconds,
                   losses.back() / static_cast<double>(pb.samples), static_cast<unsigned long long>(ex::fnv1a(std::span<const float>(flat))));
-      std::printf("unsharded 1-process run (%d shard partials folded in order): final loss %.6f, weights fnv1a64 %016llx -> "
+      std::printf("unsharded 1-process run (%d shard partial%s folded in order): final loss %.6f, weights fnv1a64 %016llx -> "
                   "weights %s, losses %s\n",
-                  n, ref_losses.back() / static_cast<double>(pb.samples),
+                  n, n == 1 ? "" : "s", ref_losses.back() / static_cast<double>(pb.samples),
                   static_cast<unsigned long long>(ex::fnv1a(std::span<const float>(ref_flat))),
                   same_w ? "bit-identical" : "DIFFERENT", same_l ? "bit-identical" : "DIFFERENT");
       const auto plain = train_unsharded(pb, cfg, 1, plain_losses);

@@ -489,8 +489,8 @@ int main(int argc, char** argv) {
         const auto t0 = std::chrono::steady_clock::now();
         const auto ref = train_reference(m, data, train, cfg, shards, initial);
         const bool same = ex::same_bits(std::span<const float>(ref), std::span<const float>(params));
-        std::printf("1-process reference, %d shard partials folded in shard order: fnv1a64 %016llx -> %s (%.3f s)\n",
-                    shards, static_cast<unsigned long long>(ex::fnv1a(std::span<const float>(ref))),
+        std::printf("1-process reference, %d shard partial%s folded in shard order: fnv1a64 %016llx -> %s (%.3f s)\n",
+                    shards, shards == 1 ? "" : "s", static_cast<unsigned long long>(ex::fnv1a(std::span<const float>(ref))),
                     same ? "bit-identical" : "DIFFERENT", ex::seconds_since(t0));
         check(same, "weights differ from the 1-process reference");
         if (shards > 1) {

@@ -19,6 +19,9 @@ err=$("$run" -n 4 /nonexistent/collx-test-program 2>&1 >/dev/null); rc=$?
 [ $rc -eq 127 ] || fail "missing program exited $rc, not 127"
 lines=$(printf '%s\n' "$err" | grep -c "cannot run /nonexistent/collx-test-program: No such file or directory")
 [ "$lines" -eq 1 ] || fail "missing program reported $lines times: $err"
+err=$("$run" -n 2 /tmp 2>&1 >/dev/null); rc=$?
+[ $rc -eq 127 ] || fail "a directory as the program exited $rc, not 127"
+case $err in *"cannot run /tmp: Is a directory"*) ;; *) fail "a directory as the program not said as such: $err" ;; esac
 
 "$run" -n2 true || fail "-n2 (attached) was refused"
 "$run" --np=2 true || fail "--np=2 was refused"

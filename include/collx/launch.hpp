@@ -102,15 +102,17 @@ inline void bind_to_core(int local_rank, int local_world_size) {
 inline const char* launcher_name() noexcept { return program_invocation_short_name; }
 
 /// 0 if execvp could run `program` (a path, or a name found on PATH, executable), else the errno
-/// it would fail with.
+/// it would fail with; EISDIR for a directory given as a path (execvp says EACCES, "Permission
+/// denied", which sends the user looking at permissions).
 inline int runnable(const char* program) {
-  const auto check = [](const std::string& path) {
+  const bool is_path = std::strchr(program, '/') != nullptr;
+  const auto check = [is_path](const std::string& path) {
     struct stat st{};
     if (::stat(path.c_str(), &st) != 0) return errno;
-    if (S_ISDIR(st.st_mode)) return EACCES;
+    if (S_ISDIR(st.st_mode)) return is_path ? EISDIR : EACCES;
     return ::access(path.c_str(), X_OK) == 0 ? 0 : errno;
   };
-  if (std::strchr(program, '/')) return check(program);
+  if (is_path) return check(program);
   const char* path = std::getenv("PATH");
   const std::string dirs = path ? path : "/usr/local/bin:/bin:/usr/bin";
   int err = ENOENT;
