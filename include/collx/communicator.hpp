@@ -181,14 +181,7 @@ class communicator {
   /// any thread; never throws; the first failure's reason is kept.
   void fail(errc code, const std::string& why) noexcept {
     if (!transport_ || forked()) return;  // moved from, or a fork's copy: not this process's to fail
-    transport_->fail(code, why);
-    if (linked_.empty()) return;
-    std::string text;  // as this communicator's peers read it: the levels number their ranks otherwise
-    try {
-      text = reported_by(rank(), why);
-    } catch (...) {
-    }
-    for (const auto& t : linked_) t->adopt_failure(code, text);
+    fail_with_levels(*transport_, linked_, transport_->rank(), code, why);
   }
 
   /// The node-local and cross-node communicators algo::hierarchical runs on (hierarchy.hpp), or
@@ -226,19 +219,18 @@ class communicator {
       if (engine_.compare_exchange_strong(e, fresh.get(), std::memory_order_acq_rel)) e = fresh.release();
     }
     std::shared_ptr<detail::request_state> st = e->submit(std::move(fn));
-    // What a request dropped by an exception does (request::~request): fail this communicator,
-    // with its levels, as its own destructor would; weak, as the request may outlive it.
-    std::vector<std::weak_ptr<transport>> parts{transport_};
-    for (const auto& t : linked_) parts.push_back(t);
-    st->abandon = [parts = std::move(parts), r = rank()] {
-      const std::string why =
-          "it dropped a pending async call's request while an exception was propagating out of its code; the job cannot "
-          "continue";
-      for (std::size_t i = 0; i < parts.size(); ++i)
-        if (const auto t = parts[i].lock()) {
-          if (i == 0) t->fail(errc::aborted, why);
-          else t->adopt_failure(errc::aborted, reported_by(r, why));
-        }
+    // What a request dropped by an exception does (request::~request): fail(), as this
+    // communicator's own destructor would; weak, as the request may outlive the communicator.
+    std::vector<std::weak_ptr<transport>> levels(linked_.begin(), linked_.end());
+    st->abandon = [world = std::weak_ptr<transport>(transport_), levels = std::move(levels)] {
+      const auto t = world.lock();
+      if (!t) return;
+      std::vector<std::shared_ptr<transport>> alive;
+      for (const auto& l : levels)
+        if (auto p = l.lock()) alive.push_back(std::move(p));
+      fail_with_levels(*t, alive, t->rank(), errc::aborted,
+                       "it dropped a pending async call's request while an exception was propagating out of its code; "
+                       "the job cannot continue");
     };
     return request(std::move(st));
   }
@@ -301,6 +293,20 @@ class communicator {
   }
 
  private:
+  /// fail()'s body: `world` (this rank `rank`) fails with `why`; each level adopts it as the
+  /// world's peers read it ("rank R failed: why"; the levels number their ranks otherwise).
+  static void fail_with_levels(transport& world, const std::vector<std::shared_ptr<transport>>& levels, int rank,
+                               errc code, const std::string& why) noexcept {
+    world.fail(code, why);
+    if (levels.empty()) return;
+    std::string text;
+    try {
+      text = reported_by(rank, why);
+    } catch (...) {
+    }
+    for (const auto& t : levels) t->adopt_failure(code, text);
+  }
+
   transport& live() const {
     if (!transport_)
       COLLX_THROW(errc::invalid_argument, "collx::communicator used after it was moved from (a moved-from communicator "

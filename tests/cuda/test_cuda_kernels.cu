@@ -19,6 +19,7 @@
 #include <limits>
 #include <optional>
 #include <cstdint>
+#include <utility>
 #include <cstring>
 #include <random>
 #include <string>
@@ -341,16 +342,24 @@ TEST_CASE("gpu reduce and convert: bad arguments fail before any CUDA call", "[c
 // cub::DeviceTransform reads cudaGetLastError() itself (CubDebug): an error an earlier call left
 // unread used to come back from it as its own before anything was launched, and convert, seeing
 // the same error before and after, returned as if it had enqueued the conversion.
+namespace {
+/// n random values of narrow type T (seeded) and what converting them to float gives.
+template <class T>
+std::pair<std::vector<T>, std::vector<float>> convert_input(std::size_t n, std::uint64_t seed) {
+  using red = collx::detail::reduction<T, ops::sum>;
+  std::mt19937_64 rng(seed);
+  std::pair<std::vector<T>, std::vector<float>> io{std::vector<T>(n), std::vector<float>(n)};
+  for (std::size_t i = 0; i < n; ++i) {
+    io.first[i] = random_value<T>(rng, false);
+    io.second[i] = red::widen(io.first[i]);
+  }
+  return io;
+}
+}  // namespace
+
 TEST_CASE("gpu convert: an error the caller left unread does not skip the conversion", "[gpu][cuda]") {
   constexpr std::size_t n = 1000;
-  using red = collx::detail::reduction<collx::half, ops::sum>;
-  std::mt19937_64 rng(0xC0B);
-  std::vector<collx::half> src(n);
-  std::vector<float> expected(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    src[i] = random_value<collx::half>(rng, false);
-    expected[i] = red::widen(src[i]);
-  }
+  const auto [src, expected] = convert_input<collx::half>(n, 0xC0B);
   guarded<collx::half> gs(n, 0, 0xA5);
   guarded<float> gd(n, 0, 0xA5);
   gs.set(src);
@@ -368,14 +377,7 @@ TEST_CASE("gpu convert: an error the caller left unread does not skip the conver
 // query the stream, also when an error is left unread (the path that used to query it).
 TEST_CASE("gpu convert: captured into a graph with an error left unread", "[gpu][cuda]") {
   constexpr std::size_t n = 4099;
-  using red = collx::detail::reduction<collx::bfloat16, ops::sum>;
-  std::mt19937_64 rng(0xC0C);
-  std::vector<collx::bfloat16> src(n);
-  std::vector<float> expected(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    src[i] = random_value<collx::bfloat16>(rng, false);
-    expected[i] = red::widen(src[i]);
-  }
+  const auto [src, expected] = convert_input<collx::bfloat16>(n, 0xC0C);
   guarded<collx::bfloat16> gs(n, 1, 0x5A);
   guarded<float> gd(n, 3, 0x5A);
   gs.set(src);
