@@ -15,5 +15,6 @@
 #include <collx/reduce.hpp>
 #include <collx/reduce_scatter.hpp>
 #include <collx/send_recv.hpp>
+#include <collx/split.hpp>
 #include <collx/transport/threads.hpp>
 #include <collx/version.hpp>

@@ -204,6 +204,25 @@ class mpi_transport final : public transport {
   int rank() const noexcept override { return rank_; }
   int size() const noexcept override { return size_; }
   std::string_view name() const noexcept override { return "mpi"; }
+  /// MPI_Comm_split of this transport's communicator (every rank takes part, those in no group
+  /// with MPI_UNDEFINED), and a transport on the group's communicator with this one's options.
+  std::shared_ptr<transport> split(const std::vector<int>& members, int group_rank, int color, int key,
+                                   std::uint64_t split_id) override {
+    (void)split_id;
+    MPI_Comm group = MPI_COMM_NULL;
+    check_mpi(MPI_Comm_split(comm_, members.empty() ? MPI_UNDEFINED : color, key, &group), "MPI_Comm_split");
+    if (group == MPI_COMM_NULL) return nullptr;
+    struct comm_guard {
+      MPI_Comm& c;
+      ~comm_guard() { MPI_Comm_free(&c); }
+    } free_group{group};  // the transport works on its own duplicate
+    int r = -1;
+    MPI_Comm_rank(group, &r);
+    if (r != group_rank)  // MPI orders by (key, rank) as collx::split does
+      COLLX_THROW(errc::internal, "collx::split: MPI_Comm_split made this rank " + std::to_string(r) + " of its group, not " +
+                                      std::to_string(group_rank));
+    return std::make_shared<mpi_transport>(group, opt_);
+  }
   void set_timeout(std::chrono::milliseconds t) noexcept override { timeout_ = t; }
   /// The duplicate communicator collx sends on.
   MPI_Comm mpi_comm() const noexcept { return comm_; }

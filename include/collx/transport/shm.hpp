@@ -193,7 +193,7 @@ struct shm_segment {
 class shm_transport final : public transport {
  public:
   shm_transport(const launch_info& info, const shm_options& opt, std::chrono::milliseconds timeout)
-      : rank_(info.rank), n_(info.world_size), timeout_(timeout), cma_min_(opt.cma_min_bytes) {
+      : rank_(info.rank), n_(info.world_size), timeout_(timeout), cma_min_(opt.cma_min_bytes), info_(info), opt_(opt) {
     if (info.local_world_size != info.world_size)
       COLLX_THROW(errc::invalid_argument,
                   "the shared-memory transport needs every rank on one node, but " + std::to_string(info.world_size) +
@@ -245,6 +245,22 @@ class shm_transport final : public transport {
 
   void check() override {
     if (hdr()->failed.load(std::memory_order_acquire)) raise_failure();
+  }
+
+  /// A segment of the group's own, under this job's id extended by the split and the color (so
+  /// each group of each split has its own name), with this transport's options; every rank of
+  /// this communicator still counts as on this host for spinning (shm_options::ranks_on_host).
+  std::shared_ptr<transport> split(const std::vector<int>& members, int group_rank, int color, int key,
+                                   std::uint64_t split_id) override {
+    (void)key;
+    if (members.empty()) return nullptr;
+    launch_info group = info_;
+    group.rank = group.local_rank = group_rank;
+    group.world_size = group.local_world_size = static_cast<int>(members.size());
+    group.job_id = info_.job_id + ".split" + std::to_string(split_id) + ".color" + std::to_string(color);
+    shm_options o = opt_;
+    if (!o.ranks_on_host) o.ranks_on_host = n_;
+    return std::make_shared<shm_transport>(group, o, timeout_);
   }
 
   void fail(errc code, const std::string& why) noexcept override {
@@ -1163,6 +1179,8 @@ class shm_transport final : public transport {
   std::string name_;
   std::string id_note_;  ///< the job id as given, for messages, where the name carries it cleaned
   std::string launch_id_;  // launch_info::launch_id: a segment of another start is never joined
+  launch_info info_;       // as connected: split() derives its groups' from it
+  shm_options opt_;
   std::byte* base_ = nullptr;
   std::size_t bytes_ = 0;
   shm_segment::layout lay_{};

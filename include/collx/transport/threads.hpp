@@ -9,6 +9,7 @@
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -60,8 +61,11 @@ class thread_world {
     call_signature calls[published_call_history]{};  ///< call k at calls[k % published_call_history]
   };
 
-  explicit thread_world(int world_size)
+  /// `ranks_running`: threads that run ranks of this world or of the one it was split from (at
+  /// least world_size): waits spin only while they fit on the CPUs.
+  explicit thread_world(int world_size, int ranks_running = 0)
       : size_(world_size),
+        ranks_running_(std::max(world_size, ranks_running)),
         boxes_(new mailbox[static_cast<std::size_t>(world_size) * static_cast<std::size_t>(world_size)]),
         bells_(new padded_bell[static_cast<std::size_t>(world_size)]),
         calls_(new published_calls[static_cast<std::size_t>(world_size)]),
@@ -97,7 +101,20 @@ class thread_world {
     return out.seq == want;
   }
 
+  /// The world of group `color` of split `split_id` (collx::split), of `group_size` ranks: made by
+  /// the first of its members to ask, and forgotten here once all of them took it.
+  std::shared_ptr<thread_world> split_world(std::uint64_t split_id, int color, int group_size) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    pending_split& p = splits_[{split_id, color}];
+    if (!p.world) p.world = std::make_shared<thread_world>(group_size, ranks_running_);
+    std::shared_ptr<thread_world> w = p.world;
+    if (++p.taken == group_size) splits_.erase({split_id, color});
+    return w;
+  }
+
   int size() const noexcept { return size_; }
+  /// Threads that run ranks of this world or of the one it was split from.
+  int ranks_running() const noexcept { return ranks_running_; }
   /// algo::automatic's figures for ranks on this process's CPUs (topo::host_cost_model).
   const cost_model& costs() const noexcept { return costs_; }
   mailbox& box(int from, int to) noexcept {
@@ -137,6 +154,7 @@ class thread_world {
 
  private:
   int size_;
+  int ranks_running_;
   std::unique_ptr<mailbox[]> boxes_;
   std::unique_ptr<padded_bell[]> bells_;
   std::unique_ptr<published_calls[]> calls_;
@@ -146,6 +164,11 @@ class thread_world {
   std::mutex mutex_;
   errc code_ = errc::internal;
   std::string reason_;
+  struct pending_split {
+    std::shared_ptr<thread_world> world;
+    int taken = 0;  // members that took it so far
+  };
+  std::map<std::pair<std::uint64_t, int>, pending_split> splits_;  // guarded by mutex_
 };
 
 /// One rank's end of a thread_world.
@@ -154,7 +177,7 @@ class threads_transport final : public transport {
   threads_transport(std::shared_ptr<thread_world> world, int rank)
       : world_(std::move(world)), rank_(rank), posted_(static_cast<std::size_t>(world_->size()), 0) {
     // The process's CPUs (affinity, cgroup quota), not the machine's: see detail/cpus.hpp.
-    spin_ = static_cast<unsigned>(world_->size()) <= detail::usable_cpus() ? std::chrono::microseconds(50)
+    spin_ = static_cast<unsigned>(world_->ranks_running()) <= detail::usable_cpus() ? std::chrono::microseconds(50)
                                                                            : std::chrono::microseconds(0);
   }
   /// Tells the peers this rank left (thread_world::depart).
@@ -171,6 +194,14 @@ class threads_transport final : public transport {
   void announce(const call_signature& sig) override {
     announced_ = sig;
     world_->announce(rank_, sig);
+  }
+  /// A world of the group's threads (thread_world::split_world), which the members share.
+  std::shared_ptr<transport> split(const std::vector<int>& members, int group_rank, int color, int key,
+                                   std::uint64_t split_id) override {
+    (void)key;
+    if (members.empty()) return nullptr;
+    return std::make_shared<threads_transport>(world_->split_world(split_id, color, static_cast<int>(members.size())),
+                                               group_rank);
   }
   void check() override {
     if (world_->failed()) rethrow_failure();

@@ -393,6 +393,21 @@ class transport {
     return nullptr;
   }
 
+  /// collx::split's step that makes the new group's transport, of this transport's kind. Every
+  /// rank of this transport calls it once per split, after the ranks exchanged their colors and
+  /// keys. `members`: this transport's ranks in the group, in the group's rank order (empty for a
+  /// rank that joins no group: it gets null, but still takes part, as MPI_Comm_split needs);
+  /// `group_rank`: this rank's index in `members`; `color` and `key` as the caller passed them;
+  /// `split_id`: the same on every rank for one split and different for each split of this
+  /// transport. Collective over the members (MPI: over every rank).
+  /// @throws collx::error invalid_argument (the default: the transport cannot split), and what
+  ///   the transport's connecting throws.
+  virtual std::shared_ptr<transport> split(const std::vector<int>& members, int group_rank, int color, int key,
+                                           std::uint64_t split_id) {
+    (void)members, (void)group_rank, (void)color, (void)key, (void)split_id;
+    COLLX_THROW(errc::invalid_argument, "collx::split: the " + std::string(name()) + " transport cannot be split");
+  }
+
  protected:
   /// For the wait loops, between polls: true when a watched transport has failed, after failing
   /// this one with its code and reason (the wait then throws this transport's failure).

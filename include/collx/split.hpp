@@ -1,0 +1,84 @@
+/// @file split.hpp
+/// collx::split: new communicators over groups of a communicator's ranks, as MPI_Comm_split and
+/// ncclCommSplit make them; for example the tensor-parallel and the data-parallel groups of a
+/// two-dimensional layout of ranks.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <collx/all_gather.hpp>
+#include <collx/communicator.hpp>
+#include <collx/detail/dispatch.hpp>
+#include <collx/error.hpp>
+
+namespace collx {
+inline namespace v0 {
+
+/// collx::split's color for a rank that joins no group (MPI's MPI_UNDEFINED, NCCL's
+/// NCCL_SPLIT_NOCOLOR).
+inline constexpr int no_color = -1;
+
+/// Splits `comm` into disjoint communicators, one per color, as MPI_Comm_split does: the ranks
+/// that pass the same `color` form a group, whose ranks are numbered by (`key`, rank in comm)
+/// ascending. Collective over comm: every rank calls it, in the same order among its other calls
+/// on comm (one all_gather of every rank's color and key, named so in errors). The new
+/// communicator is independent of comm: either may be used, failed or destroyed without the other.
+///
+/// It uses a new transport of comm's kind: threads share a new in-process world; processes over
+/// shared memory connect a segment of the group's own (named after comm's job id, the split and
+/// the color); over MPI, MPI_Comm_split of comm's duplicate. Its options are comm's, without
+/// `ring_order` (comm's order means nothing to the group); it has no hierarchy (over MPI, call
+/// mpi::connect_hierarchical on an MPI communicator of the group for one).
+///
+/// @param color a group's number, >= 0; or no_color: this rank joins no group.
+/// @param key orders the group's ranks; ties keep comm's order (pass 0, or comm.rank(), for it).
+/// @return this rank's communicator of its group (rank = its place in the group, size = the
+///   ranks with its color), or std::nullopt for no_color.
+/// @throws collx::error invalid_argument (a negative color other than no_color, or a moved-from
+///   communicator: comm is then failed for every rank), mismatch, timeout or aborted as the
+///   all_gather raises them (a rank calling another collective meanwhile), and what connecting the
+///   group raises (shared memory: system when /dev/shm is full; timeout when a member never
+///   arrives, after shm_options::connect_timeout); any error after the exchange fails comm too.
+[[nodiscard]] inline std::optional<communicator> split(communicator& comm, int color, int key) {
+  const int n = comm.size(), me = comm.rank();  // a moved-from communicator throws here
+  comm.drain_async();
+  const communicator::call_scope one_thread(comm);
+  if (color < 0 && color != no_color)
+    detail::reject_call(comm, "rank " + std::to_string(me) + ": collx::split: color " + std::to_string(color) +
+                                  " is negative; pass a color >= 0, or collx::no_color to join no group");
+  const std::int64_t mine[2] = {color, key};
+  std::vector<std::int64_t> all(2 * static_cast<std::size_t>(n));
+  try {
+    all_gather<algo::direct>(comm, std::span<const std::int64_t>(mine), std::span<std::int64_t>(all));
+  } catch (const error& e) {  // say what the user called: the all_gather is ours, not theirs
+    COLLX_THROW(e.code(), std::string("collx::split (collective: every rank splits, at the same point of its calls): ") +
+                              e.what());
+  }
+  auto color_of = [&](int r) { return all[2 * static_cast<std::size_t>(r)]; };
+  auto key_of = [&](int r) { return all[2 * static_cast<std::size_t>(r) + 1]; };
+  std::vector<int> members;
+  if (color != no_color)
+    for (int r = 0; r < n; ++r)
+      if (color_of(r) == color) members.push_back(r);
+  std::stable_sort(members.begin(), members.end(), [&](int a, int b) { return key_of(a) < key_of(b); });
+  const int group_rank = static_cast<int>(std::find(members.begin(), members.end(), me) - members.begin());
+  communicator_options opt = comm.options();
+  opt.ring_order.clear();
+  std::shared_ptr<transport> t;
+  try {
+    t = comm.get_transport().split(members, group_rank, color, key, comm.calls_made());
+  } catch (...) {
+    detail::fail_for_escaping(comm, "rank " + std::to_string(me) + ": collx::split");
+    throw;
+  }
+  if (!t) return std::nullopt;
+  return communicator(std::move(t), std::move(opt));
+}
+
+}  // namespace v0
+}  // namespace collx

@@ -1,0 +1,124 @@
+// collx::split: the checks of split_checks.hpp over threads and over processes (shared memory),
+// and its errors: a bad color, ranks that do not all split, a moved-from communicator.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <collx/collx.hpp>
+#include <collx/launch.hpp>
+#include <collx/transport/shm.hpp>
+
+#include "split_checks.hpp"
+
+using namespace std::chrono_literals;
+
+namespace {
+
+TEST_CASE("split over threads: groups by color, ordered by key, independent of the parent", "[split]") {
+  for (int n : {1, 2, 3, 4, 7}) {
+    INFO(n << " ranks");
+    std::atomic<int> failed{0};
+    collx::run_threads(n, [&](collx::communicator& c) { failed += split_checks::run(c); });
+    CHECK(failed.load() == 0);
+  }
+}
+
+TEST_CASE("split over processes: each group connects a segment of its own", "[split][shm]") {
+  for (int n : {2, 3, 5}) {
+    INFO(n << " processes");
+    const auto res = collx::run_processes(n, [](collx::communicator& c) { return split_checks::run(c) == 0 ? 0 : 1; });
+    for (const auto& e : res) {
+      INFO("rank " << e.rank << " exit " << e.exit_code << " signal " << e.term_signal);
+      CHECK(e.ok());
+    }
+  }
+}
+
+// Runs fn on 4 thread ranks with a 20 s timeout; returns each rank's error (errc::internal and ""
+// where it threw none) and checks that they ended well before the timeout.
+template <class F>
+std::vector<std::pair<collx::errc, std::string>> errors_of(F fn) {
+  collx::communicator_options opt;
+  opt.timeout = 20s;
+  auto comms = collx::make_thread_communicators(4, opt);
+  std::vector<std::pair<collx::errc, std::string>> out(4, {collx::errc::internal, ""});
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::thread> threads;
+  for (auto& c : comms)
+    threads.emplace_back([&, comm = &c] {
+      try {
+        fn(*comm);
+      } catch (const collx::error& e) {
+        out[static_cast<std::size_t>(comm->rank())] = {e.code(), e.what()};
+      }
+    });
+  for (auto& t : threads) t.join();
+  CHECK(std::chrono::steady_clock::now() - t0 < 10s);  // not the 20 s timeout
+  return out;
+}
+
+TEST_CASE("split's errors reach every rank at once", "[split][errors]") {
+  SECTION("a negative color other than no_color") {
+    const auto errs = errors_of([](collx::communicator& c) { (void)collx::split(c, c.rank() == 2 ? -3 : 0, 0); });
+    CHECK(errs[2].first == collx::errc::invalid_argument);
+    CHECK_THAT(errs[2].second, Catch::Contains("rank 2: collx::split: color -3 is negative") && Catch::Contains("no_color"));
+    for (int r : {0, 1, 3}) {
+      INFO("rank " << r << ": " << errs[static_cast<std::size_t>(r)].second);
+      CHECK(errs[static_cast<std::size_t>(r)].first == collx::errc::invalid_argument);
+      CHECK_THAT(errs[static_cast<std::size_t>(r)].second, Catch::Contains("rank 2 failed: invalid arguments"));
+    }
+  }
+  SECTION("a rank that calls a collective where the others split") {
+    const auto errs = errors_of([](collx::communicator& c) {
+      if (c.rank() == 1) {
+        std::vector<std::int64_t> v(2, 1);
+        collx::allreduce(c, std::span<std::int64_t>(v));
+      } else {
+        (void)collx::split(c, 0, 0);
+      }
+    });
+    bool named = false;
+    for (int r = 0; r < 4; ++r) {
+      const auto& [code, why] = errs[static_cast<std::size_t>(r)];
+      INFO("rank " << r << ": " << why);
+      CHECK(code == collx::errc::mismatch);
+      if (r != 1) CHECK_THAT(why, Catch::StartsWith("collx::split (collective"));
+      named = named || why.find("collective differs") != std::string::npos;
+    }
+    CHECK(named);
+  }
+  SECTION("a moved-from communicator") {
+    auto comms = collx::make_thread_communicators(1);
+    collx::communicator moved = std::move(comms[0]);
+    CHECK_THROWS_MATCHES((void)collx::split(comms[0], 0, 0), collx::error,
+                         Catch::Predicate<collx::error>([](const collx::error& e) { return e.code() == collx::errc::invalid_argument; }));
+    CHECK(collx::split(moved, 0, 0).has_value());
+  }
+}
+
+TEST_CASE("a group of a split is used by its own async calls", "[split]") {
+  // The group has its own progress thread: async calls on the group and the parent interleave.
+  std::atomic<int> wrong{0};
+  collx::run_threads(4, [&](collx::communicator& c) {
+    std::optional<collx::communicator> g = collx::split(c, c.rank() / 2, 0);
+    std::vector<std::int64_t> a(5000, split_checks::value(c.rank(), 0)), b(7000, split_checks::value(c.rank(), 1));
+    collx::request ra = collx::allreduce_async(*g, std::span<std::int64_t>(a));
+    collx::request rb = collx::allreduce_async(c, std::span<std::int64_t>(b));
+    ra.wait();
+    rb.wait();
+    const int lo = c.rank() / 2 * 2;
+    const std::int64_t want_a = split_checks::value(lo, 0) + split_checks::value(lo + 1, 0);
+    std::int64_t want_b = 0;
+    for (int q = 0; q < 4; ++q) want_b += split_checks::value(q, 1);
+    for (auto x : a) wrong += x != want_a;
+    for (auto x : b) wrong += x != want_b;
+  });
+  CHECK(wrong.load() == 0);
+}
+
+}  // namespace
