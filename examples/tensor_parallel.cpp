@@ -13,6 +13,13 @@
 //      it differs from the single-rank product by rounding (reported, within a tolerance) and is
 //      bit-identical to a single-rank product that sums the same blocks in rank order.
 //
+//   3. Two-dimensional parallelism: collx::split makes tensor-parallel groups of tp consecutive
+//      ranks (tp = 2 for an even world size, else 1) and data-parallel groups of the ranks that
+//      hold the same shard in each replica. Each replica runs the MLP block of 2. on its own rows
+//      of X (all-reduce in its tensor-parallel group), and an all_gather_v in each data-parallel
+//      group assembles Z for all rows: bit-identical to a single-rank product that sums the tp
+//      blocks of F in order.
+//
 // Usage: tensor_parallel [--ranks N] [--tokens M]   (or collx-run -n N tensor_parallel)
 #include "common.hpp"
 
@@ -105,6 +112,23 @@ int main(int argc, char** argv) {
     hidden(X, M, A, fb.first, fb.first + fb.size, H);
     partial_product(H, M, B, fb.first, fb.first + fb.size, Z.data());
     collx::allreduce<collx::algo::direct>(comm, std::span<float>(Z));
+
+    // ---- 3. tensor parallel inside groups of tp ranks, data parallel across the groups
+    const int tp = n % 2 == 0 ? 2 : 1, dp = n / tp;
+    collx::communicator tp_group = *collx::split(comm, r / tp, r);  // one replica: ranks r/tp*tp ... +tp-1
+    collx::communicator dp_group = *collx::split(comm, r % tp, r);  // the same shard in every replica
+    const ex::block rows = ex::split(M, dp, dp_group.rank());      // this replica's rows of X
+    const ex::block shard = ex::split(F, tp, tp_group.rank());     // this rank's columns of A, rows of B
+    const std::vector<float> Xrows(X.begin() + static_cast<std::ptrdiff_t>(rows.first * K),
+                                   X.begin() + static_cast<std::ptrdiff_t>((rows.first + rows.size) * K));
+    std::vector<float> H2(rows.size * F, 0.0f), Z2(rows.size * K2);
+    hidden(Xrows, rows.size, A, shard.first, shard.first + shard.size, H2);
+    partial_product(H2, rows.size, B, shard.first, shard.first + shard.size, Z2.data());
+    collx::allreduce<collx::algo::direct>(tp_group, std::span<float>(Z2));
+    std::vector<std::size_t> row_counts;
+    for (std::size_t c : ex::split_counts(M, dp)) row_counts.push_back(c * K2);
+    std::vector<float> Z2d(M * K2);
+    collx::all_gather_v(dp_group, std::span<const float>(Z2), std::span<float>(Z2d), std::span<const std::size_t>(row_counts));
     const double seconds = ex::seconds_since(t0);
 
     if (r == 0) {
@@ -142,6 +166,25 @@ int main(int argc, char** argv) {
                   diff, zmax, n, z_same ? "bit-identical" : "DIFFERENT");
       check(z_same, "the all-reduced Z differs from the block-ordered single-rank product");
       check(diff <= 1e-5 * (zmax + 1.0), "the all-reduced Z is too far from the single-rank product");
+    }
+    if (r == 0) {  // 3.'s reference: the tp blocks of F folded in order, for all rows at once
+      std::vector<float> Hall(M * F, 0.0f), Ztp(M * K2), part(M * K2);
+      hidden(X, M, A, 0, F, Hall);
+      for (int q = 0; q < tp; ++q) {
+        const ex::block b = ex::split(F, tp, q);
+        partial_product(Hall, M, B, b.first, b.first + b.size, q == 0 ? Ztp.data() : part.data());
+        if (q > 0)
+          for (std::size_t i = 0; i < Ztp.size(); ++i) Ztp[i] = Ztp[i] + part[i];
+      }
+      const bool same = ex::same_bits(std::span<const float>(Z2d), std::span<const float>(Ztp));
+      std::printf("3. 2-D: collx::split into %d tensor-parallel group%s of %d and %d data-parallel group%s of %d; MLP on "
+                  "each replica's rows (",
+                  dp, dp == 1 ? "" : "s", tp, tp, tp == 1 ? "" : "s", dp);
+      for (int q = 0; q < dp; ++q) std::printf("%s%zu", q ? " " : "", ex::split(M, dp, q).size);
+      std::printf("), all_gather_v of the rows\n   Z[0][0..2] = %.7g %.7g %.7g; single-rank with the same %d blocks "
+                  "folded in order -> %s\n",
+                  double(Z2d[0]), double(Z2d[1]), double(Z2d[2]), tp, same ? "bit-identical" : "DIFFERENT");
+      check(same, "the 2-D Z differs from the block-ordered single-rank product");
     }
     const int failures = check.total(comm);
     if (r == 0) std::printf("%s (%.3f s)\n", failures ? "FAILED" : "OK", seconds);
