@@ -862,6 +862,41 @@ TEST_CASE("shm: ranks set up for another staging size or world size fail at once
   ::shm_unlink(collx::transport_impl::shm_transport::segment_name(job).c_str());
 }
 
+TEST_CASE("shm: a rank that requires single copy where another turned it off names the setting", "[shm]") {
+  // COLLX_CMA=1 on rank 0, 0 on rank 1 (each its own environment): rank 0 cannot use single copy
+  // with rank 1, but that is their disagreement, not a ptrace restriction (what it used to say),
+  // and rank 1 learns it at its first call instead of finding rank 0 gone.
+  const std::string job = "test-cma-" + std::to_string(::getpid());
+  std::string errors[2];
+  collx::errc codes[2] = {collx::errc::internal, collx::errc::internal};
+  std::thread ranks[2];
+  for (int r = 0; r < 2; ++r)
+    ranks[r] = std::thread([&, r] {
+      collx::communicator_options o;
+      o.timeout = 20s;
+      collx::shm_options shm;
+      shm.cma = r == 0 ? 1 : 0;
+      shm.connect_timeout = 20s;
+      try {
+        collx::communicator comm = collx::connect_shm(collx::launch_info{r, 2, r, 2, job, "test"}, o, shm);
+        std::vector<float> v(64, 1.0f);
+        collx::allreduce(comm, std::span<float>(v));
+      } catch (const collx::error& e) {
+        codes[r] = e.code();
+        errors[r] = e.what();
+      }
+    });
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto& t : ranks) t.join();
+  CHECK(std::chrono::steady_clock::now() - t0 < 10s);
+  CHECK(codes[0] == collx::errc::mismatch);
+  CHECK_THAT(errors[0], Catch::Matchers::Contains("COLLX_CMA (shm_options::cma) differs: rank 0 requires single copy (1), "
+                                                  "rank 1 turned it off (0)"));
+  CHECK(codes[1] == collx::errc::mismatch);
+  CHECK_THAT(errors[1], Catch::Matchers::Contains("rank 0 failed: COLLX_CMA (shm_options::cma) differs"));
+  ::shm_unlink(collx::transport_impl::shm_transport::segment_name(job).c_str());
+}
+
 TEST_CASE("shm: ranks that cut calls into other segment sizes are told so", "[shm]") {
   // The calls agree (same count, type, op), but rank 1 runs reductions in 8 KiB segments and rank
   // 0 in 4 KiB ones (COLLX_SEGMENT_BYTES set on one rank only): the error names the setting, not

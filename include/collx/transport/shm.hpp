@@ -139,7 +139,9 @@ struct shm_segment {
     std::atomic<std::uint32_t> attached{0};
     std::uint64_t start_time = 0;
     std::uint64_t probe_addr = 0;             ///< address of a value peers read to test CMA
-    std::atomic<std::uint32_t> cma_state{0};  ///< 0 unknown, 1 can read its neighbour, 2 cannot
+    /// 0 unknown, 1 can read its neighbour, 2 cannot, 3 single copy turned off on this rank
+    /// (COLLX_CMA=0, shm_options::cma = 0)
+    std::atomic<std::uint32_t> cma_state{0};
     std::atomic<std::uint32_t> departed{0};   ///< set when the rank closed its communicator
     detail::doorbell bell;
     detail::cpu_bits cpus;                    ///< the CPUs the rank may run on (written before `attached`)
@@ -1116,7 +1118,7 @@ class shm_transport final : public transport {
 
     // Can this process read its neighbour's memory? (Yama or seccomp may forbid it.)
     if (cma_pref != 0) ::prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
-    std::uint32_t mine = 2;
+    std::uint32_t mine = cma_pref == 0 ? 3 : 2;
     if (cma_pref != 0 && n_ > 1) {
       const int nb = (rank_ + 1) % n_;
       std::uint64_t v = 0;
@@ -1133,9 +1135,21 @@ class shm_transport final : public transport {
     });
     bool all_can = n_ > 1;
     for (int r = 0; r < n_; ++r) all_can = all_can && peer(r).cma_state.load() == 1;
-    if (cma_pref == 1 && !all_can && n_ > 1)
-      COLLX_THROW(errc::system, "COLLX_CMA=1 but process_vm_readv between the ranks is not permitted here "
-                                "(ptrace restrictions); use COLLX_CMA=auto or 0");
+    if (cma_pref == 1 && !all_can && n_ > 1) {
+      // Said to the peers too (their first call fails with it), rather than leaving them to find
+      // this rank gone.
+      int off = -1;
+      for (int r = 0; r < n_ && off < 0; ++r)
+        if (peer(r).cma_state.load(std::memory_order_acquire) == 3) off = r;
+      const std::string why =
+          off >= 0 ? "COLLX_CMA (shm_options::cma) differs: rank " + std::to_string(rank_) + " requires single copy (1), rank " +
+                         std::to_string(off) + " turned it off (0); set the same value on every rank"
+                   : "COLLX_CMA=1 but process_vm_readv between the ranks is not permitted here (ptrace restrictions); "
+                     "use COLLX_CMA=auto or 0";
+      const errc code = off >= 0 ? errc::mismatch : errc::system;
+      fail(code, why);  // the peers read "rank R failed: why"
+      COLLX_THROW(code, "rank " + std::to_string(rank_) + "/" + std::to_string(n_) + ": " + why);
+    }
     cma_ = all_can && (cma_pref == 1 || (cma_pref == -1 && oversubscribed_));  // see shm_options::cma
     bounce_.resize(256 * 1024);
     out_.resize(static_cast<std::size_t>(n_));
