@@ -438,6 +438,43 @@ TEST_CASE("a mismatch on one node reaches the ranks of the other node", "[hierar
   CHECK(unexplained.load() == 0);
 }
 
+TEST_CASE("a level's failure passed on to the whole communicator names world ranks", "[hierarchical][errors]") {
+  // World rank 3 (node n1's rank 1) passes count 0, the others 64. Rank 3 moves nothing, finishes
+  // its part and goes on to a flat barrier, where its wait finds its node's records disagree: the
+  // node communicator's failure, in its numbering ("rank 1 has 0"), reaches the whole
+  // communicator from there. World rank 1 used to read it as its own failure ("count differs:
+  // rank 0 has 64, rank 1 has 0", though it passed 64) and rank 3 as rank 1's.
+  for (int round = 0; round < 5; ++round) {
+    auto opt = small_segments();
+    opt.timeout = std::chrono::seconds(20);
+    auto comms = collx::make_hierarchical_thread_communicators(layouts()[0], opt);
+    std::vector<std::string> whys(4);
+    std::vector<std::thread> threads;
+    for (auto& c : comms)
+      threads.emplace_back([&, comm = &c] {
+        const int r = comm->rank();
+        std::vector<float> v(r == 3 ? 0 : 64, 1.0f);
+        try {
+          collx::allreduce<collx::algo::hierarchical<collx::algo::ring, collx::algo::tree>>(*comm, std::span<float>(v));
+          collx::barrier(*comm);
+        } catch (const collx::error& e) {
+          whys[static_cast<std::size_t>(r)] = e.what();
+        }
+      });
+    const auto t0 = std::chrono::steady_clock::now();
+    for (auto& t : threads) t.join();
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));
+    for (int r = 0; r < 4; ++r) {
+      const std::string& why = whys[static_cast<std::size_t>(r)];
+      INFO("round " << round << ", rank " << r << ": " << why);
+      CHECK_FALSE(why.empty());
+      // Rank 3's count of 0 named in a level's numbering (its rank 1 there) comes with the legend
+      // that makes it world rank 3.
+      if (why.find("rank 1 has 0") != std::string::npos) CHECK_THAT(why, Catch::Contains("are world ranks 2, 3"));
+    }
+  }
+}
+
 TEST_CASE("a call one rank rejects reaches ranks waiting on another level", "[hierarchical][errors]") {
   // Rank 0 passes a root outside the communicator: it rejects the call before any level runs, which
   // fails the whole communicator. The other ranks are already inside the hierarchical broadcast,

@@ -410,6 +410,28 @@ void hierarchical_root_disagreement(collx::communicator& c, std::size_t count) {
 // Rank 1's own code throws between two all-reduces, destroying its communicator on the way out.
 // The others' second all-reduce must fail with errc::aborted naming rank 1, well before the
 // timeout: before, over MPI, nothing told them rank 1 had left, and they waited the timeout out.
+// World rank 3 passes count 0 to a hierarchical all-reduce, the others 64, then all call a flat
+// barrier. Rank 3 moves nothing and reaches the barrier, whose wait finds its node's records
+// disagree: that node-level failure, in the node's numbering (rank 3 is its rank 1), reaches the
+// whole communicator there. Every rank's error must name world rank 3 or come with the legend; world
+// rank 1 used to read it as its own ("count differs: rank 0 has 64, rank 1 has 0").
+void level_failure_names_world_ranks() {
+  for (int round = 0; round < 5; ++round) {
+    collx::communicator c = collx::mpi::connect_hierarchical(MPI_COMM_WORLD);
+    std::vector<float> v(g_rank == 3 ? 0 : 64, 1.0f);
+    std::string why;
+    try {
+      collx::allreduce<collx::algo::hierarchical<collx::algo::ring, collx::algo::tree>>(c, std::span<float>(v));
+      collx::barrier(c);
+    } catch (const collx::error& e) {
+      why = e.what();
+    }
+    check(!why.empty(), "count 0 on rank 3 of a hierarchical all-reduce fails every rank");
+    check(why.find("rank 1 has 0") == std::string::npos || why.find("are world ranks") != std::string::npos,
+          "a level's rank is named with its world rank: " + why);
+  }
+}
+
 void left_by_exception() {
   const auto t0 = std::chrono::steady_clock::now();
   collx::errc code = collx::errc::internal;
@@ -522,6 +544,7 @@ int main(int argc, char** argv) {
       collx::communicator c = collx::mpi::connect_hierarchical(MPI_COMM_WORLD);
       hierarchical_root_disagreement(c, std::size_t{1} << 20);
     }
+    if (expected_nodes == 2) level_failure_names_world_ranks();  // 2 nodes x 2 ranks
     left_by_exception();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rank %d: unexpected exception: %s\n", g_rank, e.what());

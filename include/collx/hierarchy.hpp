@@ -106,6 +106,9 @@ inline void attach_hierarchy(communicator& world, node_layout layout, communicat
          std::to_string(members.size()));
   if (members.at(static_cast<std::size_t>(cross.rank())) != world.rank())
     fail("cross-node rank " + std::to_string(cross.rank()) + " is not world rank " + std::to_string(world.rank()));
+  // Their failures, passed on to world's peers, name world ranks too.
+  node.get_transport().set_level("node communicator", layout.ranks.at(static_cast<std::size_t>(layout.node_index)));
+  cross.get_transport().set_level("cross-node communicator", members);
   std::vector<std::shared_ptr<transport>> parts{node.shared_transport(), cross.shared_transport()};
   // Each level's waits end when another level of this rank fails (transport::watch).
   const std::shared_ptr<transport> levels[] = {world.shared_transport(), node.shared_transport(), cross.shared_transport()};

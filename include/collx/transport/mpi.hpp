@@ -606,7 +606,7 @@ class mpi_transport final : public transport {
       code_ = code;
       try {
         why_ = why;
-        notice_text_ = own ? reported_by(rank_, why) : why;
+        notice_text_ = own ? reported_own(rank_, why) : why;
       } catch (...) {
       }
       failed_.store(true, std::memory_order_release);

@@ -267,7 +267,7 @@ class shm_transport final : public transport {
 
   void fail(errc code, const std::string& why) noexcept override {
     try {
-      publish_failure(code, reported_by(rank_, why));  // the other ranks read it: say whose failure it is
+      publish_failure(code, reported_own(rank_, why));  // the other ranks read it: say whose failure it is
     } catch (...) {
       publish_failure(code, {});
     }

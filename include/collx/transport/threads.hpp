@@ -343,7 +343,7 @@ class threads_transport final : public transport {
 
   std::string reported(const std::string& why) const noexcept {
     try {
-      return reported_by(rank_, why);
+      return reported_own(rank_, why);
     } catch (...) {
       return {};
     }

@@ -374,6 +374,17 @@ class transport {
   /// before the transport is used (it is not synchronised with the waits).
   void watch(const std::shared_ptr<transport>& other) { watched_.push_back(other); }
 
+  /// Names this transport as a level of a hierarchy (attach_hierarchy): `level` ("node
+  /// communicator", "cross-node communicator") and `world_ranks[i]`, the rank of the whole
+  /// communicator that its rank i is. Its own failures then read, to its peers and to the other
+  /// levels, which pass them on to the whole communicator, "node communicator rank 1 (world rank
+  /// 3) failed: why (node communicator: its ranks 0, 1 are world ranks 2, 3)": the ranks `why`
+  /// names are the level's. Call it before the transport is used.
+  void set_level(std::string level, std::vector<int> world_ranks) {
+    level_ = std::move(level);
+    level_world_ranks_ = std::move(world_ranks);
+  }
+
   // Memory every rank maps (shm: collx::shm_buffer), for collectives that read and write peers'
   // buffers in place. The default transport has none.
 
@@ -409,6 +420,24 @@ class transport {
   }
 
  protected:
+  /// This rank's own failure `why` as its peers read it: reported_by(rank, why), or for a level of
+  /// a hierarchy (set_level) with the level and world ranks named.
+  std::string reported_own(int rank, const std::string& why) const {
+    if (level_.empty()) return reported_by(rank, why);
+    std::string level_ranks, world_ranks;
+    for (std::size_t i = 0; i < level_world_ranks_.size(); ++i) {
+      level_ranks.append(i ? ", " : "").append(std::to_string(i));
+      world_ranks.append(i ? ", " : "").append(std::to_string(level_world_ranks_[i]));
+    }
+    const bool several = level_world_ranks_.size() > 1;
+    const int world = rank >= 0 && static_cast<std::size_t>(rank) < level_world_ranks_.size()
+                          ? level_world_ranks_[static_cast<std::size_t>(rank)]
+                          : -1;
+    return level_ + " rank " + std::to_string(rank) + " (world rank " + std::to_string(world) + ") failed: " + why + " (" +
+           level_ + ": its rank" + (several ? "s " : " ") + level_ranks + (several ? " are" : " is") + " world rank" +
+           (several ? "s " : " ") + world_ranks + ")";
+  }
+
   /// For the wait loops, between polls: true when a watched transport has failed, after failing
   /// this one with its code and reason (the wait then throws this transport's failure).
   bool watched_failed() noexcept {
@@ -429,6 +458,8 @@ class transport {
   }
 
  private:
+  std::string level_;                  // set_level: "" for a communicator that is no level
+  std::vector<int> level_world_ranks_;
   std::vector<std::weak_ptr<transport>> watched_;
   std::chrono::steady_clock::time_point last_records_check_{};  // watched_failed's last records_disagree
 };
