@@ -19,6 +19,15 @@
 namespace collx {
 inline namespace v0 {
 
+namespace detail {
+/// One rank's part of collx::split's exchange: a type of its own, so that no collective a user
+/// makes (an all_gather of two int64, say) can pass for the exchange on some ranks.
+struct split_entry {
+  std::int64_t color;
+  std::int64_t key;
+};
+}  // namespace detail
+
 /// collx::split's color for a rank that joins no group (MPI's MPI_UNDEFINED, NCCL's
 /// NCCL_SPLIT_NOCOLOR).
 inline constexpr int no_color = -1;
@@ -44,6 +53,8 @@ inline constexpr int no_color = -1;
 ///   all_gather raises them (a rank calling another collective meanwhile), and what connecting the
 ///   group raises (shared memory: system when /dev/shm is full; timeout when a member never
 ///   arrives, after shm_options::connect_timeout); any error after the exchange fails comm too.
+///   Over MPI, MPI_Comm_split itself has no timeout: a rank that fails after the exchange but
+///   before it (its own communicator failing meanwhile) leaves the others waiting there.
 [[nodiscard]] inline std::optional<communicator> split(communicator& comm, int color, int key) {
   const int n = comm.size(), me = comm.rank();  // a moved-from communicator throws here
   comm.drain_async();
@@ -51,16 +62,16 @@ inline constexpr int no_color = -1;
   if (color < 0 && color != no_color)
     detail::reject_call(comm, "rank " + std::to_string(me) + ": collx::split: color " + std::to_string(color) +
                                   " is negative; pass a color >= 0, or collx::no_color to join no group");
-  const std::int64_t mine[2] = {color, key};
-  std::vector<std::int64_t> all(2 * static_cast<std::size_t>(n));
+  const detail::split_entry mine[1] = {{color, key}};
+  std::vector<detail::split_entry> all(static_cast<std::size_t>(n));
   try {
-    all_gather<algo::direct>(comm, std::span<const std::int64_t>(mine), std::span<std::int64_t>(all));
+    all_gather<algo::direct>(comm, std::span<const detail::split_entry>(mine), std::span<detail::split_entry>(all));
   } catch (const error& e) {  // say what the user called: the all_gather is ours, not theirs
     COLLX_THROW(e.code(), std::string("collx::split (collective: every rank splits, at the same point of its calls): ") +
                               e.what());
   }
-  auto color_of = [&](int r) { return all[2 * static_cast<std::size_t>(r)]; };
-  auto key_of = [&](int r) { return all[2 * static_cast<std::size_t>(r) + 1]; };
+  auto color_of = [&](int r) { return all[static_cast<std::size_t>(r)].color; };
+  auto key_of = [&](int r) { return all[static_cast<std::size_t>(r)].key; };
   std::vector<int> members;
   if (color != no_color)
     for (int r = 0; r < n; ++r)
