@@ -18,11 +18,13 @@
 #include "split_checks.hpp"
 
 #include <mpi.h>
+#include <sys/mman.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <numeric>
 #include <stdexcept>
 #include <span>
@@ -432,6 +434,74 @@ void level_failure_names_world_ranks() {
   }
 }
 
+// The last rank passes count 0 to a hierarchical reduce, the others 64, and then calls nothing
+// more on the communicator. It makes no level call at all, so nothing on a level tells the
+// waiting ranks; its record, sent on the whole communicator as a flat call's is, must: a mismatch
+// within seconds, not a timeout.
+void hierarchical_count_zero() {
+  collx::communicator c = collx::mpi::connect_hierarchical(MPI_COMM_WORLD);
+  const int last = c.size() - 1;
+  std::vector<float> in(c.rank() == last ? 0 : 64, 1.0f), out(in.size());
+  const auto t0 = std::chrono::steady_clock::now();
+  collx::errc code = collx::errc::internal;
+  std::string what;
+  try {
+    collx::reduce<collx::algo::hierarchical<>>(c, std::span<const float>(in), std::span<float>(out), 0);
+  } catch (const collx::error& e) {
+    code = e.code();
+    what = e.what();
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // The root waits for every node; ranks that only send may return without seeing it.
+  if (c.rank() == 0)
+    check(code == collx::errc::mismatch, "hierarchical reduce, count 0 on the last rank: errc::mismatch at the root (got " +
+                                             std::to_string(static_cast<int>(code)) + "): " + what);
+  check(code != collx::errc::timeout && s < 10.0,
+        "the count 0 of a hierarchical reduce seen in " + std::to_string(s) + " s (timeout is 60 s): " + what);
+  MPI_Barrier(MPI_COMM_WORLD);  // the last rank's communicator stays until the others have seen it
+}
+
+// Rank 0's broadcast of 32 MiB in 5000-byte pieces (eager messages, sent from its buffer) is
+// aborted by another thread before the peers reach it; the call returns and rank 0 unmaps the
+// buffer. MPI must not read from it afterwards: it once wrote the remaining pieces out of the
+// unmapped buffer during a later MPI call ("writev error: Bad address"), which killed the job.
+void failed_call_releases_buffer() {
+  collx::mpi::mpi_options small;
+  small.piece_bytes = 5000;
+  collx::communicator c = collx::mpi::connect(MPI_COMM_WORLD, {}, small);
+  const std::size_t bytes = std::size_t{32} << 20;
+  collx::errc code = collx::errc::internal;
+  if (g_rank == 0) {
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    check(p != MAP_FAILED, "mmap of the broadcast buffer");
+    if (p == MAP_FAILED) return;
+    std::memset(p, 7, bytes);
+    std::thread aborter([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      c.abort();
+    });
+    try {
+      collx::broadcast<collx::algo::direct>(c, std::span<std::uint8_t>(static_cast<std::uint8_t*>(p), bytes), 0);
+    } catch (const collx::error& e) {
+      code = e.code();
+    }
+    aborter.join();
+    ::munmap(p, bytes);  // the call returned: the buffer is the caller's
+  } else {
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    std::vector<std::uint8_t> b(bytes);
+    try {  // the data may all be there before the notice (TCP keeps order): then the next call fails
+      collx::broadcast<collx::algo::direct>(c, std::span<std::uint8_t>(b), 0);
+      collx::barrier(c);
+    } catch (const collx::error& e) {
+      code = e.code();
+    }
+  }
+  check(code == collx::errc::aborted, "a broadcast aborted by rank 0 fails with errc::aborted (got " +
+                                          std::to_string(static_cast<int>(code)) + ")");
+  MPI_Barrier(MPI_COMM_WORLD);  // MPI progresses here, with rank 0's buffer gone
+}
+
 void left_by_exception() {
   const auto t0 = std::chrono::steady_clock::now();
   collx::errc code = collx::errc::internal;
@@ -466,6 +536,27 @@ int main(int argc, char** argv) {
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+  if (argc > 1 && std::string(argv[1]) == "bad-node-id") {  // rank 0's COLLX_NODE_ID is unusable
+    const auto t0 = std::chrono::steady_clock::now();
+    collx::errc code = collx::errc::internal;
+    std::string what;
+    try {
+      collx::communicator c = collx::mpi::connect_hierarchical(MPI_COMM_WORLD);
+    } catch (const collx::error& e) {
+      code = e.code();
+      what = e.what();
+    }
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    check(code == collx::errc::invalid_argument && what.find("rank 0 has no usable node id") != std::string::npos &&
+              what.find("COLLX_NODE_ID") != std::string::npos,
+          "a bad node id on rank 0 fails every rank with invalid_argument naming it: " + what);
+    check(s < 10.0, "the bad node id seen in " + std::to_string(s) + " s");
+    int failures = 0;
+    MPI_Allreduce(&g_failures, &failures, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (g_rank == 0) std::printf("test_mpi bad-node-id: %d checks per rank, %d failed in total\n", g_checks, failures);
+    MPI_Finalize();
+    return failures == 0 ? 0 : 1;
+  }
   const int expected_nodes = argc > 1 ? std::atoi(argv[1]) : 0;
   try {
     check(provided == MPI_THREAD_MULTIPLE, "MPI_THREAD_MULTIPLE provided");
@@ -545,6 +636,8 @@ int main(int argc, char** argv) {
       hierarchical_root_disagreement(c, std::size_t{1} << 20);
     }
     if (expected_nodes == 2) level_failure_names_world_ranks();  // 2 nodes x 2 ranks
+    hierarchical_count_zero();
+    failed_call_releases_buffer();
     left_by_exception();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rank %d: unexpected exception: %s\n", g_rank, e.what());

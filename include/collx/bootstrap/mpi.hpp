@@ -31,17 +31,35 @@ enum class intra_node {
 
 /// Every rank's node id (node_id_from_environment: COLLX_NODE_ID or the host name), gathered over
 /// `comm`. Collective over comm.
-/// @throws collx::error invalid_argument (a bad COLLX_NODE_ID), transport (an MPI error)
+/// @throws collx::error invalid_argument (a bad COLLX_NODE_ID on any rank: every rank throws it,
+///   naming that rank), transport (an MPI error)
 inline std::vector<std::string> gather_node_ids(MPI_Comm comm) {
-  constexpr int width = 256;  // node_id_from_environment allows at most 255 bytes
-  std::string mine = node_id_from_environment();
+  constexpr std::size_t width = 256;  // node_id_from_environment allows at most 255 bytes
+  // A rank whose id is bad still takes part, sending a 0 byte and its reason, so that every rank
+  // fails with it instead of the others waiting in MPI_Allgather, which has no timeout.
+  std::string mine;
+  errc code = errc::invalid_argument;
+  try {
+    mine = node_id_from_environment();
+  } catch (const error& e) {
+    code = e.code();
+    mine = std::string(1, '\0') + static_cast<char>(static_cast<int>(code)) + e.what();
+  }
   mine.resize(width, '\0');
   int n = 0;
   check_mpi(MPI_Comm_size(comm, &n), "MPI_Comm_size");
   std::vector<char> all(static_cast<std::size_t>(n) * width);
-  check_mpi(MPI_Allgather(mine.data(), width, MPI_CHAR, all.data(), width, MPI_CHAR, comm), "MPI_Allgather(node ids)");
+  check_mpi(MPI_Allgather(mine.data(), static_cast<int>(width), MPI_CHAR, all.data(), static_cast<int>(width), MPI_CHAR, comm),
+            "MPI_Allgather(node ids)");
   std::vector<std::string> ids;
-  for (int r = 0; r < n; ++r) ids.emplace_back(all.data() + static_cast<std::size_t>(r) * width);
+  for (int r = 0; r < n; ++r) {
+    const char* id = all.data() + static_cast<std::size_t>(r) * width;
+    if (id[0] == '\0') {
+      const std::string why(id + 2, ::strnlen(id + 2, width - 2));
+      COLLX_THROW(static_cast<errc>(id[1]), "rank " + std::to_string(r) + " has no usable node id: " + why);
+    }
+    ids.emplace_back(id);
+  }
   return ids;
 }
 

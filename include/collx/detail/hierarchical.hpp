@@ -352,6 +352,10 @@ inline void run_hierarchical_untyped(communicator& comm, collective coll, const 
     // a whole (a root, or one rank calling flat) may never meet in a level call, and the world's
     // next call, or a peer waiting in one now, compares the records.
     comm.get_transport().announce(sig);
+    // A rank with nothing to move may make no level call at all (reduce, a widening all-reduce,
+    // the v-forms): over MPI its peers, waiting on a level for its data, would never learn that it
+    // disagreed (count 0 against their count), so it sends them its record, as a flat call does.
+    if (elements_moved(coll, lay) == 0) comm.get_transport().moves_nothing(sig);
   } catch (const error& e) {  // this call's own failure (a peer's query differs): named as the call
     const std::string what = name + ": " + e.what();
     comm.fail(e.code(), what);

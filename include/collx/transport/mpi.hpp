@@ -128,6 +128,12 @@ class mpi_transport final : public transport {
   static constexpr int control_tag = 7002;  ///< failure notices and signature queries
   /// How long a rank waits for a peer in one call before it sends that peer its signature.
   static constexpr std::chrono::milliseconds query_after{50};
+  /// How long a failed call waits for its sends to finish before it returns (settle_sends).
+  static constexpr std::chrono::milliseconds settle_time{2000};
+  /// Control messages (failure notices, queries) are looked for at most this often: each look is
+  /// an MPI_Improbe for any source, which scans MPI's queue of unexpected messages, long when many
+  /// small data messages arrived ahead of their receives.
+  static constexpr std::chrono::microseconds control_poll_interval{1000};
 
   explicit mpi_transport(MPI_Comm comm, const mpi_options& opt = {}) : opt_(opt) {
     require_mpi_running("collx::mpi");
@@ -186,6 +192,9 @@ class mpi_transport final : public transport {
       MPI_Comm_free(&comm_);
       return;
     }
+    // A failure from another thread under MPI_THREAD_SERIALIZED (abort()) waited for this
+    // thread to tell the peers; it may be the last chance.
+    if (notice_pending_) send_notices();
     // After a failure, messages of the failed call may still be in flight or unreceived (the
     // data of a call the peers gave up on, failure notices from several ranks). Freeing the
     // duplicate would let MPI hand its context id to a later communicator, where a stale message
@@ -481,6 +490,12 @@ class mpi_transport final : public transport {
   /// Takes in the control messages that arrived: signature queries (compared with this rank's
   /// record of the call) and a failure notice from any peer.
   void poll_control() {
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_control_poll_ < control_poll_interval) {
+      if (notice_pending_) send_notices();
+      return;
+    }
+    last_control_poll_ = now;
     for (;;) {
       int found = 0;
       MPI_Message msg = MPI_MESSAGE_NULL;
@@ -639,6 +654,7 @@ class mpi_transport final : public transport {
   }
   [[noreturn]] void rethrow_failure() {
     if (notice_pending_) send_notices();
+    settle_sends();
     errc code;
     std::string why;
     {
@@ -647,6 +663,26 @@ class mpi_transport final : public transport {
       why = why_;
     }
     COLLX_THROW(code, why);
+  }
+
+  /// A failed call is about to hand its buffers back to the user, who may free them: the sends
+  /// still reading from them get up to settle_time to finish. Those a peer matched finish once MPI
+  /// moves their data (this loop drives it); one that no peer matched reads no more than its
+  /// eager part, which goes out here too. MPI cannot cancel a send, so past that time a send
+  /// stays posted (the peer stopped taking part in MPI) and may still read its buffer.
+  void settle_sends() noexcept {
+    const auto until = std::chrono::steady_clock::now() + std::min<std::chrono::milliseconds>(timeout_, settle_time);
+    for (;;) {
+      int done = 0;
+      if (sends_.empty() ||
+          MPI_Testall(static_cast<int>(sends_.size()), sends_.data(), &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS || done)
+        break;
+      if (std::chrono::steady_clock::now() >= until) return;  // kept, with their first pieces, for the destructor
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    sends_.clear();
+    send_peers_.clear();
+    first_buffers_.clear();
   }
 
   mpi_options opt_;
@@ -680,6 +716,7 @@ class mpi_transport final : public transport {
   std::vector<std::uint64_t> queried_;                                 // per peer: the call last queried
   std::vector<std::pair<int, query_message>> early_queries_;          // for calls not reached yet
   std::vector<std::pair<MPI_Request, std::unique_ptr<std::byte[]>>> query_sends_;  // until delivered
+  std::chrono::steady_clock::time_point last_control_poll_{};                      // poll_control's last look
 };
 
 /// A communicator over every rank of `comm` whose messages go over MPI (a private duplicate of
