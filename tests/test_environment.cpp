@@ -142,6 +142,40 @@ TEST_CASE("F3: a COLLX_TIMEOUT under 1 ms is rejected, not rounded to a zero dea
   CHECK(collx::communicator_options{}.timeout == std::chrono::seconds(300));
 }
 
+TEST_CASE("COLLX_CONNECT_TIMEOUT bounds a shared-memory start", "[env]") {
+  {
+    scoped_env e{{"COLLX_CONNECT_TIMEOUT", "0.0004"}};
+    const std::string msg = error_of([] { collx::shm_options o; });
+    CHECK(msg.find("COLLX_CONNECT_TIMEOUT='0.0004' is not valid: expected") != std::string::npos);
+  }
+  {
+    scoped_env e{{"COLLX_CONNECT_TIMEOUT", "soon"}};
+    CHECK(error_of([] { collx::shm_options o; }).find("COLLX_CONNECT_TIMEOUT='soon'") != std::string::npos);
+  }
+  {
+    scoped_env e{{"COLLX_CONNECT_TIMEOUT", ""}};
+    CHECK(collx::shm_options{}.connect_timeout == std::chrono::seconds(60));
+  }
+  // Rank 0 of a 2-rank job whose rank 1 never comes: it gives up after 0.3 s, not 60, and says
+  // which variable sets that.
+  scoped_env e{{"COLLX_CONNECT_TIMEOUT", "0.3"}};
+  CHECK(collx::shm_options{}.connect_timeout == std::chrono::milliseconds(300));
+  const std::string job = "test-connect-timeout-" + std::to_string(::getpid());
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string msg;
+  try {
+    collx::connect_shm(collx::launch_info{0, 2, 0, 2, job, "test"});
+  } catch (const collx::error& e) {
+    CHECK(e.code() == collx::errc::timeout);
+    msg = e.what();
+  }
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  CHECK(msg.find("missing: rank 1") != std::string::npos);
+  CHECK(msg.find("COLLX_CONNECT_TIMEOUT") != std::string::npos);
+  CHECK(waited >= std::chrono::milliseconds(300));
+  CHECK(waited < std::chrono::seconds(5));
+}
+
 TEST_CASE("F3: a bad COLLX_TIMEOUT or COLLX_SEGMENT_BYTES stops communicator creation with its name", "[env][F3]") {
   {
     scoped_env e{{"COLLX_TIMEOUT", "abc"}};

@@ -17,8 +17,8 @@ static const char* const usage_text =
     "sets in each rank: COLLX_RANK, COLLX_WORLD_SIZE, COLLX_LOCAL_RANK, COLLX_LOCAL_WORLD_SIZE,\n"
     "  COLLX_JOB_ID (kept if set), COLLX_LAUNCH_ID\n"
     "reads: COLLX_BIND=core|none (pin each rank to a CPU when they fit; default core); checks\n"
-    "  COLLX_TIMEOUT, COLLX_SEGMENT_BYTES, COLLX_ALGO, COLLX_CMA and COLLX_SHM_BYTES_PER_PEER, which\n"
-    "  every rank would refuse, before starting any\n"
+    "  COLLX_TIMEOUT, COLLX_SEGMENT_BYTES, COLLX_ALGO, COLLX_CMA, COLLX_SHM_BYTES_PER_PEER and\n"
+    "  COLLX_CONNECT_TIMEOUT, which every rank would refuse, before starting any\n"
     "when a rank fails, the others get SIGTERM, then SIGKILL 3 s later; SIGINT, SIGTERM and SIGHUP\n"
     "  are forwarded to every rank\n"
     "exit status: the first failure's (128 + signal for a signal), 0 if every rank exits 0,\n"
@@ -71,6 +71,7 @@ int main(int argc, char** argv) {
     (void)collx::communicator_options{};  // COLLX_TIMEOUT, COLLX_SEGMENT_BYTES, COLLX_ALGO
     (void)collx::shm_bytes_per_peer_from_environment();
     (void)collx::shm_cma_from_environment(-1);
+    (void)collx::shm_connect_timeout_from_environment();
   } catch (const collx::error& e) {  // the environment, not the command line: no usage text
     std::fprintf(stderr, "collx-run: %s\n", e.what());
     return 2;

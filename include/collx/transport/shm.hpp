@@ -55,6 +55,18 @@ namespace collx {
 inline namespace v0 {
 
 /// Settings of the shared-memory transport (defaults from the environment).
+/// COLLX_CONNECT_TIMEOUT seconds rounded to the nearest millisecond, or 60 s when unset: the
+/// default of shm_options::connect_timeout.
+/// @throws collx::error(invalid_argument) naming the variable for values that are not positive
+///   seconds, or that round to less than 1 ms.
+inline std::chrono::milliseconds shm_connect_timeout_from_environment() {
+  const auto v = env::get("COLLX_CONNECT_TIMEOUT");
+  if (!v) return std::chrono::seconds(60);
+  const auto ms = static_cast<long long>(env::parse_seconds("COLLX_CONNECT_TIMEOUT", *v) * 1000.0 + 0.5);
+  if (ms < 1) env::reject("COLLX_CONNECT_TIMEOUT", *v, "at least 0.001 seconds (kept in whole ms, at least 1 ms)");
+  return std::chrono::milliseconds(ms);
+}
+
 struct shm_options {
   /// Staging bytes per ordered pair of ranks (COLLX_SHM_BYTES_PER_PEER; default 1 MiB, shrunk for
   /// more than 8 ranks so that the segment stays near 64 MiB).
@@ -69,8 +81,8 @@ struct shm_options {
   int cma = -1;
   /// Messages of at least this many bytes go single-copy when CMA is on.
   std::size_t cma_min_bytes = 64 * 1024;
-  /// How long start-up waits for all ranks to attach.
-  std::chrono::milliseconds connect_timeout = std::chrono::seconds(60);
+  /// How long start-up waits for all ranks to attach: COLLX_CONNECT_TIMEOUT seconds, else 60 s.
+  std::chrono::milliseconds connect_timeout = shm_connect_timeout_from_environment();
   /// NUMA placement of each rank's outgoing staging slots on the node of its CPUs: -1 auto (where
   /// the machine has several nodes and the rank's CPUs are all on one, as collx-run's binding
   /// leaves them), 0 off, 1 also on a one-node machine (tests). Rank 0 allocates the segment, so
@@ -1033,7 +1045,7 @@ class shm_transport final : public transport {
         }
         if (std::chrono::steady_clock::now() > deadline)
           COLLX_THROW(errc::timeout, "rank " + std::to_string(rank_) + "/" + std::to_string(n_) + ": shared memory " +
-                                         name_ + id_note_ + " did not appear within the connect timeout (is rank 0 running, with "
+                                         name_ + id_note_ + " did not appear within the connect timeout (COLLX_CONNECT_TIMEOUT; is rank 0 running, with "
                                          "the same job id and world size?)" + job_id_hint());
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
@@ -1093,7 +1105,7 @@ class shm_transport final : public transport {
           if (peer(r).attached.load(std::memory_order_acquire) == 0) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
         COLLX_THROW(errc::timeout, "rank " + std::to_string(rank_) + "/" + std::to_string(n_) + ": only " +
                                        std::to_string(hdr()->attached.load()) + " of " + std::to_string(n_) +
-                                       " ranks attached to " + name_ + id_note_ + " within the connect timeout" +
+                                       " ranks attached to " + name_ + id_note_ + " within the connect timeout (COLLX_CONNECT_TIMEOUT)" +
                                        (missing.empty() ? std::string()
                                                         : " (missing: rank" + std::string(missing.find(',') != std::string::npos ? "s " : " ") +
                                                               missing + ")") +
