@@ -1111,7 +1111,10 @@ class shm_transport final : public transport {
                                                               missing + ")") +
                                        job_id_hint());
       }
-      if (st == detail::wait_status::interrupted) {
+      // A peer may finish its start, use the communicator and fail or close it between this
+      // rank's last look at `ready` and its look at the peers: the start itself succeeded then
+      // (the failure is the communicator's, for its first call).
+      if (st == detail::wait_status::interrupted && !ready()) {
         unlink_name_if_ours();  // as for the timeout: the job cannot start
         raise_failure();
       }
