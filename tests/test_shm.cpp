@@ -897,6 +897,39 @@ TEST_CASE("shm: a rank that requires single copy where another turned it off nam
   ::shm_unlink(collx::transport_impl::shm_transport::segment_name(job).c_str());
 }
 
+TEST_CASE("shm: a start asked to stop ends at once, whichever rank it is, and leaves no segment", "[shm]") {
+  // What collx::split gives a group's start: a question asked while it waits for the group's
+  // other ranks (did the communicator being split fail, did a member die?). Rank 0 makes the
+  // segment and waits for rank 1; rank 1 waits for rank 0's segment to appear. Neither other rank
+  // ever comes: each start must end with the answer soon after it turns non-empty, not at the
+  // 20 s connect timeout.
+  for (int rank : {0, 1}) {
+    INFO("rank " << rank);
+    const std::string job = "test-abandon-" + std::to_string(::getpid()) + "-" + std::to_string(rank);
+    collx::shm_options shm;
+    shm.connect_timeout = 20s;
+    const auto t0 = std::chrono::steady_clock::now();
+    auto stop = [t0]() -> std::string {
+      return std::chrono::steady_clock::now() - t0 > 200ms ? "rank 7 of the communicator being split died" : "";
+    };
+    collx::errc code = collx::errc::internal;
+    std::string why;
+    try {
+      collx::transport_impl::shm_transport t(collx::launch_info{rank, 2, rank, 2, job, "test"}, shm, 20s, stop);
+    } catch (const collx::error& e) {
+      code = e.code();
+      why = e.what();
+    }
+    const auto waited = std::chrono::steady_clock::now() - t0;
+    CHECK(code == collx::errc::aborted);
+    CHECK_THAT(why, Catch::Matchers::Contains("rank " + std::to_string(rank) +
+                                              " ended the start: rank 7 of the communicator being split died"));
+    CHECK(waited >= 200ms);
+    CHECK(waited < 2s);
+    CHECK_FALSE(std::filesystem::exists("/dev/shm" + collx::transport_impl::shm_transport::segment_name(job)));
+  }
+}
+
 TEST_CASE("shm: ranks that cut calls into other segment sizes are told so", "[shm]") {
   // The calls agree (same count, type, op), but rank 1 runs reductions in 8 KiB segments and rank
   // 0 in 4 KiB ones (COLLX_SEGMENT_BYTES set on one rank only): the error names the setting, not

@@ -51,10 +51,13 @@ inline constexpr int no_color = -1;
 /// @throws collx::error invalid_argument (a negative color other than no_color, or a moved-from
 ///   communicator: comm is then failed for every rank), mismatch, timeout or aborted as the
 ///   all_gather raises them (a rank calling another collective meanwhile), and what connecting the
-///   group raises (shared memory: system when /dev/shm is full; timeout when a member never
+///   group raises (shared memory: system when /dev/shm is full; aborted within about 50 ms when
+///   comm fails or a member dies while the group starts; timeout when a live member never
 ///   arrives, after shm_options::connect_timeout); any error after the exchange fails comm too.
 ///   Over MPI, MPI_Comm_split itself has no timeout: a rank that fails after the exchange but
-///   before it (its own communicator failing meanwhile) leaves the others waiting there.
+///   before it (its own communicator failing meanwhile) leaves the others waiting there. Over
+///   threads, the group's other ranks learn of such a failure at their first call on the group,
+///   by its timeout.
 [[nodiscard]] inline std::optional<communicator> split(communicator& comm, int color, int key) {
   const int n = comm.size(), me = comm.rank();  // a moved-from communicator throws here
   comm.drain_async();

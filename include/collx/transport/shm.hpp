@@ -206,8 +206,13 @@ struct shm_segment {
 /// One rank's end of the shared segment.
 class shm_transport final : public transport {
  public:
-  shm_transport(const launch_info& info, const shm_options& opt, std::chrono::milliseconds timeout)
-      : rank_(info.rank), n_(info.world_size), timeout_(timeout), cma_min_(opt.cma_min_bytes), info_(info), opt_(opt) {
+  /// `abandon_start`, where given, is asked while start-up waits for the other ranks (every 50 ms):
+  /// a non-empty answer ends the start with it as the failure (collx::split: the communicator being
+  /// split failed, or a member of the group died before it attached).
+  shm_transport(const launch_info& info, const shm_options& opt, std::chrono::milliseconds timeout,
+                std::function<std::string()> abandon_start = {})
+      : rank_(info.rank), n_(info.world_size), timeout_(timeout), cma_min_(opt.cma_min_bytes), info_(info), opt_(opt),
+        abandon_start_(std::move(abandon_start)) {
     if (info.local_world_size != info.world_size)
       COLLX_THROW(errc::invalid_argument,
                   "the shared-memory transport needs every rank on one node, but " + std::to_string(info.world_size) +
@@ -222,6 +227,7 @@ class shm_transport final : public transport {
       if (base_) ::munmap(base_, bytes_);
       throw;
     }
+    abandon_start_ = nullptr;  // it may refer to what only lives while this start runs
   }
 
   ~shm_transport() override {
@@ -274,7 +280,22 @@ class shm_transport final : public transport {
     group.job_id = info_.job_id + ".split" + std::to_string(split_id) + ".color" + std::to_string(color);
     shm_options o = opt_;
     if (!o.ranks_on_host) o.ranks_on_host = n_;
-    return std::make_shared<shm_transport>(group, o, timeout_);
+    // The group's start waits for its members: it ends as soon as this communicator fails (a
+    // rank aborted it) or a member dies, not at the connect timeout.
+    auto abandon = [this, &members]() -> std::string {
+      errc code{};
+      std::string why;
+      if (failure(code, why)) return "the communicator being split failed: " + why;
+      for (int r : members) {
+        if (r == rank_) continue;
+        const shm_segment::peer_info& pi = peer(r);
+        if (pi.departed.load(std::memory_order_acquire) || detail::process_dead(pi.pid.load(std::memory_order_acquire), pi.start_time))
+          return "rank " + std::to_string(r) + " (pid " + std::to_string(pi.pid.load()) +
+                 ") of the communicator being split died or left before its group started";
+      }
+      return "";
+    };
+    return std::make_shared<shm_transport>(group, o, timeout_, abandon);
   }
 
   void fail(errc code, const std::string& why) noexcept override {
@@ -468,11 +489,16 @@ class shm_transport final : public transport {
 
   /// Unlinks job `job_id`'s segment if its creator died, and keeps it otherwise (a live job with the
   /// same id). A segment whose creator died before writing its header counts as dead only 10 s
-  /// after it was made (then a later start's reclaim_stale_segments removes it). Returns whether
-  /// it unlinked one.
+  /// after it was made (then a later start's reclaim_stale_segments removes it). Then sweeps this
+  /// user's other stale segments (reclaim_stale_segments), the job's split groups' among them.
+  /// Returns whether it unlinked the job's.
   static bool remove_if_stale(const std::string& job_id) {
     const std::string name = segment_name(job_id);
-    return unlink_if_stale(name);
+    const bool removed = unlink_if_stale(name);
+    // Also its groups' (collx::split), left by a rank that died while a group started, and any
+    // other dead job's, which the next start would sweep.
+    reclaim_stale_segments();
+    return removed;
   }
 
   /// Unlinks segment `name` only if it is still the segment `judged` (its stat when it was found
@@ -994,7 +1020,7 @@ class shm_transport final : public transport {
       }
     } else {
       // Wait for rank 0's segment; skip one left by a dead job until rank 0 replaces it.
-      for (;;) {
+      for (unsigned waits = 0;; ) {
         fd = ::shm_open(name_.c_str(), O_RDWR, 0);
         if (fd >= 0) {
           struct stat st{};
@@ -1047,6 +1073,9 @@ class shm_transport final : public transport {
           COLLX_THROW(errc::timeout, "rank " + std::to_string(rank_) + "/" + std::to_string(n_) + ": shared memory " +
                                          name_ + id_note_ + " did not appear within the connect timeout (COLLX_CONNECT_TIMEOUT; is rank 0 running, with "
                                          "the same job id and world size?)" + job_id_hint());
+        if (abandon_start_ && ++waits % 50 == 0)  // about every 50 ms
+          if (const std::string why = abandon_start_(); !why.empty())
+            COLLX_THROW(errc::aborted, "rank " + std::to_string(rank_) + " ended the start: " + why);
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
     }
@@ -1095,8 +1124,19 @@ class shm_transport final : public transport {
     if (hdr()->attached.fetch_add(1) + 1 == static_cast<std::uint32_t>(n_)) ::shm_unlink(name_.c_str());
     for (int r = 0; r < n_; ++r) peer(r).bell.ring(true);
     const auto all_attached = [&] { return hdr()->attached.load(std::memory_order_acquire) == static_cast<std::uint32_t>(n_); };
+    auto last_abandon_check = std::chrono::steady_clock::now();
+    const auto stop_start = [&] {
+      if (interrupted(-1)) return true;
+      const auto now = std::chrono::steady_clock::now();
+      if (!abandon_start_ || now - last_abandon_check < std::chrono::milliseconds(50)) return false;
+      last_abandon_check = now;
+      const std::string why = abandon_start_();
+      if (why.empty()) return false;
+      adopt_failure(errc::aborted, "rank " + std::to_string(rank_) + " ended the start: " + why);
+      return true;
+    };
     const auto connect_wait = [&](auto ready) {
-      const auto st = detail::wait_until(me.bell, true, deadline, std::chrono::nanoseconds(0), ready, [&] { return interrupted(-1); },
+      const auto st = detail::wait_until(me.bell, true, deadline, std::chrono::nanoseconds(0), ready, stop_start,
                                          std::chrono::milliseconds(50));
       if (st == detail::wait_status::timed_out) {
         unlink_name_if_ours();  // the job cannot start: leave nothing in /dev/shm for a rank that never came
@@ -1210,6 +1250,7 @@ class shm_transport final : public transport {
   std::string launch_id_;  // launch_info::launch_id: a segment of another start is never joined
   launch_info info_;       // as connected: split() derives its groups' from it
   shm_options opt_;
+  std::function<std::string()> abandon_start_;  // asked while the start waits (constructor)
   std::byte* base_ = nullptr;
   std::size_t bytes_ = 0;
   shm_segment::layout lay_{};
