@@ -84,10 +84,15 @@ inline constexpr int no_color = -1;
   communicator_options opt = comm.options();
   opt.ring_order.clear();
   std::shared_ptr<transport> t;
+  const std::string call = "rank " + std::to_string(me) + ": collx::split";
   try {
     t = comm.get_transport().split(members, group_rank, color, key, comm.calls_made());
+  } catch (const error& e) {  // the group's own ranks and names: say whose start it was
+    detail::fail_for_escaping(comm, call);
+    COLLX_THROW(e.code(), call + ", starting the group of color " + std::to_string(color) + " (" +
+                              std::to_string(members.size()) + " ranks): " + e.what());
   } catch (...) {
-    detail::fail_for_escaping(comm, "rank " + std::to_string(me) + ": collx::split");
+    detail::fail_for_escaping(comm, call);
     throw;
   }
   if (!t) return std::nullopt;
