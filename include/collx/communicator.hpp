@@ -35,11 +35,7 @@ namespace detail {
 /// @throws collx::error (errc::invalid_argument) naming the variable for values that are not
 /// positive seconds, or that round to less than 1 ms (a zero deadline would fail every wait).
 inline std::chrono::milliseconds default_timeout() {
-  const auto v = env::get("COLLX_TIMEOUT");
-  if (!v) return std::chrono::seconds(300);
-  const auto ms = static_cast<long long>(env::parse_seconds("COLLX_TIMEOUT", *v) * 1000.0 + 0.5);
-  if (ms < 1) env::reject("COLLX_TIMEOUT", *v, "at least 0.001 seconds (the deadline is kept in whole ms, at least 1 ms)");
-  return std::chrono::milliseconds(ms);
+  return env::milliseconds_or("COLLX_TIMEOUT", std::chrono::seconds(300));
 }
 /// COLLX_SEGMENT_BYTES, or 8 MiB when unset.
 inline std::size_t default_segment_bytes() {

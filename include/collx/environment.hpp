@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
@@ -131,6 +132,18 @@ inline double parse_seconds(std::string_view name, std::string_view v) {
   if (*end != '\0' || !(x > 0)) reject(name, v, expected);
   if (x > 1e9) reject(name, v, "at most 1e9 seconds (about 31 years)");
   return x;
+}
+
+/// Variable `name` as a duration: its seconds (parse_seconds) rounded to the nearest millisecond,
+/// or `fallback` when it is unset or empty. @throws collx::error (errc::invalid_argument) naming
+/// the variable for a value parse_seconds refuses or one that rounds to less than 1 ms (a zero
+/// deadline would fail every wait).
+inline std::chrono::milliseconds milliseconds_or(const char* name, std::chrono::milliseconds fallback) {
+  const auto v = get(name);
+  if (!v) return fallback;
+  const auto ms = static_cast<long long>(parse_seconds(name, *v) * 1000.0 + 0.5);
+  if (ms < 1) reject(name, *v, "at least 0.001 seconds (the deadline is kept in whole ms, at least 1 ms)");
+  return std::chrono::milliseconds(ms);
 }
 
 /// Lower-cases ASCII.

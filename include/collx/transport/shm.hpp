@@ -60,11 +60,7 @@ inline namespace v0 {
 /// @throws collx::error(invalid_argument) naming the variable for values that are not positive
 ///   seconds, or that round to less than 1 ms.
 inline std::chrono::milliseconds shm_connect_timeout_from_environment() {
-  const auto v = env::get("COLLX_CONNECT_TIMEOUT");
-  if (!v) return std::chrono::seconds(60);
-  const auto ms = static_cast<long long>(env::parse_seconds("COLLX_CONNECT_TIMEOUT", *v) * 1000.0 + 0.5);
-  if (ms < 1) env::reject("COLLX_CONNECT_TIMEOUT", *v, "at least 0.001 seconds (kept in whole ms, at least 1 ms)");
-  return std::chrono::milliseconds(ms);
+  return env::milliseconds_or("COLLX_CONNECT_TIMEOUT", std::chrono::seconds(60));
 }
 
 struct shm_options {
