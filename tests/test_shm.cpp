@@ -909,7 +909,9 @@ TEST_CASE("shm: a start asked to stop ends at once, whichever rank it is, and le
     collx::shm_options shm;
     shm.connect_timeout = 20s;
     const auto t0 = std::chrono::steady_clock::now();
-    auto stop = [t0]() -> std::string {
+    bool asked_for_other = true;  // the start asks about the rank it waits for, and only that one
+    auto stop = [t0, rank, &asked_for_other](const std::vector<int>& waiting_for, std::chrono::milliseconds) -> std::string {
+      asked_for_other = asked_for_other && waiting_for == std::vector<int>{1 - rank};
       return std::chrono::steady_clock::now() - t0 > 200ms ? "rank 7 of the communicator being split died" : "";
     };
     collx::errc code = collx::errc::internal;
@@ -924,6 +926,7 @@ TEST_CASE("shm: a start asked to stop ends at once, whichever rank it is, and le
     CHECK(code == collx::errc::aborted);
     CHECK_THAT(why, Catch::Matchers::Contains("rank " + std::to_string(rank) +
                                               " ended the start: rank 7 of the communicator being split died"));
+    CHECK(asked_for_other);
     CHECK(waited >= 200ms);
     CHECK(waited < 2s);
     CHECK_FALSE(std::filesystem::exists("/dev/shm" + collx::transport_impl::shm_transport::segment_name(job)));

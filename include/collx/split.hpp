@@ -48,8 +48,9 @@ inline constexpr int no_color = -1;
 /// @param key orders the group's ranks; ties keep comm's order (pass 0, or comm.rank(), for it).
 /// @return this rank's communicator of its group (rank = its place in the group, size = the
 ///   ranks with its color), or std::nullopt for no_color.
-/// @throws collx::error invalid_argument (a negative color other than no_color, or a moved-from
-///   communicator: comm is then failed for every rank), mismatch, timeout or aborted as the
+/// @throws collx::error invalid_argument (a moved-from communicator; a negative color other than
+///   no_color: comm is then failed for every rank; a transport that cannot split, found after the
+///   exchange), mismatch, timeout or aborted as the
 ///   all_gather raises them (a rank calling another collective meanwhile), and what connecting the
 ///   group raises (shared memory: system when /dev/shm is full; aborted within about 50 ms when
 ///   comm fails or a member dies while the group starts; timeout when a live member never

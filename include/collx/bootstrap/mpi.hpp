@@ -44,6 +44,9 @@ inline std::vector<std::string> gather_node_ids(MPI_Comm comm) {
   } catch (const error& e) {
     code = e.code();
     mine = std::string(1, '\0') + static_cast<char>(static_cast<int>(code)) + e.what();
+  } catch (const std::exception& e) {  // no memory, say: this rank still takes part
+    code = errc::system;
+    mine = std::string(1, '\0') + static_cast<char>(static_cast<int>(code)) + e.what();
   }
   mine.resize(width, '\0');
   int n = 0;

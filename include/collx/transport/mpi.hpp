@@ -671,13 +671,17 @@ class mpi_transport final : public transport {
   /// eager part, which goes out here too. MPI cannot cancel a send, so past that time a send
   /// stays posted (the peer stopped taking part in MPI) and may still read its buffer.
   void settle_sends() noexcept {
+    if (settled_) return;  // once per failure: a later call on the failed communicator fails at once
+    settled_ = true;
     const auto until = std::chrono::steady_clock::now() + std::min<std::chrono::milliseconds>(timeout_, settle_time);
     for (;;) {
       int done = 0;
-      if (sends_.empty() ||
-          MPI_Testall(static_cast<int>(sends_.size()), sends_.data(), &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS || done)
-        break;
-      if (std::chrono::steady_clock::now() >= until) return;  // kept, with their first pieces, for the destructor
+      if (sends_.empty()) break;
+      // Unfinished past the time, or MPI failing to tell: kept, with their first pieces, for the
+      // destructor (MPI may still read them).
+      if (MPI_Testall(static_cast<int>(sends_.size()), sends_.data(), &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS) return;
+      if (done) break;
+      if (std::chrono::steady_clock::now() >= until) return;
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
     sends_.clear();
@@ -717,6 +721,7 @@ class mpi_transport final : public transport {
   std::vector<std::pair<int, query_message>> early_queries_;          // for calls not reached yet
   std::vector<std::pair<MPI_Request, std::unique_ptr<std::byte[]>>> query_sends_;  // until delivered
   std::chrono::steady_clock::time_point last_control_poll_{};                      // poll_control's last look
+  bool settled_ = false;                                                           // settle_sends ran (owner thread)
 };
 
 /// A communicator over every rank of `comm` whose messages go over MPI (a private duplicate of

@@ -54,7 +54,6 @@
 namespace collx {
 inline namespace v0 {
 
-/// Settings of the shared-memory transport (defaults from the environment).
 /// COLLX_CONNECT_TIMEOUT seconds rounded to the nearest millisecond, or 60 s when unset: the
 /// default of shm_options::connect_timeout.
 /// @throws collx::error(invalid_argument) naming the variable for values that are not positive
@@ -63,6 +62,7 @@ inline std::chrono::milliseconds shm_connect_timeout_from_environment() {
   return env::milliseconds_or("COLLX_CONNECT_TIMEOUT", std::chrono::seconds(60));
 }
 
+/// Settings of the shared-memory transport (defaults from the environment).
 struct shm_options {
   /// Staging bytes per ordered pair of ranks (COLLX_SHM_BYTES_PER_PEER; default 1 MiB, shrunk for
   /// more than 8 ranks so that the segment stays near 64 MiB).
@@ -202,11 +202,14 @@ struct shm_segment {
 /// One rank's end of the shared segment.
 class shm_transport final : public transport {
  public:
-  /// `abandon_start`, where given, is asked while start-up waits for the other ranks (every 50 ms):
-  /// a non-empty answer ends the start with it as the failure (collx::split: the communicator being
-  /// split failed, or a member of the group died before it attached).
+  /// Asked while a start waits (every 50 ms) with the ranks that have not attached yet and how
+  /// long it has waited: a non-empty answer ends the start with it as the failure.
+  using abandon_question = std::function<std::string(const std::vector<int>& waiting_for, std::chrono::milliseconds waited)>;
+
+  /// `abandon_start`, where given, is asked while start-up waits for other ranks (collx::split:
+  /// whether a group member that has not attached died, or the communicator being split failed).
   shm_transport(const launch_info& info, const shm_options& opt, std::chrono::milliseconds timeout,
-                std::function<std::string()> abandon_start = {})
+                abandon_question abandon_start = {})
       : rank_(info.rank), n_(info.world_size), timeout_(timeout), cma_min_(opt.cma_min_bytes), info_(info), opt_(opt),
         abandon_start_(std::move(abandon_start)) {
     if (info.local_world_size != info.world_size)
@@ -276,19 +279,21 @@ class shm_transport final : public transport {
     group.job_id = info_.job_id + ".split" + std::to_string(split_id) + ".color" + std::to_string(color);
     shm_options o = opt_;
     if (!o.ranks_on_host) o.ranks_on_host = n_;
-    // The group's start waits for its members: it ends as soon as this communicator fails (a
-    // rank aborted it) or a member dies, not at the connect timeout.
-    auto abandon = [this, &members]() -> std::string {
-      errc code{};
-      std::string why;
-      if (failure(code, why)) return "the communicator being split failed: " + why;
-      for (int r : members) {
-        if (r == rank_) continue;
+    // The group's start waits for its members: it ends as soon as one that has not attached dies
+    // or leaves this communicator (it failed its split), or, a second on, when this communicator
+    // failed (a member whose exchange failed never comes; one that finished it comes within
+    // milliseconds even so), not at the connect timeout.
+    auto abandon = [this, &members](const std::vector<int>& waiting_for, std::chrono::milliseconds waited) -> std::string {
+      for (int g : waiting_for) {
+        const int r = members.at(static_cast<std::size_t>(g));
         const shm_segment::peer_info& pi = peer(r);
         if (pi.departed.load(std::memory_order_acquire) || detail::process_dead(pi.pid.load(std::memory_order_acquire), pi.start_time))
           return "rank " + std::to_string(r) + " (pid " + std::to_string(pi.pid.load()) +
-                 ") of the communicator being split died or left before its group started";
+                 ") of the communicator being split died or left before it joined its group";
       }
+      errc code{};
+      std::string why;
+      if (waited >= std::chrono::seconds(1) && failure(code, why)) return "the communicator being split failed: " + why;
       return "";
     };
     return std::make_shared<shm_transport>(group, o, timeout_, abandon);
@@ -1069,8 +1074,8 @@ class shm_transport final : public transport {
           COLLX_THROW(errc::timeout, "rank " + std::to_string(rank_) + "/" + std::to_string(n_) + ": shared memory " +
                                          name_ + id_note_ + " did not appear within the connect timeout (COLLX_CONNECT_TIMEOUT; is rank 0 running, with "
                                          "the same job id and world size?)" + job_id_hint());
-        if (abandon_start_ && ++waits % 50 == 0)  // about every 50 ms
-          if (const std::string why = abandon_start_(); !why.empty())
+        if (abandon_start_ && ++waits % 50 == 0)  // about every 50 ms, while rank 0 has not made it
+          if (const std::string why = abandon_start_({0}, std::chrono::milliseconds(waits)); !why.empty())
             COLLX_THROW(errc::aborted, "rank " + std::to_string(rank_) + " ended the start: " + why);
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
@@ -1120,16 +1125,22 @@ class shm_transport final : public transport {
     if (hdr()->attached.fetch_add(1) + 1 == static_cast<std::uint32_t>(n_)) ::shm_unlink(name_.c_str());
     for (int r = 0; r < n_; ++r) peer(r).bell.ring(true);
     const auto all_attached = [&] { return hdr()->attached.load(std::memory_order_acquire) == static_cast<std::uint32_t>(n_); };
-    auto last_abandon_check = std::chrono::steady_clock::now();
+    // abandon_start_'s answer, kept until the wait ends: acted on only if the start then still
+    // waits (it may have completed meanwhile).
+    const auto started = std::chrono::steady_clock::now();
+    auto last_abandon_check = started;
+    std::string abandon_why;
     const auto stop_start = [&] {
       if (interrupted(-1)) return true;
       const auto now = std::chrono::steady_clock::now();
       if (!abandon_start_ || now - last_abandon_check < std::chrono::milliseconds(50)) return false;
       last_abandon_check = now;
-      const std::string why = abandon_start_();
-      if (why.empty()) return false;
-      adopt_failure(errc::aborted, "rank " + std::to_string(rank_) + " ended the start: " + why);
-      return true;
+      std::vector<int> waiting_for;  // ranks that have not attached
+      for (int r = 0; r < n_; ++r)
+        if (peer(r).attached.load(std::memory_order_acquire) == 0) waiting_for.push_back(r);
+      if (!waiting_for.empty())
+        abandon_why = abandon_start_(waiting_for, std::chrono::duration_cast<std::chrono::milliseconds>(now - started));
+      return !abandon_why.empty();
     };
     const auto connect_wait = [&](auto ready) {
       const auto st = detail::wait_until(me.bell, true, deadline, std::chrono::nanoseconds(0), ready, stop_start,
@@ -1151,9 +1162,12 @@ class shm_transport final : public transport {
       // rank's last look at `ready` and its look at the peers: the start itself succeeded then
       // (the failure is the communicator's, for its first call).
       if (st == detail::wait_status::interrupted && !ready()) {
+        // The other ranks' starts end with it too (interrupted: the segment failed).
+        if (!abandon_why.empty()) adopt_failure(errc::aborted, "rank " + std::to_string(rank_) + " ended the start: " + abandon_why);
         unlink_name_if_ours();  // as for the timeout: the job cannot start
         raise_failure();
       }
+      abandon_why.clear();
     };
     connect_wait(all_attached);
 
@@ -1246,7 +1260,7 @@ class shm_transport final : public transport {
   std::string launch_id_;  // launch_info::launch_id: a segment of another start is never joined
   launch_info info_;       // as connected: split() derives its groups' from it
   shm_options opt_;
-  std::function<std::string()> abandon_start_;  // asked while the start waits (constructor)
+  abandon_question abandon_start_;  // asked while the start waits (constructor)
   std::byte* base_ = nullptr;
   std::size_t bytes_ = 0;
   shm_segment::layout lay_{};
