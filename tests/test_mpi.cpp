@@ -535,10 +535,50 @@ void left_by_exception() {
 
 }  // namespace
 
+// Under MPI_THREAD_SERIALIZED only the thread making the calls may call MPI: rank 0's abort() from
+// a helper thread, while its main thread computes, is told to the peers when the main thread next
+// calls collx or destroys the communicator (1 s later here). Rank 1, waiting in an all-reduce
+// with a 20 s timeout, must learn of the abort then, not at its timeout (before: at it).
+int serialized_abort() {
+  collx::communicator_options opt;
+  opt.timeout = std::chrono::seconds(20);
+  const auto t0 = std::chrono::steady_clock::now();
+  collx::errc code = collx::errc::internal;
+  {
+    collx::communicator c = collx::mpi::connect(MPI_COMM_WORLD, opt);
+    collx::barrier(c);
+    if (g_rank == 0) {
+      std::thread helper([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        c.abort();
+      });
+      std::this_thread::sleep_for(std::chrono::seconds(1));  // computing, no collx call
+      helper.join();
+    } else {
+      std::vector<float> v(16, 1.0f);
+      try {
+        collx::allreduce(c, std::span<float>(v));
+      } catch (const collx::error& e) {
+        code = e.code();
+      }
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      check(code == collx::errc::aborted, "rank 0's abort() reached rank 1 (errc " + std::to_string(static_cast<int>(code)) + ")");
+      check(s < 10.0, "rank 0's abort() reached rank 1 in " + std::to_string(s) + " s (timeout 20 s)");
+    }
+  }
+  int failures = 0;
+  MPI_Allreduce(&g_failures, &failures, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (g_rank == 0) std::printf("test_mpi serialized-abort: %d checks per rank, %d failed in total\n", g_checks, failures);
+  MPI_Finalize();
+  return failures == 0 ? 0 : 1;
+}
+
 int main(int argc, char** argv) {
+  const bool serialized = argc > 1 && std::string(argv[1]) == "serialized-abort";
   int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  MPI_Init_thread(&argc, &argv, serialized ? MPI_THREAD_SERIALIZED : MPI_THREAD_MULTIPLE, &provided);
   MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+  if (serialized) return serialized_abort();
   if (argc > 1 && std::string(argv[1]) == "bad-node-id") {  // rank 0's COLLX_NODE_ID is unusable
     const auto t0 = std::chrono::steady_clock::now();
     collx::errc code = collx::errc::internal;

@@ -150,7 +150,7 @@ inline void signal_ranks(const std::vector<pid_t>& pids, int sig) {
 /// Ends a start that could not fork every rank of job `job`: kills the ranks started (`pids`; their
 /// process groups where each leads one, `groups`), reaps them, and unlinks the job's rendezvous
 /// segment if one of them created it while it waited for the others (otherwise it would stay in
-/// /dev/shm until a later start's stale-segment sweep), and this user's other stale segments
+/// /dev/shm until a later start's stale-segment sweep), and its split groups' stale ones
 /// (shm_transport::remove_if_stale). A segment whose creator still runs (another job given the
 /// same COLLX_JOB_ID) is left alone.
 inline void abandon_start(const std::vector<pid_t>& pids, const std::string& job, bool groups) {

@@ -490,15 +490,14 @@ class shm_transport final : public transport {
 
   /// Unlinks job `job_id`'s segment if its creator died, and keeps it otherwise (a live job with the
   /// same id). A segment whose creator died before writing its header counts as dead only 10 s
-  /// after it was made (then a later start's reclaim_stale_segments removes it). Then sweeps this
-  /// user's other stale segments (reclaim_stale_segments), the job's split groups' among them.
-  /// Returns whether it unlinked the job's.
+  /// after it was made (then a later start's reclaim_stale_segments removes it). Then the stale
+  /// segments of the job's split groups (collx::split), left by a rank that died while a group
+  /// started: those whose names extend the job's (ids too long to keep whole are hashed, and left
+  /// to the next start's sweep). Returns whether it unlinked the job's.
   static bool remove_if_stale(const std::string& job_id) {
     const std::string name = segment_name(job_id);
     const bool removed = unlink_if_stale(name);
-    // Also its groups' (collx::split), left by a rank that died while a group started, and any
-    // other dead job's, which the next start would sweep.
-    reclaim_stale_segments();
+    reclaim_stale_segments(name.substr(1) + ".split");
     return removed;
   }
 
@@ -515,11 +514,12 @@ class shm_transport final : public transport {
     return same && ::shm_unlink(name.c_str()) == 0;
   }
 
-  /// Unlinks this user's collx segments whose creator died (left by a crash during start-up).
-  /// Returns how many were removed.
-  static int reclaim_stale_segments() {
+  /// Unlinks this user's collx segments whose creator died (left by a crash during start-up), or
+  /// only those whose names (without the leading '/') start with `only`. Returns how many were
+  /// removed.
+  static int reclaim_stale_segments(const std::string& only = {}) {
     int removed = 0;
-    const std::string prefix = "collx-" + std::to_string(::getuid()) + "-";
+    const std::string prefix = only.empty() ? "collx-" + std::to_string(::getuid()) + "-" : only;
     DIR* d = ::opendir("/dev/shm");
     if (!d) return 0;
     while (dirent* e = ::readdir(d)) {
