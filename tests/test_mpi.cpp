@@ -535,6 +535,16 @@ void left_by_exception() {
 
 }  // namespace
 
+// Sums every rank's failed checks, prints them on rank 0 ("test_mpi<mode>: ..."), finalizes MPI and
+// returns the process's exit status.
+int finish(const std::string& mode) {
+  int failures = 0;
+  MPI_Allreduce(&g_failures, &failures, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (g_rank == 0) std::printf("test_mpi%s: %d checks per rank, %d failed in total\n", mode.c_str(), g_checks, failures);
+  MPI_Finalize();
+  return failures == 0 ? 0 : 1;
+}
+
 // Under MPI_THREAD_SERIALIZED only the thread making the calls may call MPI: rank 0's abort() from
 // a helper thread, while its main thread computes, is told to the peers when the main thread next
 // calls collx or destroys the communicator (1 s later here). Rank 1, waiting in an all-reduce
@@ -566,11 +576,27 @@ int serialized_abort() {
       check(s < 10.0, "rank 0's abort() reached rank 1 in " + std::to_string(s) + " s (timeout 20 s)");
     }
   }
-  int failures = 0;
-  MPI_Allreduce(&g_failures, &failures, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  if (g_rank == 0) std::printf("test_mpi serialized-abort: %d checks per rank, %d failed in total\n", g_checks, failures);
-  MPI_Finalize();
-  return failures == 0 ? 0 : 1;
+  return finish(" serialized-abort");
+}
+
+// Rank 0's COLLX_NODE_ID is unusable: connect_hierarchical fails on every rank at once, naming it,
+// instead of the others waiting in the node-id exchange.
+int bad_node_id() {
+  const auto t0 = std::chrono::steady_clock::now();
+  collx::errc code = collx::errc::internal;
+  std::string what;
+  try {
+    collx::communicator c = collx::mpi::connect_hierarchical(MPI_COMM_WORLD);
+  } catch (const collx::error& e) {
+    code = e.code();
+    what = e.what();
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  check(code == collx::errc::invalid_argument && what.find("rank 0 has no usable node id") != std::string::npos &&
+            what.find("COLLX_NODE_ID") != std::string::npos,
+        "a bad node id on rank 0 fails every rank with invalid_argument naming it: " + what);
+  check(s < 10.0, "the bad node id seen in " + std::to_string(s) + " s");
+  return finish(" bad-node-id");
 }
 
 int main(int argc, char** argv) {
@@ -579,27 +605,7 @@ int main(int argc, char** argv) {
   MPI_Init_thread(&argc, &argv, serialized ? MPI_THREAD_SERIALIZED : MPI_THREAD_MULTIPLE, &provided);
   MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
   if (serialized) return serialized_abort();
-  if (argc > 1 && std::string(argv[1]) == "bad-node-id") {  // rank 0's COLLX_NODE_ID is unusable
-    const auto t0 = std::chrono::steady_clock::now();
-    collx::errc code = collx::errc::internal;
-    std::string what;
-    try {
-      collx::communicator c = collx::mpi::connect_hierarchical(MPI_COMM_WORLD);
-    } catch (const collx::error& e) {
-      code = e.code();
-      what = e.what();
-    }
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    check(code == collx::errc::invalid_argument && what.find("rank 0 has no usable node id") != std::string::npos &&
-              what.find("COLLX_NODE_ID") != std::string::npos,
-          "a bad node id on rank 0 fails every rank with invalid_argument naming it: " + what);
-    check(s < 10.0, "the bad node id seen in " + std::to_string(s) + " s");
-    int failures = 0;
-    MPI_Allreduce(&g_failures, &failures, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    if (g_rank == 0) std::printf("test_mpi bad-node-id: %d checks per rank, %d failed in total\n", g_checks, failures);
-    MPI_Finalize();
-    return failures == 0 ? 0 : 1;
-  }
+  if (argc > 1 && std::string(argv[1]) == "bad-node-id") return bad_node_id();
   const int expected_nodes = argc > 1 ? std::atoi(argv[1]) : 0;
   try {
     check(provided == MPI_THREAD_MULTIPLE, "MPI_THREAD_MULTIPLE provided");
@@ -686,9 +692,5 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "rank %d: unexpected exception: %s\n", g_rank, e.what());
     ++g_failures;
   }
-  int failures = 0;
-  MPI_Allreduce(&g_failures, &failures, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  if (g_rank == 0) std::printf("test_mpi: %d checks per rank, %d failed in total\n", g_checks, failures);
-  MPI_Finalize();
-  return failures == 0 ? 0 : 1;
+  return finish("");
 }

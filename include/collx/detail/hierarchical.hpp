@@ -302,19 +302,9 @@ struct hierarchical_call {
 /// raise (they number ranks within the level): "(rank 2's node communicator: its ranks 0, 1 are
 /// world ranks 2, 3; its cross-node communicator: its ranks 0, 1 are world ranks 0, 2)".
 inline std::string level_ranks_legend(int world_rank, const node_layout& l) {
-  const auto list = [](const std::vector<int>& v) {
-    std::string a, b;
-    for (std::size_t i = 0; i < v.size(); ++i) {
-      // append, not `"..." + std::string`: g++ 12 warns falsely (-Wrestrict) on the latter at -O2.
-      a.append(i ? ", " : "").append(std::to_string(i));
-      b.append(i ? ", " : "").append(std::to_string(v[i]));
-    }
-    return "its rank" + std::string(v.size() > 1 ? "s " : " ") + a + (v.size() > 1 ? " are" : " is") + " world rank" +
-           (v.size() > 1 ? "s " : " ") + b;
-  };
   return "(rank " + std::to_string(world_rank) + "'s node communicator: " +
-         list(l.ranks.at(static_cast<std::size_t>(l.node_index))) + "; its cross-node communicator: " +
-         list(l.cross_ranks(l.local_rank)) + ")";
+         level_ranks_text(l.ranks.at(static_cast<std::size_t>(l.node_index))) + "; its cross-node communicator: " +
+         level_ranks_text(l.cross_ranks(l.local_rank)) + ")";
 }
 
 /// run_hierarchical's body on hierarchical_types (all_to_all, barrier and send/recv excepted).

@@ -259,6 +259,20 @@ inline std::string reported_by(int rank, const std::string& why) {
   return why.rfind(me, 0) == 0 ? why : me + "failed: " + why;
 }
 
+/// Which world ranks a level's ranks are, for messages in the level's numbering: "its ranks 0, 1
+/// are world ranks 2, 3" (`world_ranks[i]`: the world rank of the level's rank i).
+inline std::string level_ranks_text(const std::vector<int>& world_ranks) {
+  std::string a, b;
+  for (std::size_t i = 0; i < world_ranks.size(); ++i) {
+    // append, not `"..." + std::string`: g++ 12 warns falsely (-Wrestrict) on the latter at -O2.
+    a.append(i ? ", " : "").append(std::to_string(i));
+    b.append(i ? ", " : "").append(std::to_string(world_ranks[i]));
+  }
+  const bool several = world_ranks.size() > 1;
+  return "its rank" + std::string(several ? "s " : " ") + a + (several ? " are" : " is") + " world rank" +
+         (several ? "s " : " ") + b;
+}
+
 /// reported_by undone for the rank that failed: its own failure, as it reads it back from a peer
 /// or another level of its hierarchy, reads as its own ("why", not "rank R failed: why").
 inline std::string as_seen_by(int rank, std::string why) {
@@ -424,18 +438,11 @@ class transport {
   /// a hierarchy (set_level) with the level and world ranks named.
   std::string reported_own(int rank, const std::string& why) const {
     if (level_.empty()) return reported_by(rank, why);
-    std::string level_ranks, world_ranks;
-    for (std::size_t i = 0; i < level_world_ranks_.size(); ++i) {
-      level_ranks.append(i ? ", " : "").append(std::to_string(i));
-      world_ranks.append(i ? ", " : "").append(std::to_string(level_world_ranks_[i]));
-    }
-    const bool several = level_world_ranks_.size() > 1;
     const int world = rank >= 0 && static_cast<std::size_t>(rank) < level_world_ranks_.size()
                           ? level_world_ranks_[static_cast<std::size_t>(rank)]
                           : -1;
     return level_ + " rank " + std::to_string(rank) + " (world rank " + std::to_string(world) + ") failed: " + why + " (" +
-           level_ + ": its rank" + (several ? "s " : " ") + level_ranks + (several ? " are" : " is") + " world rank" +
-           (several ? "s " : " ") + world_ranks + ")";
+           level_ + ": " + level_ranks_text(level_world_ranks_) + ")";
   }
 
   /// For the wait loops, between polls: true when a watched transport has failed, after failing
