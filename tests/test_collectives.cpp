@@ -9,6 +9,7 @@
 // floating sums. algo::automatic results are checked against the algorithm the communicator says it
 // resolved to.
 #include "collectives_checks.hpp"
+#include "p2p_checks.hpp"
 
 #include <collx/detail/streaming_store.hpp>
 
@@ -99,6 +100,16 @@ TEST_CASE("barrier: no rank leaves before every rank entered, every world size",
       }
     });
     REQUIRE(early.load() == 0);
+  }
+}
+
+TEST_CASE("sendrecv: ring shifts both ways, halo edges, a world of one, with send/recv and async (p2p_checks.hpp)",
+          "[collectives][send_recv]") {
+  for (int n : world_sizes) {
+    INFO("n=" << n);
+    std::atomic<int> failed{0};
+    ref::run_ranks(n, [&](collx::communicator& c) { failed += p2p_checks::run(c, 5000); });
+    REQUIRE(failed.load() == 0);
   }
 }
 

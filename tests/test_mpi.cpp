@@ -15,6 +15,7 @@
 // argv[1] (optional): the number of nodes the launcher set up with COLLX_NODE_ID.
 #include "edge_cases_per_rank.hpp"
 #include "reference.hpp"
+#include "p2p_checks.hpp"
 #include "split_checks.hpp"
 
 #include <mpi.h>
@@ -625,6 +626,11 @@ int main(int argc, char** argv) {
       collx::communicator c = collx::mpi::connect(MPI_COMM_WORLD);
       const int failed = split_checks::run(c);
       check(failed == 0, "collx::split over MPI: " + std::to_string(failed) + " checks failed (above)");
+    }
+    {
+      collx::communicator c = collx::mpi::connect(MPI_COMM_WORLD);
+      const int failed = p2p_checks::run(c);
+      check(failed == 0, "collx::sendrecv over MPI: " + std::to_string(failed) + " checks failed (above)");
     }
     // The cases of docs/edge-cases.md, each rank checking its own results (edge_cases_per_rank.hpp):
     // over MPI with ring, tree and direct forced and automatic's choice, then hierarchically.

@@ -30,6 +30,7 @@
 #include <collx/transport/shm.hpp>
 
 #include "edge_cases_per_rank.hpp"
+#include "p2p_checks.hpp"
 #include "reference.hpp"
 
 using namespace std::chrono_literals;
@@ -1229,6 +1230,19 @@ int shared_allreduce_case(collx::communicator& comm, std::size_t count, const Op
 }
 
 }  // namespace
+
+TEST_CASE("shm: sendrecv shifts past the staging ring, halo edges, with send/recv and async (p2p_checks.hpp)",
+          "[shm][p2p]") {
+  for (int cma : {0, -1}) {
+    for (int n : {2, 3, 5}) {
+      INFO("processes " << n << (cma ? " (single-copy where permitted)" : " (staged)"));
+      collx::shm_options shm;
+      shm.cma = cma;
+      shm.ranks_on_host = 4096;  // auto then picks single copy (as with more ranks than cores)
+      require_all_ok(collx::run_processes(n, [](collx::communicator& c) { return p2p_checks::run(c) == 0 ? 0 : 1; }, {}, shm));
+    }
+  }
+}
 
 TEST_CASE("shm: all-reduce on shared buffers folds in rank order and writes every output in place", "[shm][shared]") {
   for (int n : {2, 3, 4}) {

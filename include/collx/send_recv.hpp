@@ -1,10 +1,13 @@
 /// @file send_recv.hpp
-/// Point-to-point send and recv between two ranks (pipeline-parallel stages).
+/// Point-to-point send and recv between two ranks (pipeline-parallel stages), and sendrecv, both
+/// at once (ring shifts, halo exchanges).
 #pragma once
 
 #include <cstring>
+#include <limits>
 #include <span>
 #include <string>
+#include <type_traits>
 
 #include <collx/communicator.hpp>
 #include <collx/concepts.hpp>
@@ -13,6 +16,12 @@
 
 namespace collx {
 inline namespace v0 {
+
+/// A peer rank that means "nobody", as MPI_PROC_NULL: a send to it or a recv from it returns at
+/// once (recv leaves its data untouched); sendrecv skips that side. For the edges of a halo
+/// exchange that does not wrap around. Far from any rank arithmetic (rank - 1 at rank 0 stays an
+/// error).
+inline constexpr int no_peer = std::numeric_limits<int>::min();
 
 namespace detail {
 template <class T>
@@ -31,23 +40,28 @@ std::string p2p_name(const communicator& comm, const char* call) {
   return "rank " + std::to_string(comm.rank()) + "/" + std::to_string(comm.size()) + " " + call + "<" +
          std::string(type_name<T>()) + ">";
 }
+/// What is wrong with `peer` as the `role` ("destination" or "source") of a point-to-point call:
+/// empty when it is another rank of the communicator, no_peer, or (`self_allowed`) this rank.
+inline std::string p2p_peer_problem(const communicator& comm, const char* role, int peer, bool self_allowed) {
+  if (peer == no_peer || (peer >= 0 && peer < comm.size() && (self_allowed || peer != comm.rank()))) return {};
+  return std::string(role) + " rank " + std::to_string(peer) + " is not another rank of this communicator (world size " +
+         std::to_string(comm.size()) + ")";
+}
 /// The arguments of a send or recv (`call`) to or from `peer` (`role`: "destination" or
-/// "source"): another rank of the communicator, and `data` not null with elements. Else
-/// reject_call: errc::invalid_argument, and the communicator failed for every rank.
+/// "source"): another rank of the communicator or no_peer, and `data` not null with elements.
+/// Else reject_call: errc::invalid_argument, and the communicator failed for every rank.
 template <class T>
 void check_p2p_arguments(communicator& comm, const char* call, const char* role, int peer, const void* data,
                          std::size_t count) {
-  std::string what;
-  if (peer < 0 || peer >= comm.size() || peer == comm.rank())
-    what = std::string(role) + " rank " + std::to_string(peer) + " is not another rank of this communicator (world size " +
-           std::to_string(comm.size()) + ")";
-  else if (data == nullptr && count != 0)
+  std::string what = p2p_peer_problem(comm, role, peer, false);
+  if (what.empty() && data == nullptr && count != 0)
     what = "data is a null pointer with " + std::to_string(count) + " elements";
   if (!what.empty()) reject_call(comm, p2p_name<T>(comm, call) + ": " + what);
 }
 }  // namespace detail
 
-/// Sends `data` (a span of T or const T) to rank `dest` and returns once `data` may be reused:
+/// Sends `data` (a span of T or const T) to rank `dest` (or to no_peer: returns at once) and
+/// returns once `data` may be reused:
 ///  - threads: once dest has received it (synchronous, like MPI_Ssend);
 ///  - shared memory: once all of it is copied into the pair's staging ring (eager, like MPI_Send:
 ///    dest may not have called recv yet). The ring holds 8 messages or COLLX_SHM_BYTES_PER_PEER
@@ -56,8 +70,8 @@ void check_p2p_arguments(communicator& comm, const char* call, const char* role,
 ///    and, where single copy is on (COLLX_CMA), messages of 64 KiB and more;
 ///  - MPI: once MPI has the data (like MPI_Send).
 /// Code must not rely on a send returning early: a ring shift in which every rank sends first can
-/// deadlock: order the calls (even ranks send first, odd ranks receive first). send_async does not
-/// help there: async calls run one at a time in call order (see send_async).
+/// deadlock: use sendrecv, or order the calls (even ranks send first, odd ranks receive first).
+/// send_async does not help there: async calls run one at a time in call order (see send_async).
 /// Messages between two ranks arrive in the order sent. The receiver must call recv with the same
 /// count and type (checked: recv throws errc::mismatch; a sender that already returned gets the
 /// failure from its next call on the communicator).
@@ -73,6 +87,7 @@ void send(communicator& comm, std::span<U> data, int dest) {
   const call_signature sig = detail::p2p_signature<T>(data.size());
   auto name = [&] { return detail::p2p_name<T>(comm, "send") + " to " + std::to_string(dest); };
   detail::check_not_failed(comm, name);
+  if (dest == no_peer) return;
   try {
     t.post_send(dest, data.data(), data.size_bytes(), sizeof(T), sig);
     t.wait_sends();
@@ -87,7 +102,8 @@ void send(communicator& comm, std::span<U> data, int dest) {
   }
 }
 
-/// Receives data.size() elements from rank `src` into `data`.
+/// Receives data.size() elements from rank `src` into `data` (from no_peer: returns at once,
+/// `data` untouched).
 /// @throws collx::error invalid_argument (bad src), mismatch (count or type differs), timeout, aborted.
 template <element T>
 void recv(communicator& comm, std::span<T> data, int src) {
@@ -100,12 +116,78 @@ void recv(communicator& comm, std::span<T> data, int src) {
   auto consume = [&](const std::byte* s, std::size_t off, std::size_t len) { std::memcpy(d + off, s, len); };
   auto name = [&] { return detail::p2p_name<T>(comm, "recv") + " from " + std::to_string(src); };
   detail::check_not_failed(comm, name);
+  if (src == no_peer) return;
   try {
     t.recv(src, data.size_bytes(), sizeof(T), sig, consumer_ref(consume, d));
   } catch (const error& e) {
     const std::string what = name() + ": " + e.what();
     comm.fail(e.code(), what);  // as send
     COLLX_THROW(e.code(), what);
+  }
+}
+
+/// Sends `send` to rank `dest` and receives `recv.size()` elements from rank `src` in one call, as
+/// MPI_Sendrecv: the send is posted before the receive waits and both progress together, so a ring
+/// shift or a halo exchange in which every rank calls sendrecv cannot deadlock, whatever the
+/// message size and transport (send then recv can: see send). Returns once `recv` holds src's
+/// message and `send` may be reused.
+/// Either side may be no_peer (skipped: the edges of a halo exchange that does not wrap around).
+/// `dest` and `src` may both be this rank: `recv` gets a copy of `send` (a ring shift over one
+/// rank); one of them alone may not (a rank sends itself no messages).
+/// The messages are those of send and recv: the one to dest is received by dest's recv or sendrecv
+/// with the same count and type, the one from src is sent by src's send or sendrecv, and they keep
+/// their order with the pair's other messages.
+/// @param send what goes to dest (a span of T or const T; any element type, not necessarily recv's)
+/// @param recv exactly recv.size() elements of src's message; may not share a byte with `send`
+///   (MPI_Sendrecv has no in-place form either).
+/// @throws collx::error invalid_argument (dest or src not a rank of the communicator or no_peer,
+///   only one of them this rank, a null pointer with elements, overlapping buffers, and, both being
+///   this rank, types or counts that differ; the communicator is failed for every rank), mismatch
+///   (src's message differs in count or type), timeout, aborted, transport.
+template <class U, element T>
+  requires element<std::remove_const_t<U>>
+void sendrecv(communicator& comm, std::span<U> send, int dest, std::span<T> recv, int src) {
+  using S = std::remove_const_t<U>;
+  const int me = comm.rank();
+  auto name = [&] {
+    return "rank " + std::to_string(me) + "/" + std::to_string(comm.size()) + " sendrecv<" +
+           std::string(detail::type_name<S>()) + ", " + std::string(detail::type_name<T>()) + "> to " +
+           std::to_string(dest) + " from " + std::to_string(src);
+  };
+  const bool sends = dest != no_peer, receives = src != no_peer;
+  std::string what = detail::p2p_peer_problem(comm, "destination", dest, true);
+  if (what.empty()) what = detail::p2p_peer_problem(comm, "source", src, true);
+  if (what.empty() && (dest == me) != (src == me))
+    what = "only one of destination and source is this rank (a rank sends itself no messages; both: a copy)";
+  if (what.empty() && sends && send.data() == nullptr && !send.empty())
+    what = "send is a null pointer with " + std::to_string(send.size()) + " elements";
+  if (what.empty() && receives && recv.data() == nullptr && !recv.empty())
+    what = "recv is a null pointer with " + std::to_string(recv.size()) + " elements";
+  if (what.empty() && sends && receives && detail::overlap(send.data(), send.size_bytes(), recv.data(), recv.size_bytes()))
+    what = "send and recv overlap (sendrecv has no in-place form)";
+  if (what.empty() && dest == me && (!std::is_same_v<S, T> || send.size() != recv.size()))
+    what = "a copy to this rank needs send and recv of one type and count (send " + std::to_string(send.size()) +
+           " elements, recv " + std::to_string(recv.size()) + ")";
+  if (!what.empty()) detail::reject_call(comm, name() + ": " + what);
+
+  comm.drain_async();
+  const communicator::call_scope one_thread(comm);
+  transport& t = comm.get_transport();
+  detail::check_not_failed(comm, name);
+  if (dest == me) {
+    if (!recv.empty()) std::memcpy(static_cast<void*>(recv.data()), send.data(), recv.size_bytes());
+    return;
+  }
+  std::byte* d = reinterpret_cast<std::byte*>(recv.data());
+  auto consume = [&](const std::byte* s, std::size_t off, std::size_t len) { std::memcpy(d + off, s, len); };
+  try {
+    if (sends) t.post_send(dest, send.data(), send.size_bytes(), sizeof(S), detail::p2p_signature<S>(send.size()));
+    if (receives) t.recv(src, recv.size_bytes(), sizeof(T), detail::p2p_signature<T>(recv.size()), consumer_ref(consume, d));
+    if (sends) t.wait_sends();
+  } catch (const error& e) {
+    const std::string failure = name() + ": " + e.what();
+    comm.fail(e.code(), failure);  // as send: the peers learn why now
+    COLLX_THROW(e.code(), failure);
   }
 }
 
@@ -124,6 +206,14 @@ request send_async(communicator& comm, std::span<U> data, int dest) {
 template <element T>
 request recv_async(communicator& comm, std::span<T> data, int src) {
   return detail::start_async(comm, [=](communicator& c) { recv<T>(c, data, src); });
+}
+
+/// Starts sendrecv on the progress thread (after the communicator's earlier async calls, as
+/// send_async); recv is valid and send reusable once the request completed.
+template <class U, element T>
+  requires element<std::remove_const_t<U>>
+request sendrecv_async(communicator& comm, std::span<U> send, int dest, std::span<T> recv, int src) {
+  return detail::start_async(comm, [=](communicator& c) { sendrecv(c, send, dest, recv, src); });
 }
 
 }  // namespace v0
