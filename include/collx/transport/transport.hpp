@@ -88,6 +88,17 @@ inline std::string describe_mismatch(const call_signature& mine, int me, const c
            "): a rank skipped or added a call, or passed a count of zero where others did not";
   if (mine.coll != theirs.coll || mine.varying != theirs.varying)
     return "collective differs: " + rp + " called " + called(theirs) + ", " + rm + " called " + called(mine);
+  // The type before the count: ranks passing float and double over the same bytes differ in both,
+  // and the type is the cause.
+  if (mine.type_size != theirs.type_size || mine.type_hash != theirs.type_hash) {
+    auto type = [](const call_signature& c) {
+      const std::string bytes = std::to_string(c.type_size) + "-byte";
+      const auto name = detail::signature_name(c.type_hash);
+      return name ? *name + " (" + bytes + ")" : "a " + bytes + " type";
+    };
+    return "element type differs: " + rp + " passes " + type(theirs) + ", " + rm + " passes " + type(mine) +
+           (mine.count != theirs.count ? "; " + field("count", theirs.count, mine.count) : "");
+  }
   if (mine.count != theirs.count) {
     // Named as the user passed it: the signature holds a block's count where the call takes n blocks.
     const char* what = "count";
@@ -96,14 +107,6 @@ inline std::string describe_mismatch(const call_signature& mine, int me, const c
     else if (mine.coll == collective::reduce_scatter) what = "count per rank (the recv count; send holds world size times it)";
     else if (mine.coll == collective::all_gather) what = "count per rank (the send count; recv holds world size times it)";
     return field(what, theirs.count, mine.count);
-  }
-  if (mine.type_size != theirs.type_size || mine.type_hash != theirs.type_hash) {
-    auto type = [](const call_signature& c) {
-      const std::string bytes = std::to_string(c.type_size) + "-byte";
-      const auto name = detail::signature_name(c.type_hash);
-      return name ? *name + " (" + bytes + ")" : "a " + bytes + " type";
-    };
-    return "element type differs: " + rp + " passes " + type(theirs) + ", " + rm + " passes " + type(mine);
   }
   if (mine.op_hash != theirs.op_hash) {
     auto op = [](const call_signature& c) {
