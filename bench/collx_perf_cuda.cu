@@ -209,6 +209,7 @@ struct shared_state {
   std::vector<double> seconds;  // per rank, the last measurement
   std::vector<long> wrong;      // per rank
   bool nccl = false;
+  bool any_wrong = false;  // some checked row had a wrong element: the exit status says so
   double copy_GBps = 0;  // cudaMemcpyAsync device to device, bytes copied per second / 1e9
 #ifdef COLLX_PERF_CUDA_NCCL
   std::vector<ncclComm_t> comms;
@@ -355,6 +356,7 @@ void rank_main(shared_state& st, gpu::device_communicator& dc, cudaStream_t s) {
       st.sync.arrive_and_wait();
       if (me == 0) {
         const long wrong_registered = total_wrong(st);
+        if (wrong_staged > 0 || wrong_registered > 0) st.any_wrong = true;
         const auto bw = collx_perf::bandwidth_for(c, k.param_count, sizeof(float), n, t);
         const auto br = collx_perf::bandwidth_for(c, k.param_count, sizeof(float), n, tr);
         std::printf("%12zu %12zu %10.2f %9.2f %9.2f %7s %10.2f %9.2f %9.2f %7s", collx_perf::size_column_bytes(k, sizeof(float)),
@@ -516,5 +518,9 @@ int main(int argc, char** argv) {
 #ifdef COLLX_PERF_CUDA_NCCL
   for (auto c : st.comms) ncclCommDestroy(c);
 #endif
+  if (st.any_wrong) {
+    std::fprintf(stderr, "collx-perf-cuda: some rows have wrong elements (#wrong > 0)\n");
+    return 1;
+  }
   return 0;
 }

@@ -19,7 +19,7 @@
 #      rank per GPU when there are 4 or more GPUs;
 #   7. writes everything to bench/results/gpu-check-<host>-<UTC time>.log ($OUT/ instead when set).
 # Budget: under 8 minutes on one H200 (build about 1.5 min with 16 cores, tests and benchmark about
-# 2 min).
+# 2 min); GPU_CHECK_BUDGET seconds (default 420) caps the whole run, each step cut to what is left.
 # Usage: bench/gpu-check.sh [build dir, default build-gpu]
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -30,6 +30,21 @@ log="${OUT:-bench/results}/gpu-check-$(hostname -s)-$(date -u +%Y%m%dT%H%M%SZ).l
 export PATH="$PATH:/usr/local/cuda/bin"
 status=0
 step() { printf '\n==== %s ====\n' "$*"; }
+# One deadline for the whole check (GPU_CHECK_BUDGET seconds, default 420): every step's timeout
+# is cut to what is left, so a hang in one step cannot push the result line past the device
+# tool's limit; a step with under 10 s left is skipped, and says so.
+deadline=$((SECONDS + ${GPU_CHECK_BUDGET:-420}))
+cap() {  # cap N: N, or the seconds left before the deadline (less a 5 s margin) when fewer
+  local left=$((deadline - SECONDS - 5))
+  if ((left < 10)); then echo 0; elif ((left < $1)); then echo "$left"; else echo "$1"; fi
+}
+within() {  # within N command...: command under timeout $(cap N); fails (and says so) when no time is left
+  local t
+  t=$(cap "$1")
+  shift
+  if ((t == 0)); then echo "gpu-check: out of time, skipped: $*"; return 124; fi
+  timeout "$t" "$@"
+}
 
 {
   step "machine"
@@ -70,61 +85,66 @@ step() { printf '\n==== %s ====\n' "$*"; }
 
   step "build ($build)"
   start=$SECONDS
-  timeout 420 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DCOLLX_BUILD_TESTS=ON -DCOLLX_CUDA=ON \
+  within 420 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DCOLLX_BUILD_TESTS=ON -DCOLLX_CUDA=ON \
     -DCOLLX_NCCL=$nccl -DCOLLX_BUILD_EXAMPLES=ON -DCOLLX_BUILD_BENCH=ON -DCOLLX_BUILD_TOOLS=ON \
     -DCOLLX_CHECK_HEADERS=OFF -DCOLLX_CUDA_ARCHITECTURES=90 "${cmake_args[@]}" &&
-    timeout 420 cmake --build "$build" -j "$(nproc)" --target collx_cuda_tests collx-topo collx-run collx-perf-cuda gpu_moments ||
+    within 420 cmake --build "$build" -j "$(nproc)" --target collx_cuda_tests collx-topo collx-run collx-perf-cuda gpu_moments ||
     { echo "gpu-check: build failed"; status=1; }
   echo "build took $((SECONDS - start)) s"
 
   step "topology (live discovery)"
   if [[ -x "$build/tools/collx-topo" ]]; then
     cudart=$(ls /usr/local/cuda/lib64/libcudart.so* 2>/dev/null | head -n 1)
-    timeout 60 "$build/tools/collx-topo" ${cudart:+--cudart "$cudart"} || echo "gpu-check: collx-topo failed"
-    timeout 60 "$build/tools/collx-topo" ${cudart:+--cudart "$cudart"} --json || echo "gpu-check: collx-topo --json failed"
+    within 60 "$build/tools/collx-topo" ${cudart:+--cudart "$cudart"} || echo "gpu-check: collx-topo failed"
+    within 60 "$build/tools/collx-topo" ${cudart:+--cudart "$cudart"} --json || echo "gpu-check: collx-topo --json failed"
   fi
 
   step "GPU tests"
   if [[ $status -eq 0 ]]; then
     start=$SECONDS
-    timeout 150 ctest --test-dir "$build" -R 'cuda|^test_nccl$|^example_gpu_' --no-tests=error --output-on-failure -V || status=1
+    # test_cuda_device (the longest, ranks as threads) last and on its own limit: one slow or hung
+    # case there must not keep the process test, the examples and test_nccl from running. (ctest
+    # --timeout would not do it: it only sets the limit of tests without a TIMEOUT property.)
+    within 120 ctest --test-dir "$build" -R 'cuda|^test_nccl$|^example_gpu_' -E '^test_cuda_device$' --no-tests=error \
+      --output-on-failure -V || status=1
+    within 200 ctest --test-dir "$build" -R '^test_cuda_device$' --no-tests=error --output-on-failure -V || status=1
     echo "tests took $((SECONDS - start)) s"
   fi
 
   step "benchmark (collx-perf-cuda)"
   if [[ -x "$build/bench/collx-perf-cuda" ]]; then
     start=$SECONDS
-    timeout 100 "$build/bench/collx-perf-cuda" --ranks 2 -b 8 -e 1G -f 2 || { echo "gpu-check: collx-perf-cuda failed"; status=1; }
+    within 100 "$build/bench/collx-perf-cuda" --ranks 2 -b 8 -e 1G -f 2 || { echo "gpu-check: collx-perf-cuda failed"; status=1; }
     # One-shot against two-shot (the same bits; two-shot reads 2(n-1)/n of the vector from peers
     # instead of n-1 times it): 4 ranks, every size forced each way.
     for form in never 1; do
       echo "# --two-shot-min $form"
-      timeout 60 "$build/bench/collx-perf-cuda" --ranks 4 -b 64K -e 256M -f 4 --rounds 2 --no-custom --two-shot-min "$form" ||
+      within 60 "$build/bench/collx-perf-cuda" --ranks 4 -b 64K -e 256M -f 4 --rounds 2 --no-custom --two-shot-min "$form" ||
         { echo "gpu-check: collx-perf-cuda --two-shot-min $form failed"; status=1; }
     done
     # The ring (algo::ring: each rank reads 2(n-1)/n of the vector from its ring predecessor only).
     echo "# --algo ring"
-    timeout 50 "$build/bench/collx-perf-cuda" --ranks 4 -b 64K -e 256M -f 4 --rounds 2 --no-custom --algo ring ||
+    within 50 "$build/bench/collx-perf-cuda" --ranks 4 -b 64K -e 256M -f 4 --rounds 2 --no-custom --algo ring ||
       { echo "gpu-check: collx-perf-cuda --algo ring failed"; status=1; }
     # Two channels, the ring both ways (each channel its own blocks and part of the slots): against
     # the rows above (one channel where the log's "# algo::ring:" line says so), what channels
     # cost or gain here.
     echo "# --algo ring --rings 0,1,2,3/3,2,1,0"
-    timeout 30 "$build/bench/collx-perf-cuda" --ranks 4 -b 4M -e 256M -f 8 --rounds 2 --no-custom --algo ring --rings 0,1,2,3/3,2,1,0 ||
+    within 30 "$build/bench/collx-perf-cuda" --ranks 4 -b 4M -e 256M -f 8 --rounds 2 --no-custom --algo ring --rings 0,1,2,3/3,2,1,0 ||
       { echo "gpu-check: collx-perf-cuda --rings failed"; status=1; }
     # Workspaces in shared host memory (the path between GPUs without peer access), 2 ranks.
     echo "# --memory host"
-    timeout 45 "$build/bench/collx-perf-cuda" --ranks 2 -b 8 -e 64M -f 8 --rounds 2 --no-custom --memory host ||
+    within 45 "$build/bench/collx-perf-cuda" --ranks 2 -b 8 -e 64M -f 8 --rounds 2 --no-custom --memory host ||
       { echo "gpu-check: collx-perf-cuda --memory host failed"; status=1; }
     # The ring with host workspaces (its slots and flags over PCIe).
     echo "# --memory host --algo ring"
-    timeout 30 "$build/bench/collx-perf-cuda" --ranks 2 -b 1M -e 64M -f 8 --rounds 2 --no-custom --memory host --algo ring ||
+    within 30 "$build/bench/collx-perf-cuda" --ranks 2 -b 1M -e 64M -f 8 --rounds 2 --no-custom --memory host --algo ring ||
       { echo "gpu-check: collx-perf-cuda --memory host --algo ring failed"; status=1; }
     gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
     if [[ ${gpus:-0} -ge 4 ]]; then
-      timeout 120 "$build/bench/collx-perf-cuda" --ranks "$gpus" -b 8 -e 256M -f 8 --no-custom ||
+      within 120 "$build/bench/collx-perf-cuda" --ranks "$gpus" -b 8 -e 256M -f 8 --no-custom ||
         { echo "gpu-check: collx-perf-cuda --ranks $gpus failed"; status=1; }
-      timeout 90 "$build/bench/collx-perf-cuda" --ranks "$gpus" -b 1M -e 256M -f 4 --no-custom --algo ring ||
+      within 90 "$build/bench/collx-perf-cuda" --ranks "$gpus" -b 1M -e 256M -f 4 --no-custom --algo ring ||
         { echo "gpu-check: collx-perf-cuda --ranks $gpus --algo ring failed"; status=1; }
     fi
     echo "benchmark took $((SECONDS - start)) s"

@@ -135,6 +135,10 @@ int run(collx::communicator& comm, std::size_t samples0, std::size_t features) {
     const std::vector<float> x = batch(r, samples, features);
     const device_buffer<float> d_x(x.size());
     const device_buffer<moments> d_mine(features), d_all(features);
+    // Every buffer before the first collective: with ranks as threads sharing a GPU, an allocation
+    // that waits for the device would wait for a peer's kernel that waits for this rank's call.
+    const std::vector<float> grad = gradient(r, g_count);
+    const device_buffer<float> d_grad(g_count);
     gpu::check(cudaMemcpyAsync(d_x.data, x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice, s.stream), "cudaMemcpyAsync");
     feature_moments<<<static_cast<unsigned>((features + 127) / 128), 128, 0, s.stream>>>(d_x.data, samples, features, d_mine.data);
     gpu::check(cudaGetLastError(), "feature_moments");
@@ -143,8 +147,6 @@ int run(collx::communicator& comm, std::size_t samples0, std::size_t features) {
     // 2. A gradient's float sum, in place. algo::direct: the rank-order fold at every size. (An
     //    untagged call with a commutative op may take the ring for large vectors where the
     //    machine's wiring favours it, which folds in another order: other bits.)
-    const std::vector<float> grad = gradient(r, g_count);
-    const device_buffer<float> d_grad(g_count);
     gpu::check(cudaMemcpyAsync(d_grad.data, grad.data(), g_count * sizeof(float), cudaMemcpyHostToDevice, s.stream), "cudaMemcpyAsync");
     gpu::all_reduce<collx::algo::direct>(dc, d_grad.data, d_grad.data, g_count, collx::ops::sum{}, s.stream);
 
