@@ -113,7 +113,7 @@ int bench(collx::communicator& comm, const cp::options& o, const std::string& la
     hi = col;
   }
   flush();
-  if (o.collective == cp::coll::sendrecv) info.algorithm = "point-to-point (collx::send / collx::recv; --algo does not apply)";
+  if (o.collective == cp::coll::sendrecv) info.algorithm = "point-to-point (collx::send_recv; --algo does not apply)";
   else if (o.algo == "hierarchical")
     info.algorithm = "hierarchical (--algo hierarchical: a communicator from collx::mpi::connect_hierarchical, whose "
                      "algo::automatic calls run algo::hierarchical where it applies): " + resolved;

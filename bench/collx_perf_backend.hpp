@@ -84,23 +84,13 @@ void call_moving(collx::communicator& comm, const cp::call_args<T>& a) {
   }
 }
 
-// Point-to-point exchange around a ring: rank r sends to r+1 and receives from r-1. collx's send is
-// synchronous and a blocking recv first waits for the rank's pending *_async calls, so a send and a
-// recv cannot be in flight together: even ranks send first, odd ranks receive first (deadlock-free
-// for every n >= 2, but the two directions take turns).
+// Point-to-point exchange around a ring: rank r sends to r+1 and receives from r-1, both in flight
+// at once (collx::send_recv, as the MPI peer's MPI_Sendrecv).
 template <class T>
 void call_sendrecv(collx::communicator& comm, const cp::call_args<T>& a) {
   const int n = comm.size(), r = comm.rank();
   const int next = (r + 1) % n, prev = (r - 1 + n) % n;
-  const std::span<const T> s(a.send, a.k.send_count);
-  const std::span<T> d(a.recv, a.k.recv_count);
-  if (r % 2 == 0) {
-    collx::send(comm, s, next);
-    collx::recv(comm, d, prev);
-  } else {
-    collx::recv(comm, d, prev);
-    collx::send(comm, s, next);
-  }
+  collx::send_recv(comm, std::span<const T>(a.send, a.k.send_count), next, std::span<T>(a.recv, a.k.recv_count), prev);
 }
 
 // -n calls, blocking or started back to back on the communicator's progress thread (-z 0).

@@ -103,7 +103,7 @@ TEST_CASE("barrier: no rank leaves before every rank entered, every world size",
   }
 }
 
-TEST_CASE("sendrecv: ring shifts both ways, halo edges, a world of one, with send/recv and async (p2p_checks.hpp)",
+TEST_CASE("send_recv: ring shifts both ways, halo edges, a world of one, with send/recv and async (p2p_checks.hpp)",
           "[collectives][send_recv]") {
   for (int n : world_sizes) {
     INFO("n=" << n);

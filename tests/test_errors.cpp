@@ -138,31 +138,31 @@ TEST_CASE("bad root: invalid_argument on every rank before any byte moves", "[er
     });
     require_all(v, errc::invalid_argument);
   }
-  SECTION("sendrecv: a bad peer, one side this rank, overlapping buffers, a copy of another count") {
+  SECTION("send_recv: a bad peer, one side this rank, overlapping buffers, a copy of another count") {
     using bad_call = std::function<void(collx::communicator&, std::vector<float>&)>;
     const std::pair<bad_call, std::string> cases[] = {
         {[](collx::communicator& c, std::vector<float>& x) {
-           collx::sendrecv(c, std::span<const float>(x.data(), 4), c.rank() + 1, std::span<float>(x.data() + 4, 4), 1 - c.rank());
+           collx::send_recv(c, std::span<const float>(x.data(), 4), c.rank() + 1, std::span<float>(x.data() + 4, 4), 1 - c.rank());
          },
          "destination rank 2 is not another rank"},  // rank 1's destination; rank 0's is fine
         {[](collx::communicator& c, std::vector<float>& x) {
-           collx::sendrecv(c, std::span<const float>(x.data(), 4), 1 - c.rank(), std::span<float>(x.data() + 4, 4), -1);
+           collx::send_recv(c, std::span<const float>(x.data(), 4), 1 - c.rank(), std::span<float>(x.data() + 4, 4), -1);
          },
          "source rank -1 is not another rank"},
         {[](collx::communicator& c, std::vector<float>& x) {
-           collx::sendrecv(c, std::span<const float>(x.data(), 4), c.rank(), std::span<float>(x.data() + 4, 4), 1 - c.rank());
+           collx::send_recv(c, std::span<const float>(x.data(), 4), c.rank(), std::span<float>(x.data() + 4, 4), 1 - c.rank());
          },
          "only one of destination and source is this rank"},
         {[](collx::communicator& c, std::vector<float>& x) {
-           collx::sendrecv(c, std::span<const float>(x.data(), 4), 1 - c.rank(), std::span<float>(x.data() + 3, 4), 1 - c.rank());
+           collx::send_recv(c, std::span<const float>(x.data(), 4), 1 - c.rank(), std::span<float>(x.data() + 3, 4), 1 - c.rank());
          },
          "send and recv overlap"},
         {[](collx::communicator& c, std::vector<float>& x) {
-           collx::sendrecv(c, std::span<const float>(x.data(), 4), c.rank(), std::span<float>(x.data() + 4, 3), c.rank());
+           collx::send_recv(c, std::span<const float>(x.data(), 4), c.rank(), std::span<float>(x.data() + 4, 3), c.rank());
          },
          "a copy to this rank needs send and recv of one type and count"},
         {[](collx::communicator& c, std::vector<float>&) {
-           collx::sendrecv(c, std::span<const float>(static_cast<const float*>(nullptr), 2), 1 - c.rank(),
+           collx::send_recv(c, std::span<const float>(static_cast<const float*>(nullptr), 2), 1 - c.rank(),
                            std::span<float>(), collx::no_peer);
          },
          "send is a null pointer with 2 elements"},
@@ -179,14 +179,14 @@ TEST_CASE("bad root: invalid_argument on every rank before any byte moves", "[er
         for (const float& f : b) REQUIRE(ref::is_poison(f));  // nothing written by a rejected call
     }
   }
-  SECTION("sendrecv: a count the peer does not expect is a mismatch on both ranks") {
+  SECTION("send_recv: a count the peer does not expect is a mismatch on both ranks") {
     auto v = run_expecting(2, [](collx::communicator& c) {
       std::vector<float> out(5, 1.f), in(c.rank() == 0 ? 5 : 6);
-      collx::sendrecv(c, std::span<const float>(out), 1 - c.rank(), std::span<float>(in), 1 - c.rank());
+      collx::send_recv(c, std::span<const float>(out), 1 - c.rank(), std::span<float>(in), 1 - c.rank());
     });
     require_all(v, errc::mismatch);
-    REQUIRE((v[0].what.rfind("rank 0/2 sendrecv<float32, float32> to 1 from 1: ", 0) == 0 ||
-             v[1].what.rfind("rank 1/2 sendrecv<float32, float32> to 0 from 0: ", 0) == 0));
+    REQUIRE((v[0].what.rfind("rank 0/2 send_recv<float32, float32> to 1 from 1: ", 0) == 0 ||
+             v[1].what.rfind("rank 1/2 send_recv<float32, float32> to 0 from 0: ", 0) == 0));
   }
   SECTION("a world of no ranks") {
     REQUIRE_THROWS_AS(collx::make_thread_communicators(0), collx::error);

@@ -630,7 +630,7 @@ int main(int argc, char** argv) {
     {
       collx::communicator c = collx::mpi::connect(MPI_COMM_WORLD);
       const int failed = p2p_checks::run(c);
-      check(failed == 0, "collx::sendrecv over MPI: " + std::to_string(failed) + " checks failed (above)");
+      check(failed == 0, "collx::send_recv over MPI: " + std::to_string(failed) + " checks failed (above)");
     }
     // The cases of docs/edge-cases.md, each rank checking its own results (edge_cases_per_rank.hpp):
     // over MPI with ring, tree and direct forced and automatic's choice, then hierarchically.

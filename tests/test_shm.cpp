@@ -1231,7 +1231,7 @@ int shared_allreduce_case(collx::communicator& comm, std::size_t count, const Op
 
 }  // namespace
 
-TEST_CASE("shm: sendrecv shifts past the staging ring, halo edges, with send/recv and async (p2p_checks.hpp)",
+TEST_CASE("shm: send_recv shifts past the staging ring, halo edges, with send/recv and async (p2p_checks.hpp)",
           "[shm][p2p]") {
   for (int cma : {0, -1}) {
     for (int n : {2, 3, 5}) {

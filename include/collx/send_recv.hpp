@@ -1,5 +1,5 @@
 /// @file send_recv.hpp
-/// Point-to-point send and recv between two ranks (pipeline-parallel stages), and sendrecv, both
+/// Point-to-point send and recv between two ranks (pipeline-parallel stages), and send_recv, both
 /// at once (ring shifts, halo exchanges).
 #pragma once
 
@@ -18,7 +18,7 @@ namespace collx {
 inline namespace v0 {
 
 /// A peer rank that means "nobody", as MPI_PROC_NULL: a send to it or a recv from it returns at
-/// once (recv leaves its data untouched); sendrecv skips that side. For the edges of a halo
+/// once (recv leaves its data untouched); send_recv skips that side. For the edges of a halo
 /// exchange that does not wrap around. Far from any rank arithmetic (rank - 1 at rank 0 stays an
 /// error).
 inline constexpr int no_peer = std::numeric_limits<int>::min();
@@ -70,7 +70,7 @@ void check_p2p_arguments(communicator& comm, const char* call, const char* role,
 ///    and, where single copy is on (COLLX_CMA), messages of 64 KiB and more;
 ///  - MPI: once MPI has the data (like MPI_Send).
 /// Code must not rely on a send returning early: a ring shift in which every rank sends first can
-/// deadlock: use sendrecv, or order the calls (even ranks send first, odd ranks receive first).
+/// deadlock: use send_recv, or order the calls (even ranks send first, odd ranks receive first).
 /// send_async does not help there: async calls run one at a time in call order (see send_async).
 /// Messages between two ranks arrive in the order sent. The receiver must call recv with the same
 /// count and type (checked: recv throws errc::mismatch; a sender that already returned gets the
@@ -128,14 +128,14 @@ void recv(communicator& comm, std::span<T> data, int src) {
 
 /// Sends `send` to rank `dest` and receives `recv.size()` elements from rank `src` in one call, as
 /// MPI_Sendrecv: the send is posted before the receive waits and both progress together, so a ring
-/// shift or a halo exchange in which every rank calls sendrecv cannot deadlock, whatever the
+/// shift or a halo exchange in which every rank calls send_recv cannot deadlock, whatever the
 /// message size and transport (send then recv can: see send). Returns once `recv` holds src's
 /// message and `send` may be reused.
 /// Either side may be no_peer (skipped: the edges of a halo exchange that does not wrap around).
 /// `dest` and `src` may both be this rank: `recv` gets a copy of `send` (a ring shift over one
 /// rank); one of them alone may not (a rank sends itself no messages).
-/// The messages are those of send and recv: the one to dest is received by dest's recv or sendrecv
-/// with the same count and type, the one from src is sent by src's send or sendrecv, and they keep
+/// The messages are those of send and recv: the one to dest is received by dest's recv or send_recv
+/// with the same count and type, the one from src is sent by src's send or send_recv, and they keep
 /// their order with the pair's other messages.
 /// @param send what goes to dest (a span of T or const T; any element type, not necessarily recv's)
 /// @param recv exactly recv.size() elements of src's message; may not share a byte with `send`
@@ -146,11 +146,11 @@ void recv(communicator& comm, std::span<T> data, int src) {
 ///   (src's message differs in count or type), timeout, aborted, transport.
 template <class U, element T>
   requires element<std::remove_const_t<U>>
-void sendrecv(communicator& comm, std::span<U> send, int dest, std::span<T> recv, int src) {
+void send_recv(communicator& comm, std::span<U> send, int dest, std::span<T> recv, int src) {
   using S = std::remove_const_t<U>;
   const int me = comm.rank();
   auto name = [&] {
-    return "rank " + std::to_string(me) + "/" + std::to_string(comm.size()) + " sendrecv<" +
+    return "rank " + std::to_string(me) + "/" + std::to_string(comm.size()) + " send_recv<" +
            std::string(detail::type_name<S>()) + ", " + std::string(detail::type_name<T>()) + "> to " +
            std::to_string(dest) + " from " + std::to_string(src);
   };
@@ -164,7 +164,7 @@ void sendrecv(communicator& comm, std::span<U> send, int dest, std::span<T> recv
   if (what.empty() && receives && recv.data() == nullptr && !recv.empty())
     what = "recv is a null pointer with " + std::to_string(recv.size()) + " elements";
   if (what.empty() && sends && receives && detail::overlap(send.data(), send.size_bytes(), recv.data(), recv.size_bytes()))
-    what = "send and recv overlap (sendrecv has no in-place form)";
+    what = "send and recv overlap (send_recv has no in-place form)";
   if (what.empty() && dest == me && (!std::is_same_v<S, T> || send.size() != recv.size()))
     what = "a copy to this rank needs send and recv of one type and count (send " + std::to_string(send.size()) +
            " elements, recv " + std::to_string(recv.size()) + ")";
@@ -208,12 +208,12 @@ request recv_async(communicator& comm, std::span<T> data, int src) {
   return detail::start_async(comm, [=](communicator& c) { recv<T>(c, data, src); });
 }
 
-/// Starts sendrecv on the progress thread (after the communicator's earlier async calls, as
+/// Starts send_recv on the progress thread (after the communicator's earlier async calls, as
 /// send_async); recv is valid and send reusable once the request completed.
 template <class U, element T>
   requires element<std::remove_const_t<U>>
-request sendrecv_async(communicator& comm, std::span<U> send, int dest, std::span<T> recv, int src) {
-  return detail::start_async(comm, [=](communicator& c) { sendrecv(c, send, dest, recv, src); });
+request send_recv_async(communicator& comm, std::span<U> send, int dest, std::span<T> recv, int src) {
+  return detail::start_async(comm, [=](communicator& c) { send_recv(c, send, dest, recv, src); });
 }
 
 }  // namespace v0
