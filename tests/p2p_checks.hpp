@@ -18,15 +18,7 @@
 
 namespace p2p_checks {
 
-struct tally {
-  int rank = 0;
-  int failed = 0;
-  void check(bool ok, const std::string& what) {
-    if (ok) return;
-    ++failed;
-    std::fprintf(stderr, "rank %d: FAILED: %s\n", rank, what.c_str());
-  }
-};
+using tally = ref::rank_tally;
 
 /// Element i of what rank `from` sends in message `tag`.
 inline double value(int from, std::size_t i, int tag) { return from * 1e6 + static_cast<double>(i) + tag * 0.25; }

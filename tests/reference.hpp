@@ -778,4 +778,16 @@ inline double seconds_since(clock::time_point t0) {
   return std::chrono::duration<double>(clock::now() - t0).count();
 }
 
+/// One rank's checks, for ranks that check their own results (processes cannot report into the
+/// caller's memory): a failure is printed to stderr at once with the rank.
+struct rank_tally {
+  int rank = 0;
+  int failed = 0;
+  void check(bool ok, const std::string& what) {
+    if (ok) return;
+    ++failed;
+    std::fprintf(stderr, "rank %d: FAILED: %s\n", rank, what.c_str());
+  }
+};
+
 }  // namespace ref

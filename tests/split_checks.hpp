@@ -19,15 +19,7 @@
 
 namespace split_checks {
 
-struct tally {
-  int rank = 0;
-  int failed = 0;
-  void check(bool ok, const std::string& what) {
-    if (ok) return;
-    ++failed;
-    std::fprintf(stderr, "rank %d: FAILED: %s\n", rank, what.c_str());
-  }
-};
+using tally = ref::rank_tally;
 
 inline std::int64_t value(int rank, std::size_t i) { return std::int64_t{rank + 1} * 1000003 + std::int64_t(i) * 7 - 500; }
 inline ref::mat2 matrix(int rank, std::size_t i) {
