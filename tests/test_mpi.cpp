@@ -256,6 +256,29 @@ void mismatch(collx::communicator& c) {
   check(s < 10.0, "mismatch reported in " + std::to_string(s) + " s (timeout is 60 s)");
 }
 
+// Rank 0 exchanges with rank 1 point to point while every other rank, rank 1 too, calls a barrier:
+// every rank fails with errc::mismatch, and the text names the two calls as they were made (the
+// point-to-point message carries no call number: before, rank 1 compared it with an empty record
+// and named an "allreduce #0 (0 elements of a 0-byte type)" nobody called).
+void p2p_against_collective(collx::communicator& c) {
+  const int r = c.rank();
+  collx::errc code = collx::errc::internal;
+  std::string what;
+  try {
+    std::vector<float> out(8, float(r)), in(8);
+    if (r == 0) collx::send_recv(c, std::span<const float>(out), 1, std::span<float>(in), 1);
+    else collx::barrier(c);
+  } catch (const collx::error& e) {
+    code = e.code();
+    what = e.what();
+  }
+  if (r <= 1) std::printf("point-to-point against a barrier, as reported on rank %d: %s\n", r, what.c_str());
+  check(code == collx::errc::mismatch, "send_recv against a barrier: errc::mismatch (got " + std::to_string(static_cast<int>(code)) + ")");
+  check(what.find("0-byte type") == std::string::npos, "send_recv against a barrier names a call nobody made: " + what);
+  if (r == 1) check(what.find("send_recv") != std::string::npos && what.find("barrier") != std::string::npos,
+                    "rank 1's text names send_recv and barrier: " + what);
+}
+
 // Rank 1 passes count 0: it returns at once, sending nothing, while the others wait for its data.
 // Then, after `pause`, it makes a barrier call (or, with `then_call` false, none: it goes on as
 // if the call had worked). Every rank that calls again must get errc::mismatch naming the count,
@@ -653,6 +676,10 @@ int main(int argc, char** argv) {
     {
       collx::communicator c = collx::mpi::connect_hierarchical(MPI_COMM_WORLD);
       mismatch(c);
+    }
+    {
+      collx::communicator c = collx::mpi::connect(MPI_COMM_WORLD);
+      p2p_against_collective(c);
     }
     {
       collx::communicator c = collx::mpi::connect(MPI_COMM_WORLD);

@@ -570,7 +570,9 @@ class mpi_transport final : public transport {
   /// names the field they disagree on (not only that the calls are out of step).
   std::string explain(const call_signature& mine, const call_signature& theirs, int peer) const {
     const call_signature& then = history_[theirs.seq % published_call_history];
-    if (theirs.seq < mine.seq && then.seq == theirs.seq && !(then == theirs)) return disagreement(then, theirs, peer);
+    // seq 0: a point-to-point message, which has no record here (history_'s unused slots have seq 0 too).
+    if (theirs.seq != 0 && theirs.seq < mine.seq && then.seq == theirs.seq && !(then == theirs))
+      return disagreement(then, theirs, peer);
     return describe_mismatch(mine, rank_, theirs, peer);
   }
 

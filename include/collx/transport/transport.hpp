@@ -82,10 +82,15 @@ inline std::string describe_mismatch(const call_signature& mine, int me, const c
     return std::string(name) + " differs: " + rp + " has " + std::to_string(b) + ", " + rm + " has " +
            std::to_string(a);
   };
-  if (mine.seq != theirs.seq)
-    return "call sequence differs: " + rp + " is at call #" + std::to_string(theirs.seq) + " (" + called(theirs) +
-           "), " + rm + " at #" + std::to_string(mine.seq) + " (" + called(mine) +
-           "): a rank skipped or added a call, or passed a count of zero where others did not";
+  if (mine.seq != theirs.seq) {
+    // seq 0: a point-to-point call (send, recv, send_recv), which collectives do not number.
+    auto at = [](const call_signature& c) {
+      return c.seq ? "at call #" + std::to_string(c.seq) + " (" + called(c) + ")" : "in a point-to-point call (" + called(c) + ")";
+    };
+    return "call sequence differs: " + rp + " is " + at(theirs) + ", " + rm + " " + at(mine) +
+           (mine.seq && theirs.seq ? ": a rank skipped or added a call, or passed a count of zero where others did not"
+                                   : ": the two ranks' point-to-point calls and collectives do not pair up in the same order");
+  }
   if (mine.coll != theirs.coll || mine.varying != theirs.varying)
     return "collective differs: " + rp + " called " + called(theirs) + ", " + rm + " called " + called(mine);
   // The type before the count: ranks passing float and double over the same bytes differ in both,
