@@ -33,7 +33,9 @@ step() { printf '\n==== %s ====\n' "$*"; }
 # One deadline for the whole check (GPU_CHECK_BUDGET seconds, default 420): every step's timeout
 # is cut to what is left, so a hang in one step cannot push the result line past the device
 # tool's limit; a step with under 10 s left is skipped, and says so.
-deadline=$((SECONDS + ${GPU_CHECK_BUDGET:-420}))
+budget=${GPU_CHECK_BUDGET:-420}
+[[ $budget =~ ^[0-9]+$ ]] || { echo "gpu-check: GPU_CHECK_BUDGET must be whole seconds, not '$budget'" >&2; exit 2; }
+deadline=$((SECONDS + 10#$budget))
 cap() {  # cap N: N, or the seconds left before the deadline (less a 5 s margin) when fewer
   local left=$((deadline - SECONDS - 5))
   if ((left < 10)); then echo 0; elif ((left < $1)); then echo "$left"; else echo "$1"; fi
@@ -43,7 +45,7 @@ within() {  # within N command...: command under timeout $(cap N); fails (and sa
   t=$(cap "$1")
   shift
   if ((t == 0)); then echo "gpu-check: out of time, skipped: $*"; return 124; fi
-  timeout "$t" "$@"
+  timeout -k 10 "$t" "$@"  # SIGKILL 10 s after SIGTERM: a process stuck in the driver may ignore it
 }
 
 {
