@@ -257,9 +257,9 @@ void mismatch(collx::communicator& c) {
 }
 
 // Rank 0 exchanges with rank 1 point to point while every other rank, rank 1 too, calls a barrier:
-// every rank fails with errc::mismatch, and the text names the two calls as they were made (the
-// point-to-point message carries no call number: before, rank 1 compared it with an empty record
-// and named an "allreduce #0 (0 elements of a 0-byte type)" nobody called).
+// every rank fails with errc::mismatch, and the text names a point-to-point call against the
+// barrier (the message carries no call number: before, rank 1 compared it with an empty record and
+// named an "allreduce #0 (0 elements of a 0-byte type)" nobody called).
 void p2p_against_collective(collx::communicator& c) {
   const int r = c.rank();
   collx::errc code = collx::errc::internal;
@@ -275,8 +275,26 @@ void p2p_against_collective(collx::communicator& c) {
   if (r <= 1) std::printf("point-to-point against a barrier, as reported on rank %d: %s\n", r, what.c_str());
   check(code == collx::errc::mismatch, "send_recv against a barrier: errc::mismatch (got " + std::to_string(static_cast<int>(code)) + ")");
   check(what.find("0-byte type") == std::string::npos, "send_recv against a barrier names a call nobody made: " + what);
-  if (r == 1) check(what.find("send_recv") != std::string::npos && what.find("barrier") != std::string::npos,
-                    "rank 1's text names send_recv and barrier: " + what);
+  if (r == 1) check(what.find("point-to-point call") != std::string::npos && what.find("barrier") != std::string::npos,
+                    "rank 1's text names a point-to-point call and barrier: " + what);
+}
+
+// Rank 0 receives from rank 1 while every other rank calls an all-reduce, whose message reaches
+// rank 0's recv: a mismatch on every rank at once (the recv waited 2 s for an answer to a query
+// no peer could answer before).
+void recv_against_collective(collx::communicator& c) {
+  const auto t0 = std::chrono::steady_clock::now();
+  collx::errc code = collx::errc::internal;
+  try {
+    std::vector<float> v(8, 1.f);
+    if (c.rank() == 0) collx::recv(c, std::span<float>(v), 1);
+    else collx::allreduce<collx::algo::direct>(c, std::span<float>(v));
+  } catch (const collx::error& e) {
+    code = e.code();
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  check(code == collx::errc::mismatch, "recv against an all-reduce: errc::mismatch (got " + std::to_string(static_cast<int>(code)) + ")");
+  check(s < 1.0, "recv against an all-reduce failed after " + std::to_string(s) + " s (at once expected)");
 }
 
 // Rank 1 passes count 0: it returns at once, sending nothing, while the others wait for its data.
@@ -680,6 +698,10 @@ int main(int argc, char** argv) {
     {
       collx::communicator c = collx::mpi::connect(MPI_COMM_WORLD);
       p2p_against_collective(c);
+    }
+    {
+      collx::communicator c = collx::mpi::connect(MPI_COMM_WORLD);
+      recv_against_collective(c);
     }
     {
       collx::communicator c = collx::mpi::connect(MPI_COMM_WORLD);

@@ -17,10 +17,11 @@
 namespace collx {
 inline namespace v0 {
 
-/// A peer rank that means "nobody", as MPI_PROC_NULL: a send to it or a recv from it returns at
-/// once (recv leaves its data untouched); send_recv skips that side. For the edges of a halo
-/// exchange that does not wrap around. Far from any rank arithmetic (rank - 1 at rank 0 stays an
-/// error).
+/// A peer rank that means "nobody", as MPI_PROC_NULL: a send to it or a recv from it moves nothing
+/// (recv leaves its data untouched, and neither looks at the data) once the communicator's earlier
+/// async calls have finished (a failed communicator still throws); send_recv skips that side. For
+/// the edges of a halo exchange that does not wrap around. Far from any rank arithmetic (rank - 1
+/// at rank 0 stays an error). Named "no_peer" in error messages.
 inline constexpr int no_peer = std::numeric_limits<int>::min();
 
 namespace detail {
@@ -34,6 +35,8 @@ call_signature p2p_signature(std::size_t count) {
   (void)names_recorded<T, no_op>;
   return sig;
 }
+/// A peer as error messages name it: its rank, or "no_peer".
+inline std::string peer_text(int peer) { return peer == no_peer ? std::string("no_peer") : std::to_string(peer); }
 /// "rank R/N send<T>" or "... recv<T>": the call as the user wrote it.
 template <class T>
 std::string p2p_name(const communicator& comm, const char* call) {
@@ -44,23 +47,24 @@ std::string p2p_name(const communicator& comm, const char* call) {
 /// empty when it is another rank of the communicator, no_peer, or (`self_allowed`) this rank.
 inline std::string p2p_peer_problem(const communicator& comm, const char* role, int peer, bool self_allowed) {
   if (peer == no_peer || (peer >= 0 && peer < comm.size() && (self_allowed || peer != comm.rank()))) return {};
-  return std::string(role) + " rank " + std::to_string(peer) + " is not another rank of this communicator (world size " +
-         std::to_string(comm.size()) + ")";
+  return std::string(role) + " rank " + std::to_string(peer) + " is not " + (self_allowed ? "a" : "another") +
+         " rank of this communicator (world size " + std::to_string(comm.size()) + ")";
 }
 /// The arguments of a send or recv (`call`) to or from `peer` (`role`: "destination" or
-/// "source"): another rank of the communicator or no_peer, and `data` not null with elements.
-/// Else reject_call: errc::invalid_argument, and the communicator failed for every rank.
+/// "source"): another rank of the communicator or no_peer, and `data` not null with elements
+/// (unless the peer is no_peer, as MPI ignores MPI_PROC_NULL's buffer). Else reject_call:
+/// errc::invalid_argument, and the communicator failed for every rank.
 template <class T>
 void check_p2p_arguments(communicator& comm, const char* call, const char* role, int peer, const void* data,
                          std::size_t count) {
   std::string what = p2p_peer_problem(comm, role, peer, false);
-  if (what.empty() && data == nullptr && count != 0)
+  if (what.empty() && peer != no_peer && data == nullptr && count != 0)
     what = "data is a null pointer with " + std::to_string(count) + " elements";
   if (!what.empty()) reject_call(comm, p2p_name<T>(comm, call) + ": " + what);
 }
 }  // namespace detail
 
-/// Sends `data` (a span of T or const T) to rank `dest` (or to no_peer: returns at once) and
+/// Sends `data` (a span of T or const T) to rank `dest` (or to no_peer: moves nothing) and
 /// returns once `data` may be reused:
 ///  - threads: once dest has received it (synchronous, like MPI_Ssend);
 ///  - shared memory: once all of it is copied into the pair's staging ring (eager, like MPI_Send:
@@ -85,7 +89,7 @@ void send(communicator& comm, std::span<U> data, int dest) {
   const communicator::call_scope one_thread(comm);
   transport& t = comm.get_transport();
   const call_signature sig = detail::p2p_signature<T>(data.size());
-  auto name = [&] { return detail::p2p_name<T>(comm, "send") + " to " + std::to_string(dest); };
+  auto name = [&] { return detail::p2p_name<T>(comm, "send") + " to " + detail::peer_text(dest); };
   detail::check_not_failed(comm, name);
   if (dest == no_peer) return;
   try {
@@ -97,13 +101,17 @@ void send(communicator& comm, std::span<U> data, int dest) {
     comm.fail(e.code(), what);  // the receiver learns why now (as a collective cut short; kept only if first)
     COLLX_THROW(e.code(), what +
                               (synchronous ? " (between threads a send returns only once received: two ranks that both send "
-                                             "first wait for each other; order the calls: even ranks send first, odd ranks receive first)"
+                                             "first wait for each other; use send_recv, or order the calls: even ranks send "
+                                             "first, odd ranks receive first)"
                                            : ""));
+  } catch (...) {  // not collx's (no memory, say): the peers must not wait for this rank
+    detail::fail_for_escaping(comm, name());
+    throw;
   }
 }
 
-/// Receives data.size() elements from rank `src` into `data` (from no_peer: returns at once,
-/// `data` untouched).
+/// Receives data.size() elements from rank `src` into `data` (from no_peer: moves nothing, `data`
+/// untouched).
 /// @throws collx::error invalid_argument (bad src), mismatch (count or type differs), timeout, aborted.
 template <element T>
 void recv(communicator& comm, std::span<T> data, int src) {
@@ -114,7 +122,7 @@ void recv(communicator& comm, std::span<T> data, int src) {
   const call_signature sig = detail::p2p_signature<T>(data.size());
   std::byte* d = reinterpret_cast<std::byte*>(data.data());
   auto consume = [&](const std::byte* s, std::size_t off, std::size_t len) { std::memcpy(d + off, s, len); };
-  auto name = [&] { return detail::p2p_name<T>(comm, "recv") + " from " + std::to_string(src); };
+  auto name = [&] { return detail::p2p_name<T>(comm, "recv") + " from " + detail::peer_text(src); };
   detail::check_not_failed(comm, name);
   if (src == no_peer) return;
   try {
@@ -123,6 +131,9 @@ void recv(communicator& comm, std::span<T> data, int src) {
     const std::string what = name() + ": " + e.what();
     comm.fail(e.code(), what);  // as send
     COLLX_THROW(e.code(), what);
+  } catch (...) {
+    detail::fail_for_escaping(comm, name());
+    throw;
   }
 }
 
@@ -152,7 +163,7 @@ void send_recv(communicator& comm, std::span<U> send, int dest, std::span<T> rec
   auto name = [&] {
     return "rank " + std::to_string(me) + "/" + std::to_string(comm.size()) + " send_recv<" +
            std::string(detail::type_name<S>()) + ", " + std::string(detail::type_name<T>()) + "> to " +
-           std::to_string(dest) + " from " + std::to_string(src);
+           detail::peer_text(dest) + " from " + detail::peer_text(src);
   };
   const bool sends = dest != no_peer, receives = src != no_peer;
   std::string what = detail::p2p_peer_problem(comm, "destination", dest, true);
@@ -188,6 +199,9 @@ void send_recv(communicator& comm, std::span<U> send, int dest, std::span<T> rec
     const std::string failure = name() + ": " + e.what();
     comm.fail(e.code(), failure);  // as send: the peers learn why now
     COLLX_THROW(e.code(), failure);
+  } catch (...) {
+    detail::fail_for_escaping(comm, name());
+    throw;
   }
 }
 

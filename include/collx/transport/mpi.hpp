@@ -386,7 +386,8 @@ class mpi_transport final : public transport {
     if (!ok) {
       // The peer went past this call (how did it see it?), or an earlier call differed: the peer
       // compares this rank's records, which the query carries, with its own and names the field.
-      if (h.sig.seq > sig.seq || differ_only_in_earlier(sig, h.sig)) await_answer(peer);
+      // A point-to-point recv (seq 0) has no call of its own for the peer to compare: no answer comes.
+      if (sig.seq != 0 && (h.sig.seq > sig.seq || differ_only_in_earlier(sig, h.sig))) await_answer(peer);
       fail_out(errc::mismatch, mismatch);
     }
   }

@@ -85,7 +85,8 @@ inline std::string describe_mismatch(const call_signature& mine, int me, const c
   if (mine.seq != theirs.seq) {
     // seq 0: a point-to-point call (send, recv, send_recv), which collectives do not number.
     auto at = [](const call_signature& c) {
-      return c.seq ? "at call #" + std::to_string(c.seq) + " (" + called(c) + ")" : "in a point-to-point call (" + called(c) + ")";
+      return c.seq ? "at call #" + std::to_string(c.seq) + " (" + called(c) + ")"
+                   : std::string("in a point-to-point call (send, recv or send_recv)");
     };
     return "call sequence differs: " + rp + " is " + at(theirs) + ", " + rm + " " + at(mine) +
            (mine.seq && theirs.seq ? ": a rank skipped or added a call, or passed a count of zero where others did not"
@@ -93,6 +94,12 @@ inline std::string describe_mismatch(const call_signature& mine, int me, const c
   }
   if (mine.coll != theirs.coll || mine.varying != theirs.varying)
     return "collective differs: " + rp + " called " + called(theirs) + ", " + rm + " called " + called(mine);
+  // Counts named as the user passed them: the signature holds a block's count where the call takes n blocks.
+  const char* count_name = "count";
+  if (mine.varying) count_name = "count (the sum of the per-rank counts)";
+  else if (mine.coll == collective::all_to_all) count_name = "count per block (the send count / world size)";
+  else if (mine.coll == collective::reduce_scatter) count_name = "count per rank (the recv count; send holds world size times it)";
+  else if (mine.coll == collective::all_gather) count_name = "count per rank (the send count; recv holds world size times it)";
   // The type before the count: ranks passing float and double over the same bytes differ in both,
   // and the type is the cause.
   if (mine.type_size != theirs.type_size || mine.type_hash != theirs.type_hash) {
@@ -102,17 +109,9 @@ inline std::string describe_mismatch(const call_signature& mine, int me, const c
       return name ? *name + " (" + bytes + ")" : "a " + bytes + " type";
     };
     return "element type differs: " + rp + " passes " + type(theirs) + ", " + rm + " passes " + type(mine) +
-           (mine.count != theirs.count ? "; " + field("count", theirs.count, mine.count) : "");
+           (mine.count != theirs.count ? "; " + field(count_name, theirs.count, mine.count) : "");
   }
-  if (mine.count != theirs.count) {
-    // Named as the user passed it: the signature holds a block's count where the call takes n blocks.
-    const char* what = "count";
-    if (mine.varying) what = "count (the sum of the per-rank counts)";
-    else if (mine.coll == collective::all_to_all) what = "count per block (the send count / world size)";
-    else if (mine.coll == collective::reduce_scatter) what = "count per rank (the recv count; send holds world size times it)";
-    else if (mine.coll == collective::all_gather) what = "count per rank (the send count; recv holds world size times it)";
-    return field(what, theirs.count, mine.count);
-  }
+  if (mine.count != theirs.count) return field(count_name, theirs.count, mine.count);
   if (mine.op_hash != theirs.op_hash) {
     auto op = [](const call_signature& c) {
       const auto name = detail::signature_name(c.op_hash);
