@@ -140,10 +140,10 @@ int main(int argc, char** argv) {
   ex::options opt(argc, argv, "[--ranks N] [--rows R] [--cols C] [--max-steps S] [--check-every K] [--periodic]");
   const int ranks = opt.get_ranks();
   settings s;
-  s.rows = static_cast<std::size_t>(opt.get_int("--rows", 64, 1, 1 << 20));
-  s.cols = static_cast<std::size_t>(opt.get_int("--cols", 96, 1, 1 << 20));
-  s.max_steps = static_cast<int>(opt.get_int("--max-steps", 5000, 1, 1 << 24));
-  s.check_every = static_cast<int>(opt.get_int("--check-every", 10, 1, 1 << 24));
+  s.rows = static_cast<std::size_t>(opt.get_int("--rows", static_cast<long long>(s.rows), 1, 1 << 20));
+  s.cols = static_cast<std::size_t>(opt.get_int("--cols", static_cast<long long>(s.cols), 1, 1 << 20));
+  s.max_steps = static_cast<int>(opt.get_int("--max-steps", s.max_steps, 1, 1 << 24));
+  s.check_every = static_cast<int>(opt.get_int("--check-every", s.check_every, 1, 1 << 24));
   s.periodic = opt.has("--periodic");
   opt.reject_unknown();
   if (ranks > 0 && s.rows < static_cast<std::size_t>(ranks)) opt.fail("--rows must be at least --ranks (every rank needs a row to send)");
