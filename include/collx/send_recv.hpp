@@ -62,6 +62,15 @@ void check_p2p_arguments(communicator& comm, const char* call, const char* role,
     what = "data is a null pointer with " + std::to_string(count) + " elements";
   if (!what.empty()) reject_call(comm, p2p_name<T>(comm, call) + ": " + what);
 }
+/// A point-to-point call (`call`: its name) cut short by `e`: fails the communicator for every rank
+/// with "call: why", so the peers learn why now (kept only if first, as for a collective cut
+/// short), and throws it with `hint` appended (this rank's reader only).
+[[noreturn]] inline void p2p_failed(communicator& comm, const std::string& call, const error& e,
+                                    const std::string& hint = {}) {
+  const std::string what = call + ": " + e.what();
+  comm.fail(e.code(), what);
+  COLLX_THROW(e.code(), what + hint);
+}
 }  // namespace detail
 
 /// Sends `data` (a span of T or const T) to rank `dest` (or to no_peer: moves nothing) and
@@ -97,13 +106,11 @@ void send(communicator& comm, std::span<U> data, int dest) {
     t.wait_sends();
   } catch (const error& e) {
     const bool synchronous = e.code() == errc::timeout && t.name() == "threads";
-    const std::string what = name() + ": " + e.what();
-    comm.fail(e.code(), what);  // the receiver learns why now (as a collective cut short; kept only if first)
-    COLLX_THROW(e.code(), what +
-                              (synchronous ? " (between threads a send returns only once received: two ranks that both send "
-                                             "first wait for each other; use send_recv, or order the calls: even ranks send "
-                                             "first, odd ranks receive first)"
-                                           : ""));
+    detail::p2p_failed(comm, name(), e,
+                       synchronous ? " (between threads a send returns only once received: two ranks that both send first "
+                                     "wait for each other; use send_recv, or order the calls: even ranks send first, odd "
+                                     "ranks receive first)"
+                                   : "");
   } catch (...) {  // not collx's (no memory, say): the peers must not wait for this rank
     detail::fail_for_escaping(comm, name());
     throw;
@@ -128,9 +135,7 @@ void recv(communicator& comm, std::span<T> data, int src) {
   try {
     t.recv(src, data.size_bytes(), sizeof(T), sig, consumer_ref(consume, d));
   } catch (const error& e) {
-    const std::string what = name() + ": " + e.what();
-    comm.fail(e.code(), what);  // as send
-    COLLX_THROW(e.code(), what);
+    detail::p2p_failed(comm, name(), e);
   } catch (...) {
     detail::fail_for_escaping(comm, name());
     throw;
@@ -196,9 +201,7 @@ void send_recv(communicator& comm, std::span<U> send, int dest, std::span<T> rec
     if (receives) t.recv(src, recv.size_bytes(), sizeof(T), detail::p2p_signature<T>(recv.size()), consumer_ref(consume, d));
     if (sends) t.wait_sends();
   } catch (const error& e) {
-    const std::string failure = name() + ": " + e.what();
-    comm.fail(e.code(), failure);  // as send: the peers learn why now
-    COLLX_THROW(e.code(), failure);
+    detail::p2p_failed(comm, name(), e);
   } catch (...) {
     detail::fail_for_escaping(comm, name());
     throw;
