@@ -14,6 +14,8 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <span>
@@ -39,6 +41,24 @@ T sweep_value(int r, std::size_t i, int call) {
   else static_assert(sizeof(T) == 0, "no sweep_value for this type");
 }
 
+/// What a rank's host thread is doing and since when (steady clock, ns): with ranks as threads on
+/// one GPU, a thread blocked in a call that waits for the whole device never enqueues the kernel
+/// its peers' kernels wait for, and the call times out; the thread tests' watchdog names it.
+struct host_phase {
+  std::atomic<const char*> what{"starting"};
+  std::atomic<std::int64_t> since_ns{0};
+};
+inline thread_local host_phase* current_phase = nullptr;
+inline std::int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+/// Marks the calling rank's thread as doing `what` (nothing outside the thread tests).
+inline void phase(const char* what) {
+  if (!current_phase) return;
+  current_phase->what.store(what);
+  current_phase->since_ns.store(steady_ns());
+}
+
 /// A device buffer of `count` elements at `offset` elements past an aligned start, with guards.
 /// Everything is ordered on the rank's stream (cudaMallocAsync, async copies, cudaFreeAsync): with
 /// several ranks on one GPU, a call that synchronises the device (cudaFree, cudaMemset on the
@@ -49,32 +69,42 @@ struct sweep_buffer {
   cudaStream_t stream;
   unsigned char* base = nullptr;
   sweep_buffer(std::size_t n, std::size_t off, cudaStream_t s) : count(n), offset(off), stream(s) {
+    phase("sweep_buffer: cudaMallocAsync");
     if (cudaMallocAsync(reinterpret_cast<void**>(&base), bytes(), stream) != cudaSuccess)
       throw std::runtime_error("cudaMallocAsync failed");
     poison();
   }
   ~sweep_buffer() {
+    phase("sweep_buffer: cudaFreeAsync + cudaStreamSynchronize");
     cudaFreeAsync(base, stream);
     cudaStreamSynchronize(stream);
+    phase("host work or enqueueing a call");
   }
   sweep_buffer(const sweep_buffer&) = delete;
   sweep_buffer& operator=(const sweep_buffer&) = delete;
   std::size_t bytes() const { return (sweep_guard * 2 + offset + count) * sizeof(T); }
   T* data() const { return reinterpret_cast<T*>(base) + sweep_guard + offset; }
   void poison() {
+    phase("sweep_buffer: poison (cudaMemsetAsync + cudaStreamSynchronize)");
     cudaMemsetAsync(base, sweep_poison, bytes(), stream);
     cudaStreamSynchronize(stream);
+    phase("host work or enqueueing a call");
   }
   /// Writes v at element `at` of the buffer.
   void set(const std::vector<T>& v, std::size_t at = 0) {
+    phase("sweep_buffer: set (cudaMemcpyAsync to the device + cudaStreamSynchronize)");
     cudaMemcpyAsync(data() + at, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice, stream);
     cudaStreamSynchronize(stream);
+    phase("host work or enqueueing a call");
   }
   /// "" or what differs: the elements against `want`, the guards and offset against the poison.
   std::string compare(const std::vector<T>& want, const std::string& what) const {
     std::vector<unsigned char> all(bytes());
+    phase("sweep_buffer: compare (cudaMemcpyAsync to the host + cudaStreamSynchronize)");
     cudaMemcpyAsync(all.data(), base, bytes(), cudaMemcpyDeviceToHost, stream);
-    if (cudaStreamSynchronize(stream) != cudaSuccess) return what + ": copying the result back failed";
+    const bool copied = cudaStreamSynchronize(stream) == cudaSuccess;
+    phase("host work or enqueueing a call");
+    if (!copied) return what + ": copying the result back failed";
     const std::size_t lo = (sweep_guard + offset) * sizeof(T), hi = lo + count * sizeof(T);
     for (std::size_t b = 0; b < all.size(); ++b)
       if ((b < lo || b >= hi) && all[b] != sweep_poison)
@@ -108,11 +138,14 @@ std::vector<T> sweep_input(int r, std::size_t count, int call) {
 
 /// Checks one CUDA result and the communicator after a call; "" or the problem.
 inline std::string sweep_sync(collx::gpu::device_communicator& dc, cudaStream_t s, const std::string& what) {
+  phase("sweep_sync: dc.synchronize (waiting for its calls)");
   try {
     dc.synchronize(s);
   } catch (const std::exception& e) {
+    phase("host work or enqueueing a call");
     return what + ": " + e.what();
   }
+  phase("host work or enqueueing a call");
   return "";
 }
 

@@ -22,7 +22,10 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstdint>
+#include <cstdio>
 #include <exception>
 #include <string>
 #include <thread>
@@ -44,6 +47,26 @@ int device_for(int rank) {
   return rank % n;
 }
 
+// Prints to stderr, once per stall, each rank's host phase (collx_cuda_test::phase) when one has
+// not changed for 5 s: a rank that never enqueues the call its peers wait for shows what blocks it.
+void watch_host_phases(const std::vector<collx_cuda_test::host_phase>& phases, const std::atomic<bool>& done) {
+  std::vector<std::int64_t> reported(phases.size(), -1);
+  while (!done) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    const std::int64_t now = collx_cuda_test::steady_ns();
+    for (std::size_t r = 0; r < phases.size(); ++r) {
+      const std::int64_t since = phases[r].since_ns.load();
+      if (since == 0 || now - since < 5'000'000'000 || reported[r] == since) continue;
+      reported[r] = since;
+      std::string line = "watchdog: rank " + std::to_string(r) + " stalled in '" + phases[r].what.load() + "'; every rank:";
+      for (std::size_t q = 0; q < phases.size(); ++q)
+        line += " [" + std::to_string(q) + "] '" + phases[q].what.load() + "' for " +
+                std::to_string((now - phases[q].since_ns.load()) / 1'000'000) + " ms";
+      std::fprintf(stderr, "%s\n", line.c_str());
+    }
+  }
+}
+
 // Runs fn(dc, stream, problems) on `world` ranks as threads; returns every rank's problems and
 // every exception's message.
 // `adjust(rank, options)`, when given, changes one rank's options (ranks that disagree).
@@ -54,10 +77,15 @@ std::vector<std::string> on_ranks(int world, gpu::device_options opt, std::chron
   copt.timeout = host_timeout;
   auto comms = collx::make_thread_communicators(world, copt);
   std::vector<std::vector<std::string>> problems(static_cast<std::size_t>(world));
+  std::vector<collx_cuda_test::host_phase> phases(static_cast<std::size_t>(world));
+  std::atomic<bool> done{false};
+  std::thread watchdog([&] { watch_host_phases(phases, done); });
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r)
     threads.emplace_back([&, r] {
       auto& mine = problems[static_cast<std::size_t>(r)];
+      collx_cuda_test::current_phase = &phases[static_cast<std::size_t>(r)];
+      collx_cuda_test::phase("constructing its device_communicator");
       try {
         gpu::device_options o = opt;
         o.device = device_for(r);
@@ -67,14 +95,19 @@ std::vector<std::string> on_ranks(int world, gpu::device_options opt, std::chron
         gpu::check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
         {
           gpu::device_communicator dc(comms[static_cast<std::size_t>(r)], o);
+          collx_cuda_test::phase("host work or enqueueing a call");
           fn(dc, s, mine);
+          collx_cuda_test::phase("destroying its device_communicator");
         }
         cudaStreamDestroy(s);
+        phases[static_cast<std::size_t>(r)].since_ns = 0;  // finished: nothing to watch
       } catch (const std::exception& e) {
         mine.push_back("rank " + std::to_string(r) + " threw: " + e.what());
       }
     });
   for (auto& t : threads) t.join();
+  done = true;
+  watchdog.join();
   std::vector<std::string> all;
   for (auto& p : problems) all.insert(all.end(), p.begin(), p.end());
   return all;
