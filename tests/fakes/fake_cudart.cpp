@@ -242,8 +242,17 @@ FAKE_EXPORT cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned int)
   return cudaSuccess;
 }
 FAKE_EXPORT cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
-// The communicator's cross-stream order event (none is made: nothing is launched here).
-FAKE_EXPORT cudaError_t cudaEventDestroy(cudaEvent_t) { return cudaSuccess; }
+// The communicator's cross-stream order events: made with it, counted as live until destroyed.
+FAKE_EXPORT cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned int) {
+  *e = reinterpret_cast<cudaEvent_t>(new char);
+  ++live;
+  return cudaSuccess;
+}
+FAKE_EXPORT cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  delete reinterpret_cast<char*>(e);
+  --live;
+  return cudaSuccess;
+}
 FAKE_EXPORT cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
 FAKE_EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 FAKE_EXPORT cudaError_t cudaGetLastError() { return cudaSuccess; }
