@@ -276,6 +276,10 @@ class device_communicator {
         *status_ = device_status{};
         gpu::check(cudaHostGetDevicePointer(reinterpret_cast<void**>(&status_device_), status_, 0),
                    "cudaHostGetDevicePointer(status)");
+        // Made here, once: record_call must not fail for want of one (a call would lose its order
+        // across streams without a word).
+        for (launch_record* r : {&eager_, &captured_})
+          gpu::check(cudaEventCreateWithFlags(&r->done, cudaEventDisableTiming), "cudaEventCreateWithFlags(call order)");
       });
 
       records_.resize(static_cast<std::size_t>(host.size()));
@@ -500,8 +504,14 @@ class device_communicator {
     if (!capture.known) return cudaSuccess;
     const launch_record& last = capture.active ? captured_ : eager_;
     if (!last.recorded || (capture.active && last.capture_id != capture.id)) return cudaSuccess;
-    const unsigned long long id = stream_id(stream);
-    if (id != 0 && id == last.stream_id) return cudaSuccess;  // the same stream orders them
+    // Eager calls on the same stream are ordered already. Within a capture streams are not told
+    // apart: cudaStreamGetId on a stream being captured invalidates the capture (CUDA 13.0,
+    // driver 580: cudaErrorStreamCaptureUnsupported), and a wait on the same stream only adds an
+    // edge the graph has.
+    if (!capture.active) {
+      const unsigned long long id = stream_id(stream);
+      if (id != 0 && id == last.stream_id) return cudaSuccess;
+    }
     return cudaStreamWaitEvent(stream, last.done, 0);
   }
   /// Marks the call just enqueued on `stream` (whose capture is `capture`) as the one later calls
@@ -512,16 +522,11 @@ class device_communicator {
     if (!capture.known) return;
     launch_record& last = capture.active ? captured_ : eager_;
     last.recorded = false;
-    if (!last.done && cudaEventCreateWithFlags(&last.done, cudaEventDisableTiming) != cudaSuccess) {
-      last.done = nullptr;
-      (void)cudaGetLastError();
-      return;
-    }
     if (cudaEventRecord(last.done, stream) != cudaSuccess) {
       (void)cudaGetLastError();
       return;
     }
-    last.stream_id = stream_id(stream);
+    last.stream_id = capture.active ? 0 : stream_id(stream);
     last.capture_id = capture.id;
     last.recorded = true;
   }
@@ -962,7 +967,8 @@ class device_communicator {
 
   /// The stream's id (cudaStreamGetId: handles such as cudaStreamPerThread name a different
   /// stream on each thread, and a destroyed stream's handle may come back for a new one); 0 when
-  /// it cannot be told (a failed query's error is cleared), so that the caller waits.
+  /// it cannot be told (a failed query's error is cleared), so that the caller waits. Not for a
+  /// stream being captured: the query invalidates the capture.
   static unsigned long long stream_id(cudaStream_t stream) noexcept {
     unsigned long long id = 0;
     if (cudaStreamGetId(stream, &id) != cudaSuccess) {
