@@ -804,6 +804,72 @@ TEST_CASE("gpu device all_to_all_v: calls with nothing to move, then calls that 
   }));
 }
 
+namespace {
+// Element types no other test uses: their kernels are not loaded yet when the test below begins.
+struct first_use_a2a {
+  float x;
+};
+struct first_use_p2p {
+  float x;
+};
+template <class T>
+std::vector<T> first_use_values(int rank, std::size_t count) {
+  std::vector<T> v(count);
+  for (std::size_t i = 0; i < count; ++i) v[i] = T{static_cast<float>(rank * 1000) + static_cast<float>(i)};
+  return v;
+}
+}  // namespace
+
+TEST_CASE("gpu device collectives: ranks that launch different kernels for one call meet at the kernels' first use",
+          "[gpu][cuda]") {
+  // The access width follows each rank's own pointers and offsets, so the ranks of one call may
+  // launch different kernels (here all_to_all_v's displacements, and a send's buffer against its
+  // recv's). Ranks as threads share the GPU's context, and under CUDA's lazy loading (the default)
+  // a kernel's first launch may load it, which waits for every kernel running in the context:
+  // rank 1 launching its kernel while rank 0's kernel of the same call already waits for it would
+  // wait until rank 0's timeout. Rank 0 launches first and rank 1 only after a host barrier that
+  // rank 0 reaches after its launch. (Under CUDA_MODULE_LOADING=EAGER this passes either way.)
+  gpu::device_options opt;
+  opt.staging_bytes = 32 << 10;
+  opt.timeout = std::chrono::seconds(10);
+  require_none(on_ranks(2, opt, std::chrono::seconds(60), [](gpu::device_communicator& dc, cudaStream_t s, auto& out) {
+    using collx_cuda_test::sweep_buffer;
+    const int me = dc.rank();
+    const std::string tag = "rank " + std::to_string(me) + ": ";
+    auto note = [&](std::string p) { if (!p.empty()) out.push_back(std::move(p)); };
+    auto in_turn = [&](auto call) {  // rank 0's kernel is out (and waiting) before rank 1 launches
+      if (me == 1) collx::barrier(dc.host());
+      call();
+      if (me == 0) collx::barrier(dc.host());
+    };
+    {  // the reference sweep's all_to_all_v on 2 ranks, base 2: rank 0 16-byte accesses, rank 1 not
+      using T = first_use_a2a;
+      const std::vector<std::size_t> send = me == 0 ? std::vector<std::size_t>{0, 42} : std::vector<std::size_t>{29, 0};
+      const std::vector<std::size_t> recv = me == 0 ? std::vector<std::size_t>{0, 29} : std::vector<std::size_t>{42, 0};
+      const std::size_t sent = send[0] + send[1], got = recv[0] + recv[1];
+      sweep_buffer<T> in(sent, 0, s), res(got, 0, s);
+      in.set(first_use_values<T>(me, sent));
+      in_turn([&] {
+        gpu::all_to_all_v(dc, in.data(), std::span<const std::size_t>(send), res.data(), std::span<const std::size_t>(recv), s);
+      });
+      note(collx_cuda_test::sweep_sync(dc, s, tag + "all_to_all_v"));
+      note(res.compare(first_use_values<T>(1 - me, got), tag + "all_to_all_v"));
+    }
+    {  // a send from a 16-byte aligned buffer to a recv into a misaligned one
+      using T = first_use_p2p;
+      const std::size_t count = 1000;
+      sweep_buffer<T> buf(count, me == 0 ? 0 : 1, s);
+      if (me == 0) buf.set(first_use_values<T>(0, count));
+      in_turn([&] {
+        if (me == 0) gpu::send(dc, buf.data(), count, 1, s);
+        else gpu::recv(dc, buf.data(), count, 0, s);
+      });
+      note(collx_cuda_test::sweep_sync(dc, s, tag + (me == 0 ? "send" : "recv")));
+      if (me == 1) note(buf.compare(first_use_values<T>(0, count), tag + "recv"));
+    }
+  }));
+}
+
 TEST_CASE("gpu device collectives: calls with count 0 on every rank meet and keep the epochs in step", "[gpu][cuda]") {
   require_none(on_ranks(3, {}, std::chrono::seconds(60), [](gpu::device_communicator& dc, cudaStream_t s, auto& out) {
     const std::vector<std::size_t> zeros(3, 0);

@@ -54,6 +54,7 @@
 #include <cuda/atomic>
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -771,6 +772,41 @@ __global__ void reject_kernel(device_view v, device_failure what) {
   if (record_failure(v, claim_unpoisoned, what, -1, next, 0, 0, 0)) flag_all_peers(v, flag_word(next, {rejected_signature_bits}));
 }
 
+/// Loads `Kernel` into the context of `device` (the current device) now, if this process has not
+/// yet. Under CUDA's lazy loading (the default since CUDA 12.2: CUDA_MODULE_LOADING=LAZY) a
+/// kernel's code is loaded at its first launch, and loading may synchronise the whole context:
+/// it waits for every kernel running there. Where ranks share a context (ranks as threads on one
+/// GPU), a peer's kernel of the same call spins until this rank's kernel runs, so a launch that
+/// loads waits for a kernel that waits for it, until the peer's timeout. Ranks may launch
+/// different kernels for one call (the access width follows each rank's own pointers and
+/// offsets: all_to_all_v's displacements, a root's buffers, a send against its recv) and a call
+/// may launch two (two-shot), so every rank loads every kernel a call may launch on any rank
+/// before it launches the first (load_kernels): the first rank to launch has loaded them all
+/// before any kernel of the call can wait, and the later ranks' launches load nothing.
+/// cudaFuncGetAttributes loads the kernel (as NCCL does for its kernels at init); its status is
+/// not checked (a kernel that cannot load fails at its launch, which reports it). The hazard is
+/// the one the CUDA Programming Guide's lazy-loading chapter gives for kernels that wait for each
+/// other; it hung the GPU tests on an H200 (bench/results/h200-1gpu.md). Not covered: a first use
+/// while this process's earlier calls still wait for a later rank (CUDA_MODULE_LOADING=EAGER).
+template <auto Kernel>
+void load_kernel(int device) noexcept {
+  static std::atomic<std::uint64_t> loaded{0};  // bit d: loaded into device d's (primary) context
+  const std::uint64_t bit = device >= 0 && device < 64 ? std::uint64_t{1} << device : 0;
+  if (bit != 0 && (loaded.load(std::memory_order_acquire) & bit) != 0) return;
+  cudaFuncAttributes attributes{};
+  if (cudaFuncGetAttributes(&attributes, Kernel) == cudaSuccess) loaded.fetch_or(bit, std::memory_order_release);
+}
+
+/// load_kernel for each of `Kernels`, and for the kernels any rank may launch into a call it
+/// waits in (a rank that moves nothing, a rank that rejects the call), on dc's device, which must
+/// be current (scoped_device).
+template <auto... Kernels>
+void load_kernels(const device_communicator& dc) noexcept {
+  (load_kernel<Kernels>(dc.device()), ...);
+  load_kernel<&empty_call_kernel<>>(dc.device());
+  load_kernel<&reject_kernel<>>(dc.device());
+}
+
 /// Ends the communicator for every rank because this rank gives up a call it has not enqueued
 /// (`what`: rejected for its arguments, or launch_failed): reject_kernel on `stream` after this
 /// rank's earlier calls, so that the peers' same call ends at once, and the failure recorded on
@@ -828,6 +864,7 @@ inline void launch_empty_call(device_communicator& dc, const char* name, device_
   dc.check();
   const scoped_device on_device(dc.device(), name);  // and back to the caller's afterwards
   static_assert(max_device_world <= 32, "barrier() gives each peer one thread of the block");
+  load_kernels<>(dc);
   launch_in_order(dc, name, &empty_call_kernel<>, 1, 32, stream, dc.view(), sig);
 }
 
@@ -849,6 +886,7 @@ void launch_call(device_communicator& dc, const char* name, collective coll, std
   const chunk_plan plan = plan_chunks(count, sizeof(T), rows, V, dc.slot_bytes(), dc.block_limit());
   if (plan.chunks == 0) return;
   const scoped_device on_device(dc.device(), name);  // and back to the caller's afterwards
+  load_kernels<&collective_kernel<Scalar>, &collective_kernel<Vectored>>(dc);  // whichever a peer launches
   if (V > 1 && vector_ok)
     launch_in_order(dc, name, &collective_kernel<Vectored>, plan.blocks, device_threads_per_block, stream, dc.view(), plan, sig, vectored);
   else launch_in_order(dc, name, &collective_kernel<Scalar>, plan.blocks, device_threads_per_block, stream, dc.view(), plan, sig, scalar);
@@ -869,6 +907,7 @@ void launch_direct(device_communicator& dc, const char* name, collective coll, s
   constexpr std::size_t V = device_vector_elements<T>;
   const chunk_plan plan = plan_direct(count, V, dc.block_limit());
   const scoped_device on_device(dc.device(), name);  // and back to the caller's afterwards
+  load_kernels<&direct_kernel<Scalar>, &direct_kernel<Vectored>>(dc);  // whichever a peer launches
   if (V > 1 && vector_ok)
     launch_in_order(dc, name, &direct_kernel<Vectored>, plan.blocks, device_threads_per_block, stream, dc.view(), plan, sig, vectored);
   else launch_in_order(dc, name, &direct_kernel<Scalar>, plan.blocks, device_threads_per_block, stream, dc.view(), plan, sig, scalar);
@@ -902,6 +941,11 @@ void launch_two_shot_all_reduce(device_communicator& dc, const char* name, const
   const v_layout lay = two_shot_pieces(count, dc.size(), V);
   T* piece = recv + lay.displs[dc.rank()];
   const auto key = detail::op_signature_key<Op>();
+  {  // both launches' kernels before the first: the second must not load while the first waits
+    const scoped_device on_device(dc.device(), name);
+    load_kernels<&collective_kernel<reduce_scatter_v_step<T, Op, 1>>, &collective_kernel<reduce_scatter_v_step<T, Op, V>>,
+                 &collective_kernel<all_gather_v_step<T, 1>>, &collective_kernel<all_gather_v_step<T, V>>>(dc);
+  }
   launch_call<T>(dc, name, collective::allreduce, key, -1, lay.longest, static_cast<std::size_t>(dc.size()), vector_ok,
                  stream, reduce_scatter_v_step<T, Op, 1>{send, piece, op, lay},
                  reduce_scatter_v_step<T, Op, V>{send, piece, op, lay}, two_shot_layout(lay, 0));
@@ -1075,6 +1119,7 @@ void launch_ring(device_communicator& dc, const char* name, ring_phase phase, de
       plan_ring_call(phase, dc.rings(), dc.rank(), count, std::max(sizeof(T), sizeof(acc)), V, dc.slot_bytes(), dc.block_limit());
   if (call.chunks == 0) return;
   const scoped_device on_device(dc.device(), name);  // and back to the caller's afterwards
+  load_kernels<&ring_kernel<T, Op, V>, &ring_kernel<T, Op, 1>>(dc);  // whichever a peer launches
   if (V > 1 && vector_ok)
     launch_in_order(dc, name, &ring_kernel<T, Op, V>, call.blocks, device_threads_per_block, stream, dc.view(), call, sig, send, recv, op);
   else launch_in_order(dc, name, &ring_kernel<T, Op, 1>, call.blocks, device_threads_per_block, stream, dc.view(), call, sig, send, recv, op);
@@ -1308,6 +1353,7 @@ void launch_p2p(device_communicator& dc, const char* name, const p2p_part<T>& se
   const unsigned blocks = std::max(send.peer >= 0 ? send.plan.blocks : 0u, recv.peer >= 0 ? recv.plan.blocks : 0u);
   constexpr std::size_t V = device_vector_elements<T>;
   const scoped_device on_device(dc.device(), name);  // and back to the caller's afterwards
+  load_kernels<&p2p_kernel<T, V>, &p2p_kernel<T, 1>>(dc);  // whichever the peer launches
   if (V > 1 && vector_ok) launch_in_order(dc, name, &p2p_kernel<T, V>, blocks, device_threads_per_block, stream, dc.view(), send, recv);
   else launch_in_order(dc, name, &p2p_kernel<T, 1>, blocks, device_threads_per_block, stream, dc.view(), send, recv);
 }
@@ -1977,6 +2023,8 @@ void all_to_all_v(device_communicator& dc, const T* send, std::span<const std::s
   const bool vec = (lay.send_total == 0 || aligned16(send)) && (lay.recv_total == 0 || aligned16(recv)) &&
                    lay.offsets_aligned16(sizeof(T));
   const scoped_device on_device(dc.device(), name);  // and back to the caller's afterwards
+  // Each rank's width follows its own displacements: ranks of one call launch either kernel.
+  load_kernels<&all_to_all_v_kernel<T, V>, &all_to_all_v_kernel<T, 1>>(dc);
   if (V > 1 && vec)
     launch_in_order(dc, name, &all_to_all_v_kernel<T, V>, full.blocks, device_threads_per_block, stream, dc.view(), lay, send, recv, full.chunk, sig);
   else launch_in_order(dc, name, &all_to_all_v_kernel<T, 1>, full.blocks, device_threads_per_block, stream, dc.view(), lay, send, recv, full.chunk, sig);
