@@ -418,6 +418,8 @@ void rank_main(shared_state& st, gpu::device_communicator& dc, cudaStream_t s) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Line by line: a run stopped by a time limit (gpu-check.sh) still leaves the rows it finished.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   const options o = parse(argc, argv);
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices < 1) {
