@@ -361,9 +361,11 @@ class shm_transport final : public transport {
       }
       if (s.kind == shm_segment::slot_kind::cma) {
         read_remote(peer_rank, s, granularity, consume);
+        require_not_failed_after_read();
         delivered += s.len;
       } else if (s.kind == shm_segment::slot_kind::window) {
         if (s.len) consume(window_of(s.pid).peers[static_cast<std::size_t>(peer_rank)] + s.addr, 0, s.len);
+        require_not_failed_after_read();
         delivered += s.len;
       } else {
         if (s.len)
@@ -619,6 +621,16 @@ class shm_transport final : public transport {
   void progress_all() {
     for (int p = 0; p < n_; ++p)
       if (!out_[static_cast<std::size_t>(p)].empty()) progress(p);
+  }
+
+  /// After reading a message in its sender's memory (single copy, or a shared buffer): throws the
+  /// job's failure if one was published meanwhile. A sender whose call fails returns at once (it
+  /// does not wait for readers), and its caller may then rewrite the buffer this rank was reading:
+  /// the read may mix old and new bytes, so the call fails instead of delivering them. (The
+  /// failure is published before the sender's call returns, so a read that saw a rewrite sees it.)
+  void require_not_failed_after_read() {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (hdr()->failed.load(std::memory_order_acquire)) raise_failure();
   }
 
   /// Reads a message in the sender's memory (process_vm_readv): straight into the destination when
