@@ -630,15 +630,17 @@ TEST_CASE("shm: a single-copy read that a sender's failure overtakes fails inste
   // rewrite its vector (a failed call returns at once, and its caller owns the buffer again), then
   // goes on: the last piece read sees the rewritten values. The root's reduce must fail, not
   // return a sum of two different vectors of rank 1's.
-  int to_sender[2], to_reader[2];
+  int to_sender[2], to_reader[2], root_done[2];
   REQUIRE(::pipe(to_sender) == 0);
   REQUIRE(::pipe(to_reader) == 0);
+  REQUIRE(::pipe(root_done) == 0);
   collx::shm_options shm;
   shm.cma = -1;
   shm.ranks_on_host = 4096;  // auto picks single copy where the kernel permits it
   collx::communicator_options opt;
   opt.timeout = std::chrono::seconds(20);
   const auto res = collx::run_processes(2, [&](collx::communicator& comm) -> int {
+    ::alarm(60);  // a rank left waiting on a pipe dies (SIGALRM) instead of hanging the test
     auto* tp = dynamic_cast<collx::transport_impl::shm_transport*>(&comm.get_transport());
     if (!tp || !tp->cma_enabled()) return 77;  // no single copy here
     std::vector<float> x(std::size_t{1} << 20, comm.rank() == 0 ? 1.0f : 2.0f), sum(x.size(), -1.0f);  // 4 MiB
@@ -667,20 +669,25 @@ TEST_CASE("shm: a single-copy read that a sender's failure overtakes fails inste
       }
       if (::write(to_sender[1], "x", 1) != 1) rc = 15;  // wakes the aborter if the root never did
       aborter.join();
-      return rc + (::write(to_reader[1], "r", 1) == 1 ? 0 : 20);
+      if (::write(to_reader[1], "r", 1) != 1) rc = 20;
+      // x stays mapped until the root is done reading: a read failing on a gone process would
+      // end the root's call too, with or without the check under test.
+      return ::read(root_done[0], &byte, 1) == 1 ? rc : 21;
     }
     try {
       collx::reduce<collx::algo::direct>(comm, std::span<const float>(x), std::span<float>(sum), 0, op);
     } catch (const collx::error& e) {
+      if (::write(root_done[1], "d", 1) != 1) return 16;
       if (e.code() == collx::errc::aborted) return 0;
       std::fprintf(stderr, "root: %s\n", e.what());
       return 12;
     }
+    if (::write(root_done[1], "d", 1) != 1) return 16;
     const auto mixed = std::count(sum.begin(), sum.end(), 1001.0f);
     std::fprintf(stderr, "root: reduce returned; %ld of %zu elements summed the rewritten vector\n", static_cast<long>(mixed), sum.size());
     return 13;
   }, opt, shm);
-  for (int fd : {to_sender[0], to_sender[1], to_reader[0], to_reader[1]}) ::close(fd);
+  for (int fd : {to_sender[0], to_sender[1], to_reader[0], to_reader[1], root_done[0], root_done[1]}) ::close(fd);
   if (res[0].exit_code == 77) {
     WARN("SKIPPED: single-copy reads (process_vm_readv) are not permitted here");
     return;

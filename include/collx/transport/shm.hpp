@@ -672,6 +672,9 @@ class shm_transport final : public transport {
   /// Fails the job with `text`, what every rank's calls then throw (the first failure is kept).
   void publish_failure(errc code, const std::string& text) noexcept {
     write_failure(*hdr(), code, text);
+    // Before this rank's failed call returns and its caller rewrites a buffer that a peer may be
+    // reading in place (require_not_failed_after_read): the flag first, then any such write.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
     for (int r = 0; r < n_; ++r) peer(r).bell.ring(true);
   }
   /// Records `code` and `text` as segment `h`'s failure unless one is recorded already.
@@ -681,7 +684,11 @@ class shm_transport final : public transport {
       h.fail_code = static_cast<std::uint32_t>(code);
       std::snprintf(h.fail_reason, sizeof h.fail_reason, "%s", text.c_str());
       h.failed.store(1, std::memory_order_release);
+      return;
     }
+    // Another rank's failure won: it is published (microseconds) before this caller goes on, so
+    // that "published before the failed call returns" holds for this rank too.
+    for (int i = 0; !h.failed.load(std::memory_order_acquire) && i < 1000000; ++i) std::this_thread::yield();
   }
 
   [[noreturn]] void raise_failure() {
