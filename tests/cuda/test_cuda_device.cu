@@ -100,10 +100,10 @@ std::vector<std::string> on_ranks(int world, gpu::device_options opt, std::chron
           collx_cuda_test::phase("destroying its device_communicator");
         }
         cudaStreamDestroy(s);
-        phases[static_cast<std::size_t>(r)].since_ns = 0;  // finished: nothing to watch
       } catch (const std::exception& e) {
         mine.push_back("rank " + std::to_string(r) + " threw: " + e.what());
       }
+      phases[static_cast<std::size_t>(r)].since_ns = 0;  // finished (or threw): nothing to watch
     });
   for (auto& t : threads) t.join();
   done = true;

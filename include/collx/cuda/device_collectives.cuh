@@ -783,8 +783,10 @@ __global__ void reject_kernel(device_view v, device_failure what) {
 /// may launch two (two-shot), so every rank loads every kernel a call may launch on any rank
 /// before it launches the first (load_kernels): the first rank to launch has loaded them all
 /// before any kernel of the call can wait, and the later ranks' launches load nothing.
-/// cudaFuncGetAttributes loads the kernel (as NCCL does for its kernels at init); its status is
-/// not checked (a kernel that cannot load fails at its launch, which reports it). The hazard is
+/// cudaFuncGetAttributes loads the kernel (as NCCL does for its kernels at init). A failure is
+/// not reported here (a kernel that cannot load fails at its launch, which reports it) and is
+/// cleared, not left for the caller's cudaGetLastError(): it may be of a width this rank does not
+/// launch. The bits are per process and device: after cudaDeviceReset they are stale. The hazard is
 /// the one the CUDA Programming Guide's lazy-loading chapter gives for kernels that wait for each
 /// other; it hung the GPU tests on an H200 (bench/results/h200-1gpu.md). Not covered: a first use
 /// while this process's earlier calls still wait for a later rank (CUDA_MODULE_LOADING=EAGER).
@@ -795,6 +797,7 @@ void load_kernel(int device) noexcept {
   if (bit != 0 && (loaded.load(std::memory_order_acquire) & bit) != 0) return;
   cudaFuncAttributes attributes{};
   if (cudaFuncGetAttributes(&attributes, Kernel) == cudaSuccess) loaded.fetch_or(bit, std::memory_order_release);
+  else (void)cudaGetLastError();  // this query's own (it overwrote any error the caller left unread, as check_own)
 }
 
 /// load_kernel for each of `Kernels`, and for the kernels any rank may launch into a call it
