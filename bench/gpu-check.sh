@@ -46,6 +46,9 @@ within() {  # within N command...: command under timeout $(cap N); fails (and sa
   shift
   if ((t == 0)); then echo "gpu-check: out of time, skipped: $*"; return 124; fi
   timeout -k 10 "$t" "$@"  # SIGKILL 10 s after SIGTERM: a process stuck in the driver may ignore it
+  local rc=$?
+  ((rc == 124 || rc == 137)) && echo "gpu-check: stopped at its ${t} s limit: $*"
+  return "$rc"
 }
 
 {
@@ -53,7 +56,7 @@ within() {  # within N command...: command under timeout $(cap N); fails (and sa
   date -u
   git log -1 --oneline 2>/dev/null || true
   # The tree may travel without its history: name the code measured by its content too.
-  echo "source tree hash: $(find include tests bench tools -type f \( -name '*.hpp' -o -name '*.cuh' -o -name '*.cu' -o -name '*.cpp' \) | sort | xargs sha1sum | sha1sum | cut -c1-12)"
+  echo "source tree hash: $(find include tests bench tools -type f \( -name '*.hpp' -o -name '*.cuh' -o -name '*.cu' -o -name '*.cpp' \) | LC_ALL=C sort | xargs sha1sum | sha1sum | cut -c1-12)"
   nvidia-smi || { echo "gpu-check: nvidia-smi failed: no usable GPU here"; status=1; }
   nvidia-smi topo -m || true
   nvcc --version | tail -n 2
