@@ -52,6 +52,8 @@ inline thread_local host_phase* current_phase = nullptr;
 inline std::int64_t steady_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
+/// The phase between the marked steps: the rank's own host code, or enqueueing a collective.
+inline constexpr const char* host_work = "host work or enqueueing a call";
 /// Marks the calling rank's thread as doing `what` (nothing outside the thread tests).
 inline void phase(const char* what) {
   if (!current_phase) return;
@@ -78,7 +80,7 @@ struct sweep_buffer {
     phase("sweep_buffer: cudaFreeAsync + cudaStreamSynchronize");
     cudaFreeAsync(base, stream);
     cudaStreamSynchronize(stream);
-    phase("host work or enqueueing a call");
+    phase(host_work);
   }
   sweep_buffer(const sweep_buffer&) = delete;
   sweep_buffer& operator=(const sweep_buffer&) = delete;
@@ -88,14 +90,14 @@ struct sweep_buffer {
     phase("sweep_buffer: poison (cudaMemsetAsync + cudaStreamSynchronize)");
     cudaMemsetAsync(base, sweep_poison, bytes(), stream);
     cudaStreamSynchronize(stream);
-    phase("host work or enqueueing a call");
+    phase(host_work);
   }
   /// Writes v at element `at` of the buffer.
   void set(const std::vector<T>& v, std::size_t at = 0) {
     phase("sweep_buffer: set (cudaMemcpyAsync to the device + cudaStreamSynchronize)");
     cudaMemcpyAsync(data() + at, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice, stream);
     cudaStreamSynchronize(stream);
-    phase("host work or enqueueing a call");
+    phase(host_work);
   }
   /// "" or what differs: the elements against `want`, the guards and offset against the poison.
   std::string compare(const std::vector<T>& want, const std::string& what) const {
@@ -103,7 +105,7 @@ struct sweep_buffer {
     phase("sweep_buffer: compare (cudaMemcpyAsync to the host + cudaStreamSynchronize)");
     cudaMemcpyAsync(all.data(), base, bytes(), cudaMemcpyDeviceToHost, stream);
     const bool copied = cudaStreamSynchronize(stream) == cudaSuccess;
-    phase("host work or enqueueing a call");
+    phase(host_work);
     if (!copied) return what + ": copying the result back failed";
     const std::size_t lo = (sweep_guard + offset) * sizeof(T), hi = lo + count * sizeof(T);
     for (std::size_t b = 0; b < all.size(); ++b)
@@ -142,10 +144,10 @@ inline std::string sweep_sync(collx::gpu::device_communicator& dc, cudaStream_t 
   try {
     dc.synchronize(s);
   } catch (const std::exception& e) {
-    phase("host work or enqueueing a call");
+    phase(host_work);
     return what + ": " + e.what();
   }
-  phase("host work or enqueueing a call");
+  phase(host_work);
   return "";
 }
 

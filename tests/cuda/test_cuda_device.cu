@@ -95,7 +95,7 @@ std::vector<std::string> on_ranks(int world, gpu::device_options opt, std::chron
         gpu::check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
         {
           gpu::device_communicator dc(comms[static_cast<std::size_t>(r)], o);
-          collx_cuda_test::phase("host work or enqueueing a call");
+          collx_cuda_test::phase(collx_cuda_test::host_work);
           fn(dc, s, mine);
           collx_cuda_test::phase("destroying its device_communicator");
         }
