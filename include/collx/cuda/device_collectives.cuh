@@ -336,13 +336,23 @@ __device__ inline bool barrier(const device_view& v, std::uint64_t epoch, device
 /// flight, not the threads).
 inline constexpr unsigned device_unroll = 4;
 
-/// Vectors each thread keeps in flight per pass where each also holds an accumulator (the folds:
-/// fold_ranks, ring_move): two, so that the loaded vectors and the accumulators fit in the 64
-/// registers a thread may use (2 resident blocks of 512 threads, device_blocks_per_sm). With four,
-/// ptxas spilled them to local memory (sm_90: 292 bytes of spill loads in the float32 ring
-/// kernel, 524 in the fp16 one, 344 in the fp16 all-reduce); two 16-byte loads per thread still
-/// keep 16 KiB per block in flight.
-inline constexpr unsigned device_fold_unroll = 2;
+/// Vectors each thread keeps in flight per pass where each also holds an accumulator, in the folds
+/// of the staged forms (fold_ranks over the peers' slots) and the ring's steps (ring_move): two.
+/// With four, ptxas spilled these kernels to local memory (sm_90: 292 bytes of spill loads in
+/// the float32 ring kernel, 524 in the fp16 one, 344 in the fp16 all-reduce); on an H200 the
+/// float32 ring all-reduce and reduce-scatter ran 12-14% slower with four and the staged
+/// all-reduce no faster (bench/results/h200-1gpu.md, 2026-12-04 evening).
+inline constexpr unsigned fold_unroll = 2;
+
+/// Vectors in flight per pass in the zero-copy folds (fold_ranks over the peers' windows, a
+/// smaller kernel): four where the loaded vectors and their accumulators fit in 128 bytes (32 of
+/// the 64 registers a thread may use at 2 resident blocks of 512 threads: float, double, int,
+/// 8-byte structs; no widening), else fold_unroll (fp16/bf16, accumulated in fp32). On an H200,
+/// float32, four against two: window all-reduce at 1 GiB 820 against 630 GB/s with 2 ranks, 593
+/// against 479 at 256 MiB with 4; window reduce-scatter 667 against 543 (same log).
+template <class T, class Op, std::size_t V>
+inline constexpr unsigned zero_copy_fold_unroll =
+    4 * (sizeof(vec<T, V>) + V * sizeof(typename detail::reduction<T, Op>::acc)) <= 128 ? 4 : fold_unroll;
 
 /// For the elements [r.begin, r.end) of a chunk, over the block's threads: f(first, n) for batches
 /// of n <= Unroll vectors (vector indices first, first + blockDim.x, ...; elements
@@ -364,15 +374,14 @@ __device__ inline void for_each_in(block_range r, F&& f, G&& g) {
 
 /// out[j] = fold over ranks q in order of source(q)[j], for j in the block's range: the reduction
 /// step of all_reduce, reduce and reduce_scatter. source(q): rank q's data (a peer slot or window),
-/// read bypassing L1.
-template <class T, class Op, std::size_t V, class Source>
+/// read bypassing L1. U: vectors in flight per thread (fold_unroll, zero_copy_fold_unroll).
+template <class T, class Op, std::size_t V, unsigned U, class Source>
 __device__ inline void fold_ranks(const device_view& v, Source source, block_range r, T* out, const Op& op) {
   using red = detail::reduction<T, Op>;
   using acc = typename red::acc;
   // Never taken: makes an op without a __device__ call operator a compile error here (the shared
   // host/device reduction code has nvcc's check off, so it would otherwise compile to nothing).
   if (r.begin == ~std::size_t{0}) require_device_callable<T>(op, *out);
-  constexpr unsigned U = device_fold_unroll;
   for_each_in<V, U>(
       r,
       [&](std::size_t first, unsigned n) {
@@ -464,7 +473,7 @@ struct all_reduce_step {
   }
   __device__ void consume(const device_view& v, const chunk_plan&, std::uint64_t epoch, std::size_t cb, block_range r) const {
     if (root < 0 || root == v.rank)
-      fold_ranks<T, Op, V>(v, [&](int q) { return slot_of<T>(v, q, epoch); }, r, dst + cb, op);
+      fold_ranks<T, Op, V, fold_unroll>(v, [&](int q) { return slot_of<T>(v, q, epoch); }, r, dst + cb, op);
   }
 };
 
@@ -480,7 +489,7 @@ struct reduce_scatter_step {
   }
   __device__ void consume(const device_view& v, const chunk_plan& p, std::uint64_t epoch, std::size_t cb, block_range r) const {
     const std::size_t row = static_cast<std::size_t>(v.rank) * p.row_pitch;
-    fold_ranks<T, Op, V>(v, [&](int q) { return slot_of<T>(v, q, epoch) + row; }, r, dst + cb, op);
+    fold_ranks<T, Op, V, fold_unroll>(v, [&](int q) { return slot_of<T>(v, q, epoch) + row; }, r, dst + cb, op);
   }
 };
 
@@ -559,7 +568,7 @@ struct reduce_scatter_v_step {
   }
   __device__ void consume(const device_view& v, const chunk_plan& p, std::uint64_t epoch, std::size_t cb, block_range r) const {
     const std::size_t row = static_cast<std::size_t>(v.rank) * p.row_pitch;
-    fold_ranks<T, Op, V>(v, [&](int q) { return slot_of<T>(v, q, epoch) + row; }, clip_to_row(r, cb, lay.counts[v.rank]),
+    fold_ranks<T, Op, V, fold_unroll>(v, [&](int q) { return slot_of<T>(v, q, epoch) + row; }, clip_to_row(r, cb, lay.counts[v.rank]),
                          dst + cb, op);
   }
 };
@@ -688,7 +697,7 @@ struct direct_all_reduce_step {
   Op op;
   int root;
   __device__ void consume(const device_view& v, const chunk_plan&, block_range r) const {
-    if (root < 0 || root == v.rank) fold_ranks<T, Op, V>(v, [&](int q) { return src[q]; }, r, dst, op);
+    if (root < 0 || root == v.rank) fold_ranks<T, Op, V, zero_copy_fold_unroll<T, Op, V>>(v, [&](int q) { return src[q]; }, r, dst, op);
   }
 };
 
@@ -700,7 +709,7 @@ struct direct_reduce_scatter_step {
   Op op;
   __device__ void consume(const device_view& v, const chunk_plan& p, block_range r) const {
     const std::size_t row = static_cast<std::size_t>(v.rank) * p.count;
-    fold_ranks<T, Op, V>(v, [&](int q) { return src[q] + row; }, r, dst, op);
+    fold_ranks<T, Op, V, zero_copy_fold_unroll<T, Op, V>>(v, [&](int q) { return src[q] + row; }, r, dst, op);
   }
 };
 
@@ -1019,7 +1028,7 @@ __device__ inline void ring_move(const ring_step& st, block_range r, const T* in
     if (write_out) out[j] = t;
     if (st.stage) own_t[j - region_first] = t;
   };
-  constexpr unsigned U = device_fold_unroll;
+  constexpr unsigned U = fold_unroll;
   for_each_in<V, U>(
       r,
       [&](std::size_t first, unsigned n) {
