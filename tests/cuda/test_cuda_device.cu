@@ -27,6 +27,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <functional>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -812,6 +814,15 @@ struct first_use_a2a {
 struct first_use_p2p {
   float x;
 };
+struct first_use_zero {
+  float x;
+};
+struct first_use_pipe_a {
+  float x;
+};
+struct first_use_pipe_b {
+  float x;
+};
 template <class T>
 std::vector<T> first_use_values(int rank, std::size_t count) {
   std::vector<T> v(count);
@@ -828,7 +839,8 @@ TEST_CASE("gpu device collectives: ranks that launch different kernels for one c
   // a kernel's first launch may load it, which waits for every kernel running in the context:
   // rank 1 launching its kernel while rank 0's kernel of the same call already waits for it would
   // wait until rank 0's timeout. Rank 0 launches first and rank 1 only after a host barrier that
-  // rank 0 reaches after its launch. (Under CUDA_MODULE_LOADING=EAGER this passes either way.)
+  // rank 0 reaches after its launch. (Each call's load_kernels and the communicator's load of every
+  // registered kernel at creation each prevent it; so does CUDA_MODULE_LOADING=EAGER.)
   gpu::device_options opt;
   opt.staging_bytes = 32 << 10;
   opt.timeout = std::chrono::seconds(10);
@@ -866,6 +878,85 @@ TEST_CASE("gpu device collectives: ranks that launch different kernels for one c
       });
       note(collx_cuda_test::sweep_sync(dc, s, tag + (me == 0 ? "send" : "recv")));
       if (me == 1) note(buf.compare(first_use_values<T>(0, count), tag + "recv"));
+    }
+  }));
+}
+
+TEST_CASE("gpu kernel registry: the kernels this program's calls may launch are registered before main", "[cuda]") {
+  // Needs no GPU. The registration is the dynamic initialization of a variable template
+  // (kernel_registered), which nvcc's host compilation must run at program start for the device
+  // communicator to find the kernels when it is created; each kernel once.
+  using namespace collx::gpu::device_detail;
+  kernel_loaders& r = registered_kernels();
+  const std::lock_guard<std::mutex> lock(r.mutex);
+  std::vector<kernel_loader> all = r.all;
+  INFO(all.size() << " kernels registered");
+  CHECK(all.size() >= 40);  // this file calls every collective on several types
+  std::sort(all.begin(), all.end(), [](kernel_loader a, kernel_loader b) { return std::less<>{}(a, b); });
+  CHECK(std::adjacent_find(all.begin(), all.end()) == all.end());
+}
+
+TEST_CASE("gpu device collectives: a rank with count 0 against a peer's first use of the kernel fails with mismatch",
+          "[gpu][cuda]") {
+  // Rank 0 moves nothing (its empty-call kernel waits for rank 1) and launches first; rank 1 then
+  // launches the all_gather kernel of a type no other test uses. Under lazy loading that launch
+  // loaded the kernel, which waited for rank 0's waiting kernel: both ranks ended at the timeout
+  // instead of the mismatch, until the communicator loaded every kernel at its creation.
+  gpu::device_options opt;
+  opt.timeout = std::chrono::seconds(10);
+  const auto t0 = std::chrono::steady_clock::now();
+  require_none(on_ranks(2, opt, std::chrono::seconds(60), [](gpu::device_communicator& dc, cudaStream_t s, auto& out) {
+    using T = first_use_zero;
+    const int me = dc.rank();
+    const std::size_t count = me == 0 ? 0 : 1000;
+    collx_cuda_test::sweep_buffer<T> in(1000, 0, s), res(2000, 0, s);
+    if (me == 1) collx::barrier(dc.host());  // rank 0's kernel is out (and waiting) first
+    gpu::all_gather(dc, in.data(), res.data(), count, s);
+    if (me == 0) collx::barrier(dc.host());
+    try {
+      dc.synchronize(s);
+      out.push_back("rank " + std::to_string(me) + ": counts 0 and 1000 succeeded");
+    } catch (const collx::error& e) {
+      if (e.code() != collx::errc::mismatch && e.code() != collx::errc::aborted)
+        out.push_back("rank " + std::to_string(me) + ": unexpected error: " + e.what());
+    }
+  }));
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));  // not the 10 s timeout
+}
+
+TEST_CASE("gpu device collectives: calls pipelined with a new type along the way do not wait on its first use",
+          "[gpu][cuda]") {
+  // Rank 0 enqueues two calls, the second of a type no other test uses, before rank 1 calls at
+  // all: its first call's kernel waits for rank 1 while rank 0 launches the second. Under lazy
+  // loading that launch loaded its kernel and so waited for the first, which waited for rank 1,
+  // which waited for rank 0 at the host barrier: a timeout, until the communicator loaded every
+  // kernel at its creation.
+  gpu::device_options opt;
+  opt.timeout = std::chrono::seconds(10);
+  require_none(on_ranks(2, opt, std::chrono::seconds(60), [](gpu::device_communicator& dc, cudaStream_t s, auto& out) {
+    using collx_cuda_test::sweep_buffer;
+    const int me = dc.rank();
+    const std::string tag = "rank " + std::to_string(me) + ": ";
+    const std::size_t count = 777;
+    sweep_buffer<first_use_pipe_a> in_a(count, 0, s), res_a(2 * count, 0, s);
+    sweep_buffer<first_use_pipe_b> in_b(count, 0, s), res_b(2 * count, 0, s);
+    in_a.set(first_use_values<first_use_pipe_a>(me, count));
+    in_b.set(first_use_values<first_use_pipe_b>(me + 2, count));
+    if (me == 1) collx::barrier(dc.host());
+    gpu::all_gather(dc, in_a.data(), res_a.data(), count, s);
+    gpu::all_gather(dc, in_b.data(), res_b.data(), count, s);
+    if (me == 0) collx::barrier(dc.host());
+    auto gathered = [&](auto first, int base) {
+      auto all = first_use_values<decltype(first)>(base, count);
+      const auto second = first_use_values<decltype(first)>(base + 1, count);
+      all.insert(all.end(), second.begin(), second.end());
+      return all;
+    };
+    const std::string sync = collx_cuda_test::sweep_sync(dc, s, tag + "two all_gathers");
+    if (!sync.empty()) out.push_back(sync);
+    else {
+      if (auto p = res_a.compare(gathered(first_use_pipe_a{}, 0), tag + "first all_gather"); !p.empty()) out.push_back(p);
+      if (auto p = res_b.compare(gathered(first_use_pipe_b{}, 2), tag + "second all_gather"); !p.empty()) out.push_back(p);
     }
   }));
 }

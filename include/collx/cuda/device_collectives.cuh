@@ -781,26 +781,34 @@ __global__ void reject_kernel(device_view v, device_failure what) {
   if (record_failure(v, claim_unpoisoned, what, -1, next, 0, 0, 0)) flag_all_peers(v, flag_word(next, {rejected_signature_bits}));
 }
 
+template <auto Kernel>
+void load_kernel(int device) noexcept;
+
+/// Registers load_kernel<Kernel> with the program's kernel registry (cuda/kernel_registry.hpp)
+/// during static initialization, so that every device communicator loads the kernel when it is
+/// created: instantiated by load_kernel<Kernel> itself, which every launch path calls for each
+/// kernel it may launch. Always true.
+template <auto Kernel>
+inline const bool kernel_registered = register_kernel(&load_kernel<Kernel>);
+
 /// Loads `Kernel` into the context of `device` (the current device) now, if this process has not
 /// yet. Under CUDA's lazy loading (the default since CUDA 12.2: CUDA_MODULE_LOADING=LAZY) a
 /// kernel's code is loaded at its first launch, and loading may synchronise the whole context:
 /// it waits for every kernel running there. Where ranks share a context (ranks as threads on one
 /// GPU), a peer's kernel of the same call spins until this rank's kernel runs, so a launch that
-/// loads waits for a kernel that waits for it, until the peer's timeout. Ranks may launch
-/// different kernels for one call (the access width follows each rank's own pointers and
-/// offsets: all_to_all_v's displacements, a root's buffers, a send against its recv) and a call
-/// may launch two (two-shot), so every rank loads every kernel a call may launch on any rank
-/// before it launches the first (load_kernels): the first rank to launch has loaded them all
-/// before any kernel of the call can wait, and the later ranks' launches load nothing.
+/// loads waits for a kernel that waits for it, until the peer's timeout. Two loads guard
+/// against it: the device communicator loads every registered kernel when it is created
+/// (kernel_registered; this covers a rank whose call launches other kernels than its peers',
+/// e.g. with count 0 or on the other side of a form's threshold, and calls pipelined with a new
+/// type along the way), and every call loads, before it launches, every kernel any rank may
+/// launch for it (load_kernels: for code loaded after the communicator, e.g. by dlopen).
 /// cudaFuncGetAttributes loads the kernel (as NCCL does for its kernels at init). A failure is
 /// not reported here (a kernel that cannot load fails at its launch, which reports it) and is
 /// cleared, not left for the caller's cudaGetLastError(): it may be of a width this rank does not
-/// launch. The bits are per process and device: after cudaDeviceReset they are stale. The hazard is
-/// the one the CUDA Programming Guide's lazy-loading chapter gives for kernels that wait for each
-/// other; it hung the GPU tests on an H200 (bench/results/h200-1gpu.md). Not covered: a first use
-/// while this process's earlier calls still wait for a later rank (CUDA_MODULE_LOADING=EAGER).
+/// launch. The bits are per process and device: after cudaDeviceReset they are stale.
 template <auto Kernel>
 void load_kernel(int device) noexcept {
+  (void)kernel_registered<Kernel>;  // instantiates the registration
   static std::atomic<std::uint64_t> loaded{0};  // bit d: loaded into device d's (primary) context
   const std::uint64_t bit = device >= 0 && device < 64 ? std::uint64_t{1} << device : 0;
   if (bit != 0 && (loaded.load(std::memory_order_acquire) & bit) != 0) return;

@@ -46,6 +46,7 @@
 #include <collx/broadcast.hpp>
 #include <collx/communicator.hpp>
 #include <collx/cuda/device_plan.hpp>
+#include <collx/cuda/kernel_registry.hpp>
 #include <collx/cuda/ring_plan.hpp>
 #include <collx/cuda/runtime.hpp>
 #include <collx/cuda/shared_host_memory.hpp>
@@ -219,7 +220,8 @@ class device_communicator {
   /// device_plan.hpp): cudaIpcOpenMemHandle across processes, the address itself within one
   /// process (enabling peer access between different GPUs), and, unless every pair has peer
   /// access, one shared-memory object that rank 0 creates and every rank registers with CUDA.
-  /// Returns once every rank has done so.
+  /// Each rank first loads every collx kernel of the program into its GPU's context
+  /// (kernel_registry.hpp: none loads lazily during a call). Returns once every rank has done so.
   /// `host` must outlive this communicator and must not be used by another thread meanwhile.
   /// @throws collx::error (errc::cuda) when a CUDA call fails; (errc::system) on the rank that
   ///         cannot create or open the shared host workspace (e.g. /dev/shm too small); (errc::mismatch) when ranks ask
@@ -254,6 +256,9 @@ class device_communicator {
         if (opt.device < 0) gpu::check(cudaGetDevice(&opt.device), "cudaGetDevice");
         device_ = opt.device;
         gpu::check(cudaSetDevice(device_), "cudaSetDevice");
+        // Before any rank can launch (the all_gather below waits for every rank): no kernel of
+        // this program loads lazily later while a peer's kernel waits (kernel_registry.hpp).
+        device_detail::load_registered_kernels(device_);
         layout_ = workspace_layout::for_staging(opt.staging_bytes);
         mine.process = process_token();
         mine.device = device_;
