@@ -318,6 +318,33 @@ TEST_CASE("device bootstrap: untagged calls take the ring where its hops beat th
   CHECK(fake_cudart_live() == 0);
 }
 
+TEST_CASE("device bootstrap: ranks that all share one GPU run all-reduces one-shot at every size", "[cuda][bootstrap]") {
+  fake_machine m("hgx-h100");
+  const auto two_shot_min = [](const std::vector<int>& devices, std::vector<gpu::workspace_memory> memory = {},
+                               std::size_t asked = 0) {
+    std::vector<std::size_t> seen(devices.size(), 0);
+    const auto res = create(devices, std::move(memory), [&](gpu::device_communicator& dc) {
+      seen[static_cast<std::size_t>(dc.rank())] = dc.two_shot_min_bytes();
+    }, [&](gpu::device_options& o) { o.two_shot_min_bytes = asked; });
+    for (const auto& r : res) {
+      INFO(r.error);
+      REQUIRE(r.error.empty());
+    }
+    for (const std::size_t v : seen) CHECK(v == seen[0]);
+    return seen[0];
+  };
+  const std::size_t model = gpu::two_shot_crossover_bytes(4, gpu::direct_cost{});
+  REQUIRE(model < SIZE_MAX);
+  CHECK(two_shot_min({0, 0, 0, 0}) == SIZE_MAX);  // no links between them to save
+  CHECK(two_shot_min({0, 1, 2, 3}) == model);
+  CHECK(two_shot_min({0, 0, 1, 1}) == model);  // two GPUs: the reads that cross still pay the link
+  CHECK(two_shot_min({0, 0, 0, 0}, {}, 1) == 1);  // what the options ask holds
+  // Workspaces in host memory: every read crosses PCIe, whatever GPU the ranks are on.
+  CHECK(two_shot_min({0, 0, 0, 0}, std::vector<gpu::workspace_memory>(4, gpu::workspace_memory::host)) ==
+        gpu::two_shot_crossover_bytes(4, gpu::host_memory_direct_cost));
+  CHECK(fake_cudart_live() == 0);
+}
+
 TEST_CASE("device bootstrap: without rings given, the ring keeps to pairs with peer access", "[cuda][bootstrap]") {
   // DGX-1 GPUs 0, 5, 1, 4 for ranks 0-3: GPU0-GPU5 and GPU1-GPU4 have no peer access, so the rank
   // order's hops 0-1 and 2-3 would go through host memory; ranks 0, 2, 1, 3 (GPUs 0, 1, 5, 4) keep

@@ -492,6 +492,12 @@ inline workspace_memory choose_workspace_memory(const std::vector<peer_record>& 
   return workspace_memory::device;
 }
 
+/// Whether every rank's device is one and the same GPU (equal UUIDs; ranks as threads or
+/// processes sharing it).
+inline bool one_gpu_for_all(const std::vector<peer_record>& records) noexcept {
+  return std::all_of(records.begin(), records.end(), [&](const peer_record& r) { return r.uuid == records.front().uuid; });
+}
+
 /// Blocks a call may use, the same on every rank: two per multiprocessor of the smallest device,
 /// divided by the most ranks sharing one device (their kernels must be resident side by side, since
 /// each waits for the others; two 512-thread blocks per SM leave room for that), within
