@@ -35,6 +35,7 @@ template <class T>
 T sweep_value(int r, std::size_t i, int call) {
   const std::uint64_t k = (static_cast<std::uint64_t>(r) * 1000003u + i * 7919u + static_cast<std::uint64_t>(call) * 104729u) % 2003u;
   if constexpr (std::is_same_v<T, float>) return static_cast<float>(k) * 0.371f - 300.0f;
+  else if constexpr (std::is_same_v<T, double>) return static_cast<double>(k) * 0.3710000001 - 300.0 + r * 1e-9;
   else if constexpr (std::is_same_v<T, collx::half>) return collx::half(static_cast<float>(k % 401) * 0.25f - 50.0f);
   else if constexpr (std::is_same_v<T, affine>) return affine{static_cast<std::uint32_t>(2 * k + 1), static_cast<std::uint32_t>(k * 31 + r)};
   else if constexpr (std::is_same_v<T, triple>) return triple{static_cast<std::int32_t>(k) - 1000, static_cast<std::uint32_t>(k * 2654435761u), static_cast<std::int32_t>(k % 977) - r};

@@ -359,6 +359,27 @@ TEST_CASE("gpu device collectives: calls on alternating streams run in the order
   }));
 }
 
+// Loads in flight per thread in the zero-copy folds (zero_copy_fold_unroll): four for 32-bit
+// elements and structs of them, two for 64-bit elements (register pairs) and fp16 (fp32 partials).
+static_assert(gpu::device_detail::zero_copy_fold_unroll<float, collx::ops::sum, 4> == 4);
+static_assert(gpu::device_detail::zero_copy_fold_unroll<affine, then_op, 2> == 4);
+static_assert(gpu::device_detail::zero_copy_fold_unroll<double, collx::ops::sum, 2> == 2);
+static_assert(gpu::device_detail::zero_copy_fold_unroll<collx::half, collx::ops::sum, 8> == 2);
+static_assert(std::is_same_v<gpu::device_detail::vec_word<double>, ulonglong2>);
+static_assert(std::is_same_v<gpu::device_detail::vec_word<affine>, uint4>);
+
+TEST_CASE("gpu device collectives: float64 (two 64-bit halves per 16-byte access) gives the host's bits", "[gpu][cuda]") {
+  // 8-byte arithmetic elements move as ulonglong2, not uint4 (vec_word): the reductions, 16-byte
+  // aligned and not, and the zero-copy window folds, against the host's fold in rank order.
+  require_none(on_ranks(3, {}, std::chrono::seconds(60), [](gpu::device_communicator& dc, cudaStream_t s, auto& out) {
+    int call = 300;
+    for (std::size_t offset : {std::size_t{0}, std::size_t{1}})
+      for (std::size_t count : {std::size_t{1}, std::size_t{1001}, std::size_t{70001}})
+        collx_cuda_test::sweep_reductions<double>(dc, s, count, offset, call += 2, collx::ops::sum{}, out);
+    collx_cuda_test::sweep_windows<double>(dc, s, 5001, ++call, collx::ops::sum{}, false, out);
+  }));
+}
+
 TEST_CASE("gpu device collectives: workspaces in shared host memory give the same results", "[gpu][cuda]") {
   // workspace_memory::host is the path between GPUs without peer access; forced here, it runs
   // between ranks of one GPU too: every flag and staging slot crosses PCIe to host memory.

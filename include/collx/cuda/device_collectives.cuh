@@ -197,26 +197,34 @@ struct alignas(16) vec {
                 "element type must be default-constructible: give it a default constructor, e.g. T() = default;");
   T e[V];
 };
+/// The 16-byte word a vec of T moves as: two 64-bit halves for 8-byte arithmetic elements (double,
+/// int64: each element one register pair as loaded; as four 32-bit words ptxas paired them up
+/// again and spilled the staged float64 all-reduce, 244 bytes of spill loads per thread against
+/// 160, and it ran 1.15x slower on an H200: bench/results/h200-1gpu.md), four 32-bit words
+/// otherwise (8-byte structs of 32-bit fields spilled more as two halves).
+template <class T>
+using vec_word = std::conditional_t<std::is_arithmetic_v<T> && sizeof(T) == 8, ulonglong2, uint4>;
+
 template <class T, std::size_t V>
 __device__ inline vec<T, V> load_vec_cg(const T* p) {
   static_assert(sizeof(vec<T, V>) == 16);
-  const uint4 w = __ldcg(reinterpret_cast<const uint4*>(p));
+  const vec_word<T> w = __ldcg(reinterpret_cast<const vec_word<T>*>(p));
   vec<T, V> out;
   std::memcpy(&out, &w, 16);
   return out;
 }
 template <class T, std::size_t V>
 __device__ inline vec<T, V> load_vec(const T* p) {
-  const uint4 w = *reinterpret_cast<const uint4*>(p);
+  const vec_word<T> w = *reinterpret_cast<const vec_word<T>*>(p);
   vec<T, V> out;
   std::memcpy(&out, &w, 16);
   return out;
 }
 template <class T, std::size_t V>
 __device__ inline void store_vec(T* p, const vec<T, V>& x) {
-  uint4 w;
+  vec_word<T> w;
   std::memcpy(&w, &x, 16);
-  *reinterpret_cast<uint4*>(p) = w;
+  *reinterpret_cast<vec_word<T>*>(p) = w;
 }
 
 /// Values of the claim word once this rank has failed: whether its collective flags at the peers
@@ -346,13 +354,21 @@ inline constexpr unsigned fold_unroll = 2;
 
 /// Vectors in flight per pass in the zero-copy folds (fold_ranks over the peers' windows, a
 /// smaller kernel): four where the loaded vectors and their accumulators fit in 128 bytes (32 of
-/// the 64 registers a thread may use at 2 resident blocks of 512 threads: float, double, int,
-/// 8-byte structs; no widening), else fold_unroll (fp16/bf16, accumulated in fp32). On an H200,
-/// float32, four against two: window all-reduce at 1 GiB 820 against 630 GB/s with 2 ranks, 593
-/// against 479 at 256 MiB with 4; window reduce-scatter 667 against 543 (same log).
+/// the 64 registers a thread may use at 2 resident blocks of 512 threads) and live in 32-bit
+/// registers (alignment at most 4: float, int32, structs of such fields), else fold_unroll:
+/// fp16/bf16 (accumulated in fp32) exceed the 128 bytes, and 64-bit elements (double, int64)
+/// take register pairs and spilled with four (sm_90, float64: 148 bytes of spill loads per
+/// thread; none with two). On an H200, float32, four against two: window all-reduce at 1 GiB
+/// 820 against 630 GB/s with 2 ranks, 593 against 479 at 256 MiB with 4; window reduce-scatter
+/// 667 against 543 (bench/results/h200-1gpu.md).
+template <class T, class Op>
+inline constexpr bool fold_in_32bit_registers =
+    alignof(T) <= 4 && alignof(typename detail::reduction<T, Op>::acc) <= 4;
 template <class T, class Op, std::size_t V>
 inline constexpr unsigned zero_copy_fold_unroll =
-    4 * (sizeof(vec<T, V>) + V * sizeof(typename detail::reduction<T, Op>::acc)) <= 128 ? 4 : fold_unroll;
+    fold_in_32bit_registers<T, Op> && 4 * (sizeof(vec<T, V>) + V * sizeof(typename detail::reduction<T, Op>::acc)) <= 128
+        ? 4
+        : fold_unroll;
 
 /// For the elements [r.begin, r.end) of a chunk, over the block's threads: f(first, n) for batches
 /// of n <= Unroll vectors (vector indices first, first + blockDim.x, ...; elements
