@@ -713,6 +713,55 @@ TEST_CASE("a window one rank cannot register fails on every rank at once", "[cud
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(15));
 }
 
+TEST_CASE("a window belongs to the communicator that registered it, until it is deregistered", "[cuda][bootstrap]") {
+  // Two device communicators of the same ranks (say a tensor- and a data-parallel group of one
+  // size): each numbers its windows from 1, so only the registering communicator tells them apart.
+  fake_machine m("hgx-h100");
+  std::vector<std::string> problems(2);
+  const auto res = create({0, 1}, {}, [&](gpu::device_communicator& dc) {
+    const auto r = static_cast<std::size_t>(dc.rank());
+    auto problem = [&](const std::string& p) { problems[r] += p + "; "; };
+    gpu::device_options o;
+    o.device = dc.device();
+    o.staging_bytes = 64 << 10;
+    o.discover_wiring = false;
+    gpu::device_communicator other(dc.host(), o);
+    void* buf = nullptr;
+    REQUIRE(cudaMalloc(&buf, 4096) == cudaSuccess);
+    const gpu::window mine = dc.register_window(buf, 2048);
+    const gpu::window theirs = other.register_window(static_cast<std::byte*>(buf) + 2048, 2048);
+    if (mine.id != theirs.id) problem("the two first windows have different ids");  // what made them look alike
+    if (!dc.owns(mine) || !other.owns(theirs)) problem("a communicator does not own its own window");
+    if (dc.owns(theirs) || other.owns(mine)) problem("a communicator owns the other's window");
+    if (dc.owns(gpu::window{})) problem("a communicator owns a window never registered");
+    try {  // on every rank: a deregistration of a foreign window fails everywhere, and unmaps nothing
+      dc.deregister_window(theirs);
+      problem("deregistering the other communicator's window succeeded");
+    } catch (const collx::error& e) {
+      if (e.code() != collx::errc::invalid_argument || std::string(e.what()).find("not registered with this communicator") == std::string::npos)
+        problem(std::string("unexpected error: ") + e.what());
+    }
+    if (!dc.owns(mine) || !other.owns(theirs)) problem("a failed deregistration took a window away");
+    dc.deregister_window(mine);
+    if (dc.owns(mine)) problem("a deregistered window is still owned");
+    try {
+      dc.deregister_window(mine);
+      problem("deregistering a window twice succeeded");
+    } catch (const collx::error& e) {
+      if (e.code() != collx::errc::invalid_argument) problem(std::string("unexpected error: ") + e.what());
+    }
+    other.deregister_window(theirs);
+    (void)cudaFree(buf);
+  });
+  for (std::size_t r = 0; r < 2; ++r) {
+    INFO("rank " << r << ": " << res[r].error);
+    CHECK(res[r].error.empty());
+    INFO(problems[r]);
+    CHECK(problems[r].empty());
+  }
+  CHECK(fake_cudart_live() == 0);
+}
+
 TEST_CASE("device bootstrap: objects left by a creator that no longer runs are removed", "[cuda][bootstrap]") {
   // A child creates an object and exits without removing it, as a rank killed during setup would.
   const pid_t child = ::fork();

@@ -1493,7 +1493,7 @@ struct call_check {
   /// Elements [offset, offset + need) of type T lie in every rank's window `w` of this communicator.
   template <class T>
   void in_window(const window& w, std::size_t offset, std::size_t need) const {
-    require(w.world == dc.size() && w.id != 0, "the window was not registered with this communicator");
+    require(dc.owns(w), "the window was not registered with this communicator, or was deregistered");
     for (int r = 0; r < w.world; ++r) {
       const std::size_t fits = w.bytes[static_cast<std::size_t>(r)] / sizeof(T);  // no sum or product that wraps
       require(offset <= fits && need <= fits - offset,

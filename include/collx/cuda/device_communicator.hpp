@@ -34,6 +34,7 @@
 #include <cstring>
 #include <exception>
 #include <map>
+#include <set>
 #include <optional>
 #include <random>
 #include <span>
@@ -191,11 +192,13 @@ struct device_view {
 /// as NCCL's ncclCommWindowRegister): peers read it in place, so collectives whose input is a window
 /// skip the staging copy (zero-copy), where every pair of ranks has peer access (memory device);
 /// otherwise (host, mixed) peers' buffers are not mapped and window calls stage (zero_copy_windows()).
-/// Every rank registers its own buffer, in the same order.
+/// Every rank registers its own buffer, in the same order. Usable with the communicator that
+/// registered it until deregister_window (device_communicator::owns).
 struct window {
   std::uint32_t id = 0;                                 ///< registration number, the same on every rank
   int world = 0;                                        ///< ranks
   std::array<const std::byte*, max_device_world> base{};   ///< rank r's buffer, as this rank reaches it (null for every peer unless memory is device)
+  std::uint64_t communicator = 0;                       ///< the registering communicator, as device_communicator::owns checks it
   std::array<std::uint64_t, max_device_world> bytes{};     ///< rank r's buffer size
   std::array<std::uint64_t, max_device_world> address{};   ///< rank r's buffer address in its own process
   /// True when element `offset` of every rank's buffer, as type T, is 16-byte aligned (the same
@@ -612,25 +615,44 @@ class device_communicator {
     w.id = next_window_++;
     w.world = size();
     try {
+    w.communicator = token_;
       on_every_rank("map its peers' windows", [&] { map_window(w, all, mine.process); });
     } catch (...) {
       unmap_window(w.id);  // no window object is returned to deregister: undo its mappings here
       throw;
     }
     return w;
+    live_windows_.insert(w.id);
   }
 
   /// Deregisters a window, collectively (every rank, same order). Every call that reads it must have
+  /// Whether `w` was registered with this communicator and not deregistered since: what every
+  /// window call and deregister_window check first (a window of another communicator of the same
+  /// size would have its peers' buffers read through that communicator's mappings, perhaps
+  /// closed already).
+  bool owns(const window& w) const noexcept {
+    return w.communicator == token_ && w.world == size() && live_windows_.count(w.id) != 0;
+  }
+
   /// finished on every rank (synchronize the streams first): the first barrier only orders the
   /// hosts. Peer mappings no other window uses are closed, and a second barrier waits until every
   /// rank has closed them, so the buffer may be freed on return (CUDA leaves freeing memory that
   /// another process still maps undefined).
   void deregister_window(const window& w) {
+  /// @throws collx::error (errc::invalid_argument) on every rank, with nothing unmapped, when some
+  ///         rank's `w` is not a window this communicator owns (owns(): another communicator's,
+  ///         or deregistered already); host errors.
     const gpu::scoped_device restore;
-    barrier(*host_);
+    // Also the first barrier: every rank learns whether every rank's window is one to unmap.
+    on_every_rank("deregister its window", [&] {
+      if (!owns(w))
+        COLLX_THROW(errc::invalid_argument, "gpu::deregister_window: window " + std::to_string(w.id) +
+                                                " was not registered with this communicator, or was deregistered already");
+    }, failing_ranks_code);
     (void)cudaSetDevice(device_);  // where the mappings were opened; a failure only leaves them open
     unmap_window(w.id);
     barrier(*host_);
+    live_windows_.erase(w.id);
   }
 
   /// Peer allocations currently mapped for windows (distinct IPC handles): what the cache holds.
@@ -1008,6 +1030,12 @@ class device_communicator {
   std::map<std::uint32_t, std::vector<mapping_key>> window_keys_;
   std::uint32_t next_window_ = 1;
   unsigned blocks_ = 1;
+  std::set<std::uint32_t> live_windows_;    // registered, not deregistered (owns)
+  // This communicator among every one of the process (window::communicator): never reused.
+  std::uint64_t token_ = [] {
+    static std::atomic<std::uint64_t> made{0};
+    return ++made;
+  }();
   std::size_t two_shot_min_bytes_ = SIZE_MAX;
   ring_channels rings_{};
   std::string wiring_note_;                 // read_wiring
