@@ -41,7 +41,7 @@
 /// Cost: per chunk, each rank writes its input once into staging and reads world-size slices from
 /// peers. This suits latency-bound sizes; the window forms (below) skip the staging copy. Larger
 /// all-reduces run two-shot (device_plan.hpp direct_form, chosen by size against the cost model's
-/// crossover): the reduce-scatter and all-gather steps of this file, one after the other, so each
+/// crossover; never where every rank is on one GPU): the reduce-scatter and all-gather steps of this file, one after the other, so each
 /// rank reads 2 (n - 1) / n of the vector from its peers instead of (n - 1) times it.
 /// all_to_all_v exchanges the ranks' counts on the device first (all_to_all_v_kernel). The ring
 /// forms (algo::ring: all_reduce, reduce_scatter, all_gather; ring_kernel, cuda/ring_plan.hpp)
@@ -352,18 +352,20 @@ inline constexpr unsigned device_unroll = 4;
 /// all-reduce no faster (bench/results/h200-1gpu.md, 2026-12-04 evening).
 inline constexpr unsigned fold_unroll = 2;
 
-/// Vectors in flight per pass in the zero-copy folds (fold_ranks over the peers' windows, a
-/// smaller kernel): four where the loaded vectors and their accumulators fit in 128 bytes (32 of
-/// the 64 registers a thread may use at 2 resident blocks of 512 threads) and live in 32-bit
-/// registers (alignment at most 4: float, int32, structs of such fields), else fold_unroll:
-/// fp16/bf16 (accumulated in fp32) exceed the 128 bytes, and 64-bit elements (double, int64)
-/// take register pairs and spilled with four (sm_90, float64: 148 bytes of spill loads per
-/// thread; none with two). On an H200, float32, four against two: window all-reduce at 1 GiB
-/// 820 against 630 GB/s with 2 ranks, 593 against 479 at 256 MiB with 4; window reduce-scatter
-/// 667 against 543 (bench/results/h200-1gpu.md).
+/// Whether a fold of T with Op keeps its elements and accumulators in 32-bit registers (alignment
+/// at most 4: float, int32, structs of such fields), not register pairs (double, int64).
 template <class T, class Op>
 inline constexpr bool fold_in_32bit_registers =
     alignof(T) <= 4 && alignof(typename detail::reduction<T, Op>::acc) <= 4;
+
+/// Vectors in flight per pass in the zero-copy folds (fold_ranks over the peers' windows, a
+/// smaller kernel): four where the loaded vectors and their accumulators fit in 128 bytes (32 of
+/// the 64 registers a thread may use at 2 resident blocks of 512 threads) and live in 32-bit
+/// registers (fold_in_32bit_registers), else fold_unroll: fp16/bf16 (accumulated in fp32) exceed
+/// the 128 bytes, and 64-bit elements spilled with four (sm_90, float64: 148 bytes of spill loads
+/// per thread; none with two). On an H200, float32, four against two: window all-reduce at 1 GiB
+/// 820 against 630 GB/s with 2 ranks, 593 against 479 at 256 MiB with 4; window reduce-scatter
+/// 667 against 543 (bench/results/h200-1gpu.md).
 template <class T, class Op, std::size_t V>
 inline constexpr unsigned zero_copy_fold_unroll =
     fold_in_32bit_registers<T, Op> && 4 * (sizeof(vec<T, V>) + V * sizeof(typename detail::reduction<T, Op>::acc)) <= 128
@@ -803,9 +805,9 @@ void load_kernel(int device) noexcept;
 /// Registers load_kernel<Kernel> with the program's kernel registry (cuda/kernel_registry.hpp)
 /// during static initialization, so that every device communicator loads the kernel when it is
 /// created: instantiated by load_kernel<Kernel> itself, which every launch path calls for each
-/// kernel it may launch. Always true.
+/// kernel it may launch.
 template <auto Kernel>
-inline const bool kernel_registered = register_kernel(&load_kernel<Kernel>);
+inline const kernel_registration kernel_registered{&load_kernel<Kernel>};
 
 /// Loads `Kernel` into the context of `device` (the current device) now, if this process has not
 /// yet. Under CUDA's lazy loading (the default since CUDA 12.2: CUDA_MODULE_LOADING=LAZY) a
@@ -824,7 +826,7 @@ inline const bool kernel_registered = register_kernel(&load_kernel<Kernel>);
 /// launch. The bits are per process and device: after cudaDeviceReset they are stale.
 template <auto Kernel>
 void load_kernel(int device) noexcept {
-  (void)kernel_registered<Kernel>;  // instantiates the registration
+  (void)&kernel_registered<Kernel>;  // instantiates the registration
   static std::atomic<std::uint64_t> loaded{0};  // bit d: loaded into device d's (primary) context
   const std::uint64_t bit = device >= 0 && device < 64 ? std::uint64_t{1} << device : 0;
   if (bit != 0 && (loaded.load(std::memory_order_acquire) & bit) != 0) return;

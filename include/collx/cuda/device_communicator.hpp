@@ -84,7 +84,8 @@ struct device_options {
   /// The figures two_shot_min_bytes = 0 decides by: left at the default (an NVSwitch H100/H200),
   /// rank 0 reads them from the machine (discover_wiring); topo::device_direct_cost
   /// (collx/topo/device_cost.hpp) derives them from a topology file.
-  /// Ignored unless the workspaces are all in device memory (host_memory_direct_cost decides then).
+  /// Ignored unless the workspaces are all in device memory (host_memory_direct_cost decides then),
+  /// and where every rank is on one GPU (one-shot at every size).
   direct_cost cost{};
   /// Calls of all_reduce, reduce_scatter and all_gather without an algorithm (or algo::automatic)
   /// with a commutative op take the ring (algo::ring) from this many bytes of vector on (count x
@@ -197,8 +198,8 @@ struct device_view {
 struct window {
   std::uint32_t id = 0;                                 ///< registration number, the same on every rank
   int world = 0;                                        ///< ranks
-  std::array<const std::byte*, max_device_world> base{};   ///< rank r's buffer, as this rank reaches it (null for every peer unless memory is device)
   std::uint64_t communicator = 0;                       ///< the registering communicator, as device_communicator::owns checks it
+  std::array<const std::byte*, max_device_world> base{};   ///< rank r's buffer, as this rank reaches it (null for every peer unless memory is device)
   std::array<std::uint64_t, max_device_world> bytes{};     ///< rank r's buffer size
   std::array<std::uint64_t, max_device_world> address{};   ///< rank r's buffer address in its own process
   /// True when element `offset` of every rank's buffer, as type T, is 16-byte aligned (the same
@@ -225,7 +226,7 @@ class device_communicator {
   /// process (enabling peer access between different GPUs), and, unless every pair has peer
   /// access, one shared-memory object that rank 0 creates and every rank registers with CUDA.
   /// Each rank first loads every collx kernel of the program into its GPU's context
-  /// (kernel_registry.hpp: none loads lazily during a call). Returns once every rank has done so.
+  /// (kernel_registry.hpp: none of them loads lazily during a call). Returns once every rank has done so.
   /// `host` must outlive this communicator and must not be used by another thread meanwhile.
   /// @throws collx::error (errc::cuda) when a CUDA call fails; (errc::system) on the rank that
   ///         cannot create or open the shared host workspace (e.g. /dev/shm too small); (errc::mismatch) when ranks ask
@@ -614,18 +615,17 @@ class device_communicator {
     window w;
     w.id = next_window_++;
     w.world = size();
-    try {
     w.communicator = token_;
+    try {
       on_every_rank("map its peers' windows", [&] { map_window(w, all, mine.process); });
     } catch (...) {
       unmap_window(w.id);  // no window object is returned to deregister: undo its mappings here
       throw;
     }
-    return w;
     live_windows_.insert(w.id);
+    return w;
   }
 
-  /// Deregisters a window, collectively (every rank, same order). Every call that reads it must have
   /// Whether `w` was registered with this communicator and not deregistered since: what every
   /// window call and deregister_window check first (a window of another communicator of the same
   /// size would have its peers' buffers read through that communicator's mappings, perhaps
@@ -634,14 +634,15 @@ class device_communicator {
     return w.communicator == token_ && w.world == size() && live_windows_.count(w.id) != 0;
   }
 
+  /// Deregisters a window, collectively (every rank, same order). Every call that reads it must have
   /// finished on every rank (synchronize the streams first): the first barrier only orders the
   /// hosts. Peer mappings no other window uses are closed, and a second barrier waits until every
   /// rank has closed them, so the buffer may be freed on return (CUDA leaves freeing memory that
   /// another process still maps undefined).
-  void deregister_window(const window& w) {
   /// @throws collx::error (errc::invalid_argument) on every rank, with nothing unmapped, when some
   ///         rank's `w` is not a window this communicator owns (owns(): another communicator's,
   ///         or deregistered already); host errors.
+  void deregister_window(const window& w) {
     const gpu::scoped_device restore;
     // Also the first barrier: every rank learns whether every rank's window is one to unmap.
     on_every_rank("deregister its window", [&] {
@@ -651,8 +652,8 @@ class device_communicator {
     }, failing_ranks_code);
     (void)cudaSetDevice(device_);  // where the mappings were opened; a failure only leaves them open
     unmap_window(w.id);
-    barrier(*host_);
     live_windows_.erase(w.id);
+    barrier(*host_);
   }
 
   /// Peer allocations currently mapped for windows (distinct IPC handles): what the cache holds.
@@ -1029,13 +1030,13 @@ class device_communicator {
   std::map<mapping_key, mapping> mappings_;  // peer window allocations, by (rank, IPC handle)
   std::map<std::uint32_t, std::vector<mapping_key>> window_keys_;
   std::uint32_t next_window_ = 1;
-  unsigned blocks_ = 1;
   std::set<std::uint32_t> live_windows_;    // registered, not deregistered (owns)
   // This communicator among every one of the process (window::communicator): never reused.
   std::uint64_t token_ = [] {
     static std::atomic<std::uint64_t> made{0};
     return ++made;
   }();
+  unsigned blocks_ = 1;
   std::size_t two_shot_min_bytes_ = SIZE_MAX;
   ring_channels rings_{};
   std::string wiring_note_;                 // read_wiring

@@ -1,7 +1,7 @@
 #pragma once
 /// @file
-/// The device kernels this program may launch, so that a device communicator loads every one of
-/// them into its GPU's context when it is created, as NCCL loads its kernels at init.
+/// collx's device kernels this program may launch, so that a device communicator loads every one
+/// of them into its GPU's context when it is created, as NCCL loads its kernels at init.
 ///
 /// Why: under CUDA's lazy loading (the default since CUDA 12.2) a kernel is loaded at its first
 /// launch, and the load may wait for every kernel running in the context. Ranks that share a
@@ -10,8 +10,12 @@
 /// Guide's lazy-loading chapter names the hazard; it hung collx's GPU tests on an H200,
 /// bench/results/h200-1gpu.md). collx's kernels are templates on the user's types and ops, so no
 /// list of them exists before the program does: each one registers its loader (load_kernel in
-/// cuda/device_collectives.cuh) during the program's static initialization, from every .cu file
-/// that can launch it. Plain C++: device_communicator.hpp compiles without nvcc.
+/// cuda/device_collectives.cuh) during the static initialization of every .cu file that can
+/// launch it, and unregisters it when that file's code is unloaded (dlclose). The registry is
+/// one per program even across shared libraries built with hidden visibility (it is exported).
+/// Not covered: kernels that are not collx's collectives (your own, cuBLAS's) launched for the
+/// first time while a peer's collective waits. Plain C++: device_communicator.hpp compiles
+/// without nvcc.
 
 #include <mutex>
 #include <vector>
@@ -25,27 +29,54 @@ namespace device_detail {
 /// not yet; never throws, and leaves no CUDA error behind.
 using kernel_loader = void (*)(int device) noexcept;
 
-/// The loaders registered so far (function-local: registration runs during static
-/// initialization, in any order of translation units), behind the mutex that libraries loaded
-/// later (dlopen) register under.
+/// The loaders registered so far, behind the mutex that registrations from libraries loaded or
+/// unloaded later (dlopen, dlclose) take.
 struct kernel_loaders {
-  std::mutex mutex;
-  std::vector<kernel_loader> all;
+  std::mutex mutex;               ///< guards `all`
+  std::vector<kernel_loader> all;  ///< one per registered kernel and translation unit, in registration order
 };
 
-/// The program's one registry.
-inline kernel_loaders& registered_kernels() {
+#if defined(__GNUC__)
+#define COLLX_EXPORTED __attribute__((visibility("default")))
+#else
+#define COLLX_EXPORTED
+#endif
+
+/// The program's one registry: function-local, so built at the first registration whatever the
+/// order of translation units, and destroyed after every registration made after it began.
+/// Exported, so that shared libraries built with -fvisibility=hidden share it with the program.
+COLLX_EXPORTED inline kernel_loaders& registered_kernels() {
   static kernel_loaders registry;
   return registry;
 }
 
-/// Adds `load` to the registry. @return true (the value of the registering variable).
-inline bool register_kernel(kernel_loader load) {
-  kernel_loaders& r = registered_kernels();
-  const std::lock_guard<std::mutex> lock(r.mutex);
-  r.all.push_back(load);
-  return true;
-}
+/// Registers one loader for as long as it lives: constructed during static initialization
+/// (kernel_registered in device_collectives.cuh), destroyed at exit or when its library is
+/// unloaded, so the registry never holds a loader whose code is gone.
+class kernel_registration {
+ public:
+  /// Adds `load` to the registry. @throws std::bad_alloc only
+  explicit kernel_registration(kernel_loader load) : load_(load) {
+    kernel_loaders& r = registered_kernels();
+    const std::lock_guard<std::mutex> lock(r.mutex);
+    r.all.push_back(load_);
+  }
+  /// Removes this registration's entry.
+  ~kernel_registration() {
+    kernel_loaders& r = registered_kernels();
+    const std::lock_guard<std::mutex> lock(r.mutex);
+    for (auto it = r.all.end(); it != r.all.begin();)
+      if (*--it == load_) {
+        r.all.erase(it);
+        break;
+      }
+  }
+  kernel_registration(const kernel_registration&) = delete;
+  kernel_registration& operator=(const kernel_registration&) = delete;
+
+ private:
+  kernel_loader load_;
+};
 
 /// Loads every registered kernel into GPU `device`'s context, which must be current. A kernel
 /// that cannot load (no code for this GPU) is skipped: its launch reports the error.
