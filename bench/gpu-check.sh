@@ -18,8 +18,9 @@
 #      their workspaces in shared host memory (--memory host; also with --algo ring); with one
 #      rank per GPU when there are 4 or more GPUs;
 #   7. writes everything to bench/results/gpu-check-<host>-<UTC time>.log ($OUT/ instead when set).
-# Budget: under 8 minutes on one H200 (build about 1.5 min with 16 cores, tests and benchmark about
-# 2 min); GPU_CHECK_BUDGET seconds (default 420) caps the whole run, each step cut to what is left.
+# Budget: under 8 minutes on one H200 (2026-12-04: build 200-240 s with 16 cores, tests about 70 s,
+# benchmark under 1 min; 280-390 s in all); GPU_CHECK_BUDGET seconds (default 420) caps the whole
+# run, each step cut to what is left.
 # Usage: bench/gpu-check.sh [build dir, default build-gpu]
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

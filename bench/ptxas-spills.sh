@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Register use and spills of collx's device kernels as ptxas reports them, without a GPU: compiles
 # tests/cuda/test_cuda_device.cu (which instantiates every device collective on float, half, an
-# 8-byte non-commutative struct op and a 12-byte struct) for one architecture with -Xptxas -v and
+# 8-byte non-commutative struct op and a 12-byte struct, and the reductions on float64) for one architecture with -Xptxas -v and
 # lists each kernel that spills to local memory, with the totals. Spills in a memory-bound kernel
 # add local-memory traffic to every pass of its loop; the kernels are capped at 64 registers a
 # thread (__launch_bounds__(512, 2): two resident blocks per multiprocessor).

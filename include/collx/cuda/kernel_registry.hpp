@@ -36,6 +36,8 @@ struct kernel_loaders {
   std::vector<kernel_loader> all;  ///< one per registered kernel and translation unit, in registration order
 };
 
+/// Default visibility for the registry (GCC, Clang): one registry per program even where shared
+/// libraries hide their symbols. Defined for this header only (undefined at its end).
 #if defined(__GNUC__)
 #define COLLX_EXPORTED __attribute__((visibility("default")))
 #else
@@ -95,3 +97,5 @@ inline void load_registered_kernels(int device) {
 }  // namespace gpu
 }  // namespace v0
 }  // namespace collx
+
+#undef COLLX_EXPORTED
