@@ -12,7 +12,10 @@
 /// list of them exists before the program does: each one registers its loader (load_kernel in
 /// cuda/device_collectives.cuh) during the static initialization of every .cu file that can
 /// launch it, and unregisters it when that file's code is unloaded (dlclose). The registry is
-/// one per program even across shared libraries built with hidden visibility (it is exported).
+/// one per program even across shared libraries built with hidden visibility (it is exported),
+/// except for a library opened with dlopen by a program that does not export its symbols (linked
+/// without -rdynamic): that library keeps a registry of its own, which communicators created in
+/// the program do not see (each call still loads its own kernels first, load_kernels).
 /// Not covered: kernels that are not collx's collectives (your own, cuBLAS's) launched for the
 /// first time while a peer's collective waits. Plain C++: device_communicator.hpp compiles
 /// without nvcc.
@@ -44,11 +47,12 @@ struct kernel_loaders {
 #define COLLX_EXPORTED
 #endif
 
-/// The program's one registry: function-local, so built at the first registration whatever the
-/// order of translation units, and destroyed after every registration made after it began.
+/// The program's one registry: built at the first registration whatever the order of
+/// translation units, and never destroyed (registrations of shared libraries are destroyed at
+/// exit after the program's own statics, which would include a function-local registry).
 /// Exported, so that shared libraries built with -fvisibility=hidden share it with the program.
 COLLX_EXPORTED inline kernel_loaders& registered_kernels() {
-  static kernel_loaders registry;
+  static kernel_loaders& registry = *new kernel_loaders;  // never freed: see above
   return registry;
 }
 
