@@ -34,9 +34,9 @@
 #include <cstring>
 #include <exception>
 #include <map>
-#include <set>
 #include <optional>
 #include <random>
+#include <set>
 #include <span>
 #include <string>
 #include <utility>
@@ -1031,11 +1031,13 @@ class device_communicator {
   std::map<std::uint32_t, std::vector<mapping_key>> window_keys_;
   std::uint32_t next_window_ = 1;
   std::set<std::uint32_t> live_windows_;    // registered, not deregistered (owns)
-  // This communicator among every one of the process (window::communicator): never reused.
-  std::uint64_t token_ = [] {
+  std::uint64_t token_ = next_token();      // window::communicator
+  // A number no other device communicator of the process has had (an inline function's static:
+  // one counter across translation units).
+  static std::uint64_t next_token() noexcept {
     static std::atomic<std::uint64_t> made{0};
-    return ++made;
-  }();
+    return made.fetch_add(1, std::memory_order_relaxed) + 1;
+  }
   unsigned blocks_ = 1;
   std::size_t two_shot_min_bytes_ = SIZE_MAX;
   ring_channels rings_{};
