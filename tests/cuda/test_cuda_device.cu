@@ -5,7 +5,8 @@
 // failures: ranks that make different calls get errc::mismatch / errc::aborted, a rank that never
 // calls makes its peer time out, a rank whose count is 0 where its peers' is not gets a mismatch,
 // all_to_all_v counts that disagree fail on every rank, a rank that rejects a call's arguments ends its peers' calls at
-// once, and later calls on a failed communicator fail at once; two-shot
+// once, a window of another communicator or a deregistered one is rejected (count 0 too), and later
+// calls on a failed communicator fail at once; two-shot
 // all-reduce (forced at every size) against the same reference, and rank 0's form threshold
 // holding for ranks whose options say otherwise; the same sweep with the workspaces in shared
 // host memory (the path between GPUs without peer access); send/recv (rings, every pair,
@@ -1156,6 +1157,54 @@ TEST_CASE("gpu device collectives: bad arguments are rejected before the call is
       cudaStreamSynchronize(s);
     }));
   }
+}
+
+TEST_CASE("gpu device collectives: a window of another communicator, or a deregistered one, is rejected at any count",
+          "[gpu][cuda]") {
+  // Two device communicators of the same ranks number their windows alike: only the communicator
+  // tells them apart. Every rank makes the same bad call (count 0 too: a foreign window is a
+  // mistake whatever the count).
+  enum class bad { foreign, deregistered };
+  for (const bad which : {bad::foreign, bad::deregistered})
+    for (const std::size_t count : {std::size_t{0}, std::size_t{4}})
+      for (const int form : {0, 1, 2, 3}) {
+        const std::string what = std::string(which == bad::foreign ? "another communicator's" : "a deregistered") +
+                                 " window, form " + std::to_string(form) + ", count " + std::to_string(count);
+        INFO(what);
+        require_none(on_ranks(2, {}, std::chrono::seconds(30), [&](gpu::device_communicator& dc, cudaStream_t s, auto& out) {
+          const std::string me = "rank " + std::to_string(dc.rank()) + ", " + what + ": ";
+          gpu::device_options o;
+          o.device = dc.device();
+          gpu::device_communicator other(dc.host(), o);
+          float* mem = nullptr;
+          float* res = nullptr;
+          gpu::check(cudaMalloc(&mem, 2 * 4096), "cudaMalloc");  // cudaMalloc: what a window needs across processes
+          gpu::check(cudaMalloc(&res, 4096), "cudaMalloc");
+          const gpu::window theirs = other.register_window(mem, 4096);
+          const gpu::window gone = dc.register_window(mem + 1024, 4096);
+          dc.deregister_window(gone);
+          const gpu::window& w = which == bad::foreign ? theirs : gone;
+          try {
+            if (form == 0) gpu::all_reduce(dc, w, 0, res, count, collx::ops::sum{}, s);
+            else if (form == 1) gpu::reduce_scatter(dc, w, 0, res, count / 2, collx::ops::sum{}, s);
+            else if (form == 2) gpu::all_gather(dc, w, 0, res, count / 2, s);
+            else gpu::broadcast(dc, w, 0, res, count, 0, s);
+            out.push_back(me + "accepted");
+          } catch (const collx::error& e) {
+            if (e.code() != collx::errc::invalid_argument || std::string(e.what()).find("not registered with this communicator") == std::string::npos)
+              out.push_back(me + "unexpected error: " + e.what());
+          }
+          try {  // the rejected call ended the communicator
+            dc.synchronize(s);
+            out.push_back(me + "synchronize reports no failure");
+          } catch (const collx::error& e) {
+            if (e.code() != collx::errc::invalid_argument) out.push_back(me + "synchronize: " + e.what());
+          }
+          other.deregister_window(theirs);
+          cudaFree(res);
+          cudaFree(mem);
+        }));
+      }
 }
 
 TEST_CASE("gpu device collectives: a rejection does not cut short the call before it", "[gpu][cuda]") {

@@ -1492,10 +1492,14 @@ struct call_check {
     require(is_root ? send && recv : needed != nullptr, "null buffer with " + std::to_string(bytes) + " bytes");
     require(!is_root || send == recv || !ranges_overlap(send, bytes, recv, bytes), "send and recv overlap but are not the same buffer");
   }
-  /// Elements [offset, offset + need) of type T lie in every rank's window `w` of this communicator.
+  /// `w` is a live window of this communicator (checked before a count of 0 returns: a foreign
+  /// window is a mistake whatever the count).
+  void owned(const window& w) const {
+    require(dc.owns(w), "the window was not registered with this communicator, or was deregistered");
+  }
+  /// Elements [offset, offset + need) of type T lie in every rank's window `w` (owned() first).
   template <class T>
   void in_window(const window& w, std::size_t offset, std::size_t need) const {
-    require(dc.owns(w), "the window was not registered with this communicator, or was deregistered");
     for (int r = 0; r < w.world; ++r) {
       const std::size_t fits = w.bytes[static_cast<std::size_t>(r)] / sizeof(T);  // no sum or product that wraps
       require(offset <= fits && need <= fits - offset,
@@ -2147,6 +2151,7 @@ void all_reduce(device_communicator& dc, const window& send, std::size_t send_of
   constexpr const char* name = "gpu::all_reduce(window)";
   using namespace device_detail;
   const call_check chk{dc, stream, name};
+  chk.owned(send);
   if (count == 0) return chk.nothing_to_move<T>(collective::allreduce, detail::op_signature_key<Op>());
   chk.in_window<T>(send, send_offset, count);
   const T* mine = reinterpret_cast<const T*>(send.base[static_cast<std::size_t>(dc.rank())]) + send_offset;
@@ -2173,6 +2178,7 @@ void reduce_scatter(device_communicator& dc, const window& send, std::size_t sen
   constexpr const char* name = "gpu::reduce_scatter(window)";
   using namespace device_detail;
   const call_check chk{dc, stream, name};
+  chk.owned(send);
   if (recv_count == 0) return chk.nothing_to_move<T>(collective::reduce_scatter, detail::op_signature_key<Op>());
   const std::size_t n = static_cast<std::size_t>(dc.size());
   chk.require(recv_count <= SIZE_MAX / n, "recv_count " + std::to_string(recv_count) + " times the world size overflows");
@@ -2200,6 +2206,7 @@ void all_gather(device_communicator& dc, const window& send, std::size_t send_of
   constexpr const char* name = "gpu::all_gather(window)";
   using namespace device_detail;
   const call_check chk{dc, stream, name};
+  chk.owned(send);
   if (send_count == 0) return chk.nothing_to_move<T>(collective::all_gather, "");
   const std::size_t n = static_cast<std::size_t>(dc.size());
   chk.in_window<T>(send, send_offset, send_count);
@@ -2226,6 +2233,7 @@ void broadcast(device_communicator& dc, const window& send, std::size_t send_off
   using namespace device_detail;
   const call_check chk{dc, stream, name};
   chk.root(root);
+  chk.owned(send);
   if (count == 0) return chk.nothing_to_move<T>(collective::broadcast, "", root);
   chk.in_window<T>(send, send_offset, count);
   chk.require(recv != nullptr, "null recv with count " + std::to_string(count));
