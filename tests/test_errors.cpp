@@ -858,6 +858,49 @@ TEST_CASE("a communicator moved from: every use is invalid_argument, not a crash
   CHECK(gone.rank() == 0);
 }
 
+TEST_CASE("run_threads: a rank that moved its communicator out and then throws: its exception comes out, peers fail at once",
+          "[errors][failed]") {
+  // The handler used to ask the moved-from communicator for its rank: std::terminate. `keep`:
+  // the communicator is moved somewhere that outlives the throw (nothing tells the peers on its way
+  // out), else into a local that unwinding destroys.
+  for (const bool keep : {false, true}) {
+    INFO((keep ? "kept past the throw" : "moved into a local"));
+    collx::communicator_options o;
+    o.timeout = std::chrono::seconds(30);
+    std::optional<collx::communicator> kept;
+    std::vector<std::string> errors(3);
+    const auto t0 = std::chrono::steady_clock::now();
+    std::string thrown;
+    try {
+      collx::run_threads(
+          3,
+          [&](collx::communicator& comm) {
+            const int r = comm.rank();
+            if (r == 1) {
+              if (keep) kept.emplace(std::move(comm));
+              else collx::communicator mine(std::move(comm));
+              throw std::runtime_error("rank 1's own error");
+            }
+            try {
+              std::vector<float> x(100, 1.0f);
+              collx::allreduce(comm, std::span<float>(x));
+            } catch (const collx::error& e) {
+              errors[static_cast<std::size_t>(r)] = e.what();
+            }
+          },
+          o);
+    } catch (const std::runtime_error& e) {
+      thrown = e.what();
+    }
+    CHECK(thrown == "rank 1's own error");
+    for (const int r : {0, 2}) {
+      INFO("rank " << r << ": " << errors[static_cast<std::size_t>(r)]);
+      CHECK(errors[static_cast<std::size_t>(r)].find("rank 1") != std::string::npos);
+    }
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));  // not the 30 s timeout
+  }
+}
+
 TEST_CASE("threads: a rank that destroys its communicator fails the peers that wait for it, at once", "[errors][failed]") {
   // Before, they waited for their timeout (shm already said "closed its communicator").
   collx::communicator_options o;

@@ -411,6 +411,9 @@ void run_rank_threads(std::vector<communicator>& comms, F&& fn, bool close_when_
   threads.reserve(comms.size());
   for (auto& c : comms)
     threads.emplace_back([&, comm = &c] {
+      // Taken before fn runs: fn may move the communicator out of *comm (then throw), and a
+      // communicator moved from has no rank and cannot be failed.
+      const std::shared_ptr<transport> own = comm->shared_transport();
       try {
         fn(*comm);
       } catch (...) {
@@ -418,7 +421,7 @@ void run_rank_threads(std::vector<communicator>& comms, F&& fn, bool close_when_
           std::lock_guard<std::mutex> lock(m);
           if (!first) first = std::current_exception();
         }
-        std::string why = "rank " + std::to_string(comm->rank()) + " failed";
+        std::string why = own ? "rank " + std::to_string(own->rank()) + " failed" : std::string("a rank failed");
         try {
           throw;
         } catch (const std::exception& e) {
@@ -426,7 +429,8 @@ void run_rank_threads(std::vector<communicator>& comms, F&& fn, bool close_when_
           why += e.what();
         } catch (...) {
         }
-        comm->fail(errc::aborted, why);  // its hierarchy's levels too
+        if (comm->shared_transport()) comm->fail(errc::aborted, why);  // its hierarchy's levels too
+        else if (own) own->fail(errc::aborted, why);  // moved out by fn: its world at least
       }
       if (close_when_done) communicator closing = std::move(*comm);
     });
