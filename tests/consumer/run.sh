@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds and runs the three downstream consumer projects against the collx checkout SRC_DIR:
-#   find_package     after `cmake --install` of SRC_DIR into a temporary prefix
+#   find_package     after `cmake --install` of SRC_DIR into a temporary prefix (with its tools:
+#                    the consumer runs under the installed collx-run, found as collx::run)
 #                    (and find_package_cuda, COMPONENTS cuda, when the install has collx::cuda;
 #                    find_package_nccl, COMPONENTS nccl, when it has collx::nccl;
 #                    find_package_mpi, COMPONENTS mpi, when it has collx::mpi)
@@ -38,7 +39,7 @@ build_and_run() {  # name, extra cmake args...
   }
   cmake --build "$work/$name" -j2
   "$work/$name/consumer"
-  if [[ -f "$work/$name/launcher_path.txt" ]]; then  # collx-run as a parent project builds it
+  if [[ -f "$work/$name/launcher_path.txt" ]]; then  # collx-run: built for a parent project, or installed
     "$(cat "$work/$name/launcher_path.txt")" -n 2 "$work/$name/consumer"
   fi
 }
@@ -57,7 +58,12 @@ start() {  # name, extra cmake args...: build_and_run in the background
 # What can stop the script comes first, before any build runs in the background.
 echo "consumer: installing collx into $work/prefix (for find_package)"
 cmake -S "$src" -B "$work/collx-build" "${cmake_args[@]}" -DCOLLX_BUILD_TESTS=OFF -DCOLLX_BUILD_EXAMPLES=OFF \
-  -DCOLLX_BUILD_BENCH=OFF -DCOLLX_BUILD_TOOLS=OFF >"$work/collx-build.log" 2>&1 || {
+  -DCOLLX_BUILD_BENCH=OFF >"$work/collx-build.log" 2>&1 || {
+  cat "$work/collx-build.log"
+  exit 1
+}
+# The tools (the install takes them; find_package's consumer runs under the installed collx-run).
+cmake --build "$work/collx-build" -j2 --target collx-run collx-topo >>"$work/collx-build.log" 2>&1 || {
   cat "$work/collx-build.log"
   exit 1
 }
