@@ -165,14 +165,14 @@ inline void abandon_start(const std::vector<pid_t>& pids, const std::string& job
 /// Forks `world_size` processes (each pinned to one CPU when they fit, see COLLX_BIND); process r connects to the others over shared memory as rank r and
 /// runs fn(communicator&). fn may return void (exit status 0) or an int (the exit status). An
 /// exception in fn is printed to stderr with the rank and gives exit status 1. Returns how every
-/// process ended, in rank order, after all ended; a segment the job left (a rank killed while it
-/// started) is removed then. The processes get SIGKILL if the caller dies. The caller should have
+/// process ended, in rank order, after all ended (a rank that failed does not make it throw: check
+/// each process_exit::ok()); a segment the job left (a rank killed while it started) is removed then. The processes get SIGKILL if the caller dies. The caller should have
 /// no other threads running.
 /// @throws collx::error(errc::invalid_argument) for a bad COLLX_BIND, before anything starts;
 ///         (errc::system) if fork fails (processes already started are killed, and the job's
 ///         rendezvous segment removed).
 template <class F>
-std::vector<process_exit> run_processes(int world_size, F&& fn, const communicator_options& opt = {},
+[[nodiscard]] std::vector<process_exit> run_processes(int world_size, F&& fn, const communicator_options& opt = {},
                                         const shm_options& shm = {}) {
   if (world_size < 1) COLLX_THROW(errc::invalid_argument, "run_processes: world size must be >= 1");
   const std::string job = detail::fresh_job_id("rp");
