@@ -696,7 +696,7 @@ class shm_transport final : public transport {
     // A rank whose own fail() lost the race to another rank's may get here while that rank is
     // still writing its reason: wait (microseconds) until the failure is published whole.
     for (int i = 0; !h->failed.load(std::memory_order_acquire) && i < 1000000; ++i) std::this_thread::yield();
-    COLLX_THROW(static_cast<errc>(h->fail_code), std::string(h->fail_reason));
+    COLLX_THROW(static_cast<errc>(h->fail_code), as_seen_by(rank_, std::string(h->fail_reason)));  // its own: not "rank R failed"
   }
 
   /// True once the job failed, or when `watched` (a rank, or -1 for all) has died or left: a dead
@@ -778,11 +778,12 @@ class shm_transport final : public transport {
     const std::string who = "rank " + std::to_string(r), waits = waits_for(r);
     const std::string then = waits.empty() ? "" : "; " + waits;
     if (!announced_call(r, theirs))  // point-to-point calls announce nothing
-      return waits.empty() ? who + " has made no collective call on this communicator yet, and blocks on nothing: it is late or stuck"
+      return waits.empty() ? who + " has made no collective call on this communicator yet" +
+                                 (stopped ? ", and blocked on nothing" : ", and blocks on nothing: it is late or stuck")
                            : who + " has made no collective call on this communicator yet" + then;
     if (theirs.seq < announced_.seq)
       return who + " is still in or after its " + describe_call(theirs) + ", before this call" +
-             (waits.empty() ? ": it is late or stuck" : then);
+             (waits.empty() ? (stopped ? "" : ": it is late or stuck") : then);
     if (theirs == announced_)
       return who + " is in this call too" + (waits.empty() ? (stopped ? ", not blocked" : ", not blocked: it is busy, or stopped") : then);
     if (theirs.seq > announced_.seq) return who + " is already in its " + describe_call(theirs) + ", a later call" + then;
@@ -821,8 +822,7 @@ class shm_transport final : public transport {
     if (st == detail::wait_status::ready) return;
     if (st == detail::wait_status::timed_out) {
       const std::string why = "timed out after " + std::to_string(timeout_.count()) + " ms waiting for " + wait_words(kind) +
-                              " rank " + std::to_string(peer_rank) + " (rank " + std::to_string(rank_) + "; " +
-                              where_is(peer_rank) + ")";
+                              " rank " + std::to_string(peer_rank) + " (" + where_is(peer_rank) + ")";
       fail(errc::timeout, why);
       COLLX_THROW(errc::timeout, why);
     }

@@ -136,9 +136,10 @@ class thread_world {
     }
     for (int r = 0; r < size_; ++r) bell(r).ring(false);
   }
-  [[noreturn]] void raise_failure() {
+  /// Throws the failure as rank `reader` reads it (as_seen_by: its own failure without "rank R failed").
+  [[noreturn]] void raise_failure(int reader) {
     std::lock_guard<std::mutex> lock(mutex_);
-    COLLX_THROW(code_, reason_);
+    COLLX_THROW(code_, as_seen_by(reader, reason_));
   }
   /// The failure's code and reason, if failed.
   bool failure(errc& code, std::string& why) noexcept {
@@ -285,8 +286,7 @@ class threads_transport final : public transport {
     if (st == detail::wait_status::ready) return;
     if (st == detail::wait_status::timed_out)
       fail_out(errc::timeout, "timed out after " + std::to_string(timeout_.count()) + " ms waiting for " + what +
-                                  " rank " + std::to_string(peer) + " (rank " + std::to_string(rank_) +
-                                  "; the peer is late, stuck, or called something else)");
+                                  " rank " + std::to_string(peer) + " (the peer is late, stuck, or called something else)");
     rethrow_failure();
   }
 
@@ -331,7 +331,7 @@ class threads_transport final : public transport {
   }
   [[noreturn]] void rethrow_failure() {
     quiesce();
-    world_->raise_failure();
+    world_->raise_failure(rank_);
   }
   /// Waits out peers' reads of this rank's messages that started before the failure was visible
   /// to them (recv announces a read, then checks the failure; the fences order the two sides).
