@@ -774,10 +774,13 @@ TEST_CASE("ranks that disagree: mismatch on every rank, the differing field name
         },
         o);
     INFO(describe(v));
-    for (const auto& oc : v) {
+    for (std::size_t r = 0; r < v.size(); ++r) {
+      const outcome& oc = v[r];
       REQUIRE(oc.code == errc::mismatch);
       REQUIRE(oc.what.find("root differs") != std::string::npos);
       REQUIRE(oc.seconds < 5);
+      // The rank that found it reads it as its own, not as "rank R failed" (its peers' wording).
+      CHECK(oc.what.find("rank " + std::to_string(r) + " failed") == std::string::npos);
     }
   }
 }
