@@ -808,6 +808,62 @@ TEST_CASE("a rank with count 0 returns at once and goes on: the rank waiting for
   REQUIRE(v[0].seconds < 10);
 }
 
+TEST_CASE("a rank with count 0 that goes on past the published history still ends its peer's wait with a mismatch",
+          "[errors][mismatch]") {
+  // Rank 1 moves nothing in 12 calls (more than the 8 records it keeps published), then stays away
+  // (3 s) before a call that would send rank 0 something: rank 0, waiting in call #1 for a message
+  // (allreduce) or for its message to be read (broadcast root), used to wait until that later
+  // message, or its timeout if none came.
+  opts_t o = ref::test_options();
+  o.timeout = std::chrono::seconds(30);
+  for (const bool root_waits_for_reader : {false, true}) {
+    INFO((root_waits_for_reader ? "broadcast: rank 0 waits for its message to be read" : "allreduce: rank 0 waits for a message"));
+    const auto v = run_expecting(
+        2,
+        [&](collx::communicator& c) {
+          std::vector<float> x(c.rank() == 1 ? 0 : 1000, 1.0f);
+          for (int k = 0; k < (c.rank() == 1 ? 12 : 1); ++k)
+            if (root_waits_for_reader) collx::broadcast(c, std::span<float>(x), 0);
+            else collx::allreduce(c, std::span<float>(x));
+          if (c.rank() == 1) {
+            std::this_thread::sleep_for(std::chrono::seconds(3));
+            collx::barrier(c);
+          }
+        },
+        o);
+    INFO(describe(v));
+    REQUIRE(v[0].code == errc::mismatch);
+    CHECK(v[0].what.find(root_waits_for_reader ? "rank 1 finished call #1 without reading the message rank 0 sent it and went on to call #12"
+                                               : "rank 1 finished call #1 without sending rank 0 the message it waits for and went on to call #12") !=
+          std::string::npos);
+    CHECK(v[0].seconds < 2);  // not at rank 1's barrier (3 s), nor at the timeout
+    CHECK(v[1].code == errc::mismatch);  // its barrier finds the failure
+  }
+}
+
+TEST_CASE("a rank that makes collective calls before a send, which its peer receives first, is not a mismatch",
+          "[errors][p2p]") {
+  // Rank 1 makes 10 count-0 calls and then sends; rank 0 receives first and makes the calls after.
+  // Point-to-point calls are not numbered: rank 0, waiting in a recv, must not take rank 1's later
+  // calls for a disagreement on its last collective call.
+  const auto v = run_expecting(2, [](collx::communicator& c) {
+    std::vector<float> none, x(16, static_cast<float>(c.rank() + 1));
+    collx::allreduce(c, std::span<float>(x));  // a call both finish: rank 0's last before its recv
+    if (c.rank() == 1) {
+      for (int k = 0; k < 10; ++k) collx::allreduce(c, std::span<float>(none));
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));  // rank 0 waits in its recv meanwhile
+      collx::send(c, std::span<const float>(x), 0);
+    } else {
+      collx::recv(c, std::span<float>(x), 1);
+      for (int k = 0; k < 10; ++k) collx::allreduce(c, std::span<float>(none));
+    }
+    collx::barrier(c);
+  });
+  INFO(describe(v));
+  CHECK(!v[0].code);
+  CHECK(!v[1].code);
+}
+
 TEST_CASE("a communicator moved on one rank only keeps agreeing with its peers", "[errors][mismatch]") {
   // Each call carries a digest of the earlier ones: a move must carry it along with the call count,
   // or the moved rank's next message would read as an earlier call that differs.

@@ -579,6 +579,37 @@ TEST_CASE("shm: a rank whose count is 0 where the others' is not: they get a mis
   }, thirty_seconds()));
 }
 
+TEST_CASE("shm: a rank with count 0 that goes on past the published history still ends its peer's wait with a mismatch",
+          "[shm][mismatch]") {
+  // As in test_errors: rank 1 moves nothing in 12 calls (its records keep 8), then stays away 3 s.
+  // Rank 0 waits for a message (allreduce) or, as a broadcast root, for rank 1 to read what it sent
+  // (4 MiB: more than the 1 MiB staging ring holds, or a single-copy message read in place); it used
+  // to wait for rank 1's next message or the timeout.
+  for (const bool root_waits_for_reader : {false, true})
+    require_all_ok(collx::run_processes(2, [root_waits_for_reader](collx::communicator& comm) -> int {
+      std::vector<float> v(comm.rank() == 1 ? 0 : 1 << 20, 1.0f);
+      const auto t0 = std::chrono::steady_clock::now();
+      try {
+        for (int k = 0; k < (comm.rank() == 1 ? 12 : 1); ++k)
+          if (root_waits_for_reader) collx::broadcast(comm, std::span<float>(v), 0);
+          else collx::allreduce(comm, std::span<float>(v));
+        if (comm.rank() == 1) {
+          std::this_thread::sleep_for(std::chrono::seconds(3));
+          collx::barrier(comm);
+        }
+      } catch (const collx::error& e) {
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        std::fprintf(stderr, "rank %d (%.2f s): %s\n", comm.rank(), s, e.what());
+        if (e.code() != collx::errc::mismatch) return 10;
+        if (comm.rank() == 1) return 0;  // its barrier finds the failure
+        const std::string want = root_waits_for_reader ? "rank 1 finished call #1 without reading the message rank 0 sent it"
+                                                       : "rank 1 finished call #1 without sending rank 0 the message it waits for";
+        return std::string(e.what()).find(want) != std::string::npos && s < 2 ? 0 : 12;
+      }
+      return 11;
+    }, thirty_seconds()));
+}
+
 TEST_CASE("shm: a peer killed with SIGKILL is reported, not waited for", "[shm][F2]") {
   const auto t0 = std::chrono::steady_clock::now();
   const auto res = collx::run_processes(2, [](collx::communicator& comm) -> int {

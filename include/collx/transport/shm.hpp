@@ -333,6 +333,7 @@ class shm_transport final : public transport {
   void post_send(int peer_rank, const void* data, std::size_t bytes, std::size_t granularity,
                  const call_signature& sig) override {
     granularity = std::max<std::size_t>(1, granularity);
+    call_seq_ = sig.seq;
     if (granularity > slot_bytes_)
       COLLX_THROW(errc::invalid_argument, "element of " + std::to_string(granularity) +
                                               " bytes is larger than a shared-memory staging slot (" +
@@ -346,6 +347,7 @@ class shm_transport final : public transport {
 
   void recv(int peer_rank, std::size_t bytes, std::size_t granularity, const call_signature& sig,
             consumer_ref consume) override {
+    call_seq_ = sig.seq;
     shm_segment::mailbox& box = mbox(peer_rank, rank_);
     std::uint64_t& k = received_[static_cast<std::size_t>(peer_rank)];
     std::size_t delivered = 0;
@@ -794,6 +796,25 @@ class shm_transport final : public transport {
   enum class wait_kind : std::uint32_t { message_from = 1, consumed_by = 2 };
   static const char* wait_words(wait_kind k) { return k == wait_kind::message_from ? "a message from" : "its messages to be consumed by"; }
 
+  /// True (with the job failed, errc::mismatch) if, in a wait of this rank's current collective
+  /// call, `peer_rank` has announced a later call and `ready` still does not hold: a rank returns
+  /// from a call only once its messages of the call are all in the ring and it read those it
+  /// expected (wait_sends, recv), so the peer disagreed on this call (went_past_message). `ready`
+  /// is asked again after the later call is seen. Point-to-point calls (sequence number 0) are not
+  /// numbered: a peer may legitimately make collective calls before it sends.
+  template <class Ready>
+  bool went_past(wait_kind kind, int peer_rank, Ready& ready) noexcept {
+    if (call_seq_ == 0 || call_seq_ != announced_.seq) return false;
+    call_signature theirs;
+    if (!announced_call(peer_rank, theirs) || theirs.seq <= call_seq_ || ready()) return false;
+    try {
+      fail(errc::mismatch, went_past_message(announced_, rank_, peer_rank, theirs.seq, kind == wait_kind::consumed_by));
+    } catch (...) {
+      fail(errc::mismatch, {});
+    }
+    return true;
+  }
+
   /// What rank r waits for now ("" if it does not block), for where_is.
   std::string waits_for(int r) const {
     const std::uint64_t w = peer(r).waiting.load(std::memory_order_relaxed);
@@ -814,7 +835,7 @@ class shm_transport final : public transport {
     waiting.store(std::uint64_t{static_cast<std::uint32_t>(kind)} << 32 | static_cast<std::uint32_t>(peer_rank + 1),
                   std::memory_order_relaxed);
     const auto st = detail::wait_until(peer(rank_).bell, true, std::chrono::nanoseconds(timeout_), spin_, ready_with_progress,
-                                       [&] { return interrupted(peer_rank) && !ready(); },
+                                       [&] { return (interrupted(peer_rank) || went_past(kind, peer_rank, ready)) && !ready(); },
                                        std::chrono::milliseconds(50));
     // Left set after a timeout (the communicator has failed, nothing waits on it again): a peer
     // that timed out at the same moment still reads this rank as blocked, as it was.
@@ -1298,6 +1319,7 @@ class shm_transport final : public transport {
   std::vector<std::uint64_t> posted_, seen_consumed_, zero_copy_until_, received_;
   std::chrono::steady_clock::time_point last_liveness_{};
   call_signature announced_{};  // this rank's current call (announce)
+  std::uint64_t call_seq_ = 0;  // the call of the message posted or received last (0: point-to-point)
   std::vector<window> windows_;
   std::uint32_t next_window_id_ = 0;
 };

@@ -219,11 +219,12 @@ class threads_transport final : public transport {
   void post_send(int peer, const void* data, std::size_t bytes, std::size_t granularity,
                  const call_signature& sig) override {
     (void)granularity;  // the receiver reads the whole message in place
+    call_seq_ = sig.seq;
     auto& box = world_->box(rank_, peer);
     const std::uint64_t k = posted_[static_cast<std::size_t>(peer)];
     wait("a free mailbox slot towards", peer, [&] {
       return k - box.consumed.load(std::memory_order_acquire) < thread_world::mailbox_capacity;
-    });
+    }, true);
     box.slots[k % thread_world::mailbox_capacity] = {data, bytes, sig};
     box.posted.store(k + 1, std::memory_order_release);
     posted_[static_cast<std::size_t>(peer)] = k + 1;
@@ -233,6 +234,7 @@ class threads_transport final : public transport {
   void recv(int peer, std::size_t bytes, std::size_t granularity, const call_signature& sig,
             consumer_ref consume) override {
     (void)granularity;  // delivered whole
+    call_seq_ = sig.seq;
     auto& box = world_->box(peer, rank_);
     const std::uint64_t k = box.consumed.load(std::memory_order_relaxed);
     wait("a message from", peer, [&] { return box.posted.load(std::memory_order_acquire) > k; });
@@ -268,26 +270,49 @@ class threads_transport final : public transport {
       if (!k) continue;
       auto& box = world_->box(rank_, p);
       wait("its message to be consumed by", p,
-           [&] { return box.consumed.load(std::memory_order_acquire) == k; });
+           [&] { return box.consumed.load(std::memory_order_acquire) == k; }, true);
     }
   }
 
  private:
+  /// `consuming`: what this rank waits for is `peer` reading its message (went_past's wording).
   template <class Ready>
-  void wait(const char* what, int peer, Ready ready) {
+  void wait(const char* what, int peer, Ready ready, bool consuming = false) {
     if (ready()) return;
     // Checked on every wake-up and every 20 ms: the failure flag, whether a peer's records of this
     // call or of one it is still in differ (ranks that disagree on a root may never exchange a
     // message to compare, as when both broadcast as the root), and the other levels of a hierarchy
     // (and their records: a hierarchical call's ranks may never meet on a level).
     const auto st = detail::wait_until(world_->bell(rank_), false, std::chrono::nanoseconds(timeout_), spin_, ready,
-                                       [&] { return world_->failed() || records_disagree() || watched_failed() || left(peer, ready); },
+                                       [&] {
+                                         return world_->failed() || records_disagree() || watched_failed() || left(peer, ready) ||
+                                                went_past(peer, ready, consuming);
+                                       },
                                        std::chrono::milliseconds(20));
     if (st == detail::wait_status::ready) return;
     if (st == detail::wait_status::timed_out)
       fail_out(errc::timeout, "timed out after " + std::to_string(timeout_.count()) + " ms waiting for " + what +
                                   " rank " + std::to_string(peer) + " (the peer is late, stuck, or called something else)");
     rethrow_failure();
+  }
+
+  /// True (with the world failed, errc::mismatch) if, in a wait of this rank's current collective
+  /// call, `peer` has announced a later call and `ready` still does not hold: a peer returns from
+  /// a call only once its messages of the call were read and it read those it expected
+  /// (wait_sends), so it disagreed on this call (went_past_message). `ready` is asked again after
+  /// the later call is seen, as in left(). Point-to-point calls (sequence number 0) are not
+  /// numbered: a peer may legitimately make collective calls before it sends.
+  template <class Ready>
+  bool went_past(int peer, Ready& ready, bool consuming) noexcept {
+    if (call_seq_ == 0 || call_seq_ != announced_.seq) return false;
+    call_signature theirs;
+    if (!world_->announced(peer, 0, theirs) || theirs.seq <= call_seq_ || ready()) return false;
+    try {
+      world_->fail(errc::mismatch, reported(went_past_message(announced_, rank_, peer, theirs.seq, consuming)));
+    } catch (...) {
+      world_->fail(errc::mismatch, {});
+    }
+    return true;
   }
 
   /// True (with the world failed) if `peer` destroyed its communicator and `ready` still does not
@@ -355,6 +380,7 @@ class threads_transport final : public transport {
   std::chrono::nanoseconds spin_{0};  // poll this long before sleeping (0 when ranks outnumber cores)
   std::chrono::milliseconds timeout_{std::chrono::seconds(300)};
   call_signature announced_{};  // this rank's current call (announce)
+  std::uint64_t call_seq_ = 0;  // the call of the message sent or received last (0: point-to-point)
 };
 
 }  // namespace transport_impl

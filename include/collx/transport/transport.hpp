@@ -215,6 +215,23 @@ std::string first_disagreement(const call_signature& mine, int me, int n, Record
   return {};
 }
 
+/// Why this rank's (`me`) wait in call `mine` on rank `peer` can never end: `peer` has announced
+/// call `peer_seq`, a later one, so it finished `mine` without sending this rank the message it
+/// waits for (`consuming`: without reading the message this rank sent it), which a rank that agrees
+/// on the call does not do (its messages of a call are all posted, and those it receives all read,
+/// before it returns). first_disagreement names the field instead while the peer's record of the
+/// call is still published (its last published_call_history calls); this is the message once the
+/// peer has gone further.
+inline std::string went_past_message(const call_signature& mine, int me, int peer, std::uint64_t peer_seq, bool consuming) {
+  const std::string p = std::to_string(peer);
+  return "rank " + p + " finished call #" + std::to_string(mine.seq) + " without " +
+         (consuming ? "reading the message rank " + std::to_string(me) + " sent it"
+                    : "sending rank " + std::to_string(me) + " the message it waits for") +
+         " and went on to call #" + std::to_string(peer_seq) + ": the ranks disagree on rank " + std::to_string(me) + "'s " +
+         describe_call(mine) + " (a count of 0 against a count, a root, or another collective; rank " + p +
+         " has gone on too far for its record of the call to name the field)";
+}
+
 /// The mismatch message for a message of rank `from`'s call `got` that arrived in this rank's
 /// (`me`) call `sig`, from the ranks' published records (`record`, as first_disagreement's). When
 /// the two belong to different calls, one rank finished a call the other is still in (a root that
