@@ -960,6 +960,36 @@ TEST_CASE("run_threads: a rank that moved its communicator out and then throws: 
   }
 }
 
+TEST_CASE("run_threads: a rank that moves its communicator out and destroys it tells its peers at once", "[errors][failed]") {
+  // run_threads keeps a handle on each rank's transport to fail it if fn throws: a weak one, or the
+  // transport would outlive the communicator fn destroyed and its peers wait until fn returns.
+  collx::communicator_options o;
+  o.timeout = std::chrono::seconds(30);
+  std::string error;
+  double seconds = 0;
+  collx::run_threads(
+      2,
+      [&](collx::communicator& c) {
+        if (c.rank() == 1) {
+          { collx::communicator mine = std::move(c); }
+          std::this_thread::sleep_for(std::chrono::seconds(3));
+          return;
+        }
+        const auto t0 = std::chrono::steady_clock::now();
+        try {
+          std::vector<float> x(8, 1.0f);
+          collx::allreduce(c, std::span<float>(x));
+        } catch (const collx::error& e) {
+          error = e.what();
+        }
+        seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      },
+      o);
+  INFO(error);
+  CHECK(error.find("rank 1 closed its communicator") != std::string::npos);
+  CHECK(seconds < 2);  // not when rank 1's fn returns (3 s)
+}
+
 TEST_CASE("threads: a rank that destroys its communicator fails the peers that wait for it, at once", "[errors][failed]") {
   // Before, they waited for their timeout (shm already said "closed its communicator").
   collx::communicator_options o;

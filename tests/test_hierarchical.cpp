@@ -576,3 +576,32 @@ TEST_CASE("ranks that disagree on a hierarchical call's root learn it at once, w
 }
 
 }  // namespace
+
+TEST_CASE("hierarchy levels: a failure taken over from the whole communicator keeps naming its rank", "[hierarchical][errors]") {
+  // World rank 1 fails; world rank 3 is rank 1 of its cross-node communicator. The level's text
+  // numbers ranks of the whole communicator: reading it, rank 3 must not take "rank 1 failed" for
+  // its own level rank's failure and drop it.
+  collx::communicator_options o;
+  o.timeout = std::chrono::seconds(20);
+  auto comms = collx::make_hierarchical_thread_communicators({"a", "a", "b", "b"}, o);
+  std::string seen_by_3;
+  try {
+    collx::run_threads(comms, [&](collx::communicator& c) {
+      if (c.rank() == 1) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));  // rank 3 is waiting by then
+        throw std::runtime_error("boom in rank 1");
+      }
+      if (c.rank() != 3) return;
+      REQUIRE(c.get_hierarchy()->cross.rank() == 1);
+      std::vector<float> x(4, 1.0f);
+      try {
+        collx::allreduce(c.get_hierarchy()->cross, std::span<float>(x));
+      } catch (const collx::error& e) {
+        seen_by_3 = e.what();
+      }
+    });
+  } catch (const std::runtime_error&) {
+  }
+  INFO(seen_by_3);
+  CHECK(seen_by_3.find("rank 1 failed: boom in rank 1") != std::string::npos);
+}

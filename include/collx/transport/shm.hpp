@@ -698,7 +698,7 @@ class shm_transport final : public transport {
     // A rank whose own fail() lost the race to another rank's may get here while that rank is
     // still writing its reason: wait (microseconds) until the failure is published whole.
     for (int i = 0; !h->failed.load(std::memory_order_acquire) && i < 1000000; ++i) std::this_thread::yield();
-    COLLX_THROW(static_cast<errc>(h->fail_code), as_seen_by(rank_, std::string(h->fail_reason)));  // its own: not "rank R failed"
+    COLLX_THROW(static_cast<errc>(h->fail_code), as_read_by(rank_, std::string(h->fail_reason)));  // its own: not "rank R failed"
   }
 
   /// True once the job failed, or when `watched` (a rank, or -1 for all) has died or left: a dead

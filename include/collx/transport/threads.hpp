@@ -136,10 +136,11 @@ class thread_world {
     }
     for (int r = 0; r < size_; ++r) bell(r).ring(false);
   }
-  /// Throws the failure as rank `reader` reads it (as_seen_by: its own failure without "rank R failed").
-  [[noreturn]] void raise_failure(int reader) {
+  /// Throws the failure, its reason as `read` turns it (transport::as_read_by of the reader).
+  template <class Read>
+  [[noreturn]] void raise_failure(Read&& read) {
     std::lock_guard<std::mutex> lock(mutex_);
-    COLLX_THROW(code_, as_seen_by(reader, reason_));
+    COLLX_THROW(code_, read(reason_));
   }
   /// The failure's code and reason, if failed.
   bool failure(errc& code, std::string& why) noexcept {
@@ -356,7 +357,7 @@ class threads_transport final : public transport {
   }
   [[noreturn]] void rethrow_failure() {
     quiesce();
-    world_->raise_failure(rank_);
+    world_->raise_failure([&](const std::string& why) { return as_read_by(rank_, why); });
   }
   /// Waits out peers' reads of this rank's messages that started before the failure was visible
   /// to them (recv announces a read, then checks the failure; the fences order the two sides).
@@ -438,8 +439,11 @@ void run_rank_threads(std::vector<communicator>& comms, F&& fn, bool close_when_
   for (auto& c : comms)
     threads.emplace_back([&, comm = &c] {
       // Taken before fn runs: fn may move the communicator out of *comm (then throw), and a
-      // communicator moved from has no rank and cannot be failed.
-      const std::shared_ptr<transport> own = comm->shared_transport();
+      // communicator moved from has no rank and cannot be failed. Weak: a communicator fn moved
+      // out and destroyed must close (its peers learn at once that the rank left).
+      const std::shared_ptr<transport>& at_start = comm->shared_transport();
+      const int rank = at_start ? at_start->rank() : -1;
+      const std::weak_ptr<transport> own = at_start;
       try {
         fn(*comm);
       } catch (...) {
@@ -447,7 +451,7 @@ void run_rank_threads(std::vector<communicator>& comms, F&& fn, bool close_when_
           std::lock_guard<std::mutex> lock(m);
           if (!first) first = std::current_exception();
         }
-        std::string why = own ? "rank " + std::to_string(own->rank()) + " failed" : std::string("a rank failed");
+        std::string why = rank >= 0 ? "rank " + std::to_string(rank) + " failed" : std::string("a rank failed");
         try {
           throw;
         } catch (const std::exception& e) {
@@ -456,7 +460,7 @@ void run_rank_threads(std::vector<communicator>& comms, F&& fn, bool close_when_
         } catch (...) {
         }
         if (comm->shared_transport()) comm->fail(errc::aborted, why);  // its hierarchy's levels too
-        else if (own) own->fail(errc::aborted, why);  // moved out by fn: its world at least
+        else if (const std::shared_ptr<transport> moved = own.lock()) moved->fail(errc::aborted, why);  // moved out, kept: its world at least
       }
       if (close_when_done) communicator closing = std::move(*comm);
     });

@@ -468,6 +468,12 @@ class transport {
     return level_ + " rank " + std::to_string(rank) + " (world rank " + std::to_string(world) + ") failed: " + why + " (" +
            level_ + ": " + level_ranks_text(level_world_ranks_) + ")";
   }
+  /// A failure `why` stored for every rank to read, as rank `rank` reads it: its own without
+  /// reported_by's "rank R failed: " (as_seen_by). Not on a level of a hierarchy: failures taken
+  /// over from the whole communicator number ranks there, not on the level.
+  std::string as_read_by(int rank, const std::string& why) const {
+    return level_.empty() ? as_seen_by(rank, why) : why;
+  }
 
   /// For the wait loops, between polls: true when a watched transport has failed, after failing
   /// this one with its code and reason (the wait then throws this transport's failure).
