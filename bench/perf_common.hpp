@@ -25,6 +25,7 @@
 #pragma once
 
 #include <sched.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -212,8 +213,11 @@ struct options {
   }
 };
 
-/// Whether `path` can be written: an existing file writable, or a new one in a writable directory.
+/// Whether `path` can be written: an existing file (not a directory) writable, or a new one in a
+/// writable directory.
 inline bool writable_path(const std::string& path) {
+  struct stat st{};
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return false;  // a directory is not a file to write
   if (::access(path.c_str(), F_OK) == 0) return ::access(path.c_str(), W_OK) == 0;
   const std::size_t slash = path.rfind('/');
   const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);

@@ -192,6 +192,20 @@ TEST_CASE("nvidia-smi: text it cannot understand is an error naming line and col
   CHECK(parse_cpulist("0-65535").size() == 65536);
   CHECK(parse_cpulist("0-65536").empty());
   CHECK(parse_cpulist("0-99999999999").empty());
+  // Ascending, each CPU once, and bounded whatever the text repeats (a fuzzer's 96 KB of "0-65535,"
+  // took 4 GB when every range was listed out).
+  CHECK(parse_cpulist("0-11,0-3,5,5,5").size() == 12);
+  CHECK(parse_cpulist("8,2-3,0") == std::vector<int>{0, 2, 3, 8});
+  {
+    std::string many;
+    for (int k = 0; k < 20000; ++k) many += "0-65535,";
+    CHECK(parse_cpulist(many + "7").size() == 65536);
+  }
+  // NVLink counts no GPU has (their bandwidths overflowed), and one device under two names.
+  expect_error([] { read_nvidia_smi("\tGPU0\tGPU1\nGPU0\t X \tNV999999\nGPU1\tNV999999\t X \n", "m.txt"); }, "m.txt:2:",
+               "more NVLinks than any GPU has");
+  expect_error([] { read_nvidia_smi("\tGPU0\tGPU00\nGPU0\t X \tNV2\nGPU00\tNV2\t X \n", "m.txt"); }, "m.txt:1:",
+               "is device 0 again (as 'GPU0')");
   // A byte order mark before the text (files saved by Windows editors) is skipped.
   CHECK(all_cells(read_topology("\xEF\xBB\xBF" + good, "bom.txt")) == all_cells(read_nvidia_smi(good)));
 }
@@ -325,6 +339,34 @@ TEST_CASE("NCCL XML: input it cannot understand is an error naming line and colu
             "t.xml");
       },
       "t.xml:3:", "out of range");
+  // An NVLink count no GPU has (2 x 2e9 overflowed an int on its way to the NVSwitch), a bus id
+  // twice (two GPUs were read, NVLinks going to the last), a bus id that is not one.
+  expect_error(
+      [] {
+        read_nccl_topology(
+            "<system><cpu numaid=\"0\">\n<pci busid=\"0000:01:00.0\" class=\"0x030200\">\n"
+            "  <gpu dev=\"0\" sm=\"80\"><nvlink target=\"0000:ff:00.0\" count=\"2000000000\" tclass=\"0x068000\"/></gpu>\n"
+            "</pci></cpu></system>",
+            "t.xml");
+      },
+      "t.xml:3:", "outside 1 to 64");
+  const std::string two_gpus_one_busid = "<system><cpu numaid=\"0\">\n<pci busid=\"0000:01:00.0\" class=\"0x030200\"><gpu dev=\"0\" sm=\"80\"/></pci>\n"
+                                         "<pci busid=\"0000:01:00.0\" class=\"0x030200\"><gpu dev=\"1\" sm=\"80\"/></pci>\n</cpu></system>";
+  expect_error([&] { read_nccl_topology(two_gpus_one_busid, "t.xml"); }, "t.xml:3:", "PCI bus id 0000:01:00.0 appears twice");
+  expect_error([] { read_nccl_topology("<system><cpu numaid=\"0\"><pci busid=\"zz\" class=\"0x030200\"><gpu dev=\"0\" sm=\"80\"/></pci></cpu></system>", "t.xml"); },
+               "t.xml:1:", "is not a PCI bus id");
+  // Graph device numbers: decimal, or hex after 0x; "010" is 10 (strtoull's base 0 read it as
+  // octal 8), and signs or blanks are not numbers.
+  CHECK(read_nccl_graph("<graphs><graph id=\"0\" pattern=\"4\" nchannels=\"1\"><channel><gpu dev=\"010\"/><gpu dev=\"0x1f\"/></channel>"
+                        "</graph></graphs>",
+                        "g.xml")
+            .at(0)
+            .channels.at(0)
+            .gpus == std::vector<int>{10, 31});
+  for (const char* bad : {"+1", " 2", "0x", "1a", "-0"})
+    expect_error([&] { read_nccl_graph(std::string("<graphs><graph id=\"0\" pattern=\"4\" nchannels=\"1\"><channel><gpu dev=\"") + bad +
+                                       "\"/></channel></graph></graphs>", "g.xml"); },
+                 "g.xml:1:", "is not a device number");
   // Ids, widths and speeds no machine has: errors, not GPU-1, a second CPU0 or an unknown width.
   expect_error([] { read_nccl_topology("<system><cpu numaid=\"0\"/>\n<cpu numaid=\"0\"/></system>", "t.xml"); }, "t.xml:2:1:",
                "a second <cpu> with numaid 0");

@@ -26,6 +26,7 @@
 #include <initializer_list>
 #include <iostream>
 #include <memory>
+#include <new>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -77,20 +78,31 @@ const char* const usage =
   std::exit(2);
 }
 
-// The whole of a file ("-": standard input); a file that cannot be read ends the tool, saying why.
+// Topology files and nccl-tests logs are kilobytes to a few MiB; past this a file is not one
+// (/dev/zero, a disk image) and would take all memory.
+constexpr std::size_t max_input_bytes = std::size_t{64} << 20;
+
+// The whole of a file ("-": standard input); a file that cannot be read, or one larger than
+// max_input_bytes, ends the tool, saying why.
 std::string slurp(const std::string& path) {
-  std::stringstream ss;
-  if (path == "-") {
-    ss << std::cin.rdbuf();
-    return ss.str();
-  }
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) die("cannot read " + path + ": it is a directory");
+  if (path != "-" && std::filesystem::is_directory(path, ec)) die("cannot read " + path + ": it is a directory");
   errno = 0;
-  std::ifstream f(path, std::ios::binary);
-  if (!f) die("cannot read " + path + (errno != 0 ? ": " + std::string(std::strerror(errno)) : std::string()));
-  ss << f.rdbuf();
-  return ss.str();
+  std::ifstream file;
+  if (path != "-") {
+    file.open(path, std::ios::binary);
+    if (!file) die("cannot read " + path + (errno != 0 ? ": " + std::string(std::strerror(errno)) : std::string()));
+  }
+  std::istream& in = path == "-" ? std::cin : file;
+  std::string text;
+  char buf[1 << 16];
+  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
+    text.append(buf, static_cast<std::size_t>(in.gcount()));
+    if (text.size() > max_input_bytes)
+      die("cannot read " + (path == "-" ? std::string("standard input") : path) + ": more than " +
+          std::to_string(max_input_bytes >> 20) + " MiB, which no topology file or nccl-tests log is");
+  }
+  return text;
 }
 
 std::string json_str(const std::string& s) {
@@ -665,6 +677,8 @@ int main(int argc, char** argv) {
     rc = o.cmd == "simulate" ? simulate(o) : o.cmd == "check" ? check(o) : show(o);
   } catch (const collx::error& e) {
     die(e.what());
+  } catch (const std::bad_alloc&) {
+    die("out of memory");
   }
   // A full disk or closed pipe must not pass for a report written.
   if (std::fflush(stdout) != 0 || std::ferror(stdout)) die("could not write the report to standard output");

@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -145,6 +146,7 @@ inline topology read_nccl_topology(std::string_view text, std::string_view sourc
   };
   std::vector<pending_nvlink> nvlinks;
   std::map<std::string, int> by_busid;
+  std::set<std::string> busids_seen;  // every <pci>'s, switches and NICs too: one device each
   int next_gpu_index = 0, nic_index = 0;
   bool gpu_index_assigned = false;
 
@@ -169,6 +171,9 @@ inline topology read_nccl_topology(std::string_view text, std::string_view sourc
   auto walk_pci = [&](auto& self, const xml_element& e, int parent) -> void {
     const xml_attribute& bus = required(e, "busid", source);
     const std::string busid = lower(bus.value);
+    if (busid.empty() || busid.find_first_not_of("0123456789abcdef:.") != std::string::npos)
+      fail_at(source, bus.pos, "busid=\"" + bus.value + "\" is not a PCI bus id (domain:bus:device.function, hex)");
+    if (!busids_seen.insert(busid).second) fail_at(source, bus.pos, "PCI bus id " + busid + " appears twice");
     int gen = 0, width = 0;
     if (const xml_attribute* a = e.find("link_speed")) gen = pcie_gen_from_speed(*a, source);
     // Widths past x32 are Linux's 255 for an unknown width (copied by NCCL): unknown here too.
@@ -257,9 +262,8 @@ inline topology read_nccl_topology(std::string_view text, std::string_view sourc
           if (nv.name != "nvlink") fail_at(source, nv.pos, "unexpected <" + nv.name + "> inside <gpu>");
           const xml_attribute& tc = required(nv, "tclass", source);
           nvlinks.push_back({id, lower(required(nv, "target", source).value),
-                             static_cast<int>(parse_long(required(nv, "count", source), source)),
+                             parse_in_range(required(nv, "count", source), source, 1, max_nvlink_count),
                              static_cast<unsigned long>(parse_long(tc, source, 16)), nv.pos});
-          if (nvlinks.back().count < 1) fail_at(source, nv.pos, "nvlink count must be >= 1");
         }
       }
       return;
@@ -440,8 +444,13 @@ inline std::vector<nccl_graph> read_nccl_graph(std::string_view text, std::strin
         const std::string& dv = dev_attr.value;
         char* end = nullptr;
         errno = 0;
-        const unsigned long long raw = dv.empty() || dv[0] == '-' ? 0 : std::strtoull(dv.c_str(), &end, 0);
-        if (dv.empty() || dv[0] == '-' || end == dv.c_str() || *end != '\0' || errno == ERANGE || (raw & ((1ULL << 56) - 1)) > 4095)
+        // Decimal, or hex after 0x: strtoull's base 0 would read "010" as octal 8, and it skips
+        // leading blanks and takes a sign.
+        const bool hex = dv.size() > 2 && dv[0] == '0' && (dv[1] == 'x' || dv[1] == 'X');
+        const std::string digits = hex ? dv.substr(2) : dv;
+        const bool well_formed = !digits.empty() && digits.find_first_not_of(hex ? "0123456789abcdefABCDEF" : "0123456789") == std::string::npos;
+        const unsigned long long raw = well_formed ? std::strtoull(digits.c_str(), &end, hex ? 16 : 10) : 0;
+        if (!well_formed || *end != '\0' || errno == ERANGE || (raw & ((1ULL << 56) - 1)) > 4095)
           fail_at(source, dev_attr.pos, "attribute 'dev'=\"" + dv + "\" is not a device number (0 to 4095, decimal or 0x...)");
         const int dev = static_cast<int>(raw & ((1ULL << 56) - 1));
         if (d.name == "gpu") {

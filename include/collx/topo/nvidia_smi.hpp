@@ -143,6 +143,12 @@ inline topology read_nvidia_smi(std::string_view text, std::string_view source =
           if (d == w) fail_at(source, {l.no, tk[k].col}, "column '" + w + "' twice");
         if (w.rfind("GPU", 0) == 0 && all_digits(std::string_view(w).substr(3)) && !is_number(std::string_view(w).substr(3)))
           fail_at(source, {l.no, tk[k].col}, "device number of '" + w + "' is too large");
+        if (w.size() > 3 && w.rfind("GPU", 0) == 0 && is_number(std::string_view(w).substr(3)))
+          for (const std::string& d : devices)  // GPU0 and GPU00 are one device twice
+            if (d.size() > 3 && d.rfind("GPU", 0) == 0 && is_number(std::string_view(d).substr(3)) &&
+                std::stoi(d.substr(3)) == std::stoi(w.substr(3)))
+              fail_at(source, {l.no, tk[k].col}, "column '" + w + "' is device " + std::to_string(std::stoi(w.substr(3))) +
+                                                     " again (as '" + d + "')");
         cols.push_back({col_kind::device, w});
         devices.push_back(w);
       }
@@ -200,6 +206,8 @@ inline topology read_nvidia_smi(std::string_view text, std::string_view source =
       else if (w.size() > 2 && w[0] == 'N' && w[1] == 'V' && is_number(std::string_view(w).substr(2)) && std::stoi(w.substr(2)) > 0) {
         x.type = path_type::nvlink;
         x.nvlinks = std::stoi(w.substr(2));
+        if (x.nvlinks > max_nvlink_count)
+          fail_at(source, x.pos, "cell '" + w + "': more NVLinks than any GPU has (at most " + std::to_string(max_nvlink_count) + " accepted)");
       } else {
         fail_at(source, x.pos, "cell '" + w + "' is not X, NV<n>, PIX, PXB, PHB, NODE or SYS");
       }

@@ -673,14 +673,21 @@ inline std::string cpulist_from_mask(std::string_view mask) {
   return out;
 }
 
+/// The most NVLinks the readers accept between two GPUs, or between a GPU and its NVSwitches: no GPU
+/// has more than 18 (H100, B200); past this a count is a corrupt file, whose bandwidth products
+/// would overflow.
+inline constexpr int max_nvlink_count = 64;
+
 /// CPU numbers parse_cpulist accepts are below this: no machine has more CPUs, and a range up to a
 /// number past it (a typo, or a corrupt file) would take gigabytes.
 inline constexpr int max_cpu_number = 1 << 16;
 
-/// The CPU numbers of a CPU list ("0-3,8,10-11" -> 0 1 2 3 8 10 11). Returns an empty vector for
-/// text that is not a CPU list, and for CPU numbers of max_cpu_number or more.
+/// The CPU numbers of a CPU list ("0-3,8,10-11" -> 0 1 2 3 8 10 11), ascending, each once (a CPU
+/// listed twice, as in "0-11,0-3", counts once). Returns an empty vector for text that is not a CPU
+/// list, and for CPU numbers of max_cpu_number or more. Memory and time stay bounded by
+/// max_cpu_number whatever the text repeats.
 inline std::vector<int> parse_cpulist(std::string_view s) {
-  std::vector<int> out;
+  std::vector<bool> listed(static_cast<std::size_t>(max_cpu_number), false);
   std::size_t i = 0;
   auto number = [&](int& v) {
     if (i >= s.size() || s[i] < '0' || s[i] > '9') return false;
@@ -700,12 +707,15 @@ inline std::vector<int> parse_cpulist(std::string_view s) {
       ++i;
       if (!number(hi) || hi < lo) return {};
     }
-    for (int c = lo; c <= hi; ++c) out.push_back(c);
+    std::fill(listed.begin() + lo, listed.begin() + hi + 1, true);  // word at a time
     if (i < s.size() && s[i] == ',') ++i;
     else break;
   }
   while (i < s.size() && (s[i] == ' ' || s[i] == '\n' || s[i] == '\r')) ++i;
   if (i != s.size()) return {};
+  std::vector<int> out;
+  for (int c = 0; c < max_cpu_number; ++c)
+    if (listed[static_cast<std::size_t>(c)]) out.push_back(c);
   return out;
 }
 
