@@ -38,6 +38,11 @@ if [ -n "$perf" ]; then
   err=$("$perf" allreduce -b 8 -e 8 -n 1 -w 0 --ranks 2 --json /nonexistent/collx.json 2>&1 >/dev/null); rc=$?
   [ $rc -eq 2 ] || fail "collx-perf --json /nonexistent/... exited $rc, not 2: $err"
   case $err in *"cannot write /nonexistent/collx.json"*) ;; *) fail "unwritable --json not named: $err" ;; esac
+  # A directory passed the check and failed after the whole sweep, with status 1.
+  jdir=$(mktemp -d)
+  err=$("$perf" allreduce -b 8 -e 8 -n 1 -w 0 --ranks 2 --json "$jdir" 2>&1 >/dev/null); rc=$?
+  rmdir "$jdir"
+  [ $rc -eq 2 ] || fail "collx-perf --json DIRECTORY exited $rc, not 2: $err"
   # Bad shared-memory settings are usage errors, said once before any rank starts (each rank said
   # them and the status was 1).
   for bad in COLLX_SHM_BYTES_PER_PEER=100 COLLX_CMA=maybe; do
