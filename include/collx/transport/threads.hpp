@@ -282,8 +282,9 @@ class threads_transport final : public transport {
     if (ready()) return;
     // Checked on every wake-up and every 20 ms: the failure flag, whether a peer's records of this
     // call or of one it is still in differ (ranks that disagree on a root may never exchange a
-    // message to compare, as when both broadcast as the root), and the other levels of a hierarchy
-    // (and their records: a hierarchical call's ranks may never meet on a level).
+    // message to compare, as when both broadcast as the root), the other levels of a hierarchy
+    // (and their records: a hierarchical call's ranks may never meet on a level), whether the peer
+    // left, and whether it went past this call without what this rank waits for.
     const auto st = detail::wait_until(world_->bell(rank_), false, std::chrono::nanoseconds(timeout_), spin_, ready,
                                        [&] {
                                          return world_->failed() || records_disagree() || watched_failed() || left(peer, ready) ||
