@@ -813,19 +813,24 @@ TEST_CASE("a rank with count 0 that goes on past the published history still end
   // Rank 1 moves nothing in 12 calls (more than the 8 records it keeps published), then stays away
   // (3 s) before a call that would send rank 0 something: rank 0, waiting in call #1 for a message
   // (allreduce) or for its message to be read (broadcast root), used to wait until that later
-  // message, or its timeout if none came.
+  // message, or its timeout if none came. Rank 0 calls once rank 1 has made its 12 calls: earlier,
+  // rank 1's record of call #1 is still published and names the field instead ("count differs").
   opts_t o = ref::test_options();
   o.timeout = std::chrono::seconds(30);
   for (const bool root_waits_for_reader : {false, true}) {
     INFO((root_waits_for_reader ? "broadcast: rank 0 waits for its message to be read" : "allreduce: rank 0 waits for a message"));
+    std::atomic<bool> rank1_went_on{false};
     const auto v = run_expecting(
         2,
         [&](collx::communicator& c) {
           std::vector<float> x(c.rank() == 1 ? 0 : 1000, 1.0f);
+          if (c.rank() == 0)
+            for (int waited = 0; !rank1_went_on && waited < 1000; ++waited) std::this_thread::sleep_for(std::chrono::milliseconds(1));
           for (int k = 0; k < (c.rank() == 1 ? 12 : 1); ++k)
             if (root_waits_for_reader) collx::broadcast(c, std::span<float>(x), 0);
             else collx::allreduce(c, std::span<float>(x));
           if (c.rank() == 1) {
+            rank1_went_on = true;
             std::this_thread::sleep_for(std::chrono::seconds(3));
             collx::barrier(c);
           }
