@@ -1560,6 +1560,28 @@ TEST_CASE("shm: ranks that disagree on the root get a mismatch naming it, also a
       return 3;
     }, opt));
   }
+  SECTION("3 ranks: as above, with rank 1 coming 10 ms after rank 2 began waiting on it, then going on") {
+    // Rank 1 enters, finishes, and goes on to a call that sends nothing (count 0); rank 0's barrier
+    // message wakes rank 2 20 ms later, between two of its looks at the records (every 50 ms):
+    // rank 2 sees rank 1 gone past without the message it waits for, while rank 1's record of the
+    // broadcast, still published, names the root.
+    require_all_ok(collx::run_processes(3, [](collx::communicator& comm) -> int {
+      std::vector<float> x(64, static_cast<float>(comm.rank())), none;
+      const int root = comm.rank() == 2 ? 1 : 0;
+      try {
+        collx::barrier(comm);
+        if (comm.rank() == 1) std::this_thread::sleep_for(10ms);
+        collx::broadcast(comm, std::span{x}, root);
+        collx::allreduce(comm, std::span{none});
+        std::this_thread::sleep_for(comm.rank() == 1 ? 300ms : 30ms);
+        collx::barrier(comm);
+      } catch (const collx::error& e) {
+        std::fprintf(stderr, "rank %d: %s\n", comm.rank(), e.what());
+        return e.code() == collx::errc::mismatch && std::string(e.what()).find("root differs") != std::string::npos ? 0 : 2;
+      }
+      return 3;
+    }, opt));
+  }
   SECTION("2 ranks that both broadcast as the root: both return; the next call names the root") {
     require_all_ok(collx::run_processes(2, [](collx::communicator& comm) -> int {
       std::vector<float> x(64, static_cast<float>(comm.rank()));

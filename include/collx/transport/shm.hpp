@@ -799,16 +799,22 @@ class shm_transport final : public transport {
   /// True (with the job failed, errc::mismatch) if, in a wait of this rank's current collective
   /// call, `peer_rank` has announced a later call and `ready` still does not hold: a rank returns
   /// from a call only once its messages of the call are all in the ring and it read those it
-  /// expected (wait_sends, recv), so the peer disagreed on this call (went_past_message). `ready`
-  /// is asked again after the later call is seen. Point-to-point calls (sequence number 0) are not
-  /// numbered: a peer may legitimately make collective calls before it sends.
+  /// expected (wait_sends, recv), so the peer disagreed on this call. `ready` is asked again after
+  /// the later call is seen. While the peer's record of this call is published, the records name
+  /// the field (records_disagree, not otherwise looked at more than every 50 ms; a record being
+  /// rewritten right now is read at the next wake-up); once it is gone, went_past_message says
+  /// what is known. Point-to-point calls (sequence number 0) are not numbered: a peer may
+  /// legitimately make collective calls before it sends.
   template <class Ready>
   bool went_past(wait_kind kind, int peer_rank, Ready& ready) noexcept {
     if (call_seq_ == 0 || call_seq_ != announced_.seq) return false;
-    call_signature theirs;
+    call_signature theirs, then;
     if (!announced_call(peer_rank, theirs) || theirs.seq <= call_seq_ || ready()) return false;
+    if (records_disagree(peer_rank)) return true;
+    const bool held = went_past_holds_record(call_seq_, theirs.seq);
+    if (held && !(announced_call(peer_rank, call_seq_, then) && then == announced_)) return false;
     try {
-      fail(errc::mismatch, went_past_message(announced_, rank_, peer_rank, theirs.seq, kind == wait_kind::consumed_by));
+      fail(errc::mismatch, went_past_message(announced_, rank_, peer_rank, theirs.seq, kind == wait_kind::consumed_by, !held));
     } catch (...) {
       fail(errc::mismatch, {});
     }

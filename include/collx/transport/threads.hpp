@@ -301,16 +301,20 @@ class threads_transport final : public transport {
   /// True (with the world failed, errc::mismatch) if, in a wait of this rank's current collective
   /// call, `peer` has announced a later call and `ready` still does not hold: a peer returns from
   /// a call only once its messages of the call were read and it read those it expected
-  /// (wait_sends), so it disagreed on this call (went_past_message). `ready` is asked again after
-  /// the later call is seen, as in left(). Point-to-point calls (sequence number 0) are not
-  /// numbered: a peer may legitimately make collective calls before it sends.
+  /// (wait_sends), so it disagreed on this call. `ready` is asked again after the later call is
+  /// seen, as in left(). The records are asked again too (the peer may have gone on since wait
+  /// last asked them): while the peer's record of this call is published they name the field;
+  /// once it is gone, went_past_message says what is known. Point-to-point calls (sequence number
+  /// 0) are not numbered: a peer may legitimately make collective calls before it sends.
   template <class Ready>
   bool went_past(int peer, Ready& ready, bool consuming) noexcept {
     if (call_seq_ == 0 || call_seq_ != announced_.seq) return false;
     call_signature theirs;
     if (!world_->announced(peer, 0, theirs) || theirs.seq <= call_seq_ || ready()) return false;
+    if (records_disagree()) return true;
     try {
-      world_->fail(errc::mismatch, reported(went_past_message(announced_, rank_, peer, theirs.seq, consuming)));
+      world_->fail(errc::mismatch, reported(went_past_message(announced_, rank_, peer, theirs.seq, consuming,
+                                                              !went_past_holds_record(call_seq_, theirs.seq))));
     } catch (...) {
       world_->fail(errc::mismatch, {});
     }

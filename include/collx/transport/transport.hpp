@@ -220,16 +220,24 @@ std::string first_disagreement(const call_signature& mine, int me, int n, Record
 /// waits for (`consuming`: without reading the message this rank sent it), which a rank that agrees
 /// on the call does not do (its messages of a call are all posted, and those it receives all read,
 /// before it returns). first_disagreement names the field instead while the peer's record of the
-/// call is still published (its last published_call_history calls); this is the message once the
-/// peer has gone further.
-inline std::string went_past_message(const call_signature& mine, int me, int peer, std::uint64_t peer_seq, bool consuming) {
+/// call is still published (its last published_call_history calls): went_past_holds_record says
+/// whether it is, and a transport tries first_disagreement first; this is the message once the
+/// peer has gone further (or, `record_gone` false, if its record matches and names nothing).
+inline std::string went_past_message(const call_signature& mine, int me, int peer, std::uint64_t peer_seq, bool consuming,
+                                     bool record_gone) {
   const std::string p = std::to_string(peer);
   return "rank " + p + " finished call #" + std::to_string(mine.seq) + " without " +
          (consuming ? "reading the message rank " + std::to_string(me) + " sent it"
                     : "sending rank " + std::to_string(me) + " the message it waits for") +
          " and went on to call #" + std::to_string(peer_seq) + ": the ranks disagree on rank " + std::to_string(me) + "'s " +
-         describe_call(mine) + " (a count of 0 against a count, a root, or another collective; rank " + p +
-         " has gone on too far for its record of the call to name the field)";
+         describe_call(mine) + " (a count of 0 against a count, a root, or another collective" +
+         (record_gone ? "; rank " + p + " has gone on too far for its record of the call to name the field)" : ")");
+}
+
+/// Whether a peer that announced call `peer_seq` still publishes its record of call `seq` (its
+/// history holds its last published_call_history calls).
+constexpr bool went_past_holds_record(std::uint64_t seq, std::uint64_t peer_seq) noexcept {
+  return peer_seq < seq + published_call_history;
 }
 
 /// The mismatch message for a message of rank `from`'s call `got` that arrived in this rank's
