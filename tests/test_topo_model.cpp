@@ -89,6 +89,31 @@ TEST_CASE("ring search spreads channels over distinct links and counts sharing")
   CHECK_THROWS_AS(evaluate_rings(r, {{sw.gpu(0), sw.gpu(1), sw.gpu(0)}}), collx::error);
 }
 
+TEST_CASE("ring search: GPUs that reach each other only through host memory across NUMA nodes") {
+  // 40 GPUs, each on its own NUMA node, SYS between all (no peer access): every hop is staged
+  // through host memory, and all staged traffic leaving a NUMA node shares one rate, so one ring at
+  // that rate is all there is. The search bounds the channels by it before searching (it used to
+  // look for more rings at every speed: seconds at 40 GPUs, a minute at 200).
+  const int n = 40;
+  std::string smi;
+  for (int j = 0; j < n; ++j) smi += "\tGPU" + std::to_string(j);
+  smi += "\tCPU Affinity\tNUMA Affinity\n";
+  for (int i = 0; i < n; ++i) {
+    smi += "GPU" + std::to_string(i);
+    for (int j = 0; j < n; ++j) smi += i == j ? "\t X " : "\tSYS";
+    smi += "\t" + std::to_string(i) + "\t" + std::to_string(i) + "\n";
+  }
+  const topology t = read_nvidia_smi(smi);
+  router r(t);
+  const route& hop = r.between(t.gpu(0), t.gpu(1));
+  REQUIRE(hop.host_staged);
+  const ring_set rs = search_rings(r, t.gpus());
+  REQUIRE(rs.rings.size() == 1);
+  CHECK(is_ring_over(rs.rings[0], t.gpus()));
+  CHECK(rs.total_GBps == Approx(hop.pair_cap_GBps));
+  CHECK(evaluate_rings(r, rs.rings).total_GBps == Approx(rs.total_GBps));
+}
+
 TEST_CASE("double binary tree: every GPU in both trees, machines mostly a leaf in one of them") {
   for (int m : {2, 3, 4, 5, 8, 16}) {
     std::vector<std::vector<int>> chains;

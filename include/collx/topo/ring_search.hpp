@@ -143,6 +143,35 @@ inline ring_set search_rings(router& r, const std::vector<int>& gpus, ring_searc
     for (const auto& [d, c] : first) out_cap[i] += c;
     if (any_staged) out_cap[i] += staged;  // loose but safe: staged hops also share those links
   }
+  // A ring leaves and enters every GPU once, so it puts on a resource at least the sum, over GPUs,
+  // of the least load any hop out of (into) that GPU puts on it: at speed s a resource with such a
+  // floor f holds at most 1 / (s f) rings. The tightest floor (a CPU's cross-node staging, which
+  // every staged hop out of its GPUs shares) bounds the channels before any search: without it,
+  // each speed's trials searched for one more ring than the resource holds.
+  double ring_floor = 0;
+  {
+    std::map<long, double> out_floor, in_floor;
+    for (std::size_t i = 0; i < n; ++i) {
+      std::map<long, std::pair<std::size_t, double>> out_min, in_min;  // resource: hops using it, least load
+      for (std::size_t j = 0; j < n; ++j) {
+        if (i == j) continue;
+        for (const auto& [res, w] : R[i][j]->load) {
+          auto& o = out_min.try_emplace(res, 0, w).first->second;
+          o = {o.first + 1, std::min(o.second, w)};
+        }
+        for (const auto& [res, w] : R[j][i]->load) {
+          auto& o = in_min.try_emplace(res, 0, w).first->second;
+          o = {o.first + 1, std::min(o.second, w)};
+        }
+      }
+      for (const auto& [res, m] : out_min)
+        if (m.first == n - 1) out_floor[res] += m.second;  // every hop out of GPU i uses it
+      for (const auto& [res, m] : in_min)
+        if (m.first == n - 1) in_floor[res] += m.second;
+    }
+    for (const auto& [res, f] : out_floor) ring_floor = std::max(ring_floor, f);
+    for (const auto& [res, f] : in_floor) ring_floor = std::max(ring_floor, f);
+  }
   std::map<long, double> residual;  // utilisation left per resource
   auto hop_bw = [&](std::size_t i, std::size_t j) {
     double bw = std::numeric_limits<double>::infinity();
@@ -191,16 +220,19 @@ inline ring_set search_rings(router& r, const std::vector<int>& gpus, ring_searc
     std::vector<std::uint64_t> tie(n);
     for (auto& x : tie) x = trial == 0 ? 0 : next_rand();
     std::vector<std::vector<std::size_t>> cands;  // per depth: hops still to try, best last
+    std::vector<std::pair<double, std::size_t>> scored;  // (bandwidth left, GPU): each hop's looked up once
     auto make_cands = [&](std::size_t at) {
-      std::vector<std::size_t> c;
+      scored.clear();
       for (std::size_t j = 0; j < n; ++j)
-        if (!seen[j] && hop_bw(at, j) >= s * (1 - eps)) c.push_back(j);
-      std::sort(c.begin(), c.end(), [&](std::size_t x, std::size_t y) {
-        const double bx = hop_bw(at, x), by = hop_bw(at, y);
-        if (std::abs(bx - by) > eps * std::max(bx, by)) return bx > by;
-        return tie[x] != tie[y] ? tie[x] < tie[y] : x < y;
+        if (!seen[j])
+          if (const double bw = hop_bw(at, j); bw >= s * (1 - eps)) scored.emplace_back(bw, j);
+      std::sort(scored.begin(), scored.end(), [&](const auto& x, const auto& y) {
+        if (std::abs(x.first - y.first) > eps * std::max(x.first, y.first)) return x.first > y.first;
+        return tie[x.second] != tie[y.second] ? tie[x.second] < tie[y.second] : x.second < y.second;
       });
-      std::reverse(c.begin(), c.end());
+      std::vector<std::size_t> c;
+      c.reserve(scored.size());
+      for (auto it = scored.rbegin(); it != scored.rend(); ++it) c.push_back(it->second);
       return c;
     };
     auto pop_hop = [&] {
@@ -245,6 +277,7 @@ inline ring_set search_rings(router& r, const std::vector<int>& gpus, ring_searc
   for (double s : speeds) {
     int bound = opt.max_channels;
     for (double oc : out_cap) bound = std::min(bound, static_cast<int>(std::floor(oc / s + 1e-6)));
+    if (ring_floor > 0) bound = std::min(bound, static_cast<int>(std::floor(1.0 / (s * ring_floor) + 1e-6)));
     if (bound < 1 || s * bound <= best_total * (1 + 1e-9)) continue;
     std::vector<std::vector<int>> got;
     for (int trial = 0; trial < std::max(1, opt.trials); ++trial) {
