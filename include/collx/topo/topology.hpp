@@ -400,8 +400,19 @@ class topology {
   /// index, then id.
   std::vector<int> of_kind(vertex_kind kind, int host = -1) const {
     std::vector<int> out;
-    for (std::size_t i = 0; i < vertices.size(); ++i)
-      if (vertices[i].kind == kind && (host < 0 || vertices[i].host == host)) out.push_back(static_cast<int>(i));
+    auto scan = [&](std::size_t from, std::size_t to) {
+      for (std::size_t i = from; i < to; ++i)
+        if (vertices[i].kind == kind && (host < 0 || vertices[i].host == host)) out.push_back(static_cast<int>(i));
+    };
+    const std::size_t V = static_cast<std::size_t>(vertices_per_host), laid_out = V * static_cast<std::size_t>(hosts);
+    if (host >= 0 && host < hosts && V > 0 && laid_out <= vertices.size()) {
+      // A cluster (make_cluster): the host's own block, then whatever was added after the blocks.
+      // Asking host by host stays linear in the cluster's size (simulate asks for every host's NICs).
+      scan(static_cast<std::size_t>(host) * V, static_cast<std::size_t>(host + 1) * V);
+      scan(laid_out, vertices.size());
+    } else {
+      scan(0, vertices.size());
+    }
     std::stable_sort(out.begin(), out.end(), [&](int x, int y) {
       const vertex &a = vertices[static_cast<std::size_t>(x)], &b = vertices[static_cast<std::size_t>(y)];
       return a.host != b.host ? a.host < b.host : a.index < b.index;
