@@ -90,28 +90,36 @@ TEST_CASE("ring search spreads channels over distinct links and counts sharing")
 }
 
 TEST_CASE("ring search: GPUs that reach each other only through host memory across NUMA nodes") {
-  // 40 GPUs, each on its own NUMA node, SYS between all (no peer access): every hop is staged
-  // through host memory, and all staged traffic leaving a NUMA node shares one rate, so one ring at
-  // that rate is all there is. The search bounds the channels by it before searching (it used to
-  // look for more rings at every speed: seconds at 40 GPUs, a minute at 200).
-  const int n = 40;
+  // NUMA nodes of `tray` GPUs (NV18 between them when tray > 1), SYS between nodes with no peer
+  // access: a hop between nodes is staged through host memory, and all staged traffic leaving a
+  // NUMA node shares one rate, so one ring at that rate is all there is, leaving each node once.
+  // The search bounds the channels by it before searching (it used to look for rings the staging
+  // could not hold at every speed: 40 single-GPU nodes took 2 s, 64 GPUs in trays of 8 took 4 s).
+  const int tray = GENERATE(1, 8);
+  const int n = tray == 1 ? 40 : 64;
+  INFO(n << " GPUs, " << tray << " per NUMA node");
   std::string smi;
   for (int j = 0; j < n; ++j) smi += "\tGPU" + std::to_string(j);
   smi += "\tCPU Affinity\tNUMA Affinity\n";
   for (int i = 0; i < n; ++i) {
     smi += "GPU" + std::to_string(i);
-    for (int j = 0; j < n; ++j) smi += i == j ? "\t X " : "\tSYS";
-    smi += "\t" + std::to_string(i) + "\t" + std::to_string(i) + "\n";
+    for (int j = 0; j < n; ++j) smi += i == j ? "\t X " : i / tray == j / tray ? "\tNV18" : "\tSYS";
+    smi += "\t" + std::to_string(i / tray) + "\t" + std::to_string(i / tray) + "\n";
   }
   const topology t = read_nvidia_smi(smi);
   router r(t);
-  const route& hop = r.between(t.gpu(0), t.gpu(1));
+  const route& hop = r.between(t.gpu(0), t.gpu(tray));
   REQUIRE(hop.host_staged);
   const ring_set rs = search_rings(r, t.gpus());
   REQUIRE(rs.rings.size() == 1);
-  CHECK(is_ring_over(rs.rings[0], t.gpus()));
+  const std::vector<int>& ring = rs.rings[0];
+  CHECK(is_ring_over(ring, t.gpus()));
   CHECK(rs.total_GBps == Approx(hop.pair_cap_GBps));
   CHECK(evaluate_rings(r, rs.rings).total_GBps == Approx(rs.total_GBps));
+  int leaves = 0;
+  for (std::size_t k = 0; k < ring.size(); ++k)
+    leaves += t.cpu_of(ring[k]) != t.cpu_of(ring[(k + 1) % ring.size()]);
+  CHECK(leaves == n / tray);
 }
 
 TEST_CASE("double binary tree: every GPU in both trees, machines mostly a leaf in one of them") {

@@ -143,34 +143,54 @@ inline ring_set search_rings(router& r, const std::vector<int>& gpus, ring_searc
     for (const auto& [d, c] : first) out_cap[i] += c;
     if (any_staged) out_cap[i] += staged;  // loose but safe: staged hops also share those links
   }
-  // A ring leaves and enters every GPU once, so it puts on a resource at least the sum, over GPUs,
-  // of the least load any hop out of (into) that GPU puts on it: at speed s a resource with such a
-  // floor f holds at most 1 / (s f) rings. The tightest floor (a CPU's cross-node staging, which
-  // every staged hop out of its GPUs shares) bounds the channels before any search: without it,
-  // each speed's trials searched for one more ring than the resource holds.
+  // A ring leaves and enters every group of GPUs at least once: over a partition of the GPUs, it
+  // puts on a resource at least the sum, over groups, of the least load any hop out of (into) the
+  // group puts on it. At speed s a resource with such a floor f holds at most 1 / (s f) rings.
+  // Partitions: single GPUs, and the GPUs of each NUMA node (whose hops out share its CPU's
+  // cross-node host staging). The tightest floor bounds the channels before any search: without
+  // it, each speed's trials searched for rings that resource could not hold (a minute at 200 GPUs).
   double ring_floor = 0;
-  {
+  auto floor_over = [&](const std::vector<std::vector<std::size_t>>& groups) {
+    std::vector<char> inside(n, 0);
     std::map<long, double> out_floor, in_floor;
-    for (std::size_t i = 0; i < n; ++i) {
+    for (const auto& g : groups) {
+      if (g.empty() || g.size() == n) continue;
+      for (std::size_t i : g) inside[i] = 1;
+      const std::size_t crossing = g.size() * (n - g.size());
       std::map<long, std::pair<std::size_t, double>> out_min, in_min;  // resource: hops using it, least load
-      for (std::size_t j = 0; j < n; ++j) {
-        if (i == j) continue;
-        for (const auto& [res, w] : R[i][j]->load) {
-          auto& o = out_min.try_emplace(res, 0, w).first->second;
-          o = {o.first + 1, std::min(o.second, w)};
+      for (std::size_t i : g)
+        for (std::size_t j = 0; j < n; ++j) {
+          if (inside[j]) continue;
+          for (const auto& [res, w] : R[i][j]->load) {
+            auto& o = out_min.try_emplace(res, 0, w).first->second;
+            o = {o.first + 1, std::min(o.second, w)};
+          }
+          for (const auto& [res, w] : R[j][i]->load) {
+            auto& o = in_min.try_emplace(res, 0, w).first->second;
+            o = {o.first + 1, std::min(o.second, w)};
+          }
         }
-        for (const auto& [res, w] : R[j][i]->load) {
-          auto& o = in_min.try_emplace(res, 0, w).first->second;
-          o = {o.first + 1, std::min(o.second, w)};
-        }
-      }
       for (const auto& [res, m] : out_min)
-        if (m.first == n - 1) out_floor[res] += m.second;  // every hop out of GPU i uses it
+        if (m.first == crossing) out_floor[res] += m.second;  // every hop out of the group uses it
       for (const auto& [res, m] : in_min)
-        if (m.first == n - 1) in_floor[res] += m.second;
+        if (m.first == crossing) in_floor[res] += m.second;
+      for (std::size_t i : g) inside[i] = 0;
     }
     for (const auto& [res, f] : out_floor) ring_floor = std::max(ring_floor, f);
     for (const auto& [res, f] : in_floor) ring_floor = std::max(ring_floor, f);
+  };
+  {
+    std::vector<std::vector<std::size_t>> single(n), by_cpu;
+    std::map<int, std::size_t> group_of_cpu;
+    for (std::size_t i = 0; i < n; ++i) {
+      single[i] = {i};
+      const int c = r.topo().cpu_of(gpus[i]);
+      const auto [it, added] = group_of_cpu.try_emplace(c, by_cpu.size());
+      if (added) by_cpu.emplace_back();
+      by_cpu[it->second].push_back(i);
+    }
+    floor_over(single);
+    floor_over(by_cpu);
   }
   std::map<long, double> residual;  // utilisation left per resource
   auto hop_bw = [&](std::size_t i, std::size_t j) {
