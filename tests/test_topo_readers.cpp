@@ -140,7 +140,16 @@ TEST_CASE("nvidia-smi: the same matrix pasted differently reads the same") {
   std::string hashed = std::regex_replace(lf, std::regex("(^|\n)"), "$1# ");
   std::string dollar = "$ nvidia-smi topo -m\n" + lf.substr(lf.find('\n') + 1);
   std::string ranked = std::regex_replace(lf, std::regex("(^|\n)"), "$010: ");
-  for (const std::string* v : {&lf, &spaces, &hashed, &dollar, &ranked}) CHECK(all_cells(read_nvidia_smi(*v)) == ref);
+  // Line ends as classic Mac editors save them (a lone CR: it read as one line, "column twice"),
+  // and CRLF converted twice (CRCRLF).
+  std::string cr = std::regex_replace(lf, std::regex("\n"), "\r");
+  std::string crcrlf = std::regex_replace(lf, std::regex("\n"), "\r\r\n");
+  for (const std::string* v : {&lf, &spaces, &hashed, &dollar, &ranked, &cr, &crcrlf})
+    CHECK(all_cells(read_nvidia_smi(*v)) == ref);
+  // Errors name the same line whatever ends the lines.
+  const std::string bad = "\tGPU0\tGPU1\nGPU0\t X \tNV4\nGPU1\tNV4\t X \tSYS\n";
+  for (const char* end : {"\n", "\r\n", "\r"})
+    expect_error([&] { read_nvidia_smi(std::regex_replace(bad, std::regex("\n"), end), "m.txt"); }, "m.txt:3:");
 }
 
 TEST_CASE("nvidia-smi: writing a topology and reading it back gives the same cells") {
@@ -326,6 +335,16 @@ TEST_CASE("NCCL XML: input it cannot understand is an error naming line and colu
   expect_error([] { read_nccl_graph("<graphs><graph id=\"0\" pattern=\"4\" nchannels=\"1\">\n<channel><gpu dev=\"0\"/><gpu dev=\"0\"/></channel></graph></graphs>", "g.xml"); },
                "g.xml:2:24:", "twice");
   expect_error([] { read_topology("<graphs/>", "g.xml"); }, "g.xml:1:1:", "graph file");
+  // Lines end at LF, CRLF, CRCRLF or a lone CR alike: the error is on line 3 in each.
+  for (const char* end : {"\n", "\r\n", "\r\r\n", "\r"})
+    expect_error([&] { read_nccl_topology(std::string("<system>") + end + "  <cpu numaid=\"0\">" + end + "</system>" + end, "t.xml"); },
+                 "t.xml:3:1:", "closes <cpu>");
+  {  // and a file saved with lone CRs reads as the LF one does
+    const std::string lf = topo_fixture("dgx1-v100-como-nccl-topo.xml");
+    std::string cr = lf;
+    std::replace(cr.begin(), cr.end(), '\n', '\r');
+    CHECK(all_cells(read_topology(cr)) == all_cells(read_topology(lf)));
+  }
   // A path where the contents belong: said so, rather than a parse error at the first character.
   expect_error([] { read_topology("/data/dgx1-nccl-topo.xml"); }, "read_topology takes the topology's text, not a path",
                "'/data/dgx1-nccl-topo.xml'");
@@ -493,6 +512,14 @@ TEST_CASE("nccl-tests tables: every fixture's peak busbw and command line") {
   }
   const nccl_tests_table p5 = read_nccl_tests(topo_fixture("aws-p5-48xlarge-2node-allreduce-perf.txt"));
   CHECK(p5.rows.size() == 32);
+  {  // lone-CR line ends (classic Mac): the same rows, not one long line
+    std::string cr = topo_fixture("aws-p5-48xlarge-2node-allreduce-perf.txt");
+    cr = std::regex_replace(cr, std::regex("\r?\n"), "\r");
+    const nccl_tests_table t = read_nccl_tests(cr, "cr.txt");
+    CHECK(t.rows.size() == 32);
+    CHECK(t.peak_busbw() == Approx(p5.peak_busbw()));
+    expect_error([] { read_nccl_tests("# size\r  1024  256  float  sum  -1  10.0  0.10\r", "p.txt"); }, "p.txt:2:", "columns");
+  }
   CHECK(p5.rows.back().bytes == 17179869184ull);
   expect_error([] { read_nccl_tests("# size\n  1024  256  float  sum  -1  10.0  0.10\n", "p.txt"); }, "p.txt:2:", "columns");
   expect_error([] { read_nccl_tests("  1024  256  float  sum  -1  1x0  0.1  0.1  0  10  0.1  0.1  0\n", "p.txt"); }, "p.txt:1:30:", "not a number");

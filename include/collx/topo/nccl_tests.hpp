@@ -70,12 +70,11 @@ inline nccl_tests_table read_nccl_tests(std::string_view text, std::string_view 
   int no = 0;
   std::size_t b = 0;
   while (b <= text.size()) {
-    std::size_t e = text.find('\n', b);
-    if (e == std::string_view::npos) e = text.size();
-    std::string line(text.substr(b, e - b));
-    b = e + 1;
+    const detail::line_span span = detail::line_at(text, b);
+    std::string line(text.substr(b, span.end - b));
+    b = span.next;
     ++no;
-    while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) line.pop_back();
+    while (!line.empty() && (line.back() == ' ' || line.back() == '\t')) line.pop_back();
     std::size_t i = 0;
     while (i < line.size() && (line[i] == ' ' || line[i] == '\t')) ++i;
     {  // "0: " rank prefix

@@ -84,7 +84,7 @@ inline bool is_number(std::string_view s) { return all_digits(s) && s.size() <= 
 inline topology read_nvidia_smi(std::string_view text, std::string_view source = "<nvidia-smi>", read_options opt = {}) {
   text = detail::without_bom(text);
   using namespace detail;
-  // Lines, with CR removed and the prefix (# or "N: ") skipped.
+  // Lines (line_at: LF, CRLF or lone CR ends one), with the prefix (# or "N: ") skipped.
   struct line_t {
     int no;
     std::string s;
@@ -93,23 +93,20 @@ inline topology read_nvidia_smi(std::string_view text, std::string_view source =
   std::vector<line_t> lines;
   {
     int no = 1;
-    std::size_t b = 0;
-    for (std::size_t i = 0; i <= text.size(); ++i) {
-      if (i == text.size() || text[i] == '\n') {
-        std::string s(text.substr(b, i - b));
-        while (!s.empty() && s.back() == '\r') s.pop_back();
-        std::size_t f = 0;
-        while (f < s.size() && (s[f] == ' ' || s[f] == '\t')) ++f;
-        if (f < s.size() && s[f] == '#') {
-          ++f;
-        } else {
-          std::size_t d = f;
-          while (d < s.size() && std::isdigit(static_cast<unsigned char>(s[d]))) ++d;
-          if (d > f && d + 1 < s.size() && s[d] == ':' && (s[d + 1] == ' ' || s[d + 1] == '\t')) f = d + 1;
-        }
-        lines.push_back({no++, std::move(s), f});
-        b = i + 1;
+    for (std::size_t b = 0; b <= text.size();) {
+      const line_span span = line_at(text, b);
+      std::string s(text.substr(b, span.end - b));
+      b = span.next;
+      std::size_t f = 0;
+      while (f < s.size() && (s[f] == ' ' || s[f] == '\t')) ++f;
+      if (f < s.size() && s[f] == '#') {
+        ++f;
+      } else {
+        std::size_t d = f;
+        while (d < s.size() && std::isdigit(static_cast<unsigned char>(s[d]))) ++d;
+        if (d > f && d + 1 < s.size() && s[d] == ':' && (s[d + 1] == ' ' || s[d + 1] == '\t')) f = d + 1;
       }
+      lines.push_back({no++, std::move(s), f});
     }
   }
   auto blank = [](const line_t& l) { return l.s.find_first_not_of(" \t", l.from) == std::string::npos; };
@@ -536,7 +533,7 @@ inline std::string format_nvidia_smi(const topology& t, int host = 0) {
 inline topology read_topology(std::string_view text, std::string_view source = "<topology>", read_options opt = {}) {
   text = detail::without_bom(text);
   const auto ends_with = [&](std::string_view end) { return text.size() >= end.size() && text.substr(text.size() - end.size()) == end; };
-  if (text.find('\n') == std::string_view::npos && (ends_with(".xml") || ends_with(".txt")))
+  if (text.find_first_of("\r\n") == std::string_view::npos && (ends_with(".xml") || ends_with(".txt")))
     COLLX_THROW(errc::invalid_argument, "read_topology takes the topology's text, not a path: read '" + std::string(text) +
                                             "' first and pass its contents");
   std::size_t i = 0;

@@ -63,6 +63,23 @@ inline std::string_view without_bom(std::string_view text) noexcept {
   return text.substr(0, 3) == "\xEF\xBB\xBF" ? text.substr(3) : text;
 }
 
+/// Where the line that starts at `from` ends (`end`: its terminator, or text.size()) and where the
+/// next one starts (`next`; text.size() + 1 after the last line). A terminator is LF, CRs then LF
+/// (Windows), or CRs not followed by LF (one line ends at a lone CR, as classic Mac editors save):
+/// the text readers split every file alike.
+struct line_span {
+  std::size_t end;
+  std::size_t next;
+};
+inline line_span line_at(std::string_view text, std::size_t from) noexcept {
+  const std::size_t e = text.find_first_of("\r\n", from);
+  if (e == std::string_view::npos) return {text.size(), text.size() + 1};
+  if (text[e] == '\n') return {e, e + 1};
+  std::size_t k = e;
+  while (k < text.size() && text[k] == '\r') ++k;
+  return {e, k < text.size() && text[k] == '\n' ? k + 1 : e + 1};
+}
+
 /// One attribute and where its name starts.
 struct xml_attribute {
   std::string name;
@@ -98,11 +115,17 @@ inline xml_element parse_xml(std::string_view text, std::string_view source) {
     std::string_view src;
     std::size_t i = 0;
     text_pos p;
+    std::size_t cr_run_end = 0;  // where the run of CRs at or before i ends (advance)
 
     bool at_end() const { return i >= s.size(); }
     char peek(std::size_t k = 0) const { return i + k < s.size() ? s[i + k] : '\0'; }
     void advance() {
-      if (s[i] == '\n') ++p.line, p.col = 1;
+      // Lines as line_at counts them: each CR of a run that no LF ends ends one.
+      if (s[i] == '\r' && cr_run_end <= i) {
+        cr_run_end = i;
+        while (cr_run_end < s.size() && s[cr_run_end] == '\r') ++cr_run_end;
+      }
+      if (s[i] == '\n' || (s[i] == '\r' && (cr_run_end == s.size() || s[cr_run_end] != '\n'))) ++p.line, p.col = 1;
       else ++p.col;
       ++i;
     }
