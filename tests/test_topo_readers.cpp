@@ -330,6 +330,18 @@ TEST_CASE("NCCL XML: input it cannot understand is an error naming line and colu
             "t.xml");
       },
       "t.xml:3:24:", "not a GPU in this file");
+  // PCI classes and device ids are never negative (tclass="-1" printed as ffffffffffffffff).
+  for (const char* tc : {"-1", "0x1000000"})
+    expect_error(
+        [tc] {
+          read_nccl_topology(std::string("<system><cpu numaid=\"0\">\n<pci busid=\"0000:01:00.0\" class=\"0x030200\">\n"
+                                         "  <gpu dev=\"0\" sm=\"80\"><nvlink target=\"0000:02:00.0\" count=\"2\" tclass=\"") +
+                                 tc + "\"/></gpu>\n</pci></cpu></system>",
+                             "t.xml");
+        },
+        "t.xml:3:64:", "is outside 0x0 to 0xffffff");
+  expect_error([] { read_nccl_topology("<system><cpu numaid=\"0\"><pci busid=\"0000:01:00.0\" class=\"-0x30200\"/></cpu></system>", "t.xml"); },
+               "t.xml:1:", "is outside 0x0 to 0xffffff");
   expect_error([] { read_nccl_graph("<graphs><graph id=\"0\" pattern=\"4\" nchannels=\"2\"><channel><gpu dev=\"0\"/></channel></graph></graphs>", "g.xml"); },
                "g.xml:1:9:", "nchannels");
   expect_error([] { read_nccl_graph("<graphs><graph id=\"0\" pattern=\"4\" nchannels=\"1\">\n<channel><gpu dev=\"0\"/><gpu dev=\"0\"/></channel></graph></graphs>", "g.xml"); },

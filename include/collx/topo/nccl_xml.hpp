@@ -74,12 +74,19 @@ inline long parse_long(const xml_attribute& a, std::string_view src, int base = 
   return r;
 }
 
-/// parse_long, which must lie in [least, most] (device and NUMA ids, speeds, lane counts).
-inline int parse_in_range(const xml_attribute& a, std::string_view src, long least, long most) {
-  const long r = parse_long(a, src);
-  if (r < least || r > most)
-    fail_at(src, a.pos, "attribute '" + a.name + "'=\"" + a.value + "\" is outside " + std::to_string(least) + " to " +
-                            std::to_string(most));
+/// parse_long, which must lie in [least, most] (device and NUMA ids, speeds, lane counts; in base
+/// 16, PCI class and device ids, which are never negative).
+inline int parse_in_range(const xml_attribute& a, std::string_view src, long least, long most, int base = 10) {
+  const long r = parse_long(a, src, base);
+  if (r < least || r > most) {
+    auto shown = [base](long x) {
+      if (base != 16) return std::to_string(x);
+      char b[24];
+      std::snprintf(b, sizeof b, "0x%lx", static_cast<unsigned long>(x));
+      return std::string(b);
+    };
+    fail_at(src, a.pos, "attribute '" + a.name + "'=\"" + a.value + "\" is outside " + shown(least) + " to " + shown(most));
+  }
   return static_cast<int>(r);
 }
 
@@ -180,7 +187,7 @@ inline topology read_nccl_topology(std::string_view text, std::string_view sourc
     if (const xml_attribute* a = e.find("link_width")) width = a->value.empty() ? 0 : parse_in_range(*a, source, 0, 255);
     if (width > 32) width = 0;
     const xml_attribute* cls_attr = e.find("class");
-    const unsigned long cls = cls_attr ? static_cast<unsigned long>(parse_long(*cls_attr, source, 16)) : 0;
+    const unsigned long cls = cls_attr ? static_cast<unsigned long>(parse_in_range(*cls_attr, source, 0, 0xffffff, 16)) : 0;
     const unsigned long base = cls >> 8;
     link up = make_pcie(-1, -1, gen, width);
     const bool speed_known = gen > 0 && width > 0;
@@ -224,7 +231,7 @@ inline topology read_nccl_topology(std::string_view text, std::string_view sourc
       }
       if (!arch) {
         if (const xml_attribute* dev = e.find("device")) {
-          arch = gpu_arch_for_pci_device(static_cast<unsigned>(parse_long(*dev, source, 16)));
+          arch = gpu_arch_for_pci_device(static_cast<unsigned>(parse_in_range(*dev, source, 0, 0xffff, 16)));
           if (arch)
             t.notes.push_back("GPU " + busid + ": model " + std::string(arch->name) + " from PCI device id " + dev->value +
                               (unknown_because.empty() ? "" : " (" + unknown_because + ")"));
@@ -263,7 +270,7 @@ inline topology read_nccl_topology(std::string_view text, std::string_view sourc
           const xml_attribute& tc = required(nv, "tclass", source);
           nvlinks.push_back({id, lower(required(nv, "target", source).value),
                              parse_in_range(required(nv, "count", source), source, 1, max_nvlink_count),
-                             static_cast<unsigned long>(parse_long(tc, source, 16)), nv.pos});
+                             static_cast<unsigned long>(parse_in_range(tc, source, 0, 0xffffff, 16)), nv.pos});
         }
       }
       return;
