@@ -320,6 +320,8 @@ TEST_CASE("NCCL XML: input it cannot understand is an error naming line and colu
   expect_error([] { read_nccl_topology("<system>\n  <gpu/>\n</system>\n", "t.xml"); }, "t.xml:2:3:", "unexpected <gpu>");
   expect_error([] { read_nccl_topology("<system>\n <cpu numaid=\"x1\"/>\n</system>", "t.xml"); }, "t.xml:2:7:", "not a number");
   expect_error([] { read_nccl_topology("<system><cpu numaid=\"0\" numaid=\"1\"/></system>", "t.xml"); }, "t.xml:1:25:", "duplicate");
+  expect_error([] { read_nccl_topology(std::string("<system><cpu numaid=\"1\0x\"/></system>", 36), "t.xml"); }, "t.xml:1:14:",
+               "not a number");  // a NUL byte inside a value
   expect_error([] { read_nccl_topology("<system>text</system>", "t.xml"); }, "t.xml:1:9:", "text");
   expect_error(
       [] {
@@ -536,6 +538,8 @@ TEST_CASE("nccl-tests tables: every fixture's peak busbw and command line") {
   expect_error([] { read_nccl_tests("# size\n  1024  256  float  sum  -1  10.0  0.10\n", "p.txt"); }, "p.txt:2:", "columns");
   expect_error([] { read_nccl_tests("  1024  256  float  sum  -1  1x0  0.1  0.1  0  10  0.1  0.1  0\n", "p.txt"); }, "p.txt:1:30:", "not a number");
   expect_error([] { read_nccl_tests("hello world\n", "p.txt"); }, "p.txt:1:1:");
+  expect_error([] { read_nccl_tests(std::string("  1024  256  float  sum  -1  10\0x  0.1  0.1  0  10  0.1  0.1  0\n", 64), "p.txt"); },
+               "p.txt:1:30:", "not a number");  // a NUL byte inside a value
   // Sizes, times and rates that are not finite or are negative: errors, not a cast or an inf ratio.
   expect_error([] { read_nccl_tests("  1024  256  float  sum  -1  10  0.1  nan  0  10  0.1  0.1  0\n", "p.txt"); }, "p.txt:1:", "finite");
   expect_error([] { read_nccl_tests("  1024  256  float  sum  -1  -10  0.1  0.1  0  10  0.1  0.1  0\n", "p.txt"); }, "p.txt:1:", "finite");

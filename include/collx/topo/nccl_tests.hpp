@@ -125,8 +125,10 @@ inline nccl_tests_table read_nccl_tests(std::string_view text, std::string_view 
     // size_t conversion, a rate of inf a ratio).
     auto num = [&](std::size_t k) {
       char* end = nullptr;
-      const double v = std::strtod(tk[k].first.c_str(), &end);
-      if (end == tk[k].first.c_str() || *end != '\0') fail_at(source, {no, tk[k].second}, "'" + tk[k].first + "' is not a number");
+      const std::string& w = tk[k].first;
+      const double v = std::strtod(w.c_str(), &end);
+      // All of the token: a NUL byte inside it would end strtod's read early, unnoticed.
+      if (end == w.c_str() || end != w.c_str() + w.size()) fail_at(source, {no, tk[k].second}, "'" + tk[k].first + "' is not a number");
       if (!std::isfinite(v) || v < 0 || v > 1e18)
         fail_at(source, {no, tk[k].second}, "'" + tk[k].first + "' is not a size, time or rate (finite, 0 to 1e18)");
       return v;

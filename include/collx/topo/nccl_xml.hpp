@@ -67,7 +67,8 @@ inline long parse_long(const xml_attribute& a, std::string_view src, int base = 
   char* end = nullptr;
   errno = 0;
   const long r = std::strtol(v.c_str(), &end, base);
-  if (end == v.c_str() || *end != '\0') fail_at(src, a.pos, "attribute '" + a.name + "'=\"" + v + "\" is not a number");
+  // All of the value: a NUL byte inside it would end strtol's read early, unnoticed.
+  if (end == v.c_str() || end != v.c_str() + v.size()) fail_at(src, a.pos, "attribute '" + a.name + "'=\"" + v + "\" is not a number");
   // Every number of these files fits an int (counts, ids, speeds in Mb/s, 16-bit PCI ids).
   if (errno == ERANGE || r > 2147483647L || r < -2147483647L)
     fail_at(src, a.pos, "attribute '" + a.name + "'=\"" + v + "\" is out of range");
@@ -94,7 +95,7 @@ inline double parse_double(const xml_attribute& a, std::string_view src) {
   const std::string& v = a.value;
   char* end = nullptr;
   const double r = std::strtod(v.c_str(), &end);
-  if (v.empty() || end == v.c_str() || *end != '\0') fail_at(src, a.pos, "attribute '" + a.name + "'=\"" + v + "\" is not a number");
+  if (v.empty() || end == v.c_str() || end != v.c_str() + v.size()) fail_at(src, a.pos, "attribute '" + a.name + "'=\"" + v + "\" is not a number");
   return r;
 }
 
