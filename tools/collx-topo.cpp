@@ -221,6 +221,7 @@ opts parse(int argc, char** argv) {
       const std::string list = val();
       std::stringstream ss(list);
       std::string x;
+      o.gpus.clear();  // repeated: the last one counts, as for every other option
       while (std::getline(ss, x, ',')) {
         const int g = count(x, 0, 4095);
         if (std::find(o.gpus.begin(), o.gpus.end(), g) != o.gpus.end()) die("--gpus: GPU " + x + " is listed twice");
