@@ -649,6 +649,7 @@ int check(const opts& o) {
   if (o.gpus.empty()) gpus = t.gpus();
   for (int h = 0; h < t.hosts; ++h)
     for (int i : o.gpus) gpus.push_back(t.gpu(i, h));
+  if (gpus.empty()) die(o.file + " describes no GPU: nothing to compare " + o.perf + " with");
   // The table's rank count (from busbw / algbw) must be the model's: a 4-GPU table against an 8-GPU
   // topology would compare unlike things and still print a ratio.
   if (!table.fits_allreduce_ranks(static_cast<int>(gpus.size())))
