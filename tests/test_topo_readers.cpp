@@ -332,6 +332,10 @@ TEST_CASE("NCCL XML: input it cannot understand is an error naming line and colu
             "t.xml");
       },
       "t.xml:3:24:", "not a GPU in this file");
+  {  // an affinity mask with a CPU past 65535 (it showed as "0 CPUs")
+    const std::string wide = "<system><cpu numaid=\"0\" affinity=\"1" + std::string(16384, '0') + "\"/></system>";
+    expect_error([&] { read_nccl_topology(wide, "t.xml"); }, "t.xml:1:", "names CPUs past 65535");
+  }
   // PCI classes and device ids are never negative (tclass="-1" printed as ffffffffffffffff).
   for (const char* tc : {"-1", "0x1000000"})
     expect_error(

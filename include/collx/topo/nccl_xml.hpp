@@ -314,6 +314,8 @@ inline topology read_nccl_topology(std::string_view text, std::string_view sourc
     if (const xml_attribute* a = c.find("affinity")) {
       v.cpu_affinity = cpulist_from_mask(a->value);
       if (v.cpu_affinity.empty() && !a->value.empty()) fail_at(source, a->pos, "affinity \"" + a->value + "\" is not a CPU mask");
+      if (!v.cpu_affinity.empty() && parse_cpulist(v.cpu_affinity).empty())  // it would show as 0 CPUs
+        fail_at(source, a->pos, "affinity mask names CPUs past " + std::to_string(max_cpu_number - 1) + ", more than any machine has");
     }
     if (const xml_attribute* a = c.find("vendor")) v.cpu_vendor = a->value;
     if (const xml_attribute* a = c.find("familyid")) v.cpu_family = static_cast<int>(parse_long(*a, source));
