@@ -192,6 +192,17 @@ TEST_CASE("nvidia-smi: text it cannot understand is an error naming line and col
         read_nvidia_smi("\tGPU0\tGPU1\tGPU2\nGPU0\t X \tNODE\tSYS\nGPU1\tNODE\t X \tNODE\nGPU2\tSYS\tNODE\t X \n", "m.txt");
       },
       "m.txt:2:15:", "SYS");
+  // Affinities that disagree for GPUs joined through a NIC (each GPU is PIX with it, NVLink between
+  // them): the NUMA node took one of the two silently.
+  expect_error(
+      [] {
+        read_nvidia_smi("\tGPU0\tGPU1\tNIC0\tCPU Affinity\tNUMA Affinity\n"
+                        "GPU0\t X \tNV2\tPIX\t0-7\t0\n"
+                        "GPU1\tNV2\t X \tPIX\t8-15\t1\n"
+                        "NIC0\tPIX\tPIX\t X \n",
+                        "m.txt");
+      },
+      "m.txt:2:10:", "GPU0 and GPU1 have different affinity, but other cells place them on one NUMA node");
   expect_error([&] { read_nvidia_smi(good + "\nsomething else\n", "m.txt"); }, "m.txt:6:1:", "unexpected text");
   // Numbers too large for the format: a collx::error with line and column, not std::stoi's
   // out_of_range; a CPU range that would take gigabytes is not a CPU list.

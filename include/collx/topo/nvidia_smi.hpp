@@ -317,6 +317,12 @@ inline topology read_nvidia_smi(std::string_view text, std::string_view source =
       }
       if (!key[i].empty() && key[i] == key[j]) cpu_uf.unite(static_cast<int>(i), static_cast<int>(j));
     }
+  // Devices joined through a third (each under one switch with a NIC, say) whose affinity columns
+  // disagree: the NUMA node would take either one's, silently.
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = i + 1; j < n; ++j)
+      if (!key[i].empty() && !key[j].empty() && key[i] != key[j] && cpu_uf.find(static_cast<int>(i)) == cpu_uf.find(static_cast<int>(j)))
+        fail_at(source, cell[i][j].pos, devices[i] + " and " + devices[j] + " have different affinity, but other cells place them on one NUMA node");
   int first_uninformed = -1;
   for (std::size_t i = 0; i < n; ++i)
     if (!informed[i]) {
