@@ -802,8 +802,8 @@ class shm_transport final : public transport {
   /// expected (wait_sends, recv), so the peer disagreed on this call. `ready` is asked again after
   /// the later call is seen. While the peer's record of this call is published, the records name
   /// the field (records_disagree, not otherwise looked at more than every 50 ms; a record being
-  /// rewritten right now is read at the next wake-up); once it is gone, went_past_message says
-  /// what is known. Point-to-point calls (sequence number 0) are not numbered: a peer may
+  /// rewritten right now is read at the next wake-up, at most 50 ms on); once it is gone, or if it
+  /// names nothing, went_past_message says what is known. Point-to-point calls (sequence number 0) are not numbered: a peer may
   /// legitimately make collective calls before it sends.
   template <class Ready>
   bool went_past(wait_kind kind, int peer_rank, Ready& ready) noexcept {
@@ -812,7 +812,7 @@ class shm_transport final : public transport {
     if (!announced_call(peer_rank, theirs) || theirs.seq <= call_seq_ || ready()) return false;
     if (records_disagree(peer_rank)) return true;
     const bool held = went_past_holds_record(call_seq_, theirs.seq);
-    if (held && !(announced_call(peer_rank, call_seq_, then) && then == announced_)) return false;
+    if (held && !announced_call(peer_rank, call_seq_, then)) return false;  // being rewritten: look again
     try {
       fail(errc::mismatch, went_past_message(announced_, rank_, peer_rank, theirs.seq, kind == wait_kind::consumed_by, !held));
     } catch (...) {
