@@ -119,13 +119,99 @@ inline std::size_t piece_for(std::size_t piece_bytes, std::size_t granularity) n
 }
 }  // namespace detail
 
+/// Duplicates of destroyed transports, freed once no message can still reach them. A rank may
+/// send a peer control messages nobody waits for (a signature query, see the file comment) right
+/// up to the peer's last call; freed at once, the peer's duplicate would let MPI give its context
+/// id to the next communicator while such a message is still on its way, and the message would
+/// land there (Open MPI's ob1 then crashed in MPI_Comm_dup under load, matching a sender rank the
+/// new communicator does not have). So a closing rank sends every peer a close message and frees
+/// its duplicate only once it has received every peer's: by MPI's non-overtaking rule (a receive
+/// for any tag from that peer), everything the peer sent before has then been received and
+/// dropped. Freeing is finished when the next transport is made or destroyed; a duplicate whose
+/// peers never close (their communicator failed, or lives on) is kept, as failed ones are.
+class closing_duplicates {
+ public:
+  /// The close message's tag (mpi_transport::close_tag).
+  static constexpr int close_tag = 7003;
+  static closing_duplicates& instance() {
+    static closing_duplicates c;
+    return c;
+  }
+  /// Sends the close message to every peer of `comm` (rank `rank` of `size`) and keeps it until
+  /// every peer's has come.
+  void close(MPI_Comm comm, int rank, int size) noexcept {
+    static const int message = 0;  // sent from here: stays valid however long the send takes
+    std::lock_guard<std::mutex> lock(mu_);
+    try {
+      entry e{comm, std::vector<char>(static_cast<std::size_t>(size), 0)};
+      e.closed[static_cast<std::size_t>(rank)] = 1;
+      for (int p = 0; p < size; ++p) {
+        if (p == rank) continue;
+        MPI_Request r = MPI_REQUEST_NULL;
+        if (MPI_Isend(&message, 1, MPI_INT, p, close_tag, comm, &r) == MPI_SUCCESS) MPI_Request_free(&r);
+      }
+      open_.push_back(std::move(e));
+    } catch (...) {  // no memory for the list: the duplicate is kept
+    }
+    free_finished_locked();
+  }
+  /// Frees the duplicates whose peers have all closed, receiving (and dropping) whatever they
+  /// sent before their close message.
+  void free_finished() noexcept {
+    std::lock_guard<std::mutex> lock(mu_);
+    free_finished_locked();
+  }
+
+ private:
+  struct entry {
+    MPI_Comm comm;
+    std::vector<char> closed;  // per peer: its close message came
+  };
+  void free_finished_locked() noexcept {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized) return;
+    for (auto it = open_.begin(); it != open_.end();) {
+      bool all = true;
+      for (std::size_t p = 0; p < it->closed.size(); ++p) {
+        while (!it->closed[p]) {
+          int found = 0;
+          MPI_Message msg;
+          MPI_Status st;
+          if (MPI_Improbe(static_cast<int>(p), MPI_ANY_TAG, it->comm, &found, &msg, &st) != MPI_SUCCESS || !found) break;
+          int bytes = 0;
+          MPI_Get_count(&st, MPI_BYTE, &bytes);
+          try {
+            std::vector<std::byte> drop(static_cast<std::size_t>(std::max(bytes, 1)));
+            MPI_Mrecv(drop.data(), bytes, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
+          } catch (...) {  // no memory for it: received into nothing would fail; keep the duplicate
+            return;
+          }
+          if (st.MPI_TAG == close_tag) it->closed[p] = 1;
+        }
+        all = all && it->closed[p];
+      }
+      if (all) {
+        MPI_Comm_free(&it->comm);
+        it = open_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  std::mutex mu_;
+  std::vector<entry> open_;
+};
+
 /// The MPI transport of one rank. Construct it on every rank of `comm` (collective, like
-/// MPI_Comm_dup); it works on a private duplicate, freed when the transport is destroyed.
+/// MPI_Comm_dup); it works on a private duplicate, freed when the transport is destroyed and
+/// every peer has closed it too (closing_duplicates).
 /// @throws collx::error transport (MPI not initialised, too little thread support, an MPI error)
 class mpi_transport final : public transport {
  public:
   static constexpr int data_tag = 7001;     ///< schedule messages
   static constexpr int control_tag = 7002;  ///< failure notices and signature queries
+  static constexpr int close_tag = closing_duplicates::close_tag;  ///< "this rank is done with the duplicate"
   /// How long a rank waits for a peer in one call before it sends that peer its signature.
   static constexpr std::chrono::milliseconds query_after{50};
   /// How long a failed call waits for its sends to finish before it returns (settle_sends).
@@ -143,6 +229,7 @@ class mpi_transport final : public transport {
                   "collx::mpi: MPI was initialised with thread level " + thread_level_name(level_) +
                       "; collx needs at least MPI_THREAD_SERIALIZED (MPI_THREAD_MULTIPLE for *_async calls): use "
                       "MPI_Init_thread");
+    closing_duplicates::instance().free_finished();  // before MPI picks a context id for the new one
     check_mpi(MPI_Comm_dup(comm, &comm_), "MPI_Comm_dup");
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     MPI_Comm_rank(comm_, &rank_);
@@ -179,8 +266,8 @@ class mpi_transport final : public transport {
         MPI_Request_free(&r);
       }
     // A query still on its way keeps its bytes (MPI may read them until the send completes); one
-    // that arrives after this transport is gone, even at a later one with the same context id,
-    // carries another token and is ignored.
+    // that arrives after the peer's transport is gone is dropped when that peer frees its
+    // duplicate (closing_duplicates), and carries another token than any later transport's.
     for (auto& [r, bytes] : query_sends_) {
       int done = 0;
       if (r != MPI_REQUEST_NULL && (MPI_Test(&r, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || !done)) {
@@ -189,7 +276,7 @@ class mpi_transport final : public transport {
       }
     }
     if (!failed_.load(std::memory_order_acquire)) {
-      MPI_Comm_free(&comm_);
+      closing_duplicates::instance().close(comm_, rank_, size_);
       return;
     }
     // A failure from another thread under MPI_THREAD_SERIALIZED (abort()) waited for this
@@ -447,12 +534,15 @@ class mpi_transport final : public transport {
 
   /// Polls `ready` until it returns true; between polls looks for failure notices and the deadline,
   /// and backs off from spinning (100 us, none when oversubscribed) to yielding to short sleeps
-  /// (after 5 ms), so oversubscribed ranks progress.
+  /// (after 5 ms), so oversubscribed ranks progress. This rank's own failure (abort() from another
+  /// thread) is looked at before every poll: one poll of many requests may take milliseconds, and
+  /// a call aborted while its last sends drained must still fail.
   template <class Ready>
   void wait(const char* what, int peer, Ready ready) {
     const auto start = std::chrono::steady_clock::now();
     const auto deadline = start + timeout_;
     for (unsigned polls = 0;; ++polls) {
+      if (failed_.load(std::memory_order_acquire)) rethrow_failure();
       if (ready()) return;
       if (polls % 64 == 0) {
         poll_control();
