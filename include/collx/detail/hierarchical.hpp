@@ -380,6 +380,11 @@ inline void run_hierarchical_untyped(communicator& comm, collective coll, const 
       world_why = e.what() + (" " + level_ranks_legend(comm.rank(), l));
       comm.fail(code, world_why);
       (void)world_transport.failure(code, world_why);  // another rank's, if it failed the world first
+    } else {
+      // The world failed (another rank's notice reached this rank): the levels learn it from this
+      // rank too, or a peer still waiting on a level for this rank, whose own notice has not come
+      // yet, would see only this rank leave ("closed its communicator") and report that instead.
+      comm.fail(code, world_why);
     }
     COLLX_THROW(code, name + ": " + as_seen_by(comm.rank(), std::move(world_why)));
   } catch (...) {  // a user's op threw something else: its level failed; fail the whole communicator too

@@ -285,10 +285,16 @@ inline std::string message_size_mismatch(const call_signature& sig, int peer, st
 }
 
 /// A failure as the other ranks read it: "rank R failed: why", so that a relayed error does not
-/// read as their own (unchanged when `why` already starts with "rank R ").
+/// read as their own (unchanged when `why` already starts with "rank R ", or with "rank Q failed: "
+/// for another rank Q: a failure this rank passes on).
 inline std::string reported_by(int rank, const std::string& why) {
   const std::string me = "rank " + std::to_string(rank) + " ";
-  return why.rfind(me, 0) == 0 ? why : me + "failed: " + why;
+  if (why.rfind(me, 0) == 0) return why;
+  // Another rank's failure passed on ("rank 0 failed: ..."): it stays that rank's.
+  std::size_t d = 5;
+  while (d < why.size() && why[d] >= '0' && why[d] <= '9') ++d;
+  if (why.rfind("rank ", 0) == 0 && d > 5 && why.compare(d, 9, " failed: ") == 0) return why;
+  return me + "failed: " + why;
 }
 
 /// Which world ranks a level's ranks are, for messages in the level's numbering: "its ranks 0, 1
