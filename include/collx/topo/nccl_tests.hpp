@@ -68,9 +68,9 @@ inline nccl_tests_table read_nccl_tests(std::string_view text, std::string_view 
   using detail::fail_at;
   nccl_tests_table t;
   int no = 0;
-  std::size_t b = 0;
+  std::size_t b = 0, cr_run = 0;
   while (b <= text.size()) {
-    const detail::line_span span = detail::line_at(text, b);
+    const detail::line_span span = detail::line_at(text, b, cr_run);
     std::string line(text.substr(b, span.end - b));
     b = span.next;
     ++no;

@@ -93,8 +93,9 @@ inline topology read_nvidia_smi(std::string_view text, std::string_view source =
   std::vector<line_t> lines;
   {
     int no = 1;
+    std::size_t cr_run = 0;
     for (std::size_t b = 0; b <= text.size();) {
-      const line_span span = line_at(text, b);
+      const line_span span = line_at(text, b, cr_run);
       std::string s(text.substr(b, span.end - b));
       b = span.next;
       std::size_t f = 0;

@@ -65,19 +65,22 @@ inline std::string_view without_bom(std::string_view text) noexcept {
 
 /// Where the line that starts at `from` ends (`end`: its terminator, or text.size()) and where the
 /// next one starts (`next`; text.size() + 1 after the last line). A terminator is LF, CRs then LF
-/// (Windows), or CRs not followed by LF (one line ends at a lone CR, as classic Mac editors save):
-/// the text readers split every file alike.
+/// (Windows), or a CR of a run that no LF ends (one line per CR, as classic Mac editors save): the
+/// text readers split every file alike. `cr_run_end` (start it at 0, pass it to every call over
+/// one text) keeps where the current run of CRs ends, so a long run is scanned once, not per line.
 struct line_span {
   std::size_t end;
   std::size_t next;
 };
-inline line_span line_at(std::string_view text, std::size_t from) noexcept {
+inline line_span line_at(std::string_view text, std::size_t from, std::size_t& cr_run_end) noexcept {
   const std::size_t e = text.find_first_of("\r\n", from);
   if (e == std::string_view::npos) return {text.size(), text.size() + 1};
   if (text[e] == '\n') return {e, e + 1};
-  std::size_t k = e;
-  while (k < text.size() && text[k] == '\r') ++k;
-  return {e, k < text.size() && text[k] == '\n' ? k + 1 : e + 1};
+  if (cr_run_end <= e) {
+    cr_run_end = e;
+    while (cr_run_end < text.size() && text[cr_run_end] == '\r') ++cr_run_end;
+  }
+  return {e, cr_run_end < text.size() && text[cr_run_end] == '\n' ? cr_run_end + 1 : e + 1};
 }
 
 /// One attribute and where its name starts.
