@@ -814,7 +814,14 @@ class shm_transport final : public transport {
     const bool held = went_past_holds_record(call_seq_, theirs.seq);
     if (held && !announced_call(peer_rank, call_seq_, then)) return false;  // being rewritten: look again
     try {
-      fail(errc::mismatch, went_past_message(announced_, rank_, peer_rank, theirs.seq, kind == wait_kind::consumed_by, !held));
+      // Decided from this one read (records_disagree's may have met the record mid-rewrite).
+      std::string why;
+      if (held && !(then == announced_))
+        why = describe_mismatch_from_records(announced_, rank_, then, peer_rank, [&](int r, std::uint64_t seq, call_signature& c) {
+          return (r == peer_rank || r == rank_) && announced_call(r, seq, c);
+        });
+      fail(errc::mismatch,
+           !why.empty() ? why : went_past_message(announced_, rank_, peer_rank, theirs.seq, kind == wait_kind::consumed_by, !held));
     } catch (...) {
       fail(errc::mismatch, {});
     }

@@ -312,6 +312,7 @@ class threads_transport final : public transport {
     call_signature theirs;
     if (!world_->announced(peer, 0, theirs) || theirs.seq <= call_seq_ || ready()) return false;
     if (records_disagree()) return true;
+    (void)world_->announced(peer, 0, theirs);  // where the peer is now, for the wording: it may have gone on
     try {
       world_->fail(errc::mismatch, reported(went_past_message(announced_, rank_, peer, theirs.seq, consuming,
                                                               !went_past_holds_record(call_seq_, theirs.seq))));
