@@ -36,7 +36,7 @@ namespace topo {
 struct ring_search_options {
   int max_channels = 16;       ///< most rings
   int min_channels = 1;        ///< at least this many: rings are repeated, each at a share of the speed
-  int trials = 6;              ///< greedy attempts per candidate speed (the first one unshuffled)
+  int trials = 24;             ///< greedy attempts per candidate speed (the first one unshuffled)
   std::size_t budget = 20000;  ///< depth-first steps per ring attempt
 };
 
@@ -226,7 +226,7 @@ inline ring_set search_rings(router& r, const std::vector<int>& gpus, ring_searc
   speeds.erase(std::unique(speeds.begin(), speeds.end(), [](double a, double b) { return std::abs(a - b) <= 1e-9 * a; }), speeds.end());
 
   const double eps = 1e-9;
-  std::uint64_t rng = 0x9E3779B97F4A7C15ull;
+  std::uint64_t rng = 0;  // seeded per speed and trial (below)
   auto next_rand = [&] {
     rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
     return rng;
@@ -294,13 +294,20 @@ inline ring_set search_rings(router& r, const std::vector<int>& gpus, ring_searc
 
   double best_total = 0;
   std::vector<std::vector<int>> best;
-  for (double s : speeds) {
+  for (std::size_t speed_no = 0; speed_no < speeds.size(); ++speed_no) {
+    const double s = speeds[speed_no];
     int bound = opt.max_channels;
     for (double oc : out_cap) bound = std::min(bound, static_cast<int>(std::floor(oc / s + 1e-6)));
     if (ring_floor > 0) bound = std::min(bound, static_cast<int>(std::floor(1.0 / (s * ring_floor) + 1e-6)));
     if (bound < 1 || s * bound <= best_total * (1 + 1e-9)) continue;
     std::vector<std::vector<int>> got;
     for (int trial = 0; trial < std::max(1, opt.trials); ++trial) {
+      // Each trial's tie-breaks from its own seed (splitmix64 of speed and trial): which speeds
+      // the bound skips, or how early an earlier trial stopped, cannot change them.
+      std::uint64_t z = 0x9E3779B97F4A7C15ull * (speed_no * 64 + static_cast<std::uint64_t>(trial) + 1);
+      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+      rng = (z ^ (z >> 31)) | 1;  // xorshift needs a nonzero state
       residual.clear();
       std::vector<std::vector<int>> rings;
       while (static_cast<int>(rings.size()) < bound) {
