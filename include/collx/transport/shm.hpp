@@ -803,8 +803,8 @@ class shm_transport final : public transport {
   /// the later call is seen. While the peer's record of this call is published, the records name
   /// the field (records_disagree, not otherwise looked at more than every 50 ms; a record being
   /// rewritten right now is read at the next wake-up, at most 50 ms on); once it is gone, or if it
-  /// names nothing, went_past_message says what is known. Point-to-point calls (sequence number 0) are not numbered: a peer may
-  /// legitimately make collective calls before it sends.
+  /// names nothing, went_past_message says what is known. Point-to-point calls (sequence number 0)
+  /// are not numbered: a peer may legitimately make collective calls before it sends.
   template <class Ready>
   bool went_past(wait_kind kind, int peer_rank, Ready& ready) noexcept {
     if (call_seq_ == 0 || call_seq_ != announced_.seq) return false;
