@@ -133,6 +133,7 @@ class closing_duplicates {
  public:
   /// The close message's tag (mpi_transport::close_tag).
   static constexpr int close_tag = 7003;
+  /// The process's one list (every transport's duplicates, whatever communicator they came from).
   static closing_duplicates& instance() {
     static closing_duplicates c;
     return c;

@@ -69,18 +69,23 @@ inline std::string_view without_bom(std::string_view text) noexcept {
 /// text readers split every file alike. `cr_run_end` (start it at 0, pass it to every call over
 /// one text) keeps where the current run of CRs ends, so a long run is scanned once, not per line.
 struct line_span {
-  std::size_t end;
-  std::size_t next;
+  std::size_t end;   ///< the terminator's first byte, or text.size()
+  std::size_t next;  ///< where the next line starts
 };
+/// Whether the CR at text[i] ends a line by itself (its run of CRs is not followed by LF);
+/// `cr_run_end` as line_at's.
+inline bool lone_cr(std::string_view text, std::size_t i, std::size_t& cr_run_end) noexcept {
+  if (cr_run_end <= i) {
+    cr_run_end = i;
+    while (cr_run_end < text.size() && text[cr_run_end] == '\r') ++cr_run_end;
+  }
+  return cr_run_end == text.size() || text[cr_run_end] != '\n';
+}
 inline line_span line_at(std::string_view text, std::size_t from, std::size_t& cr_run_end) noexcept {
   const std::size_t e = text.find_first_of("\r\n", from);
   if (e == std::string_view::npos) return {text.size(), text.size() + 1};
-  if (text[e] == '\n') return {e, e + 1};
-  if (cr_run_end <= e) {
-    cr_run_end = e;
-    while (cr_run_end < text.size() && text[cr_run_end] == '\r') ++cr_run_end;
-  }
-  return {e, cr_run_end < text.size() && text[cr_run_end] == '\n' ? cr_run_end + 1 : e + 1};
+  if (text[e] == '\n' || lone_cr(text, e, cr_run_end)) return {e, e + 1};
+  return {e, cr_run_end + 1};  // CRs then LF: one terminator
 }
 
 /// One attribute and where its name starts.
@@ -118,17 +123,13 @@ inline xml_element parse_xml(std::string_view text, std::string_view source) {
     std::string_view src;
     std::size_t i = 0;
     text_pos p;
-    std::size_t cr_run_end = 0;  // where the run of CRs at or before i ends (advance)
+    std::size_t cr_run_end = 0;  // lone_cr's memory of the current run of CRs
 
     bool at_end() const { return i >= s.size(); }
     char peek(std::size_t k = 0) const { return i + k < s.size() ? s[i + k] : '\0'; }
     void advance() {
-      // Lines as line_at counts them: each CR of a run that no LF ends ends one.
-      if (s[i] == '\r' && cr_run_end <= i) {
-        cr_run_end = i;
-        while (cr_run_end < s.size() && s[cr_run_end] == '\r') ++cr_run_end;
-      }
-      if (s[i] == '\n' || (s[i] == '\r' && (cr_run_end == s.size() || s[cr_run_end] != '\n'))) ++p.line, p.col = 1;
+      // Lines as line_at counts them.
+      if (s[i] == '\n' || (s[i] == '\r' && lone_cr(s, i, cr_run_end))) ++p.line, p.col = 1;
       else ++p.col;
       ++i;
     }
