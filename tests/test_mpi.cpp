@@ -256,6 +256,21 @@ void mismatch(collx::communicator& c) {
   check(s < 10.0, "mismatch reported in " + std::to_string(s) + " s (timeout is 60 s)");
 }
 
+// Every MPI duplicate of a healthy communicator this process destroyed has been freed or, where a
+// peer's failed, given up (closing_duplicates): once every rank has destroyed it, the peers' close
+// messages arrive. Failed communicators keep theirs (mpi_transport's destructor says why) and are
+// not counted.
+void duplicates_freed(const std::string& after) {
+  MPI_Barrier(MPI_COMM_WORLD);  // every rank has destroyed its communicators: the closes are sent
+  auto& closing = collx::mpi::closing_duplicates::instance();
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (closing.kept() != 0 && std::chrono::steady_clock::now() < until) {
+    closing.free_finished();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  check(closing.kept() == 0, "MPI duplicates freed after " + after + ": " + std::to_string(closing.kept()) + " kept");
+}
+
 // Rank 0 exchanges with rank 1 point to point while every other rank, rank 1 too, calls a barrier:
 // every rank fails with errc::mismatch, and the text names a point-to-point call against the
 // barrier (the message carries no call number: before, rank 1 compared it with an empty record and
@@ -584,6 +599,12 @@ int finish(const std::string& mode) {
   MPI_Allreduce(&g_failures, &failures, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (g_rank == 0) std::printf("test_mpi%s: %d checks per rank, %d failed in total\n", mode.c_str(), g_checks, failures);
   MPI_Finalize();
+  // MPI_Finalize waits for the peers' close messages of the last communicators and frees their
+  // duplicates (MPICH with UCX warned of every close message left unreceived).
+  if (const std::size_t kept = collx::mpi::closing_duplicates::instance().kept(); kept != 0) {
+    std::fprintf(stderr, "rank %d: FAILED: %zu MPI duplicates still kept after MPI_Finalize\n", g_rank, kept);
+    return 1;
+  }
   return failures == 0 ? 0 : 1;
 }
 
@@ -695,6 +716,7 @@ int main(int argc, char** argv) {
       collx::communicator c = collx::mpi::connect_hierarchical(MPI_COMM_WORLD);
       mismatch(c);
     }
+    duplicates_freed("a communicator that failed on every rank");
     {
       collx::communicator c = collx::mpi::connect(MPI_COMM_WORLD);
       p2p_against_collective(c);
@@ -742,7 +764,12 @@ int main(int argc, char** argv) {
     if (expected_nodes == 2) level_failure_names_world_ranks();  // 2 nodes x 2 ranks
     hierarchical_count_zero();
     failed_call_releases_buffer();
+    duplicates_freed("the failed calls above (a communicator that failed on some ranks only, too)");
     left_by_exception();
+    {  // a healthy communicator destroyed just before MPI_Finalize: its duplicate is freed there (finish)
+      collx::communicator c = collx::mpi::connect(MPI_COMM_WORLD);
+      collx::barrier(c);
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rank %d: unexpected exception: %s\n", g_rank, e.what());
     ++g_failures;

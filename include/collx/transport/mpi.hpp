@@ -127,22 +127,31 @@ inline std::size_t piece_for(std::size_t piece_bytes, std::size_t granularity) n
 /// new communicator does not have). So a closing rank sends every peer a close message and frees
 /// its duplicate only once it has received every peer's: by MPI's non-overtaking rule (a receive
 /// for any tag from that peer), everything the peer sent before has then been received and
-/// dropped. Freeing is finished when the next transport is made or destroyed; a duplicate whose
-/// peers never close (their communicator failed, or lives on) is kept, as failed ones are.
+/// dropped. Freeing is finished when the next transport is made or destroyed, and at
+/// MPI_Finalize, which waits up to finalize_wait for the peers' close messages (MPICH with UCX
+/// warned of each one left unreceived). A failed transport keeps its duplicate (mpi_transport's
+/// destructor says why) and tells its peers (close_failed), which keep theirs too: one MPI
+/// context id each, of the 2048 a process has under MPICH. A duplicate whose peer keeps its
+/// communicator past MPI_Finalize is never freed.
 class closing_duplicates {
  public:
   /// The close message's tag (mpi_transport::close_tag).
   static constexpr int close_tag = 7003;
+  /// The tag of close_failed's message.
+  static constexpr int failed_close_tag = 7004;
+  /// How long MPI_Finalize waits, at most, for peers' close messages still on their way.
+  static constexpr std::chrono::milliseconds finalize_wait{2000};
   /// The process's one list (every transport's duplicates, whatever communicator they came from).
   static closing_duplicates& instance() {
     static closing_duplicates c;
     return c;
   }
   /// Sends the close message to every peer of `comm` (rank `rank` of `size`) and keeps it until
-  /// every peer's has come.
+  /// every peer's has come. MPI must be initialised and not finalized.
   void close(MPI_Comm comm, int rank, int size) noexcept {
     static const int message = 0;  // sent from here: stays valid however long the send takes
     std::lock_guard<std::mutex> lock(mu_);
+    hook_finalize_locked();
     try {
       entry e{comm, std::vector<char>(static_cast<std::size_t>(size), 0)};
       e.closed[static_cast<std::size_t>(rank)] = 1;
@@ -156,14 +165,59 @@ class closing_duplicates {
     }
     free_finished_locked();
   }
+  /// Tells every peer of `comm` that this rank's transport failed and keeps its duplicate for
+  /// good (mpi_transport's destructor says why): a peer whose own transport closed healthy then
+  /// stops waiting for this rank's close message, and keeps its duplicate too.
+  void close_failed(MPI_Comm comm, int rank, int size) noexcept {
+    static const int message = 0;
+    std::lock_guard<std::mutex> lock(mu_);
+    for (int p = 0; p < size; ++p) {
+      if (p == rank) continue;
+      MPI_Request r = MPI_REQUEST_NULL;
+      if (MPI_Isend(&message, 1, MPI_INT, p, failed_close_tag, comm, &r) == MPI_SUCCESS) MPI_Request_free(&r);
+    }
+    free_finished_locked();
+  }
   /// Frees the duplicates whose peers have all closed, receiving (and dropping) whatever they
   /// sent before their close message.
   void free_finished() noexcept {
     std::lock_guard<std::mutex> lock(mu_);
     free_finished_locked();
   }
+  /// Duplicates closed by this process and not yet freed (some peer's close message has not come).
+  std::size_t kept() noexcept {
+    std::lock_guard<std::mutex> lock(mu_);
+    return open_.size();
+  }
 
  private:
+  /// Has MPI_Finalize call finish_at_finalize: MPI deletes MPI_COMM_SELF's attributes first thing
+  /// in MPI_Finalize, while every MPI call still works (MPI 3.1, 8.7.1).
+  void hook_finalize_locked() noexcept {
+    if (hooked_) return;
+    int key = MPI_KEYVAL_INVALID;
+    if (MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, &at_finalize, &key, nullptr) != MPI_SUCCESS) return;
+    hooked_ = MPI_Comm_set_attr(MPI_COMM_SELF, key, nullptr) == MPI_SUCCESS;
+    MPI_Comm_free_keyval(&key);  // the attribute keeps it until it is deleted
+  }
+  static int at_finalize(MPI_Comm, int, void*, void*) {
+    instance().finish_at_finalize();
+    return MPI_SUCCESS;
+  }
+  /// Frees what it can until no duplicate waits or finalize_wait has passed: the peers are
+  /// finalizing too, and their close messages, sent when they destroyed their transports, are
+  /// on their way.
+  void finish_at_finalize() noexcept {
+    std::unique_lock<std::mutex> lock(mu_);
+    const auto until = std::chrono::steady_clock::now() + finalize_wait;
+    for (;;) {
+      free_finished_locked();
+      if (open_.empty() || std::chrono::steady_clock::now() >= until) return;
+      lock.unlock();
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      lock.lock();
+    }
+  }
   struct entry {
     MPI_Comm comm;
     std::vector<char> closed;  // per peer: its close message came
@@ -173,9 +227,18 @@ class closing_duplicates {
     MPI_Finalized(&finalized);
     if (finalized) return;
     for (auto it = open_.begin(); it != open_.end();) {
-      bool all = true;
-      for (std::size_t p = 0; p < it->closed.size(); ++p) {
-        while (!it->closed[p]) {
+      bool all = true, peer_failed = false;
+      for (std::size_t p = 0; p < it->closed.size() && !peer_failed; ++p) {
+        // Looked for by its tag, ahead of what the peer sent before: nothing of a failed peer's
+        // is received once its notice is here, since a send it did not finish may read a buffer
+        // its caller got back.
+        int failed = 0;
+        if (!it->closed[p] &&
+            MPI_Iprobe(static_cast<int>(p), failed_close_tag, it->comm, &failed, MPI_STATUS_IGNORE) == MPI_SUCCESS && failed) {
+          peer_failed = true;
+          break;
+        }
+        while (!it->closed[p] && !peer_failed) {
           int found = 0;
           MPI_Message msg;
           MPI_Status st;
@@ -189,10 +252,13 @@ class closing_duplicates {
             return;
           }
           if (st.MPI_TAG == close_tag) it->closed[p] = 1;
+          if (st.MPI_TAG == failed_close_tag) peer_failed = true;  // it came in the meantime
         }
         all = all && it->closed[p];
       }
-      if (all) {
+      if (peer_failed) {  // kept for good: no close will come
+        it = open_.erase(it);
+      } else if (all) {
         MPI_Comm_free(&it->comm);
         it = open_.erase(it);
       } else {
@@ -202,6 +268,7 @@ class closing_duplicates {
   }
   std::mutex mu_;
   std::vector<entry> open_;
+  bool hooked_ = false;  // finish_at_finalize will run at MPI_Finalize
 };
 
 /// The MPI transport of one rank. Construct it on every rank of `comm` (collective, like
@@ -261,11 +328,18 @@ class mpi_transport final : public transport {
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (finalized) return;
+    // A receive that matched before its cancel still completes, into staging_, perhaps only
+    // when the peer next drives MPI: both staging buffers are then left allocated rather than
+    // waited for (a wait would hang on a peer that stopped calling MPI).
+    bool receiving = false;
     for (MPI_Request& r : piece_recvs_)
       if (r != MPI_REQUEST_NULL) {
         MPI_Cancel(&r);
         MPI_Request_free(&r);
+        receiving = true;
       }
+    if (receiving)
+      for (auto& s : staging_) (void)new std::vector<std::byte>(std::move(s));  // left allocated
     // A query still on its way keeps its bytes (MPI may read them until the send completes); one
     // that arrives after the peer's transport is gone is dropped when that peer frees its
     // duplicate (closing_duplicates), and carries another token than any later transport's.
@@ -286,14 +360,17 @@ class mpi_transport final : public transport {
     // After a failure, messages of the failed call may still be in flight or unreceived (the
     // data of a call the peers gave up on, failure notices from several ranks). Freeing the
     // duplicate would let MPI hand its context id to a later communicator, where a stale message
-    // could match a receive; so it is kept, and so are the buffers of unfinished sends. A failed
-    // communicator is rare and these are small.
+    // could match a receive; so it is kept, and so are the buffers of unfinished sends. Nor can
+    // the close handshake drop them: a peer draining an unfinished send would have MPI read a
+    // buffer its caller got back, perhaps freed (Open MPI then broke the connection, and the
+    // peer's receive hung). A failed communicator is rare and these are small.
     for (MPI_Request& r : sends_)
       if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
     for (MPI_Request& r : control_sends_)
       if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
     for (auto& b : first_buffers_) (void)b.release();
     (void)notice_.release();
+    closing_duplicates::instance().close_failed(comm_, rank_, size_);
   }
   mpi_transport(const mpi_transport&) = delete;
   mpi_transport& operator=(const mpi_transport&) = delete;
