@@ -1,4 +1,5 @@
-// collx over MPI, run by Open MPI's mpirun with TCP between ranks (see tests/CMakeLists.txt):
+// collx over MPI, run by the launcher of the MPI it links: Open MPI (TCP between ranks) or MPICH
+// (tests/CMakeLists.txt):
 //   1. the MPI transport alone (collx::mpi::connect): every collective and algorithm, many pieces
 //      per message, custom and non-commutative ops, send/recv, async calls;
 //   2. the hierarchy (collx::mpi::connect_hierarchical): shared memory inside a "node"
