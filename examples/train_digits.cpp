@@ -233,8 +233,8 @@ void shard_gradient_sum(const model& m, const float* params, const dataset& data
     const float* hi = h1.data() + i * H;
     const float* di = dz2.data() + i * C;
     for (std::size_t j = 0; j < H; ++j)
-      for (int c = 0; c < C; ++c) gW2[j * C + c] += hi[j] * di[c];
-    for (int c = 0; c < C; ++c) gb2[c] += di[c];
+      for (std::size_t c = 0; c < C; ++c) gW2[j * C + c] += hi[j] * di[c];
+    for (std::size_t c = 0; c < C; ++c) gb2[c] += di[c];
   }
   ready(0);
   ready(1);
@@ -248,7 +248,7 @@ void shard_gradient_sum(const model& m, const float* params, const dataset& data
     for (std::size_t j = 0; j < H; ++j) {
       float s = 0.0f;
       if (zi[j] > 0.0f)
-        for (int c = 0; c < C; ++c) s += W2[j * C + c] * di[c];
+        for (std::size_t c = 0; c < C; ++c) s += W2[j * C + c] * di[c];
       dh[j] = s;
     }
     const float* x = data.row(idx[i]);

@@ -93,7 +93,7 @@ inline void bind_to_core(int local_rank, int local_world_size) {
   if (cpus.empty()) return;  // oversubscribed: let the scheduler spread them
   cpu_set_t one;
   CPU_ZERO(&one);
-  CPU_SET(cpus[static_cast<std::size_t>(local_rank)], &one);
+  CPU_SET(static_cast<std::size_t>(cpus[static_cast<std::size_t>(local_rank)]), &one);
   ::sched_setaffinity(0, sizeof one, &one);
 }
 

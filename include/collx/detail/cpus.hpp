@@ -62,7 +62,7 @@ inline cpu_bits allowed_cpus(bool* from_mask = nullptr) {
   CPU_ZERO(&set);
   if (::sched_getaffinity(0, sizeof set, &set) == 0) {
     for (int cpu = 0; cpu < std::min(CPU_SETSIZE, cpu_bits::max_cpus); ++cpu)
-      if (CPU_ISSET(cpu, &set)) out.set(cpu);
+      if (CPU_ISSET(static_cast<std::size_t>(cpu), &set)) out.set(cpu);
   }
   if (from_mask) *from_mask = out.count() != 0;
   if (out.count() == 0)
@@ -130,11 +130,11 @@ inline std::optional<double> cgroup_cpu_quota(const std::string& proc_self_cgrou
       if (!read(dir + "/cpu.cfs_period_us")) dir = root + "/cpu";  // mounted as "cpu" with a "cpu,cpuacct" link missing
     }
     for (;;) {  // from the process's own cgroup up to the root
-      const std::string at = dir + (path == "/" ? "" : path);
+      const std::string level = dir + (path == "/" ? "" : path);
       if (controllers.empty()) {
-        if (const auto s = read(at + "/cpu.max")) take(parse_cgroup2_cpu_max(*s).value_or(0));
-      } else if (const auto q = read(at + "/cpu.cfs_quota_us")) {
-        if (const auto p = read(at + "/cpu.cfs_period_us")) take(parse_cgroup1_quota(*q, *p).value_or(0));
+        if (const auto s = read(level + "/cpu.max")) take(parse_cgroup2_cpu_max(*s).value_or(0));
+      } else if (const auto q = read(level + "/cpu.cfs_quota_us")) {
+        if (const auto p = read(level + "/cpu.cfs_period_us")) take(parse_cgroup1_quota(*q, *p).value_or(0));
       }
       if (path.empty() || path == "/") break;
       const auto slash = path.find_last_of('/');

@@ -342,7 +342,8 @@ inline void run_flat_untyped(communicator& comm, collective coll, bool in_place,
     p.slices = 1;
     p.keep_empty = false;
     p.ring = comm.options().ring_order;
-    p.blocks.resize(static_cast<std::size_t>(n));
+    const auto un = static_cast<std::size_t>(n);
+    p.blocks.resize(un);
     *tc.stream_output = reduces && total * tc.value_size >= comm.options().streaming_min_bytes;
     const std::size_t seg_elems = std::max<std::size_t>(1, comm.options().max_segment_bytes / tc.acc_size);
 
@@ -384,7 +385,7 @@ inline void run_flat_untyped(communicator& comm, collective coll, bool in_place,
           // Contiguous segments of the whole input (the tree reduces whole vectors).
           for (std::size_t lo = 0; lo < total; lo += seg_elems) {
             const std::size_t hi = std::min(total, lo + seg_elems);
-            for (int c = 0; c < n; ++c) {
+            for (std::size_t c = 0; c < un; ++c) {
               const std::size_t s = std::clamp(prefix[c], lo, hi), e = std::clamp(prefix[c + 1], lo, hi);
               p.blocks[c] = {s, s - std::min(s, prefix[c]), s - lo, e - s, e - s};
             }
@@ -392,11 +393,11 @@ inline void run_flat_untyped(communicator& comm, collective coll, bool in_place,
           }
         } else {
           // The same slice of every block, so that every rank works in every segment.
-          const std::size_t per_block = std::max<std::size_t>(1, seg_elems / static_cast<std::size_t>(n));
+          const std::size_t per_block = std::max<std::size_t>(1, seg_elems / un);
           const std::size_t longest = *std::max_element(lay.counts.begin(), lay.counts.end());
           for (std::size_t lo = 0; lo < longest; lo += per_block) {
             std::size_t t = 0;
-            for (int c = 0; c < n; ++c) {
+            for (std::size_t c = 0; c < un; ++c) {
               const std::size_t cnt = lay.counts[c], s = std::min(cnt, lo), e = std::min(cnt, lo + per_block);
               p.blocks[c] = {prefix[c] + s, s, t, e - s, e - s};
               t += e - s;
@@ -406,12 +407,12 @@ inline void run_flat_untyped(communicator& comm, collective coll, bool in_place,
         }
         break;
       case collective::all_gather:
-        for (int c = 0; c < n; ++c) p.blocks[c] = {0, prefix[c], 0, lay.counts[c], lay.counts[c]};
+        for (std::size_t c = 0; c < un; ++c) p.blocks[c] = {0, prefix[c], 0, lay.counts[c], lay.counts[c]};
         run_segment(0);
         break;
       case collective::all_to_all: {
         std::size_t sp = 0, rp = 0;
-        for (int c = 0; c < n; ++c) {
+        for (std::size_t c = 0; c < un; ++c) {
           p.blocks[c] = {sp, rp, 0, lay.send_counts[c], lay.recv_counts[c]};
           sp += lay.send_counts[c];
           rp += lay.recv_counts[c];

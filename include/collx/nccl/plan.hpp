@@ -110,36 +110,38 @@ inline std::string find_group_deadlock(const std::vector<schedule::steps>& per_r
   std::vector<std::vector<action>> prog(per_rank.size());
   std::vector<std::vector<std::vector<op>>> ops(per_rank.size());  // [rank][action] -> its transfers
   for (int r = 0; r < n; ++r) {
-    prog[r] = group_steps(per_rank[r]);
+    const auto ur = static_cast<std::size_t>(r);
+    prog[ur] = group_steps(per_rank[ur]);
     std::vector<std::size_t> sent(per_rank.size()), recvd(per_rank.size());
-    for (const action& a : prog[r]) {
+    for (const action& a : prog[ur]) {
       std::vector<op> v;
       if (a.group) {
         for (std::size_t i : a.sends) {
-          const schedule::step& s = per_rank[r][i];
+          const schedule::step& s = per_rank[ur][i];
           v.push_back({r, s.peer, sent[static_cast<std::size_t>(s.peer)]++, true, &s});
         }
         if (a.recv >= 0) {
-          const schedule::step& s = per_rank[r][static_cast<std::size_t>(a.recv)];
+          const schedule::step& s = per_rank[ur][static_cast<std::size_t>(a.recv)];
           v.push_back({r, s.peer, recvd[static_cast<std::size_t>(s.peer)]++, false, &s});
         }
       }
       // A plain recv lands in its destination while the group's sends still read theirs.
       if (a.group && a.recv >= 0) {
-        const schedule::step& rs = per_rank[r][static_cast<std::size_t>(a.recv)];
+        const schedule::step& rs = per_rank[ur][static_cast<std::size_t>(a.recv)];
         for (std::size_t i : a.sends) {
-          const schedule::region& x = per_rank[r][i].a;
+          const schedule::region& x = per_rank[ur][i].a;
           if (rs.kind == schedule::step_kind::recv && x.buf == rs.dst.buf && x.count && rs.dst.count &&
               x.offset < rs.dst.offset + rs.dst.count && rs.dst.offset < x.offset + x.count)
             return "rank " + std::to_string(r) + ": a receive writes what a send of its group reads";
         }
       }
-      ops[r].push_back(std::move(v));
+      ops[ur].push_back(std::move(v));
     }
   }
   std::vector<std::size_t> pos(per_rank.size(), 0);
   auto current = [&](int r) -> std::vector<op>* {
-    return pos[r] < ops[r].size() ? &ops[r][pos[r]] : nullptr;
+    const auto ur = static_cast<std::size_t>(r);
+    return pos[ur] < ops[ur].size() ? &ops[ur][pos[ur]] : nullptr;
   };
   for (bool progress = true; progress;) {
     progress = false;
@@ -165,12 +167,12 @@ inline std::string find_group_deadlock(const std::vector<schedule::steps>& per_r
     for (int r = 0; r < n; ++r)
       while (std::vector<op>* g = current(r)) {
         if (!std::all_of(g->begin(), g->end(), [](const op& o) { return o.done; })) break;
-        ++pos[r];
+        ++pos[static_cast<std::size_t>(r)];
         progress = true;
       }
   }
   std::string stuck;
-  for (int r = 0; r < n; ++r)
+  for (std::size_t r = 0; r < pos.size(); ++r)
     if (pos[r] < ops[r].size())
       stuck += (stuck.empty() ? "" : ", ") + ("rank " + std::to_string(r) + " in action " + std::to_string(pos[r]) +
                                                " of " + std::to_string(ops[r].size()));

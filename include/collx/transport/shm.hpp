@@ -1029,7 +1029,7 @@ class shm_transport final : public transport {
     // Staging geometry: the same on every rank (derived from the world size and the environment).
     std::size_t per_peer = opt.bytes_per_peer;
     if (!per_peer) per_peer = shm_bytes_per_peer_from_environment();
-    if (!per_peer) per_peer = std::clamp<std::size_t>((std::size_t{64} << 20) / (static_cast<std::size_t>(n_) * n_), 64 << 10, 1 << 20);
+    if (!per_peer) per_peer = std::clamp<std::size_t>((std::size_t{64} << 20) / (static_cast<std::size_t>(n_) * static_cast<std::size_t>(n_)), 64 << 10, 1 << 20);
     if (per_peer < 4096)
       COLLX_THROW(errc::invalid_argument, "shm_options::bytes_per_peer of " + std::to_string(per_peer) + " must be at least 4096 bytes");
     // The segment holds n * n pairs' staging: past 2^62 bytes its size would wrap (or not fit the
@@ -1151,9 +1151,9 @@ class shm_transport final : public transport {
       h->creator_start = detail::own_start_time();
       std::memcpy(h->launch_id, launch_id_.data(), launch_id_.size());
       for (int r = 0; r < n_; ++r) new (&peer(r)) shm_segment::peer_info();
-      for (std::size_t i = 0; i < static_cast<std::size_t>(n_) * n_; ++i)
+      for (std::size_t i = 0; i < static_cast<std::size_t>(n_) * static_cast<std::size_t>(n_); ++i)
         new (&reinterpret_cast<shm_segment::mailbox*>(base_ + lay_.boxes)[i]) shm_segment::mailbox();
-      for (std::size_t i = 0; i < static_cast<std::size_t>(n_) * n_ * slots_; ++i)
+      for (std::size_t i = 0; i < static_cast<std::size_t>(n_) * static_cast<std::size_t>(n_) * slots_; ++i)
         new (&reinterpret_cast<shm_segment::slot*>(base_ + lay_.slots)[i]) shm_segment::slot();
       h->magic.store(shm_segment::magic_ready, std::memory_order_release);
     }
