@@ -28,6 +28,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
+#include <optional>
 #include <stdexcept>
 #include <span>
 #include <string>
@@ -560,6 +561,52 @@ void failed_call_releases_buffer() {
   MPI_Barrier(MPI_COMM_WORLD);  // MPI progresses here, with rank 0's buffer gone
 }
 
+// Rank 0 broadcasts 32 MiB in 1 MiB pieces (sent from its buffer once a receiver matches them) to
+// ranks that never call: they destroy their communicator healthy at once, and its close
+// handshake must not receive rank 0's data. Rank 0 times out, gets its buffer back, unmaps it, and
+// only then destroys its failed communicator (its failed-close comes last). Before, the others'
+// drain received the pieces: Open MPI read them from the unmapped buffer ("writev error: Bad
+// address") and the drain hung, here caught by a watchdog.
+void stale_data_not_drained() {
+  collx::communicator_options opt;
+  opt.timeout = std::chrono::milliseconds(500);
+  const std::size_t bytes = std::size_t{32} << 20;
+  std::optional<collx::communicator> c(collx::mpi::connect(MPI_COMM_WORLD, opt));
+  if (g_rank == 0) {
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    check(p != MAP_FAILED, "mmap of the broadcast buffer");
+    if (p == MAP_FAILED) std::abort();
+    collx::errc code = collx::errc::internal;
+    try {
+      collx::broadcast<collx::algo::direct>(*c, std::span<std::uint8_t>(static_cast<std::uint8_t*>(p), bytes), 0);
+    } catch (const collx::error& e) {
+      code = e.code();
+    }
+    check(code == collx::errc::timeout, "a broadcast nobody receives times out (got " + std::to_string(static_cast<int>(code)) + ")");
+    ::munmap(p, bytes);  // the call returned: the buffer is the caller's
+  } else {
+    c.reset();  // healthy: its close handshake waits for rank 0's close
+  }
+  MPI_Barrier(MPI_COMM_WORLD);  // rank 0's pieces are announced to the others by now
+  if (g_rank != 0) {
+    std::atomic<bool> done{false};
+    std::thread watchdog([&] {
+      for (int i = 0; i < 300 && !done.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      if (done.load()) return;
+      std::fprintf(stderr, "rank %d: FAILED: the close handshake hung on a failed peer's data\n", g_rank);
+      std::_Exit(1);
+    });
+    collx::mpi::closing_duplicates::instance().free_finished();
+    MPI_Barrier(MPI_COMM_WORLD);  // rank 0 drives MPI here: a drained piece would be read now
+    done = true;
+    watchdog.join();
+  } else {
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  c.reset();  // rank 0's failed communicator: keeps its duplicate, sends the failed-close
+  duplicates_freed("a failed peer's data was left undrained");
+}
+
 // Rank 1's own code throws between two all-reduces, destroying its communicator on the way out.
 // The others' second all-reduce must fail with errc::aborted naming rank 1, well before the
 // timeout: before, over MPI, nothing told them rank 1 had left, and they waited the timeout out.
@@ -766,6 +813,7 @@ int main(int argc, char** argv) {
     hierarchical_count_zero();
     failed_call_releases_buffer();
     duplicates_freed("the failed calls above (a communicator that failed on some ranks only, too)");
+    stale_data_not_drained();
     left_by_exception();
     {  // a healthy communicator destroyed just before MPI_Finalize: its duplicate is freed there (finish)
       collx::communicator c = collx::mpi::connect(MPI_COMM_WORLD);

@@ -127,7 +127,9 @@ inline std::size_t piece_for(std::size_t piece_bytes, std::size_t granularity) n
 /// new communicator does not have). So a closing rank sends every peer a close message and frees
 /// its duplicate only once it has received every peer's: by MPI's non-overtaking rule (a receive
 /// for any tag from that peer), everything the peer sent before has then been received and
-/// dropped. Freeing is finished when the next transport is made or destroyed, and at
+/// dropped; data found there instead (from a call the peer made and this rank did not, which
+/// failed the peer unless its sends finished unseen) is not received, as the peer may have handed
+/// its buffer back, and the duplicate is given up (kept). Freeing is finished when the next transport is made or destroyed, and at
 /// MPI_Finalize, which waits up to finalize_wait for the peers' close messages (MPICH with UCX
 /// warned of each one left unreceived). A failed transport keeps its duplicate (mpi_transport's
 /// destructor says why) and tells its peers (close_failed), which keep theirs too: one MPI
@@ -139,11 +141,15 @@ class closing_duplicates {
   static constexpr int close_tag = 7003;
   /// The tag of close_failed's message.
   static constexpr int failed_close_tag = 7004;
+  /// mpi_transport::data_tag: what a closing peer must not receive (free_finished_locked).
+  static constexpr int data_tag = 7001;
   /// How long MPI_Finalize waits, at most, for peers' close messages still on their way.
   static constexpr std::chrono::milliseconds finalize_wait{2000};
   /// The process's one list (every transport's duplicates, whatever communicator they came from).
   static closing_duplicates& instance() {
-    static closing_duplicates c;
+    // Never destroyed: MPI_Finalize (at_finalize) or a transport may reach it from an atexit
+    // handler or a static destructor that runs after function-local statics are gone.
+    static closing_duplicates& c = *new closing_duplicates;
     return c;
   }
   /// Sends the close message to every peer of `comm` (rank `rank` of `size`) and keeps it until
@@ -242,7 +248,15 @@ class closing_duplicates {
           int found = 0;
           MPI_Message msg;
           MPI_Status st;
-          if (MPI_Improbe(static_cast<int>(p), MPI_ANY_TAG, it->comm, &found, &msg, &st) != MPI_SUCCESS || !found) break;
+          if (MPI_Iprobe(static_cast<int>(p), MPI_ANY_TAG, it->comm, &found, &st) != MPI_SUCCESS || !found) break;
+          // Data this rank never received: the peer made a call this rank did not, and failed in
+          // it (or will), perhaps with its buffer handed back already; its failed-close may still
+          // be on its way. Received, the data would be read from that buffer: given up instead.
+          if (st.MPI_TAG == data_tag) {
+            peer_failed = true;
+            break;
+          }
+          if (MPI_Improbe(static_cast<int>(p), st.MPI_TAG, it->comm, &found, &msg, &st) != MPI_SUCCESS || !found) break;
           int bytes = 0;
           MPI_Get_count(&st, MPI_BYTE, &bytes);
           try {
@@ -277,7 +291,7 @@ class closing_duplicates {
 /// @throws collx::error transport (MPI not initialised, too little thread support, an MPI error)
 class mpi_transport final : public transport {
  public:
-  static constexpr int data_tag = 7001;     ///< schedule messages
+  static constexpr int data_tag = closing_duplicates::data_tag;  ///< schedule messages
   static constexpr int control_tag = 7002;  ///< failure notices and signature queries
   static constexpr int close_tag = closing_duplicates::close_tag;  ///< "this rank is done with the duplicate"
   /// How long a rank waits for a peer in one call before it sends that peer its signature.
@@ -329,14 +343,17 @@ class mpi_transport final : public transport {
     MPI_Finalized(&finalized);
     if (finalized) return;
     // A receive that matched before its cancel still completes, into staging_, perhaps only
-    // when the peer next drives MPI: both staging buffers are then left allocated rather than
-    // waited for (a wait would hang on a peer that stopped calling MPI).
+    // when the peer next drives MPI: unless it is over already, both staging buffers are left
+    // allocated rather than waited for (a wait would hang on a peer that stopped calling MPI).
     bool receiving = false;
     for (MPI_Request& r : piece_recvs_)
       if (r != MPI_REQUEST_NULL) {
         MPI_Cancel(&r);
-        MPI_Request_free(&r);
-        receiving = true;
+        int done = 0;
+        if (MPI_Test(&r, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || !done) {
+          MPI_Request_free(&r);
+          receiving = true;
+        }
       }
     if (receiving)
       for (auto& s : staging_) (void)new std::vector<std::byte>(std::move(s));  // left allocated
