@@ -185,12 +185,14 @@ class closing_duplicates {
     free_finished_locked();
   }
   /// Frees the duplicates whose peers have all closed, receiving (and dropping) whatever they
-  /// sent before their close message.
+  /// sent before their close message; gives up (keeps, and stops waiting for) those where a peer
+  /// failed or sent data this rank never received.
   void free_finished() noexcept {
     std::lock_guard<std::mutex> lock(mu_);
     free_finished_locked();
   }
-  /// Duplicates closed by this process and not yet freed (some peer's close message has not come).
+  /// Duplicates closed by this process, neither freed nor given up yet: some peer's close message
+  /// has not come.
   std::size_t kept() noexcept {
     std::lock_guard<std::mutex> lock(mu_);
     return open_.size();
@@ -233,7 +235,7 @@ class closing_duplicates {
     MPI_Finalized(&finalized);
     if (finalized) return;
     for (auto it = open_.begin(); it != open_.end();) {
-      bool all = true, peer_failed = false;
+      bool all = true, peer_failed = false;  // peer_failed: give the duplicate up
       for (std::size_t p = 0; p < it->closed.size() && !peer_failed; ++p) {
         // Looked for by its tag, ahead of what the peer sent before: nothing of a failed peer's
         // is received once its notice is here, since a send it did not finish may read a buffer
