@@ -9,7 +9,9 @@
 //      shows it (one rank's count is 0: it sends nothing and returns at once), and abort() from
 //      another thread wakes a waiting rank and its peers, and a hierarchical call one rank rejects
 //      reaches ranks waiting on the node or cross-node level, and a rank whose own code throws
-//      (destroying its communicator) ends its peers' next call, all within seconds, not at the timeout.
+//      (destroying its communicator) ends its peers' next call, all within seconds, not at the timeout;
+//   5. the close handshake (closing_duplicates): every healthy duplicate freed or given up, none
+//      left after MPI_Finalize, and a failed peer's unfinished data never received.
 // Every result is compared with the sequential rank-order reference of tests/reference.hpp
 // (every rank generates every rank's inputs). A plain program, not Catch2: each rank checks, all
 // ranks keep making the same calls, and the exit status says whether any check failed.
