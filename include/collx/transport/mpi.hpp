@@ -155,17 +155,12 @@ class closing_duplicates {
   /// Sends the close message to every peer of `comm` (rank `rank` of `size`) and keeps it until
   /// every peer's has come. MPI must be initialised and not finalized.
   void close(MPI_Comm comm, int rank, int size) noexcept {
-    static const int message = 0;  // sent from here: stays valid however long the send takes
     std::lock_guard<std::mutex> lock(mu_);
     hook_finalize_locked();
     try {
       entry e{comm, std::vector<char>(static_cast<std::size_t>(size), 0)};
       e.closed[static_cast<std::size_t>(rank)] = 1;
-      for (int p = 0; p < size; ++p) {
-        if (p == rank) continue;
-        MPI_Request r = MPI_REQUEST_NULL;
-        if (MPI_Isend(&message, 1, MPI_INT, p, close_tag, comm, &r) == MPI_SUCCESS) MPI_Request_free(&r);
-      }
+      tell_peers(comm, rank, size, close_tag);
       open_.push_back(std::move(e));
     } catch (...) {  // no memory for the list: the duplicate is kept
     }
@@ -175,13 +170,8 @@ class closing_duplicates {
   /// good (mpi_transport's destructor says why): a peer whose own transport closed healthy then
   /// stops waiting for this rank's close message, and keeps its duplicate too.
   void close_failed(MPI_Comm comm, int rank, int size) noexcept {
-    static const int message = 0;
     std::lock_guard<std::mutex> lock(mu_);
-    for (int p = 0; p < size; ++p) {
-      if (p == rank) continue;
-      MPI_Request r = MPI_REQUEST_NULL;
-      if (MPI_Isend(&message, 1, MPI_INT, p, failed_close_tag, comm, &r) == MPI_SUCCESS) MPI_Request_free(&r);
-    }
+    tell_peers(comm, rank, size, failed_close_tag);
     free_finished_locked();
   }
   /// Frees the duplicates whose peers have all closed, receiving (and dropping) whatever they
@@ -199,6 +189,15 @@ class closing_duplicates {
   }
 
  private:
+  /// Sends every peer of `comm` but `rank` a message with `tag`, not waited for.
+  static void tell_peers(MPI_Comm comm, int rank, int size, int tag) noexcept {
+    static const int message = 0;  // sent from here: stays valid however long the send takes
+    for (int p = 0; p < size; ++p) {
+      if (p == rank) continue;
+      MPI_Request r = MPI_REQUEST_NULL;
+      if (MPI_Isend(&message, 1, MPI_INT, p, tag, comm, &r) == MPI_SUCCESS) MPI_Request_free(&r);
+    }
+  }
   /// Has MPI_Finalize call finish_at_finalize: MPI deletes MPI_COMM_SELF's attributes first thing
   /// in MPI_Finalize, while every MPI call still works (MPI 3.1, 8.7.1).
   void hook_finalize_locked() noexcept {
