@@ -101,5 +101,37 @@ request all_to_all_v_async(communicator& comm, std::type_identity_t<std::span<co
                                        communicator& c) { all_to_all_v<Algo, T>(c, send, send_counts, recv, recv_counts); });
 }
 
+/// all_to_all on contiguous ranges (std::vector, std::array, C arrays; see output_buffer).
+template <class Algo = algo::automatic, output_buffer R, contiguous_buffer S>
+  requires same_elements<S, R>
+void all_to_all(communicator& comm, const S& send, R&& recv) {
+  all_to_all<Algo, buffer_element_t<R>>(comm, detail::as_const_span(send), detail::as_span(recv));
+}
+
+/// all_to_all_v on contiguous ranges (see output_buffer).
+template <class Algo = algo::automatic, output_buffer R, contiguous_buffer S>
+  requires same_elements<S, R>
+void all_to_all_v(communicator& comm, const S& send, std::span<const std::size_t> send_counts, R&& recv,
+                  std::span<const std::size_t> recv_counts) {
+  all_to_all_v<Algo, buffer_element_t<R>>(comm, detail::as_const_span(send), send_counts, detail::as_span(recv),
+                                          recv_counts);
+}
+
+/// all_to_all_async on contiguous ranges (see output_buffer and allreduce_async).
+template <class Algo = algo::automatic, output_buffer R, contiguous_buffer S>
+  requires same_elements<S, R>
+request all_to_all_async(communicator& comm, const S& send, R&& recv) {
+  return all_to_all_async<Algo, buffer_element_t<R>>(comm, detail::as_const_span(send), detail::as_span(recv));
+}
+
+/// all_to_all_v_async on contiguous ranges (see output_buffer and allreduce_async).
+template <class Algo = algo::automatic, output_buffer R, contiguous_buffer S>
+  requires same_elements<S, R>
+request all_to_all_v_async(communicator& comm, const S& send, std::span<const std::size_t> send_counts, R&& recv,
+                           std::span<const std::size_t> recv_counts) {
+  return all_to_all_v_async<Algo, buffer_element_t<R>>(comm, detail::as_const_span(send), send_counts,
+                                                       detail::as_span(recv), recv_counts);
+}
+
 }  // namespace v0
 }  // namespace collx

@@ -75,5 +75,35 @@ request allreduce_async(communicator& comm, std::span<T> buf, Op op = {}) {
   return detail::start_async(comm, [=](communicator& c) { allreduce<Algo, T, Op>(c, buf, op); });
 }
 
+/// allreduce on contiguous ranges (std::vector, std::array, C arrays; see output_buffer): the same
+/// call on span views of send and recv, which keep their sizes.
+template <class Algo = algo::automatic, output_buffer R, contiguous_buffer S, class Op = ops::sum>
+  requires same_elements<S, R> && reduction_op_on<Op, R>
+void allreduce(communicator& comm, const S& send, R&& recv, Op op = {}) {
+  allreduce<Algo, buffer_element_t<R>, Op>(comm, detail::as_const_span(send), detail::as_span(recv), op);
+}
+
+/// In-place allreduce on a contiguous range (std::vector, ...; see output_buffer).
+template <class Algo = algo::automatic, output_buffer R, class Op = ops::sum>
+  requires reduction_op_on<Op, R>
+void allreduce(communicator& comm, R&& buf, Op op = {}) {
+  allreduce<Algo, buffer_element_t<R>, Op>(comm, detail::as_span(buf), op);
+}
+
+/// allreduce_async on contiguous ranges (see output_buffer); they must stay alive, and keep their
+/// size and storage, until the request completed.
+template <class Algo = algo::automatic, output_buffer R, contiguous_buffer S, class Op = ops::sum>
+  requires same_elements<S, R> && reduction_op_on<Op, R>
+request allreduce_async(communicator& comm, const S& send, R&& recv, Op op = {}) {
+  return allreduce_async<Algo, buffer_element_t<R>, Op>(comm, detail::as_const_span(send), detail::as_span(recv), op);
+}
+
+/// In-place allreduce_async on a contiguous range (see output_buffer and the out-of-place form).
+template <class Algo = algo::automatic, output_buffer R, class Op = ops::sum>
+  requires reduction_op_on<Op, R>
+request allreduce_async(communicator& comm, R&& buf, Op op = {}) {
+  return allreduce_async<Algo, buffer_element_t<R>, Op>(comm, detail::as_span(buf), op);
+}
+
 }  // namespace v0
 }  // namespace collx

@@ -64,5 +64,32 @@ request broadcast_async(communicator& comm, std::span<T> buf, int root) {
   return detail::start_async(comm, [=](communicator& c) { broadcast<Algo, T>(c, buf, root); });
 }
 
+/// broadcast on contiguous ranges (std::vector, std::array, C arrays; see output_buffer). send is
+/// read on the root only: elsewhere it may be `{}`.
+template <class Algo = algo::automatic, output_buffer R, contiguous_buffer S = std::span<const buffer_element_t<R>>>
+  requires same_elements<S, R>
+void broadcast(communicator& comm, const S& send, R&& recv, int root) {
+  broadcast<Algo, buffer_element_t<R>>(comm, detail::as_const_span(send), detail::as_span(recv), root);
+}
+
+/// In-place broadcast on a contiguous range (std::vector, ...; see output_buffer).
+template <class Algo = algo::automatic, output_buffer R>
+void broadcast(communicator& comm, R&& buf, int root) {
+  broadcast<Algo, buffer_element_t<R>>(comm, detail::as_span(buf), root);
+}
+
+/// broadcast_async on contiguous ranges (see output_buffer and allreduce_async).
+template <class Algo = algo::automatic, output_buffer R, contiguous_buffer S = std::span<const buffer_element_t<R>>>
+  requires same_elements<S, R>
+request broadcast_async(communicator& comm, const S& send, R&& recv, int root) {
+  return broadcast_async<Algo, buffer_element_t<R>>(comm, detail::as_const_span(send), detail::as_span(recv), root);
+}
+
+/// In-place broadcast_async on a contiguous range (see output_buffer and allreduce_async).
+template <class Algo = algo::automatic, output_buffer R>
+request broadcast_async(communicator& comm, R&& buf, int root) {
+  return broadcast_async<Algo, buffer_element_t<R>>(comm, detail::as_span(buf), root);
+}
+
 }  // namespace v0
 }  // namespace collx

@@ -4,6 +4,8 @@
 
 #include <concepts>
 #include <cstddef>
+#include <ranges>
+#include <span>
 #include <type_traits>
 
 namespace collx {
@@ -30,6 +32,59 @@ concept reduction_op = element<T> && std::is_trivially_copyable_v<Op> &&
                        requires(const Op& op, const T& a, const T& b) {
                          { op(a, b) } -> std::convertible_to<T>;
                        };
+
+namespace detail {
+template <class R>
+inline constexpr bool is_span = false;
+template <class T, std::size_t Extent>
+inline constexpr bool is_span<std::span<T, Extent>> = true;
+}  // namespace detail
+
+/// A buffer given as a contiguous, sized range of elements: std::vector<T>, std::array<T, N>,
+/// T[N], std::span<T>, ... Every collective and point-to-point call takes its buffers as
+/// std::span; each also has an overload taking contiguous ranges, which views them as spans
+/// (data(), size()) and calls the span form, so `allreduce(comm, grad, mean)` works on vectors.
+/// Sizes are the ranges' sizes, in elements; nothing is resized.
+template <class R>
+concept contiguous_buffer = std::ranges::contiguous_range<R> && std::ranges::sized_range<R> &&
+                            element<std::ranges::range_value_t<R>>;
+
+/// A contiguous_buffer collx writes (R as deduced for a forwarding reference): non-const
+/// elements, passed as an lvalue or as a view that does not own them (std::ranges::borrowed_range:
+/// a std::ranges::subrange, ...; a temporary container's results would be lost), and not a
+/// std::span (spans take the span overloads, which already accept any range convertible to the
+/// read-only span next to them).
+template <class R>
+concept output_buffer = contiguous_buffer<R> && std::ranges::borrowed_range<R> &&
+                        !detail::is_span<std::remove_cvref_t<R>> &&
+                        !std::is_const_v<std::remove_reference_t<std::ranges::range_reference_t<R>>>;
+
+/// The element type of a contiguous_buffer.
+template <contiguous_buffer R>
+using buffer_element_t = std::ranges::range_value_t<R>;
+
+/// Two contiguous_buffers of one element type (send and recv of a collective).
+template <class S, class R>
+concept same_elements = std::same_as<buffer_element_t<S>, buffer_element_t<R>>;
+
+/// A reduction_op on the elements of contiguous_buffer R.
+template <class Op, class R>
+concept reduction_op_on = reduction_op<Op, buffer_element_t<R>>;
+
+namespace detail {
+/// A contiguous_buffer viewed as a span of its (possibly const) elements.
+template <contiguous_buffer R>
+auto as_span(R& r) {
+  return std::span<std::remove_reference_t<std::ranges::range_reference_t<R>>>(std::ranges::data(r),
+                                                                               std::ranges::size(r));
+}
+
+/// A contiguous_buffer viewed as a span of const elements.
+template <contiguous_buffer R>
+std::span<const buffer_element_t<R>> as_const_span(const R& r) {
+  return {std::ranges::data(r), std::ranges::size(r)};
+}
+}  // namespace detail
 
 }  // namespace v0
 }  // namespace collx

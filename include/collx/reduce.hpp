@@ -71,5 +71,35 @@ request reduce_async(communicator& comm, std::span<T> buf, int root, Op op = {})
   return detail::start_async(comm, [=](communicator& c) { reduce<Algo, T, Op>(c, buf, root, op); });
 }
 
+/// reduce on contiguous ranges (std::vector, std::array, C arrays; see output_buffer). recv is
+/// written on the root only; elsewhere it may be empty.
+template <class Algo = algo::automatic, output_buffer R, contiguous_buffer S, class Op = ops::sum>
+  requires same_elements<S, R> && reduction_op_on<Op, R>
+void reduce(communicator& comm, const S& send, R&& recv, int root, Op op = {}) {
+  reduce<Algo, buffer_element_t<R>, Op>(comm, detail::as_const_span(send), detail::as_span(recv), root, op);
+}
+
+/// In-place reduce on a contiguous range (std::vector, ...; see output_buffer).
+template <class Algo = algo::automatic, output_buffer R, class Op = ops::sum>
+  requires reduction_op_on<Op, R>
+void reduce(communicator& comm, R&& buf, int root, Op op = {}) {
+  reduce<Algo, buffer_element_t<R>, Op>(comm, detail::as_span(buf), root, op);
+}
+
+/// reduce_async on contiguous ranges (see output_buffer and allreduce_async).
+template <class Algo = algo::automatic, output_buffer R, contiguous_buffer S, class Op = ops::sum>
+  requires same_elements<S, R> && reduction_op_on<Op, R>
+request reduce_async(communicator& comm, const S& send, R&& recv, int root, Op op = {}) {
+  return reduce_async<Algo, buffer_element_t<R>, Op>(comm, detail::as_const_span(send), detail::as_span(recv), root,
+                                                     op);
+}
+
+/// In-place reduce_async on a contiguous range (see output_buffer and allreduce_async).
+template <class Algo = algo::automatic, output_buffer R, class Op = ops::sum>
+  requires reduction_op_on<Op, R>
+request reduce_async(communicator& comm, R&& buf, int root, Op op = {}) {
+  return reduce_async<Algo, buffer_element_t<R>, Op>(comm, detail::as_span(buf), root, op);
+}
+
 }  // namespace v0
 }  // namespace collx

@@ -109,5 +109,38 @@ request reduce_scatter_v_async(communicator& comm, std::type_identity_t<std::spa
       });
 }
 
+/// reduce_scatter on contiguous ranges (std::vector, std::array, C arrays; see output_buffer).
+template <class Algo = algo::automatic, output_buffer R, contiguous_buffer S, class Op = ops::sum>
+  requires same_elements<S, R> && reduction_op_on<Op, R>
+void reduce_scatter(communicator& comm, const S& send, R&& recv, Op op = {}) {
+  reduce_scatter<Algo, buffer_element_t<R>, Op>(comm, detail::as_const_span(send), detail::as_span(recv), op);
+}
+
+/// reduce_scatter_v on contiguous ranges (see output_buffer).
+template <class Algo = algo::automatic, output_buffer R, contiguous_buffer S, class Op = ops::sum>
+  requires same_elements<S, R> && reduction_op_on<Op, R>
+void reduce_scatter_v(communicator& comm, const S& send, R&& recv, std::span<const std::size_t> recv_counts,
+                      Op op = {}) {
+  reduce_scatter_v<Algo, buffer_element_t<R>, Op>(comm, detail::as_const_span(send), detail::as_span(recv),
+                                                  recv_counts, op);
+}
+
+/// reduce_scatter_async on contiguous ranges (see output_buffer and allreduce_async).
+template <class Algo = algo::automatic, output_buffer R, contiguous_buffer S, class Op = ops::sum>
+  requires same_elements<S, R> && reduction_op_on<Op, R>
+request reduce_scatter_async(communicator& comm, const S& send, R&& recv, Op op = {}) {
+  return reduce_scatter_async<Algo, buffer_element_t<R>, Op>(comm, detail::as_const_span(send), detail::as_span(recv),
+                                                             op);
+}
+
+/// reduce_scatter_v_async on contiguous ranges (see output_buffer and allreduce_async).
+template <class Algo = algo::automatic, output_buffer R, contiguous_buffer S, class Op = ops::sum>
+  requires same_elements<S, R> && reduction_op_on<Op, R>
+request reduce_scatter_v_async(communicator& comm, const S& send, R&& recv, std::span<const std::size_t> recv_counts,
+                               Op op = {}) {
+  return reduce_scatter_v_async<Algo, buffer_element_t<R>, Op>(comm, detail::as_const_span(send),
+                                                               detail::as_span(recv), recv_counts, op);
+}
+
 }  // namespace v0
 }  // namespace collx

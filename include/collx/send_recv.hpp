@@ -233,5 +233,59 @@ request send_recv_async(communicator& comm, std::span<U> send, int dest, std::sp
   return detail::start_async(comm, [=](communicator& c) { send_recv(c, send, dest, recv, src); });
 }
 
+/// send from a contiguous range (std::vector, std::array, C arrays; see contiguous_buffer).
+template <contiguous_buffer S>
+  requires(!detail::is_span<S>)
+void send(communicator& comm, const S& data, int dest) {
+  send(comm, detail::as_const_span(data), dest);
+}
+
+/// recv into a contiguous range (std::vector, ...; see output_buffer): exactly its size() elements.
+template <output_buffer R>
+void recv(communicator& comm, R&& data, int src) {
+  recv(comm, detail::as_span(data), src);
+}
+
+/// send_recv on contiguous ranges (see contiguous_buffer and output_buffer); send's element type
+/// may differ from recv's, as in the span form.
+template <output_buffer R, contiguous_buffer S>
+void send_recv(communicator& comm, const S& send, int dest, R&& recv, int src) {
+  send_recv(comm, detail::as_const_span(send), dest, detail::as_span(recv), src);
+}
+
+/// send_recv from a contiguous range into a span (the other mix of the two forms).
+template <contiguous_buffer S, element T>
+  requires(!detail::is_span<S>)
+void send_recv(communicator& comm, const S& send, int dest, std::span<T> recv, int src) {
+  send_recv(comm, detail::as_const_span(send), dest, recv, src);
+}
+
+/// send_async from a contiguous range (see contiguous_buffer); it must stay alive until the request
+/// completed.
+template <contiguous_buffer S>
+  requires(!detail::is_span<S>)
+request send_async(communicator& comm, const S& data, int dest) {
+  return send_async(comm, detail::as_const_span(data), dest);
+}
+
+/// recv_async into a contiguous range (see output_buffer and send_async).
+template <output_buffer R>
+request recv_async(communicator& comm, R&& data, int src) {
+  return recv_async(comm, detail::as_span(data), src);
+}
+
+/// send_recv_async on contiguous ranges (see send_recv and send_async).
+template <output_buffer R, contiguous_buffer S>
+request send_recv_async(communicator& comm, const S& send, int dest, R&& recv, int src) {
+  return send_recv_async(comm, detail::as_const_span(send), dest, detail::as_span(recv), src);
+}
+
+/// send_recv_async from a contiguous range into a span (see send_recv_async).
+template <contiguous_buffer S, element T>
+  requires(!detail::is_span<S>)
+request send_recv_async(communicator& comm, const S& send, int dest, std::span<T> recv, int src) {
+  return send_recv_async(comm, detail::as_const_span(send), dest, recv, src);
+}
+
 }  // namespace v0
 }  // namespace collx

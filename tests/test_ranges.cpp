@@ -1,0 +1,223 @@
+// Buffers given as contiguous ranges (std::vector, std::array, C arrays, subranges) instead of
+// std::span: every collective and point-to-point call has an overload that views them as spans. Each call here runs
+// on 3 thread ranks with distinct values per rank and index, outputs poisoned first, and is
+// compared with a reference computed here without collx. Which calls compile (temporaries and
+// const ranges as outputs, mixed element types) is checked with static_assert.
+#include <catch2/catch.hpp>
+
+#include <collx/collx.hpp>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <list>
+#include <ranges>
+#include <span>
+#include <utility>
+#include <vector>
+
+namespace {
+
+using T = std::int64_t;
+constexpr int world = 3;
+constexpr T poison = -777777;
+
+T value(int r, std::size_t i) { return static_cast<T>(i) * 31 + (r + 1) * 1000 + r; }
+
+std::vector<T> values(int r, std::size_t count, std::size_t from = 0) {
+  std::vector<T> v(count);
+  for (std::size_t i = 0; i < count; ++i) v[i] = value(r, from + i);
+  return v;
+}
+
+// Sum over ranks of value(r, i), i in [from, from + count).
+std::vector<T> summed(std::size_t count, std::size_t from = 0) {
+  std::vector<T> v(count, 0);
+  for (int r = 0; r < world; ++r)
+    for (std::size_t i = 0; i < count; ++i) v[i] += value(r, from + i);
+  return v;
+}
+
+// Runs fn(comm, out) on `world` thread ranks; returns each rank's `out` (checked after the threads
+// joined: Catch2's macros are not for rank threads).
+template <class F>
+std::vector<std::vector<T>> on_ranks(F&& fn) {
+  std::vector<std::vector<T>> outs(world);
+  collx::run_threads(world, [&](collx::communicator& comm) { fn(comm, outs[static_cast<std::size_t>(comm.rank())]); });
+  return outs;
+}
+
+template <class Out>
+concept allreduce_into = requires(collx::communicator& c, const std::vector<T>& send, Out&& out) {
+  collx::allreduce(c, send, std::forward<Out>(out));
+};
+template <class Buf>
+concept allreduce_in_place = requires(collx::communicator& c, Buf&& buf) { collx::allreduce(c, std::forward<Buf>(buf)); };
+template <class Out>
+concept recv_into = requires(collx::communicator& c, Out&& out) { collx::recv(c, std::forward<Out>(out), 0); };
+
+}  // namespace
+
+// Outputs must be lvalues of writable elements (a temporary's results would be lost), of the
+// send's element type; spans keep their own overloads; non-contiguous ranges are refused.
+static_assert(allreduce_into<std::vector<T>&>);
+static_assert(allreduce_into<std::array<T, 4>&>);
+static_assert(allreduce_into<T (&)[4]>);
+static_assert(allreduce_into<std::span<T>>);
+static_assert(!allreduce_into<std::vector<T>>);
+static_assert(!allreduce_into<const std::vector<T>&>);
+static_assert(!allreduce_into<std::vector<double>&>);
+static_assert(!allreduce_into<std::list<T>&>);
+static_assert(allreduce_in_place<std::vector<T>&>);
+static_assert(!allreduce_in_place<std::vector<T>>);
+static_assert(!allreduce_in_place<const std::vector<T>&>);
+static_assert(recv_into<std::vector<T>&> && recv_into<std::span<T>> && !recv_into<const std::vector<T>&>);
+static_assert(collx::contiguous_buffer<std::vector<T>> && !collx::contiguous_buffer<std::list<T>>);
+static_assert(collx::output_buffer<std::vector<T>&> && !collx::output_buffer<std::vector<T>> &&
+              !collx::output_buffer<std::span<T>> && !collx::output_buffer<const std::array<T, 2>&>);
+// A view that does not own its elements may be a temporary (a subrange of a vector, say).
+static_assert(allreduce_into<std::ranges::subrange<std::vector<T>::iterator>>);
+
+TEST_CASE("contiguous ranges: allreduce on vectors, arrays and C arrays", "[ranges][threads]") {
+  constexpr std::size_t n = 7;
+  const auto outs = on_ranks([&](collx::communicator& comm, std::vector<T>& out) {
+    const int r = comm.rank();
+    const std::vector<T> send = values(r, n);
+    std::vector<T> recv(n, poison);
+    collx::allreduce(comm, send, recv);  // vector -> vector
+    std::array<T, n> arr{};
+    arr.fill(poison);
+    collx::allreduce<collx::algo::ring>(comm, send, arr, collx::ops::max{});  // vector -> std::array
+    T carr[n];
+    for (std::size_t i = 0; i < n; ++i) carr[i] = value(r, i);
+    collx::allreduce<collx::algo::tree>(comm, carr);  // in place on a C array
+    std::vector<T> inplace = values(r, n);
+    collx::allreduce_async(comm, inplace).wait();  // in place, async
+    out = recv;
+    out.insert(out.end(), arr.begin(), arr.end());
+    out.insert(out.end(), carr, carr + n);
+    out.insert(out.end(), inplace.begin(), inplace.end());
+  });
+  std::vector<T> expect = summed(n), max = values(world - 1, n);  // value() grows with the rank
+  expect.insert(expect.end(), max.begin(), max.end());
+  const std::vector<T> sum = summed(n);
+  expect.insert(expect.end(), sum.begin(), sum.end());
+  expect.insert(expect.end(), sum.begin(), sum.end());
+  for (int r = 0; r < world; ++r) {
+    INFO("rank " << r);
+    CHECK(outs[static_cast<std::size_t>(r)] == expect);
+  }
+}
+
+TEST_CASE("contiguous ranges: reduce_scatter(_v), all_gather(_v) and all_to_all(_v) on vectors",
+          "[ranges][threads]") {
+  const std::vector<std::size_t> counts{2, 0, 5};  // uneven, one empty block
+  const std::size_t total = 7, block = 3;
+  const auto outs = on_ranks([&](collx::communicator& comm, std::vector<T>& out) {
+    const int r = comm.rank();
+    const auto ur = static_cast<std::size_t>(r);
+    std::vector<T> rs(block, poison);
+    collx::reduce_scatter(comm, values(r, block * world), rs);
+    std::vector<T> rsv(counts[ur] + 2, poison);  // the result goes to a subrange of it; the ends stay poisoned
+    collx::reduce_scatter_v(comm, values(r, total), std::ranges::subrange(rsv.begin() + 1, rsv.end() - 1), counts);
+    std::vector<T> ag(block * world, poison);
+    collx::all_gather(comm, values(r, block), ag);
+    std::vector<T> agv(total, poison);
+    collx::all_gather_v(comm, values(r, counts[ur]), agv, counts);
+    std::vector<T> a2a(block * world, poison);
+    collx::all_to_all(comm, values(r, block * world), a2a);
+    // all_to_all_v: rank r sends r + c + 1 elements to rank c (so receives c + r + 1 from c).
+    std::vector<std::size_t> sc(world), rc(world);
+    for (std::size_t c = 0; c < world; ++c) sc[c] = rc[c] = ur + c + 1;
+    std::vector<T> a2av_send = values(r, 3 * ur + 6), a2av(3 * ur + 6, poison);
+    collx::all_to_all_v(comm, a2av_send, sc, a2av, rc);
+    for (const auto* v : {&rs, &rsv, &ag, &agv, &a2a, &a2av}) out.insert(out.end(), v->begin(), v->end());
+  });
+  for (int r = 0; r < world; ++r) {
+    const auto ur = static_cast<std::size_t>(r);
+    std::size_t offset = 0;
+    for (std::size_t c = 0; c < ur; ++c) offset += counts[c];
+    std::vector<T> expect = summed(block, ur * block);
+    const std::vector<T> rsv = summed(counts[ur], offset);
+    expect.push_back(poison);
+    expect.insert(expect.end(), rsv.begin(), rsv.end());
+    expect.push_back(poison);
+    for (int c = 0; c < world; ++c) {  // all_gather: every rank's first `block` values
+      const std::vector<T> b = values(c, block);
+      expect.insert(expect.end(), b.begin(), b.end());
+    }
+    for (int c = 0; c < world; ++c) {  // all_gather_v: rank c's first counts[c] values
+      const std::vector<T> b = values(c, counts[static_cast<std::size_t>(c)]);
+      expect.insert(expect.end(), b.begin(), b.end());
+    }
+    for (int c = 0; c < world; ++c) {  // all_to_all: block r of rank c's send
+      const std::vector<T> b = values(c, block, ur * block);
+      expect.insert(expect.end(), b.begin(), b.end());
+    }
+    for (std::size_t c = 0; c < world; ++c) {  // all_to_all_v: rank c's block for r starts at sum_{d<r} (c+d+1)
+      std::size_t from = 0;
+      for (std::size_t d = 0; d < ur; ++d) from += c + d + 1;
+      const std::vector<T> b = values(static_cast<int>(c), c + ur + 1, from);
+      expect.insert(expect.end(), b.begin(), b.end());
+    }
+    INFO("rank " << r);
+    CHECK(outs[ur] == expect);
+  }
+}
+
+TEST_CASE("contiguous ranges: broadcast and reduce on vectors; non-roots' outputs untouched",
+          "[ranges][threads]") {
+  constexpr std::size_t n = 5;
+  constexpr int root = 2;
+  const auto outs = on_ranks([&](collx::communicator& comm, std::vector<T>& out) {
+    const int r = comm.rank();
+    std::vector<T> b(n, poison);
+    if (r == root) collx::broadcast(comm, values(r, n), b, root);
+    else collx::broadcast(comm, {}, b, root);  // send is read on the root only
+    std::vector<T> inplace = values(r, n);
+    collx::broadcast<collx::algo::direct>(comm, inplace, 1);
+    std::vector<T> red(r == root ? n : 0);
+    std::fill(red.begin(), red.end(), poison);
+    collx::reduce(comm, values(r, n), red, root);
+    std::vector<T> ired = values(r, n);
+    collx::reduce(comm, ired, 0, collx::ops::min{});  // in place: only rank 0's changes
+    for (const auto* v : {&b, &inplace, &red, &ired}) out.insert(out.end(), v->begin(), v->end());
+  });
+  for (int r = 0; r < world; ++r) {
+    std::vector<T> expect = values(root, n);
+    const std::vector<T> from1 = values(1, n), sum = summed(n), mine = values(r, n);
+    expect.insert(expect.end(), from1.begin(), from1.end());
+    if (r == root) expect.insert(expect.end(), sum.begin(), sum.end());
+    const std::vector<T> min = values(0, n);  // value() grows with the rank
+    expect.insert(expect.end(), (r == 0 ? min : mine).begin(), (r == 0 ? min : mine).end());
+    INFO("rank " << r);
+    CHECK(outs[static_cast<std::size_t>(r)] == expect);
+  }
+}
+
+TEST_CASE("contiguous ranges: send, recv and send_recv on vectors, and mixed with spans", "[ranges][threads]") {
+  constexpr std::size_t n = 6;
+  const auto outs = on_ranks([&](collx::communicator& comm, std::vector<T>& out) {
+    const int r = comm.rank(), next = (r + 1) % world, prev = (r + world - 1) % world;
+    const std::vector<T> mine = values(r, n);
+    std::vector<T> a(n, poison), b(n, poison), c(n, poison);
+    collx::send_recv(comm, mine, next, a, prev);                  // vector -> vector
+    collx::send_recv(comm, mine, next, std::span<T>(b), prev);    // vector -> span
+    collx::send_recv(comm, std::span<const T>(mine), next, c, prev);  // span -> vector
+    std::array<T, n> d{};
+    d.fill(poison);
+    if (r == 0) collx::send(comm, mine, 1);
+    if (r == 1) collx::recv(comm, d, 0);
+    for (const auto* v : {&a, &b, &c}) out.insert(out.end(), v->begin(), v->end());
+    out.insert(out.end(), d.begin(), d.end());
+  });
+  for (int r = 0; r < world; ++r) {
+    const std::vector<T> from_prev = values((r + world - 1) % world, n);
+    std::vector<T> expect;
+    for (int k = 0; k < 3; ++k) expect.insert(expect.end(), from_prev.begin(), from_prev.end());
+    const std::vector<T> d = r == 1 ? values(0, n) : std::vector<T>(n, poison);
+    expect.insert(expect.end(), d.begin(), d.end());
+    INFO("rank " << r);
+    CHECK(outs[static_cast<std::size_t>(r)] == expect);
+  }
+}
