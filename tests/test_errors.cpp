@@ -1211,21 +1211,72 @@ TEST_CASE("error messages name rank, world size and the call", "[errors][message
     REQUIRE(v[1].what.find("send_recv") == std::string::npos);
     REQUIRE(v[2].code.has_value());
   }
-  SECTION("between threads, two ranks that both send first are told why they wait") {
-    opts_t o = ref::test_options();
-    o.timeout = std::chrono::milliseconds(300);
-    auto v = run_expecting(
-        2,
-        [](collx::communicator& c) {
-          std::vector<float> x(4);
-          collx::send(c, std::span<const float>(x), 1 - c.rank());
-          collx::recv(c, std::span<float>(x), 1 - c.rank());
-        },
-        o);
+  SECTION("between threads, two ranks that both send first fail at once: a deadlock") {
+    auto v = run_expecting(2, [](collx::communicator& c) {
+      std::vector<float> x(4);
+      collx::send(c, std::span<const float>(x), 1 - c.rank());
+      collx::recv(c, std::span<float>(x), 1 - c.rank());
+    });
     INFO(describe(v));
-    bool told = false;
-    for (const auto& r : v) told = told || r.what.find("two ranks that both send first wait for each other") != std::string::npos;
-    REQUIRE(told);  // the first to time out says why; the other may read its failure
+    for (const auto& r : v) {
+      REQUIRE(r.code == errc::mismatch);
+      CHECK(r.seconds < 10);  // not at the timeout (60 s)
+      CHECK(r.what.find("deadlock: rank ") != std::string::npos);
+      CHECK(r.what.find("rank 0 in a point-to-point call waits for rank 1 to receive its message") != std::string::npos);
+      CHECK(r.what.find("rank 1 in a point-to-point call waits for rank 0 to receive its message") != std::string::npos);
+      CHECK(r.what.find("use send_recv") != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("between threads, a cycle of waits fails at once with each rank's wait named", "[errors][deadlock]") {
+  SECTION("a ring shift in which every rank sends first") {
+    for (int n : {3, 5}) {
+      auto v = run_expecting(n, [n](collx::communicator& c) {
+        std::vector<int> x(3, c.rank()), y(3);
+        collx::send(c, x, (c.rank() + 1) % n);
+        collx::recv(c, y, (c.rank() + n - 1) % n);
+      });
+      INFO(n << " ranks" << describe(v));
+      for (const auto& r : v) {
+        REQUIRE(r.code == errc::mismatch);
+        CHECK(r.seconds < 10);
+        for (int q = 0; q < n; ++q)
+          CHECK(r.what.find("rank " + std::to_string(q) + " in a point-to-point call waits for rank " +
+                            std::to_string((q + 1) % n) + " to receive its message") != std::string::npos);
+      }
+    }
+  }
+  SECTION("a send against a collective's send: rank 0 sends to rank 1, the root of a broadcast") {
+    auto v = run_expecting(2, [](collx::communicator& c) {
+      std::vector<double> x(5, 1.0);
+      if (c.rank() == 0) collx::send(c, x, 1);
+      else collx::broadcast(c, x, 1);
+    });
+    INFO(describe(v));
+    for (const auto& r : v) {
+      REQUIRE(r.code == errc::mismatch);
+      CHECK(r.seconds < 10);
+      CHECK(r.what.find("rank 1 in broadcast #1 waits for rank 0 to receive its message") != std::string::npos);
+    }
+  }
+  SECTION("a rank waiting on a deadlocked cycle it is not part of learns of it from the cycle's ranks") {
+    auto v = run_expecting(4, [](collx::communicator& c) {
+      std::vector<int> x(2, c.rank());
+      if (c.rank() == 3) {
+        collx::recv(c, x, 0);  // waits on rank 0, which never gets to send
+        return;
+      }
+      collx::send(c, x, (c.rank() + 1) % 3);
+      collx::recv(c, x, (c.rank() + 2) % 3);
+    });
+    INFO(describe(v));
+    for (const auto& r : v) {
+      REQUIRE(r.code == errc::mismatch);
+      CHECK(r.seconds < 10);
+      CHECK(r.what.find("deadlock: ") != std::string::npos);
+    }
+    CHECK(v[3].what.find("rank 3 in") == std::string::npos);  // not in the cycle
   }
 }
 

@@ -84,6 +84,8 @@ void check_p2p_arguments(communicator& comm, const char* call, const char* role,
 ///  - MPI: once MPI has the data (like MPI_Send).
 /// Code must not rely on a send returning early: a ring shift in which every rank sends first can
 /// deadlock: use send_recv, or order the calls (even ranks send first, odd ranks receive first).
+/// Between threads a deadlock (a cycle of ranks each waiting for the next) fails every rank of it
+/// at once with errc::mismatch; other transports wait until the timeout.
 /// send_async does not help there: async calls run one at a time in call order (see send_async).
 /// Messages between two ranks arrive in the order sent. The receiver must call recv with the same
 /// count and type (checked: recv throws errc::mismatch; a sender that already returned gets the

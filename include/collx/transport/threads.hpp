@@ -20,6 +20,7 @@
 #include <collx/hierarchy.hpp>
 #include <collx/detail/cpus.hpp>
 #include <collx/detail/futex.hpp>
+#include <collx/detail/wait_graph.hpp>
 #include <collx/error.hpp>
 #include <collx/topo/host_cost.hpp>
 #include <collx/transport/transport.hpp>
@@ -70,6 +71,7 @@ class thread_world {
         bells_(new padded_bell[static_cast<std::size_t>(world_size)]),
         calls_(new published_calls[static_cast<std::size_t>(world_size)]),
         departed_(new std::atomic<bool>[static_cast<std::size_t>(world_size)]),
+        waits_(world_size),
         costs_(topo::host_cost_model(detail::allowed_cpus())) {
     for (int r = 0; r < world_size; ++r) departed_[static_cast<std::size_t>(r)].store(false, std::memory_order_relaxed);
   }
@@ -121,6 +123,26 @@ class thread_world {
     return boxes_[static_cast<std::size_t>(from) * static_cast<std::size_t>(size_) + static_cast<std::size_t>(to)];
   }
   detail::doorbell& bell(int r) noexcept { return bells_[static_cast<std::size_t>(r)].bell; }
+  /// What each rank waits for now (threads_transport::wait publishes it), for deadlock detection.
+  detail::published_waits& waits() noexcept { return waits_; }
+
+  /// The waits of a rank between threads (detail::wait_record::kind). Each is met by its peer
+  /// alone (the mailbox counters it reads move only when the peer posts or consumes), and once met
+  /// stays met: what detail::published_waits::cycle_through needs.
+  enum wait_kind : std::uint32_t {
+    free_slot_towards = 1,  ///< k - consumed(r -> peer) < mailbox_capacity: room for message k
+    message_from = 2,       ///< posted(peer -> r) > k: message k arrived
+    consumed_by = 3,        ///< consumed(r -> peer) >= k: the peer read r's k messages
+  };
+  /// Whether rank r's wait w is met.
+  bool wait_met(int r, const detail::wait_record& w) noexcept {
+    switch (w.kind) {
+      case free_slot_towards: return w.k - box(r, w.peer).consumed.load(std::memory_order_acquire) < mailbox_capacity;
+      case message_from: return box(w.peer, r).posted.load(std::memory_order_acquire) > w.k;
+      case consumed_by: return box(r, w.peer).consumed.load(std::memory_order_acquire) >= w.k;
+      default: return true;
+    }
+  }
 
   bool failed() const noexcept { return failed_.load(std::memory_order_acquire); }
   void fail(errc code, const std::string& why) noexcept {
@@ -161,6 +183,7 @@ class thread_world {
   std::unique_ptr<padded_bell[]> bells_;
   std::unique_ptr<published_calls[]> calls_;
   std::unique_ptr<std::atomic<bool>[]> departed_;
+  detail::published_waits waits_;
   cost_model costs_;
   std::atomic<bool> failed_{false};
   std::mutex mutex_;
@@ -223,9 +246,7 @@ class threads_transport final : public transport {
     call_seq_ = sig.seq;
     auto& box = world_->box(rank_, peer);
     const std::uint64_t k = posted_[static_cast<std::size_t>(peer)];
-    wait("a free mailbox slot towards", peer, [&] {
-      return k - box.consumed.load(std::memory_order_acquire) < thread_world::mailbox_capacity;
-    }, true);
+    wait(thread_world::free_slot_towards, peer, k);
     box.slots[k % thread_world::mailbox_capacity] = {data, bytes, sig};
     box.posted.store(k + 1, std::memory_order_release);
     posted_[static_cast<std::size_t>(peer)] = k + 1;
@@ -238,7 +259,7 @@ class threads_transport final : public transport {
     call_seq_ = sig.seq;
     auto& box = world_->box(peer, rank_);
     const std::uint64_t k = box.consumed.load(std::memory_order_relaxed);
-    wait("a message from", peer, [&] { return box.posted.load(std::memory_order_acquire) > k; });
+    wait(thread_world::message_from, peer, k);
     const thread_world::message& m = box.slots[k % thread_world::mailbox_capacity];
     if (!(m.sig == sig))
       fail_out(errc::mismatch, describe_message_mismatch(m.sig, sig, rank_, peer, [&](int r, std::uint64_t seq, call_signature& c) {
@@ -268,34 +289,82 @@ class threads_transport final : public transport {
   void wait_sends() override {
     for (int p = 0; p < world_->size(); ++p) {
       const std::uint64_t k = posted_[static_cast<std::size_t>(p)];
-      if (!k) continue;
-      auto& box = world_->box(rank_, p);
-      wait("its message to be consumed by", p,
-           [&] { return box.consumed.load(std::memory_order_acquire) == k; }, true);
+      if (k) wait(thread_world::consumed_by, p, k);
     }
   }
 
  private:
-  /// `consuming`: what this rank waits for is `peer` reading its message (went_past's wording).
-  template <class Ready>
-  void wait(const char* what, int peer, Ready ready, bool consuming = false) {
+  /// Waits until `peer` meets wait `kind` at counter k (thread_world::wait_met), publishing the wait
+  /// meanwhile for deadlock detection.
+  void wait(thread_world::wait_kind kind, int peer, std::uint64_t k) {
+    const detail::wait_record w{kind, peer, k, call_seq_};
+    auto ready = [&] { return world_->wait_met(rank_, w); };
     if (ready()) return;
+    world_->waits().publish(rank_, w);
+    struct unpublish {
+      thread_world& world;
+      int rank;
+      ~unpublish() { world.waits().publish(rank, {}); }
+    } published{*world_, rank_};
     // Checked on every wake-up and every 20 ms: the failure flag, whether a peer's records of this
     // call or of one it is still in differ (ranks that disagree on a root may never exchange a
     // message to compare, as when both broadcast as the root), the other levels of a hierarchy
     // (and their records: a hierarchical call's ranks may never meet on a level), whether the peer
-    // left, and whether it went past this call without what this rank waits for.
+    // left, whether it went past this call without what this rank waits for, and whether this
+    // rank's wait closes a cycle of waits (a deadlock).
+    const bool consuming = kind != thread_world::message_from;
     const auto st = detail::wait_until(world_->bell(rank_), false, std::chrono::nanoseconds(timeout_), spin_, ready,
                                        [&] {
                                          return world_->failed() || records_disagree() || watched_failed() || left(peer, ready) ||
-                                                went_past(peer, ready, consuming);
+                                                went_past(peer, ready, consuming) || deadlocked();
                                        },
                                        std::chrono::milliseconds(20));
     if (st == detail::wait_status::ready) return;
     if (st == detail::wait_status::timed_out)
-      fail_out(errc::timeout, "timed out after " + std::to_string(timeout_.count()) + " ms waiting for " + what +
-                                  " rank " + std::to_string(peer) + " (the peer is late, stuck, or called something else)");
+      fail_out(errc::timeout, "timed out after " + std::to_string(timeout_.count()) + " ms waiting for " +
+                                  wait_words(kind) + " rank " + std::to_string(peer) +
+                                  " (the peer is late, stuck, or called something else)");
     rethrow_failure();
+  }
+
+  static const char* wait_words(std::uint32_t kind) noexcept {
+    switch (kind) {
+      case thread_world::free_slot_towards: return "a free mailbox slot towards";
+      case thread_world::message_from: return "a message from";
+      default: return "its message to be consumed by";
+    }
+  }
+
+  /// True (with the world failed, errc::mismatch) if this rank's wait is part of a cycle of waits
+  /// in which each rank waits for the next (detail::published_waits::cycle_through): between
+  /// threads a send returns only once received, so ranks that all send first, or one in a send
+  /// and its peer in a collective's send, wait for each other until their timeout otherwise.
+  bool deadlocked() noexcept {
+    try {
+      const auto cycle = world_->waits().cycle_through(
+          rank_, [&](int r, const detail::wait_record& w) { return !world_->wait_met(r, w); });
+      if (cycle.empty()) return false;
+      std::string why = "deadlock: ";
+      bool point_to_point = false;
+      for (const auto& [r, w] : cycle) {
+        call_signature sig;
+        const std::string call = w.seq && world_->announced(r, w.seq, sig) ? called(sig) + " #" + std::to_string(w.seq)
+                                                                            : "a point-to-point call";
+        point_to_point = point_to_point || w.seq == 0;
+        const std::string peer = "rank " + std::to_string(w.peer);
+        why += "rank " + std::to_string(r) + " in " + call +
+               (w.kind == thread_world::message_from ? " waits for a message from " + peer
+                                                      : " waits for " + peer + " to receive its message") + "; ";
+      }
+      why += "each waits for the next, so none can go on";
+      if (point_to_point)
+        why += " (between threads a send returns only once received: use send_recv, or order the calls: even ranks "
+               "send first, odd ranks receive first)";
+      world_->fail(errc::mismatch, reported(why));
+      return true;
+    } catch (...) {  // no memory for the message: the timeout still ends the wait
+      return false;
+    }
   }
 
   /// True (with the world failed, errc::mismatch) if, in a wait of this rank's current collective
