@@ -63,6 +63,23 @@ concept allreduce_into = requires(collx::communicator& c, const std::vector<T>& 
 };
 template <class Buf>
 concept allreduce_in_place = requires(collx::communicator& c, Buf&& buf) { collx::allreduce(c, std::forward<Buf>(buf)); };
+template <class Send>
+concept allreduce_async_from = requires(collx::communicator& c, Send&& send, std::vector<T>& out) {
+  collx::allreduce_async(c, std::forward<Send>(send), out);
+};
+template <class Send>
+concept allreduce_from = requires(collx::communicator& c, Send&& send, std::vector<T>& out) {
+  collx::allreduce(c, std::forward<Send>(send), out);
+};
+// A view whose elements are reachable only through a non-const view (no const begin()): not a
+// buffer collx can read through `const S&`.
+struct mutable_only_view {
+  T* first = nullptr;
+  std::size_t n = 0;
+  T* begin() { return first; }
+  T* end() { return first + n; }
+};
+
 template <class Out>
 concept recv_into = requires(collx::communicator& c, Out&& out) { collx::recv(c, std::forward<Out>(out), 0); };
 
@@ -86,6 +103,14 @@ static_assert(!allreduce_in_place<std::vector<T>>);
 static_assert(!allreduce_in_place<const std::vector<T>&>);
 static_assert(recv_into<std::vector<T>&> && recv_into<std::span<T>> && !recv_into<const std::vector<T>&>);
 static_assert(collx::contiguous_buffer<std::vector<T>> && !collx::contiguous_buffer<std::list<T>>);
+// Fixed-extent spans are views like any other (the span overloads take std::span<T> only).
+static_assert(allreduce_into<std::span<T, 4>> && allreduce_in_place<std::span<T, 4>> && recv_into<std::span<T, 2>>);
+// An async call reads its send buffer after it returns: a temporary container is refused, lvalues
+// and views are not.
+static_assert(!allreduce_async_from<std::vector<T>> && allreduce_async_from<std::vector<T>&> &&
+              allreduce_async_from<const std::vector<T>&> && allreduce_async_from<std::span<const T>>);
+static_assert(allreduce_from<std::vector<T>>);  // a blocking call has finished with it when it returns
+static_assert(!allreduce_from<mutable_only_view&>);
 static_assert(collx::output_buffer<std::vector<T>&> && !collx::output_buffer<std::vector<T>> &&
               !collx::output_buffer<std::span<T>> && !collx::output_buffer<const std::array<T, 2>&>);
 // A view that does not own its elements may be a temporary (a tensor library's view, say).
@@ -191,7 +216,8 @@ TEST_CASE("contiguous ranges: broadcast and reduce on vectors; non-roots' output
     collx::broadcast<collx::algo::direct>(comm, inplace, 1);
     std::vector<T> red(r == root ? n : 0);
     std::fill(red.begin(), red.end(), poison);
-    collx::reduce(comm, values(r, n), red, root);
+    if (r == root) collx::reduce(comm, values(r, n), red, root);
+    else collx::reduce(comm, values(r, n), {}, root);  // recv is written on the root only
     std::vector<T> ired = values(r, n);
     collx::reduce(comm, ired, 0, collx::ops::min{});  // in place: only rank 0's changes
     for (const auto* v : {&b, &inplace, &red, &ired}) out.insert(out.end(), v->begin(), v->end());
@@ -219,8 +245,8 @@ TEST_CASE("contiguous ranges: send, recv and send_recv on vectors, and mixed wit
     collx::send_recv(comm, std::span<const T>(mine), next, c, prev);  // span -> vector
     std::array<T, n> d{};
     d.fill(poison);
-    if (r == 0) collx::send(comm, mine, 1);
-    if (r == 1) collx::recv(comm, d, 0);
+    if (r == 0) collx::send(comm, std::span<const T, n>(mine.data(), n), 1);
+    if (r == 1) collx::recv(comm, std::span<T, n>(d), 0);
     for (const auto* v : {&a, &b, &c}) out.insert(out.end(), v->begin(), v->end());
     out.insert(out.end(), d.begin(), d.end());
   });

@@ -96,33 +96,43 @@ request all_gather_v_async(communicator& comm, std::type_identity_t<std::span<co
 }
 
 /// all_gather on contiguous ranges (std::vector, std::array, C arrays; see output_buffer).
-template <class Algo = algo::automatic, output_buffer R, contiguous_buffer S>
+template <class Algo = algo::automatic, output_buffer R, input_buffer S>
   requires same_elements<S, R>
 void all_gather(communicator& comm, const S& send, R&& recv) {
   all_gather<Algo, buffer_element_t<R>>(comm, detail::as_const_span(send), detail::as_span(recv));
 }
 
 /// all_gather_v on contiguous ranges (see output_buffer).
-template <class Algo = algo::automatic, output_buffer R, contiguous_buffer S>
+template <class Algo = algo::automatic, output_buffer R, input_buffer S>
   requires same_elements<S, R>
 void all_gather_v(communicator& comm, const S& send, R&& recv, std::span<const std::size_t> counts) {
   all_gather_v<Algo, buffer_element_t<R>>(comm, detail::as_const_span(send), detail::as_span(recv), counts);
 }
 
 /// all_gather_async on contiguous ranges (see output_buffer and allreduce_async).
-template <class Algo = algo::automatic, output_buffer R, contiguous_buffer S>
+template <class Algo = algo::automatic, output_buffer R, input_buffer S>
   requires same_elements<S, R>
 request all_gather_async(communicator& comm, const S& send, R&& recv) {
   return all_gather_async<Algo, buffer_element_t<R>>(comm, detail::as_const_span(send), detail::as_span(recv));
 }
 
 /// all_gather_v_async on contiguous ranges (see output_buffer and allreduce_async).
-template <class Algo = algo::automatic, output_buffer R, contiguous_buffer S>
+template <class Algo = algo::automatic, output_buffer R, input_buffer S>
   requires same_elements<S, R>
 request all_gather_v_async(communicator& comm, const S& send, R&& recv, std::span<const std::size_t> counts) {
   return all_gather_v_async<Algo, buffer_element_t<R>>(comm, detail::as_const_span(send), detail::as_span(recv),
                                                        counts);
 }
+
+/// Refused (deleted): all_gather_async with a temporary container as its first buffer, which the call
+/// reads after it returns, when the temporary is gone. Pass an lvalue, or a view.
+template <class Algo = algo::automatic, temporary_buffer S, class... Rest>
+request all_gather_async(communicator& comm, S&& send, Rest&&... rest) = delete;
+
+/// Refused (deleted): all_gather_v_async with a temporary container as its first buffer, which the call
+/// reads after it returns, when the temporary is gone. Pass an lvalue, or a view.
+template <class Algo = algo::automatic, temporary_buffer S, class... Rest>
+request all_gather_v_async(communicator& comm, S&& send, Rest&&... rest) = delete;
 
 }  // namespace v0
 }  // namespace collx

@@ -102,14 +102,14 @@ request all_to_all_v_async(communicator& comm, std::type_identity_t<std::span<co
 }
 
 /// all_to_all on contiguous ranges (std::vector, std::array, C arrays; see output_buffer).
-template <class Algo = algo::automatic, output_buffer R, contiguous_buffer S>
+template <class Algo = algo::automatic, output_buffer R, input_buffer S>
   requires same_elements<S, R>
 void all_to_all(communicator& comm, const S& send, R&& recv) {
   all_to_all<Algo, buffer_element_t<R>>(comm, detail::as_const_span(send), detail::as_span(recv));
 }
 
 /// all_to_all_v on contiguous ranges (see output_buffer).
-template <class Algo = algo::automatic, output_buffer R, contiguous_buffer S>
+template <class Algo = algo::automatic, output_buffer R, input_buffer S>
   requires same_elements<S, R>
 void all_to_all_v(communicator& comm, const S& send, std::span<const std::size_t> send_counts, R&& recv,
                   std::span<const std::size_t> recv_counts) {
@@ -118,20 +118,30 @@ void all_to_all_v(communicator& comm, const S& send, std::span<const std::size_t
 }
 
 /// all_to_all_async on contiguous ranges (see output_buffer and allreduce_async).
-template <class Algo = algo::automatic, output_buffer R, contiguous_buffer S>
+template <class Algo = algo::automatic, output_buffer R, input_buffer S>
   requires same_elements<S, R>
 request all_to_all_async(communicator& comm, const S& send, R&& recv) {
   return all_to_all_async<Algo, buffer_element_t<R>>(comm, detail::as_const_span(send), detail::as_span(recv));
 }
 
 /// all_to_all_v_async on contiguous ranges (see output_buffer and allreduce_async).
-template <class Algo = algo::automatic, output_buffer R, contiguous_buffer S>
+template <class Algo = algo::automatic, output_buffer R, input_buffer S>
   requires same_elements<S, R>
 request all_to_all_v_async(communicator& comm, const S& send, std::span<const std::size_t> send_counts, R&& recv,
                            std::span<const std::size_t> recv_counts) {
   return all_to_all_v_async<Algo, buffer_element_t<R>>(comm, detail::as_const_span(send), send_counts,
                                                        detail::as_span(recv), recv_counts);
 }
+
+/// Refused (deleted): all_to_all_async with a temporary container as its first buffer, which the call
+/// reads after it returns, when the temporary is gone. Pass an lvalue, or a view.
+template <class Algo = algo::automatic, temporary_buffer S, class... Rest>
+request all_to_all_async(communicator& comm, S&& send, Rest&&... rest) = delete;
+
+/// Refused (deleted): all_to_all_v_async with a temporary container as its first buffer, which the call
+/// reads after it returns, when the temporary is gone. Pass an lvalue, or a view.
+template <class Algo = algo::automatic, temporary_buffer S, class... Rest>
+request all_to_all_v_async(communicator& comm, S&& send, Rest&&... rest) = delete;
 
 }  // namespace v0
 }  // namespace collx

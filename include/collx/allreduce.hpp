@@ -77,7 +77,7 @@ request allreduce_async(communicator& comm, std::span<T> buf, Op op = {}) {
 
 /// allreduce on contiguous ranges (std::vector, std::array, C arrays; see output_buffer): the same
 /// call on span views of send and recv, which keep their sizes.
-template <class Algo = algo::automatic, output_buffer R, contiguous_buffer S, class Op = ops::sum>
+template <class Algo = algo::automatic, output_buffer R, input_buffer S, class Op = ops::sum>
   requires same_elements<S, R> && reduction_op_on<Op, R>
 void allreduce(communicator& comm, const S& send, R&& recv, Op op = {}) {
   allreduce<Algo, buffer_element_t<R>, Op>(comm, detail::as_const_span(send), detail::as_span(recv), op);
@@ -92,7 +92,7 @@ void allreduce(communicator& comm, R&& buf, Op op = {}) {
 
 /// allreduce_async on contiguous ranges (see output_buffer); they must stay alive, and keep their
 /// size and storage, until the request completed.
-template <class Algo = algo::automatic, output_buffer R, contiguous_buffer S, class Op = ops::sum>
+template <class Algo = algo::automatic, output_buffer R, input_buffer S, class Op = ops::sum>
   requires same_elements<S, R> && reduction_op_on<Op, R>
 request allreduce_async(communicator& comm, const S& send, R&& recv, Op op = {}) {
   return allreduce_async<Algo, buffer_element_t<R>, Op>(comm, detail::as_const_span(send), detail::as_span(recv), op);
@@ -104,6 +104,11 @@ template <class Algo = algo::automatic, output_buffer R, class Op = ops::sum>
 request allreduce_async(communicator& comm, R&& buf, Op op = {}) {
   return allreduce_async<Algo, buffer_element_t<R>, Op>(comm, detail::as_span(buf), op);
 }
+
+/// Refused (deleted): allreduce_async with a temporary container as its first buffer, which the call
+/// reads after it returns, when the temporary is gone. Pass an lvalue, or a view.
+template <class Algo = algo::automatic, temporary_buffer S, class... Rest>
+request allreduce_async(communicator& comm, S&& send, Rest&&... rest) = delete;
 
 }  // namespace v0
 }  // namespace collx

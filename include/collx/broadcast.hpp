@@ -66,7 +66,7 @@ request broadcast_async(communicator& comm, std::span<T> buf, int root) {
 
 /// broadcast on contiguous ranges (std::vector, std::array, C arrays; see output_buffer). send is
 /// read on the root only: elsewhere it may be `{}`.
-template <class Algo = algo::automatic, output_buffer R, contiguous_buffer S = std::span<const buffer_element_t<R>>>
+template <class Algo = algo::automatic, output_buffer R, input_buffer S = std::span<const buffer_element_t<R>>>
   requires same_elements<S, R>
 void broadcast(communicator& comm, const S& send, R&& recv, int root) {
   broadcast<Algo, buffer_element_t<R>>(comm, detail::as_const_span(send), detail::as_span(recv), root);
@@ -79,7 +79,7 @@ void broadcast(communicator& comm, R&& buf, int root) {
 }
 
 /// broadcast_async on contiguous ranges (see output_buffer and allreduce_async).
-template <class Algo = algo::automatic, output_buffer R, contiguous_buffer S = std::span<const buffer_element_t<R>>>
+template <class Algo = algo::automatic, output_buffer R, input_buffer S = std::span<const buffer_element_t<R>>>
   requires same_elements<S, R>
 request broadcast_async(communicator& comm, const S& send, R&& recv, int root) {
   return broadcast_async<Algo, buffer_element_t<R>>(comm, detail::as_const_span(send), detail::as_span(recv), root);
@@ -90,6 +90,11 @@ template <class Algo = algo::automatic, output_buffer R>
 request broadcast_async(communicator& comm, R&& buf, int root) {
   return broadcast_async<Algo, buffer_element_t<R>>(comm, detail::as_span(buf), root);
 }
+
+/// Refused (deleted): broadcast_async with a temporary container as its first buffer, which the call
+/// reads after it returns, when the temporary is gone. Pass an lvalue, or a view.
+template <class Algo = algo::automatic, temporary_buffer S, class... Rest>
+request broadcast_async(communicator& comm, S&& send, Rest&&... rest) = delete;
 
 }  // namespace v0
 }  // namespace collx

@@ -34,10 +34,11 @@ concept reduction_op = element<T> && std::is_trivially_copyable_v<Op> &&
                        };
 
 namespace detail {
+/// std::span<T> of any T, as the span overloads take it (not a fixed-extent span<T, N>).
 template <class R>
-inline constexpr bool is_span = false;
-template <class T, std::size_t Extent>
-inline constexpr bool is_span<std::span<T, Extent>> = true;
+inline constexpr bool is_dynamic_span = false;
+template <class T>
+inline constexpr bool is_dynamic_span<std::span<T>> = true;
 }  // namespace detail
 
 /// A buffer given as a contiguous, sized range of elements: std::vector<T>, std::array<T, N>,
@@ -49,15 +50,24 @@ template <class R>
 concept contiguous_buffer = std::ranges::contiguous_range<R> && std::ranges::sized_range<R> &&
                             element<std::ranges::range_value_t<R>>;
 
+/// A contiguous_buffer collx only reads, taken as `const S&`: contiguous when const too.
+template <class S>
+concept input_buffer = contiguous_buffer<const S&>;
+
 /// A contiguous_buffer collx writes (R as deduced for a forwarding reference): non-const
 /// elements, passed as an lvalue or as a view that does not own them (std::ranges::borrowed_range:
-/// a std::ranges::subrange, ...; a temporary container's results would be lost), and not a
-/// std::span (spans take the span overloads, which already accept any range convertible to the
-/// read-only span next to them).
+/// a std::span<T, N>, a std::ranges::subrange, ...; a temporary container's results would be
+/// lost), and not a std::span<T> (those take the span overloads, which already accept any range
+/// convertible to the read-only span next to them).
 template <class R>
 concept output_buffer = contiguous_buffer<R> && std::ranges::borrowed_range<R> &&
-                        !detail::is_span<std::remove_cvref_t<R>> &&
+                        !detail::is_dynamic_span<std::remove_cvref_t<R>> &&
                         !std::is_const_v<std::remove_reference_t<std::ranges::range_reference_t<R>>>;
+
+/// A container passed as a temporary (S as deduced for a forwarding reference; not a view): the
+/// async calls refuse it as their send buffer, which they read after they return, when it is gone.
+template <class S>
+concept temporary_buffer = contiguous_buffer<S> && !std::ranges::borrowed_range<S>;
 
 /// The element type of a contiguous_buffer.
 template <contiguous_buffer R>
@@ -80,7 +90,7 @@ auto as_span(R& r) {
 }
 
 /// A contiguous_buffer viewed as a span of const elements.
-template <contiguous_buffer R>
+template <input_buffer R>
 std::span<const buffer_element_t<R>> as_const_span(const R& r) {
   return {std::ranges::data(r), std::ranges::size(r)};
 }

@@ -73,10 +73,17 @@ request reduce_async(communicator& comm, std::span<T> buf, int root, Op op = {})
 
 /// reduce on contiguous ranges (std::vector, std::array, C arrays; see output_buffer). recv is
 /// written on the root only; elsewhere it may be empty.
-template <class Algo = algo::automatic, output_buffer R, contiguous_buffer S, class Op = ops::sum>
+template <class Algo = algo::automatic, output_buffer R, input_buffer S, class Op = ops::sum>
   requires same_elements<S, R> && reduction_op_on<Op, R>
 void reduce(communicator& comm, const S& send, R&& recv, int root, Op op = {}) {
   reduce<Algo, buffer_element_t<R>, Op>(comm, detail::as_const_span(send), detail::as_span(recv), root, op);
+}
+
+/// reduce from a contiguous range into a span: non-roots may pass `{}` as recv.
+template <class Algo = algo::automatic, input_buffer S, class Op = ops::sum>
+  requires(!detail::is_dynamic_span<S>) && reduction_op_on<Op, S>
+void reduce(communicator& comm, const S& send, std::span<buffer_element_t<S>> recv, int root, Op op = {}) {
+  reduce<Algo, buffer_element_t<S>, Op>(comm, detail::as_const_span(send), recv, root, op);
 }
 
 /// In-place reduce on a contiguous range (std::vector, ...; see output_buffer).
@@ -87,7 +94,7 @@ void reduce(communicator& comm, R&& buf, int root, Op op = {}) {
 }
 
 /// reduce_async on contiguous ranges (see output_buffer and allreduce_async).
-template <class Algo = algo::automatic, output_buffer R, contiguous_buffer S, class Op = ops::sum>
+template <class Algo = algo::automatic, output_buffer R, input_buffer S, class Op = ops::sum>
   requires same_elements<S, R> && reduction_op_on<Op, R>
 request reduce_async(communicator& comm, const S& send, R&& recv, int root, Op op = {}) {
   return reduce_async<Algo, buffer_element_t<R>, Op>(comm, detail::as_const_span(send), detail::as_span(recv), root,
@@ -100,6 +107,11 @@ template <class Algo = algo::automatic, output_buffer R, class Op = ops::sum>
 request reduce_async(communicator& comm, R&& buf, int root, Op op = {}) {
   return reduce_async<Algo, buffer_element_t<R>, Op>(comm, detail::as_span(buf), root, op);
 }
+
+/// Refused (deleted): reduce_async with a temporary container as its first buffer, which the call
+/// reads after it returns, when the temporary is gone. Pass an lvalue, or a view.
+template <class Algo = algo::automatic, temporary_buffer S, class... Rest>
+request reduce_async(communicator& comm, S&& send, Rest&&... rest) = delete;
 
 }  // namespace v0
 }  // namespace collx

@@ -110,14 +110,14 @@ request reduce_scatter_v_async(communicator& comm, std::type_identity_t<std::spa
 }
 
 /// reduce_scatter on contiguous ranges (std::vector, std::array, C arrays; see output_buffer).
-template <class Algo = algo::automatic, output_buffer R, contiguous_buffer S, class Op = ops::sum>
+template <class Algo = algo::automatic, output_buffer R, input_buffer S, class Op = ops::sum>
   requires same_elements<S, R> && reduction_op_on<Op, R>
 void reduce_scatter(communicator& comm, const S& send, R&& recv, Op op = {}) {
   reduce_scatter<Algo, buffer_element_t<R>, Op>(comm, detail::as_const_span(send), detail::as_span(recv), op);
 }
 
 /// reduce_scatter_v on contiguous ranges (see output_buffer).
-template <class Algo = algo::automatic, output_buffer R, contiguous_buffer S, class Op = ops::sum>
+template <class Algo = algo::automatic, output_buffer R, input_buffer S, class Op = ops::sum>
   requires same_elements<S, R> && reduction_op_on<Op, R>
 void reduce_scatter_v(communicator& comm, const S& send, R&& recv, std::span<const std::size_t> recv_counts,
                       Op op = {}) {
@@ -126,7 +126,7 @@ void reduce_scatter_v(communicator& comm, const S& send, R&& recv, std::span<con
 }
 
 /// reduce_scatter_async on contiguous ranges (see output_buffer and allreduce_async).
-template <class Algo = algo::automatic, output_buffer R, contiguous_buffer S, class Op = ops::sum>
+template <class Algo = algo::automatic, output_buffer R, input_buffer S, class Op = ops::sum>
   requires same_elements<S, R> && reduction_op_on<Op, R>
 request reduce_scatter_async(communicator& comm, const S& send, R&& recv, Op op = {}) {
   return reduce_scatter_async<Algo, buffer_element_t<R>, Op>(comm, detail::as_const_span(send), detail::as_span(recv),
@@ -134,13 +134,23 @@ request reduce_scatter_async(communicator& comm, const S& send, R&& recv, Op op 
 }
 
 /// reduce_scatter_v_async on contiguous ranges (see output_buffer and allreduce_async).
-template <class Algo = algo::automatic, output_buffer R, contiguous_buffer S, class Op = ops::sum>
+template <class Algo = algo::automatic, output_buffer R, input_buffer S, class Op = ops::sum>
   requires same_elements<S, R> && reduction_op_on<Op, R>
 request reduce_scatter_v_async(communicator& comm, const S& send, R&& recv, std::span<const std::size_t> recv_counts,
                                Op op = {}) {
   return reduce_scatter_v_async<Algo, buffer_element_t<R>, Op>(comm, detail::as_const_span(send),
                                                                detail::as_span(recv), recv_counts, op);
 }
+
+/// Refused (deleted): reduce_scatter_async with a temporary container as its first buffer, which the call
+/// reads after it returns, when the temporary is gone. Pass an lvalue, or a view.
+template <class Algo = algo::automatic, temporary_buffer S, class... Rest>
+request reduce_scatter_async(communicator& comm, S&& send, Rest&&... rest) = delete;
+
+/// Refused (deleted): reduce_scatter_v_async with a temporary container as its first buffer, which the call
+/// reads after it returns, when the temporary is gone. Pass an lvalue, or a view.
+template <class Algo = algo::automatic, temporary_buffer S, class... Rest>
+request reduce_scatter_v_async(communicator& comm, S&& send, Rest&&... rest) = delete;
 
 }  // namespace v0
 }  // namespace collx

@@ -236,8 +236,8 @@ request send_recv_async(communicator& comm, std::span<U> send, int dest, std::sp
 }
 
 /// send from a contiguous range (std::vector, std::array, C arrays; see contiguous_buffer).
-template <contiguous_buffer S>
-  requires(!detail::is_span<S>)
+template <input_buffer S>
+  requires(!detail::is_dynamic_span<S>)
 void send(communicator& comm, const S& data, int dest) {
   send(comm, detail::as_const_span(data), dest);
 }
@@ -250,22 +250,22 @@ void recv(communicator& comm, R&& data, int src) {
 
 /// send_recv on contiguous ranges (see contiguous_buffer and output_buffer); send's element type
 /// may differ from recv's, as in the span form.
-template <output_buffer R, contiguous_buffer S>
+template <output_buffer R, input_buffer S>
 void send_recv(communicator& comm, const S& send, int dest, R&& recv, int src) {
   send_recv(comm, detail::as_const_span(send), dest, detail::as_span(recv), src);
 }
 
 /// send_recv from a contiguous range into a span (the other mix of the two forms).
-template <contiguous_buffer S, element T>
-  requires(!detail::is_span<S>)
+template <input_buffer S, element T>
+  requires(!detail::is_dynamic_span<S>)
 void send_recv(communicator& comm, const S& send, int dest, std::span<T> recv, int src) {
   send_recv(comm, detail::as_const_span(send), dest, recv, src);
 }
 
 /// send_async from a contiguous range (see contiguous_buffer); it must stay alive until the request
 /// completed.
-template <contiguous_buffer S>
-  requires(!detail::is_span<S>)
+template <input_buffer S>
+  requires(!detail::is_dynamic_span<S>)
 request send_async(communicator& comm, const S& data, int dest) {
   return send_async(comm, detail::as_const_span(data), dest);
 }
@@ -277,17 +277,27 @@ request recv_async(communicator& comm, R&& data, int src) {
 }
 
 /// send_recv_async on contiguous ranges (see send_recv and send_async).
-template <output_buffer R, contiguous_buffer S>
+template <output_buffer R, input_buffer S>
 request send_recv_async(communicator& comm, const S& send, int dest, R&& recv, int src) {
   return send_recv_async(comm, detail::as_const_span(send), dest, detail::as_span(recv), src);
 }
 
 /// send_recv_async from a contiguous range into a span (see send_recv_async).
-template <contiguous_buffer S, element T>
-  requires(!detail::is_span<S>)
+template <input_buffer S, element T>
+  requires(!detail::is_dynamic_span<S>)
 request send_recv_async(communicator& comm, const S& send, int dest, std::span<T> recv, int src) {
   return send_recv_async(comm, detail::as_const_span(send), dest, recv, src);
 }
+
+/// Refused (deleted): send_async with a temporary container as its first buffer, which the call
+/// reads after it returns, when the temporary is gone. Pass an lvalue, or a view.
+template <temporary_buffer S, class... Rest>
+request send_async(communicator& comm, S&& send, Rest&&... rest) = delete;
+
+/// Refused (deleted): send_recv_async with a temporary container as its first buffer, which the call
+/// reads after it returns, when the temporary is gone. Pass an lvalue, or a view.
+template <temporary_buffer S, class... Rest>
+request send_recv_async(communicator& comm, S&& send, Rest&&... rest) = delete;
 
 }  // namespace v0
 }  // namespace collx
