@@ -1229,6 +1229,27 @@ TEST_CASE("error messages name rank, world size and the call", "[errors][message
   }
 }
 
+TEST_CASE("between threads, a send whose destination does not receive in time says why it waited", "[errors]") {
+  opts_t o = ref::test_options();
+  o.timeout = std::chrono::milliseconds(300);
+  auto v = run_expecting(
+      2,
+      [](collx::communicator& c) {
+        std::vector<float> x(4);
+        if (c.rank() == 0) collx::send(c, x, 1);
+        if (c.rank() == 1) {
+          std::this_thread::sleep_for(std::chrono::seconds(1));  // busy: no wait to find a cycle in
+          collx::recv(c, x, 0);
+        }
+      },
+      o);
+  INFO(describe(v));
+  REQUIRE(v[0].code == errc::timeout);
+  CHECK(v[0].what.find("the destination did not receive it in time: it is busy, or waits on another communicator") !=
+        std::string::npos);
+  CHECK(v[1].code.has_value());  // its recv finds the communicator failed
+}
+
 TEST_CASE("between threads, a cycle of waits fails at once with each rank's wait named", "[errors][deadlock]") {
   SECTION("a ring shift in which every rank sends first") {
     for (int n : {3, 5}) {
@@ -1245,6 +1266,19 @@ TEST_CASE("between threads, a cycle of waits fails at once with each rank's wait
           CHECK(r.what.find("rank " + std::to_string(q) + " in a point-to-point call waits for rank " +
                             std::to_string((q + 1) % n) + " to receive its message") != std::string::npos);
       }
+    }
+  }
+  SECTION("ranks that all receive first: no advice about sends") {
+    auto v = run_expecting(3, [](collx::communicator& c) {
+      std::vector<int> x(3, c.rank());
+      collx::recv(c, x, (c.rank() + 2) % 3);
+      collx::send(c, x, (c.rank() + 1) % 3);
+    });
+    INFO(describe(v));
+    for (const auto& r : v) {
+      REQUIRE(r.code == errc::mismatch);
+      CHECK(r.what.find("rank 1 in a point-to-point call waits for a message from rank 0") != std::string::npos);
+      CHECK(r.what.find("use send_recv") == std::string::npos);
     }
   }
   SECTION("a send against a collective's send: rank 0 sends to rank 1, the root of a broadcast") {

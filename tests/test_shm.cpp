@@ -1090,30 +1090,120 @@ auto sum_stalling_rank1_once(const collx::communicator& comm, Stall stall) {
   }};
 }
 
+TEST_CASE("shm: a cycle of waits fails at once as a deadlock, each rank's wait named", "[shm][deadlock]") {
+  // Every rank sends 4 MiB first, more than the ring holds: each waits for the next to consume. With
+  // CMA off, so that the send stages through the ring whatever the machine; the timeout (20 s) is
+  // not what ends it.
+  collx::communicator_options o;
+  o.timeout = 20s;
+  collx::shm_options shm;
+  shm.cma = 0;
+  for (const int n : {2, 3}) {
+    const auto ring = collx::run_processes(n, [n](collx::communicator& comm) -> int {
+      std::vector<float> buf(1 << 20, 1.0f);
+      const auto t0 = std::chrono::steady_clock::now();
+      try {
+        collx::send(comm, buf, (comm.rank() + 1) % n);
+        return 2;
+      } catch (const collx::error& e) {
+        const std::string m = e.what();
+        std::fprintf(stderr, "%d ranks send first, rank %d: %s\n", n, comm.rank(), m.c_str());
+        if (e.code() != collx::errc::mismatch) return 3;
+        if (std::chrono::steady_clock::now() - t0 > 10s) return 4;
+        for (int q = 0; q < n; ++q)
+          if (m.find("rank " + std::to_string(q) + " in a point-to-point call waits for rank " +
+                     std::to_string((q + 1) % n) + " to receive its messages") == std::string::npos)
+            return 10 + q;
+        return m.find("deadlock: ") != std::string::npos ? 0 : 5;
+      }
+    }, o, shm);
+    for (const auto& e : ring) CHECK(e.exit_code == 0);
+  }
+
+  // A send against a collective root's send (rank 0 sends to rank 1, the root of a broadcast),
+  // with single copy as the machine allows: the zero-copy waits are detected too.
+  collx::shm_options any_copy;
+  const auto against_root = collx::run_processes(3, [](collx::communicator& comm) -> int {
+    std::vector<float> buf(1 << 20, 1.0f);
+    try {
+      if (comm.rank() == 0) collx::send(comm, buf, 1);
+      if (comm.rank() == 1) collx::broadcast(comm, buf, 1);
+      if (comm.rank() == 2) collx::recv(comm, buf, 0);  // waits on the cycle without being in it
+      return 2;
+    } catch (const collx::error& e) {
+      const std::string m = e.what();
+      std::fprintf(stderr, "send against a root, rank %d: %s\n", comm.rank(), m.c_str());
+      if (e.code() != collx::errc::mismatch) return 3;
+      return m.find("rank 1 in broadcast #1 waits for rank 0 to receive its messages") != std::string::npos ? 0 : 10;
+    }
+  }, o, any_copy);
+  for (const auto& e : against_root) CHECK(e.exit_code == 0);
+
+  // Messages that fit in the ring: every rank sending first is no deadlock, over and over.
+  const auto small = collx::run_processes(4, [](collx::communicator& comm) -> int {
+    std::vector<double> out(1000), in(1000);
+    for (int i = 0; i < 2000; ++i) {
+      out.assign(out.size(), comm.rank() * 10000.0 + i);
+      collx::send(comm, out, (comm.rank() + 1) % 4);
+      collx::recv(comm, in, (comm.rank() + 3) % 4);
+      if (in[999] != ((comm.rank() + 3) % 4) * 10000.0 + i) return 1;
+    }
+    return 0;
+  }, o, shm);
+  for (const auto& e : small) CHECK(e.exit_code == 0);
+
+  // Messages larger than the ring, in one direction: the receiver waits for the next piece while
+  // the sender waits for it to read, and the sender, holding pieces not yet in the ring, is not
+  // blocked (mailbox::queued): no deadlock, over and over. Rank 2 only makes the ranks outnumber
+  // the 2 CPUs of CI, so that waits sleep at once instead of polling (and look for deadlocks).
+  const auto large = collx::run_processes(3, [](collx::communicator& comm) -> int {
+    std::vector<float> buf(1 << 21);
+    for (int i = 0; i < 40 && comm.rank() < 2; ++i) {
+      if (comm.rank() == 0) {
+        buf.assign(buf.size(), float(i));
+        collx::send(comm, buf, 1);
+      } else {
+        collx::recv(comm, buf, 0);
+        if (buf.back() != float(i)) return 1;
+      }
+    }
+    collx::barrier(comm);
+    return 0;
+  }, o, shm);
+  for (const auto& e : large) CHECK(e.exit_code == 0);
+}
+
 TEST_CASE("shm: a timeout says what the peer blocks on, also in point-to-point calls", "[shm]") {
-  // Both ranks send 4 MiB first, more than the ring holds: each waits for the other to consume
-  // (no collective call was made, so only what each blocks on can tell where the peer is). With
-  // CMA off, so that the send stages through the ring whatever the machine.
   collx::communicator_options o;
   o.timeout = 2s;
   collx::shm_options shm;
   shm.cma = 0;
-  const auto both_send = collx::run_processes(2, [](collx::communicator& comm) -> int {
+  // Rank 0 sends rank 1 4 MiB, more than the ring holds, while rank 1 waits for a message from
+  // rank 2, which sleeps past the timeout: no cycle, so a timeout, whose message says what rank 1
+  // blocks on (no collective call was made, so only that can tell where it is).
+  const auto chain = collx::run_processes(3, [](collx::communicator& comm) -> int {
     std::vector<float> buf(1 << 20, 1.0f);
     try {
-      collx::send(comm, std::span<const float>(buf), 1 - comm.rank());
+      if (comm.rank() == 0) collx::send(comm, buf, 1);
+      if (comm.rank() == 1) {
+        std::this_thread::sleep_for(1s);  // so that rank 0's wait, begun first, times out first
+        collx::recv(comm, buf, 2);
+      }
+      if (comm.rank() == 2) std::this_thread::sleep_for(4s);
+      collx::barrier(comm);
       return 2;
     } catch (const collx::error& e) {
+      if (comm.rank() != 0) return 0;
       const std::string m = e.what();
-      std::fprintf(stderr, "both send, rank %d: %s\n", comm.rank(), m.c_str());
+      std::fprintf(stderr, "chain, rank 0: %s\n", m.c_str());
       if (e.code() != collx::errc::timeout) return 3;
-      // The rank that timed out first sees its peer still blocked; the other may see the failure first.
-      return m.find("it waits for its messages to be consumed by rank " + std::to_string(comm.rank()) +
-                    ", this rank: each waits for the other") != std::string::npos ? 0 : 10;
+      return m.find("rank 1 has made no collective call on this communicator yet; it waits for a message from rank 2") !=
+                     std::string::npos
+                 ? 0
+                 : 10;
     }
   }, o, shm);
-  CHECK((both_send[0].exit_code == 0 || both_send[1].exit_code == 0));
-  for (const auto& e : both_send) CHECK((e.exit_code == 0 || e.exit_code == 10));
+  CHECK(chain[0].exit_code == 0);
 
   // Rank 1 is in the same all-reduce but busy in its op (3 s at its first fold), while rank 0
   // waits for the ring's next message from it: "not blocked".

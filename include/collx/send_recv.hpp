@@ -84,8 +84,9 @@ void check_p2p_arguments(communicator& comm, const char* call, const char* role,
 ///  - MPI: once MPI has the data (like MPI_Send).
 /// Code must not rely on a send returning early: a ring shift in which every rank sends first can
 /// deadlock: use send_recv, or order the calls (even ranks send first, odd ranks receive first).
-/// Between threads a deadlock (a cycle of ranks each waiting for the next) fails every rank of it
-/// at once with errc::mismatch; other transports wait until the timeout.
+/// Between threads and over shared memory a deadlock (a cycle of ranks of this communicator each
+/// waiting for the next) fails every rank of it at once with errc::mismatch; MPI, and cycles
+/// through two communicators, wait until the timeout.
 /// send_async does not help there: async calls run one at a time in call order (see send_async).
 /// Messages between two ranks arrive in the order sent. The receiver must call recv with the same
 /// count and type (checked: recv throws errc::mismatch; a sender that already returned gets the
@@ -109,9 +110,9 @@ void send(communicator& comm, std::span<U> data, int dest) {
   } catch (const error& e) {
     const bool synchronous = e.code() == errc::timeout && t.name() == "threads";
     detail::p2p_failed(comm, name(), e,
-                       synchronous ? " (between threads a send returns only once received: two ranks that both send first "
-                                     "wait for each other; use send_recv, or order the calls: even ranks send first, odd "
-                                     "ranks receive first)"
+                       synchronous ? " (between threads a send returns only once received, and the destination did not "
+                                     "receive it in time: it is busy, or waits on another communicator; ranks of this "
+                                     "communicator that wait for each other fail at once as a deadlock instead)"
                                    : "");
   } catch (...) {  // not collx's (no memory, say): the peers must not wait for this rank
     detail::fail_for_escaping(comm, name());

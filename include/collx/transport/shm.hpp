@@ -46,6 +46,7 @@
 #include <collx/detail/futex.hpp>
 #include <collx/detail/numa.hpp>
 #include <collx/detail/process.hpp>
+#include <collx/detail/wait_graph.hpp>
 #include <collx/environment.hpp>
 #include <collx/error.hpp>
 #include <collx/topo/host_cost.hpp>
@@ -114,8 +115,9 @@ struct shm_segment {
   static constexpr std::uint64_t magic_failed = 0x636f6c6c78666169ull;  // rank 0 could not set up
   // 2: peer_info::call; 3: call on its own line, slots line-aligned; 4: a slot's stamp replaces the
   // posted counter; 5: peer_info::cpus; 6: peer_info::calls (a history); 7: peer_info::waiting,
-  // header::launch_id; 8: call_signature::earlier
-  static constexpr std::uint32_t layout_version = 8;
+  // header::launch_id; 8: call_signature::earlier; 9: peer_info::wait (a wait_slot) replaces
+  // waiting, mailbox::queued and zero_copy_until
+  static constexpr std::uint32_t layout_version = 9;
   /// Calls each rank's published history keeps.
   static constexpr std::size_t call_history = published_call_history;
 
@@ -138,9 +140,16 @@ struct shm_segment {
   };
   static_assert(sizeof(slot) == 256, "a slot is four cache lines");
   /// What the receiver tells the sender: how many of the pair's messages it has consumed. The
-  /// sender reads it only when it needs a slot back or waits for a zero-copy message.
+  /// sender reads it only when it needs a slot back or waits for a zero-copy message. On a line of
+  /// their own, what the sender tells its peers for deadlock detection (written only when they
+  /// change: a message that fits in the ring writes neither).
   struct alignas(64) mailbox {
     std::atomic<std::uint64_t> consumed{0};
+    /// 1 while the sender holds messages for the pair that are not yet in the ring (the ring was full).
+    alignas(64) std::atomic<std::uint32_t> queued{0};
+    /// The sender's wait_sends needs `consumed` to reach this: messages read in place (single-copy,
+    /// window) must be read before their buffers are free.
+    std::atomic<std::uint64_t> zero_copy_until{0};
   };
   struct alignas(64) peer_info {
     std::atomic<std::int32_t> pid{0};
@@ -156,10 +165,10 @@ struct shm_segment {
     /// Seqlock over `last` and `calls`: odd while they are written. On its own line: the owner
     /// writes it every call, while peers read `bell` on every message.
     alignas(64) std::atomic<std::uint32_t> call_version{0};
-    /// What the rank waits for while it blocks (0: it does not): wait_kind << 32 | (peer + 1). Read
-    /// only by a peer that timed out, to say where the rank is (point-to-point calls announce no
-    /// call, and a rank that waits for its waiter is a deadlock).
-    std::atomic<std::uint64_t> waiting{0};
+    /// What the rank waits for while it blocks (kind 0: it does not; left set after its timeout):
+    /// read by waiting peers to find deadlocks (shm_transport::deadlocked), and by a peer that timed
+    /// out, to say where the rank is (point-to-point calls announce no call).
+    detail::wait_slot wait;
     std::uint64_t last = 0;                      ///< sequence number of the call announced last (0: none)
     /// The calls announced last (transport::announce), call k at calls[k % call_history]: a peer
     /// that moved on can still be compared with a rank that waits in an earlier call.
@@ -354,7 +363,7 @@ class shm_transport final : public transport {
     bool first = true;
     do {
       const shm_segment::slot& s = slot_at(peer_rank, rank_, k);
-      wait(wait_kind::message_from, peer_rank, [&] { return s.stamp.load(std::memory_order_acquire) == k + 1; });
+      wait(wait_kind::message_from, peer_rank, k, [&] { return s.stamp.load(std::memory_order_acquire) == k + 1; });
       if (first) {
         if (!(s.sig == sig)) mismatch(why_message_differs(s.sig, sig, peer_rank));
         if (s.total_bytes != bytes)
@@ -389,7 +398,7 @@ class shm_transport final : public transport {
       auto& q = out_[i];
       if (q.empty() && seen_consumed_[i] >= zero_copy_until_[i]) continue;
       shm_segment::mailbox& box = mbox(rank_, p);
-      wait(wait_kind::consumed_by, p, [&] {
+      wait(wait_kind::consumed_by, p, 0, [&] {
         seen_consumed_[i] = box.consumed.load(std::memory_order_acquire);
         return q.empty() && seen_consumed_[i] >= zero_copy_until_[i];
       });
@@ -585,6 +594,7 @@ class shm_transport final : public transport {
         s.pid = static_cast<std::int32_t>(w->id);
         m.sent = m.bytes;
         zero_copy_until_[i] = k + 1;
+        mbox(rank_, p).zero_copy_until.store(k + 1, std::memory_order_relaxed);  // published by queued/stamp below
       } else if (m.cma) {
         s.kind = shm_segment::slot_kind::cma;
         s.len = m.bytes;
@@ -592,6 +602,7 @@ class shm_transport final : public transport {
         s.pid = static_cast<std::int32_t>(::getpid());
         m.sent = m.bytes;
         zero_copy_until_[i] = k + 1;
+        mbox(rank_, p).zero_copy_until.store(k + 1, std::memory_order_relaxed);
       } else {
         const std::size_t piece = std::max(m.granularity, slot_bytes_ / m.granularity * m.granularity);
         const std::size_t len = std::min(piece, m.bytes - m.sent);
@@ -604,6 +615,10 @@ class shm_transport final : public transport {
       posted_[i] = k + 1;
       rang = true;
       if (m.sent == m.bytes) q.pop_front();
+    }
+    if (const bool held = !q.empty(); held != queued_[i]) {  // for the peers' deadlock detection
+      mbox(rank_, p).queued.store(held ? 1 : 0, std::memory_order_release);
+      queued_[i] = held;
     }
     if (rang) peer(p).bell.ring(true);
   }
@@ -830,29 +845,84 @@ class shm_transport final : public transport {
 
   /// What rank r waits for now ("" if it does not block), for where_is.
   std::string waits_for(int r) const {
-    const std::uint64_t w = peer(r).waiting.load(std::memory_order_relaxed);
-    if (w == 0) return "";
-    const int q = static_cast<int>(w & 0xffffffffu) - 1;
-    return std::string("it waits for ") + wait_words(static_cast<wait_kind>(w >> 32)) + " rank " + std::to_string(q) +
-           (q == rank_ ? ", this rank: each waits for the other" : "");
+    detail::wait_record w;
+    std::uint64_t version = 0;
+    if (!peer(r).wait.read(w, version)) return "";
+    return std::string("it waits for ") + wait_words(static_cast<wait_kind>(w.kind)) + " rank " + std::to_string(w.peer) +
+           (w.peer == rank_ ? ", this rank: each waits for the other" : "");
   }
 
+  /// Whether rank r's published wait w still cannot end (detail::find_wait_cycle), from the
+  /// segment: a message_from wait until its slot is stamped, and only while the peer holds nothing
+  /// for r outside the ring (a waiting rank still pushes its queued messages, mailbox::queued); a
+  /// consumed_by wait while r holds queued messages or the peer has not read its zero-copy ones.
+  /// Each ends only by the peer's action: sending (outside its waits, or a queued push) or
+  /// receiving (outside its waits).
+  bool wait_blocked(int r, const detail::wait_record& w) const noexcept {
+    if (static_cast<wait_kind>(w.kind) == wait_kind::message_from)
+      return slot_at(w.peer, r, w.k).stamp.load(std::memory_order_acquire) != w.k + 1 &&
+             mbox(w.peer, r).queued.load(std::memory_order_acquire) == 0;
+    const shm_segment::mailbox& box = mbox(r, w.peer);
+    if (box.queued.load(std::memory_order_acquire) != 0) return true;  // read first: cleared after zero_copy_until is set
+    const std::uint64_t until = box.zero_copy_until.load(std::memory_order_acquire);
+    return box.consumed.load(std::memory_order_acquire) < until;
+  }
+
+  /// True (with the job failed, errc::mismatch) if this rank's wait is part of a cycle of waits in
+  /// which each rank waits for the next (detail::find_wait_cycle): ranks that all send a message
+  /// larger than the ring first, say, wait for each other until their timeout otherwise.
+  bool deadlocked() noexcept {
+    try {
+      const auto cycle = detail::find_wait_cycle(
+          rank_, n_, [&](int r) -> const detail::wait_slot& { return peer(r).wait; },
+          [&](int r, const detail::wait_record& w) { return wait_blocked(r, w); });
+      if (cycle.empty()) return false;
+      // Ranks that disagree on a call (a root, say) often wait for each other: say what differs.
+      if (records_disagree(-1)) return true;
+      std::string why = "deadlock: ";
+      bool point_to_point = false;  // a send of send/send_recv in the cycle: say how to order them
+      for (const auto& [r, w] : cycle) {
+        call_signature sig;
+        const std::string call = w.seq && announced_call(r, w.seq, sig) ? called(sig) + " #" + std::to_string(w.seq)
+                                                                        : "a point-to-point call";
+        point_to_point = point_to_point || (w.seq == 0 && static_cast<wait_kind>(w.kind) != wait_kind::message_from);
+        const std::string other = "rank " + std::to_string(w.peer);
+        why += "rank " + std::to_string(r) + " in " + call +
+               (static_cast<wait_kind>(w.kind) == wait_kind::message_from ? " waits for a message from " + other
+                                                                           : " waits for " + other + " to receive its messages") +
+               "; ";
+      }
+      why += "each waits for the next, so none can go on";
+      if (point_to_point)
+        why += " (a send larger than the staging ring, or read in place, returns only once received: use send_recv, or "
+               "order the calls: even ranks send first, odd ranks receive first)";
+      fail(errc::mismatch, why);
+      return true;
+    } catch (...) {  // no memory for the message: the timeout still ends the wait
+      return false;
+    }
+  }
+
+  /// Waits until ready() (progressing this rank's queued sends meanwhile), publishing the wait in
+  /// peer_info::wait: `k` is the message a message_from wait needs (the pair's count).
   template <class Ready>
-  void wait(wait_kind kind, int peer_rank, Ready ready) {
+  void wait(wait_kind kind, int peer_rank, std::uint64_t k, Ready ready) {
     auto ready_with_progress = [&] {
       progress_all();
       return ready();
     };
     if (ready_with_progress()) return;
-    std::atomic<std::uint64_t>& waiting = peer(rank_).waiting;
-    waiting.store(std::uint64_t{static_cast<std::uint32_t>(kind)} << 32 | static_cast<std::uint32_t>(peer_rank + 1),
-                  std::memory_order_relaxed);
+    detail::wait_slot& published = peer(rank_).wait;
+    published.publish({static_cast<std::uint32_t>(kind), peer_rank, k, call_seq_});
     const auto st = detail::wait_until(peer(rank_).bell, true, std::chrono::nanoseconds(timeout_), spin_, ready_with_progress,
-                                       [&] { return (interrupted(peer_rank) || went_past(kind, peer_rank, ready)) && !ready(); },
+                                       [&] {
+                                         return (interrupted(peer_rank) || went_past(kind, peer_rank, ready) || deadlocked()) &&
+                                                !ready();
+                                       },
                                        std::chrono::milliseconds(50));
     // Left set after a timeout (the communicator has failed, nothing waits on it again): a peer
     // that timed out at the same moment still reads this rank as blocked, as it was.
-    if (st != detail::wait_status::timed_out) waiting.store(0, std::memory_order_relaxed);
+    if (st != detail::wait_status::timed_out) published.publish({});
     if (st == detail::wait_status::ready) return;
     if (st == detail::wait_status::timed_out) {
       const std::string why = "timed out after " + std::to_string(timeout_.count()) + " ms waiting for " + wait_words(kind) +
@@ -1275,6 +1345,7 @@ class shm_transport final : public transport {
     seen_consumed_.assign(static_cast<std::size_t>(n_), 0);
     zero_copy_until_.assign(static_cast<std::size_t>(n_), 0);
     received_.assign(static_cast<std::size_t>(n_), 0);
+    queued_.assign(static_cast<std::size_t>(n_), false);
   }
 
   /// Moves this rank's outgoing staging memory (the slots it writes for every peer) to the NUMA
@@ -1330,6 +1401,7 @@ class shm_transport final : public transport {
   // last seen to have consumed, the count it must consume before the last zero-copy message's
   // buffer is free, and messages received from it.
   std::vector<std::uint64_t> posted_, seen_consumed_, zero_copy_until_, received_;
+  std::vector<bool> queued_;  // what this rank last wrote to mailbox::queued, per peer
   std::chrono::steady_clock::time_point last_liveness_{};
   call_signature announced_{};  // this rank's current call (announce)
   std::uint64_t call_seq_ = 0;  // the call of the message posted or received last (0: point-to-point)

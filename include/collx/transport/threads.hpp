@@ -71,7 +71,7 @@ class thread_world {
         bells_(new padded_bell[static_cast<std::size_t>(world_size)]),
         calls_(new published_calls[static_cast<std::size_t>(world_size)]),
         departed_(new std::atomic<bool>[static_cast<std::size_t>(world_size)]),
-        waits_(world_size),
+        waits_(new detail::wait_slot[static_cast<std::size_t>(world_size)]),
         costs_(topo::host_cost_model(detail::allowed_cpus())) {
     for (int r = 0; r < world_size; ++r) departed_[static_cast<std::size_t>(r)].store(false, std::memory_order_relaxed);
   }
@@ -123,12 +123,12 @@ class thread_world {
     return boxes_[static_cast<std::size_t>(from) * static_cast<std::size_t>(size_) + static_cast<std::size_t>(to)];
   }
   detail::doorbell& bell(int r) noexcept { return bells_[static_cast<std::size_t>(r)].bell; }
-  /// What each rank waits for now (threads_transport::wait publishes it), for deadlock detection.
-  detail::published_waits& waits() noexcept { return waits_; }
+  /// What rank r waits for now (threads_transport::wait publishes it), for deadlock detection.
+  detail::wait_slot& wait_of(int r) noexcept { return waits_[static_cast<std::size_t>(r)]; }
 
   /// The waits of a rank between threads (detail::wait_record::kind). Each is met by its peer
   /// alone (the mailbox counters it reads move only when the peer posts or consumes), and once met
-  /// stays met: what detail::published_waits::cycle_through needs.
+  /// stays met: what detail::find_wait_cycle needs.
   enum wait_kind : std::uint32_t {
     free_slot_towards = 1,  ///< k - consumed(r -> peer) < mailbox_capacity: room for message k
     message_from = 2,       ///< posted(peer -> r) > k: message k arrived
@@ -183,7 +183,7 @@ class thread_world {
   std::unique_ptr<padded_bell[]> bells_;
   std::unique_ptr<published_calls[]> calls_;
   std::unique_ptr<std::atomic<bool>[]> departed_;
-  detail::published_waits waits_;
+  std::unique_ptr<detail::wait_slot[]> waits_;
   cost_model costs_;
   std::atomic<bool> failed_{false};
   std::mutex mutex_;
@@ -300,12 +300,12 @@ class threads_transport final : public transport {
     const detail::wait_record w{kind, peer, k, call_seq_};
     auto ready = [&] { return world_->wait_met(rank_, w); };
     if (ready()) return;
-    world_->waits().publish(rank_, w);
+    detail::wait_slot& mine = world_->wait_of(rank_);
+    mine.publish(w);
     struct unpublish {
-      thread_world& world;
-      int rank;
-      ~unpublish() { world.waits().publish(rank, {}); }
-    } published{*world_, rank_};
+      detail::wait_slot& slot;
+      ~unpublish() { slot.publish({}); }
+    } published{mine};
     // Checked on every wake-up and every 20 ms: the failure flag, whether a peer's records of this
     // call or of one it is still in differ (ranks that disagree on a root may never exchange a
     // message to compare, as when both broadcast as the root), the other levels of a hierarchy
@@ -336,21 +336,22 @@ class threads_transport final : public transport {
   }
 
   /// True (with the world failed, errc::mismatch) if this rank's wait is part of a cycle of waits
-  /// in which each rank waits for the next (detail::published_waits::cycle_through): between
+  /// in which each rank waits for the next (detail::find_wait_cycle): between
   /// threads a send returns only once received, so ranks that all send first, or one in a send
   /// and its peer in a collective's send, wait for each other until their timeout otherwise.
   bool deadlocked() noexcept {
     try {
-      const auto cycle = world_->waits().cycle_through(
-          rank_, [&](int r, const detail::wait_record& w) { return !world_->wait_met(r, w); });
+      const auto cycle = detail::find_wait_cycle(
+          rank_, world_->size(), [&](int r) -> const detail::wait_slot& { return world_->wait_of(r); },
+          [&](int r, const detail::wait_record& w) { return !world_->wait_met(r, w); });
       if (cycle.empty()) return false;
       std::string why = "deadlock: ";
-      bool point_to_point = false;
+      bool point_to_point = false;  // a send of send/send_recv in the cycle: say how to order them
       for (const auto& [r, w] : cycle) {
         call_signature sig;
         const std::string call = w.seq && world_->announced(r, w.seq, sig) ? called(sig) + " #" + std::to_string(w.seq)
                                                                             : "a point-to-point call";
-        point_to_point = point_to_point || w.seq == 0;
+        point_to_point = point_to_point || (w.seq == 0 && w.kind != thread_world::message_from);  // a send
         const std::string peer = "rank " + std::to_string(w.peer);
         why += "rank " + std::to_string(r) + " in " + call +
                (w.kind == thread_world::message_from ? " waits for a message from " + peer
