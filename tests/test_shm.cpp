@@ -1152,6 +1152,30 @@ TEST_CASE("shm: a cycle of waits fails at once as a deadlock, each rank's wait n
   }, o, shm);
   for (const auto& e : small) CHECK(e.exit_code == 0);
 
+  // A sender whose ring filled (its 9th small message waits for a slot) asleep while its receiver
+  // empties the ring and then waits on a third rank that waits on the sender: the sender can go on
+  // once it wakes, so no deadlock (found by review: its queued flag alone read as blocked).
+  for (int round = 0; round < 10; ++round) {
+    const auto refilled = collx::run_processes(3, [](collx::communicator& comm) -> int {
+      std::vector<double> m(4, 1.0);
+      if (comm.rank() == 0) {
+        for (int i = 0; i < 9; ++i) collx::send(comm, m, 1);
+        collx::send(comm, m, 2);
+      } else if (comm.rank() == 1) {
+        std::this_thread::sleep_for(100ms);  // rank 0's 9th send sleeps on its futex meanwhile
+        for (int i = 0; i < 8; ++i) collx::recv(comm, m, 0);
+        collx::recv(comm, m, 2);
+        collx::recv(comm, m, 0);
+      } else {
+        collx::recv(comm, m, 0);
+        collx::send(comm, m, 1);
+      }
+      return 0;
+    }, o, shm);
+    INFO("round " << round);
+    for (const auto& e : refilled) CHECK(e.exit_code == 0);
+  }
+
   // Messages larger than the ring, in one direction: the receiver waits for the next piece while
   // the sender waits for it to read, and the sender, holding pieces not yet in the ring, is not
   // blocked (mailbox::queued): no deadlock, over and over. Rank 2 only makes the ranks outnumber

@@ -73,7 +73,8 @@ std::vector<std::pair<int, wait_record>> find_wait_cycle(int me, int n, SlotOf&&
   {  // A first look without allocating (asked on every wake-up of a wait): the peer must wait too.
     wait_record w, next;
     std::uint64_t v = 0;
-    if (!slot_of(me).read(w, v) || !in_world(w.peer) || !slot_of(w.peer).read(next, v) || !blocked(w.peer, next))
+    if (!slot_of(me).read(w, v) || !in_world(w.peer) || !slot_of(w.peer).read(next, v) || !in_world(next.peer) ||
+        !blocked(w.peer, next))
       return {};
   }
   struct link {
@@ -83,14 +84,12 @@ std::vector<std::pair<int, wait_record>> find_wait_cycle(int me, int n, SlotOf&&
   };
   std::vector<link> chain;
   int r = me;
-  for (int steps = 0; steps < n; ++steps) {
+  for (int steps = 0; steps < n; ++steps) {  // n links without coming back: a cycle without me
     link l{r, {}, 0};
     if (!slot_of(r).read(l.w, l.version) || !in_world(l.w.peer) || !blocked(r, l.w)) return {};
     chain.push_back(l);
     r = l.w.peer;
     if (r == me) break;
-    for (const link& seen : chain)
-      if (seen.rank == r) return {};
   }
   if (r != me) return {};
   std::vector<std::pair<int, wait_record>> out;

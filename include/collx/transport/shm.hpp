@@ -855,7 +855,8 @@ class shm_transport final : public transport {
   /// Whether rank r's published wait w still cannot end (detail::find_wait_cycle), from the
   /// segment: a message_from wait until its slot is stamped, and only while the peer holds nothing
   /// for r outside the ring (a waiting rank still pushes its queued messages, mailbox::queued); a
-  /// consumed_by wait while r holds queued messages or the peer has not read its zero-copy ones.
+  /// consumed_by wait while r holds queued messages and the ring is full (with room, r pushes them
+  /// when it wakes: its flag alone says nothing), or the peer has not read its zero-copy ones.
   /// Each ends only by the peer's action: sending (outside its waits, or a queued push) or
   /// receiving (outside its waits).
   bool wait_blocked(int r, const detail::wait_record& w) const noexcept {
@@ -863,9 +864,12 @@ class shm_transport final : public transport {
       return slot_at(w.peer, r, w.k).stamp.load(std::memory_order_acquire) != w.k + 1 &&
              mbox(w.peer, r).queued.load(std::memory_order_acquire) == 0;
     const shm_segment::mailbox& box = mbox(r, w.peer);
-    if (box.queued.load(std::memory_order_acquire) != 0) return true;  // read first: cleared after zero_copy_until is set
+    const bool queued = box.queued.load(std::memory_order_acquire) != 0;  // read first: cleared after zero_copy_until is set
     const std::uint64_t until = box.zero_copy_until.load(std::memory_order_acquire);
-    return box.consumed.load(std::memory_order_acquire) < until;
+    const std::uint64_t consumed = box.consumed.load(std::memory_order_acquire);
+    // Full: the ring holds messages consumed .. consumed + slots - 1 (stamped in order).
+    const bool full = slot_at(r, w.peer, consumed + slots_ - 1).stamp.load(std::memory_order_acquire) == consumed + slots_;
+    return (queued && full) || consumed < until;
   }
 
   /// True (with the job failed, errc::mismatch) if this rank's wait is part of a cycle of waits in
