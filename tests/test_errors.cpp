@@ -1222,8 +1222,8 @@ TEST_CASE("error messages name rank, world size and the call", "[errors][message
       REQUIRE(r.code == errc::mismatch);
       CHECK(r.seconds < 10);  // not at the timeout (60 s)
       CHECK(r.what.find("deadlock: rank ") != std::string::npos);
-      CHECK(r.what.find("rank 0 in a point-to-point call waits for rank 1 to receive its message") != std::string::npos);
-      CHECK(r.what.find("rank 1 in a point-to-point call waits for rank 0 to receive its message") != std::string::npos);
+      CHECK(r.what.find("rank 0 in a point-to-point call waits for rank 1 to receive its messages") != std::string::npos);
+      CHECK(r.what.find("rank 1 in a point-to-point call waits for rank 0 to receive its messages") != std::string::npos);
       CHECK(r.what.find("use send_recv") != std::string::npos);
     }
   }
@@ -1264,7 +1264,7 @@ TEST_CASE("between threads, a cycle of waits fails at once with each rank's wait
         CHECK(r.seconds < 10);
         for (int q = 0; q < n; ++q)
           CHECK(r.what.find("rank " + std::to_string(q) + " in a point-to-point call waits for rank " +
-                            std::to_string((q + 1) % n) + " to receive its message") != std::string::npos);
+                            std::to_string((q + 1) % n) + " to receive its messages") != std::string::npos);
       }
     }
   }
@@ -1291,7 +1291,7 @@ TEST_CASE("between threads, a cycle of waits fails at once with each rank's wait
     for (const auto& r : v) {
       REQUIRE(r.code == errc::mismatch);
       CHECK(r.seconds < 10);
-      CHECK(r.what.find("rank 1 in broadcast #1 waits for rank 0 to receive its message") != std::string::npos);
+      CHECK(r.what.find("rank 1 in broadcast #1 waits for rank 0 to receive its messages") != std::string::npos);
     }
   }
   SECTION("a rank waiting on a deadlocked cycle it is not part of learns of it from the cycle's ranks") {

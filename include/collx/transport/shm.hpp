@@ -883,23 +883,11 @@ class shm_transport final : public transport {
       if (cycle.empty()) return false;
       // Ranks that disagree on a call (a root, say) often wait for each other: say what differs.
       if (records_disagree(-1)) return true;
-      std::string why = "deadlock: ";
-      bool point_to_point = false;  // a send of send/send_recv in the cycle: say how to order them
-      for (const auto& [r, w] : cycle) {
-        call_signature sig;
-        const std::string call = w.seq && announced_call(r, w.seq, sig) ? called(sig) + " #" + std::to_string(w.seq)
-                                                                        : "a point-to-point call";
-        point_to_point = point_to_point || (w.seq == 0 && static_cast<wait_kind>(w.kind) != wait_kind::message_from);
-        const std::string other = "rank " + std::to_string(w.peer);
-        why += "rank " + std::to_string(r) + " in " + call +
-               (static_cast<wait_kind>(w.kind) == wait_kind::message_from ? " waits for a message from " + other
-                                                                           : " waits for " + other + " to receive its messages") +
-               "; ";
-      }
-      why += "each waits for the next, so none can go on";
-      if (point_to_point)
-        why += " (a send larger than the staging ring, or read in place, returns only once received: use send_recv, or "
-               "order the calls: even ranks send first, odd ranks receive first)";
+      const std::string why = deadlock_message(
+          cycle, [](const detail::wait_record& w) { return static_cast<wait_kind>(w.kind) == wait_kind::message_from; },
+          [&](int r, std::uint64_t seq, call_signature& sig) { return announced_call(r, seq, sig); },
+          "a send larger than the staging ring, or read in place, returns only once received: use send_recv, or "
+          "order the calls: even ranks send first, odd ranks receive first");
       fail(errc::mismatch, why);
       return true;
     } catch (...) {  // no memory for the message: the timeout still ends the wait

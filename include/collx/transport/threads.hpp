@@ -345,22 +345,11 @@ class threads_transport final : public transport {
           rank_, world_->size(), [&](int r) -> const detail::wait_slot& { return world_->wait_of(r); },
           [&](int r, const detail::wait_record& w) { return !world_->wait_met(r, w); });
       if (cycle.empty()) return false;
-      std::string why = "deadlock: ";
-      bool point_to_point = false;  // a send of send/send_recv in the cycle: say how to order them
-      for (const auto& [r, w] : cycle) {
-        call_signature sig;
-        const std::string call = w.seq && world_->announced(r, w.seq, sig) ? called(sig) + " #" + std::to_string(w.seq)
-                                                                            : "a point-to-point call";
-        point_to_point = point_to_point || (w.seq == 0 && w.kind != thread_world::message_from);  // a send
-        const std::string peer = "rank " + std::to_string(w.peer);
-        why += "rank " + std::to_string(r) + " in " + call +
-               (w.kind == thread_world::message_from ? " waits for a message from " + peer
-                                                      : " waits for " + peer + " to receive its message") + "; ";
-      }
-      why += "each waits for the next, so none can go on";
-      if (point_to_point)
-        why += " (between threads a send returns only once received: use send_recv, or order the calls: even ranks "
-               "send first, odd ranks receive first)";
+      const std::string why = deadlock_message(
+          cycle, [](const detail::wait_record& w) { return w.kind == thread_world::message_from; },
+          [&](int r, std::uint64_t seq, call_signature& sig) { return world_->announced(r, seq, sig); },
+          "between threads a send returns only once received: use send_recv, or order the calls: even ranks send "
+          "first, odd ranks receive first");
       world_->fail(errc::mismatch, reported(why));
       return true;
     } catch (...) {  // no memory for the message: the timeout still ends the wait

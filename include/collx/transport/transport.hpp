@@ -15,6 +15,7 @@
 #include <collx/algo/automatic.hpp>
 #include <collx/algo/schedule.hpp>
 #include <collx/detail/signature_names.hpp>
+#include <collx/detail/wait_graph.hpp>
 #include <collx/error.hpp>
 
 namespace collx {
@@ -213,6 +214,31 @@ std::string first_disagreement(const call_signature& mine, int me, int n, Record
     }
   }
   return {};
+}
+
+/// The error of a deadlock that detail::find_wait_cycle found: "deadlock: rank 0 in a
+/// point-to-point call waits for rank 1 to receive its messages; rank 1 in broadcast #1 waits for a
+/// message from rank 0; each waits for the next, so none can go on", then " (" + send_advice + ")"
+/// if a point-to-point send waits in the cycle (how to order sends). `receiving(w)`: wait w is for
+/// a message (else for the peer to read this rank's); `announced(r, seq, sig)` looks up rank r's
+/// call seq, to name it.
+template <class Receiving, class Announced>
+std::string deadlock_message(const std::vector<std::pair<int, detail::wait_record>>& cycle, Receiving&& receiving,
+                             Announced&& announced, std::string_view send_advice) {
+  std::string why = "deadlock: ";
+  bool sends = false;
+  for (const auto& [r, w] : cycle) {
+    call_signature sig;
+    const std::string call = w.seq && announced(r, w.seq, sig) ? called(sig) + " #" + std::to_string(w.seq)
+                                                               : "a point-to-point call";
+    sends = sends || (w.seq == 0 && !receiving(w));
+    const std::string peer = "rank " + std::to_string(w.peer);
+    why += "rank " + std::to_string(r) + " in " + call +
+           (receiving(w) ? " waits for a message from " + peer : " waits for " + peer + " to receive its messages") + "; ";
+  }
+  why += "each waits for the next, so none can go on";
+  if (sends) why += " (" + std::string(send_advice) + ")";
+  return why;
 }
 
 /// Why this rank's (`me`) wait in call `mine` on rank `peer` can never end: `peer` has announced
