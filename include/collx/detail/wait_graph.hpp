@@ -45,6 +45,17 @@ struct alignas(64) wait_slot {
     version.store(v + 2, std::memory_order_release);
   }
 
+  /// The rank acts inside its wait (a transport whose waiting ranks still move data): from
+  /// begin_change to end_change the record reads as being rewritten, and afterwards as another
+  /// version, so no check that overlaps the action concludes from state it changed halfway.
+  void begin_change() noexcept {
+    version.store(version.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);  // odd
+    std::atomic_thread_fence(std::memory_order_release);
+  }
+  void end_change() noexcept {
+    version.store(version.load(std::memory_order_relaxed) + 1, std::memory_order_release);  // even again
+  }
+
   /// The record and its version, if the rank is in a wait and not rewriting the record.
   bool read(wait_record& w, std::uint64_t& v) const noexcept {
     v = version.load(std::memory_order_acquire);

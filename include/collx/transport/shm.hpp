@@ -619,6 +619,7 @@ class shm_transport final : public transport {
     if (const bool held = !q.empty(); held != queued_[i]) {  // for the peers' deadlock detection
       mbox(rank_, p).queued.store(held ? 1 : 0, std::memory_order_release);
       queued_[i] = held;
+      held ? ++queued_peers_ : --queued_peers_;
     }
     if (rang) peer(p).bell.ring(true);
   }
@@ -899,13 +900,23 @@ class shm_transport final : public transport {
   /// peer_info::wait: `k` is the message a message_from wait needs (the pair's count).
   template <class Ready>
   void wait(wait_kind kind, int peer_rank, std::uint64_t k, Ready ready) {
+    detail::wait_slot& published = peer(rank_).wait;
+    bool in_wait = false;
     auto ready_with_progress = [&] {
-      progress_all();
+      // Pushing queued pieces while published changes what peers read (a stamp, then
+      // mailbox::queued): marked as a change, so that no deadlock check reads it halfway.
+      if (in_wait && queued_peers_ > 0) {
+        published.begin_change();
+        progress_all();
+        published.end_change();
+      } else {
+        progress_all();
+      }
       return ready();
     };
     if (ready_with_progress()) return;
-    detail::wait_slot& published = peer(rank_).wait;
     published.publish({static_cast<std::uint32_t>(kind), peer_rank, k, call_seq_});
+    in_wait = true;
     const auto st = detail::wait_until(peer(rank_).bell, true, std::chrono::nanoseconds(timeout_), spin_, ready_with_progress,
                                        [&] {
                                          return (interrupted(peer_rank) || went_past(kind, peer_rank, ready) || deadlocked()) &&
@@ -1393,7 +1404,8 @@ class shm_transport final : public transport {
   // last seen to have consumed, the count it must consume before the last zero-copy message's
   // buffer is free, and messages received from it.
   std::vector<std::uint64_t> posted_, seen_consumed_, zero_copy_until_, received_;
-  std::vector<bool> queued_;  // what this rank last wrote to mailbox::queued, per peer
+  std::vector<bool> queued_;     // what this rank last wrote to mailbox::queued, per peer
+  std::size_t queued_peers_ = 0;  // peers whose queued_ is true
   std::chrono::steady_clock::time_point last_liveness_{};
   call_signature announced_{};  // this rank's current call (announce)
   std::uint64_t call_seq_ = 0;  // the call of the message posted or received last (0: point-to-point)
