@@ -2,7 +2,10 @@
 /// Deadlock detection for transports whose waits can only be ended by one peer: each rank
 /// publishes what it waits for while it waits, and a waiting rank follows the chain "waits for"
 /// from itself. A chain that comes back to it, every link still the same unmet wait when looked at
-/// twice, is a deadlock: its ranks fail at once instead of at their timeout.
+/// twice, is a deadlock: its ranks fail at once instead of at their timeout. This is the
+/// wait-for graph's edge chasing of Chandy, Misra and Haas ("Distributed deadlock detection", ACM
+/// TOCS 1(2), 1983), with each rank's edge published in shared memory instead of sent as probes,
+/// and the second look standing in for their probe's path through still-blocked ranks.
 #pragma once
 
 #include <atomic>
@@ -28,10 +31,10 @@ struct wait_record {
 /// lock-free atomics, so it may live in memory shared between processes (plain data, no pointers).
 struct alignas(64) wait_slot {
   std::atomic<std::uint64_t> version{0};  ///< odd while being written; changes with every publish
-  std::atomic<std::uint32_t> kind{0};
-  std::atomic<std::int32_t> peer{-1};
-  std::atomic<std::uint64_t> k{0};
-  std::atomic<std::uint64_t> seq{0};
+  std::atomic<std::uint32_t> kind{0};    ///< wait_record::kind (0: not waiting)
+  std::atomic<std::int32_t> peer{-1};    ///< wait_record::peer
+  std::atomic<std::uint64_t> k{0};       ///< wait_record::k
+  std::atomic<std::uint64_t> seq{0};     ///< wait_record::seq
 
   /// The rank begins (w.kind != 0) or ends (w.kind == 0) a wait. By the slot's rank only.
   void publish(const wait_record& w) noexcept {
