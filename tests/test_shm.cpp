@@ -613,6 +613,55 @@ TEST_CASE("shm: a rank with count 0 that goes on past the published history stil
     }, thirty_seconds()));
 }
 
+TEST_CASE("shm: a peer that sends and then closes its communicator ends the wait, not the job", "[shm][F2]") {
+  // A rank waits for a message that its peer sends just before it leaves: the departure, seen
+  // after the message came, must not fail the job. CI met "rank 2 died while rank 1 waits for it"
+  // (in the refilled-ring case of the deadlock test, under load), from a liveness check that did
+  // not ask again for the message: the waiting rank was switched out inside the check (a syscall)
+  // while its peers ran. A race: without the second look, about half of this case's runs fail
+  // (50 rounds of each program), the calls' program with its ranks on one CPU after the start.
+  for (int round = 0; round < 50; ++round) {
+    // Rank 1 frees a slot of rank 0's ring (whose 9th send waits for one), then waits for rank 2,
+    // whose message comes only after rank 0's next send.
+    const auto in_calls = collx::run_processes(3, [round](collx::communicator& comm) -> int {
+      cpu_set_t cpu0;
+      CPU_ZERO(&cpu0);
+      CPU_SET(0, &cpu0);
+      (void)::sched_setaffinity(0, sizeof cpu0, &cpu0);  // where refused, the case only tests less
+      std::vector<int> m(4, 0);
+      if (comm.rank() == 0) {
+        for (int i = 0; i < 9; ++i) collx::send(comm, std::vector<int>(4, i), 1);
+        collx::send(comm, std::vector<int>(4, 100 + round), 2);
+      } else if (comm.rank() == 1) {
+        // Rank 0's 9th send waits for a slot meanwhile; and past the 50 ms between liveness checks.
+        std::this_thread::sleep_for(60ms);
+        for (int i = 0; i < 8; ++i) {
+          collx::recv(comm, m, 0);
+          if (m[3] != i) return 3;
+        }
+        collx::recv(comm, m, 2);
+        if (m[3] != 100 + round) return 4;
+        collx::recv(comm, m, 0);
+        if (m[3] != 8) return 5;
+      } else {
+        collx::recv(comm, m, 0);
+        collx::send(comm, m, 1);
+      }
+      return 0;  // leaves at once: its message may still be unread
+    });
+    // Rank 2 sends as soon as its start ends, and leaves, while rank 1 may still be in its start.
+    const auto at_start = collx::run_processes(3, [round](collx::communicator& comm) -> int {
+      std::vector<int> m(4, 0);
+      if (comm.rank() == 2) collx::send(comm, std::vector<int>(4, 200 + round), 1);
+      if (comm.rank() == 1) collx::recv(comm, m, 2);
+      return comm.rank() == 1 && m[3] != 200 + round ? 3 : 0;
+    });
+    INFO("round " << round);
+    for (const auto& e : in_calls) CHECK(e.exit_code == 0);
+    for (const auto& e : at_start) CHECK(e.exit_code == 0);
+  }
+}
+
 TEST_CASE("shm: a peer killed with SIGKILL is reported, not waited for", "[shm][F2]") {
   const auto t0 = std::chrono::steady_clock::now();
   const auto res = collx::run_processes(2, [](collx::communicator& comm) -> int {

@@ -717,9 +717,13 @@ class shm_transport final : public transport {
     COLLX_THROW(static_cast<errc>(h->fail_code), as_read_by(rank_, std::string(h->fail_reason)));  // its own: not "rank R failed"
   }
 
-  /// True once the job failed, or when `watched` (a rank, or -1 for all) has died or left: a dead
-  /// peer fails the job. Liveness is looked at most every 50 ms.
-  bool interrupted(int watched) {
+  /// True once the job failed, or when `watched` (a rank, or -1 for all) has died or left while
+  /// `ready` still does not hold: a dead peer fails the job. `ready` is asked again after the death
+  /// or departure is seen: a peer may send what this rank waits for (or read what it sent) and then
+  /// leave, after this wait last asked, and its leaving then ends nothing. Liveness is looked at
+  /// most every 50 ms.
+  template <class Ready>
+  bool interrupted(int watched, Ready&& ready) {
     if (hdr()->failed.load(std::memory_order_acquire)) return true;
     const auto now = std::chrono::steady_clock::now();
     if (now - last_liveness_ < std::chrono::milliseconds(50)) return false;
@@ -731,6 +735,7 @@ class shm_transport final : public transport {
       shm_segment::peer_info& pi = peer(r);
       const bool left = pi.departed.load(std::memory_order_acquire) != 0;
       if (left || detail::process_dead(pi.pid.load(std::memory_order_acquire), pi.start_time)) {
+        if (ready()) return false;
         fail(errc::transport, "rank " + std::to_string(r) + " (pid " + std::to_string(pi.pid.load()) + ") " +
                                   (left ? "closed its communicator" : "died") + " while rank " + std::to_string(rank_) +
                                   " waits for it; the job cannot continue");
@@ -738,6 +743,10 @@ class shm_transport final : public transport {
       }
     }
     return false;
+  }
+  /// interrupted where nothing can end a wait any more (a read from a peer that failed).
+  bool interrupted(int watched) {
+    return interrupted(watched, [] { return false; });
   }
 
   /// True (with the job failed) if the records of `watched` (a rank, or -1 for all) of this call,
@@ -919,7 +928,7 @@ class shm_transport final : public transport {
     in_wait = true;
     const auto st = detail::wait_until(peer(rank_).bell, true, std::chrono::nanoseconds(timeout_), spin_, ready_with_progress,
                                        [&] {
-                                         return (interrupted(peer_rank) || went_past(kind, peer_rank, ready) || deadlocked()) &&
+                                         return (interrupted(peer_rank, ready) || went_past(kind, peer_rank, ready) || deadlocked()) &&
                                                 !ready();
                                        },
                                        std::chrono::milliseconds(50));
@@ -1256,8 +1265,8 @@ class shm_transport final : public transport {
     const auto started = std::chrono::steady_clock::now();
     auto last_abandon_check = started;
     std::string abandon_why;
-    const auto stop_start = [&] {
-      if (interrupted(-1)) return true;
+    const auto stop_start = [&](auto& ready) {
+      if (interrupted(-1, ready)) return true;
       const auto now = std::chrono::steady_clock::now();
       if (!abandon_start_ || now - last_abandon_check < std::chrono::milliseconds(50)) return false;
       last_abandon_check = now;
@@ -1269,8 +1278,8 @@ class shm_transport final : public transport {
       return !abandon_why.empty();
     };
     const auto connect_wait = [&](auto ready) {
-      const auto st = detail::wait_until(me.bell, true, deadline, std::chrono::nanoseconds(0), ready, stop_start,
-                                         std::chrono::milliseconds(50));
+      const auto st = detail::wait_until(me.bell, true, deadline, std::chrono::nanoseconds(0), ready,
+                                         [&] { return stop_start(ready); }, std::chrono::milliseconds(50));
       if (st == detail::wait_status::timed_out) {
         unlink_name_if_ours();  // the job cannot start: leave nothing in /dev/shm for a rank that never came
         std::string missing;
@@ -1284,9 +1293,9 @@ class shm_transport final : public transport {
                                                               missing + ")") +
                                        job_id_hint());
       }
-      // A peer may finish its start, use the communicator and fail or close it between this
-      // rank's last look at `ready` and its look at the peers: the start itself succeeded then
-      // (the failure is the communicator's, for its first call).
+      // A peer may finish its start, use the communicator and fail it between this rank's last
+      // look at `ready` and its look at the peers: the start itself succeeded then (the failure
+      // is the communicator's, for its first call). A peer that closed it ends nothing then.
       if (st == detail::wait_status::interrupted && !ready()) {
         // The other ranks' starts end with it too (interrupted: the segment failed).
         if (!abandon_why.empty()) adopt_failure(errc::aborted, "rank " + std::to_string(rank_) + " ended the start: " + abandon_why);
