@@ -660,6 +660,27 @@ TEST_CASE("shm: a peer that sends and then closes its communicator ends the wait
     for (const auto& e : in_calls) CHECK(e.exit_code == 0);
     for (const auto& e : at_start) CHECK(e.exit_code == 0);
   }
+
+  // A peer that leaves without sending still fails the wait at once, naming it.
+  collx::communicator_options o;
+  o.timeout = 20s;
+  const auto never_sent = collx::run_processes(3, [](collx::communicator& comm) -> int {
+    if (comm.rank() != 1) return 0;
+    std::vector<int> m(4);
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      collx::recv(comm, m, 2);
+      return 2;
+    } catch (const collx::error& e) {
+      std::fprintf(stderr, "never sent: %s\n", e.what());
+      return e.code() == collx::errc::transport &&
+                     std::string(e.what()).find(") closed its communicator while rank 1 waits for it") != std::string::npos &&
+                     std::chrono::steady_clock::now() - t0 < 5s
+                 ? 0
+                 : 3;
+    }
+  }, o);
+  for (const auto& e : never_sent) CHECK(e.exit_code == 0);
 }
 
 TEST_CASE("shm: a peer killed with SIGKILL is reported, not waited for", "[shm][F2]") {
