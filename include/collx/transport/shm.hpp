@@ -668,7 +668,7 @@ class shm_transport final : public transport {
       if (got != static_cast<ssize_t>(len)) {
         const int err = errno;
         last_liveness_ = {};  // a dead sender is the likely cause: say so rather than blame CMA
-        if (interrupted(from)) raise_failure();
+        if (interrupted(from, [] { return false; })) raise_failure();  // nothing to wait for any more
         // ESRCH: the sender is gone, or exiting (its memory is released before /proc shows it dead).
         const std::string why =
             err == ESRCH ? "rank " + std::to_string(from) + " (pid " + std::to_string(s.pid) + ") died while rank " +
@@ -743,10 +743,6 @@ class shm_transport final : public transport {
       }
     }
     return false;
-  }
-  /// interrupted where nothing can end a wait any more (a read from a peer that failed).
-  bool interrupted(int watched) {
-    return interrupted(watched, [] { return false; });
   }
 
   /// True (with the job failed) if the records of `watched` (a rank, or -1 for all) of this call,
