@@ -7,12 +7,16 @@
 
 #include <collx/collx.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
 #include <list>
+#include <optional>
 #include <ranges>
 #include <span>
+#include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -258,5 +262,162 @@ TEST_CASE("contiguous ranges: send, recv and send_recv on vectors, and mixed wit
     expect.insert(expect.end(), d.begin(), d.end());
     INFO("rank " << r);
     CHECK(outs[static_cast<std::size_t>(r)] == expect);
+  }
+}
+
+// v-form counts (collx::block_counts): std::size_t lists are viewed, other integer types and
+// braced lists copied; what cannot be a count is refused at compile time.
+static_assert(std::is_convertible_v<const std::vector<std::size_t>&, collx::block_counts>);
+static_assert(std::is_convertible_v<const std::vector<int>&, collx::block_counts>);
+static_assert(std::is_convertible_v<const std::array<std::int64_t, 3>&, collx::block_counts>);
+static_assert(std::is_convertible_v<std::span<const unsigned>, collx::block_counts>);
+static_assert(std::is_convertible_v<const long (&)[3], collx::block_counts>);
+static_assert(!std::is_convertible_v<const std::vector<double>&, collx::block_counts>);
+static_assert(!std::is_convertible_v<const std::vector<bool>&, collx::block_counts>);
+static_assert(!std::is_convertible_v<const std::vector<char>&, collx::block_counts>);
+static_assert(!std::is_convertible_v<const std::list<int>&, collx::block_counts>);
+static_assert(!std::is_constructible_v<collx::block_counts, std::initializer_list<double>>);
+
+TEST_CASE("block_counts: views std::size_t lists, copies other integer types, owned() outlives its source",
+          "[ranges][counts]") {
+  const std::vector<std::size_t> sizes{4, 0, 9};
+  const collx::block_counts viewed(sizes);
+  CHECK(viewed.values().data() == sizes.data());
+  CHECK(!viewed.negative());
+
+  const std::vector<int> ints{4, -3, 9, -1};
+  const collx::block_counts copied(ints);
+  REQUIRE(copied.size() == 4);
+  CHECK(copied[0] == 4);
+  CHECK(copied[1] == 0);  // a negative entry reads as 0; negative() has it
+  CHECK(copied[2] == 9);
+  REQUIRE(copied.negative());
+  CHECK(copied.negative()->index == 1);
+  CHECK(copied.negative()->value == -3);
+
+  std::optional<collx::block_counts> source;
+  source.emplace(std::vector<std::uint32_t>{7, 8, 4000000000u});
+  collx::block_counts kept = source->owned();
+  const collx::block_counts second = kept;  // a copy of an owning list views its own copy
+  source.reset();
+  kept = collx::block_counts(sizes);  // the first copy is gone too
+  REQUIRE(second.size() == 3);
+  CHECK(second[0] == 7);
+  CHECK(second[2] == 4000000000u);
+
+  const collx::block_counts own = viewed.owned();
+  CHECK(own.values().data() != sizes.data());
+  CHECK(std::ranges::equal(own.values(), sizes));
+}
+
+TEST_CASE("v-form counts as std::vector<int>, braced lists and other integer types, sync and async",
+          "[ranges][counts][threads]") {
+  const std::vector<int> counts{3, 0, 4};  // uneven, one empty block
+  const std::size_t total = 7;
+  const auto outs = on_ranks([&](collx::communicator& comm, std::vector<T>& out) {
+    const int r = comm.rank();
+    const auto ur = static_cast<std::size_t>(r);
+    const auto mine = static_cast<std::size_t>(counts[ur]);
+    std::vector<T> agv(total, poison), braced(total, poison), sized(total, poison), later(total, poison);
+    collx::all_gather_v(comm, values(r, mine), agv, counts);
+    collx::all_gather_v(comm, values(r, mine), braced, {3, 0, 4});
+    const std::size_t a = 3, b = 0, c = 4;
+    collx::all_gather_v(comm, values(r, mine), sized, {a, b, c});
+    std::vector<T> rsv(mine, poison);
+    collx::reduce_scatter_v(comm, values(r, total), rsv, std::vector<std::int64_t>{3, 0, 4});
+    // all_to_all_v: rank r sends r + d + 1 elements to rank d (unsigned), receives d + r + 1 (long).
+    std::vector<unsigned> sc(world);
+    std::array<long, world> rc{};
+    for (std::size_t d = 0; d < world; ++d) sc[d] = static_cast<unsigned>(ur + d + 1), rc[d] = static_cast<long>(ur + d + 1);
+    std::vector<T> a2av(3 * ur + 6, poison);
+    collx::all_to_all_v(comm, values(r, 3 * ur + 6), sc, a2av, rc);
+    // An async call copies its counts: the temporary list is gone, and its memory refilled, long
+    // before the progress thread reads them.
+    const std::vector<T> send_later = values(r, mine);
+    std::vector<T> later_int(total, poison);
+    collx::request viewed = collx::all_gather_v_async(comm, send_later, later, std::vector<std::size_t>{3, 0, 4});
+    const std::vector<std::size_t> refill_viewed(3, std::size_t{1} << 40);
+    collx::request copied = collx::all_gather_v_async(comm, send_later, later_int, std::vector<int>{3, 0, 4});
+    const std::vector<int> refill_copied(3, 1 << 30);
+    viewed.wait();
+    copied.wait();
+    for (const auto* v : {&agv, &braced, &sized, &rsv, &a2av, &later, &later_int})
+      out.insert(out.end(), v->begin(), v->end());
+    out.push_back(static_cast<T>(refill_viewed[0] + static_cast<std::size_t>(refill_copied[0])));
+  });
+  std::vector<T> gathered;
+  for (int c = 0; c < world; ++c) {
+    const std::vector<T> block = values(c, static_cast<std::size_t>(counts[static_cast<std::size_t>(c)]));
+    gathered.insert(gathered.end(), block.begin(), block.end());
+  }
+  for (int r = 0; r < world; ++r) {
+    const auto ur = static_cast<std::size_t>(r);
+    std::vector<T> expect;
+    for (int k = 0; k < 3; ++k) expect.insert(expect.end(), gathered.begin(), gathered.end());
+    std::size_t offset = 0;
+    for (std::size_t c = 0; c < ur; ++c) offset += static_cast<std::size_t>(counts[c]);
+    const std::vector<T> rsv = summed(static_cast<std::size_t>(counts[ur]), offset);
+    expect.insert(expect.end(), rsv.begin(), rsv.end());
+    for (std::size_t c = 0; c < world; ++c) {  // rank c's block for r starts at sum_{d<r} (c+d+1)
+      std::size_t from = 0;
+      for (std::size_t d = 0; d < ur; ++d) from += c + d + 1;
+      const std::vector<T> blk = values(static_cast<int>(c), c + ur + 1, from);
+      expect.insert(expect.end(), blk.begin(), blk.end());
+    }
+    for (int k = 0; k < 2; ++k) expect.insert(expect.end(), gathered.begin(), gathered.end());
+    expect.push_back((T{1} << 40) + (1 << 30));
+    INFO("rank " << r);
+    CHECK(outs[ur] == expect);
+  }
+}
+
+TEST_CASE("v-form counts: a negative count fails the call on every rank, naming the entry", "[ranges][counts][threads]") {
+  struct outcome {
+    collx::errc code{};
+    std::string what;
+    std::vector<T> recv;
+  };
+  // Rank 1 alone passes a negative count: its call is rejected before any byte moves, and the
+  // others' calls end too (they do not wait for it).
+  const auto run = [](auto call) {
+    std::vector<outcome> got(world);
+    collx::run_threads(world, [&](collx::communicator& comm) {
+      outcome& o = got[static_cast<std::size_t>(comm.rank())];
+      o.recv.assign(8, poison);
+      try {
+        call(comm, o.recv);
+      } catch (const collx::error& e) {
+        o.code = e.code();
+        o.what = e.what();
+      }
+    });
+    return got;
+  };
+  const std::vector<int> good{2, 0, 3}, bad{2, -5, 3};
+  SECTION("all_gather_v") {
+    const auto got = run([&](collx::communicator& comm, std::vector<T>& recv) {
+      const auto& counts = comm.rank() == 1 ? bad : good;
+      const std::size_t mine = comm.rank() == 1 ? 0 : static_cast<std::size_t>(good[static_cast<std::size_t>(comm.rank())]);
+      collx::all_gather_v(comm, values(comm.rank(), mine), std::span<T>(recv.data(), 5), counts);
+    });
+    CHECK(got[1].code == collx::errc::invalid_argument);
+    CHECK(got[1].recv == std::vector<T>(8, poison));  // rejected before any byte moved
+    for (const outcome& o : got) {
+      CHECK_THAT(o.what, Catch::Matchers::Contains("counts[1] = -5 is negative"));
+      CHECK(std::all_of(o.recv.begin() + 5, o.recv.end(), [](T x) { return x == poison; }));  // past recv
+    }
+  }
+  SECTION("reduce_scatter_v and all_to_all_v") {
+    const auto got = run([&](collx::communicator& comm, std::vector<T>& recv) {
+      if (comm.rank() == 1) {
+        collx::all_to_all_v(comm, values(1, 3), std::vector<long>{1, 1, 1}, recv, std::vector<long>{1, 1, -1});
+      } else {
+        collx::reduce_scatter_v(comm, values(comm.rank(), 5), std::span<T>(recv.data(), good[static_cast<std::size_t>(comm.rank())]),
+                                good);
+      }
+    });
+    CHECK(got[1].code == collx::errc::invalid_argument);
+    CHECK(got[1].recv == std::vector<T>(8, poison));
+    for (const outcome& o : got) CHECK_THAT(o.what, Catch::Matchers::Contains("recv_counts[2] = -1 is negative"));
   }
 }

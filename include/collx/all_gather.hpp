@@ -10,6 +10,7 @@
 #include <collx/algo/direct.hpp>
 #include <collx/algo/ring.hpp>
 #include <collx/algo/tree.hpp>
+#include <collx/block_counts.hpp>
 #include <collx/communicator.hpp>
 #include <collx/concepts.hpp>
 #include <collx/detail/counts.hpp>
@@ -20,16 +21,17 @@ inline namespace v0 {
 
 namespace detail {
 template <class T, class Algo>
-void all_gather_impl(communicator& comm, std::span<const T> send, std::span<T> recv,
-                     std::span<const std::size_t> counts, bool varying) {
+void all_gather_impl(communicator& comm, std::span<const T> send, std::span<T> recv, const block_counts& given,
+                     bool varying) {
   static_check_algorithm<Algo, no_op>();
   const int n = comm.size(), r = comm.rank();
+  const std::span<const std::size_t> counts = given.values();
   if (counts.size() != static_cast<std::size_t>(n))
     invalid_call<T, no_op>(comm, collective::all_gather,
                            "counts has " + std::to_string(counts.size()) + " entries for " + std::to_string(n) + " ranks",
                            varying);
-  if (const std::size_t i = first_count_past_memory(counts.data(), counts.size(), sizeof(T)); i < counts.size())
-    invalid_call<T, no_op>(comm, collective::all_gather, counts_past_memory("counts", counts.data(), i), varying);
+  if (const std::string bad = bad_counts("counts", given, sizeof(T)); !bad.empty())
+    invalid_call<T, no_op>(comm, collective::all_gather, bad, varying);
   std::size_t total = 0, mine = 0;
   for (int c = 0; c < n; ++c) {
     if (c == r) mine = total;
@@ -69,13 +71,14 @@ void all_gather(communicator& comm, std::type_identity_t<std::span<const T>> sen
 }
 
 /// All-gather with uneven blocks: rank c contributes counts[c] elements, packed in rank order in recv.
-/// @param counts world-size entries, identical on every rank (checked)
+/// @param counts world-size entries, identical on every rank (checked); std::size_t or any integer
+///   type, or a braced list (see block_counts)
 /// @param send counts[rank] elements
 /// @param recv sum(counts) elements; in place when send is this rank's block of recv.
 /// @throws collx::error invalid_argument, mismatch, timeout, aborted.
 template <class Algo = algo::automatic, element T>
 void all_gather_v(communicator& comm, std::type_identity_t<std::span<const T>> send, std::span<T> recv,
-                  std::span<const std::size_t> counts) {
+                  const block_counts& counts) {
   detail::all_gather_impl<T, Algo>(comm, send, recv, counts, true);
 }
 
@@ -89,8 +92,8 @@ request all_gather_async(communicator& comm, std::type_identity_t<std::span<cons
 /// temporary).
 template <class Algo = algo::automatic, element T>
 request all_gather_v_async(communicator& comm, std::type_identity_t<std::span<const T>> send, std::span<T> recv,
-                           std::span<const std::size_t> counts) {
-  return detail::start_async(comm, [=, counts = std::vector<std::size_t>(counts.begin(), counts.end())](communicator& c) {
+                           const block_counts& counts) {
+  return detail::start_async(comm, [=, counts = counts.owned()](communicator& c) {
     all_gather_v<Algo, T>(c, send, recv, counts);
   });
 }
@@ -105,7 +108,7 @@ void all_gather(communicator& comm, const S& send, R&& recv) {
 /// all_gather_v on contiguous ranges (see output_buffer).
 template <class Algo = algo::automatic, output_buffer R, input_buffer S>
   requires same_elements<S, R>
-void all_gather_v(communicator& comm, const S& send, R&& recv, std::span<const std::size_t> counts) {
+void all_gather_v(communicator& comm, const S& send, R&& recv, const block_counts& counts) {
   all_gather_v<Algo, buffer_element_t<R>>(comm, detail::as_const_span(send), detail::as_span(recv), counts);
 }
 
@@ -119,7 +122,7 @@ request all_gather_async(communicator& comm, const S& send, R&& recv) {
 /// all_gather_v_async on contiguous ranges (see output_buffer and allreduce_async).
 template <class Algo = algo::automatic, output_buffer R, input_buffer S>
   requires same_elements<S, R>
-request all_gather_v_async(communicator& comm, const S& send, R&& recv, std::span<const std::size_t> counts) {
+request all_gather_v_async(communicator& comm, const S& send, R&& recv, const block_counts& counts) {
   return all_gather_v_async<Algo, buffer_element_t<R>>(comm, detail::as_const_span(send), detail::as_span(recv),
                                                        counts);
 }

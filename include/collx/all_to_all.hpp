@@ -10,6 +10,7 @@
 #include <collx/algo/automatic.hpp>
 #include <collx/algo/direct.hpp>
 #include <collx/algo/ring.hpp>
+#include <collx/block_counts.hpp>
 #include <collx/communicator.hpp>
 #include <collx/concepts.hpp>
 #include <collx/detail/counts.hpp>
@@ -20,19 +21,20 @@ inline namespace v0 {
 
 namespace detail {
 template <class T, class Algo>
-void all_to_all_impl(communicator& comm, std::span<const T> send, std::span<const std::size_t> send_counts,
-                     std::span<T> recv, std::span<const std::size_t> recv_counts, bool varying) {
+void all_to_all_impl(communicator& comm, std::span<const T> send, const block_counts& send_given, std::span<T> recv,
+                     const block_counts& recv_given, bool varying) {
   static_assert(!std::is_same_v<Algo, algo::tree>,
                 "collx: all_to_all has no tree algorithm; use algo::direct, algo::ring (pairwise exchange) "
                 "or algo::automatic");
   static_check_algorithm<Algo, no_op>();
   const std::size_t n = static_cast<std::size_t>(comm.size());
+  const std::span<const std::size_t> send_counts = send_given.values(), recv_counts = recv_given.values();
   if (send_counts.size() != n || recv_counts.size() != n)
     invalid_call<T, no_op>(comm, collective::all_to_all,
                            "send_counts and recv_counts need one entry per rank", varying);
-  for (const auto& [name, counts] : {std::pair{"send_counts", send_counts}, std::pair{"recv_counts", recv_counts}})
-    if (const std::size_t i = first_count_past_memory(counts.data(), n, sizeof(T)); i < n)
-      invalid_call<T, no_op>(comm, collective::all_to_all, counts_past_memory(name, counts.data(), i), varying);
+  for (const auto& [name, counts] : {std::pair{"send_counts", &send_given}, std::pair{"recv_counts", &recv_given}})
+    if (const std::string bad = bad_counts(name, *counts, sizeof(T)); !bad.empty())
+      invalid_call<T, no_op>(comm, collective::all_to_all, bad, varying);
   std::size_t st = 0, rt = 0;
   for (std::size_t c = 0; c < n; ++c) st += send_counts[c], rt += recv_counts[c];
   if (send.size() != st || recv.size() != rt)
@@ -76,11 +78,12 @@ void all_to_all(communicator& comm, std::type_identity_t<std::span<const T>> sen
 /// rank c: a disagreement is reported as errc::mismatch on the receiving rank (zero-element pairs
 /// included) and reaches every rank; a sender whose sends completed may return from this call and
 /// see it at its next call.
+/// @param send_counts,recv_counts world-size entries each; std::size_t or any integer type, or a
+///   braced list (see block_counts)
 /// @throws collx::error invalid_argument, mismatch, timeout, aborted.
 template <class Algo = algo::automatic, element T>
 void all_to_all_v(communicator& comm, std::type_identity_t<std::span<const T>> send,
-                  std::span<const std::size_t> send_counts, std::span<T> recv,
-                  std::span<const std::size_t> recv_counts) {
+                  const block_counts& send_counts, std::span<T> recv, const block_counts& recv_counts) {
   detail::all_to_all_impl<T, Algo>(comm, send, send_counts, recv, recv_counts, true);
 }
 
@@ -94,11 +97,10 @@ request all_to_all_async(communicator& comm, std::type_identity_t<std::span<cons
 /// be temporaries).
 template <class Algo = algo::automatic, element T>
 request all_to_all_v_async(communicator& comm, std::type_identity_t<std::span<const T>> send,
-                           std::span<const std::size_t> send_counts, std::span<T> recv,
-                           std::span<const std::size_t> recv_counts) {
-  return detail::start_async(comm, [=, send_counts = std::vector<std::size_t>(send_counts.begin(), send_counts.end()),
-                                    recv_counts = std::vector<std::size_t>(recv_counts.begin(), recv_counts.end())](
-                                       communicator& c) { all_to_all_v<Algo, T>(c, send, send_counts, recv, recv_counts); });
+                           const block_counts& send_counts, std::span<T> recv, const block_counts& recv_counts) {
+  return detail::start_async(comm, [=, send_counts = send_counts.owned(), recv_counts = recv_counts.owned()](communicator& c) {
+    all_to_all_v<Algo, T>(c, send, send_counts, recv, recv_counts);
+  });
 }
 
 /// all_to_all on contiguous ranges (std::vector, std::array, C arrays; see output_buffer).
@@ -111,8 +113,8 @@ void all_to_all(communicator& comm, const S& send, R&& recv) {
 /// all_to_all_v on contiguous ranges (see output_buffer).
 template <class Algo = algo::automatic, output_buffer R, input_buffer S>
   requires same_elements<S, R>
-void all_to_all_v(communicator& comm, const S& send, std::span<const std::size_t> send_counts, R&& recv,
-                  std::span<const std::size_t> recv_counts) {
+void all_to_all_v(communicator& comm, const S& send, const block_counts& send_counts, R&& recv,
+                  const block_counts& recv_counts) {
   all_to_all_v<Algo, buffer_element_t<R>>(comm, detail::as_const_span(send), send_counts, detail::as_span(recv),
                                           recv_counts);
 }
@@ -127,8 +129,8 @@ request all_to_all_async(communicator& comm, const S& send, R&& recv) {
 /// all_to_all_v_async on contiguous ranges (see output_buffer and allreduce_async).
 template <class Algo = algo::automatic, output_buffer R, input_buffer S>
   requires same_elements<S, R>
-request all_to_all_v_async(communicator& comm, const S& send, std::span<const std::size_t> send_counts, R&& recv,
-                           std::span<const std::size_t> recv_counts) {
+request all_to_all_v_async(communicator& comm, const S& send, const block_counts& send_counts, R&& recv,
+                           const block_counts& recv_counts) {
   return all_to_all_v_async<Algo, buffer_element_t<R>>(comm, detail::as_const_span(send), send_counts,
                                                        detail::as_span(recv), recv_counts);
 }

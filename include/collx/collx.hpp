@@ -6,6 +6,7 @@
 #include <collx/all_to_all.hpp>
 #include <collx/allreduce.hpp>
 #include <collx/barrier.hpp>
+#include <collx/block_counts.hpp>
 #include <collx/broadcast.hpp>
 #include <collx/communicator.hpp>
 #include <collx/concepts.hpp>

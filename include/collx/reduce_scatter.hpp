@@ -12,6 +12,7 @@
 #include <collx/algo/direct.hpp>
 #include <collx/algo/ring.hpp>
 #include <collx/algo/tree.hpp>
+#include <collx/block_counts.hpp>
 #include <collx/communicator.hpp>
 #include <collx/concepts.hpp>
 #include <collx/detail/counts.hpp>
@@ -23,16 +24,17 @@ inline namespace v0 {
 
 namespace detail {
 template <class T, class Op, class Algo>
-void reduce_scatter_impl(communicator& comm, std::span<const T> send, std::span<T> recv,
-                         std::span<const std::size_t> counts, bool varying, const Op& op) {
+void reduce_scatter_impl(communicator& comm, std::span<const T> send, std::span<T> recv, const block_counts& given,
+                         bool varying, const Op& op) {
   static_check_algorithm<Algo, Op>();
   const int n = comm.size(), r = comm.rank();
+  const std::span<const std::size_t> counts = given.values();
   if (counts.size() != static_cast<std::size_t>(n))
     invalid_call<T, Op>(comm, collective::reduce_scatter,
                         "recv_counts has " + std::to_string(counts.size()) + " entries for " + std::to_string(n) + " ranks",
                         varying);
-  if (const std::size_t i = first_count_past_memory(counts.data(), counts.size(), sizeof(T)); i < counts.size())
-    invalid_call<T, Op>(comm, collective::reduce_scatter, counts_past_memory("recv_counts", counts.data(), i), varying);
+  if (const std::string bad = bad_counts("recv_counts", given, sizeof(T)); !bad.empty())
+    invalid_call<T, Op>(comm, collective::reduce_scatter, bad, varying);
   std::size_t total = 0, mine = 0;
   for (int c = 0; c < n; ++c) {
     if (c == r) mine = total;
@@ -78,14 +80,15 @@ void reduce_scatter(communicator& comm, std::type_identity_t<std::span<const T>>
 
 /// Reduce-scatter with uneven blocks: block c has recv_counts[c] elements, packed in rank order in
 /// send (block c starts at recv_counts[0] + ... + recv_counts[c-1]).
-/// @param recv_counts world-size entries, identical on every rank (checked: a mismatch is an error)
+/// @param recv_counts world-size entries, identical on every rank (checked: a mismatch is an error);
+///   std::size_t or any integer type, or a braced list (see block_counts)
 /// @param send sum(recv_counts) elements
 /// @param recv recv_counts[rank] elements; in place when it is this rank's block of send.
 /// @throws collx::error invalid_argument, mismatch, timeout, aborted.
 template <class Algo = algo::automatic, element T, class Op = ops::sum>
   requires reduction_op<Op, T>
 void reduce_scatter_v(communicator& comm, std::type_identity_t<std::span<const T>> send, std::span<T> recv,
-                      std::span<const std::size_t> recv_counts, Op op = {}) {
+                      const block_counts& recv_counts, Op op = {}) {
   detail::reduce_scatter_impl<T, Op, Algo>(comm, send, recv, recv_counts, true, op);
 }
 
@@ -102,9 +105,9 @@ request reduce_scatter_async(communicator& comm, std::type_identity_t<std::span<
 template <class Algo = algo::automatic, element T, class Op = ops::sum>
   requires reduction_op<Op, T>
 request reduce_scatter_v_async(communicator& comm, std::type_identity_t<std::span<const T>> send, std::span<T> recv,
-                               std::span<const std::size_t> recv_counts, Op op = {}) {
+                               const block_counts& recv_counts, Op op = {}) {
   return detail::start_async(
-      comm, [=, recv_counts = std::vector<std::size_t>(recv_counts.begin(), recv_counts.end())](communicator& c) {
+      comm, [=, recv_counts = recv_counts.owned()](communicator& c) {
         reduce_scatter_v<Algo, T, Op>(c, send, recv, recv_counts, op);
       });
 }
@@ -119,8 +122,7 @@ void reduce_scatter(communicator& comm, const S& send, R&& recv, Op op = {}) {
 /// reduce_scatter_v on contiguous ranges (see output_buffer).
 template <class Algo = algo::automatic, output_buffer R, input_buffer S, class Op = ops::sum>
   requires same_elements<S, R> && reduction_op_on<Op, R>
-void reduce_scatter_v(communicator& comm, const S& send, R&& recv, std::span<const std::size_t> recv_counts,
-                      Op op = {}) {
+void reduce_scatter_v(communicator& comm, const S& send, R&& recv, const block_counts& recv_counts, Op op = {}) {
   reduce_scatter_v<Algo, buffer_element_t<R>, Op>(comm, detail::as_const_span(send), detail::as_span(recv),
                                                   recv_counts, op);
 }
@@ -136,7 +138,7 @@ request reduce_scatter_async(communicator& comm, const S& send, R&& recv, Op op 
 /// reduce_scatter_v_async on contiguous ranges (see output_buffer and allreduce_async).
 template <class Algo = algo::automatic, output_buffer R, input_buffer S, class Op = ops::sum>
   requires same_elements<S, R> && reduction_op_on<Op, R>
-request reduce_scatter_v_async(communicator& comm, const S& send, R&& recv, std::span<const std::size_t> recv_counts,
+request reduce_scatter_v_async(communicator& comm, const S& send, R&& recv, const block_counts& recv_counts,
                                Op op = {}) {
   return reduce_scatter_v_async<Algo, buffer_element_t<R>, Op>(comm, detail::as_const_span(send),
                                                                detail::as_span(recv), recv_counts, op);

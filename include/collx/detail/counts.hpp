@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <string>
 
+#include <collx/block_counts.hpp>
+
 namespace collx {
 inline namespace v0 {
 namespace detail {
@@ -28,6 +30,19 @@ inline std::size_t first_count_past_memory(const std::size_t* counts, std::size_
 inline std::string counts_past_memory(const char* name, const std::size_t* counts, std::size_t i) {
   return std::string(name) + "[" + std::to_string(i) + "] = " + std::to_string(counts[i]) +
          " makes the counts add up to more than memory holds (a negative count converted to std::size_t?)";
+}
+
+/// What is wrong with `counts` (named `name`, "send_counts") of elements of `element_bytes` bytes
+/// in a call: its first negative entry as passed, else the entry at which the sum passes what
+/// memory holds; empty when nothing is.
+inline std::string bad_counts(const char* name, const block_counts& counts, std::size_t element_bytes) {
+  if (const auto neg = counts.negative())
+    return std::string(name) + "[" + std::to_string(neg->index) + "] = " + std::to_string(neg->value) +
+           " is negative";
+  const std::span<const std::size_t> c = counts.values();
+  if (const std::size_t i = first_count_past_memory(c.data(), c.size(), element_bytes); i < c.size())
+    return counts_past_memory(name, c.data(), i);
+  return {};
 }
 
 }  // namespace detail
