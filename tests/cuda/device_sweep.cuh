@@ -365,7 +365,8 @@ void sweep_v_forms(collx::gpu::device_communicator& dc, cudaStream_t s, std::siz
   {
     sweep_buffer<T> buf(total, offset, s);
     buf.set(own, at);
-    gpu::all_gather_v(dc, buf.data() + at, buf.data(), std::span<const std::size_t>(counts), s);
+    const std::vector<int> int_counts(counts.begin(), counts.end());  // as an MPI code keeps them (block_counts copies)
+    gpu::all_gather_v(dc, buf.data() + at, buf.data(), int_counts, s);
     note(sweep_sync(dc, s, tag + "in-place all_gather_v"));
     note(buf.compare(gathered, tag + "in-place all_gather_v"));
   }

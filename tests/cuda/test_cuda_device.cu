@@ -4,8 +4,8 @@
 // device_sweep.cuh over 2, 3 and 4 ranks, chunked through a small staging buffer, plus the
 // failures: ranks that make different calls get errc::mismatch / errc::aborted, a rank that never
 // calls makes its peer time out, a rank whose count is 0 where its peers' is not gets a mismatch,
-// all_to_all_v counts that disagree fail on every rank, a rank that rejects a call's arguments ends its peers' calls at
-// once, a window of another communicator or a deregistered one is rejected (count 0 too), and later
+// all_to_all_v counts that disagree fail on every rank, a rank that rejects a call's arguments (a negative
+// v-form count among them) ends its peers' calls at once, a window of another communicator or a deregistered one is rejected (count 0 too), and later
 // calls on a failed communicator fail at once; two-shot
 // all-reduce (forced at every size) against the same reference, and rank 0's form threshold
 // holding for ranks whose options say otherwise; the same sweep with the workspaces in shared
@@ -723,6 +723,37 @@ TEST_CASE("gpu device send/recv: a failure travels down a pipeline of messages",
     if (code != want)
       out.push_back("rank " + std::to_string(dc.rank()) + ": got errc " + std::to_string(static_cast<int>(code)) + ", not " +
                     std::to_string(static_cast<int>(want)));
+    cudaFreeAsync(buf, s);
+    cudaStreamSynchronize(s);
+  }));
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20));  // well before the 30 s timeout
+}
+
+TEST_CASE("gpu device v-forms: a negative count is rejected on its rank, naming it, and ends its peers' calls",
+          "[gpu][cuda]") {
+  // Rank 1 passes std::vector<int> counts with a negative entry (block_counts copies and checks
+  // them); ranks 0 and 2 pass good ones and must end with aborted, long before the timeout.
+  gpu::device_options opt;
+  opt.timeout = std::chrono::seconds(30);
+  const auto t0 = std::chrono::steady_clock::now();
+  require_none(on_ranks(3, opt, std::chrono::seconds(60), [](gpu::device_communicator& dc, cudaStream_t s, auto& out) {
+    float* buf = nullptr;
+    gpu::check(cudaMallocAsync(reinterpret_cast<void**>(&buf), 4096, s), "cudaMallocAsync");
+    const std::vector<int> counts = dc.rank() == 1 ? std::vector<int>{100, -7, 100} : std::vector<int>{100, 0, 100};
+    collx::errc code = collx::errc::internal;
+    std::string what;
+    try {
+      gpu::all_gather_v(dc, buf + 512, buf, counts, s);
+      dc.synchronize(s);
+    } catch (const collx::error& e) {
+      code = e.code();
+      what = e.what();
+    }
+    const std::string me = "rank " + std::to_string(dc.rank()) + ": ";
+    const collx::errc want = dc.rank() == 1 ? collx::errc::invalid_argument : collx::errc::aborted;
+    if (code != want) out.push_back(me + "got errc " + std::to_string(static_cast<int>(code)) + ": " + what);
+    if (dc.rank() == 1 && what.find("counts[1] = -7 is negative") == std::string::npos)
+      out.push_back(me + "the message does not name the negative count: " + what);
     cudaFreeAsync(buf, s);
     cudaStreamSynchronize(s);
   }));

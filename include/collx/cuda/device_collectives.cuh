@@ -69,6 +69,8 @@
 #include <collx/algo/ring.hpp>
 #include <collx/algo/schedule.hpp>
 #include <collx/algo/tree.hpp>
+#include <collx/block_counts.hpp>
+#include <collx/detail/counts.hpp>
 #include <collx/detail/signature_names.hpp>
 #include <collx/concepts.hpp>
 #include <collx/cuda/device_callable.cuh>
@@ -1509,16 +1511,19 @@ struct call_check {
   }
   /// An all_to_all_v's layout of this rank's counts of T.
   template <class T>
-  a2a_layout a2a(std::span<const std::size_t> send_counts, std::span<const std::size_t> recv_counts) const {
+  a2a_layout a2a(const block_counts& send_counts, const block_counts& recv_counts) const {
+    for (const auto& [list, counts] : {std::pair{"send_counts", &send_counts}, std::pair{"recv_counts", &recv_counts}})
+      if (const std::string bad = detail::bad_counts(list, *counts, sizeof(T)); !bad.empty()) reject(bad);
     return or_reject([&] {
-      return make_a2a_layout(send_counts.data(), send_counts.size(), recv_counts.data(), recv_counts.size(), dc.size(),
-                             dc.rank(), sizeof(T), name);
+      return make_a2a_layout(send_counts.values().data(), send_counts.size(), recv_counts.values().data(),
+                             recv_counts.size(), dc.size(), dc.rank(), sizeof(T), name);
     });
   }
   /// A v-form's layout of `counts` of T (one per rank).
   template <class T>
-  v_layout layout(std::span<const std::size_t> counts) const {
-    return or_reject([&] { return make_v_layout(counts.data(), counts.size(), dc.size(), sizeof(T), name); });
+  v_layout layout(const block_counts& counts) const {
+    if (const std::string bad = detail::bad_counts("counts", counts, sizeof(T)); !bad.empty()) reject(bad);
+    return or_reject([&] { return make_v_layout(counts.values().data(), counts.size(), dc.size(), sizeof(T), name); });
   }
   /// make(), or the call rejected with make's collx::error (its text already names the call).
   template <class Make>
@@ -1980,10 +1985,12 @@ void all_to_all(device_communicator& dc, const T* send, T* recv, std::size_t cou
 /// layout). In place when send == recv + that offset for this rank; any other overlap is an error.
 /// @param send counts[rank()] elements (may be null when that is 0); @param recv the sum of the
 ///        counts; @param counts one per rank, the same on every rank (part of the call signature:
-///        ranks that disagree get errc::mismatch at dc.synchronize())
-/// @throws as all_reduce, and errc::invalid_argument when counts.size() != size().
+///        ranks that disagree get errc::mismatch at dc.synchronize()); std::size_t or any integer
+///        type, or a braced list (block_counts)
+/// @throws as all_reduce, and errc::invalid_argument when counts.size() != size() or a count is
+///         negative.
 template <class T>
-void all_gather_v(device_communicator& dc, const T* send, T* recv, std::span<const std::size_t> counts,
+void all_gather_v(device_communicator& dc, const T* send, T* recv, const block_counts& counts,
                   cudaStream_t stream = nullptr) {
   static_assert(element<T>, "collx::gpu::all_gather_v: T must be a trivially copyable object type (collx/concepts.hpp)");
   constexpr const char* name = "gpu::all_gather_v";
@@ -2008,7 +2015,7 @@ void all_gather_v(device_communicator& dc, const T* send, T* recv, std::span<con
 /// other overlap of send and recv is rejected.
 /// @throws as all_gather_v.
 template <class T, class Op = ops::sum>
-void reduce_scatter_v(device_communicator& dc, const T* send, T* recv, std::span<const std::size_t> counts, const Op& op = {},
+void reduce_scatter_v(device_communicator& dc, const T* send, T* recv, const block_counts& counts, const Op& op = {},
                       cudaStream_t stream = nullptr) {
   device_detail::check_reduction_types<T, Op>();
   static_assert(reduction_op<Op, T>, "collx::gpu::reduce_scatter_v: Op must be a reduction op on T (collx/concepts.hpp)");
@@ -2034,17 +2041,17 @@ void reduce_scatter_v(device_communicator& dc, const T* send, T* recv, std::span
 /// the longest block is and the call needs no host round trip), then move the blocks in chunks.
 /// @param send sum of send_counts elements; @param recv sum of recv_counts elements; not
 ///        overlapping (never in place); either may be null when its counts are all 0
-/// @param send_counts,recv_counts one per rank; recv_counts[q] on this rank must equal
+/// @param send_counts,recv_counts one per rank (any integer type: block_counts); recv_counts[q] on this rank must equal
 ///        send_counts[rank] on rank q, which the exchange checks: the rank whose recv count differs
 ///        gets errc::mismatch at dc.synchronize(), naming both counts, and its peers errc::aborted
 ///        (at this call when any block moves data, else at their next call)
 /// Small calls cost a full chunk's blocks (every rank must launch the same number, and no rank
 /// knows the others' counts before the exchange).
-/// @throws collx::error (errc::invalid_argument) for lists of the wrong length, a self count that
+/// @throws collx::error (errc::invalid_argument) for lists of the wrong length, a negative count, a self count that
 ///         differs between the lists, null or overlapping buffers; otherwise as all_reduce.
 template <class T>
-void all_to_all_v(device_communicator& dc, const T* send, std::span<const std::size_t> send_counts, T* recv,
-                  std::span<const std::size_t> recv_counts, cudaStream_t stream = nullptr) {
+void all_to_all_v(device_communicator& dc, const T* send, const block_counts& send_counts, T* recv,
+                  const block_counts& recv_counts, cudaStream_t stream = nullptr) {
   static_assert(element<T>, "collx::gpu::all_to_all_v: T must be a trivially copyable object type (collx/concepts.hpp)");
   constexpr const char* name = "gpu::all_to_all_v";
   using namespace device_detail;
@@ -2282,7 +2289,7 @@ void reduce_scatter(device_communicator& dc, const T* send, T* recv, std::size_t
 }
 /// reduce_scatter_v with ops::sum on `stream`: reduce_scatter_v(dc, send, recv, counts, ops::sum{}, stream).
 template <class T>
-void reduce_scatter_v(device_communicator& dc, const T* send, T* recv, std::span<const std::size_t> counts, cudaStream_t stream) {
+void reduce_scatter_v(device_communicator& dc, const T* send, T* recv, const block_counts& counts, cudaStream_t stream) {
   reduce_scatter_v<T, ops::sum>(dc, send, recv, counts, ops::sum{}, stream);
 }
 /// The window all_reduce with ops::sum on `stream`.
