@@ -230,7 +230,7 @@ int main(int argc, char** argv) {
       const std::size_t ls = static_cast<std::size_t>(l);
       full[ls].resize(shapes[ls].params());
       return collx::all_gather_v_async(comm, std::span<const float>(shard[ls]), std::span<float>(full[ls]),
-                                       std::span<const std::size_t>(counts[ls]));
+                                       counts[ls]);
     };
     auto release = [&](int l) {  // reshard: drop the gathered layer
       std::vector<float>().swap(full[static_cast<std::size_t>(l)]);
@@ -268,7 +268,7 @@ int main(int argc, char** argv) {
           release(l);
           scatters.push_back(collx::reduce_scatter_v_async<collx::algo::direct>(
               comm, std::span<const float>(grad_full[ls]), std::span<float>(grad_shard[ls]),
-              std::span<const std::size_t>(counts[ls])));
+              counts[ls]));
         }
         for (auto& q : scatters) q.wait();
         // update: each rank its own shard
@@ -290,7 +290,7 @@ int main(int argc, char** argv) {
       const std::size_t ls = static_cast<std::size_t>(l);
       final_w[ls].resize(shapes[ls].params());
       collx::all_gather_v(comm, std::span<const float>(shard[ls]), std::span<float>(final_w[ls]),
-                          std::span<const std::size_t>(counts[ls]));
+                          counts[ls]);
     }
     if (r == 0) {
       std::vector<float> flat;

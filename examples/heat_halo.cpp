@@ -130,7 +130,7 @@ solution solve_together(collx::communicator& comm, const settings& s) {
   sol.grid.resize(s.rows * C);
   std::vector<std::size_t> counts = ex::split_counts(s.rows, n);
   for (auto& c : counts) c *= C;
-  collx::all_gather_v(comm, std::span<const float>(&u[C], R * C), std::span<float>(sol.grid), std::span<const std::size_t>(counts));
+  collx::all_gather_v(comm, std::span<const float>(&u[C], R * C), std::span<float>(sol.grid), counts);
   return sol;
 }
 

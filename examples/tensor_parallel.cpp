@@ -104,7 +104,7 @@ int main(int argc, char** argv) {
     std::vector<std::size_t> counts;
     for (std::size_t c : ex::split_counts(N, n)) counts.push_back(c * M);  // each rank's block: its columns
     std::vector<float> Y(M * N);
-    collx::all_gather_v(comm, std::span<const float>(Yi), std::span<float>(Y), std::span<const std::size_t>(counts));
+    collx::all_gather_v(comm, std::span<const float>(Yi), std::span<float>(Y), counts);
 
     // ---- 2. Megatron MLP: A by columns, B by rows, one all-reduce
     const ex::block fb = ex::split(F, n, r);
@@ -128,7 +128,7 @@ int main(int argc, char** argv) {
     std::vector<std::size_t> row_counts;
     for (std::size_t c : ex::split_counts(M, dp)) row_counts.push_back(c * K2);
     std::vector<float> Z2d(M * K2);
-    collx::all_gather_v(dp_group, std::span<const float>(Z2), std::span<float>(Z2d), std::span<const std::size_t>(row_counts));
+    collx::all_gather_v(dp_group, std::span<const float>(Z2), std::span<float>(Z2d), row_counts);
     const double seconds = ex::seconds_since(t0);
 
     if (r == 0) {
