@@ -19,6 +19,8 @@
 #include <thread>
 #include <vector>
 
+#include <collx/hierarchy.hpp>
+#include <collx/split.hpp>
 #include <collx/transport/threads.hpp>
 
 namespace {
@@ -390,6 +392,87 @@ TEST_CASE("hierarchical layout errors are reported, not hung", "[hierarchical][e
                                            collx::allreduce<collx::algo::hierarchical<>>(c, std::span<int>(v));
                                          }),
                       Catch::Contains("needs a communicator with a hierarchy"));
+}
+
+// attach_hierarchy on levels a user built with collx::split: 4 thread ranks on nodes n0 = {0, 1}
+// and n1 = {2, 3}. `node_color(r)` groups the node communicators (keyed by the layout's local
+// rank), `adjust(r, layout)` may change a rank's layout. Each rank then runs a hierarchical
+// all-reduce of a non-commutative op; returns every rank's error (code, text) or result.
+struct attach_outcome {
+  collx::errc code{};
+  std::string what;
+  ref::mat2 result{};
+};
+template <class NodeColor, class Adjust>
+std::vector<attach_outcome> attach_by_hand(NodeColor node_color, Adjust adjust) {
+  const std::vector<std::string> ids = ids_of({"n0", "n0", "n1", "n1"});
+  std::vector<attach_outcome> out(ids.size());
+  collx::communicator_options opt;
+  opt.timeout = std::chrono::seconds(30);
+  auto world = collx::make_thread_communicators(static_cast<int>(ids.size()), opt);
+  collx::run_threads(world, [&](collx::communicator& c) {
+    const int r = c.rank();
+    attach_outcome& o = out[static_cast<size_t>(r)];
+    try {
+      collx::node_layout lay = collx::node_layout::from_ids(ids, r);
+      auto node = collx::split(c, node_color(r), lay.local_rank);
+      auto cross = collx::split(c, lay.local_rank, lay.node_index);
+      adjust(r, lay);
+      collx::attach_hierarchy(c, std::move(lay), std::move(*node), std::move(*cross));
+      std::vector<ref::mat2> v{ref::mat2{1u + static_cast<std::uint32_t>(r), 2, 3u * static_cast<std::uint32_t>(r), 5}};
+      collx::allreduce<collx::algo::hierarchical<collx::algo::direct, collx::algo::direct>, ref::mat2, ref::mat_mul>(
+          c, std::span<ref::mat2>(v));
+      o.result = v[0];
+    } catch (const collx::error& e) {
+      o.code = e.code();
+      o.what = e.what();
+    }
+  });
+  return out;
+}
+
+TEST_CASE("attach_hierarchy checks levels built by hand against the layout, on every rank", "[hierarchical][errors]") {
+  const auto t0 = std::chrono::steady_clock::now();
+  SECTION("levels that match the layout fold in rank order") {
+    const auto got = attach_by_hand([](int r) { return r / 2; }, [](int, collx::node_layout&) {});
+    ref::mat2 want{1, 2, 0, 5};
+    for (std::uint32_t r = 1; r < 4; ++r) want = ref::mat_mul{}(want, ref::mat2{1 + r, 2, 3 * r, 5});
+    for (const attach_outcome& o : got) {
+      INFO(o.what);
+      CHECK(o.what.empty());
+      CHECK(o.result == want);
+    }
+  }
+  SECTION("node communicators of the right sizes but the wrong ranks are refused") {
+    // {0, 3} and {2, 1}: every rank's local rank and node size are the layout's, its members are not.
+    const auto got = attach_by_hand([](int r) { return r == 0 || r == 3 ? 0 : 1; }, [](int, collx::node_layout&) {});
+    for (size_t r = 0; r < got.size(); ++r) {
+      INFO("rank " << r << ": " << got[r].what);
+      CHECK((got[r].code == collx::errc::invalid_argument || got[r].code == collx::errc::aborted));
+      CHECK_THAT(got[r].what, Catch::Matchers::Contains("the node communicator holds world ranks"));
+    }
+    CHECK_THAT(got[0].what, Catch::Matchers::Contains("holds world ranks [0, 3] but the layout says [0, 1]"));
+  }
+  SECTION("a rank whose layout differs is refused, and its peers on both levels end too") {
+    const auto got = attach_by_hand([](int r) { return r / 2; }, [](int r, collx::node_layout& l) {
+      if (r == 3) l.contiguous = false;
+    });
+    for (size_t r = 0; r < got.size(); ++r) {
+      INFO("rank " << r << ": " << got[r].what);
+      CHECK((got[r].code == collx::errc::invalid_argument || got[r].code == collx::errc::aborted));
+      CHECK_THAT(got[r].what, Catch::Matchers::Contains("passed another layout than this rank"));
+    }
+  }
+  SECTION("a layout of another rank is refused before any exchange") {
+    const auto got = attach_by_hand([](int r) { return r / 2; }, [](int r, collx::node_layout& l) {
+      if (r == 1) l = collx::node_layout::from_ids(ids_of({"n0", "n0", "n1", "n1"}), 0);
+    });
+    INFO(got[1].what);
+    CHECK(got[1].code == collx::errc::invalid_argument);
+    CHECK_THAT(got[1].what, Catch::Matchers::Contains("the layout does not describe world rank 1 of 4"));
+    for (const attach_outcome& o : got) CHECK_THAT(o.what, Catch::Matchers::Contains("does not describe world rank 1"));
+  }
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20));  // no wait for the 30 s timeout
 }
 
 TEST_CASE("a mismatch on one node reaches the ranks of the other node", "[hierarchical][errors]") {

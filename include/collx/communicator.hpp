@@ -28,7 +28,7 @@
 namespace collx {
 inline namespace v0 {
 
-struct hierarchy;  // hierarchy.hpp
+struct hierarchy;  // node_layout.hpp
 
 namespace detail {
 /// COLLX_TIMEOUT seconds rounded to the nearest millisecond, or 300 s when unset.
@@ -180,7 +180,7 @@ class communicator {
     fail_with_levels(*transport_, linked_, transport_->rank(), code, why);
   }
 
-  /// The node-local and cross-node communicators algo::hierarchical runs on (hierarchy.hpp), or
+  /// The node-local and cross-node communicators algo::hierarchical runs on (node_layout.hpp), or
   /// null when none is attached.
   hierarchy* get_hierarchy() const noexcept { return hierarchy_.get(); }
   /// Attaches a hierarchy; `parts` are its communicators' transports, failed with this one on

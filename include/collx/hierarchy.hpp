@@ -1,138 +1,122 @@
 /// @file hierarchy.hpp
-/// Ranks grouped by node: which rank sits on which node (node_layout), and the node-local and
-/// cross-node communicators that algo::hierarchical runs on (hierarchy, attach_hierarchy).
-///
-/// A node here is whatever shares a fast transport: the ranks of one machine, found by host name,
-/// or any grouping named by COLLX_NODE_ID (so that tests can run several "nodes" on one machine).
+/// collx::attach_hierarchy: gives a communicator the node-local and cross-node communicators
+/// (node_layout.hpp) that algo::hierarchical runs on, after checking that they hold the ranks the
+/// layout says.
 #pragma once
 
-#include <unistd.h>
-
-#include <climits>
-#include <memory>
+#include <cstdint>
 #include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include <collx/algo/direct.hpp>
+#include <collx/all_gather.hpp>
 #include <collx/communicator.hpp>
-#include <collx/environment.hpp>
 #include <collx/error.hpp>
+#include <collx/node_layout.hpp>
 
 namespace collx {
 inline namespace v0 {
 
-/// Where every rank of a communicator sits: nodes are numbered in the order of their lowest rank,
-/// and ranks within a node (local ranks) in rank order.
-struct node_layout {
-  int node_count = 1;   ///< number of nodes
-  int node_index = 0;   ///< this rank's node, in [0, node_count)
-  int local_rank = 0;   ///< this rank's index among its node's ranks
-  int local_size = 1;   ///< ranks on this rank's node
-  bool uniform = true;  ///< every node has the same number of ranks
-  /// Node m holds exactly ranks [m * local_size, (m + 1) * local_size): then a hierarchical
-  /// reduction combines in rank order, as non-commutative ops need.
-  bool contiguous = true;
-  std::vector<std::vector<int>> ranks;  ///< ranks[m]: the ranks on node m, ascending
-
-  /// The rank with local rank `local` on node `node` (both in range).
-  int world_rank(int node, int local) const { return ranks.at(static_cast<std::size_t>(node)).at(static_cast<std::size_t>(local)); }
-  /// Ranks with local rank `local` on every node that has one, ascending by node (the members of
-  /// that local rank's cross-node communicator).
-  std::vector<int> cross_ranks(int local) const {
-    std::vector<int> out;
-    for (const auto& node : ranks)
-      if (local < static_cast<int>(node.size())) out.push_back(node[static_cast<std::size_t>(local)]);
-    return out;
-  }
-
-  /// Builds the layout from every rank's node id (ids[r] for rank r; the same list on every rank).
-  /// @throws collx::error invalid_argument (rank out of range, an empty id)
-  static node_layout from_ids(std::span<const std::string> ids, int rank) {
-    const int n = static_cast<int>(ids.size());
-    if (rank < 0 || rank >= n)
-      COLLX_THROW(errc::invalid_argument, "node_layout: rank " + std::to_string(rank) + " outside [0, " + std::to_string(n) + ")");
-    node_layout l;
-    std::vector<std::string> names;
-    std::vector<int> node_of(static_cast<std::size_t>(n));
-    for (int r = 0; r < n; ++r) {
-      const std::string& id = ids[static_cast<std::size_t>(r)];
-      if (id.empty()) COLLX_THROW(errc::invalid_argument, "node_layout: rank " + std::to_string(r) + " has an empty node id");
-      std::size_t m = 0;
-      while (m < names.size() && names[m] != id) ++m;
-      if (m == names.size()) {
-        names.push_back(id);
-        l.ranks.emplace_back();
-      }
-      l.ranks[m].push_back(r);
-      node_of[static_cast<std::size_t>(r)] = static_cast<int>(m);
-    }
-    l.node_count = static_cast<int>(names.size());
-    l.node_index = node_of[static_cast<std::size_t>(rank)];
-    const auto& mine = l.ranks[static_cast<std::size_t>(l.node_index)];
-    l.local_size = static_cast<int>(mine.size());
-    for (int i = 0; i < l.local_size; ++i)
-      if (mine[static_cast<std::size_t>(i)] == rank) l.local_rank = i;
-    for (std::size_t m = 0; m < l.ranks.size(); ++m) {
-      if (l.ranks[m].size() != l.ranks[0].size()) l.uniform = false;
-      for (std::size_t i = 0; i < l.ranks[m].size(); ++i)
-        if (l.ranks[m][i] != static_cast<int>(m * l.ranks[0].size() + i)) l.contiguous = false;
-    }
-    if (!l.uniform) l.contiguous = false;
-    return l;
-  }
+namespace detail {
+/// What each member of a level tells the others in attach_hierarchy's check.
+struct level_member {
+  std::int32_t world_rank;
+  std::int32_t unused;
+  std::uint64_t layout_hash;  ///< layout_hash(): ranks whose layouts differ disagree here
 };
 
-/// A communicator's view of its nodes: the layout, this rank's node-local communicator (rank =
-/// local rank) and its cross-node communicator (the ranks with the same local rank on every node;
-/// rank = node index when the layout is uniform).
-struct hierarchy {
-  node_layout layout;  ///< which rank sits on which node
-  communicator node;   ///< this node's ranks; rank = local rank
-  communicator cross;  ///< the ranks with this local rank on every node; rank = node index
-};
+/// FNV-1a over what every rank's layout must agree on: its shape flags and every node's ranks.
+inline std::uint64_t layout_hash(const node_layout& l) noexcept {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  auto mix = [&](std::uint64_t v) { h = (h ^ v) * 0x100000001b3ull; };
+  mix(static_cast<std::uint64_t>(l.node_count));
+  mix(l.uniform ? 1 : 0);
+  mix(l.contiguous ? 1 : 0);
+  for (const auto& node : l.ranks) {
+    mix(0xffffffffull);
+    for (int r : node) mix(static_cast<std::uint64_t>(r));
+  }
+  return h;
+}
+
+/// "[0, 3, 5]".
+inline std::string rank_list(std::span<const int> ranks) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
+  return s + "]";
+}
+}  // namespace detail
 
 /// Attaches `node` and `cross` to `world` so that algo::hierarchical (and algo::automatic, when
 /// there are several nodes) can use them; abort() on world aborts them too, and a wait on any of
-/// the three ends when another of them fails (transport::watch).
-/// @throws collx::error invalid_argument when their sizes or ranks do not match the layout.
+/// the three ends when another of them fails (transport::watch). For hierarchies built by hand
+/// (collx::split of world by node, say); mpi::connect_hierarchical and
+/// make_hierarchical_thread_communicators attach their own.
+///
+/// Collective over `node` and `cross`: every rank of world attaches, at the same point of its calls
+/// on them, for each checks with one all_gather that it holds exactly the world ranks the layout
+/// says (node: layout.ranks[layout.node_index] in local-rank order; cross: the ranks with this
+/// local rank on every node, in node order) and that every member passed the same layout. A
+/// hierarchy that passed only its sizes would combine in the wrong order, silently.
+/// @param world the communicator the layout describes (layout.ranks covers its ranks)
+/// @param layout this rank's node_layout (node_layout::from_ids of the same ids on every rank)
+/// @param node this rank's node communicator: rank = layout.local_rank
+/// @param cross this rank's cross-node communicator: rank = its node's place among the nodes that
+///   have this local rank
+/// @throws collx::error invalid_argument (naming what differs; node and cross are then failed, so
+///   that their other ranks' checks end at once with aborted, naming this rank's reason), or what
+///   the all_gathers raise (timeout: a member that never attaches).
 inline void attach_hierarchy(communicator& world, node_layout layout, communicator node, communicator cross) {
-  auto fail = [&](const std::string& what) { COLLX_THROW(errc::invalid_argument, "attach_hierarchy: " + what); };
-  const auto members = layout.cross_ranks(layout.local_rank);
+  const std::string call = "rank " + std::to_string(world.rank()) + ": attach_hierarchy";
+  auto refuse = [&](const std::string& what) {
+    const std::string msg = call + ": " + what;
+    node.fail(errc::invalid_argument, "invalid arguments: " + msg);
+    cross.fail(errc::invalid_argument, "invalid arguments: " + msg);
+    COLLX_THROW(errc::invalid_argument, msg);
+  };
+  std::size_t ranks_in_layout = 0;
+  for (const auto& n : layout.ranks) ranks_in_layout += n.size();
+  if (ranks_in_layout != static_cast<std::size_t>(world.size()) || layout.node_index < 0 ||
+      layout.node_index >= static_cast<int>(layout.ranks.size()) || layout.local_rank < 0 ||
+      layout.local_rank >= static_cast<int>(layout.ranks[static_cast<std::size_t>(layout.node_index)].size()) ||
+      layout.world_rank(layout.node_index, layout.local_rank) != world.rank())
+    refuse("the layout does not describe world rank " + std::to_string(world.rank()) + " of " +
+           std::to_string(world.size()) + " (build it with node_layout::from_ids(ids, world.rank()))");
+  const std::vector<int> node_ranks = layout.ranks[static_cast<std::size_t>(layout.node_index)];
+  const std::vector<int> cross_ranks = layout.cross_ranks(layout.local_rank);
   if (node.size() != layout.local_size || node.rank() != layout.local_rank)
-    fail("the node communicator is rank " + std::to_string(node.rank()) + "/" + std::to_string(node.size()) +
-         ", the layout says local rank " + std::to_string(layout.local_rank) + "/" + std::to_string(layout.local_size));
-  if (cross.size() != static_cast<int>(members.size()))
-    fail("the cross-node communicator has " + std::to_string(cross.size()) + " ranks, the layout says " +
-         std::to_string(members.size()));
-  if (members.at(static_cast<std::size_t>(cross.rank())) != world.rank())
-    fail("cross-node rank " + std::to_string(cross.rank()) + " is not world rank " + std::to_string(world.rank()));
-  // Their failures, passed on to world's peers, name world ranks too.
-  node.get_transport().set_level("node communicator", layout.ranks.at(static_cast<std::size_t>(layout.node_index)));
-  cross.get_transport().set_level("cross-node communicator", members);
-  std::vector<std::shared_ptr<transport>> parts{node.shared_transport(), cross.shared_transport()};
-  // Each level's waits end when another level of this rank fails (transport::watch).
-  const std::shared_ptr<transport> levels[] = {world.shared_transport(), node.shared_transport(), cross.shared_transport()};
-  for (const auto& t : levels)
-    for (const auto& other : levels)
-      if (t != other) t->watch(other);
-  world.set_hierarchy(std::make_shared<hierarchy>(hierarchy{std::move(layout), std::move(node), std::move(cross)}),
-                      std::move(parts));
-}
-
-/// This process's node id: COLLX_NODE_ID when set (validated: printable, at most 255 bytes), else
-/// the host name.
-/// @throws collx::error invalid_argument (a bad COLLX_NODE_ID), system (no host name)
-inline std::string node_id_from_environment() {
-  if (const auto v = env::get("COLLX_NODE_ID")) {
-    if (v->empty() || v->size() > 255) env::reject("COLLX_NODE_ID", *v, "a non-empty string of at most 255 bytes");
-    for (char c : *v)
-      if (static_cast<unsigned char>(c) < 0x21 || static_cast<unsigned char>(c) > 0x7e)
-        env::reject("COLLX_NODE_ID", *v, "printable characters without spaces");
-    return std::string(*v);
+    refuse("the node communicator is rank " + std::to_string(node.rank()) + "/" + std::to_string(node.size()) +
+           ", the layout says local rank " + std::to_string(layout.local_rank) + "/" + std::to_string(layout.local_size));
+  if (cross.size() != static_cast<int>(cross_ranks.size()) || cross_ranks.at(static_cast<std::size_t>(cross.rank())) != world.rank())
+    refuse("the cross-node communicator is rank " + std::to_string(cross.rank()) + "/" + std::to_string(cross.size()) +
+           "; the layout's ranks with local rank " + std::to_string(layout.local_rank) + " are world ranks " +
+           detail::rank_list(cross_ranks));
+  const detail::level_member mine[1] = {{world.rank(), 0, detail::layout_hash(layout)}};
+  for (const auto& [level, name, expected] : {std::tuple{&node, "node communicator", &node_ranks},
+                                              std::tuple{&cross, "cross-node communicator", &cross_ranks}}) {
+    std::vector<detail::level_member> all(expected->size());
+    try {
+      all_gather<algo::direct>(*level, std::span<const detail::level_member>(mine), std::span<detail::level_member>(all));
+    } catch (const error& e) {  // ours, not the user's: say what they called
+      const std::string msg = call + " (collective: every rank of world attaches, at the same point of its calls on "
+                                     "node and cross), checking the " + name + ": " + e.what();
+      node.fail(e.code(), msg);  // the other level's ranks learn why too, not only that this rank left
+      cross.fail(e.code(), msg);
+      COLLX_THROW(e.code(), msg);
+    }
+    std::vector<int> held;
+    for (const auto& m : all) held.push_back(m.world_rank);
+    if (held != *expected)
+      refuse("the " + std::string(name) + " holds world ranks " + detail::rank_list(held) + " but the layout says " +
+             detail::rank_list(*expected));
+    for (const auto& m : all)
+      if (m.layout_hash != mine[0].layout_hash)
+        refuse("world rank " + std::to_string(m.world_rank) + " passed another layout than this rank (every rank "
+               "passes node_layout::from_ids of the same node ids)");
   }
-  char host[HOST_NAME_MAX + 1] = {};
-  if (::gethostname(host, sizeof host - 1) != 0) COLLX_THROW(errc::system, "node_id_from_environment: gethostname failed");
-  return host;
+  detail::attach_levels(world, std::move(layout), std::move(node), std::move(cross));
 }
 
 }  // namespace v0

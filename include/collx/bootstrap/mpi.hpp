@@ -15,7 +15,7 @@
 #include <vector>
 
 #include <collx/bootstrap/env.hpp>
-#include <collx/hierarchy.hpp>
+#include <collx/node_layout.hpp>
 #include <collx/transport/mpi.hpp>
 #include <collx/transport/shm.hpp>
 
@@ -118,7 +118,7 @@ inline communicator connect_hierarchical(MPI_Comm comm, const communicator_optio
       host_aware.ranks_on_host = dynamic_cast<mpi_transport&>(world.get_transport()).ranks_on_host();
     return connect_shm(info, level, host_aware);
   }();
-  attach_hierarchy(world, std::move(layout), std::move(node), std::move(cross));
+  collx::detail::attach_levels(world, std::move(layout), std::move(node), std::move(cross));  // built from the layout
   return world;
 }
 

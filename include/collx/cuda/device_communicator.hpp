@@ -53,7 +53,7 @@
 #include <collx/cuda/shared_host_memory.hpp>
 #include <collx/environment.hpp>
 #include <collx/error.hpp>
-#include <collx/hierarchy.hpp>  // node_id_from_environment
+#include <collx/node_layout.hpp>  // node_id_from_environment
 #include <collx/topo/device_cost.hpp>  // device_wiring
 #include <collx/topo/discover.hpp>
 

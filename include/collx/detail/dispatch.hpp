@@ -25,7 +25,7 @@
 #include <collx/detail/signature_names.hpp>
 #include <collx/detail/type_name.hpp>
 #include <collx/error.hpp>
-#include <collx/hierarchy.hpp>
+#include <collx/node_layout.hpp>
 #include <collx/ops.hpp>
 
 namespace collx {

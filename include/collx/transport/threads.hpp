@@ -17,7 +17,7 @@
 #include <vector>
 
 #include <collx/communicator.hpp>
-#include <collx/hierarchy.hpp>
+#include <collx/node_layout.hpp>
 #include <collx/detail/cpus.hpp>
 #include <collx/detail/futex.hpp>
 #include <collx/detail/wait_graph.hpp>
@@ -464,7 +464,7 @@ inline std::vector<communicator> make_thread_communicators(int world_size, const
 }
 
 /// Creates an in-process world of node_ids.size() ranks grouped into nodes (rank r on the node
-/// named node_ids[r]), each communicator with a hierarchy attached (hierarchy.hpp), so that
+/// named node_ids[r]), each communicator with a hierarchy attached (node_layout.hpp), so that
 /// algo::hierarchical runs on threads as it does across machines.
 /// @throws collx::error invalid_argument (no ranks, an empty id)
 inline std::vector<communicator> make_hierarchical_thread_communicators(const std::vector<std::string>& node_ids,
@@ -486,7 +486,7 @@ inline std::vector<communicator> make_hierarchical_thread_communicators(const st
                                                                           lay.local_rank), level);
     communicator cross(std::make_shared<transport_impl::threads_transport>(crosses[static_cast<std::size_t>(lay.local_rank)],
                                                                            cross_rank), level);
-    attach_hierarchy(comms[static_cast<std::size_t>(r)], std::move(lay), std::move(node), std::move(cross));
+    detail::attach_levels(comms[static_cast<std::size_t>(r)], std::move(lay), std::move(node), std::move(cross));
   }
   return comms;
 }
