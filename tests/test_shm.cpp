@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -20,6 +21,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <optional>
 #include <string>
@@ -1384,6 +1386,83 @@ TEST_CASE("shm: a rank of another start with the same job id fails at once and l
   }
   first.join();
   CHECK(rank0 == "");
+}
+
+TEST_CASE("shm: a second process given a started rank fails at once and leaves the job alone", "[shm]") {
+  // Two processes started as rank 1 (same job and launch) race for its place in a 3-rank start:
+  // the one that comes second must fail at once, naming the rank, without taking the first's place
+  // (before, it overwrote the first's pid, and when it exited, the job was told that rank 1 died).
+  // This process then joins as rank 2, and the job (rank 0 and the first rank 1) runs.
+  const std::string job = "test-rank-twice-" + std::to_string(::getpid());
+  auto start = [&](int rank) {
+    collx::launch_info info{rank, 3, rank, 3, job, "test"};
+    info.launch_id = "3333.44";
+    collx::communicator_options o;
+    o.timeout = 20s;
+    return collx::connect_shm(info, o);
+  };
+  auto child = [&](int rank) -> int {  // 0: ran; 10: refused as the second rank 1, at once
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      collx::communicator comm = start(rank);
+      std::vector<int> v{rank + 1};
+      collx::allreduce(comm, std::span<int>(v));
+      return v[0] == 6 ? 0 : 3;
+    } catch (const collx::error& e) {
+      std::fprintf(stderr, "rank %d (pid %d): %s\n", rank, static_cast<int>(::getpid()), e.what());
+      const std::string what = e.what();
+      return e.code() == collx::errc::invalid_argument && what.find("rank 1 of") != std::string::npos &&
+                     what.find("has started already") != std::string::npos && std::chrono::steady_clock::now() - t0 < 5s
+                 ? 10
+                 : 4;
+    }
+  };
+  std::vector<pid_t> pids;
+  for (const int rank : {0, 1, 1}) {
+    const pid_t pid = ::fork();
+    if (pid == 0) ::_exit(child(rank));
+    REQUIRE(pid > 0);
+    pids.push_back(pid);
+  }
+  // Waits up to 30 s for one of the children to exit; returns {pid, exit code} ({-1, -1}: none did).
+  std::vector<pid_t> running = pids;
+  auto reap_one = [&] {
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (std::chrono::steady_clock::now() < deadline) {
+      int status = 0;
+      const pid_t p = ::waitpid(-1, &status, WNOHANG);
+      if (p > 0) {
+        std::erase(running, p);
+        return std::pair{p, WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status)};
+      }
+      std::this_thread::sleep_for(5ms);
+    }
+    return std::pair{pid_t{-1}, -1};
+  };
+  // The second rank 1 leaves first; rank 2 comes only then (the segment's name goes once three
+  // ranks attached, and a start after that would make a segment of its own).
+  const auto [second, second_code] = reap_one();
+  CHECK((second == pids[1] || second == pids[2]));
+  CHECK(second_code == 10);
+  std::string rank2;
+  try {
+    collx::communicator comm = start(2);
+    std::vector<int> v{3};
+    collx::allreduce(comm, std::span<int>(v));
+    if (v[0] != 6) rank2 = "wrong sum " + std::to_string(v[0]);
+  } catch (const std::exception& e) {
+    rank2 = e.what();
+  }
+  CHECK(rank2 == "");
+  for (int k = 0; k < 2; ++k) {
+    const auto [p, code] = reap_one();
+    INFO("pid " << p);
+    CHECK(code == 0);
+  }
+  for (const pid_t p : running) {  // none, unless the checks above failed
+    ::kill(p, SIGKILL);
+    ::waitpid(p, nullptr, 0);
+  }
 }
 
 TEST_CASE("B6 over shm: unaligned buffers and a buffer that ends at a guard page", "[shm][B6]") {

@@ -1246,13 +1246,20 @@ class shm_transport final : public transport {
     // Announce ourselves; the last rank to attach unlinks the name.
     static const std::uint64_t probe_value = 0x636f6c6c78ull;
     shm_segment::peer_info& me = peer(rank_);
+    if (me.attached.exchange(1) != 0) {
+      // Another process holds this rank: leave its record alone (its peers watch that pid; this
+      // one's exit must not read as that rank dying) and the job too, as another start's rank.
+      const std::int32_t holder = me.pid.load(std::memory_order_acquire);
+      COLLX_THROW(errc::invalid_argument,
+                  "rank " + std::to_string(rank_) + " of " + name_ + " has started already" +
+                      (holder > 0 ? " (pid " + std::to_string(holder) + ")" : std::string()) +
+                      ": two processes were given the same rank and job id (COLLX_RANK set by hand, or a launcher "
+                      "that starts a rank twice?); this one leaves the job alone");
+    }
     me.start_time = detail::own_start_time();
     me.probe_addr = reinterpret_cast<std::uint64_t>(&probe_value);
     me.cpus = detail::allowed_cpus();
     me.pid.store(static_cast<std::int32_t>(::getpid()), std::memory_order_release);
-    if (me.attached.exchange(1) != 0)
-      COLLX_THROW(errc::invalid_argument, "rank " + std::to_string(rank_) + " attached twice to " + name_ +
-                                              " (two processes with the same rank and job id?)");
     if (hdr()->attached.fetch_add(1) + 1 == static_cast<std::uint32_t>(n_)) ::shm_unlink(name_.c_str());
     for (int r = 0; r < n_; ++r) peer(r).bell.ring(true);
     const auto all_attached = [&] { return hdr()->attached.load(std::memory_order_acquire) == static_cast<std::uint32_t>(n_); };
