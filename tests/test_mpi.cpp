@@ -11,7 +11,8 @@
 //      reaches ranks waiting on the node or cross-node level, and a rank whose own code throws
 //      (destroying its communicator) ends its peers' next call, all within seconds, not at the timeout;
 //   5. the close handshake (closing_duplicates): every healthy duplicate freed or given up, none
-//      left after MPI_Finalize, and a failed peer's unfinished data never received.
+//      left after MPI_Finalize, and a failed peer's unfinished data never received;
+//   6. a call on a communicator kept past MPI_Finalize throws collx::error instead of aborting.
 // Every result is compared with the sequential rank-order reference of tests/reference.hpp
 // (every rank generates every rank's inputs). A plain program, not Catch2: each rank checks, all
 // ranks keep making the same calls, and the exit status says whether any check failed.
@@ -643,12 +644,27 @@ void left_by_exception() {
 }  // namespace
 
 // Sums every rank's failed checks, prints them on rank 0 ("test_mpi<mode>: ..."), finalizes MPI and
-// returns the process's exit status.
-int finish(const std::string& mode) {
+// returns the process's exit status. `late`, when given, is a communicator kept past MPI_Finalize:
+// a call on it then must throw collx::error, not abort the job (any MPI call would), and it may
+// still be destroyed.
+int finish(const std::string& mode, collx::communicator* late = nullptr) {
   int failures = 0;
   MPI_Allreduce(&g_failures, &failures, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (g_rank == 0) std::printf("test_mpi%s: %d checks per rank, %d failed in total\n", mode.c_str(), g_checks, failures);
   MPI_Finalize();
+  if (late) {
+    std::vector<int> v(4, g_rank);
+    try {
+      collx::allreduce(*late, v);
+      std::fprintf(stderr, "rank %d: FAILED: an allreduce after MPI_Finalize returned\n", g_rank);
+      return 1;
+    } catch (const collx::error& e) {
+      if (e.code() != collx::errc::transport || std::string(e.what()).find("MPI is finalized") == std::string::npos) {
+        std::fprintf(stderr, "rank %d: FAILED: an allreduce after MPI_Finalize: %s\n", g_rank, e.what());
+        return 1;
+      }
+    }
+  }
   // MPI_Finalize waits for the peers' close messages of the last communicators and frees their
   // duplicates (MPICH with UCX warned of every close message left unreceived).
   if (const std::size_t kept = collx::mpi::closing_duplicates::instance().kept(); kept != 0) {
@@ -720,6 +736,7 @@ int main(int argc, char** argv) {
   if (serialized) return serialized_abort();
   if (argc > 1 && std::string(argv[1]) == "bad-node-id") return bad_node_id();
   const int expected_nodes = argc > 1 ? std::atoi(argv[1]) : 0;
+  std::optional<collx::communicator> late;
   try {
     check(provided == MPI_THREAD_MULTIPLE, "MPI_THREAD_MULTIPLE provided");
     {
@@ -821,9 +838,11 @@ int main(int argc, char** argv) {
       collx::communicator c = collx::mpi::connect(MPI_COMM_WORLD);
       collx::barrier(c);
     }
+    late.emplace(collx::mpi::connect(MPI_COMM_WORLD));  // used after MPI_Finalize, by mistake (finish)
+    collx::barrier(*late);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rank %d: unexpected exception: %s\n", g_rank, e.what());
     ++g_failures;
   }
-  return finish("");
+  return finish("", late ? &*late : nullptr);
 }

@@ -423,6 +423,11 @@ class mpi_transport final : public transport {
 
   void check() override {
     enter();
+    int finalized = 0;
+    MPI_Finalized(&finalized);  // allowed at any time; any other MPI call now would abort the job
+    if (finalized)
+      COLLX_THROW(errc::transport, "MPI is finalized (a collx::mpi communicator's calls come before MPI_Finalize; "
+                                   "destroying it after is allowed)");
     poll_control();
     if (failed_.load(std::memory_order_acquire)) rethrow_failure();
   }
