@@ -208,8 +208,10 @@ std::string first_disagreement(const call_signature& mine, int me, int n, Record
         mine_then.seq == theirs.seq && !(mine_then == theirs)) {  // r is still in a call this rank finished
       const std::string earlier = earlier_disagreement(mine_then, me, theirs, r, record);
       if (!earlier.empty()) return earlier;
-      return describe_mismatch(mine_then, me, theirs, r) + " (in " + describe_call(mine_then) +
-             ", which this rank finished and rank " + std::to_string(r) + " is still in; seen at call #" +
+      // Named by rank, not "this rank": a failure's text is passed on to the peers as it is.
+      const std::string m = "rank " + std::to_string(me);
+      return describe_mismatch(mine_then, me, theirs, r) + " (in " + m + "'s " + describe_call(mine_then) + ", which " + m +
+             " finished and rank " + std::to_string(r) + " is still in; seen at " + m + "'s call #" +
              std::to_string(mine.seq) + ")";
     }
   }
@@ -278,8 +280,9 @@ std::string describe_message_mismatch(const call_signature& got, const call_sign
   if (got.seq < sig.seq && record(me, got.seq, mine) && mine.seq == got.seq && !(mine == got)) {  // the sender is behind
     const std::string earlier = earlier_disagreement(mine, me, got, from, record);
     if (!earlier.empty()) return earlier;
-    return describe_mismatch(mine, me, got, from) + " (in " + describe_call(mine) +
-           ", which this rank finished before seeing it; seen at call #" + std::to_string(sig.seq) + ")";
+    const std::string m = "rank " + std::to_string(me);  // (passed on to the peers as it is)
+    return describe_mismatch(mine, me, got, from) + " (in " + m + "'s " + describe_call(mine) + ", which " + m +
+           " finished before seeing it; seen at " + m + "'s call #" + std::to_string(sig.seq) + ")";
   }
   if (got.seq > sig.seq && record(from, sig.seq, theirs) && theirs.seq == sig.seq && !(theirs == sig)) {  // ahead
     const std::string earlier = earlier_disagreement(sig, me, theirs, from, record);
