@@ -179,8 +179,20 @@ int run_over_mpi(int& argc, char**& argv, const cp::options& o) {
     int rank = 0, size = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    if ((o.collective == cp::coll::sendrecv && size < 2) || o.root >= size || (o.ranks && o.ranks != size)) {
-      if (rank == 0) usage("sendrecv needs 2 ranks or more, -r a rank of the job, and --ranks (if given) mpirun's -np");
+    // The shared-memory path's checks and words, said once (by rank 0).
+    std::string refused;
+    const char* launched = std::getenv("OMPI_COMM_WORLD_SIZE") ? std::getenv("OMPI_COMM_WORLD_SIZE") : std::getenv("PMI_SIZE");
+    if (launched && std::atoi(launched) != size)  // e.g. built with Open MPI, started by MPICH's mpiexec
+      refused = "the launcher started " + std::string(launched) + " ranks but MPI_COMM_WORLD has " +
+                std::to_string(size) + ": start collx-perf with the mpirun of the MPI it was built with";
+    else if (o.ranks && o.ranks != size)
+      refused = "--ranks " + std::to_string(o.ranks) + " but mpirun started " + std::to_string(size) + " ranks";
+    else if (o.collective == cp::coll::sendrecv && size < 2)
+      refused = "sendrecv needs 2 or more ranks";
+    else if (o.root >= size)
+      refused = "-r: the root must be below the number of ranks";
+    if (!refused.empty()) {
+      if (rank == 0) usage(refused.c_str());
       MPI_Finalize();
       return 2;
     }
