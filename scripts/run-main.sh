@@ -3,7 +3,7 @@
 # benchmark, then the data-parallel training of examples/train_digits (an MLP on the UCI handwritten
 # digits) over local processes, which checks its held-out accuracy (> 90%) and that its weights are
 # bit-identical to the 1-process reference.
-# Usage: scripts/run-main.sh [ranks (default 4)] [elements]     Environment: BUILD_DIR (default build), CXX.
+# Usage: scripts/run-main.sh [ranks (default 4)]     Environment: BUILD_DIR (default build), CXX, BUILD_TYPE.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
