@@ -94,6 +94,32 @@ TEST_CASE("split's errors reach every rank at once", "[split][errors]") {
     INFO(errs[0].second << "\n" << errs[1].second);
     CHECK(named);
   }
+  SECTION("a failure in a group names the group and which ranks of the parent its ranks are") {
+    // Groups by parity, keys reversed: group 1 is parent ranks 3, 1 (group ranks 0, 1). Its rank
+    // 0 passes a bad root; rank 1 must read whose failure it is in the parent's numbering too.
+    // Group 0 is parent ranks 2, 0; a group of it, keys reversed again, is parent ranks 0, 2: its
+    // legend goes back to the first parent's ranks.
+    const auto errs = errors_of([](collx::communicator& c) {
+      auto group = collx::split(c, c.rank() % 2, -c.rank());
+      std::vector<int> v(3, c.rank());
+      if (c.rank() % 2 == 0) {
+        auto inner = collx::split(*group, 0, -group->rank());
+        collx::broadcast(*inner, std::span<int>(v), inner->rank() == 0 ? 7 : 0);
+      } else {
+        collx::broadcast(*group, std::span<int>(v), group->rank() == 0 ? 5 : 0);
+      }
+    });
+    INFO(errs[1].second);
+    CHECK(errs[3].first == collx::errc::invalid_argument);
+    CHECK(errs[1].first == collx::errc::invalid_argument);
+    CHECK_THAT(errs[1].second, Catch::Contains("split group (color 1) rank 0 (world rank 3) failed: invalid arguments") &&
+                                   Catch::Contains("(split group (color 1): its ranks 0, 1 are world ranks 3, 1)"));
+    INFO(errs[2].second);
+    CHECK(errs[0].first == collx::errc::invalid_argument);
+    CHECK(errs[2].first == collx::errc::invalid_argument);
+    CHECK_THAT(errs[2].second, Catch::Contains("split group (color 0) rank 0 (world rank 0) failed: invalid arguments") &&
+                                   Catch::Contains("(split group (color 0): its ranks 0, 1 are world ranks 0, 2)"));
+  }
   SECTION("a moved-from communicator") {
     auto comms = collx::make_thread_communicators(1);
     collx::communicator moved = std::move(comms[0]);

@@ -42,7 +42,10 @@ inline constexpr int no_color = -1;
 /// shared memory connect a segment of the group's own (named after comm's job id, the split and
 /// the color); over MPI, MPI_Comm_split of comm's duplicate. Its options are comm's, without
 /// `ring_order` (comm's order means nothing to the group); it has no hierarchy (over MPI, call
-/// mpi::connect_hierarchical on an MPI communicator of the group for one).
+/// mpi::connect_hierarchical on an MPI communicator of the group for one). Its failures, as its
+/// ranks read them, name the group and which ranks of comm its ranks are ("split group (color 2)
+/// rank 1 (world rank 3) failed: rank 0 (pid N) died ... (split group (color 2): its ranks 0, 1
+/// are world ranks 1, 3)"; for a group of a group, the ranks of the first communicator split).
 ///
 /// @param color a group's number, >= 0; or no_color: this rank joins no group.
 /// @param key orders the group's ranks; ties keep comm's order (pass 0, or comm.rank(), for it).
@@ -97,6 +100,12 @@ inline constexpr int no_color = -1;
     throw;
   }
   if (!t) return std::nullopt;
+  // The group numbers its ranks anew: its failures, as its ranks read them, also say which ranks
+  // of comm (of comm's own world, when comm is a group itself) they are.
+  const std::vector<int>& above = comm.get_transport().level_world_ranks();
+  std::vector<int> world_ranks;
+  for (const int m : members) world_ranks.push_back(above.empty() ? m : above.at(static_cast<std::size_t>(m)));
+  t->set_level("split group (color " + std::to_string(color) + ")", std::move(world_ranks));
   return communicator(std::move(t), std::move(opt));
 }
 

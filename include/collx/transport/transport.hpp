@@ -455,8 +455,9 @@ class transport {
   /// before the transport is used (it is not synchronised with the waits).
   void watch(const std::shared_ptr<transport>& other) { watched_.push_back(other); }
 
-  /// Names this transport as a level of a hierarchy (attach_hierarchy): `level` ("node
-  /// communicator", "cross-node communicator") and `world_ranks[i]`, the rank of the whole
+  /// Names this transport as a level of a hierarchy (attach_hierarchy) or a group of a split:
+  /// `level` ("node communicator", "cross-node communicator", "split group (color 2)") and
+  /// `world_ranks[i]`, the rank of the whole
   /// communicator that its rank i is. Its own failures then read, to its peers and to the other
   /// levels, which pass them on to the whole communicator, "node communicator rank 1 (world rank
   /// 3) failed: why (node communicator: its ranks 0, 1 are world ranks 2, 3)": the ranks `why`
@@ -465,6 +466,9 @@ class transport {
     level_ = std::move(level);
     level_world_ranks_ = std::move(world_ranks);
   }
+  /// set_level's world ranks (level_world_ranks()[i]: the world rank of this transport's rank i),
+  /// or empty when this transport is no level.
+  const std::vector<int>& level_world_ranks() const noexcept { return level_world_ranks_; }
 
   // Memory every rank maps (shm: collx::shm_buffer), for collectives that read and write peers'
   // buffers in place. The default transport has none.
