@@ -698,15 +698,28 @@ TEST_CASE("gpu device send_recv pairs with a peer's recv-then-send, and with its
   }));
 }
 
-TEST_CASE("gpu device send/recv: a failure travels down a pipeline of messages", "[gpu][cuda]") {
-  // Rank 2 rejects its send (a null buffer) to rank 1; rank 1, receiving from 2 before it sends to
-  // 0, ends and passes the failure on; rank 0, receiving from 1, must end too, not time out.
+// Runs fn(dc, stream, buf, problems) on 3 ranks, each with a 4 KiB device buffer `buf` (float*), for
+// a rejected call's failure that must end every rank's calls at once: with a 30 s device timeout,
+// all must be done within 20 s.
+template <class Fn>
+void ends_every_rank_at_once(Fn fn) {
   gpu::device_options opt;
   opt.timeout = std::chrono::seconds(30);
   const auto t0 = std::chrono::steady_clock::now();
-  require_none(on_ranks(3, opt, std::chrono::seconds(60), [](gpu::device_communicator& dc, cudaStream_t s, auto& out) {
+  require_none(on_ranks(3, opt, std::chrono::seconds(60), [&](gpu::device_communicator& dc, cudaStream_t s, auto& out) {
     float* buf = nullptr;
     gpu::check(cudaMallocAsync(reinterpret_cast<void**>(&buf), 4096, s), "cudaMallocAsync");
+    fn(dc, s, buf, out);
+    cudaFreeAsync(buf, s);
+    cudaStreamSynchronize(s);
+  }));
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20));  // well before the 30 s timeout
+}
+
+TEST_CASE("gpu device send/recv: a failure travels down a pipeline of messages", "[gpu][cuda]") {
+  // Rank 2 rejects its send (a null buffer) to rank 1; rank 1, receiving from 2 before it sends to
+  // 0, ends and passes the failure on; rank 0, receiving from 1, must end too, not time out.
+  ends_every_rank_at_once([](gpu::device_communicator& dc, cudaStream_t s, float* buf, auto& out) {
     collx::errc code = collx::errc::internal;
     try {
       if (dc.rank() == 2) gpu::send(dc, static_cast<const float*>(nullptr), 100, 1, s);
@@ -723,22 +736,14 @@ TEST_CASE("gpu device send/recv: a failure travels down a pipeline of messages",
     if (code != want)
       out.push_back("rank " + std::to_string(dc.rank()) + ": got errc " + std::to_string(static_cast<int>(code)) + ", not " +
                     std::to_string(static_cast<int>(want)));
-    cudaFreeAsync(buf, s);
-    cudaStreamSynchronize(s);
-  }));
-  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20));  // well before the 30 s timeout
+  });
 }
 
 TEST_CASE("gpu device v-forms: a negative count is rejected on its rank, naming it, and ends its peers' calls",
           "[gpu][cuda]") {
   // Rank 1 passes std::vector<int> counts with a negative entry (block_counts copies and checks
   // them); ranks 0 and 2 pass good ones and must end with aborted, long before the timeout.
-  gpu::device_options opt;
-  opt.timeout = std::chrono::seconds(30);
-  const auto t0 = std::chrono::steady_clock::now();
-  require_none(on_ranks(3, opt, std::chrono::seconds(60), [](gpu::device_communicator& dc, cudaStream_t s, auto& out) {
-    float* buf = nullptr;
-    gpu::check(cudaMallocAsync(reinterpret_cast<void**>(&buf), 4096, s), "cudaMallocAsync");
+  ends_every_rank_at_once([](gpu::device_communicator& dc, cudaStream_t s, float* buf, auto& out) {
     const std::vector<int> counts = dc.rank() == 1 ? std::vector<int>{100, -7, 100} : std::vector<int>{100, 0, 100};
     collx::errc code = collx::errc::internal;
     std::string what;
@@ -754,10 +759,7 @@ TEST_CASE("gpu device v-forms: a negative count is rejected on its rank, naming 
     if (code != want) out.push_back(me + "got errc " + std::to_string(static_cast<int>(code)) + ": " + what);
     if (dc.rank() == 1 && what.find("counts[1] = -7 is negative") == std::string::npos)
       out.push_back(me + "the message does not name the negative count: " + what);
-    cudaFreeAsync(buf, s);
-    cudaStreamSynchronize(s);
-  }));
-  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20));  // well before the 30 s timeout
+  });
 }
 
 TEST_CASE("gpu device send/recv: two ranks that both send first time out with a message saying why", "[gpu][cuda]") {
