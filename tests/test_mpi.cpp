@@ -645,8 +645,8 @@ void left_by_exception() {
 
 // Sums every rank's failed checks, prints them on rank 0 ("test_mpi<mode>: ..."), finalizes MPI and
 // returns the process's exit status. `late`, when given, is a communicator kept past MPI_Finalize:
-// a call on it then must throw collx::error, not abort the job (any MPI call would), and it may
-// still be destroyed.
+// a call on it then must throw collx::error, a rejected call too, and abort() must return, none
+// of them aborting the job (any MPI call would), and it may still be destroyed.
 int finish(const std::string& mode, collx::communicator* late = nullptr) {
   int failures = 0;
   MPI_Allreduce(&g_failures, &failures, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
@@ -659,11 +659,24 @@ int finish(const std::string& mode, collx::communicator* late = nullptr) {
       std::fprintf(stderr, "rank %d: FAILED: an allreduce after MPI_Finalize returned\n", g_rank);
       return 1;
     } catch (const collx::error& e) {
-      if (e.code() != collx::errc::transport || std::string(e.what()).find("MPI is finalized") == std::string::npos) {
+      if (e.code() != collx::errc::transport || std::string(e.what()).find("MPI was finalized") == std::string::npos) {
         std::fprintf(stderr, "rank %d: FAILED: an allreduce after MPI_Finalize: %s\n", g_rank, e.what());
         return 1;
       }
     }
+    // Rejected arguments and abort() fail the communicator, which tells the peers over MPI: not now.
+    std::vector<int> gathered(4);
+    try {
+      collx::all_gather_v(*late, std::span<const int>(v.data(), 1), gathered, {1, -1});
+      std::fprintf(stderr, "rank %d: FAILED: an all_gather_v with a negative count after MPI_Finalize returned\n", g_rank);
+      return 1;
+    } catch (const collx::error& e) {
+      if (e.code() != collx::errc::invalid_argument) {
+        std::fprintf(stderr, "rank %d: FAILED: a rejected call after MPI_Finalize: %s\n", g_rank, e.what());
+        return 1;
+      }
+    }
+    late->abort();
   }
   // MPI_Finalize waits for the peers' close messages of the last communicators and frees their
   // duplicates (MPICH with UCX warned of every close message left unreceived).

@@ -77,6 +77,13 @@ inline void check_mpi(int rc, const char* what) {
   COLLX_THROW(errc::transport, std::string(what) + " failed: " + std::string(text, static_cast<std::size_t>(len)));
 }
 
+/// Whether MPI_Finalize has run: any MPI call but a few (MPI_Finalized) then aborts the process.
+inline bool mpi_finalized() noexcept {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  return finalized != 0;
+}
+
 /// Throws errc::transport naming `who` unless MPI is initialised and not yet finalized (MPI calls
 /// outside that window abort the process instead of returning an error).
 inline void require_mpi_running(const char* who) {
@@ -230,9 +237,7 @@ class closing_duplicates {
     std::vector<char> closed;  // per peer: its close message came
   };
   void free_finished_locked() noexcept {
-    int finalized = 0;
-    MPI_Finalized(&finalized);
-    if (finalized) return;
+    if (mpi_finalized()) return;
     for (auto it = open_.begin(); it != open_.end();) {
       bool all = true, peer_failed = false;  // peer_failed: give the duplicate up
       for (std::size_t p = 0; p < it->closed.size() && !peer_failed; ++p) {
@@ -340,9 +345,7 @@ class mpi_transport final : public transport {
     oversubscribed_ = static_cast<unsigned>(ranks_on_host_) > collx::detail::usable_cpus(host_cpus);
   }
   ~mpi_transport() override {
-    int finalized = 0;
-    MPI_Finalized(&finalized);
-    if (finalized) return;
+    if (mpi_finalized()) return;
     // A receive that matched before its cancel still completes, into staging_, perhaps only
     // when the peer next drives MPI: unless it is over already, both staging buffers are left
     // allocated rather than waited for (a wait would hang on a peer that stopped calling MPI).
@@ -423,11 +426,9 @@ class mpi_transport final : public transport {
 
   void check() override {
     enter();
-    int finalized = 0;
-    MPI_Finalized(&finalized);  // allowed at any time; any other MPI call now would abort the job
-    if (finalized)
-      COLLX_THROW(errc::transport, "MPI is finalized (a collx::mpi communicator's calls come before MPI_Finalize; "
-                                   "destroying it after is allowed)");
+    if (mpi_finalized())  // after MPI_Finalize any other MPI call would abort the job
+      COLLX_THROW(errc::transport, "MPI was finalized while this communicator was alive (a collx::mpi "
+                                   "communicator's calls come before MPI_Finalize; destroying it after is allowed)");
     poll_control();
     if (failed_.load(std::memory_order_acquire)) rethrow_failure();
   }
@@ -688,6 +689,7 @@ class mpi_transport final : public transport {
       return;
     }
     last_control_poll_ = now;
+    if (mpi_finalized()) return;  // (a failure() or a wait after MPI_Finalize): nothing can come
     for (;;) {
       int found = 0;
       MPI_Message msg = MPI_MESSAGE_NULL;
@@ -827,6 +829,7 @@ class mpi_transport final : public transport {
 
   /// Tells every peer this rank failed (once).
   void send_notices() noexcept {
+    if (mpi_finalized()) return;  // fail() or abort() after MPI_Finalize: no peer can hear it
     std::lock_guard<std::mutex> lock(mu_);
     if (!notice_pending_.exchange(false)) return;
     const int c = static_cast<int>(code_);
@@ -865,7 +868,7 @@ class mpi_transport final : public transport {
   /// eager part, which goes out here too. MPI cannot cancel a send, so past that time a send
   /// stays posted (the peer stopped taking part in MPI) and may still read its buffer.
   void settle_sends() noexcept {
-    if (settled_) return;  // once per failure: a later call on the failed communicator fails at once
+    if (settled_ || mpi_finalized()) return;  // once per failure: a later call on the failed communicator fails at once
     settled_ = true;
     const auto until = std::chrono::steady_clock::now() + std::min<std::chrono::milliseconds>(timeout_, settle_time);
     for (;;) {
