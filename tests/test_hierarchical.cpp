@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <numeric>
 #include <regex>
 #include <span>
@@ -394,18 +395,22 @@ TEST_CASE("hierarchical layout errors are reported, not hung", "[hierarchical][e
                       Catch::Contains("needs a communicator with a hierarchy"));
 }
 
-// attach_hierarchy on levels a user built with collx::split: 4 thread ranks on nodes n0 = {0, 1}
-// and n1 = {2, 3}. `node_color(r)` groups the node communicators (keyed by the layout's local
-// rank), `adjust(r, layout)` may change a rank's layout. Each rank then runs a hierarchical
-// all-reduce of a non-commutative op; returns every rank's error (code, text) or result.
+// attach_hierarchy on levels a user built with collx::split: thread ranks on the nodes `ids` name
+// (by default 4 ranks, n0 = {0, 1} and n1 = {2, 3}). `node_color(r)` groups the node
+// communicators (keyed by the layout's local rank), `cross_color(r)` the cross-node ones (default:
+// the local rank), `adjust(r, layout)` may change a rank's layout. Each rank then runs a
+// hierarchical all-reduce of a non-commutative op; returns every rank's error (code, text) or
+// result.
 struct attach_outcome {
+  bool attached = false;  // attach_hierarchy returned
   collx::errc code{};
   std::string what;
   ref::mat2 result{};
 };
 template <class NodeColor, class Adjust>
-std::vector<attach_outcome> attach_by_hand(NodeColor node_color, Adjust adjust) {
-  const std::vector<std::string> ids = ids_of({"n0", "n0", "n1", "n1"});
+std::vector<attach_outcome> attach_by_hand(NodeColor node_color, Adjust adjust,
+                                           const std::vector<std::string>& ids = ids_of({"n0", "n0", "n1", "n1"}),
+                                           const std::function<int(int)>& cross_color = {}) {
   std::vector<attach_outcome> out(ids.size());
   collx::communicator_options opt;
   opt.timeout = std::chrono::seconds(30);
@@ -416,9 +421,10 @@ std::vector<attach_outcome> attach_by_hand(NodeColor node_color, Adjust adjust) 
     try {
       collx::node_layout lay = collx::node_layout::from_ids(ids, r);
       auto node = collx::split(c, node_color(r), lay.local_rank);
-      auto cross = collx::split(c, lay.local_rank, lay.node_index);
+      auto cross = collx::split(c, cross_color ? cross_color(r) : lay.local_rank, lay.node_index);
       adjust(r, lay);
       collx::attach_hierarchy(c, std::move(lay), std::move(*node), std::move(*cross));
+      o.attached = true;
       std::vector<ref::mat2> v{ref::mat2{1u + static_cast<std::uint32_t>(r), 2, 3u * static_cast<std::uint32_t>(r), 5}};
       collx::allreduce<collx::algo::hierarchical<collx::algo::direct, collx::algo::direct>, ref::mat2, ref::mat_mul>(
           c, std::span<ref::mat2>(v));
@@ -453,14 +459,30 @@ TEST_CASE("attach_hierarchy checks levels built by hand against the layout, on e
     }
     CHECK_THAT(got[0].what, Catch::Matchers::Contains("holds world ranks [0, 3] but the layout says [0, 1]"));
   }
-  SECTION("a rank whose layout differs is refused, and its peers on both levels end too") {
-    const auto got = attach_by_hand([](int r) { return r / 2; }, [](int r, collx::node_layout& l) {
-      if (r == 3) l.contiguous = false;
+  SECTION("a layout whose flags do not follow from its ranks is refused, on every rank") {
+    // Ids n0, n1, n0, n1 (interleaved nodes) with `contiguous` set by hand on every rank: the
+    // levels match, but a non-commutative op would combine out of rank order.
+    const auto got = attach_by_hand([](int r) { return r % 2; }, [](int r, collx::node_layout& l) {
+      l = collx::node_layout::from_ids(ids_of({"n0", "n1", "n0", "n1"}), r);
+      l.contiguous = true;
     });
     for (size_t r = 0; r < got.size(); ++r) {
       INFO("rank " << r << ": " << got[r].what);
-      CHECK((got[r].code == collx::errc::invalid_argument || got[r].code == collx::errc::aborted));
-      CHECK_THAT(got[r].what, Catch::Matchers::Contains("passed another layout than this rank"));
+      CHECK(got[r].code == collx::errc::invalid_argument);
+      CHECK_THAT(got[r].what, Catch::Matchers::Contains("its contiguous is true, its ranks give false"));
+    }
+  }
+  SECTION("levels that fail on some ranks only: every rank throws, none attaches") {
+    // 2 nodes x 3 ranks would need cross groups {0, 3}, {1, 4}, {2, 5}; here {0, 4} and {1, 3}
+    // are wrong, {2, 5} right: ranks 2 and 5 pass both of their checks, and must throw too.
+    const auto got = attach_by_hand(
+        [](int r) { return r / 3; }, [](int, collx::node_layout&) {}, ids_of({"a", "a", "a", "b", "b", "b"}),
+        [](int r) { return r == 0 || r == 4 ? 0 : r == 1 || r == 3 ? 1 : 2; });
+    for (size_t r = 0; r < got.size(); ++r) {
+      INFO("rank " << r << ": " << got[r].what);
+      CHECK(!got[r].attached);
+      CHECK(got[r].code == collx::errc::invalid_argument);
+      CHECK_THAT(got[r].what, Catch::Matchers::Contains("the cross-node communicator holds world ranks"));
     }
   }
   SECTION("a layout of another rank is refused before any exchange") {

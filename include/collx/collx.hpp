@@ -11,6 +11,7 @@
 #include <collx/communicator.hpp>
 #include <collx/concepts.hpp>
 #include <collx/error.hpp>
+#include <collx/hierarchy.hpp>
 #include <collx/numeric.hpp>
 #include <collx/ops.hpp>
 #include <collx/reduce.hpp>
