@@ -275,6 +275,8 @@ static_assert(std::is_convertible_v<const long (&)[3], collx::block_counts>);
 static_assert(!std::is_convertible_v<const std::vector<double>&, collx::block_counts>);
 static_assert(!std::is_convertible_v<const std::vector<bool>&, collx::block_counts>);
 static_assert(!std::is_convertible_v<const std::vector<char>&, collx::block_counts>);
+static_assert(std::is_convertible_v<const std::vector<std::int8_t>&, collx::block_counts>);
+static_assert(std::is_convertible_v<const std::vector<std::uint16_t>&, collx::block_counts>);
 static_assert(!std::is_convertible_v<const std::list<int>&, collx::block_counts>);
 static_assert(!std::is_constructible_v<collx::block_counts, std::initializer_list<double>>);
 
@@ -308,6 +310,21 @@ TEST_CASE("block_counts: views std::size_t lists, copies other integer types, ow
   const collx::block_counts own = viewed.owned();
   CHECK(own.values().data() != sizes.data());
   CHECK(std::ranges::equal(own.values(), sizes));
+
+  // Braced lists are copied (a named one outlives its list's array: ASan would see a view), of
+  // one type or mixed, each value checked.
+  const std::size_t a = 5, b = 0, c = 7;
+  const collx::block_counts listed = {a, b, c};
+  const long l = -4;
+  const collx::block_counts mixed = {std::size_t{3}, l, 0};
+  REQUIRE(listed.size() == 3);
+  CHECK(listed[0] == 5);
+  CHECK(listed[2] == 7);
+  REQUIRE(mixed.size() == 3);
+  CHECK(mixed[0] == 3);
+  REQUIRE(mixed.negative());
+  CHECK(mixed.negative()->index == 1);
+  CHECK(mixed.negative()->value == -4);
 }
 
 TEST_CASE("v-form counts as std::vector<int>, braced lists and other integer types, sync and async",
@@ -321,8 +338,8 @@ TEST_CASE("v-form counts as std::vector<int>, braced lists and other integer typ
     std::vector<T> agv(total, poison), braced(total, poison), sized(total, poison), later(total, poison);
     collx::all_gather_v(comm, values(r, mine), agv, counts);
     collx::all_gather_v(comm, values(r, mine), braced, {3, 0, 4});
-    const std::size_t a = 3, b = 0, c = 4;
-    collx::all_gather_v(comm, values(r, mine), sized, {a, b, c});
+    const std::size_t a = 3, c = 4;
+    collx::all_gather_v(comm, values(r, mine), sized, {a, 0, c});  // mixed types: std::size_t and int
     std::vector<T> rsv(mine, poison);
     collx::reduce_scatter_v(comm, values(r, total), rsv, std::vector<std::int64_t>{3, 0, 4});
     // all_to_all_v: rank r sends r + d + 1 elements to rank d (unsigned), receives d + r + 1 (long).
@@ -412,8 +429,8 @@ TEST_CASE("v-form counts: a negative count fails the call on every rank, naming 
       if (comm.rank() == 1) {
         collx::all_to_all_v(comm, values(1, 3), std::vector<long>{1, 1, 1}, recv, std::vector<long>{1, 1, -1});
       } else {
-        collx::reduce_scatter_v(comm, values(comm.rank(), 5), std::span<T>(recv.data(), good[static_cast<std::size_t>(comm.rank())]),
-                                good);
+        const auto mine = static_cast<std::size_t>(good[static_cast<std::size_t>(comm.rank())]);
+        collx::reduce_scatter_v(comm, values(comm.rank(), 5), std::span<T>(recv.data(), mine), good);
       }
     });
     CHECK(got[1].code == collx::errc::invalid_argument);

@@ -16,11 +16,13 @@ namespace collx {
 inline namespace v0 {
 
 namespace detail {
-/// An integer type a count may come in: not bool or a character type, whose values are not counts.
+/// An integer type a count may come in: at most 64 bits (wider values would be cut), not bool or a
+/// character type (char, wchar_t, char8/16/32_t), whose values are not counts; std::int8_t and
+/// std::uint8_t (signed and unsigned char) are integers here.
 template <class I>
-concept count_integer = std::integral<I> && !std::same_as<I, bool> && !std::same_as<I, char> &&
-                        !std::same_as<I, signed char> && !std::same_as<I, unsigned char> && !std::same_as<I, wchar_t> &&
-                        !std::same_as<I, char8_t> && !std::same_as<I, char16_t> && !std::same_as<I, char32_t>;
+concept count_integer = std::integral<I> && sizeof(I) <= sizeof(long long) && !std::same_as<I, bool> &&
+                        !std::same_as<I, char> && !std::same_as<I, wchar_t> && !std::same_as<I, char8_t> &&
+                        !std::same_as<I, char16_t> && !std::same_as<I, char32_t>;
 
 /// A contiguous, sized range of counts (R as given: `const std::vector<int>&`, ...).
 template <class R>
@@ -43,9 +45,10 @@ struct negative_count {
 ///   std::int64_t, unsigned): copied as std::size_t; a negative entry makes the call throw
 ///   collx::error (errc::invalid_argument, naming the entry) and fail the communicator, as every
 ///   bad argument does;
-/// - a braced list, `{3, 0, 5}` (int values copied and checked as above; std::size_t values viewed).
-/// It views what it is given, which must outlive it: a temporary passed to a call lives until the
-/// call returns; the `_async` forms copy the counts (owned()) before they return.
+/// - a braced list, `{3, 0, 5}`, `{n, 0}`: copied, each value checked as above.
+/// A range of std::size_t is viewed and must outlive the block_counts: a temporary passed to a
+/// call lives until the call returns; the `_async` forms copy the counts (owned()) before they
+/// return.
 class block_counts {
  public:
   /// Views `counts`, a contiguous range of std::size_t.
@@ -63,13 +66,20 @@ class block_counts {
     copy_from(std::ranges::data(counts), std::ranges::size(counts));
   }
 
-  /// Views a braced list of std::size_t values, `{n0, n1, n2}`.
-  block_counts(std::initializer_list<std::size_t> counts) noexcept : view_(counts.begin(), counts.size()) {}
-
-  /// Copies a braced list of another integer type (`{3, 0, 5}` is a list of int), as a range of it.
+  /// Copies a braced list of one integer type (`{3, 0, 5}`: int; `{a, b}` of std::size_t).
   template <detail::count_integer I>
   block_counts(std::initializer_list<I> counts) {  // NOLINT(google-explicit-constructor)
     copy_from(counts.begin(), counts.size());
+  }
+
+  /// Copies a braced list of several integer types (`{n, 0}` with a std::size_t n), value by
+  /// value, as a range of each.
+  template <detail::count_integer... I>
+    requires(sizeof...(I) >= 2)
+  block_counts(I... counts) {  // NOLINT(google-explicit-constructor)
+    copy_.reserve(sizeof...(I));
+    (append(counts), ...);
+    view_ = copy_;
   }
 
   block_counts(const block_counts& other) { *this = other; }
@@ -104,17 +114,21 @@ class block_counts {
 
   template <class I>
   void copy_from(const I* p, std::size_t n) {
-    copy_.resize(n);
-    for (std::size_t i = 0; i < n; ++i) {
-      if constexpr (std::is_signed_v<I>) {
-        if (p[i] < 0) {
-          if (!negative_) negative_ = negative_count{i, static_cast<long long>(p[i])};
-          continue;  // stays 0
-        }
-      }
-      copy_[i] = static_cast<std::size_t>(p[i]);
-    }
+    copy_.reserve(n);
+    for (std::size_t i = 0; i < n; ++i) append(p[i]);
     view_ = copy_;
+  }
+  /// Appends v; a negative v is kept as 0 and remembered (negative()) if it is the first.
+  template <class I>
+  void append(I v) {
+    if constexpr (std::is_signed_v<I>) {
+      if (v < 0) {
+        if (!negative_) negative_ = negative_count{copy_.size(), static_cast<long long>(v)};
+        copy_.push_back(0);
+        return;
+      }
+    }
+    copy_.push_back(static_cast<std::size_t>(v));
   }
 
   std::span<const std::size_t> view_;
