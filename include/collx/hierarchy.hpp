@@ -146,6 +146,7 @@ inline void attach_hierarchy(communicator& world, node_layout layout, communicat
     COLLX_THROW(e.code(), call + " (collective over world: every rank attaches, at the same point of its calls): " +
                               e.what() + (found.empty() ? "" : "; this rank found: " + found));
   }
+  if (mine[0].state == 1) COLLX_THROW(errc::invalid_argument, found);  // its own finding first
   for (const std::int32_t state : {1, 2})  // a refusal names the cause better than a check it ended
     for (int r = 0; r < world.size(); ++r) {
       const detail::attach_verdict& v = all[static_cast<std::size_t>(r)];
