@@ -71,6 +71,20 @@ template <class Send>
 concept allreduce_async_from = requires(collx::communicator& c, Send&& send, std::vector<T>& out) {
   collx::allreduce_async(c, std::forward<Send>(send), out);
 };
+// The same calls naming their template arguments, as code that instantiates collx for a given
+// type does: the temporary must still be refused, not bound to the std::span<const T> form.
+template <class Send>
+concept allreduce_async_named_from = requires(collx::communicator& c, Send&& send, std::vector<T>& out) {
+  collx::allreduce_async<collx::algo::ring, T>(c, std::forward<Send>(send), out);
+  collx::allreduce_async<collx::algo::ring, T, collx::ops::max>(c, std::forward<Send>(send), out, collx::ops::max{});
+};
+template <class Send>
+concept other_async_named_from = requires(collx::communicator& c, Send&& send, std::vector<T>& out) {
+  collx::send_async<const T>(c, std::forward<Send>(send), 1);
+  collx::all_gather_async<collx::algo::ring, T>(c, std::forward<Send>(send), out);
+  collx::reduce_scatter_v_async<collx::algo::ring, T>(c, std::forward<Send>(send), out, collx::block_counts{1, 2});
+  collx::broadcast_async<collx::algo::tree, T>(c, std::forward<Send>(send), out, 0);
+};
 template <class Send>
 concept allreduce_from = requires(collx::communicator& c, Send&& send, std::vector<T>& out) {
   collx::allreduce(c, std::forward<Send>(send), out);
@@ -113,6 +127,9 @@ static_assert(allreduce_into<std::span<T, 4>> && allreduce_in_place<std::span<T,
 // and views are not.
 static_assert(!allreduce_async_from<std::vector<T>> && allreduce_async_from<std::vector<T>&> &&
               allreduce_async_from<const std::vector<T>&> && allreduce_async_from<std::span<const T>>);
+static_assert(!allreduce_async_named_from<std::vector<T>> && allreduce_async_named_from<std::vector<T>&> &&
+              allreduce_async_named_from<std::span<const T>>);
+static_assert(!other_async_named_from<std::vector<T>> && other_async_named_from<const std::vector<T>&>);
 static_assert(allreduce_from<std::vector<T>>);  // a blocking call has finished with it when it returns
 static_assert(!allreduce_from<mutable_only_view&>);
 static_assert(collx::output_buffer<std::vector<T>&> && !collx::output_buffer<std::vector<T>> &&

@@ -128,13 +128,17 @@ request all_gather_v_async(communicator& comm, const S& send, R&& recv, const bl
 }
 
 /// Refused (deleted): all_gather_async with a temporary container as its first buffer, which the call
-/// reads after it returns, when the temporary is gone. Pass an lvalue, or a view.
-template <class Algo = algo::automatic, temporary_buffer S, class... Rest>
+/// reads after it returns, when the temporary is gone. Pass an lvalue, or a view. Named: whatever
+/// template arguments the call names (algorithm, element type, op), so that naming the element type
+/// cannot bind the temporary to the std::span form instead.
+template <class... Named, temporary_buffer S, class... Rest>
 request all_gather_async(communicator& comm, S&& send, Rest&&... rest) = delete;
 
 /// Refused (deleted): all_gather_v_async with a temporary container as its first buffer, which the call
-/// reads after it returns, when the temporary is gone. Pass an lvalue, or a view.
-template <class Algo = algo::automatic, temporary_buffer S, class... Rest>
+/// reads after it returns, when the temporary is gone. Pass an lvalue, or a view. Named: whatever
+/// template arguments the call names (algorithm, element type, op), so that naming the element type
+/// cannot bind the temporary to the std::span form instead.
+template <class... Named, temporary_buffer S, class... Rest>
 request all_gather_v_async(communicator& comm, S&& send, Rest&&... rest) = delete;
 
 }  // namespace v0

@@ -92,8 +92,10 @@ request broadcast_async(communicator& comm, R&& buf, int root) {
 }
 
 /// Refused (deleted): broadcast_async with a temporary container as its first buffer, which the call
-/// reads after it returns, when the temporary is gone. Pass an lvalue, or a view.
-template <class Algo = algo::automatic, temporary_buffer S, class... Rest>
+/// reads after it returns, when the temporary is gone. Pass an lvalue, or a view. Named: whatever
+/// template arguments the call names (algorithm, element type, op), so that naming the element type
+/// cannot bind the temporary to the std::span form instead.
+template <class... Named, temporary_buffer S, class... Rest>
 request broadcast_async(communicator& comm, S&& send, Rest&&... rest) = delete;
 
 }  // namespace v0

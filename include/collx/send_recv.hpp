@@ -291,13 +291,17 @@ request send_recv_async(communicator& comm, const S& send, int dest, std::span<T
 }
 
 /// Refused (deleted): send_async with a temporary container as its first buffer, which the call
-/// reads after it returns, when the temporary is gone. Pass an lvalue, or a view.
-template <temporary_buffer S, class... Rest>
+/// reads after it returns, when the temporary is gone. Pass an lvalue, or a view. Named: whatever
+/// template arguments the call names (algorithm, element type, op), so that naming the element type
+/// cannot bind the temporary to the std::span form instead.
+template <class... Named, temporary_buffer S, class... Rest>
 request send_async(communicator& comm, S&& send, Rest&&... rest) = delete;
 
 /// Refused (deleted): send_recv_async with a temporary container as its first buffer, which the call
-/// reads after it returns, when the temporary is gone. Pass an lvalue, or a view.
-template <temporary_buffer S, class... Rest>
+/// reads after it returns, when the temporary is gone. Pass an lvalue, or a view. Named: whatever
+/// template arguments the call names (algorithm, element type, op), so that naming the element type
+/// cannot bind the temporary to the std::span form instead.
+template <class... Named, temporary_buffer S, class... Rest>
 request send_recv_async(communicator& comm, S&& send, Rest&&... rest) = delete;
 
 }  // namespace v0

@@ -24,14 +24,18 @@ struct ring {
 
 namespace schedule {
 
+/// Block c of the call (p.blocks[c]: offsets and count in elements) as a region of the input, the
+/// output and the scratch buffer, the three places a ring step reads or writes it.
 constexpr region in_block(const params& p, int c) {
   const block& b = p.blocks[static_cast<std::size_t>(c)];
   return {buffer::input, b.in, b.count};
 }
+/// See in_block.
 constexpr region out_block(const params& p, int c) {
   const block& b = p.blocks[static_cast<std::size_t>(c)];
   return {buffer::output, b.out, b.count};
 }
+/// See in_block.
 constexpr region tmp_block(const params& p, int c) {
   const block& b = p.blocks[static_cast<std::size_t>(c)];
   return {buffer::scratch, b.tmp, b.count};

@@ -1204,7 +1204,9 @@ class shm_transport final : public transport {
         if (std::chrono::steady_clock::now() > deadline)
           COLLX_THROW(errc::timeout, "rank " + std::to_string(rank_) + "/" + std::to_string(n_) + ": shared memory " +
                                          name_ + id_note_ + " did not appear within the connect timeout (COLLX_CONNECT_TIMEOUT; is rank 0 running, with "
-                                         "the same job id and world size?)" + job_id_hint());
+                                         "the same job id and world size? A job removes the name once all its ranks "
+                                         "attached, so a rank started again after that, or late, also ends here)" +
+                                         job_id_hint());
         if (abandon_start_ && ++waits % 50 == 0)  // about every 50 ms, while rank 0 has not made it
           if (const std::string why = abandon_start_({0}, std::chrono::milliseconds(waits)); !why.empty())
             COLLX_THROW(errc::aborted, "rank " + std::to_string(rank_) + " ended the start: " + why);
