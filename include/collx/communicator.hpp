@@ -232,29 +232,51 @@ class communicator {
   }
 
   /// Waits until the progress thread's queue is empty: every *_async call made so far has finished
-  /// (and any another thread started meanwhile). A no-op on the progress thread.
+  /// (and any another thread started meanwhile). A no-op on its own progress thread, and inside a call
+  /// (a call made of calls, as split is): async calls started meanwhile come after the whole call
+  /// and wait for it (call_scope), so waiting for them here would wait for itself.
   void drain_async() noexcept {
     detail::async_engine* e = engine_.load(std::memory_order_acquire);
-    if (e && !detail::on_progress_thread && !forked()) e->drain();
+    if (e && detail::running_engine != e && !forked() &&
+        busy_.load(std::memory_order_acquire) != std::this_thread::get_id())
+      e->drain();
   }
 
   /// Marks the calling thread as the one inside a call on this communicator until it ends (nested
-  /// calls from the same thread are fine). A second thread that enters meanwhile gets
-  /// errc::invalid_argument instead of interleaving its messages with the first one's.
+  /// calls from the same thread are fine). The progress thread and the user's threads take turns:
+  /// an *_async call that reaches the front of the queue while another thread's blocking call runs
+  /// waits for it to end, and a blocking call waits for an *_async call already running (one
+  /// started after the blocking call's drain_async). A second user thread entering while another
+  /// user thread's call runs gets errc::invalid_argument instead of interleaving its messages with
+  /// the first one's (the order of two unsynchronized calls could differ between ranks).
   class call_scope {
    public:
     explicit call_scope(const communicator& c) : c_(&c) {
+      // A fork's copy: the call fails in get_transport; a holder copied from the parent never leaves.
+      if (c.forked()) return;
       const std::thread::id me = std::this_thread::get_id();
-      std::thread::id none{};
-      if (c.busy_.compare_exchange_strong(none, me, std::memory_order_acquire)) owner_ = true;
-      else if (none != me)
-        COLLX_THROW(errc::invalid_argument,
-                    "rank " + std::to_string(c.rank()) + ": two threads called collectives on one communicator at the "
-                    "same time; a communicator serves one thread at a time (their messages would interleave). Give each "
-                    "thread its own communicator, or use the *_async forms, which run in call order");
+      for (;;) {
+        std::thread::id holder{};
+        if (c.busy_.compare_exchange_strong(holder, me, std::memory_order_acquire)) {
+          owner_ = true;
+          return;
+        }
+        if (holder == me) return;  // nested
+        const detail::async_engine* e = c.engine_.load(std::memory_order_acquire);
+        if (!(e && (detail::running_engine == e || holder == e->thread_id())))
+          COLLX_THROW(errc::invalid_argument,
+                      "rank " + std::to_string(c.rank()) + ": two threads called collectives on one communicator at the "
+                      "same time; a communicator serves one thread at a time (their messages would interleave). Give "
+                      "each thread its own communicator, or use the *_async forms, which run in the order started "
+                      "(after a blocking call that is running)");
+        c.busy_.wait(holder, std::memory_order_acquire);  // its call ends: take a turn
+      }
     }
     ~call_scope() {
-      if (owner_) c_->busy_.store(std::thread::id{}, std::memory_order_release);
+      if (owner_) {
+        c_->busy_.store(std::thread::id{}, std::memory_order_release);
+        c_->busy_.notify_all();
+      }
     }
     call_scope(const call_scope&) = delete;
     call_scope& operator=(const call_scope&) = delete;

@@ -19,8 +19,11 @@ namespace collx {
 inline namespace v0 {
 
 namespace detail {
+class async_engine;
+
 /// Completion state shared by a request and the task it stands for.
 struct request_state {
+  const async_engine* engine = nullptr;  ///< the progress thread that runs the task
   std::mutex m;
   std::condition_variable cv;
   bool done = false;
@@ -31,8 +34,10 @@ struct request_state {
   std::function<void()> abandon;
 };
 
-/// True on a progress thread (so a call it runs does not wait for its own queue).
-inline thread_local bool on_progress_thread = false;
+/// The engine whose progress thread this is, or null on any other thread: a call a progress thread
+/// runs must not wait for that engine's own queue (it would wait for itself), but waits for other
+/// communicators' queues as any thread does.
+inline thread_local const async_engine* running_engine = nullptr;
 
 /// Runs tasks on one thread, in submission order.
 class async_engine {
@@ -52,6 +57,7 @@ class async_engine {
   /// Queues fn; the returned state completes when it has run.
   std::shared_ptr<request_state> submit(std::function<void()> fn) {
     auto st = std::make_shared<request_state>();
+    st->engine = this;
     {
       std::lock_guard<std::mutex> lock(m_);
       queue_.push_back({std::move(fn), st});
@@ -60,6 +66,9 @@ class async_engine {
     cv_.notify_all();
     return st;
   }
+
+  /// The progress thread's id.
+  std::thread::id thread_id() const noexcept { return thread_.get_id(); }
 
   /// Blocks until every task submitted so far has finished.
   void drain() {
@@ -73,7 +82,7 @@ class async_engine {
     std::shared_ptr<request_state> state;
   };
   void run() {
-    on_progress_thread = true;
+    running_engine = this;
     std::unique_lock<std::mutex> lock(m_);
     for (;;) {
       cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
@@ -119,8 +128,9 @@ class async_engine {
 /// there, is written to stderr (a failed collective fails its communicator too: the next call
 /// throws). Destroyed by an exception on its way out, it first fails the communicator for every
 /// rank (errc::aborted), as the communicator's destructor does, so that the wait ends at once
-/// instead of at the timeout. On a progress thread (a task of submit_async owning a request) it
-/// does not wait, which would wait for itself, and says so on stderr.
+/// instead of at the timeout. On its own communicator's progress thread (a task of submit_async
+/// owning a request of the same communicator) it does not wait, which would wait for itself, and
+/// says so on stderr.
 class [[nodiscard]] request {
  public:
   request() = default;
@@ -141,11 +151,18 @@ class [[nodiscard]] request {
   /// Blocks until the call finished; rethrows its collx::error if it failed. A default-constructed
   /// or already waited request returns at once.
   /// @throws collx::error (errc::invalid_argument) in a child fork() made of the process that
-  ///         started the call: the call runs there, on a thread the child does not have.
+  ///         started the call: the call runs there, on a thread the child does not have; and on the
+  ///         progress thread that runs the call (a task of submit_async waiting for a later call
+  ///         of its own communicator), while the call has not run: it would wait for itself.
   void wait() {
     if (!state_) return;
     check_process();
     std::unique_lock<std::mutex> lock(state_->m);
+    if (!state_->done && detail::running_engine == state_->engine)
+      COLLX_THROW(errc::invalid_argument,
+                  "collx::request waited on from the progress thread that runs its call (a task of submit_async "
+                  "waiting for a later *_async call of its own communicator): the call runs after this task, so the "
+                  "wait would never end; wait for it outside the task");
     state_->cv.wait(lock, [&] { return state_->done; });
     auto err = std::move(state_->error);
     lock.unlock();
@@ -173,8 +190,9 @@ class [[nodiscard]] request {
   /// The destructor's wait: the call has to end before its buffers may go; its error, unread by
   /// anyone, goes to stderr. In a fork() child the call runs in the parent: nothing to wait for.
   void finish_unobserved() noexcept {
-    if (state_ && created_in_ == detail::fork_generation() && detail::on_progress_thread) {
-      std::fprintf(stderr, "collx: a request destroyed on a progress thread is not waited for (it could wait for itself)\n");
+    if (state_ && created_in_ == detail::fork_generation() && detail::running_engine == state_->engine) {
+      std::fprintf(stderr, "collx: a request destroyed on the progress thread that runs its call is not waited for (it "
+                           "would wait for itself)\n");
     } else if (state_ && created_in_ == detail::fork_generation()) {
       if (std::uncaught_exceptions() > exceptions_at_creation_ && state_->abandon) {
         bool done = false;
