@@ -1691,6 +1691,72 @@ TEST_CASE("shm: a shm_buffer made on one rank only is an error that names shm_bu
   }, opt));
 }
 
+namespace {
+/// A commutative sum that is slow on one rank (its fold of a shared all-reduce takes about a second).
+struct sum_slow_on {
+  int rank = 0, slow_rank = 1;
+  static constexpr bool commutative = true;
+  float operator()(float a, float b) const {
+    if (rank == slow_rank) std::this_thread::sleep_for(std::chrono::microseconds(30));
+    return a + b;
+  }
+};
+}  // namespace
+
+TEST_CASE("shm: a shared-buffer all-reduce that fails on one rank neither succeeds on a peer with stale "
+          "data nor writes after the failed call returned", "[shm][shared][errors]") {
+  // Rank 0 folds its half at once and times out (300 ms) waiting for rank 1, which folds slowly; its
+  // caller then rewrites its input and output. Rank 1 was reading rank 0's input in place and
+  // writing into rank 0's output: it returned success with a result folded partly from the new
+  // input, and went on writing into rank 0's output after rank 0's call had returned.
+  collx::communicator_options opt;
+  opt.timeout = std::chrono::milliseconds(300);
+  const auto ex = collx::run_processes(2, [](collx::communicator& comm) -> int {
+    constexpr std::size_t n = 65536;  // 256 KiB: the shared-buffer path
+    collx::shm_buffer<float> in(comm, n), out(comm, n);
+    for (auto& x : in.span()) x = 1.0f;
+    try {
+      collx::allreduce<collx::algo::direct>(comm, in.span(), out.span(), sum_slow_on{comm.rank(), 1});
+    } catch (const collx::error& e) {
+      if (comm.rank() == 1) return 0;  // its peer failed: so must its call
+      for (auto& x : in.span()) x = 1000.0f;  // the caller reuses its buffers at once
+      for (auto& x : out.span()) x = -7.0f;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // rank 1's fold would end by now
+      std::size_t written_after = 0;
+      for (const float x : out.span()) written_after += x != -7.0f;
+      if (written_after) std::fprintf(stderr, "rank 0: %zu outputs written after its call failed\n", written_after);
+      return written_after ? 2 : 0;
+    }
+    std::size_t wrong = 0;
+    for (const float x : out.span()) wrong += x != 2.0f;
+    std::fprintf(stderr, "rank %d: the call succeeded (%zu of %zu results wrong)\n", comm.rank(), wrong, n);
+    return 1;
+  }, opt);
+  for (const auto& e : ex) {
+    INFO("rank " << e.rank << " exit code " << e.exit_code << " (1: its call succeeded, 2: written after it failed)");
+    CHECK(e.exit_code == 0);
+  }
+}
+
+TEST_CASE("a timeout of milliseconds::max() means never, not at once", "[shm][threads]") {
+  // Converted to nanoseconds, or added to now(), a timeout past 292 years wrapped into the past:
+  // the first wait that slept timed out at once, and so did the shared-memory start.
+  collx::communicator_options opt;
+  opt.timeout = std::chrono::milliseconds::max();
+  collx::shm_options shm;
+  shm.connect_timeout = std::chrono::milliseconds::max();
+  auto late_rank_1 = [](collx::communicator& comm) -> int {
+    if (comm.rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    std::vector<float> v(16, 1.0f + static_cast<float>(comm.rank()));
+    collx::allreduce(comm, std::span<float>(v));
+    return v[0] == 3.0f && v[15] == 3.0f ? 0 : 1;
+  };
+  require_all_ok(collx::run_processes(2, late_rank_1, opt, shm));
+  std::vector<int> results(2, -1);
+  collx::run_threads(2, [&](collx::communicator& comm) { results[static_cast<std::size_t>(comm.rank())] = late_rank_1(comm); }, opt);
+  CHECK(results == std::vector<int>{0, 0});
+}
+
 TEST_CASE("shm: async calls overlap and keep their order with blocking calls", "[shm][async]") {
   require_all_ok(collx::run_processes(3, [](collx::communicator& comm) -> int {
     const int r = comm.rank();

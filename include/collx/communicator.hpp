@@ -58,7 +58,8 @@ inline env::algorithm_overrides default_algorithm_overrides() {
 struct communicator_options {
   /// Deadline of every wait inside a call; past it the call fails with errc::timeout and the
   /// communicator is failed for every rank. Default: COLLX_TIMEOUT seconds, else 300 s. At least
-  /// 1 ms (the communicator's constructor throws errc::invalid_argument otherwise).
+  /// 1 ms (the communicator's constructor throws errc::invalid_argument otherwise); longer than
+  /// about 100 years (milliseconds::max(), say) means 100 years: never.
   std::chrono::milliseconds timeout = detail::default_timeout();
   /// Scratch memory bound per rank, bytes. Larger reductions run in segments of this size, so the
   /// staging memory does not grow with the message. At least 64 (as COLLX_SEGMENT_BYTES; the
@@ -149,6 +150,7 @@ class communicator {
     if (options_.max_segment_bytes < 64)
       COLLX_THROW(errc::invalid_argument, "communicator_options::max_segment_bytes is " +
                                               std::to_string(options_.max_segment_bytes) + "; it must be at least 64 bytes");
+    options_.timeout = std::min(options_.timeout, detail::longest_wait);
     transport_->set_timeout(options_.timeout);
   }
 

@@ -242,7 +242,7 @@ class device_communicator {
   /// cudaSetDevice would, for the caller's own buffers and streams (its calls, later, leave the
   /// caller's current device as they find it).
   explicit device_communicator(communicator& host, device_options opt = {}) : host_(&host) {
-    const auto timeout = opt.timeout.count() > 0 ? opt.timeout : host.options().timeout;
+    const auto timeout = std::min(opt.timeout.count() > 0 ? opt.timeout : host.options().timeout, detail::longest_wait);
     peer_record mine;
     try {
       on_every_rank("read its node id (COLLX_NODE_ID or the host name)", [&] { mine.set_node(node_id_from_environment()); },

@@ -117,7 +117,7 @@ struct shm_segment {
   // posted counter; 5: peer_info::cpus; 6: peer_info::calls (a history); 7: peer_info::waiting,
   // header::launch_id; 8: call_signature::earlier; 9: peer_info::wait (a wait_slot) replaces
   // waiting, mailbox::queued and zero_copy_until
-  static constexpr std::uint32_t layout_version = 9;
+  static constexpr std::uint32_t layout_version = 10;
   /// Calls each rank's published history keeps.
   static constexpr std::size_t call_history = published_call_history;
 
@@ -160,6 +160,7 @@ struct shm_segment {
     /// (COLLX_CMA=0, shm_options::cma = 0)
     std::atomic<std::uint32_t> cma_state{0};
     std::atomic<std::uint32_t> departed{0};   ///< set when the rank closed its communicator
+    std::atomic<std::uint32_t> writing_shared{0};  ///< 1 while it writes into peers' shared buffers
     detail::doorbell bell;
     detail::cpu_bits cpus;                    ///< the CPUs the rank may run on (written before `attached`)
     /// Seqlock over `last` and `calls`: odd while they are written. On its own line: the owner
@@ -219,7 +220,7 @@ class shm_transport final : public transport {
   /// whether a group member that has not attached died, or the communicator being split failed).
   shm_transport(const launch_info& info, const shm_options& opt, std::chrono::milliseconds timeout,
                 abandon_question abandon_start = {})
-      : rank_(info.rank), n_(info.world_size), timeout_(timeout), cma_min_(opt.cma_min_bytes), info_(info), opt_(opt),
+      : rank_(info.rank), n_(info.world_size), timeout_(std::min(timeout, detail::longest_wait)), cma_min_(opt.cma_min_bytes), info_(info), opt_(opt),
         abandon_start_(std::move(abandon_start)) {
     if (info.local_world_size != info.world_size)
       COLLX_THROW(errc::invalid_argument,
@@ -490,6 +491,28 @@ class shm_transport final : public transport {
         return offset <= have && bytes <= have - offset ? w.peers[static_cast<std::size_t>(r)] + offset : nullptr;
       }
     return nullptr;
+  }
+
+  void shared_writes(bool writing) noexcept override {
+    peer(rank_).writing_shared.store(writing ? 1u : 0u, std::memory_order_seq_cst);
+  }
+  bool failed_now() const noexcept override { return hdr()->failed.load(std::memory_order_seq_cst) != 0; }
+  void wait_shared_writers() noexcept override {
+    // Pairs with a writer's store of its flag before it polls failed_now (both seq_cst): a writer
+    // that has not seen the failure published before this call is seen writing here.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    for (int r = 0; r < n_; ++r) {
+      const shm_segment::peer_info& pi = peer(r);
+      while (r != rank_ && pi.writing_shared.load(std::memory_order_seq_cst) != 0 &&
+             std::chrono::steady_clock::now() < deadline) {
+        const pid_t pid = pi.pid.load(std::memory_order_acquire);
+        if (pi.departed.load(std::memory_order_acquire) || detail::process_dead(pid, pi.start_time) ||
+            detail::process_stopped(pid, pi.start_time))
+          break;
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+      }
+    }
   }
 
   /// Id for the next window (the same sequence on every rank).
@@ -1122,7 +1145,7 @@ class shm_transport final : public transport {
     bytes_ = lay_.total;
     const int cma_pref = shm_cma_from_environment(opt.cma);
 
-    const auto deadline = std::chrono::steady_clock::now() + opt.connect_timeout;
+    const auto deadline = std::chrono::steady_clock::now() + std::min(opt.connect_timeout, detail::longest_wait);
     int fd = -1;
     if (rank_ == 0) {
       reclaim_stale_segments();

@@ -21,6 +21,13 @@
 namespace collx {
 inline namespace v0 {
 
+namespace detail {
+/// The longest wait collx arms, about 100 years: longer timeouts (up to
+/// std::chrono::milliseconds::max(), "never") are taken as this, so that a deadline in nanoseconds
+/// (steady_clock's, a GPU kernel's) cannot overflow into the past and fail at once.
+inline constexpr std::chrono::milliseconds longest_wait = std::chrono::hours(24 * 365 * 100);
+}  // namespace detail
+
 /// What every rank must agree on for one call. Sent with every message; the receiver compares.
 struct call_signature {
   std::uint64_t seq = 0;          ///< the call's sequence number on this communicator (from 1)
@@ -488,6 +495,18 @@ class transport {
     (void)r, (void)id, (void)offset, (void)bytes;
     return nullptr;
   }
+  /// Tells the peers whether this rank is writing into their shared buffers now (a shared-buffer
+  /// all-reduce's fold), for wait_shared_writers. A writer polls failed_now() between pieces and
+  /// stops once it is true, so that it is never writing after that for long.
+  virtual void shared_writes(bool writing) noexcept { (void)writing; }
+  /// Whether this communicator has failed, as cheaply as a load: polled between the pieces of a
+  /// shared-buffer fold. (check() throws the failure.)
+  virtual bool failed_now() const noexcept { return false; }
+  /// Before a shared-buffer call that failed returns: waits until no peer writes into shared
+  /// buffers (shared_writes) any more, so that none writes into this rank's output after its call
+  /// returned (its caller may reuse it at once). A peer that is dead, has left or is stopped is not
+  /// waited for; no longer than the timeout either.
+  virtual void wait_shared_writers() noexcept {}
 
   /// collx::split's step that makes the new group's transport, of this transport's kind. Every
   /// rank of this transport calls it once per split, after the ranks exchanged their colors and
