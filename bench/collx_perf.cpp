@@ -91,9 +91,11 @@ int bench(collx::communicator& comm, const cp::options& o, const std::string& la
     info.notes.push_back(line);
   }
   info.notes.push_back(cp::malloc_env_note());
+  const auto timeout_ms = comm.options().timeout.count();  // whole seconds, or ms when not (0.5 s is no "0 s")
   info.notes.push_back("max_segment_bytes " + std::to_string(comm.options().max_segment_bytes) +
-                       " (COLLX_SEGMENT_BYTES), timeout " + std::to_string(comm.options().timeout.count() / 1000) +
-                       " s (COLLX_TIMEOUT)");
+                       " (COLLX_SEGMENT_BYTES), timeout " +
+                       (timeout_ms % 1000 ? std::to_string(timeout_ms) + " ms" : std::to_string(timeout_ms / 1000) + " s") +
+                       " (COLLX_TIMEOUT)");
 
   // The algorithm line: what was asked, and what each size resolves to.
   const std::size_t ts = cp::with_type(o.type, [](auto tag) { return sizeof(typename decltype(tag)::type); });

@@ -227,7 +227,7 @@ inline bool writable_path(const std::string& path) {
 inline const char* common_usage =
     "  -b, --minbytes SIZE      smallest size, bytes (K, M, G suffixes; default 32M)\n"
     "  -e, --maxbytes SIZE      largest size (default 32M)\n"
-    "  -f, --stepfactor F       multiply the size by F between steps (1 < F <= 1024; 1: add -i)\n"
+    "  -f, --stepfactor F       multiply the size by F between steps (1 <= F <= 1024; 1: add -i)\n"
     "  -i, --stepbytes SIZE     else add SIZE between steps (default 1M)\n"
     "  -n, --iters N            timed calls per size (default 20)\n"
     "  -w, --warmup_iters N     untimed calls before each size (default 5)\n"

@@ -427,6 +427,22 @@ TEST_CASE("size mismatches within a call: invalid_argument on every rank", "[err
   }
 }
 
+TEST_CASE("all_to_all_v: a rank whose own send and receive counts differ is told both", "[errors][invalid]") {
+  const auto v = run_expecting(3, [](collx::communicator& c) {
+    std::vector<float> s(6), r(7);
+    std::vector<size_t> sc{2, 2, 2}, rc{2, 2, 2};
+    rc[uz(c.rank())] = 3;
+    collx::all_to_all_v(c, std::span<const float>(s), std::span<const size_t>(sc), std::span<float>(r),
+                        std::span<const size_t>(rc));
+  });
+  for (int r = 0; r < 3; ++r) {
+    const std::string k = std::to_string(r);
+    INFO(v[uz(r)].what);
+    CHECK(v[uz(r)].what.find("sends itself 2 elements (send_counts[" + k + "]) but receives 3 from itself (recv_counts[" +
+                             k + "])") != std::string::npos);
+  }
+}
+
 TEST_CASE("communicator_options out of range: invalid_argument from the constructor, as the variables", "[errors][invalid]") {
   // A timeout of 0 ms (or below) failed the first call with "timed out after -5 ms"; a segment of 0
   // bytes ran every reduction one element at a time, thousands of times slower, never timing out.
@@ -1144,7 +1160,7 @@ TEST_CASE("a user op or selector that throws something else than collx::error fa
                         std::vector<float> z(y);
                         collx::allreduce(c, std::span<float>(z));
                       }, bad),
-                      Catch::Contains("selector returned algorithm 3"));
+                      Catch::Contains("selector returned algorithm 3") && Catch::Contains("/2 allreduce: communicator_options::selector"));
 }
 
 TEST_CASE("error messages name rank, world size and the call", "[errors][messages]") {

@@ -44,7 +44,10 @@ void all_to_all_impl(communicator& comm, std::span<const T> send, const block_co
   const std::size_t me = static_cast<std::size_t>(comm.rank());
   if (send_counts[me] != recv_counts[me])
     invalid_call<T, no_op>(comm, collective::all_to_all,
-                           "this rank sends itself a different count than it receives", varying);
+                           "this rank sends itself " + std::to_string(send_counts[me]) + " elements (send_counts[" +
+                               std::to_string(me) + "]) but receives " + std::to_string(recv_counts[me]) +
+                               " from itself (recv_counts[" + std::to_string(me) + "]); they must be equal",
+                           varying);
   require_address<T, no_op>(comm, collective::all_to_all, "send", send.data(), send.size(), varying);
   require_address<T, no_op>(comm, collective::all_to_all, "recv", recv.data(), recv.size(), varying);
   if (overlap(send.data(), send.size_bytes(), recv.data(), recv.size_bytes()))

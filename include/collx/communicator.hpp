@@ -199,7 +199,9 @@ class communicator {
     const auto forced = options_.algorithm_overrides.for_collective(q.coll);
     algorithm a = forced ? *forced : options_.selector ? options_.selector(q) : live().costs().choose(q);
     if (a != algorithm::ring && a != algorithm::tree && a != algorithm::direct)
-      COLLX_THROW(errc::invalid_argument, "communicator_options::selector returned algorithm " +
+      COLLX_THROW(errc::invalid_argument, "rank " + std::to_string(rank()) + "/" + std::to_string(size()) + " " +
+                                              std::string(collective_name(q.coll)) +
+                                              ": communicator_options::selector returned algorithm " +
                                               std::to_string(static_cast<int>(a)) + ", not ring, tree or direct");
     if (a == algorithm::ring && !q.commutative) a = algorithm::direct;
     if (a == algorithm::tree && q.coll == collective::all_to_all) a = algorithm::direct;
