@@ -28,6 +28,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -421,7 +422,13 @@ class shm_transport final : public transport {
     w.id = id;
     w.bytes.assign(all_bytes.begin(), all_bytes.end());
     w.peers.assign(static_cast<std::size_t>(n_), nullptr);
-    auto name_of = [&](int r) { return name_ + "-w" + std::to_string(id) + "-r" + std::to_string(r); };
+    // Named after this run of the job too (its segment's creator: pid and start time), not the job
+    // id alone: a run killed while its ranks made a buffer leaves the names behind (until a later
+    // start's sweep finds them stale), and a restart under the same id must not collide with them.
+    char run[40];
+    std::snprintf(run, sizeof run, "-%x.%llx", static_cast<unsigned>(hdr()->creator_pid),
+                  static_cast<unsigned long long>(hdr()->creator_start));
+    auto name_of = [&](int r) { return name_ + run + "-w" + std::to_string(id) + "-r" + std::to_string(r); };
     auto map_one = [&](int r, bool create) {
       const std::size_t len = std::max<std::size_t>(all_bytes[static_cast<std::size_t>(r)], 1);
       const int fd = ::shm_open(name_of(r).c_str(), create ? O_RDWR | O_CREAT | O_EXCL : O_RDWR, 0600);
