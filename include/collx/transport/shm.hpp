@@ -161,12 +161,14 @@ struct shm_segment {
     /// (COLLX_CMA=0, shm_options::cma = 0)
     std::atomic<std::uint32_t> cma_state{0};
     std::atomic<std::uint32_t> departed{0};   ///< set when the rank closed its communicator
-    std::atomic<std::uint32_t> writing_shared{0};  ///< 1 while it writes into peers' shared buffers
     detail::doorbell bell;
     detail::cpu_bits cpus;                    ///< the CPUs the rank may run on (written before `attached`)
     /// Seqlock over `last` and `calls`: odd while they are written. On its own line: the owner
     /// writes it every call, while peers read `bell` on every message.
     alignas(64) std::atomic<std::uint32_t> call_version{0};
+    /// 1 while the rank writes into peers' shared buffers (shared_writes); on the owner's line too,
+    /// not on `bell`'s, which its peers write.
+    std::atomic<std::uint32_t> writing_shared{0};
     /// What the rank waits for while it blocks (kind 0: it does not; left set after its timeout):
     /// read by waiting peers to find deadlocks (shm_transport::deadlocked), and by a peer that timed
     /// out, to say where the rank is (point-to-point calls announce no call).
