@@ -1269,6 +1269,40 @@ TEST_CASE("shm: a cycle of waits fails at once as a deadlock, each rank's wait n
   for (const auto& e : large) CHECK(e.exit_code == 0);
 }
 
+TEST_CASE("shm: a send nobody receives before a collective is named as the cause on both ranks", "[shm][errors]") {
+  // Rank 0 sends to rank 1 and goes on to a barrier (its send returned: the message is in the
+  // ring); rank 1 calls an all-reduce instead. Rank 0's own finding only said "collective differs:
+  // rank 1 called allreduce, rank 0 called barrier", rank 1's that rank 0 "is in a point-to-point
+  // call" (it had left it). Whichever rank finds the disagreement first, both texts name the send.
+  for (int round = 0; round < 3; ++round) {
+    const auto ex = collx::run_processes(2, [](collx::communicator& comm) -> int {
+      std::vector<int> v(5, comm.rank());
+      try {
+        if (comm.rank() == 0) {
+          collx::send(comm, std::span<const int>(v), 1);
+          collx::barrier(comm);
+        } else {
+          collx::allreduce(comm, std::span<int>(v));
+        }
+      } catch (const collx::error& e) {
+        const std::string m = e.what();
+        const bool names_send =
+            m.find("rank 0 sent rank 1 1 point-to-point message that it has not received") != std::string::npos ||
+            m.find("rank 0's message is from a point-to-point call (send or send_recv), rank 1 is at call #1 (allreduce)") !=
+                std::string::npos;
+        if (e.code() == collx::errc::mismatch && names_send) return 0;
+        std::fprintf(stderr, "rank %d: %s\n", comm.rank(), m.c_str());
+        return 2;
+      }
+      return 1;
+    });
+    for (const auto& e : ex) {
+      INFO("round " << round << ", rank " << e.rank);
+      CHECK(e.exit_code == 0);
+    }
+  }
+}
+
 TEST_CASE("shm: a timeout says what the peer blocks on, also in point-to-point calls", "[shm]") {
   collx::communicator_options o;
   o.timeout = 2s;

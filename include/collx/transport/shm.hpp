@@ -715,8 +715,32 @@ class shm_transport final : public transport {
   }
 
   [[noreturn]] void mismatch(const std::string& why) {
-    fail(errc::mismatch, why);
-    COLLX_THROW(errc::mismatch, why);
+    const std::string text = why + unreceived_sends_note();
+    fail(errc::mismatch, text);
+    COLLX_THROW(errc::mismatch, text);
+  }
+
+  /// "; rank 0 sent rank 1 2 point-to-point messages it has not received (...)" for each peer that
+  /// has not received all of this rank's sends, else "": the cause of a mismatch that this rank's
+  /// own comparison names only as the collectives after them differing (a send returns once its
+  /// message is in the ring, so the sender goes on to its next collective).
+  std::string unreceived_sends_note() const {
+    std::string note;
+    for (int to = 0; to < n_; ++to) {
+      if (to == rank_) continue;
+      const auto i = static_cast<std::size_t>(to);
+      std::size_t unreceived = 0;  // messages, counted at their first piece
+      for (std::uint64_t k = mbox(rank_, to).consumed.load(std::memory_order_acquire); k < posted_[i]; ++k) {
+        const shm_segment::slot& sl = slot_at(rank_, to, k);  // this rank's own, until consumed
+        unreceived += sl.sig.seq == 0 && sl.offset == 0;
+      }
+      for (const outgoing& m : out_[i]) unreceived += m.sig.seq == 0 && m.sent == 0;
+      if (unreceived)
+        note += "; rank " + std::to_string(rank_) + " sent rank " + std::to_string(to) + " " + std::to_string(unreceived) +
+                " point-to-point message" + (unreceived == 1 ? "" : "s") +
+                " that it has not received (a send without a matching recv before this call?)";
+    }
+    return note;
   }
 
   /// Fails the job with `text`, what every rank's calls then throw (the first failure is kept).
@@ -787,7 +811,7 @@ class shm_transport final : public transport {
         return (watched < 0 || r == watched || r == rank_) && announced_call(r, seq, c);
       });
       if (why.empty()) return false;
-      fail(errc::mismatch, why);
+      fail(errc::mismatch, why + unreceived_sends_note());
       return true;
     } catch (...) {  // no memory for the message: the timeout still ends the wait
       return false;

@@ -91,14 +91,16 @@ inline std::string describe_mismatch(const call_signature& mine, int me, const c
            std::to_string(a);
   };
   if (mine.seq != theirs.seq) {
-    // seq 0: a point-to-point call (send, recv, send_recv), which collectives do not number.
-    auto at = [](const call_signature& c) {
-      return c.seq ? "at call #" + std::to_string(c.seq) + " (" + called(c) + ")"
-                   : std::string("in a point-to-point call (send, recv or send_recv)");
-    };
-    return "call sequence differs: " + rp + " is " + at(theirs) + ", " + rm + " " + at(mine) +
-           (mine.seq && theirs.seq ? ": a rank skipped or added a call, or passed a count of zero where others did not"
-                                   : ": the two ranks' point-to-point calls and collectives do not pair up in the same order");
+    auto at = [](const call_signature& c) { return "call #" + std::to_string(c.seq) + " (" + called(c) + ")"; };
+    if (mine.seq && theirs.seq)
+      return "call sequence differs: " + rp + " is at " + at(theirs) + ", " + rm + " at " + at(mine) +
+             ": a rank skipped or added a call, or passed a count of zero where others did not";
+    // seq 0: a point-to-point call (send, recv, send_recv), which collectives do not number; only
+    // messages carry it (the peer's, received here), and the peer may have left that call since.
+    return "call sequence differs: " + rp + "'s message is from " +
+           (theirs.seq ? at(theirs) : std::string("a point-to-point call (send or send_recv)")) + ", " + rm + " is " +
+           (mine.seq ? "at " + at(mine) : std::string("in a point-to-point call (recv or send_recv)")) +
+           ": the two ranks' point-to-point calls and collectives do not pair up in the same order";
   }
   if (mine.coll != theirs.coll || mine.varying != theirs.varying)
     return "collective differs: " + rp + " called " + called(theirs) + ", " + rm + " called " + called(mine);
