@@ -319,6 +319,89 @@ TEST_CASE("a request waited on from the progress thread that runs its call is an
   }
 }
 
+TEST_CASE("an async call started inside a call on its communicator runs after it; waiting for it there is an error",
+          "[async]") {
+  // Rank 0's reduction op runs inside a blocking all-reduce. An async call it starts on the same
+  // communicator runs once that all-reduce has ended: waited for after it, it completes. Waited
+  // for inside the op, it would wait for itself: the progress thread waits for the all-reduce to
+  // end, the all-reduce for the op. That hung for ever (neither the timeout nor abort() ended it);
+  // now wait() throws, and the request, dropped unfinished, fails the communicator.
+  collx::communicator_options o = ref::test_options();
+  o.timeout = std::chrono::seconds(20);
+  for (const bool wait_inside : {false, true}) {
+    std::vector<std::string> errors(2), inside(2);
+    std::vector<int> y_sum(2, -1);
+    const auto t0 = std::chrono::steady_clock::now();
+    ref::run_ranks(2, [&](collx::communicator& c) {
+      const int r = c.rank();
+      std::vector<int> x(8, r + 1), y(8, 10 * (r + 1));
+      collx::request later;
+      bool first = r == 0;
+      auto op = [&](int a, int b) {
+        if (first) {
+          first = false;
+          if (!wait_inside) {
+            later = collx::allreduce_async(c, std::span<int>(y));
+          } else {
+            try {
+              collx::allreduce_async(c, std::span<int>(y)).wait();
+            } catch (const collx::error& e) {
+              inside[uz(r)] = e.what();
+            }
+          }
+        }
+        return a + b;
+      };
+      try {
+        collx::allreduce<collx::algo::direct>(c, std::span<int>(x), collx::commutative_op{op});
+        if (r == 0) later.wait();
+        else collx::allreduce(c, std::span<int>(y));
+        y_sum[uz(r)] = y[0];
+      } catch (const collx::error& e) {
+        errors[uz(r)] = e.what();
+      }
+    }, o);
+    INFO("wait inside the op: " << wait_inside << "; rank 0: " << errors[0] << "; rank 1: " << errors[1]);
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(15));
+    if (!wait_inside) {
+      CHECK(errors == std::vector<std::string>{"", ""});
+      CHECK(y_sum == std::vector<int>{30, 30});
+    } else {
+      CHECK(inside[0].find("inside a call on its own communicator") != std::string::npos);
+      CHECK(!errors[1].empty());  // rank 0 dropped the unfinished call: the communicator failed
+    }
+  }
+}
+
+TEST_CASE("tasks of two communicators' progress threads calling on each other do not wait for each other for ever",
+          "[async]") {
+  // On every rank a task on A's progress thread calls on B while a task on B's calls on A (both
+  // queued behind a gate, so both run at once). Each progress thread waited for the other's queue
+  // before its call: for ever. Now the second to wait sees the cycle and neither waits: each call
+  // takes its turn on its communicator, as before progress threads waited for other queues.
+  collx::communicator_options o = ref::test_options();
+  o.timeout = std::chrono::seconds(20);
+  std::atomic<int> wrong{0};
+  for (int round = 0; round < 5; ++round) ref::run_ranks(2, [&](collx::communicator& a) {
+    auto b = collx::split(a, 0, a.rank());
+    std::vector<double> x(16, 1.0 + a.rank()), y(16, 10.0 + a.rank());
+    std::atomic<bool> go{false};
+    auto gate = [&] {
+      while (!go) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    };
+    collx::request ga = a.submit_async(gate), gb = b->submit_async(gate);
+    collx::request ra = a.submit_async([&] { collx::allreduce(*b, std::span<double>(x)); });
+    collx::request rb = b->submit_async([&] { collx::allreduce(a, std::span<double>(y)); });
+    go = true;
+    ga.wait();
+    gb.wait();
+    ra.wait();
+    rb.wait();
+    wrong += x[0] != 3.0 || y[15] != 21.0;  // Catch2 checks are not thread-safe: counted here
+  }, o);
+  CHECK(wrong == 0);
+}
+
 TEST_CASE("a request is move-only and delivers its call's error once", "[async]") {
   static_assert(!std::is_copy_constructible_v<collx::request> && !std::is_copy_assignable_v<collx::request>);
   static_assert(std::is_nothrow_move_constructible_v<collx::request> && std::is_nothrow_move_assignable_v<collx::request>);

@@ -1843,6 +1843,52 @@ TEST_CASE("a timeout of milliseconds::max() means never, not at once", "[shm][th
   CHECK(results == std::vector<int>{0, 0});
 }
 
+TEST_CASE("shm: making and destroying a shm_buffer is one call: an async call started meanwhile runs after it",
+          "[shm][shared][async]") {
+  // Rank 0's main thread makes (then destroys) a shm_buffer while rank 1 is late; meanwhile its
+  // second thread starts an allreduce_async. Making one is an all_gather and two barriers,
+  // destroying one a barrier and the unmapping: the async call ran between them (a mismatch
+  // against rank 1's barrier, and a data race on the transport's list of buffers).
+  collx::communicator_options opt;
+  opt.timeout = std::chrono::seconds(20);
+  require_all_ok(collx::run_processes(2, [](collx::communicator& comm) -> int {
+    const int r = comm.rank();
+    std::vector<double> x(1 << 16, r + 1.0), y(100, 10.0 * (r + 1));
+    std::unique_ptr<collx::shm_buffer<float>> b;
+    auto with_async_meanwhile = [&](auto step, std::vector<double>& v) {
+      std::atomic<bool> entering{false};
+      collx::request q;
+      std::thread starter([&] {
+        while (!entering) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));  // step waits for rank 1 by now
+        q = collx::allreduce_async(comm, std::span<double>(v));
+      });
+      entering = true;
+      step();
+      starter.join();
+      q.wait();
+    };
+    try {
+      if (r == 0) {
+        with_async_meanwhile([&] { b = std::make_unique<collx::shm_buffer<float>>(comm, 1 << 16); }, x);
+        with_async_meanwhile([&] { b.reset(); }, y);
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(400));
+        b = std::make_unique<collx::shm_buffer<float>>(comm, 1 << 16);
+        collx::allreduce(comm, std::span<double>(x));
+        std::this_thread::sleep_for(std::chrono::milliseconds(400));
+        b.reset();
+        collx::allreduce(comm, std::span<double>(y));
+      }
+    } catch (const collx::error& e) {
+      std::fprintf(stderr, "rank %d: %s\n", r, e.what());
+      return 1;
+    }
+    const bool right = x[0] == 3.0 && x.back() == 3.0 && y[0] == 30.0 && y.back() == 30.0;
+    return right ? 0 : 2;
+  }, opt));
+}
+
 TEST_CASE("shm: async calls overlap and keep their order with blocking calls", "[shm][async]") {
   require_all_ok(collx::run_processes(3, [](collx::communicator& comm) -> int {
     const int r = comm.rank();

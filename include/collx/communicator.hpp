@@ -218,7 +218,7 @@ class communicator {
       auto fresh = std::make_unique<detail::async_engine>();
       if (engine_.compare_exchange_strong(e, fresh.get(), std::memory_order_acq_rel)) e = fresh.release();
     }
-    std::shared_ptr<detail::request_state> st = e->submit(std::move(fn));
+    std::shared_ptr<detail::request_state> st = e->submit(std::move(fn), &busy_);
     // What a request dropped by an exception does (request::~request): fail(), as this
     // communicator's own destructor would; weak, as the request may outlive the communicator.
     std::vector<std::weak_ptr<transport>> levels(linked_.begin(), linked_.end());
@@ -238,12 +238,15 @@ class communicator {
   /// Waits until the progress thread's queue is empty: every *_async call made so far has finished
   /// (and any another thread started meanwhile). A no-op on its own progress thread, and inside a call
   /// (a call made of calls, as split is): async calls started meanwhile come after the whole call
-  /// and wait for it (call_scope), so waiting for them here would wait for itself.
+  /// and wait for it (call_scope), so waiting for them here would wait for itself. On another
+  /// communicator's progress thread it does not wait where that would close a cycle of progress
+  /// threads waiting for each other's queues (async_engine::drain_from).
   void drain_async() noexcept {
     detail::async_engine* e = engine_.load(std::memory_order_acquire);
-    if (e && detail::running_engine != e && !forked() &&
-        busy_.load(std::memory_order_acquire) != std::this_thread::get_id())
-      e->drain();
+    if (!e || detail::running_engine == e || forked() || busy_.load(std::memory_order_acquire) == std::this_thread::get_id())
+      return;
+    if (detail::running_engine) (void)e->drain_from(detail::running_engine);  // a task of another communicator
+    else e->drain();
   }
 
   /// Marks the calling thread as the one inside a call on this communicator until it ends (nested

@@ -3,6 +3,7 @@
 /// queued calls in order so that communication overlaps the caller's computation without polling.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
@@ -11,6 +12,8 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
+#include <vector>
 
 #include <collx/detail/fork_generation.hpp>
 #include <collx/error.hpp>
@@ -24,6 +27,12 @@ class async_engine;
 /// Completion state shared by a request and the task it stands for.
 struct request_state {
   const async_engine* engine = nullptr;  ///< the progress thread that runs the task
+  /// The communicator's busy thread (communicator::call_scope): a thread inside a call on it must
+  /// not wait for the task, which runs after that call.
+  const std::atomic<std::thread::id>* busy = nullptr;
+  /// True if the calling thread would wait for itself: it is the progress thread that runs the
+  /// task, or inside a call on the task's communicator.
+  bool waiter_blocks_task() const noexcept;
   std::mutex m;
   std::condition_variable cv;
   bool done = false;
@@ -38,6 +47,21 @@ struct request_state {
 /// runs must not wait for that engine's own queue (it would wait for itself), but waits for other
 /// communicators' queues as any thread does.
 inline thread_local const async_engine* running_engine = nullptr;
+
+inline bool request_state::waiter_blocks_task() const noexcept {
+  return running_engine == engine || (busy && busy->load(std::memory_order_acquire) == std::this_thread::get_id());
+}
+
+/// Which engine's queue each progress thread that drains another engine's queue waits for
+/// (async_engine::drain_from), to find cycles of such waits.
+struct drain_waits {
+  std::mutex m;
+  std::unordered_map<const async_engine*, const async_engine*> on;
+};
+inline drain_waits& drain_graph() {
+  static drain_waits g;
+  return g;
+}
 
 /// Runs tasks on one thread, in submission order.
 class async_engine {
@@ -54,10 +78,12 @@ class async_engine {
   async_engine(const async_engine&) = delete;
   async_engine& operator=(const async_engine&) = delete;
 
-  /// Queues fn; the returned state completes when it has run.
-  std::shared_ptr<request_state> submit(std::function<void()> fn) {
+  /// Queues fn; the returned state completes when it has run. `busy`: the communicator's busy
+  /// thread (request_state::busy).
+  std::shared_ptr<request_state> submit(std::function<void()> fn, const std::atomic<std::thread::id>* busy = nullptr) {
     auto st = std::make_shared<request_state>();
     st->engine = this;
+    st->busy = busy;
     {
       std::lock_guard<std::mutex> lock(m_);
       queue_.push_back({std::move(fn), st});
@@ -74,6 +100,43 @@ class async_engine {
   void drain() {
     std::unique_lock<std::mutex> lock(m_);
     idle_cv_.wait(lock, [&] { return pending_ == 0; });
+  }
+
+  /// drain() on the progress thread of engine `waiter` (a task of one communicator calling on
+  /// another): waits as drain() does, unless this engine's thread already waits, directly or
+  /// through others, for waiter's queue (a task on A's thread calling on B while one on B's calls on
+  /// A): those waits would never end. Then nobody in that cycle waits: the threads already waiting
+  /// are released and this one returns false at once. Their calls then run as they come, each
+  /// taking its turn on its communicator (communicator::call_scope), the order the user's cycle
+  /// left undefined. Returns whether it waited until the queue was empty.
+  bool drain_from(const async_engine* waiter) {
+    drain_waits& g = drain_graph();
+    {
+      std::lock_guard<std::mutex> lock(g.m);
+      std::vector<const async_engine*> path;  // the waiting engines from this one on
+      std::size_t steps = 0;  // no cycle stays in the graph, so the walk ends; bounded anyway
+      for (const async_engine* e = this; e && steps <= g.on.size(); ++steps) {
+        if (e == waiter) {
+          for (const async_engine* w : path) w->release_drain(*g.on.at(w));
+          return false;
+        }
+        const auto it = g.on.find(e);
+        if (it == g.on.end()) break;
+        path.push_back(e);
+        e = it->second;
+      }
+      waiter->drain_released_.store(false, std::memory_order_relaxed);
+      g.on[waiter] = this;
+    }
+    bool emptied = false;
+    {
+      std::unique_lock<std::mutex> lock(m_);
+      idle_cv_.wait(lock, [&] { return pending_ == 0 || waiter->drain_released_.load(std::memory_order_relaxed); });
+      emptied = pending_ == 0;
+    }
+    std::lock_guard<std::mutex> lock(g.m);
+    g.on.erase(waiter);
+    return emptied;
   }
 
  private:
@@ -110,8 +173,17 @@ class async_engine {
     }
   }
 
-  std::mutex m_;
-  std::condition_variable cv_, idle_cv_;
+  /// Ends this engine's thread's drain_from wait on `target`'s queue (a cycle was found).
+  void release_drain(const async_engine& target) const {
+    std::lock_guard<std::mutex> lock(target.m_);  // the waiter tests the flag under this lock
+    drain_released_.store(true, std::memory_order_relaxed);
+    target.idle_cv_.notify_all();
+  }
+
+  mutable std::mutex m_;
+  mutable std::condition_variable idle_cv_;
+  std::condition_variable cv_;
+  mutable std::atomic<bool> drain_released_{false};  ///< set by release_drain, read by drain_from
   std::deque<task> queue_;
   std::size_t pending_ = 0;
   bool stop_ = false;
@@ -151,18 +223,23 @@ class [[nodiscard]] request {
   /// Blocks until the call finished; rethrows its collx::error if it failed. A default-constructed
   /// or already waited request returns at once.
   /// @throws collx::error (errc::invalid_argument) in a child fork() made of the process that
-  ///         started the call: the call runs there, on a thread the child does not have; and on the
-  ///         progress thread that runs the call (a task of submit_async waiting for a later call
-  ///         of its own communicator), while the call has not run: it would wait for itself.
+  ///         started the call: the call runs there, on a thread the child does not have; and, while
+  ///         the call has not run, on the progress thread that runs it (a task of submit_async
+  ///         waiting for a later call of its own communicator) or inside a call on its
+  ///         communicator (a reduction op's or a selector's code): it would wait for itself.
   void wait() {
     if (!state_) return;
     check_process();
     std::unique_lock<std::mutex> lock(state_->m);
-    if (!state_->done && detail::running_engine == state_->engine)
+    if (!state_->done && state_->waiter_blocks_task())
       COLLX_THROW(errc::invalid_argument,
-                  "collx::request waited on from the progress thread that runs its call (a task of submit_async "
-                  "waiting for a later *_async call of its own communicator): the call runs after this task, so the "
-                  "wait would never end; wait for it outside the task");
+                  std::string("collx::request waited on ") +
+                      (detail::running_engine == state_->engine
+                           ? "from the progress thread that runs its call (a task of submit_async waiting for a later "
+                             "*_async call of its own communicator): the call runs after this task"
+                           : "inside a call on its own communicator (in a reduction op or a selector, say): the call "
+                             "runs after that call") +
+                      ", so the wait would never end; wait for it outside");
     state_->cv.wait(lock, [&] { return state_->done; });
     auto err = std::move(state_->error);
     lock.unlock();
@@ -182,6 +259,10 @@ class [[nodiscard]] request {
   }
 
  private:
+  bool task_done() const {
+    std::lock_guard<std::mutex> lock(state_->m);
+    return state_->done;
+  }
   void check_process() const {
     if (created_in_ != detail::fork_generation())
       COLLX_THROW(errc::invalid_argument, "collx::request waited on in a child that fork() made of the process that "
@@ -193,6 +274,12 @@ class [[nodiscard]] request {
     if (state_ && created_in_ == detail::fork_generation() && detail::running_engine == state_->engine) {
       std::fprintf(stderr, "collx: a request destroyed on the progress thread that runs its call is not waited for (it "
                            "would wait for itself)\n");
+    } else if (state_ && created_in_ == detail::fork_generation() && state_->waiter_blocks_task() && !task_done()) {
+      // Inside a call on its communicator: the call runs after this one, on buffers that may be gone
+      // by then. Fail the communicator instead, so that it throws before touching them.
+      if (state_->abandon) state_->abandon();
+      std::fprintf(stderr, "collx: a request destroyed inside a call on its own communicator is not waited for (it "
+                           "would wait for itself); the communicator is failed instead\n");
     } else if (state_ && created_in_ == detail::fork_generation()) {
       if (std::uncaught_exceptions() > exceptions_at_creation_ && state_->abandon) {
         bool done = false;

@@ -34,6 +34,7 @@
 #include <functional>
 #include <span>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -1506,7 +1507,8 @@ inline communicator connect_shm_from_environment(const communicator_options& opt
 /// input and writes it into every rank's output (detail/shared_allreduce.hpp), so peers also write
 /// into this memory during such calls. Counts may differ between ranks.
 /// Creating and destroying it are collective (every rank, same order, like MPI_Win_allocate and
-/// MPI_Win_free): both synchronise the ranks. Contents start zeroed. It keeps a pointer to `comm`,
+/// MPI_Win_free): both synchronise the ranks, and each is one call on comm (after its earlier
+/// *_async calls; one started meanwhile waits for it). Contents start zeroed. It keeps a pointer to `comm`,
 /// which must outlive it and stay where it is (not moved from) until it is destroyed.
 /// @throws collx::error invalid_argument (the communicator is not a shared-memory one), system
 ///   (shared memory full), and what barrier/all_gather throw.
@@ -1518,6 +1520,10 @@ class shm_buffer {
     if (!tp_)
       COLLX_THROW(errc::invalid_argument, "shm_buffer needs a shared-memory communicator (connect_shm), not " +
                                               std::string(comm.get_transport().name()));
+    // One call, made of an all_gather and two barriers: an async call started meanwhile must not
+    // run between them.
+    comm.drain_async();
+    const communicator::call_scope one_thread(comm);
     std::vector<std::size_t> mine{count * sizeof(T)}, all(static_cast<std::size_t>(comm.size()));
     try {
       all_gather(comm, std::span<const std::size_t>(mine), std::span<std::size_t>(all));
@@ -1530,7 +1536,10 @@ class shm_buffer {
   }
   ~shm_buffer() {
     if (!tp_) return;
+    comm_->drain_async();  // earlier async calls may use this buffer
+    std::optional<communicator::call_scope> one_thread;  // the barrier and the unmapping are one call
     try {
+      one_thread.emplace(*comm_);
       barrier(*comm_);  // no peer still reads this rank's buffer, nor this rank theirs
     } catch (...) {  // a failed communicator: nobody reads any more either
     }
