@@ -95,6 +95,9 @@ struct attach_verdict {
 ///   one ended otherwise; what the world all_gather raises (timeout: a rank that never attaches).
 inline void attach_hierarchy(communicator& world, node_layout layout, communicator node, communicator cross) {
   const std::string call = "rank " + std::to_string(world.rank()) + ": attach_hierarchy";
+  // One call on world (its all_gather, then attaching): an async call started meanwhile runs after.
+  world.drain_async();
+  const communicator::call_scope one_thread(world);
   detail::attach_verdict mine[1] = {};
   errc ended_code = errc::aborted;
   std::string found;  // this rank's finding, whole

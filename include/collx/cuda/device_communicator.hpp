@@ -242,6 +242,9 @@ class device_communicator {
   /// cudaSetDevice would, for the caller's own buffers and streams (its calls, later, leave the
   /// caller's current device as they find it).
   explicit device_communicator(communicator& host, device_options opt = {}) : host_(&host) {
+    // One call on host (its exchanges and barriers): an async call started meanwhile runs after.
+    host.drain_async();
+    const communicator::call_scope one_thread(host);
     const auto timeout = std::min(opt.timeout.count() > 0 ? opt.timeout : host.options().timeout, detail::longest_wait);
     peer_record mine;
     try {
@@ -584,6 +587,8 @@ class device_communicator {
   ///         that fails throws its error and every other rank throws one with the same code naming
   ///         it (errc::cuda for a mapping), with nothing left mapped for the window.
   window register_window(const void* ptr, std::size_t bytes) {
+    host_->drain_async();
+    const communicator::call_scope one_thread(*host_);  // its exchanges are one call on host
     const gpu::scoped_device restore;  // the caller's device, when this returns or throws
     window_record mine;
     // Every rank learns whether every rank's own steps succeeded before any maps a peer's buffer:
@@ -643,6 +648,8 @@ class device_communicator {
   ///         rank's `w` is not a window this communicator owns (owns(): another communicator's,
   ///         or deregistered already); host errors.
   void deregister_window(const window& w) {
+    host_->drain_async();
+    const communicator::call_scope one_thread(*host_);  // one call on host, as the creation
     const gpu::scoped_device restore;
     // Also the first barrier: every rank learns whether every rank's window is one to unmap.
     on_every_rank("deregister its window", [&] {
