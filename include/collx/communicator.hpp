@@ -266,6 +266,7 @@ class communicator {
         std::thread::id holder{};
         if (c.busy_.compare_exchange_strong(holder, me, std::memory_order_acquire)) {
           owner_ = true;
+          ++calls_held;
           return;
         }
         if (holder == me) return;  // nested
@@ -276,11 +277,19 @@ class communicator {
                       "same time; a communicator serves one thread at a time (their messages would interleave). Give "
                       "each thread its own communicator, or use the *_async forms, which run in the order started "
                       "(after a blocking call that is running)");
+        // A thread inside a call on another communicator must not wait: the holder's call could be
+        // waiting for that one (calls of two communicators nested in each other's ops), for ever.
+        if (calls_held > 0)
+          COLLX_THROW(errc::invalid_argument,
+                      "rank " + std::to_string(c.rank()) + ": a call on this communicator was made inside a call on "
+                      "another one (a reduction op's code, say) while another thread's call runs here; waiting for it "
+                      "could wait for ever (the two calls may wait for each other). Make such calls outside");
         c.busy_.wait(holder, std::memory_order_acquire);  // its call ends: take a turn
       }
     }
     ~call_scope() {
       if (owner_) {
+        --calls_held;
         c_->busy_.store(std::thread::id{}, std::memory_order_release);
         c_->busy_.notify_all();
       }
@@ -289,6 +298,8 @@ class communicator {
     call_scope& operator=(const call_scope&) = delete;
 
    private:
+    /// Calls this thread is inside, on any communicator (scopes it owns).
+    static inline thread_local int calls_held = 0;
     const communicator* c_;
     bool owner_ = false;
   };

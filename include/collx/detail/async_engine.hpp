@@ -54,12 +54,19 @@ inline bool request_state::waiter_blocks_task() const noexcept {
 
 /// Which engine's queue each progress thread that drains another engine's queue waits for
 /// (async_engine::drain_from), to find cycles of such waits.
-struct drain_waits {
+/// What each progress thread that waits for another engine waits for: that engine's queue to
+/// empty (drain, async_engine::drain_from) or a call it runs (request::wait on a progress thread).
+/// A wait that would close a cycle could never end (async_engine::enter_wait).
+struct engine_waits {
+  struct edge {
+    const async_engine* target;
+    bool drain;
+  };
   std::mutex m;
-  std::unordered_map<const async_engine*, const async_engine*> on;
+  std::unordered_map<const async_engine*, edge> on;
 };
-inline drain_waits& drain_graph() {
-  static drain_waits g;
+inline engine_waits& engine_wait_graph() {
+  static engine_waits g;
   return g;
 }
 
@@ -110,33 +117,50 @@ class async_engine {
   /// taking its turn on its communicator (communicator::call_scope), the order the user's cycle
   /// left undefined. Returns whether it waited until the queue was empty.
   bool drain_from(const async_engine* waiter) {
-    drain_waits& g = drain_graph();
-    {
-      std::lock_guard<std::mutex> lock(g.m);
-      std::vector<const async_engine*> path;  // the waiting engines from this one on
-      std::size_t steps = 0;  // no cycle stays in the graph, so the walk ends; bounded anyway
-      for (const async_engine* e = this; e && steps <= g.on.size(); ++steps) {
-        if (e == waiter) {
-          for (const async_engine* w : path) w->release_drain(*g.on.at(w));
-          return false;
-        }
-        const auto it = g.on.find(e);
-        if (it == g.on.end()) break;
-        path.push_back(e);
-        e = it->second;
-      }
-      waiter->drain_released_.store(false, std::memory_order_relaxed);
-      g.on[waiter] = this;
-    }
+    std::size_t released = 0;
+    if (!enter_wait(waiter, this, true, released)) return false;
     bool emptied = false;
     {
       std::unique_lock<std::mutex> lock(m_);
       idle_cv_.wait(lock, [&] { return pending_ == 0 || waiter->drain_released_.load(std::memory_order_relaxed); });
       emptied = pending_ == 0;
     }
+    leave_wait(waiter);
+    return emptied;
+  }
+
+  /// Records that `waiter`'s progress thread is about to wait for `target` (its queue to empty if
+  /// `drain`, else a call it runs) and returns true; or, if `target`'s thread already waits,
+  /// directly or through others, for `waiter`'s, records nothing, releases the drain waits of that
+  /// cycle (`released`: how many) and returns false: the caller must not wait then, unless
+  /// something was released (the threads released go on, and the cycle with them).
+  static bool enter_wait(const async_engine* waiter, const async_engine* target, bool drain, std::size_t& released) {
+    engine_waits& g = engine_wait_graph();
+    std::lock_guard<std::mutex> lock(g.m);
+    std::vector<const async_engine*> path;  // the waiting engines from target on
+    std::size_t steps = 0;  // no cycle stays in the graph, so the walk ends; bounded anyway
+    for (const async_engine* e = target; e && steps <= g.on.size(); ++steps) {
+      if (e == waiter) {
+        for (const async_engine* w : path) {
+          const engine_waits::edge& d = g.on.at(w);
+          if (d.drain) w->release_drain(*d.target), ++released;
+        }
+        return false;
+      }
+      const auto it = g.on.find(e);
+      if (it == g.on.end()) break;
+      path.push_back(e);
+      e = it->second.target;
+    }
+    waiter->drain_released_.store(false, std::memory_order_relaxed);
+    g.on[waiter] = {target, drain};
+    return true;
+  }
+  /// Ends what enter_wait recorded for `waiter`.
+  static void leave_wait(const async_engine* waiter) {
+    engine_waits& g = engine_wait_graph();
     std::lock_guard<std::mutex> lock(g.m);
     g.on.erase(waiter);
-    return emptied;
   }
 
  private:
@@ -240,8 +264,19 @@ class [[nodiscard]] request {
                            : "inside a call on its own communicator (in a reduction op or a selector, say): the call "
                              "runs after that call") +
                       ", so the wait would never end; wait for it outside");
+    lock.unlock();
+    const progress_wait recorded = enter_progress_wait();
+    if (recorded == progress_wait::never_ends)
+      COLLX_THROW(errc::invalid_argument,
+                  "collx::request waited on from a progress thread whose own queue that call waits for, through "
+                  "other communicators' tasks (tasks of two communicators waiting for each other's calls): the wait "
+                  "would never end; wait for it outside the tasks");
+    lock.lock();
     state_->cv.wait(lock, [&] { return state_->done; });
     auto err = std::move(state_->error);
+    lock.unlock();
+    if (recorded == progress_wait::recorded) detail::async_engine::leave_wait(detail::running_engine);
+    lock.lock();
     lock.unlock();
     state_.reset();
     if (err) std::rethrow_exception(err);
@@ -259,6 +294,17 @@ class [[nodiscard]] request {
   }
 
  private:
+  enum class progress_wait { none, recorded, never_ends };
+  /// On a progress thread waiting for another engine's call: records the wait in the engines' wait
+  /// graph (recorded: leave_wait after it), or finds that it would close a cycle nothing breaks
+  /// (never_ends); else none.
+  progress_wait enter_progress_wait() const {
+    if (!detail::running_engine || task_done()) return progress_wait::none;
+    std::size_t released = 0;
+    if (detail::async_engine::enter_wait(detail::running_engine, state_->engine, false, released))
+      return progress_wait::recorded;
+    return released ? progress_wait::none : progress_wait::never_ends;
+  }
   bool task_done() const {
     std::lock_guard<std::mutex> lock(state_->m);
     return state_->done;
@@ -274,7 +320,7 @@ class [[nodiscard]] request {
     if (state_ && created_in_ == detail::fork_generation() && detail::running_engine == state_->engine) {
       std::fprintf(stderr, "collx: a request destroyed on the progress thread that runs its call is not waited for (it "
                            "would wait for itself)\n");
-    } else if (state_ && created_in_ == detail::fork_generation() && state_->waiter_blocks_task() && !task_done()) {
+    } else if (state_ && created_in_ == detail::fork_generation() && !task_done() && state_->waiter_blocks_task()) {
       // Inside a call on its communicator: the call runs after this one, on buffers that may be gone
       // by then. Fail the communicator instead, so that it throws before touching them.
       if (state_->abandon) state_->abandon();
@@ -289,12 +335,25 @@ class [[nodiscard]] request {
         }
         if (!done) state_->abandon();
       }
+      progress_wait recorded = progress_wait::none;
+      try {
+        recorded = enter_progress_wait();
+      } catch (...) {  // no memory to record the wait: wait unrecorded
+      }
+      if (recorded == progress_wait::never_ends) {  // as inside a call: fail it rather than wait for ever
+        if (state_->abandon) state_->abandon();
+        std::fprintf(stderr, "collx: a request destroyed on a progress thread whose queue its call waits for (tasks of two "
+                             "communicators waiting for each other) is not waited for; the communicator is failed instead\n");
+        state_.reset();
+        return;
+      }
       std::exception_ptr err;
       {
         std::unique_lock<std::mutex> lock(state_->m);
         state_->cv.wait(lock, [&] { return state_->done; });
         err = std::move(state_->error);
       }
+      if (recorded == progress_wait::recorded) detail::async_engine::leave_wait(detail::running_engine);
       if (err) {
         try {
           std::rethrow_exception(err);
