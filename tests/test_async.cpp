@@ -421,6 +421,12 @@ TEST_CASE("tasks and ops of two communicators waiting for each other end, with r
       std::vector<int> u(4, 1 + r), v(4, 1 + r), p(4, 1), q(4, 1);
       bool first_a = true, first_b = true;  // variant 3: each op runs on its own progress thread
       std::atomic<int> inside{0};
+      // Variant 3: both ops inside their calls before either calls on the other communicator (at
+      // most 5 s). Everything the ops use lives here: they run after the branch below has ended.
+      auto both_inside = [&] {
+        ++inside;
+        for (int i = 0; i < 5000 && inside < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      };
       std::atomic<bool> go{false};
       auto gate = [&] {
         while (!go) std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -434,11 +440,6 @@ TEST_CASE("tasks and ops of two communicators waiting for each other end, with r
         reqs.push_back(b->submit_async([&] { collx::allreduce_async(a, std::span<double>(y)).wait(); }));
         go = true;
       } else {
-        // Both ops inside their calls before either calls on the other communicator (at most 5 s).
-        auto both_inside = [&] {
-          ++inside;
-          for (int i = 0; i < 5000 && inside < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        };
         auto op_a = [&](int m, int n) {
           if (first_a) first_a = false, both_inside(), collx::allreduce(*b, std::span<int>(p));
           return m + n;

@@ -52,8 +52,6 @@ inline bool request_state::waiter_blocks_task() const noexcept {
   return running_engine == engine || (busy && busy->load(std::memory_order_acquire) == std::this_thread::get_id());
 }
 
-/// Which engine's queue each progress thread that drains another engine's queue waits for
-/// (async_engine::drain_from), to find cycles of such waits.
 /// What each progress thread that waits for another engine waits for: that engine's queue to
 /// empty (drain, async_engine::drain_from) or a call it runs (request::wait on a progress thread).
 /// A wait that would close a cycle could never end (async_engine::enter_wait).
@@ -276,8 +274,6 @@ class [[nodiscard]] request {
     auto err = std::move(state_->error);
     lock.unlock();
     if (recorded == progress_wait::recorded) detail::async_engine::leave_wait(detail::running_engine);
-    lock.lock();
-    lock.unlock();
     state_.reset();
     if (err) std::rethrow_exception(err);
   }
@@ -317,7 +313,7 @@ class [[nodiscard]] request {
   /// The destructor's wait: the call has to end before its buffers may go; its error, unread by
   /// anyone, goes to stderr. In a fork() child the call runs in the parent: nothing to wait for.
   void finish_unobserved() noexcept {
-    if (state_ && created_in_ == detail::fork_generation() && detail::running_engine == state_->engine) {
+    if (state_ && created_in_ == detail::fork_generation() && detail::running_engine == state_->engine && !task_done()) {
       std::fprintf(stderr, "collx: a request destroyed on the progress thread that runs its call is not waited for (it "
                            "would wait for itself)\n");
     } else if (state_ && created_in_ == detail::fork_generation() && !task_done() && state_->waiter_blocks_task()) {
