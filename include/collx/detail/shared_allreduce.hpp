@@ -278,14 +278,14 @@ inline bool shared_allreduce_after_claims(transport& tp, const call_signature& s
     const shared_claim& c = claims[static_cast<std::size_t>(q)];
     stream[static_cast<std::size_t>(q)] = big && !(c.in_id == c.out_id && c.in_offset == c.out_offset);
   }
-  tp.shared_writes(true);
-  try {
+  {
+    struct writing {  // told to the peers until the fold ends, also when the user's op throws
+      transport& t;
+      explicit writing(transport& x) : t(x) { t.shared_writes(true); }
+      ~writing() { t.shared_writes(false); }
+    } const guard(tp);
     fold(op, ins, outs, stream, lo, hi, tp);
-  } catch (...) {  // the user's op threw
-    tp.shared_writes(false);
-    throw;
   }
-  tp.shared_writes(false);
   // A peer whose call failed while this rank read its input may have rewritten it since (its
   // failure is published before its call returns): what this rank folded cannot be trusted then.
   std::atomic_thread_fence(std::memory_order_seq_cst);
@@ -307,7 +307,7 @@ inline bool shared_allreduce_after_claims(transport& tp, const call_signature& s
 /// buffers are shared (returns true), else only exchanges the claims and returns false (then the
 /// caller runs the message-based schedule). Every rank must call it for the same call (same sig).
 /// `in == out` is in place. Outputs stream when every rank's buffers together exceed
-/// `stream_footprint_bytes` (below). Not a template: only `fold` (shared_fold<T, Op>) knows the types.
+/// `stream_footprint_bytes` (shared_stream_footprint_bytes). Not a template: only `fold` (shared_fold<T, Op>) knows the types.
 inline bool shared_allreduce(transport& tp, const call_signature& sig, const void* in, void* out, std::size_t count,
                              std::size_t elem_size, shared_fold_fn fold, const void* op,
                              std::size_t stream_footprint_bytes) {
