@@ -499,6 +499,53 @@ TEST_CASE("attach_hierarchy checks levels built by hand against the layout, on e
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20));  // no wait for the 30 s timeout
 }
 
+TEST_CASE("attach_hierarchy is one call on world: an async call started meanwhile runs after it",
+          "[hierarchical][async]") {
+  // Rank 0's main thread attaches while its peers are late; meanwhile its second thread starts an
+  // allreduce_async on world. attach_hierarchy is an all_gather on each level, then one on world:
+  // an async call that ran between them would meet its peers' attach all_gather (a mismatch).
+  collx::communicator_options opt;
+  opt.timeout = std::chrono::seconds(20);
+  const auto ids = ids_of({"n0", "n0", "n1", "n1"});
+  auto world = collx::make_thread_communicators(4, opt);
+  std::vector<std::string> errors(4);
+  std::vector<double> sums(4, -1.0);
+  collx::run_threads(world, [&](collx::communicator& c) {
+    const int r = c.rank();
+    std::vector<double> v(1000, r + 1.0);
+    try {
+      collx::node_layout lay = collx::node_layout::from_ids(ids, r);
+      auto node = collx::split(c, lay.node_index, lay.local_rank);
+      auto cross = collx::split(c, lay.local_rank, lay.node_index);
+      if (r == 0) {
+        std::atomic<bool> entering{false};
+        collx::request q;
+        std::jthread starter([&] {  // joined on the way out, also when attach throws
+          while (!entering) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));  // attach waits for its peers by now
+          q = collx::allreduce_async(c, std::span<double>(v));
+        });
+        entering = true;
+        collx::attach_hierarchy(c, std::move(lay), std::move(*node), std::move(*cross));
+        starter.join();
+        q.wait();
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(400));
+        collx::attach_hierarchy(c, std::move(lay), std::move(*node), std::move(*cross));
+        collx::allreduce(c, std::span<double>(v));
+      }
+      sums[static_cast<size_t>(r)] = v.back();
+    } catch (const collx::error& e) {
+      errors[static_cast<size_t>(r)] = e.what();
+    }
+  });
+  for (int r = 0; r < 4; ++r) {
+    INFO("rank " << r << ": " << errors[static_cast<size_t>(r)]);
+    CHECK(errors[static_cast<size_t>(r)].empty());
+    CHECK(sums[static_cast<size_t>(r)] == 10.0);
+  }
+}
+
 TEST_CASE("a mismatch on one node reaches the ranks of the other node", "[hierarchical][errors]") {
   auto opt = small_segments();
   opt.timeout = std::chrono::seconds(20);
