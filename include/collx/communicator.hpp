@@ -184,9 +184,10 @@ class communicator {
 
   /// The node-local and cross-node communicators algo::hierarchical runs on (node_layout.hpp), or
   /// null when none is attached. A hierarchical *_async call on this communicator makes its level
-  /// calls on them from this communicator's progress thread, so a blocking call of your own on one
-  /// of them is not ordered after such a call: while one may still run it gets invalid_argument
-  /// ("two threads"); wait for the requests first, or split a communicator of your own.
+  /// calls on them from this communicator's progress thread, and a blocking call of your own on one
+  /// of them is not ordered after such a call: it may come between the call's level calls (a
+  /// mismatch) or meet one running (invalid_argument, "two threads"). Wait for the requests first,
+  /// or split a communicator of your own.
   hierarchy* get_hierarchy() const noexcept { return hierarchy_.get(); }
   /// Attaches a hierarchy; `parts` are its communicators' transports, failed with this one on
   /// abort(). Use collx::attach_hierarchy (hierarchy.hpp) rather than this.
