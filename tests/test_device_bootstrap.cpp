@@ -672,6 +672,8 @@ TEST_CASE("a window one rank cannot register fails on every rank at once", "[cud
   const failure cases[] = {
       {"a host pointer", nullptr, 0, 64, true, "not in device memory"},
       {"a range past its allocation", nullptr, 4000, 128, false, "run past the end of its allocation"},
+      // A negative size converted to std::size_t: its end address wraps below its start.
+      {"a size that wraps past the end of memory", nullptr, 0, SIZE_MAX, false, "negative size converted"},
       {"the driver refuses on rank 1's GPU", "cuMemGetAddressRange@1", 0, 64, false, "not in device memory"},
   };
   const auto t0 = std::chrono::steady_clock::now();

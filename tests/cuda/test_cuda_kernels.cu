@@ -333,6 +333,15 @@ TEST_CASE("gpu reduce and convert: bad arguments fail before any CUDA call", "[c
         errc::invalid_argument);
   CHECK(code_of([&] { gpu::convert<float, E, P>(buf, buf + 8, SIZE_MAX / 4 + 3, ops::sum{}, 1, cudaStream_t{}); }) ==
         errc::invalid_argument);
+  // The same for reduce_elementwise, in place (no overlap arithmetic runs) and not (the byte
+  // counts of the overlap test would wrap to 4 and pass).
+  CHECK(code_of([&] {
+          gpu::reduce_elementwise<float>(buf, buf, buf, static_cast<std::size_t>(-8), ops::sum{}, 1, cudaStream_t{}, limits);
+        }) == errc::invalid_argument);
+  CHECK(code_of([&] {
+          gpu::reduce_elementwise<float>(buf, buf + 1, buf + 2, (std::size_t{1} << 62) + 1, ops::sum{}, 1, cudaStream_t{},
+                                         limits);
+        }) == errc::invalid_argument);
   // Empty calls are no-ops, even on null pointers.
   CHECK(code_of([&] { gpu::reduce_elementwise<float>(nullptr, nullptr, nullptr, 0, ops::sum{}, 1, cudaStream_t{}); }) ==
         std::nullopt);

@@ -603,9 +603,14 @@ class device_communicator {
       mine.bytes = bytes;
       mine.process = process_token();
       const auto [alloc_base, alloc_bytes] = allocation_range(ptr);
-      if (mine.address + bytes > alloc_base + alloc_bytes)
+      // Compared as room left, not as an end address: a huge count (a negative size converted to
+      // std::size_t) would wrap the end below the start and pass.
+      if (bytes > alloc_base + alloc_bytes - mine.address)
         COLLX_THROW(errc::invalid_argument, "gpu::register_window: " + std::to_string(bytes) + " bytes from " +
-                                                std::to_string(mine.address) + " run past the end of its allocation");
+                                                std::to_string(mine.address) + " run past the end of its allocation" +
+                                                (bytes > static_cast<std::size_t>(PTRDIFF_MAX)
+                                                     ? " (a negative size converted to std::size_t?)"
+                                                     : ""));
       mine.offset = mine.address - alloc_base;
       if (memory_ == workspace_memory::device && peers_in_other_processes()) {  // they map it (same process: its address)
         cudaIpcMemHandle_t h{};

@@ -61,8 +61,8 @@ inline bool ranges_overlap(const void* p, std::size_t n, const void* q, std::siz
 /// read or written. `limits`: the stream's device (current_device_limits()).
 /// Preconditions: device pointers (or managed/peer-mapped) on the stream's device; dst may equal a or
 /// b when its value type is the same (in place), no other overlap.
-/// @throws collx::error (errc::invalid_argument) for a null pointer with count > 0, world_size < 1
-///         or overlapping buffers; (errc::cuda) when the launch fails. Kernel faults surface at the
+/// @throws collx::error (errc::invalid_argument) for a null pointer with count > 0, world_size < 1,
+///         a count past memory or overlapping buffers; (errc::cuda) when the launch fails. Kernel faults surface at the
 ///         next synchronising CUDA call, as for any kernel.
 template <class T, values A = values::elements, values B = values::elements, values D = values::elements, class Op>
 void reduce_elementwise(value_t<T, Op, D>* dst, const value_t<T, Op, A>* a, const value_t<T, Op, B>* b,
@@ -76,6 +76,10 @@ void reduce_elementwise(value_t<T, Op, D>* dst, const value_t<T, Op, A>* a, cons
   if (world_size < 1)
     COLLX_THROW(errc::invalid_argument, "gpu::reduce_elementwise: world_size " + std::to_string(world_size) + " < 1");
   if (count == 0) return;
+  // Before the overlap test, whose byte counts such a count would wrap (or skip, in place).
+  if (count > static_cast<std::size_t>(PTRDIFF_MAX) / std::max({sizeof(VA), sizeof(VB), sizeof(VD)}))
+    COLLX_THROW(errc::invalid_argument, "gpu::reduce_elementwise: count " + std::to_string(count) +
+                                            " is more than memory holds (a negative count converted to std::size_t?)");
   if (dst == nullptr || a == nullptr || b == nullptr)
     COLLX_THROW(errc::invalid_argument, "gpu::reduce_elementwise: null buffer with count " + std::to_string(count));
   const auto aliases = [&](const void* p, std::size_t size) {
