@@ -9,7 +9,8 @@
 //      shows it (one rank's count is 0: it sends nothing and returns at once), and abort() from
 //      another thread wakes a waiting rank and its peers, and a hierarchical call one rank rejects
 //      reaches ranks waiting on the node or cross-node level, and a rank whose own code throws
-//      (destroying its communicator) ends its peers' next call, all within seconds, not at the timeout;
+//      (destroying its communicator) ends its peers' next call, and so does one that closes its
+//      communicator and leaves, all within seconds, not at the timeout;
 //   5. the close handshake (closing_duplicates): every healthy duplicate freed or given up, none
 //      left after MPI_Finalize, and a failed peer's unfinished data never received;
 //   6. a call on a communicator kept past MPI_Finalize throws collx::error instead of aborting.
@@ -641,6 +642,34 @@ void left_by_exception() {
   check(s < 10.0, "the departure seen in " + std::to_string(s) + " s");
 }
 
+
+// Rank 1 destroys its communicator (no exception: it simply leaves) after the first all-reduce;
+// the others' second all-reduce must fail naming rank 1, in seconds: before, nothing but the
+// timeout ended it, though rank 1's close message had come.
+void left_quietly() {
+  const auto t0 = std::chrono::steady_clock::now();
+  collx::errc code = collx::errc::internal;
+  std::string why;
+  try {
+    collx::communicator c = collx::mpi::connect(MPI_COMM_WORLD);
+    std::vector<int> v(64, c.rank());
+    collx::allreduce(c, std::span<int>(v));
+    if (c.rank() != 1) collx::allreduce(c, std::span<int>(v));
+  } catch (const collx::error& e) {
+    code = e.code();
+    why = e.what();
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (g_rank == 1) {
+    check(why.empty(), "rank 1 left without an error: " + why);
+    return;
+  }
+  check(code == collx::errc::transport, "a peer that closed its communicator is errc::transport (got " +
+                                            std::to_string(static_cast<int>(code)) + "): " + why);
+  check(why.find("rank 1 closed its communicator while rank") != std::string::npos, "the rank that left is named: " + why);
+  check(s < 10.0, "the departure seen in " + std::to_string(s) + " s");
+}
+
 }  // namespace
 
 // Sums every rank's failed checks, prints them on rank 0 ("test_mpi<mode>: ..."), finalizes MPI and
@@ -847,6 +876,7 @@ int main(int argc, char** argv) {
     duplicates_freed("the failed calls above (a communicator that failed on some ranks only, too)");
     stale_data_not_drained();
     left_by_exception();
+    left_quietly();
     {  // a healthy communicator destroyed just before MPI_Finalize: its duplicate is freed there (finish)
       collx::communicator c = collx::mpi::connect(MPI_COMM_WORLD);
       collx::barrier(c);

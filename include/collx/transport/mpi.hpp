@@ -17,7 +17,9 @@
 /// Failures reach every rank: a rank that fails (mismatch, timeout, abort(), an invalid call) sends
 /// a control message with the error code and text to every peer on a second tag; every wait polls
 /// for it. MPI itself offers no liveness check: a peer that dies is seen by the launcher (mpirun
-/// ends the job) or by the timeout.
+/// ends the job) or by the timeout. A peer that closed its communicator healthy (it left the job,
+/// or skipped a call) is seen by its close message (closing_duplicates): a rank that has waited
+/// `query_after` for it looks for that message, and fails closed_peer_grace after it came.
 ///
 /// Disagreements that no message shows (a rank whose count is 0 returns at once; its peers wait for
 /// data it never sends): a rank that moves nothing in a call, and a rank that has waited
@@ -308,6 +310,9 @@ class mpi_transport final : public transport {
   /// an MPI_Improbe for any source, which scans MPI's queue of unexpected messages, long when many
   /// small data messages arrived ahead of their receives.
   static constexpr std::chrono::microseconds control_poll_interval{1000};
+  /// How long a rank goes on waiting for a peer whose close message came (it destroyed its
+  /// communicator) before it fails: what the peer sent before it closed has arrived by then.
+  static constexpr std::chrono::milliseconds closed_peer_grace{2000};
 
   explicit mpi_transport(MPI_Comm comm, const mpi_options& opt = {}) : opt_(opt) {
     require_mpi_running("collx::mpi");
@@ -643,6 +648,7 @@ class mpi_transport final : public transport {
   void wait(const char* what, int peer, Ready ready) {
     const auto start = std::chrono::steady_clock::now();
     const auto deadline = start + timeout_;
+    std::chrono::steady_clock::time_point closed_seen{};  // when a waited-for peer's close message was seen
     for (unsigned polls = 0;; ++polls) {
       if (failed_.load(std::memory_order_acquire)) rethrow_failure();
       if (ready()) return;
@@ -661,6 +667,16 @@ class mpi_transport final : public transport {
           if (peer >= 0) query(peer);
           else
             for (int p : send_peers_) query(p);
+          // A peer that closed its communicator healthy (it left the job, or skipped this call)
+          // sends nothing more: fail now rather than at the timeout.
+          if (const int gone = closed_peer(peer); gone >= 0) {
+            if (closed_seen == std::chrono::steady_clock::time_point{}) closed_seen = now;
+            else if (now - closed_seen > closed_peer_grace && !ready())
+              fail_out(errc::transport, "rank " + std::to_string(gone) + " closed its communicator while rank " +
+                                            std::to_string(rank_) + " waits for " +
+                                            (peer >= 0 ? what + (" rank " + std::to_string(peer)) : send_wait_text()) +
+                                            "; the job cannot continue");
+          }
         }
         if (waited > std::chrono::milliseconds(5)) std::this_thread::sleep_for(std::chrono::microseconds(50));
         else if (oversubscribed_ || waited > std::chrono::microseconds(100)) std::this_thread::yield();
@@ -668,6 +684,20 @@ class mpi_transport final : public transport {
         std::this_thread::yield();
       }
     }
+  }
+
+  /// The first of the peers a wait is for (`peer`, or, for -1, those of the pending sends) whose
+  /// close message has come (looked at, not received: closing_duplicates takes it later); -1: none.
+  int closed_peer(int peer) const {
+    const auto closed = [&](int p) {
+      int found = 0;
+      return p != rank_ && MPI_Iprobe(p, close_tag, comm_, &found, MPI_STATUS_IGNORE) == MPI_SUCCESS && found != 0;
+    };
+    if (mpi_finalized()) return -1;
+    if (peer >= 0) return closed(peer) ? peer : -1;
+    for (const int p : send_peers_)
+      if (closed(p)) return p;
+    return -1;
   }
 
   /// What a query message holds after its leading query_code: the sender's record of a call and
