@@ -160,7 +160,10 @@ int usage(const char* why) {
                "                           launcher started it as one rank of several (collx-run, mpirun, srun,\n"
                "                           torchrun); threads runs N threads\n"
                "      --bind none|core     core: rank i runs on the i-th CPU it may use (as mpirun --bind-to core);\n"
-               "                           default: the launcher's (collx-run and --ranks: COLLX_BIND, default core)\n"
+               "                           none: the processes --ranks starts are not pinned (COLLX_BIND=none);\n"
+               "                           default: the launcher's (--ranks: COLLX_BIND, default core). Under\n"
+               "                           collx-run or mpirun, their own setting unpins (COLLX_BIND=none,\n"
+               "                           --bind-to none)\n"
                "Environment: COLLX_CMA, COLLX_SHM_BYTES_PER_PEER, COLLX_SEGMENT_BYTES, COLLX_TIMEOUT, COLLX_ALGO\n"
                "(see README.md), NCCL_TESTS_MIN_BW (fail when the average busbw is below 90%% of it).\n",
                cp::common_usage);
@@ -286,7 +289,8 @@ int main(int argc, char** argv) {
           n,
           [&](collx::communicator& comm) {
             if (o.bind == "core") cp::bind_to_core(comm.rank());
-            const int s = bench(comm, o, std::to_string(n) + " threads of one process (collx::run_threads)");
+            const std::string threads = std::to_string(n) + (n == 1 ? " thread" : " threads");
+            const int s = bench(comm, o, threads + " of one process (collx::run_threads)");
             if (comm.rank() == 0) status = s;
           },
           comm_options(o));
@@ -304,6 +308,7 @@ int main(int argc, char** argv) {
       if (len > 0) args[0] = self.data();
       args.push_back(nullptr);
       ::setenv("CXPERF_LAUNCHED_BY", "collx-perf --ranks", 1);
+      if (o.bind == "none") ::setenv("COLLX_BIND", "none", 1);  // launch_program pins by default
       return collx::launch_program(n, args.data());
     }
     const collx::launch_info info = collx::bootstrap::from_environment();

@@ -191,7 +191,7 @@ struct options {
   std::string algo = "auto";       ///< ring | tree | direct | hierarchical | auto
   std::string transport = "shm";   ///< threads | shm | mpi (when built with collx::mpi)
   int ranks = 0;                   ///< --ranks N (0: from the launcher, else 1)
-  std::string bind = "none";       ///< --bind none|core: pin rank i to the i-th allowed CPU
+  std::string bind;                ///< --bind none|core: core pins rank i to the i-th allowed CPU; "": the launcher's
   std::string json_path, csv_path;
   std::string label;               ///< --label: a name for this run in the JSON/CSV (default: the library)
   bool algo_given = false, transport_given = false;

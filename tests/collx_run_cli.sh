@@ -58,6 +58,11 @@ if [ -n "$perf" ]; then
   # collx-run inside collx-run: each inner job gets its own id (they inherited one and collided).
   err=$(COLLX_TIMEOUT=30 "$run" -n 2 "$run" -n 2 "$perf" allreduce -b 8 -e 8 -n 1 -w 0 2>&1 >/dev/null); rc=$?
   [ $rc -eq 0 ] || fail "collx-run inside collx-run exited $rc: $err"
+  # --bind none: the ranks --ranks starts keep the CPUs collx-perf may use (it changed nothing:
+  # launch_program pinned them anyway).
+  own=$("$perf" allreduce -b 8 -e 8 -n 1 -w 0 --transport threads 2>/dev/null | sed -n 's/^# CPU affinity per rank: 0:\({[^}]*}\).*/\1/p')
+  got=$("$perf" allreduce -b 8 -e 8 -n 1 -w 0 --ranks 2 --bind none 2>/dev/null | sed -n 's/^# CPU affinity per rank: //p')
+  [ -n "$own" ] && [ "$got" = "0:$own 1:$own" ] || fail "collx-perf --ranks 2 --bind none pinned its ranks: '$got' (its own CPUs: '$own')"
   err=$("$perf" allreduce -b 8 -e 64 -i 0 2>&1 >/dev/null); rc=$?
   [ $rc -eq 2 ] || fail "collx-perf -i 0 with -b < -e exited $rc, not 2: $err"
   # A size near 2^64 wrapped the buffer arithmetic (a 4 KiB buffer, then a crash).
