@@ -201,6 +201,15 @@ TEST_CASE("F3: per-collective algorithm overrides apply to that collective only"
   const auto all = collx::env::parse_algorithms("COLLX_ALGO", "tree,allreduce:direct");
   CHECK(all.for_collective(collective::allreduce) == collx::algorithm::direct);
   CHECK(all.for_collective(collective::reduce) == collx::algorithm::tree);
+  // A bare name fills in the collectives not named, wherever it stands (it used to win when last).
+  const auto after = collx::env::parse_algorithms("COLLX_ALGO", "allreduce:tree,ring");
+  CHECK(after.for_collective(collective::allreduce) == collx::algorithm::tree);
+  CHECK(after.for_collective(collective::broadcast) == collx::algorithm::ring);
+  // Two answers for one collective (or for all) are refused, not settled by the last one.
+  CHECK(error_of([] { collx::env::parse_algorithms("COLLX_ALGO", "allreduce:ring,Allreduce:tree"); })
+            .find("allreduce is named twice") != std::string::npos);
+  CHECK(error_of([] { collx::env::parse_algorithms("COLLX_ALGO", "tree,ring"); }).find("not two (tree and ring)") !=
+        std::string::npos);
   CHECK(error_of([] { collx::env::parse_algorithms("COLLX_ALGO", "bcast:ring"); }).find("COLLX_ALGO") != std::string::npos);
   CHECK(error_of([] { collx::env::parse_algorithms("COLLX_ALGO", "allreduce:fast"); }).find("COLLX_ALGO") !=
         std::string::npos);

@@ -204,12 +204,15 @@ struct algorithm_overrides {
   std::optional<algorithm> for_collective(collective c) const { return per[static_cast<std::size_t>(c)]; }
 };
 
-/// Parses "ring" (all collectives) or "allreduce:ring,broadcast:tree" (per collective; later
-/// entries win). Unknown collective or algorithm names, barrier or send_recv (which have no
-/// algorithm to choose) and all_to_all:tree are errors naming the variable (a bare "tree" sends
-/// all_to_all to direct, as communicator::select does).
+/// Parses "ring" (all collectives), "allreduce:ring,broadcast:tree" (per collective) or both
+/// ("tree,allreduce:direct": a bare name sets every collective the value does not name, wherever it
+/// stands). Unknown collective or algorithm names, barrier or send_recv (which have no algorithm to
+/// choose), all_to_all:tree, and a collective or a bare name given twice (which one was meant?)
+/// are errors naming the variable (a bare "tree" sends all_to_all to direct, as
+/// communicator::select does).
 inline algorithm_overrides parse_algorithms(std::string_view name, std::string_view v) {
   algorithm_overrides o;
+  std::optional<algorithm> bare;  // for the collectives not named
   std::size_t pos = 0;
   while (pos <= v.size()) {
     std::size_t comma = v.find(',', pos);
@@ -222,7 +225,9 @@ inline algorithm_overrides parse_algorithms(std::string_view name, std::string_v
     const auto a = parse_algorithm_name(algo_part);
     if (!a) reject(name, v, "ring, tree or direct, optionally per collective as allreduce:ring,broadcast:tree");
     if (colon == std::string_view::npos) {
-      for (auto& slot : o.per) slot = a;
+      if (bare) reject(name, v, "one algorithm for all collectives, not two (" + std::string(algorithm_name(*bare)) + " and " +
+                                    std::string(algorithm_name(*a)) + ")");
+      bare = a;
     } else {
       const auto c = parse_collective_name(item.substr(0, colon));
       if (!c || *c == collective::barrier || *c == collective::send_recv)
@@ -230,10 +235,15 @@ inline algorithm_overrides parse_algorithms(std::string_view name, std::string_v
                             " (barrier and send_recv have no algorithm to choose)");
       if (*c == collective::all_to_all && *a == algorithm::tree)  // (a bare "tree" leaves all_to_all direct)
         reject(name, v, "ring or direct for all_to_all, which has no tree algorithm");
+      if (o.per[static_cast<std::size_t>(*c)])
+        reject(name, v, "each collective named once (" + std::string(collective_name(*c)) + " is named twice)");
       o.per[static_cast<std::size_t>(*c)] = a;
     }
     pos = comma + 1;
   }
+  if (bare)
+    for (auto& slot : o.per)
+      if (!slot) slot = bare;
   return o;
 }
 
