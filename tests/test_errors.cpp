@@ -1163,6 +1163,58 @@ TEST_CASE("a user op or selector that throws something else than collx::error fa
                       Catch::Contains("selector returned algorithm 3") && Catch::Contains("/2 allreduce: communicator_options::selector"));
 }
 
+namespace {
+thread_local collx::communicator* calling_back = nullptr;  // the communicator an op or selector calls
+// A sum whose code makes a barrier on the communicator it runs on (calling_back).
+struct calling_sum {
+  float operator()(float a, float b) const {
+    if (calling_back) collx::barrier(*calling_back);
+    return a + b;
+  }
+};
+}  // namespace
+
+TEST_CASE("a call made from a reduction op or selector on the communicator running it: invalid_argument on every rank",
+          "[errors][invalid]") {
+  // Before, the op's barrier went out between the running all-reduce's messages: a mismatch
+  // ("call sequence differs ... a rank skipped or added a call"), or a wait, depending on timing.
+  for (const bool in_selector : {false, true}) {
+    INFO((in_selector ? "selector" : "op") << " calls a barrier");
+    collx::communicator_options o;
+    o.timeout = std::chrono::seconds(30);
+    if (in_selector)
+      o.selector = [](const collx::selection_query&) {
+        if (calling_back) collx::barrier(*calling_back);
+        return collx::algorithm::direct;
+      };
+    auto comms = collx::make_thread_communicators(3, o);
+    std::vector<std::string> errors(3);
+    std::vector<double> seconds(3, 0.0);
+    std::vector<std::thread> ts;
+    for (int r = 0; r < 3; ++r)
+      ts.emplace_back([&, r] {
+        calling_back = &comms[uz(r)];
+        const auto t0 = std::chrono::steady_clock::now();
+        std::vector<float> x(5000, 1.0f);
+        try {
+          if (in_selector) collx::allreduce(comms[uz(r)], std::span<float>(x));
+          else collx::allreduce(comms[uz(r)], std::span<float>(x), calling_sum{});
+        } catch (const collx::error& e) {
+          errors[uz(r)] = e.what();
+        }
+        calling_back = nullptr;
+        seconds[uz(r)] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      });
+    for (auto& t : ts) t.join();
+    for (int r = 0; r < 3; ++r) {
+      INFO("rank " << r << " after " << seconds[uz(r)] << " s: " << errors[uz(r)]);
+      CHECK(errors[uz(r)].find("a call on this communicator was made inside its own allreduce, which is still running") !=
+            std::string::npos);
+      CHECK(seconds[uz(r)] < 10);
+    }
+  }
+}
+
 TEST_CASE("error messages name rank, world size and the call", "[errors][messages]") {
   SECTION("mismatch on the first call") {
     auto v = run_expecting(2, [](collx::communicator& c) {

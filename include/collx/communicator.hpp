@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -273,7 +274,15 @@ class communicator {
           ++calls_held;
           return;
         }
-        if (holder == me) return;  // nested
+        if (holder == me) {  // nested: a call made of calls (split), unless a collective runs
+          if (!c.running_.empty())
+            COLLX_THROW(errc::invalid_argument,
+                        "rank " + std::to_string(c.rank()) + ": a call on this communicator was made inside its own " +
+                            std::string(c.running_) + ", which is still running (from a reduction op's or selector's "
+                            "code?); its messages would come between that call's and the ranks' calls would no longer "
+                            "pair up. Make calls outside the op");
+          return;
+        }
         const detail::async_engine* e = c.engine_.load(std::memory_order_acquire);
         if (!(e && (detail::running_engine == e || holder == e->thread_id())))
           COLLX_THROW(errc::invalid_argument,
@@ -306,6 +315,23 @@ class communicator {
     static inline thread_local int calls_held = 0;
     const communicator* c_;
     bool owner_ = false;
+  };
+
+  /// Marks a collective as running on this communicator (detail::run_collective, inside its
+  /// call_scope) until it ends: call_scope then refuses calls nested in it, which could only come
+  /// from the user's code that the collective runs (a reduction op, a selector).
+  class running_scope {
+   public:
+    running_scope(communicator& c, collective coll) noexcept : c_(&c), saved_(c.running_) {
+      c.running_ = collective_name(coll);
+    }
+    ~running_scope() { c_->running_ = saved_; }
+    running_scope(const running_scope&) = delete;
+    running_scope& operator=(const running_scope&) = delete;
+
+   private:
+    communicator* c_;
+    std::string_view saved_;
   };
 
   /// Numbers the next collective call and records it: sets sig.seq (this communicator's call
@@ -382,6 +408,7 @@ class communicator {
   std::shared_ptr<hierarchy> hierarchy_;
   std::vector<std::shared_ptr<transport>> linked_;
   mutable std::atomic<std::thread::id> busy_{};  // the thread inside a call (call_scope), or none
+  std::string_view running_;                     // the collective the busy thread runs (running_scope), or empty
   int exceptions_at_creation_ = std::uncaught_exceptions();  // more at destruction: destroyed by a throw
   unsigned created_in_ = detail::fork_generation();  ///< this process, as fork_generation() tells it
   std::atomic<detail::async_engine*> engine_{nullptr};  // owned: made at the first async call, deleted first by ~communicator

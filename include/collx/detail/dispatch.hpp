@@ -265,6 +265,7 @@ void run_collective(communicator& comm, collective coll, const T* in, T* out, bo
                     const Op& op, const call_layout& lay) {
   comm.drain_async();  // calls run in the order made: earlier *_async ones first
   const communicator::call_scope one_thread(comm);
+  const communicator::running_scope running(comm, coll);  // the op's code may not call on comm meanwhile
   if constexpr (is_hierarchical_v<Algo>) {
     run_hierarchical<T, Op>(comm, coll, in, out, in_place, root, op, lay, flat_algorithm<typename Algo::intra>(),
                             flat_algorithm<typename Algo::inter>());
