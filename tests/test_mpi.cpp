@@ -670,6 +670,46 @@ void left_quietly() {
   check(s < 10.0, "the departure seen in " + std::to_string(s) + " s");
 }
 
+
+// The last rank reaches split 3 s after the others timed out in its exchange (timeout 1 s; their
+// data came to it before their failure notices, so its exchange could end well): it must fail,
+// not go on into MPI_Comm_split and wait there for ever (a watchdog ends the job after 30 s).
+void late_split() {
+  collx::communicator_options o;
+  o.timeout = std::chrono::seconds(1);
+  const bool late = g_rank == [] { int n = 0; MPI_Comm_size(MPI_COMM_WORLD, &n); return n - 1; }();
+  std::atomic<bool> done{false};
+  std::thread watchdog([&] {
+    for (int i = 0; i < 300 && !done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (!done) {
+      std::fprintf(stderr, "rank %d: FAILED: split still waits 30 s after a late rank's peers failed\n", g_rank);
+      std::_Exit(1);
+    }
+  });
+  collx::errc code = collx::errc::internal;
+  std::string why;
+  double s = 0;
+  try {
+    collx::communicator c = collx::mpi::connect(MPI_COMM_WORLD, o);
+    if (late) std::this_thread::sleep_for(std::chrono::seconds(4));
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      auto g = collx::split(c, 0, 0);
+    } catch (const collx::error& e) {
+      code = e.code();
+      why = e.what();
+    }
+    s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  } catch (const collx::error& e) {
+    why = std::string("connect: ") + e.what();
+  }
+  done = true;
+  watchdog.join();
+  check(code == collx::errc::timeout, "a split whose exchange timed out somewhere fails on every rank with timeout (got " +
+                                          std::to_string(static_cast<int>(code)) + "): " + why);
+  check(s < 5.0, "the split ended in " + std::to_string(s) + " s");
+}
+
 }  // namespace
 
 // Sums every rank's failed checks, prints them on rank 0 ("test_mpi<mode>: ..."), finalizes MPI and
@@ -877,6 +917,7 @@ int main(int argc, char** argv) {
     stale_data_not_drained();
     left_by_exception();
     left_quietly();
+    late_split();
     {  // a healthy communicator destroyed just before MPI_Finalize: its duplicate is freed there (finish)
       collx::communicator c = collx::mpi::connect(MPI_COMM_WORLD);
       collx::barrier(c);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <collx/all_gather.hpp>
+#include <collx/barrier.hpp>
 #include <collx/communicator.hpp>
 #include <collx/detail/dispatch.hpp>
 #include <collx/error.hpp>
@@ -58,8 +59,9 @@ inline constexpr int no_color = -1;
 ///   group raises (shared memory: system when /dev/shm is full; aborted within about 50 ms when
 ///   comm fails or a member dies while the group starts; timeout when a live member never
 ///   arrives, after shm_options::connect_timeout); any error after the exchange fails comm too.
-///   Over MPI, MPI_Comm_split itself has no timeout: a rank that fails after the exchange but
-///   before it (its own communicator failing meanwhile) leaves the others waiting there. Over
+///   Over MPI, MPI_Comm_split itself has no timeout: the ranks first confirm, with a barrier
+///   after the exchange, that all of them finished it; a rank that fails after that barrier but
+///   before MPI_Comm_split (stopped for longer than the timeout) leaves the others waiting there. Over
 ///   threads, the group's other ranks learn of such a failure at their first call on the group,
 ///   by its timeout.
 [[nodiscard]] inline std::optional<communicator> split(communicator& comm, int color, int key) {
@@ -73,6 +75,10 @@ inline constexpr int no_color = -1;
   std::vector<detail::split_entry> all(static_cast<std::size_t>(n));
   try {
     all_gather<algo::direct>(comm, std::span<const detail::split_entry>(mine), std::span<detail::split_entry>(all));
+    // Over MPI a rank's exchange can end well while its peers' failed (their data came before
+    // their failure notices): it must not go on into MPI_Comm_split, which would wait for them for
+    // ever. A rank leaves this barrier only once every rank entered it, having finished the exchange.
+    if (comm.get_transport().split_waits_for_all()) barrier(comm);
   } catch (const error& e) {  // say what the user called: the all_gather is ours, not theirs
     COLLX_THROW(e.code(), std::string("collx::split (collective: every rank splits, at the same point of its calls): ") +
                               e.what());

@@ -404,6 +404,7 @@ class mpi_transport final : public transport {
   int rank() const noexcept override { return rank_; }
   int size() const noexcept override { return size_; }
   std::string_view name() const noexcept override { return "mpi"; }
+  bool split_waits_for_all() const noexcept override { return true; }
   /// MPI_Comm_split of this transport's communicator (every rank takes part, those in no group
   /// with MPI_UNDEFINED), and a transport on the group's communicator with this one's options.
   std::shared_ptr<transport> split(const std::vector<int>& members, int group_rank, int color, int key,

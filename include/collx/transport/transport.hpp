@@ -510,6 +510,12 @@ class transport {
   /// waited for; no longer than the timeout either.
   virtual void wait_shared_writers() noexcept {}
 
+  /// Whether split() waits for every rank without a timeout (MPI_Comm_split): collx::split then
+  /// first confirms that every rank finished the exchange, so that a rank whose exchange ended
+  /// well while its peers' failed (their data came before their failure notice) fails instead of
+  /// waiting there for ever.
+  virtual bool split_waits_for_all() const noexcept { return false; }
+
   /// collx::split's step that makes the new group's transport, of this transport's kind. Every
   /// rank of this transport calls it once per split, after the ranks exchanged their colors and
   /// keys. `members`: this transport's ranks in the group, in the group's rank order (empty for a
