@@ -704,6 +704,40 @@ TEST_CASE("shm: a peer killed with SIGKILL is reported, not waited for", "[shm][
   CHECK(std::chrono::steady_clock::now() - t0 < 10s);
 }
 
+TEST_CASE("shm: a peer that left after another rank died: the death is named too", "[shm][F2]") {
+  // Groups {0, 2} and {1, 3}; rank 3 is killed, rank 1 fails on the group and leaves. Ranks 0 and
+  // 2 then wait on the whole communicator and find rank 1 gone first: before, they read only
+  // "rank 1 closed its communicator", not the death that made it leave.
+  collx::communicator_options opt;
+  opt.timeout = std::chrono::seconds(20);
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto res = collx::run_processes(4, [](collx::communicator& comm) -> int {
+    const int r = comm.rank();
+    auto group = collx::split(comm, r % 2, r);
+    std::vector<float> x(1000, 1.0f);
+    if (r == 3) ::raise(SIGKILL);
+    try {
+      if (r == 1) {
+        collx::allreduce(*group, std::span{x});
+        return 14;  // its group peer is dead
+      }
+      std::this_thread::sleep_for(std::chrono::seconds(1));  // rank 1 has left by now
+      collx::allreduce(comm, std::span{x});
+    } catch (const collx::error& e) {
+      std::fprintf(stderr, "rank %d: %s\n", r, e.what());
+      if (r == 1) return 3;
+      const std::string why = e.what();
+      return why.find("rank 3 (pid ") != std::string::npos && why.find("died") != std::string::npos ? 0 : 12;
+    }
+    return 13;
+  }, opt);
+  CHECK(res[0].ok());
+  CHECK(res[1].exit_code == 3);
+  CHECK(res[2].ok());
+  CHECK(res[3].term_signal == SIGKILL);
+  CHECK(std::chrono::steady_clock::now() - t0 < 10s);
+}
+
 TEST_CASE("shm: a sender killed after posting a single-copy message: the reader says it died", "[shm][F2]") {
   // Rank 1's large send is posted for a single copy (process_vm_readv from its memory) and waits;
   // it is killed there. Rank 0 arrives after and finds a posted message from a dead process: its

@@ -795,11 +795,27 @@ class shm_transport final : public transport {
         if (ready()) return false;
         fail(errc::transport, "rank " + std::to_string(r) + " (pid " + std::to_string(pi.pid.load()) + ") " +
                                   (left ? "closed its communicator" : "died") + " while rank " + std::to_string(rank_) +
-                                  " waits for it; the job cannot continue");
+                                  " waits for it" + (left ? dead_peers_note(r) : std::string()) +
+                                  "; the job cannot continue");
         return true;
       }
     }
     return false;
+  }
+
+  /// For a peer `left` that closed its communicator: the ranks of this job that died, which may be
+  /// why it left (a failure it saw on another communicator, a split group's, say): " (rank 3
+  /// (pid 1234) died)", or "".
+  std::string dead_peers_note(int left) const {
+    std::string dead;
+    for (int r = 0; r < n_; ++r) {
+      const shm_segment::peer_info& pi = peer(r);
+      const std::int32_t pid = pi.pid.load(std::memory_order_acquire);
+      if (r == rank_ || r == left || pi.departed.load(std::memory_order_acquire) || !detail::process_dead(pid, pi.start_time))
+        continue;
+      dead += (dead.empty() ? "" : ", ") + ("rank " + std::to_string(r) + " (pid " + std::to_string(pid) + ")");
+    }
+    return dead.empty() ? dead : " (" + dead + " died meanwhile)";
   }
 
   /// True (with the job failed) if the records of `watched` (a rank, or -1 for all) of this call,
