@@ -35,7 +35,9 @@ inline constexpr std::array<env_var_doc, 15> environment_variables{{
     {"COLLX_TIMEOUT", "seconds (decimal), at least 0.001; default 300", "deadline of every wait inside a call"},
     {"COLLX_CONNECT_TIMEOUT", "seconds (decimal), at least 0.001; default 60",
      "how long processes starting a shared-memory communicator wait for every rank to attach (shm_options::connect_timeout)"},
-    {"COLLX_ALGO", "ring, tree or direct; or per collective: allreduce:ring,broadcast:tree",
+    {"COLLX_ALGO",
+     "ring, tree or direct; or per collective: allreduce:ring,broadcast:tree; or both: tree,allreduce:direct "
+     "(the bare name for the collectives not named; each given once)",
      "what algo::automatic picks (names are case-insensitive; ring falls back to direct for "
      "non-commutative ops); for a device communicator's untagged all_reduce, reduce_scatter and all_gather "
      "(rank 0's), ring means algo::ring at every size and direct the direct forms at every size, unless "
