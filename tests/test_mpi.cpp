@@ -671,6 +671,25 @@ void left_quietly() {
 }
 
 
+// A healthy job: root 0 broadcasts 8 MiB (direct: rank 0 sends to every rank), rank 1 receives it
+// and closes its communicator at once, the last rank joins 3 s late. Rank 0, waiting for its send
+// to the last rank, must not take rank 1's close (its send to rank 1 done) for a reason to fail.
+void closed_after_receiving() {
+  int n = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  std::string why;
+  try {
+    collx::communicator c = collx::mpi::connect(MPI_COMM_WORLD);
+    std::vector<float> v(std::size_t{2} << 20, g_rank == 0 ? 1.0f : 0.0f);
+    if (g_rank == n - 1) std::this_thread::sleep_for(std::chrono::seconds(3));
+    collx::broadcast<collx::algo::direct>(c, std::span<float>(v), 0);
+    check(v.front() == 1.0f && v.back() == 1.0f, "the broadcast's data arrived");
+  } catch (const collx::error& e) {
+    why = e.what();
+  }
+  check(why.empty(), "a peer that closed after receiving everything fails nobody: " + why);
+}
+
 // The last rank reaches split 3 s after the others timed out in its exchange (timeout 1 s; their
 // data came to it before their failure notices, so its exchange could end well): it must fail,
 // not go on into MPI_Comm_split and wait there for ever (a watchdog ends the job after 30 s).
@@ -917,6 +936,7 @@ int main(int argc, char** argv) {
     stale_data_not_drained();
     left_by_exception();
     left_quietly();
+    closed_after_receiving();
     late_split();
     {  // a healthy communicator destroyed just before MPI_Finalize: its duplicate is freed there (finish)
       collx::communicator c = collx::mpi::connect(MPI_COMM_WORLD);

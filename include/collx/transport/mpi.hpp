@@ -603,9 +603,25 @@ class mpi_transport final : public transport {
  private:
   void enter() noexcept { owner_ = std::this_thread::get_id(); }
 
+  /// The destinations of the sends posted since the last wait_sends that have not completed, each
+  /// once, ascending (MPI_Request_get_status: asked, the requests left as they are).
+  std::vector<int> pending_send_peers() const {
+    std::vector<int> peers;
+    for (std::size_t i = 0; i < sends_.size(); ++i) {
+      int done = 0;
+      if (sends_[i] != MPI_REQUEST_NULL &&
+          (MPI_Request_get_status(sends_[i], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || !done))
+        peers.push_back(send_peers_[i]);
+    }
+    std::sort(peers.begin(), peers.end());
+    peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
+    return peers;
+  }
+
   /// "its sends to ranks 2, 3 to be delivered" (the peers of the sends still pending).
   std::string send_wait_text() const {
-    std::vector<int> peers = send_peers_;
+    std::vector<int> peers = pending_send_peers();
+    if (peers.empty()) peers = send_peers_;  // completed meanwhile: name them all
     std::sort(peers.begin(), peers.end());
     peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
     std::string s = "its sends to rank" + std::string(peers.size() > 1 ? "s " : " ");
@@ -649,7 +665,9 @@ class mpi_transport final : public transport {
   void wait(const char* what, int peer, Ready ready) {
     const auto start = std::chrono::steady_clock::now();
     const auto deadline = start + timeout_;
-    std::chrono::steady_clock::time_point closed_seen{};  // when a waited-for peer's close message was seen
+    // When the close message of `closed_who`, a peer this wait still needs, was first seen.
+    std::chrono::steady_clock::time_point closed_seen{};
+    int closed_who = -1;
     for (unsigned polls = 0;; ++polls) {
       if (failed_.load(std::memory_order_acquire)) rethrow_failure();
       if (ready()) return;
@@ -670,14 +688,13 @@ class mpi_transport final : public transport {
             for (int p : send_peers_) query(p);
           // A peer that closed its communicator healthy (it left the job, or skipped this call)
           // sends nothing more: fail now rather than at the timeout.
-          if (const int gone = closed_peer(peer); gone >= 0) {
-            if (closed_seen == std::chrono::steady_clock::time_point{}) closed_seen = now;
-            else if (now - closed_seen > closed_peer_grace && !ready())
-              fail_out(errc::transport, "rank " + std::to_string(gone) + " closed its communicator while rank " +
-                                            std::to_string(rank_) + " waits for " +
-                                            (peer >= 0 ? what + (" rank " + std::to_string(peer)) : send_wait_text()) +
-                                            "; the job cannot continue");
-          }
+          const int gone = closed_peer(peer);
+          if (gone != closed_who) closed_who = gone, closed_seen = now;  // (none, or another peer: its own grace)
+          if (gone >= 0 && now - closed_seen > closed_peer_grace && !ready() && closed_peer(peer) == gone)
+            fail_out(errc::transport, "rank " + std::to_string(gone) + " closed its communicator while rank " +
+                                          std::to_string(rank_) + " waits for " +
+                                          (peer >= 0 ? what + (" rank " + std::to_string(peer)) : send_wait_text()) +
+                                          "; the job cannot continue");
         }
         if (waited > std::chrono::milliseconds(5)) std::this_thread::sleep_for(std::chrono::microseconds(50));
         else if (oversubscribed_ || waited > std::chrono::microseconds(100)) std::this_thread::yield();
@@ -687,8 +704,9 @@ class mpi_transport final : public transport {
     }
   }
 
-  /// The first of the peers a wait is for (`peer`, or, for -1, those of the pending sends) whose
-  /// close message has come (looked at, not received: closing_duplicates takes it later); -1: none.
+  /// The first of the peers a wait is for (`peer`, or, for -1, those of the sends not completed:
+  /// a peer that received everything and then closed is no reason to fail) whose close message has
+  /// come (looked at, not received: closing_duplicates takes it later); -1: none.
   int closed_peer(int peer) const {
     const auto closed = [&](int p) {
       int found = 0;
@@ -696,7 +714,7 @@ class mpi_transport final : public transport {
     };
     if (mpi_finalized()) return -1;
     if (peer >= 0) return closed(peer) ? peer : -1;
-    for (const int p : send_peers_)
+    for (const int p : pending_send_peers())
       if (closed(p)) return p;
     return -1;
   }
