@@ -18,6 +18,7 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <collx/hierarchy.hpp>
@@ -543,6 +544,49 @@ TEST_CASE("attach_hierarchy is one call on world: an async call started meanwhil
     INFO("rank " << r << ": " << errors[static_cast<size_t>(r)]);
     CHECK(errors[static_cast<size_t>(r)].empty());
     CHECK(sums[static_cast<size_t>(r)] == 10.0);
+  }
+}
+
+namespace {
+thread_local collx::communicator* level_to_call = nullptr;  // set on one rank: its op makes a barrier there, once
+struct sum_calling_level {
+  float operator()(float a, float b) const {
+    if (collx::communicator* c = std::exchange(level_to_call, nullptr)) collx::barrier(*c);
+    return a + b;
+  }
+};
+}  // namespace
+
+TEST_CASE("an op calling the level communicator that runs it: invalid_argument on every rank", "[hierarchical][errors]") {
+  // Rank 0's op, run by the node level's reduce-scatter, makes a barrier on that node
+  // communicator (reachable through get_hierarchy()): its messages would come between the level
+  // call's (before: "call sequence differs", or a wait for the timeout).
+  collx::communicator_options opt;
+  opt.timeout = std::chrono::seconds(20);
+  auto comms = collx::make_hierarchical_thread_communicators(ids_of({"a", "a", "b", "b"}), opt);
+  std::vector<std::string> errors(4);
+  std::vector<double> seconds(4, 0.0);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < 4; ++r)
+    ts.emplace_back([&, r] {
+      collx::communicator& c = comms[static_cast<size_t>(r)];
+      const auto t0 = std::chrono::steady_clock::now();
+      std::vector<float> x(5000, 1.0f);
+      if (r == 0) level_to_call = &c.get_hierarchy()->node;
+      try {
+        collx::allreduce<collx::algo::hierarchical<collx::algo::direct, collx::algo::direct>>(c, std::span<float>(x),
+                                                                                              sum_calling_level{});
+      } catch (const collx::error& e) {
+        errors[static_cast<size_t>(r)] = e.what();
+      }
+      level_to_call = nullptr;
+      seconds[static_cast<size_t>(r)] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    });
+  for (auto& t : ts) t.join();
+  for (int r = 0; r < 4; ++r) {
+    INFO("rank " << r << " after " << seconds[static_cast<size_t>(r)] << " s: " << errors[static_cast<size_t>(r)]);
+    CHECK(errors[static_cast<size_t>(r)].find("a call on this communicator was made inside its own") != std::string::npos);
+    CHECK(seconds[static_cast<size_t>(r)] < 10);
   }
 }
 

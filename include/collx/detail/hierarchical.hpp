@@ -73,6 +73,7 @@ void run_level(communicator& c, collective coll, const void* in, void* out, bool
                const call_layout& lay, std::optional<algorithm> a) {
   c.drain_async();
   const communicator::call_scope one_thread(c);
+  const communicator::running_scope running(c, coll);  // the op's code may not call on the level meanwhile
   run_flat<E, LOp>(c, coll, static_cast<const E*>(in), static_cast<E*>(out), in_place, root, lop, lay, a);
 }
 
