@@ -196,6 +196,10 @@ struct options {
   std::string label;               ///< --label: a name for this run in the JSON/CSV (default: the library)
   bool algo_given = false, transport_given = false;
 
+  /// Whether any of collx-perf's own options (--algo, --transport, --ranks, --bind) was given:
+  /// the MPI peers refuse them.
+  bool collx_options_given() const { return algo_given || transport_given || ranks != 0 || !bind.empty(); }
+
   /// The sweep: min, then *factor (at least one element more: 8 * 1.1 and 0 * 2 would not grow, and
   /// a smaller step repeats the row) or +increment, up to max.
   std::vector<std::size_t> sizes() const {

@@ -133,6 +133,23 @@ TEST_CASE("command line: -f takes 1 <= F <= 1024 as the help says (1: add -i, as
   CHECK(usage_error_of({"-n", " 3"}).find("-n: expected an integer") != std::string::npos);
 }
 
+TEST_CASE("command line: collx-perf's own options are told apart (the MPI peers refuse them), none by default") {
+  const auto given = [](const std::vector<const char*>& args) {
+    std::vector<std::string> words{"mpi-perf", "allreduce"};
+    words.insert(words.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (std::string& w : words) argv.push_back(w.data());
+    return parse_options(static_cast<int>(argv.size()), argv.data(), 2).collx_options_given();
+  };
+  CHECK_FALSE(given({}));  // the default --bind was "none", which mpi-perf took for one given
+  CHECK_FALSE(given({"-b", "8", "-e", "1K"}));
+  for (const auto& args : {std::vector<const char*>{"--bind", "none"}, {"--bind", "core"}, {"--ranks", "2"},
+                           {"--algo", "ring"}, {"--transport", "threads"}}) {
+    INFO(args[0] << " " << args[1]);
+    CHECK(given(args));
+  }
+}
+
 TEST_CASE("the size sweep: -f multiplies up to -e, never past size_t; without -f, -i adds") {
   const char* argv_mul[] = {"collx-perf", "allreduce", "-b", "8", "-e", "100", "-f", "3"};
   CHECK(parse_options(8, const_cast<char**>(argv_mul), 2).sizes() == std::vector<std::size_t>{8, 24, 72});

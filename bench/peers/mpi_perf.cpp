@@ -235,7 +235,7 @@ int main(int argc, char** argv) {
     return fail_usage(be.me, e.what());
   }
   o.collective = *c;
-  if (o.algo_given || o.transport_given || o.ranks || o.bind != "none")
+  if (o.collx_options_given())
     return fail_usage(be.me, "--algo, --transport, --ranks and --bind are collx-perf's; start mpi-perf with mpirun -np N "
                              "(and bind with mpirun's options)");
   if (o.registered) return fail_usage(be.me, "-R 1: MPI collectives take plain memory (no registration here)");
