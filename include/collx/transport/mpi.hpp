@@ -690,7 +690,8 @@ class mpi_transport final : public transport {
           // sends nothing more: fail now rather than at the timeout.
           const int gone = closed_peer(peer);
           if (gone != closed_who) closed_who = gone, closed_seen = now;  // (none, or another peer: its own grace)
-          if (gone >= 0 && now - closed_seen > closed_peer_grace && !ready() && closed_peer(peer) == gone)
+          // (ready() was false just now: asking again could match a message a recv then drops.)
+          if (gone >= 0 && now - closed_seen > closed_peer_grace)
             fail_out(errc::transport, "rank " + std::to_string(gone) + " closed its communicator while rank " +
                                           std::to_string(rank_) + " waits for " +
                                           (peer >= 0 ? what + (" rank " + std::to_string(peer)) : send_wait_text()) +
@@ -714,8 +715,18 @@ class mpi_transport final : public transport {
     };
     if (mpi_finalized()) return -1;
     if (peer >= 0) return closed(peer) ? peer : -1;
-    for (const int p : pending_send_peers())
-      if (closed(p)) return p;
+    std::vector<int> peers = send_peers_;  // closed ones first (one probe each), then their requests
+    std::sort(peers.begin(), peers.end());
+    peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
+    for (const int p : peers) {
+      if (!closed(p)) continue;
+      for (std::size_t i = 0; i < sends_.size(); ++i) {
+        int done = 0;
+        if (send_peers_[i] == p && sends_[i] != MPI_REQUEST_NULL &&
+            (MPI_Request_get_status(sends_[i], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || !done))
+          return p;
+      }
+    }
     return -1;
   }
 
