@@ -61,9 +61,9 @@ inline constexpr int no_color = -1;
 ///   arrives, after shm_options::connect_timeout); any error after the exchange fails comm too.
 ///   Over MPI, MPI_Comm_split itself has no timeout: the ranks first confirm, with a barrier
 ///   after the exchange, that all of them finished it; a rank that fails after that barrier but
-///   before MPI_Comm_split (stopped for longer than the timeout) leaves the others waiting there. Over
-///   threads, the group's other ranks learn of such a failure at their first call on the group,
-///   by its timeout.
+///   before MPI_Comm_split (stopped for longer than the timeout) leaves the others waiting
+///   there. Over threads, the group's other ranks learn of such a failure at their first call on
+///   the group, by its timeout.
 [[nodiscard]] inline std::optional<communicator> split(communicator& comm, int color, int key) {
   const int n = comm.size(), me = comm.rank();  // a moved-from communicator throws here
   comm.drain_async();

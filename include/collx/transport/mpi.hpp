@@ -603,27 +603,30 @@ class mpi_transport final : public transport {
  private:
   void enter() noexcept { owner_ = std::this_thread::get_id(); }
 
-  /// The destinations of the sends posted since the last wait_sends that have not completed, each
-  /// once, ascending (MPI_Request_get_status: asked, the requests left as they are).
-  std::vector<int> pending_send_peers() const {
-    std::vector<int> peers;
-    for (std::size_t i = 0; i < sends_.size(); ++i) {
-      int done = 0;
-      if (sends_[i] != MPI_REQUEST_NULL &&
-          (MPI_Request_get_status(sends_[i], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || !done))
-        peers.push_back(send_peers_[i]);
-    }
+  /// The destinations of the sends posted since the last wait_sends, each once, ascending.
+  std::vector<int> send_destinations() const {
+    std::vector<int> peers = send_peers_;
     std::sort(peers.begin(), peers.end());
     peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
     return peers;
   }
+  /// Whether a send to `peer` posted since the last wait_sends has not completed
+  /// (MPI_Request_get_status: asked, the requests left as they are).
+  bool send_pending_to(int peer) const {
+    for (std::size_t i = 0; i < sends_.size(); ++i) {
+      int done = 0;
+      if (send_peers_[i] == peer && sends_[i] != MPI_REQUEST_NULL &&
+          (MPI_Request_get_status(sends_[i], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || !done))
+        return true;
+    }
+    return false;
+  }
 
   /// "its sends to ranks 2, 3 to be delivered" (the peers of the sends still pending).
   std::string send_wait_text() const {
-    std::vector<int> peers = pending_send_peers();
-    if (peers.empty()) peers = send_peers_;  // completed meanwhile: name them all
-    std::sort(peers.begin(), peers.end());
-    peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
+    std::vector<int> peers = send_destinations();
+    std::erase_if(peers, [&](int p) { return !send_pending_to(p); });
+    if (peers.empty()) peers = send_destinations();  // completed meanwhile: name them all
     std::string s = "its sends to rank" + std::string(peers.size() > 1 ? "s " : " ");
     for (std::size_t i = 0; i < peers.size(); ++i) s += (i ? ", " : "") + std::to_string(peers[i]);
     return s + " to be delivered";
@@ -715,18 +718,8 @@ class mpi_transport final : public transport {
     };
     if (mpi_finalized()) return -1;
     if (peer >= 0) return closed(peer) ? peer : -1;
-    std::vector<int> peers = send_peers_;  // closed ones first (one probe each), then their requests
-    std::sort(peers.begin(), peers.end());
-    peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
-    for (const int p : peers) {
-      if (!closed(p)) continue;
-      for (std::size_t i = 0; i < sends_.size(); ++i) {
-        int done = 0;
-        if (send_peers_[i] == p && sends_[i] != MPI_REQUEST_NULL &&
-            (MPI_Request_get_status(sends_[i], &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || !done))
-          return p;
-      }
-    }
+    for (const int p : send_destinations())  // a probe each; only a closed one's requests are asked
+      if (closed(p) && send_pending_to(p)) return p;
     return -1;
   }
 

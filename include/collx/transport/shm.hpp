@@ -805,7 +805,7 @@ class shm_transport final : public transport {
 
   /// For a peer `left` that closed its communicator: the ranks of this job that died, which may be
   /// why it left (a failure it saw on another communicator, a split group's, say): " (rank 3
-  /// (pid 1234) died)", or "".
+  /// (pid 1234) died meanwhile)", or "".
   std::string dead_peers_note(int left) const {
     std::string dead;
     for (int r = 0; r < n_; ++r) {
