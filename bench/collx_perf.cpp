@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "collx_perf_backend.hpp"
+#include "collx_perf_revision.hpp"  // COLLX_PERF_GIT_REVISION, generated at build time (bench/CMakeLists.txt)
 #include "perf_common.hpp"
 
 namespace cp = collx_perf;
