@@ -309,11 +309,16 @@ inline options parse_options(int argc, char** argv, int first) {
       if (o.bind != "none" && o.bind != "core") throw usage_error("--bind: expected none or core, got '" + o.bind + "'");
     }
     // nccl-tests options that have no meaning here: accepted at their neutral value only.
-    else if (is("-t", "--nthreads") || is("-g", "--ngpus") || is("-m", "--agg_iters")) {
+    else if (is("-t", "--nthreads") || is("-g", "--ngpus")) {
       const std::string s = value();
       if (s != "1")
         throw usage_error(a + " " + s + ": not applicable (one rank per process or thread; use --ranks N" +
                           (a == "-t" || a == "--nthreads" ? " --transport threads" : "") + ")");
+    } else if (is("-m", "--agg_iters")) {
+      const std::string s = value();
+      if (s != "1")
+        throw usage_error(a + " " + s + ": not applicable (nccl-tests groups that many calls into one NCCL group; "
+                          "here each timed call is one collective: use -z 0 to start them back to back)");
     } else if (is("-R", "--local_register")) {
       o.registered = static_cast<int>(parse_integer(a, value(), 0, 1));
     } else if (is("-G", "--cudagraph") || is("-y", "--stream_null") || is("-p", "--parallel_init") ||

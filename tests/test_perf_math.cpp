@@ -133,6 +133,19 @@ TEST_CASE("command line: -f takes 1 <= F <= 1024 as the help says (1: add -i, as
   CHECK(usage_error_of({"-n", " 3"}).find("-n: expected an integer") != std::string::npos);
 }
 
+TEST_CASE("command line: nccl-tests' options accepted at their neutral value, refused otherwise with their own reason") {
+  for (const char* o : {"-t", "-g", "-m"}) CHECK(usage_error_of({o, "1"}).empty());
+  for (const char* o : {"-G", "-y", "-p", "-C"}) CHECK(usage_error_of({o, "0"}).empty());
+  CHECK(usage_error_of({"-t", "2"}).find("use --ranks N --transport threads") != std::string::npos);
+  CHECK(usage_error_of({"-g", "2"}).find("one rank per process or thread") != std::string::npos);
+  // -m is nccl-tests' --agg_iters (calls per NCCL group), not a rank count.
+  const std::string m = usage_error_of({"-m", "2"});
+  CHECK(m.find("NCCL group") != std::string::npos);
+  CHECK(m.find("--ranks") == std::string::npos);
+  CHECK(usage_error_of({"--agg_iters", "4"}).find("NCCL group") != std::string::npos);
+  CHECK(usage_error_of({"-G", "1"}).find("a GPU option") != std::string::npos);
+}
+
 TEST_CASE("command line: collx-perf's own options are told apart (the MPI peers refuse them), none by default") {
   const auto given = [](const std::vector<const char*>& args) {
     std::vector<std::string> words{"mpi-perf", "allreduce"};
