@@ -1521,7 +1521,9 @@ inline communicator connect_shm_from_environment(const communicator_options& opt
 /// NCCL's registered/symmetric buffers, for processes. An all-reduce of 256 KiB or more whose input
 /// and output lie in such buffers on every rank goes further: each rank folds its block from every
 /// input and writes it into every rank's output (detail/shared_allreduce.hpp), so peers also write
-/// into this memory during such calls. Counts may differ between ranks.
+/// into this memory during such calls. Counts may differ between ranks. It is a contiguous range
+/// of this rank's elements (data, size, begin, end, []), passed to collectives as a vector is:
+/// `shm_buffer<float> in(comm, n), out(comm, n); allreduce(comm, in, out);`.
 /// Creating and destroying it are collective (every rank, same order, like MPI_Win_allocate and
 /// MPI_Win_free): both synchronise the ranks, and each is one call on comm (after its earlier
 /// *_async calls; one started meanwhile waits for it). Contents start zeroed. It keeps a pointer to `comm`,
@@ -1564,10 +1566,23 @@ class shm_buffer {
   shm_buffer(const shm_buffer&) = delete;
   shm_buffer& operator=(const shm_buffer&) = delete;
 
-  /// This rank's elements.
-  std::span<T> span() const noexcept { return {data_, count_}; }
-  T* data() const noexcept { return data_; }
+  // A contiguous range of this rank's elements, as a std::vector is (const when the buffer is), so
+  // that it is passed to collectives as it is: `allreduce(comm, in, out)`, `allreduce(comm, buf)`.
+
+  /// This rank's `size()` elements.
+  std::span<T> span() noexcept { return {data_, count_}; }
+  std::span<const T> span() const noexcept { return {data_, count_}; }
+  T* data() noexcept { return data_; }
+  const T* data() const noexcept { return data_; }
+  /// Elements (not bytes) of this rank's buffer, as created.
   std::size_t size() const noexcept { return count_; }
+  T* begin() noexcept { return data_; }
+  T* end() noexcept { return data_ + count_; }
+  const T* begin() const noexcept { return data_; }
+  const T* end() const noexcept { return data_ + count_; }
+  /// Element i; i < size() (not checked).
+  T& operator[](std::size_t i) noexcept { return data_[i]; }
+  const T& operator[](std::size_t i) const noexcept { return data_[i]; }
 
  private:
   communicator* comm_;
