@@ -13,8 +13,10 @@
 
 #include <collx/detail/streaming_store.hpp>
 
+#include <algorithm>
 #include <complex>
 #include <cstring>
+#include <mutex>
 
 
 // =============================================================================================
@@ -83,6 +85,33 @@ TEST_CASE("all_to_all and all_to_all_v: every world size x algorithm", "[collect
     for (std::uint64_t salt : {5u, 6u})
       for_each_algo<sum, true>([&](auto tag) { check_all_to_all<decltype(tag), float>(n, random_matrix(n, 7, salt), true); });
   }
+}
+
+TEST_CASE("all_to_all_v under a selector that chooses by bytes: every rank is asked the same", "[collectives][all_to_all]") {
+  // Each rank's query held its own send total, which differs in all_to_all_v: a selector choosing
+  // ring from 64 bytes made rank 1 (64 bytes) run ring and rank 0 (8 bytes) direct, and the call
+  // failed with "algorithm differs" though the selector answered alike for alike queries.
+  collx::communicator_options o = ref::test_options();
+  std::vector<std::size_t> asked;  // the bytes of every all_to_all query, any rank
+  std::mutex mu;
+  o.selector = [&](const collx::selection_query& q) {
+    if (q.coll == collective::all_to_all) {
+      const std::lock_guard<std::mutex> lock(mu);
+      asked.push_back(q.bytes);
+    }
+    return q.bytes >= 64 ? collx::algorithm::ring : collx::algorithm::direct;
+  };
+  auto all_asked = [&](std::size_t bytes) {
+    const bool same = !asked.empty() && std::all_of(asked.begin(), asked.end(), [&](std::size_t b) { return b == bytes; });
+    asked.clear();
+    return same;
+  };
+  check_all_to_all<collx::algo::automatic, float>(2, {{1, 1}, {1, 15}}, true, o);
+  CHECK(all_asked(0));  // all_to_all_v: no total the ranks share
+  check_all_to_all<collx::algo::automatic, float>(3, random_matrix(3, 40, 9), true, o);
+  CHECK(all_asked(0));
+  check_all_to_all_uniform<collx::algo::automatic, float>(3, 13, o);
+  CHECK(all_asked(3 * 13 * sizeof(float)));  // all_to_all: what each rank sends, the same on every rank
 }
 
 TEST_CASE("barrier: no rank leaves before every rank entered, every world size", "[collectives][barrier]") {

@@ -25,7 +25,10 @@ struct selection_query {
   collective coll = collective::allreduce;
   int world_size = 1;
   std::size_t bytes = 0;     ///< bytes of the whole vector (allreduce, reduce, broadcast) or of all
-                             ///< ranks' blocks together (reduce_scatter, all_gather, all_to_all)
+                             ///< ranks' blocks together (reduce_scatter, all_gather and their
+                             ///< v-forms; all_to_all: what each rank sends); the same on every
+                             ///< rank, so 0 for all_to_all_v, whose ranks send different amounts
+                             ///< that the others do not know (a choice made from them would differ)
   bool commutative = true;   ///< false: ring is not allowed
 };
 

@@ -305,9 +305,11 @@ inline void run_flat_untyped(communicator& comm, collective coll, bool in_place,
   transport& tp = comm.get_transport();
   const int n = comm.size(), r = comm.rank();
 
-  // The bytes the selector sees.
+  // The bytes the selector sees: the same on every rank, for the ranks to choose alike (an
+  // all_to_all_v rank's own sends are not: 0 there).
   const std::size_t total = elements_moved(coll, lay);
-  selection_query q{coll, n, total * tc.value_size, tc.commutative || !reduces};
+  const bool own_total = coll == collective::all_to_all && lay.varying;
+  selection_query q{coll, n, own_total ? 0 : total * tc.value_size, tc.commutative || !reduces};
   algorithm alg = algorithm::direct;
   try {
     alg = fixed ? *fixed : comm.select(q);
