@@ -326,6 +326,65 @@ TEST_CASE("NCCL XML: a GPU model not known from sm or device id gets one note sa
   CHECK(notes_of("", "").find("model unknown (no sm, no PCI device id)") != std::string::npos);
 }
 
+TEST_CASE("NCCL XML: forms NCCL itself writes: POWER9 NVLink to a CPU, Grace Hopper <c2c>, <pcilink>, class 0x03") {
+  // Each was an error: tclass 0x068001 "is not a GPU, NVSwitch or CPU", "unexpected <c2c> inside
+  // <gpu>", "unexpected <pcilink> inside a PCI bridge", and class "0x03" an ignored device.
+  const auto nvlink_to_cpu = [](const topology& t, int gpu) -> const collx::topo::link* {
+    for (const collx::topo::link& l : t.links)
+      if (l.kind == link_kind::nvlink && ((l.a == gpu && l.b == t.cpu_of(gpu)) || (l.b == gpu && l.a == t.cpu_of(gpu)))) return &l;
+    return nullptr;
+  };
+  // POWER9 (AC922): each V100 has 3 NVLinks to its CPU, which NCCL's file marks tclass 0x068001.
+  const topology p9 = read_nccl_topology(
+      "<system version=\"1\"><cpu numaid=\"0\" arch=\"ppc64\">\n"
+      " <pci busid=\"0004:04:00.0\" class=\"0x030200\" link_speed=\"8 GT/s\" link_width=\"16\">\n"
+      "  <gpu dev=\"0\" sm=\"70\"><nvlink target=\"0004:05:00.0\" count=\"3\" tclass=\"0x030200\"/>"
+      "<nvlink target=\"ffff:ff:ff.0\" count=\"3\" tclass=\"0x068001\"/></gpu></pci>\n"
+      " <pci busid=\"0004:05:00.0\" class=\"0x030200\" link_speed=\"8 GT/s\" link_width=\"16\">\n"
+      "  <gpu dev=\"1\" sm=\"70\"><nvlink target=\"0004:04:00.0\" count=\"3\" tclass=\"0x030200\"/>"
+      "<nvlink target=\"ffff:ff:ff.0\" count=\"3\" tclass=\"0x068001\"/></gpu></pci>\n"
+      "</cpu></system>\n",
+      "p9.xml");
+  REQUIRE(p9.gpus().size() == 2);
+  for (int g : {0, 1}) {
+    const collx::topo::link* l = nvlink_to_cpu(p9, p9.gpu(g));
+    REQUIRE(l != nullptr);
+    CHECK(l->count == 3);
+  }
+  // Grace Hopper: <c2c bw="46800" count="10"/>, 46.8 GB/s per link (NCCL: bw x count / 1000).
+  const topology gh = read_nccl_topology(
+      "<system version=\"1\"><cpu numaid=\"0\" arch=\"arm64\">\n"
+      " <pci busid=\"0009:01:00.0\" class=\"0x030200\" link_speed=\"32.0 GT/s PCIe\" link_width=\"16\">\n"
+      "  <gpu dev=\"0\" sm=\"90\"><c2c bw=\"46800\" count=\"10\"/></gpu></pci>\n"
+      "</cpu></system>\n",
+      "gh.xml");
+  const collx::topo::link* c2c = nvlink_to_cpu(gh, gh.gpu(0));
+  REQUIRE(c2c != nullptr);
+  CHECK(c2c->GBps == Approx(468.0));
+  CHECK(c2c->count == 10);
+  // <pcilink> between two switches: read, noted as not modelled; class "0x03": a GPU.
+  const topology pl = read_nccl_topology(
+      "<system version=\"1\"><cpu numaid=\"0\">\n"
+      " <pci busid=\"0000:03:00.0\" class=\"0x060400\" link_speed=\"32.0 GT/s PCIe\" link_width=\"16\">\n"
+      "  <pcilink target=\"0000:82:00.0\"/>\n"
+      "  <pci busid=\"0000:06:00.0\" class=\"0x03\" link_speed=\"32.0 GT/s PCIe\" link_width=\"16\"><gpu dev=\"0\" sm=\"90\"/></pci>\n"
+      " </pci>\n"
+      "</cpu></system>\n",
+      "pl.xml");
+  CHECK(pl.gpus().size() == 1);
+  CHECK(std::any_of(pl.notes.begin(), pl.notes.end(), [](const std::string& n) {
+    return n.find("<pcilink>") != std::string::npos && n.find("0000:82:00.0") != std::string::npos && n.find("not modelled") != std::string::npos;
+  }));
+  // Short classes are prefixes, as NCCL reads them: "0x0302" is a GPU too, "0x0604" a bridge.
+  const topology short_classes = read_nccl_topology(
+      "<system version=\"1\"><cpu numaid=\"0\"><pci busid=\"0000:03:00.0\" class=\"0x0604\">"
+      "<pci busid=\"0000:06:00.0\" class=\"0x0302\"><gpu dev=\"0\" sm=\"80\"/></pci></pci></cpu></system>",
+      "s.xml");
+  CHECK(short_classes.gpus().size() == 1);
+  expect_error([] { read_nccl_topology("<system><cpu numaid=\"0\"><pci busid=\"0000:01:00.0\" class=\"0x0302001\"/></cpu></system>", "t.xml"); },
+               "t.xml:1:", "is not a PCI class");
+}
+
 TEST_CASE("NCCL XML: input it cannot understand is an error naming line and column") {
   expect_error([] { read_nccl_topology("<system>\n  <cpu numaid=\"0\">\n</system>\n", "t.xml"); }, "t.xml:3:1:", "closes <cpu>");
   expect_error([] { read_nccl_topology("<system>\n  <gpu/>\n</system>\n", "t.xml"); }, "t.xml:2:3:", "unexpected <gpu>");
@@ -356,9 +415,9 @@ TEST_CASE("NCCL XML: input it cannot understand is an error naming line and colu
                                  tc + "\"/></gpu>\n</pci></cpu></system>",
                              "t.xml");
         },
-        "t.xml:3:64:", "is outside 0x0 to 0xffffff");
+        "t.xml:3:64:", "is not a PCI class (0x and up to 6 hex digits)");
   expect_error([] { read_nccl_topology("<system><cpu numaid=\"0\"><pci busid=\"0000:01:00.0\" class=\"-0x30200\"/></cpu></system>", "t.xml"); },
-               "t.xml:1:", "is outside 0x0 to 0xffffff");
+               "t.xml:1:", "is not a PCI class");
   expect_error([] { read_nccl_graph("<graphs><graph id=\"0\" pattern=\"4\" nchannels=\"2\"><channel><gpu dev=\"0\"/></channel></graph></graphs>", "g.xml"); },
                "g.xml:1:9:", "nchannels");
   expect_error([] { read_nccl_graph("<graphs><graph id=\"0\" pattern=\"4\" nchannels=\"1\">\n<channel><gpu dev=\"0\"/><gpu dev=\"0\"/></channel></graph></graphs>", "g.xml"); },

@@ -91,6 +91,18 @@ inline int parse_in_range(const xml_attribute& a, std::string_view src, long lea
   return static_cast<int>(r);
 }
 
+/// A PCI class attribute (class, tclass) as a 24-bit class code. NCCL matches these strings by
+/// prefix ("0x03" is any display controller, its placeholder for a GPU sysfs did not describe), so
+/// fewer than six hex digits are the leading ones: "0x03" is 0x030000, "0x0302" 0x030200.
+inline unsigned long parse_pci_class(const xml_attribute& a, std::string_view src) {
+  const std::string& v = a.value;
+  const std::size_t digits = v.size() > 2 ? v.size() - 2 : 0;
+  if (v.size() < 3 || v[0] != '0' || (v[1] != 'x' && v[1] != 'X') || digits > 6 ||
+      v.find_first_not_of("0123456789abcdefABCDEF", 2) != std::string::npos)
+    fail_at(src, a.pos, "attribute '" + a.name + "'=\"" + v + "\" is not a PCI class (0x and up to 6 hex digits)");
+  return std::strtoul(v.c_str() + 2, nullptr, 16) << (4 * (6 - digits));
+}
+
 inline double parse_double(const xml_attribute& a, std::string_view src) {
   const std::string& v = a.value;
   char* end = nullptr;
@@ -153,6 +165,11 @@ inline topology read_nccl_topology(std::string_view text, std::string_view sourc
     text_pos pos;
   };
   std::vector<pending_nvlink> nvlinks;
+  struct pending_c2c {
+    int gpu, count, MBps_per_link;
+    text_pos pos;
+  };
+  std::vector<pending_c2c> c2cs;
   std::map<std::string, int> by_busid;
   std::set<std::string> busids_seen;  // every <pci>'s, switches and NICs too: one device each
   int next_gpu_index = 0, nic_index = 0;
@@ -188,7 +205,7 @@ inline topology read_nccl_topology(std::string_view text, std::string_view sourc
     if (const xml_attribute* a = e.find("link_width")) width = a->value.empty() ? 0 : parse_in_range(*a, source, 0, 255);
     if (width > 32) width = 0;
     const xml_attribute* cls_attr = e.find("class");
-    const unsigned long cls = cls_attr ? static_cast<unsigned long>(parse_in_range(*cls_attr, source, 0, 0xffffff, 16)) : 0;
+    const unsigned long cls = cls_attr ? parse_pci_class(*cls_attr, source) : 0;
     const unsigned long base = cls >> 8;
     link up = make_pcie(-1, -1, gen, width);
     const bool speed_known = gen > 0 && width > 0;
@@ -207,12 +224,18 @@ inline topology read_nccl_topology(std::string_view text, std::string_view sourc
       up.a = id, up.b = parent;
       t.add_link(up);
       for (const xml_element& c : e.children) {
+        if (c.name == "pcilink") {  // a direct link to another switch (NCCL 2.19+, Broadcom Gen5): not modelled
+          t.notes.push_back("PCI switch " + busid + " lists a direct link (<pcilink>) to " +
+                            (c.find("target") ? lower(c.find("target")->value) : std::string("another switch")) +
+                            ": not modelled, traffic between the two switches is routed through their CPU (a low estimate)");
+          continue;
+        }
         if (c.name != "pci") fail_at(source, c.pos, "unexpected <" + c.name + "> inside a PCI bridge");
         self(self, c, id);
       }
       return;
     }
-    if (base == 0x0302 || base == 0x0300) {  // GPU
+    if (base >> 8 == 0x03) {  // display controller: a GPU (NCCL's "0x03")
       vertex v;
       v.kind = vertex_kind::gpu, v.busid = busid, v.parent = parent;
       const xml_element* g = nullptr;
@@ -267,11 +290,15 @@ inline topology read_nccl_topology(std::string_view text, std::string_view sourc
       t.add_link(up);
       if (g) {
         for (const xml_element& nv : g->children) {
+          if (nv.name == "c2c") {  // NVLink-C2C to this GPU's CPU (Grace Hopper): bw MB/s per link
+            c2cs.push_back({id, parse_in_range(required(nv, "count", source), source, 1, max_nvlink_count),
+                            parse_in_range(required(nv, "bw", source), source, 1, 10000000), nv.pos});
+            continue;
+          }
           if (nv.name != "nvlink") fail_at(source, nv.pos, "unexpected <" + nv.name + "> inside <gpu>");
-          const xml_attribute& tc = required(nv, "tclass", source);
           nvlinks.push_back({id, lower(required(nv, "target", source).value),
                              parse_in_range(required(nv, "count", source), source, 1, max_nvlink_count),
-                             static_cast<unsigned long>(parse_in_range(tc, source, 0, 0xffffff, 16)), nv.pos});
+                             parse_pci_class(required(nv, "tclass", source), source), nv.pos});
         }
       }
       return;
@@ -350,7 +377,8 @@ inline topology read_nccl_topology(std::string_view text, std::string_view sourc
   for (const pending_nvlink& n : nvlinks) {
     const vertex& g = t.vertices[static_cast<std::size_t>(n.gpu)];
     const unsigned long tbase = n.tclass >> 8;
-    if (tbase == 0x0302 || tbase == 0x0300) {
+    // NCCL's classes (kvDictPciClass): 0x068000 an NVSwitch, 0x068001 a CPU (POWER9), 0x03 a GPU.
+    if (tbase >> 8 == 0x03) {
       if (n.target == g.busid) {
         t.notes.push_back(g.name + " lists an NVLink to itself (count " + std::to_string(n.count) + "): ignored");
         continue;
@@ -364,7 +392,7 @@ inline topology read_nccl_topology(std::string_view text, std::string_view sourc
       c = std::max(c, n.count);
     } else if (n.tclass == 0x068000) {
       to_switch[n.gpu] += n.count;
-    } else if (tbase == 0x0600) {
+    } else if (tbase == 0x0600 || n.tclass == 0x068001) {
       const int cpu = t.cpu_of(n.gpu);
       if (cpu < 0) fail_at(source, n.pos, "nvlink to a CPU from a GPU outside every CPU");
       t.add_link(make_nvlink(n.gpu, cpu, *g.arch, n.count));
@@ -375,6 +403,14 @@ inline topology read_nccl_topology(std::string_view text, std::string_view sourc
         return std::string(b);
       }() + " is not a GPU, NVSwitch or CPU");
     }
+  }
+  for (const pending_c2c& c : c2cs) {  // as NCCL's ncclTopoAddC2c: bw x count, an NVLink to the CPU
+    const int cpu = t.cpu_of(c.gpu);
+    if (cpu < 0) fail_at(source, c.pos, "<c2c> of a GPU outside every CPU");
+    link l = make_nvlink(c.gpu, cpu, *t.vertices[static_cast<std::size_t>(c.gpu)].arch, c.count);
+    l.spec_GBps = l.GBps = c.MBps_per_link / 1000.0 * c.count;
+    l.origin = "the file's <c2c bw count> (NVLink-C2C), as NCCL's ncclTopoAddC2c";
+    t.add_link(l);
   }
   for (const auto& [key, count] : pair_count)
     t.add_link(make_nvlink(key.first, key.second, *t.vertices[static_cast<std::size_t>(key.first)].arch, count));
