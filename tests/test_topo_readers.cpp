@@ -173,6 +173,17 @@ TEST_CASE("nvidia-smi: text it cannot understand is an error naming line and col
       "GPU1\tNV2\t X \tPHB\n"
       "NIC0\tPIX\tPHB\t X \n";
   REQUIRE_NOTHROW(read_nvidia_smi(good, "m.txt"));
+  // UTF-16 (PowerShell's `>`): it read as a matrix header of "\xff\xfe\t\x00G...", unexplained.
+  const auto utf16 = [](const std::string& ascii, bool bom) {
+    std::string u = bom ? std::string("\xFF\xFE", 2) : std::string();
+    for (char c : ascii) u += std::string{c, '\0'};
+    return u;
+  };
+  for (bool bom : {true, false}) {
+    expect_error([&] { read_nvidia_smi(utf16(good, bom), "m.txt"); }, "m.txt:", "UTF-16");
+    expect_error([&] { read_nccl_topology(utf16("<system version=\"1\"></system>", bom), "t.xml"); }, "t.xml:", "iconv -f UTF-16");
+    expect_error([&] { read_nccl_tests(utf16("# nThread 1\n", bom), "p.txt"); }, "p.txt:", "UTF-16");
+  }
   expect_error([] { read_nvidia_smi("\tGPU0\tGPU1\nGPU0\t X \tNVX\nGPU1\tNV2\t X \n", "m.txt"); }, "m.txt:2:10:", "NVX");
   expect_error([] { read_nvidia_smi("\tGPU0\tGPU1\nGPU0\t X \tNV2\nGPU1\tNV1\t X \n", "m.txt"); }, "m.txt:3:6:", "not symmetric");
   expect_error([] { read_nvidia_smi("\tGPU0\tGPU1\nGPU0\t X \tNV2\n", "m.txt"); }, "m.txt:", "rows");

@@ -64,7 +64,7 @@ struct nccl_tests_table {
 /// line that is neither a comment, the command line, nor a well-formed data row, and for text with
 /// no data row at all.
 inline nccl_tests_table read_nccl_tests(std::string_view text, std::string_view source = "<nccl-tests>") {
-  text = detail::without_bom(text);
+  text = detail::utf8_text(text, source);
   using detail::fail_at;
   nccl_tests_table t;
   int no = 0;

@@ -149,7 +149,7 @@ inline int pcie_gen_from_speed(const xml_attribute& a, std::string_view src) {
 /// @param source name used in messages (the file name)
 /// @throws collx::error(invalid_argument) naming source:line:col for input outside the format.
 inline topology read_nccl_topology(std::string_view text, std::string_view source = "<nccl-topo>", read_options opt = {}) {
-  text = detail::without_bom(text);
+  text = detail::utf8_text(text, source);
   using namespace detail;
   const xml_element root = parse_xml(text, source);
   if (root.name != "system")
@@ -463,7 +463,7 @@ constexpr std::string_view nccl_pattern_name(int p) noexcept {
 /// source:line:col for anything outside the format, a GPU twice in one channel, or an `nchannels`
 /// that disagrees with the channels listed.
 inline std::vector<nccl_graph> read_nccl_graph(std::string_view text, std::string_view source = "<nccl-graph>") {
-  text = detail::without_bom(text);
+  text = detail::utf8_text(text, source);
   using namespace detail;
   const xml_element root = parse_xml(text, source);
   if (root.name != "graphs") fail_at(source, root.pos, "expected <graphs> (an NCCL graph file), found <" + root.name + ">");

@@ -82,7 +82,7 @@ inline bool is_number(std::string_view s) { return all_digits(s) && s.size() <= 
 /// @throws collx::error(invalid_argument) naming source:line:col for text outside the format, an
 ///         asymmetric matrix, X off the diagonal, or cells no PCIe tree gives.
 inline topology read_nvidia_smi(std::string_view text, std::string_view source = "<nvidia-smi>", read_options opt = {}) {
-  text = detail::without_bom(text);
+  text = detail::utf8_text(text, source);
   using namespace detail;
   // Lines (line_at: LF, CRLF or lone CR ends one), with the prefix (# or "N: ") skipped.
   struct line_t {
@@ -538,7 +538,7 @@ inline std::string format_nvidia_smi(const topology& t, int host = 0) {
 ///         as such: read it with read_nccl_graph), saying so where `text` is one line that looks
 ///         like a path to a topology file.
 inline topology read_topology(std::string_view text, std::string_view source = "<topology>", read_options opt = {}) {
-  text = detail::without_bom(text);
+  text = detail::utf8_text(text, source);
   const auto ends_with = [&](std::string_view end) { return text.size() >= end.size() && text.substr(text.size() - end.size()) == end; };
   if (text.find_first_of("\r\n") == std::string_view::npos && (ends_with(".xml") || ends_with(".txt")))
     COLLX_THROW(errc::invalid_argument, "read_topology takes the topology's text, not a path: read '" + std::string(text) +

@@ -10,6 +10,7 @@
 /// stay header-only with no dependency (pugixml reports byte offsets only and needs linking).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <string>
 #include <string_view>
@@ -59,7 +60,20 @@ inline std::string printable(std::string_view message, std::size_t most = 500) {
 
 /// `text` without a leading UTF-8 byte order mark (files saved by Windows editors): every reader
 /// starts with it, so line 1 column 1 is the first character a person sees.
-inline std::string_view without_bom(std::string_view text) noexcept {
+/// @throws collx::error(invalid_argument) for UTF-16 or UTF-32 text (a byte order mark, or NUL
+///   bytes between the first characters; what PowerShell's `>` writes), saying how to convert
+///   it: every byte of the files these readers read is ASCII. (A stray NUL is the reader's own
+///   error, at its line and column.)
+inline std::string_view utf8_text(std::string_view text, std::string_view source) {
+  const bool utf16_bom = text.substr(0, 2) == "\xFF\xFE" || text.substr(0, 2) == "\xFE\xFF";
+  const std::string_view head = text.substr(0, 64);
+  const auto nuls = static_cast<std::size_t>(std::count(head.begin(), head.end(), '\0'));
+  if (utf16_bom || (nuls >= 4 && nuls * 4 >= head.size()))
+    COLLX_THROW(errc::invalid_argument,
+                std::string(source.empty() ? "<input>" : source) +
+                    ": the text is UTF-16 or UTF-32 (" + (utf16_bom ? "a byte order mark" : "NUL bytes between characters") +
+                    "; PowerShell's > writes it), not UTF-8 or ASCII: convert it first, e.g. iconv -f UTF-16 -t UTF-8 "
+                    "FILE > FILE.txt, or save it with Out-File -Encoding ascii");
   return text.substr(0, 3) == "\xEF\xBB\xBF" ? text.substr(3) : text;
 }
 
