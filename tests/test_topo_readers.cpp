@@ -202,7 +202,14 @@ TEST_CASE("nvidia-smi: text it cannot understand is an error naming line and col
       [] {
         read_nvidia_smi("\tGPU0\tGPU1\tGPU2\nGPU0\t X \tNODE\tSYS\nGPU1\tNODE\t X \tNODE\nGPU2\tSYS\tNODE\t X \n", "m.txt");
       },
-      "m.txt:2:15:", "SYS");
+      "m.txt:2:15:", "SYS between GPU0 and GPU2, but other cells");
+  // SYS between GPUs of one affinity (a VM giving every GPU the same CPUs): the affinity is named,
+  // not "other cells".
+  expect_error(
+      [] {
+        read_nvidia_smi("\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tSYS\t0-47\nGPU1\tSYS\t X \t0-47\n", "m.txt");
+      },
+      "m.txt:2:10:", "SYS between GPU0 and GPU1, but both have CPU affinity 0-47 (one NUMA node)");
   // Affinities that disagree for GPUs joined through a NIC (each GPU is PIX with it, NVLink between
   // them): the NUMA node took one of the two silently.
   expect_error(

@@ -336,8 +336,17 @@ inline topology read_nvidia_smi(std::string_view text, std::string_view source =
                       " not in the matrix: assumed on one CPU, directly on its root ports");
   for (std::size_t i = 0; i < n; ++i)
     for (std::size_t j = i + 1; j < n; ++j)
-      if (cell[i][j].type == path_type::sys && cpu_uf.find(static_cast<int>(i)) == cpu_uf.find(static_cast<int>(j)))
-        fail_at(source, cell[i][j].pos, "SYS between " + devices[i] + " and " + devices[j] + ", but other cells place them on one NUMA node");
+      if (cell[i][j].type == path_type::sys && cpu_uf.find(static_cast<int>(i)) == cpu_uf.find(static_cast<int>(j))) {
+        // Say which evidence joined them: a VM may give every GPU one affinity over SYS cells.
+        if (!key[i].empty() && key[i] == key[j])
+          fail_at(source, cell[i][j].pos,
+                  "SYS between " + devices[i] + " and " + devices[j] + ", but both have " +
+                      (key[i].rfind("numa:", 0) == 0 ? "NUMA affinity " + numa_aff[i] : "CPU affinity " + cpu_aff[i]) +
+                      " (one NUMA node); a virtual machine may report one affinity for every GPU: delete the "
+                      "affinity columns to have the cells read alone");
+        fail_at(source, cell[i][j].pos, "SYS between " + devices[i] + " and " + devices[j] + ", but other cells (or " +
+                                            "their affinity columns) place them on one NUMA node");
+      }
 
   // Vertices: CPUs in order of first member, then the trees under them.
   std::map<int, int> cpu_vertex;
