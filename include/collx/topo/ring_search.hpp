@@ -7,9 +7,16 @@
 /// hold: a ring may take a hop only if every directed link on the hop's route (see routing.hpp) still
 /// has s GB/s left after the ring's own earlier hops; taking it uses them up. Hops with the most
 /// bandwidth left are tried first, so load spreads over distinct links; a few trials with shuffled
-/// ties recover from unlucky greedy choices. The set with the most total bandwidth (channels x s)
+/// ties recover from some unlucky choices. The set with the most total bandwidth (channels x s)
 /// wins; on a tie, the faster channels (fewer of them). NCCL's search (src/graph/search.cc) works
 /// the same way in spirit: fixed speed per channel, fewest links shared.
+/// Limits: rings are packed one after another and a packed ring is never undone, so the set is
+/// not always the best. A review compared it with an exact search (every Hamiltonian ring, an
+/// integer program over their counts): on every machine file in tests/data it is the best; on 24
+/// of 405 other cases it was not, by 11-50%: DGX-1 GPUs {0, 2, 3, 7} get one ring of 0.72 GB/s
+/// where two rings that each cross the sockets in one direction give 1.44; a DGX-1 whose GPU0-GPU3
+/// bond is widened from NV2 to NV6 drops from 120 to 100 GB/s (NCCL's six rings still give 120);
+/// some irregular 5- and 8-GPU boxes get half of the best.
 ///
 /// Trees: NCCL's double binary tree (Sanders, Speck, Traeff, Parallel Computing 2009) over machines,
 /// with a chain inside each machine; the second tree mirrors (odd machine count) or shifts (even) the
