@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include "reference.hpp"
+#include "timed_call.hpp"
 
 #include <atomic>
 #include <mutex>
@@ -27,26 +28,16 @@ using opts_t = collx::communicator_options;
 
 inline size_t uz(int x) { return static_cast<size_t>(x); }
 
-/// What one rank saw.
-struct outcome {
-  std::optional<errc> code;  ///< empty: no error
-  std::string what;
-  double seconds = 0;  ///< how long the failing call took
-};
-
-/// Runs fn(comm) on n ranks; every rank records the collx::error it gets (run_ranks must not see it).
+/// Runs fn(comm) on n ranks; every rank records the collx::error it gets (run_ranks must not see
+/// it); a rank without one records no code.
 std::vector<outcome> run_expecting(int n, const std::function<void(collx::communicator&)>& fn,
                                    const opts_t& o = ref::test_options()) {
   std::vector<outcome> out(uz(n));
   ref::run_ranks(
       n,
       [&](collx::communicator& c) {
-        const auto t = ref::clock::now();
-        try {
-          fn(c);
-        } catch (const collx::error& e) {
-          out[uz(c.rank())] = {e.code(), e.what(), ref::seconds_since(t)};
-        }
+        const outcome got = timed_call([&] { fn(c); });
+        if (got.code) out[uz(c.rank())] = got;
       },
       o);
   return out;
@@ -1016,8 +1007,7 @@ TEST_CASE("threads: a rank that destroys its communicator fails the peers that w
   collx::communicator_options o;
   o.timeout = std::chrono::seconds(30);
   auto comms = collx::make_thread_communicators(3, o);
-  std::vector<std::string> errors(3);
-  std::vector<double> seconds(3, 0.0);
+  std::vector<outcome> outcomes(3);
   std::vector<std::thread> ts;
   for (int r = 0; r < 3; ++r)
     ts.emplace_back([&, r] {
@@ -1025,21 +1015,13 @@ TEST_CASE("threads: a rank that destroys its communicator fails the peers that w
         collx::communicator leaving(std::move(comms[2]));
         return;  // destroyed here, without a call
       }
-      const auto t0 = std::chrono::steady_clock::now();
-      try {
+      outcomes[uz(r)] = timed_call([&] {
         std::vector<float> x(100, 1.0f);
-        collx::allreduce(comms[static_cast<size_t>(r)], std::span<float>(x));
-      } catch (const collx::error& e) {
-        errors[static_cast<size_t>(r)] = e.what();
-      }
-      seconds[static_cast<size_t>(r)] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        collx::allreduce(comms[uz(r)], std::span<float>(x));
+      });
     });
   for (auto& t : ts) t.join();
-  for (int r = 0; r < 2; ++r) {
-    INFO("rank " << r << " after " << seconds[static_cast<size_t>(r)] << " s: " << errors[static_cast<size_t>(r)]);
-    CHECK(errors[static_cast<size_t>(r)].find("rank 2 closed its communicator") != std::string::npos);
-    CHECK(seconds[static_cast<size_t>(r)] < 10);
-  }
+  check_failed_soon(outcomes, 2, "rank 2 closed its communicator", 10);
   // A rank that leaves right after its last call does not fail a peer still finishing that call
   // (its wait_sends may see the departure before the consumption it waits for).
   std::atomic<int> failures{0};
@@ -1188,30 +1170,20 @@ TEST_CASE("a call made from a reduction op or selector on the communicator runni
         return collx::algorithm::direct;
       };
     auto comms = collx::make_thread_communicators(3, o);
-    std::vector<std::string> errors(3);
-    std::vector<double> seconds(3, 0.0);
+    std::vector<outcome> outcomes(3);
     std::vector<std::thread> ts;
     for (int r = 0; r < 3; ++r)
       ts.emplace_back([&, r] {
         calling_back = &comms[uz(r)];
-        const auto t0 = std::chrono::steady_clock::now();
-        std::vector<float> x(5000, 1.0f);
-        try {
+        outcomes[uz(r)] = timed_call([&] {
+          std::vector<float> x(5000, 1.0f);
           if (in_selector) collx::allreduce(comms[uz(r)], std::span<float>(x));
           else collx::allreduce(comms[uz(r)], std::span<float>(x), calling_sum{});
-        } catch (const collx::error& e) {
-          errors[uz(r)] = e.what();
-        }
+        });
         calling_back = nullptr;
-        seconds[uz(r)] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       });
     for (auto& t : ts) t.join();
-    for (int r = 0; r < 3; ++r) {
-      INFO("rank " << r << " after " << seconds[uz(r)] << " s: " << errors[uz(r)]);
-      CHECK(errors[uz(r)].find("a call on this communicator was made inside its own allreduce, which is still running") !=
-            std::string::npos);
-      CHECK(seconds[uz(r)] < 10);
-    }
+    check_failed_soon(outcomes, 3, "a call on this communicator was made inside its own allreduce, which is still running", 10);
   }
 }
 

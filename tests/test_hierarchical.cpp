@@ -9,6 +9,7 @@
 
 #include "edge_cases_per_rank.hpp"
 #include "reference.hpp"
+#include "timed_call.hpp"
 
 #include <atomic>
 #include <chrono>
@@ -564,30 +565,21 @@ TEST_CASE("an op calling the level communicator that runs it: invalid_argument o
   collx::communicator_options opt;
   opt.timeout = std::chrono::seconds(20);
   auto comms = collx::make_hierarchical_thread_communicators(ids_of({"a", "a", "b", "b"}), opt);
-  std::vector<std::string> errors(4);
-  std::vector<double> seconds(4, 0.0);
+  std::vector<outcome> outcomes(4);
   std::vector<std::thread> ts;
   for (int r = 0; r < 4; ++r)
     ts.emplace_back([&, r] {
       collx::communicator& c = comms[static_cast<size_t>(r)];
-      const auto t0 = std::chrono::steady_clock::now();
-      std::vector<float> x(5000, 1.0f);
       if (r == 0) level_to_call = &c.get_hierarchy()->node;
-      try {
+      outcomes[static_cast<size_t>(r)] = timed_call([&] {
+        std::vector<float> x(5000, 1.0f);
         collx::allreduce<collx::algo::hierarchical<collx::algo::direct, collx::algo::direct>>(c, std::span<float>(x),
                                                                                               sum_calling_level{});
-      } catch (const collx::error& e) {
-        errors[static_cast<size_t>(r)] = e.what();
-      }
+      });
       level_to_call = nullptr;
-      seconds[static_cast<size_t>(r)] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     });
   for (auto& t : ts) t.join();
-  for (int r = 0; r < 4; ++r) {
-    INFO("rank " << r << " after " << seconds[static_cast<size_t>(r)] << " s: " << errors[static_cast<size_t>(r)]);
-    CHECK(errors[static_cast<size_t>(r)].find("a call on this communicator was made inside its own") != std::string::npos);
-    CHECK(seconds[static_cast<size_t>(r)] < 10);
-  }
+  check_failed_soon(outcomes, 4, "a call on this communicator was made inside its own", 10);
 }
 
 TEST_CASE("a mismatch on one node reaches the ranks of the other node", "[hierarchical][errors]") {
