@@ -71,6 +71,109 @@ TEST_CASE("DGX-1: collx's rings reach NCCL's bottleneck bandwidth per channel an
   CHECK(ours.total_GBps == Approx(6 * 20.0));
 }
 
+TEST_CASE("ring search: the exact packing finds what the greedy one misses on a few GPUs") {
+  const std::string dgx1 = topo_fixture("dgx1-v100-como-nccl-topo.xml");
+  ring_search_options greedy;
+  greedy.exact_max_gpus = 0;
+  SECTION("DGX-1 GPUs 0, 2, 3 and 7: two rings, each crossing the sockets one way") {
+    // GPU 7's only NVLink here goes to GPU 3, so every ring takes one host-staged hop across the
+    // sockets (PCIe Gen3: 0.72 GB/s each way); the greedy packing's one ring left the other
+    // direction idle, the exact packing adds the ring that crosses the other way.
+    const topology t = read_nccl_topology(dgx1, "dgx1");
+    router r(t);
+    const std::vector<int> gpus{t.gpu(0), t.gpu(2), t.gpu(3), t.gpu(7)};
+    const ring_set first = search_rings(r, gpus, greedy);
+    const ring_set rs = search_rings(r, gpus);
+    CHECK(first.total_GBps == Approx(host_staged_GBps(3, true)));
+    CHECK(rs.total_GBps == Approx(2 * host_staged_GBps(3, true)));
+    CHECK(rs.rings.size() == 2);
+    for (const auto& ring : rs.rings) CHECK(is_ring_over(ring, gpus));
+    CHECK(evaluate_rings(r, rs.rings).total_GBps == Approx(rs.total_GBps));
+  }
+  SECTION("DGX-1 with the GPU0-GPU3 bond widened from NV2 to NV6: still every GPU's six NVLinks") {
+    // More bandwidth cannot lower what NCCL's six rings reach (120 GB/s); the greedy packing's
+    // first rings took the wide bond and left five.
+    std::string wide = dgx1;
+    auto widen = [&](const std::string& gpu, const std::string& target) {
+      const std::size_t at = wide.find("<nvlink target=\"" + target + "\" count=\"2\"", wide.find("<gpu dev=\"" + gpu + "\""));
+      REQUIRE(at != std::string::npos);
+      const std::size_t count = wide.find("count=\"2\"", at);
+      wide.replace(count, 9, "count=\"6\"");
+    };
+    widen("0", "0000:0b:00.0");  // GPU 3's bus id
+    widen("3", "0000:06:00.0");  // GPU 0's
+    const topology t = read_nccl_topology(wide, "dgx1-nv6");
+    router r(t);
+    CHECK(search_rings(r, t.gpus(), greedy).total_GBps == Approx(100.0));
+    const ring_set rs = search_rings(r, t.gpus());
+    CHECK(rs.total_GBps == Approx(120.0));
+    for (const auto& ring : rs.rings) CHECK(is_ring_over(ring, t.gpus()));
+  }
+}
+
+TEST_CASE("ring search: as good as every multiset of rings on small random boxes") {
+  // An independent reference: every multiset of up to four directed rings through the first GPU,
+  // scored by evaluate_rings (sharing counted). Random NVLink bonds (NV1-NV6) on 3-5 V100s, other
+  // pairs over PCIe, one or two sockets. The greedy packing alone falls short on some of them.
+  std::uint32_t seed = 20261205;
+  auto next = [&] { return seed = seed * 1664525u + 1013904223u, seed >> 8; };
+  ring_search_options o, greedy;
+  o.max_channels = greedy.max_channels = 4;
+  greedy.exact_max_gpus = 0;
+  int greedy_short = 0;
+  for (int trial = 0; trial < 40; ++trial) {
+    const int n = 3 + static_cast<int>(next() % 3);
+    std::vector<std::vector<int>> nv(static_cast<std::size_t>(n), std::vector<int>(static_cast<std::size_t>(n), 0));
+    std::vector<int> bonds(static_cast<std::size_t>(n), 0);
+    for (int k = 0; k < 3 * n; ++k) {
+      const auto i = static_cast<std::size_t>(next() % static_cast<std::uint32_t>(n));
+      const auto j = static_cast<std::size_t>(next() % static_cast<std::uint32_t>(n));
+      if (i == j || bonds[i] == 6 || bonds[j] == 6) continue;
+      ++nv[i][j], ++nv[j][i], ++bonds[i], ++bonds[j];
+    }
+    const bool sockets = next() % 2 == 1;
+    const auto socket = [&](int g) { return sockets && g >= n / 2 ? 1 : 0; };
+    std::string smi;
+    for (int j = 0; j < n; ++j) smi += "\tGPU" + std::to_string(j);
+    smi += "\tCPU Affinity\tNUMA Affinity\n";
+    for (int i = 0; i < n; ++i) {
+      smi += "GPU" + std::to_string(i);
+      for (int j = 0; j < n; ++j) {
+        const int bond = nv[static_cast<std::size_t>(i)][static_cast<std::size_t>(j)];
+        smi += i == j ? "\t X " : bond ? "\tNV" + std::to_string(bond) : socket(i) != socket(j) ? "\tSYS" : "\tNODE";
+      }
+      smi += "\t" + std::to_string(socket(i)) + "\t" + std::to_string(socket(i)) + "\n";
+    }
+    INFO(smi);
+    const topology t = read_nvidia_smi(smi, "random box", {.gpu = find_gpu_arch("V100")});
+    router r(t);
+    const std::vector<int> gpus = t.gpus();
+    std::vector<std::vector<int>> rings;
+    std::vector<int> rest(gpus.begin() + 1, gpus.end());
+    do {
+      rings.push_back({gpus[0]});
+      rings.back().insert(rings.back().end(), rest.begin(), rest.end());
+    } while (std::next_permutation(rest.begin(), rest.end()));
+    double best = 0;
+    std::vector<std::vector<int>> pick;
+    auto extend = [&](auto& self, std::size_t from) -> void {
+      if (!pick.empty()) best = std::max(best, evaluate_rings(r, pick).total_GBps);
+      if (pick.size() == 4) return;
+      for (std::size_t k = from; k < rings.size(); ++k) {
+        pick.push_back(rings[k]);
+        self(self, k);
+        pick.pop_back();
+      }
+    };
+    extend(extend, 0);
+    const ring_set rs = search_rings(r, gpus, o);
+    CHECK(rs.total_GBps >= best * (1 - 1e-9));
+    CHECK(evaluate_rings(r, rs.rings).total_GBps == Approx(rs.total_GBps));
+    greedy_short += search_rings(r, gpus, greedy).total_GBps < best * (1 - 1e-9);
+  }
+  CHECK(greedy_short > 0);  // the cases exercise the exact packing
+}
+
 TEST_CASE("ring search spreads channels over distinct links and counts sharing") {
   // Four GPUs on one PCIe switch: one ring; its bottleneck is a GPU's own link.
   const topology sw = read_nvidia_smi(

@@ -10,13 +10,17 @@
 /// ties recover from some unlucky choices. The set with the most total bandwidth (channels x s)
 /// wins; on a tie, the faster channels (fewer of them). NCCL's search (src/graph/search.cc) works
 /// the same way in spirit: fixed speed per channel, fewest links shared.
-/// Limits: rings are packed one after another and a packed ring is never undone, so the set is
-/// not always the best. A review compared it with an exact search (every Hamiltonian ring, an
-/// integer program over their counts): on every machine file in tests/data it is the best; on 24
-/// of 405 other cases it was not, by 11-50%: DGX-1 GPUs {0, 2, 3, 7} get one ring of 0.72 GB/s
-/// where two rings that each cross the sockets in one direction give 1.44; a DGX-1 whose GPU0-GPU3
-/// bond is widened from NV2 to NV6 drops from 120 to 100 GB/s (NCCL's six rings still give 120);
-/// some irregular 5- and 8-GPU boxes get half of the best.
+/// Up to 8 GPUs (ring_search_options::exact_max_gpus), a speed at which these greedy trials fall
+/// short of the channel bound is searched again exactly: every Hamiltonian ring (7! = 5040 at 8
+/// GPUs), then a branch and bound over how many of each to run, within a work budget (about 0.05 s
+/// on this project's 2-core test machine). Why: packed one after another, the greedy rings are not
+/// always the best set. A review compared them with an exact search (every Hamiltonian ring, an
+/// integer program over their counts): best on every machine file in tests/data, but 11-50% short
+/// on 24 of 405 other cases, e.g. DGX-1 GPUs {0, 2, 3, 7}: one ring of 0.72 GB/s where two rings
+/// that each cross the sockets one way give 1.44; a DGX-1 whose GPU0-GPU3 bond is widened from NV2
+/// to NV6: 100 GB/s where NCCL's six rings still give 120. The exact step finds both (tests/
+/// test_topo_model) and matches every multiset of up to four rings on random 3-5 GPU boxes. Past
+/// 8 GPUs, or past the budget, the greedy set stands: on some irregular boxes it is half the best.
 ///
 /// Trees: NCCL's double binary tree (Sanders, Speck, Traeff, Parallel Computing 2009) over machines,
 /// with a chain inside each machine; the second tree mirrors (odd machine count) or shifts (even) the
@@ -45,6 +49,11 @@ struct ring_search_options {
   int min_channels = 1;        ///< at least this many: rings are repeated, each at a share of the speed
   int trials = 24;             ///< greedy attempts per candidate speed (the first one unshuffled)
   std::size_t budget = 20000;  ///< depth-first steps per ring attempt
+  /// Up to this many GPUs, a speed at which the greedy packing falls short of the channel bound is
+  /// searched again exactly: every Hamiltonian ring, then a branch and bound over how many of each
+  /// (at most 7! = 5040 rings at 8 GPUs). 0 turns it off.
+  std::size_t exact_max_gpus = 8;
+  std::size_t exact_budget = 3000000;  ///< its work in all, in resource uses looked at; past it the best found stands
 };
 
 /// Rings of GPU vertex ids, one per channel.
@@ -299,6 +308,143 @@ inline ring_set search_rings(router& r, const std::vector<int>& gpus, ring_searc
     return std::vector<int>{};
   };
 
+  // The exact packing (a few GPUs): resources get dense indices, and each GPU the resources on the
+  // routes out of it (touching[i]) and into it (touching[n + i]).
+  const bool exact = n <= opt.exact_max_gpus;  // searched again exactly where the greedy falls short
+  std::map<long, std::size_t> dense;
+  std::vector<std::vector<std::size_t>> touching(exact ? 2 * n : 0);
+  for (std::size_t i = 0; i < n && exact; ++i)
+    for (std::size_t j = 0; j < n; ++j)
+      if (i != j)
+        for (const auto& [res, w] : R[i][j]->load) {
+          const std::size_t d = dense.try_emplace(res, dense.size()).first->second;
+          touching[i].push_back(d), touching[n + j].push_back(d);
+        }
+  const std::size_t nres = dense.size();
+  for (auto& group : touching) {
+    std::sort(group.begin(), group.end());
+    group.erase(std::unique(group.begin(), group.end()), group.end());
+  }
+  std::size_t exact_steps = 0;  // over every speed
+  // Every Hamiltonian ring through GPU 0 with what one GB/s of it uses of each resource; made once,
+  // when first needed. Rings that use the same are one candidate.
+  using use_list = std::vector<std::pair<std::size_t, double>>;  // (resource, utilisation), nonzero ones
+  std::vector<std::vector<std::size_t>> all_orders;
+  std::vector<use_list> all_uses;
+  auto enumerate_rings = [&] {
+    std::vector<std::vector<use_list>> hop(n, std::vector<use_list>(n));
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t j = 0; j < n; ++j)
+        if (i != j)
+          for (const auto& [res, w] : R[i][j]->load) hop[i][j].emplace_back(dense.at(res), w);
+    std::map<std::vector<std::pair<std::size_t, long long>>, std::size_t> seen;  // uses rounded to 1e-12
+    std::vector<double> acc(nres, 0.0);
+    std::vector<std::size_t> path{0};
+    std::vector<bool> on(n, false);
+    on[0] = true;
+    auto add = [&](std::size_t i, std::size_t j, double sign) {
+      exact_steps += hop[i][j].size();
+      for (const auto& [res, w] : hop[i][j]) acc[res] += sign * w;
+    };
+    auto extend = [&](auto& self) -> void {
+      const std::size_t at = path.back();
+      if (path.size() == n) {
+        add(at, 0, 1);
+        use_list u;
+        std::vector<std::pair<std::size_t, long long>> key;
+        for (std::size_t res = 0; res < nres; ++res)
+          if (acc[res] > 1e-12) u.emplace_back(res, acc[res]), key.emplace_back(res, std::llround(acc[res] * 1e12));
+        if (seen.try_emplace(std::move(key), all_orders.size()).second) all_orders.push_back(path), all_uses.push_back(std::move(u));
+        add(at, 0, -1);
+        return;
+      }
+      for (std::size_t j = 1; j < n; ++j)
+        if (!on[j]) {
+          add(at, j, 1);
+          on[j] = true, path.push_back(j);
+          self(self);
+          on[j] = false, path.pop_back();
+          add(at, j, -1);
+        }
+    };
+    extend(extend);
+  };
+  // Exact packing at speed s: more than `have` rings (up to `bound`), or none. A depth-first search
+  // picks candidates that fit alone at s, with repetition, in order, bounded by how many rings
+  // each resource, and the resources around each GPU, can still hold.
+  auto exact_pack = [&](double s, int bound, std::size_t have) {
+    if (all_orders.empty()) enumerate_rings();
+    std::vector<std::size_t> ids;  // into all_orders
+    std::vector<use_list> uses;    // utilisation at s
+    for (std::size_t k = 0; k < all_uses.size(); ++k) {
+      use_list u = all_uses[k];
+      bool fits = true;
+      for (auto& [res, x] : u) x *= s, fits = fits && x <= 1 + eps;
+      exact_steps += u.size();
+      if (fits) ids.push_back(k), uses.push_back(std::move(u));
+    }
+    const std::size_t m = uses.size();
+    // Candidates that use the least in all first: good packings come early.
+    std::vector<std::size_t> by(m);
+    std::vector<double> total_use(m, 0.0);
+    for (std::size_t k = 0; k < m; ++k) {
+      by[k] = k;
+      for (const auto& [res, u] : uses[k]) total_use[k] += u;
+    }
+    std::stable_sort(by.begin(), by.end(), [&](std::size_t x, std::size_t y) { return total_use[x] < total_use[y]; });
+    // least[res]: the least use of res by any candidate (0 when some candidate does not use it);
+    // least_used[res]: the least by those that use it.
+    const double inf = std::numeric_limits<double>::infinity();
+    std::vector<double> least_used(nres, inf), least(nres, inf);
+    std::vector<std::size_t> users(nres, 0);
+    for (const use_list& u : uses)
+      for (const auto& [res, x] : u) least_used[res] = std::min(least_used[res], x), ++users[res];
+    for (std::size_t res = 0; res < nres; ++res) least[res] = users[res] == m ? least_used[res] : 0.0;
+    std::vector<double> left(nres, 1.0);
+    std::vector<std::size_t> chosen, best_chosen;
+    std::size_t best_count = have;
+    // A speed may take a quarter of what is left: one where no better set exists (the search must
+    // try every one) leaves some to slower speeds.
+    const std::size_t stop = exact_steps + (opt.exact_budget - std::min(opt.exact_budget, exact_steps)) / 4;
+    auto pack = [&](auto& self, std::size_t from) -> void {
+      if (chosen.size() > best_count) best_count = chosen.size(), best_chosen = chosen;
+      if (best_count >= static_cast<std::size_t>(bound) || exact_steps > stop) return;
+      exact_steps += nres;
+      double more = static_cast<double>(bound) - static_cast<double>(chosen.size());
+      for (std::size_t res = 0; res < nres; ++res)
+        if (least[res] > 0) more = std::min(more, std::floor(left[res] / least[res] + 1e-6));
+      // Every ring leaves (enters) each GPU once, using some resource on the routes out of (into)
+      // it: no more rings than such uses the resources there still hold.
+      for (const auto& group : touching) {
+        double uses_left = 0;
+        for (std::size_t res : group)
+          if (least_used[res] < inf) uses_left += std::floor(left[res] / least_used[res] + 1e-6);
+        more = std::min(more, uses_left);
+      }
+      if (static_cast<double>(chosen.size()) + more <= static_cast<double>(best_count)) return;
+      for (std::size_t k = from; k < m && best_count < static_cast<std::size_t>(bound) && exact_steps <= stop; ++k) {
+        const use_list& u = uses[by[k]];
+        exact_steps += u.size();
+        bool fits = true;
+        for (const auto& [res, x] : u) fits = fits && left[res] - x >= -eps;
+        if (!fits) continue;
+        for (const auto& [res, x] : u) left[res] -= x;
+        chosen.push_back(by[k]);
+        self(self, k);
+        chosen.pop_back();
+        for (const auto& [res, x] : u) left[res] += x;
+      }
+    };
+    pack(pack, 0);
+    std::vector<std::vector<int>> rings;
+    for (std::size_t k : best_chosen) {
+      std::vector<int> ring;
+      for (std::size_t v : all_orders[ids[k]]) ring.push_back(gpus[v]);
+      rings.push_back(std::move(ring));
+    }
+    return rings;
+  };
+
   double best_total = 0;
   std::vector<std::vector<int>> best;
   for (std::size_t speed_no = 0; speed_no < speeds.size(); ++speed_no) {
@@ -325,6 +471,10 @@ inline ring_set search_rings(router& r, const std::vector<int>& gpus, ring_searc
       if (rings.size() > got.size()) got = std::move(rings);
       if (static_cast<int>(got.size()) == bound) break;
     }
+    // Searched again only for more rings than the greedy's and than the best total so far needs.
+    const auto beaten = std::max(got.size(), static_cast<std::size_t>(std::floor(best_total / s * (1 + 1e-9))));
+    if (exact && beaten < static_cast<std::size_t>(bound) && exact_steps < opt.exact_budget)
+      if (auto packed = exact_pack(s, bound, beaten); packed.size() > beaten) got = std::move(packed);
     const double total = s * static_cast<double>(got.size());
     if (!got.empty() && total > best_total * (1 + 1e-9)) best_total = total, best = std::move(got);
   }
