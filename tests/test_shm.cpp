@@ -418,6 +418,65 @@ TEST_CASE("shm: a rank killed while shared buffers are created leaves no file in
   CHECK(collx_shm_entries() == before);
 }
 
+TEST_CASE("shm: shared buffers every rank was killed making are removed when run_processes returns", "[shm]") {
+  // Both ranks die after creating their buffer's name, before they would meet and remove the
+  // names: no rank is left to remove them. Before, they stayed in /dev/shm until a later start's
+  // sweep, 10 s on; now the launcher, which reaped every rank, removes its ranks' runs' buffers.
+  const int before = collx_shm_entries();
+  const auto res = collx::run_processes(2, [](collx::communicator& c) -> int {
+    auto& tp = dynamic_cast<collx::transport_impl::shm_transport&>(c.get_transport());
+    const std::vector<std::size_t> all(2, 4096);
+    tp.map_window(tp.next_window_id(), 4096, all, [] { ::raise(SIGKILL); });
+    return 4;
+  });
+  for (const auto& e : res) {
+    INFO("rank " << e.rank << " exit " << e.exit_code << " signal " << e.term_signal);
+    CHECK(e.term_signal == SIGKILL);
+  }
+  CHECK(collx_shm_entries() == before);
+}
+
+TEST_CASE("shm: only a dead run's shared-buffer names of the launcher's ranks are removed", "[shm]") {
+  // remove_if_stale(job, ranks) takes "<segment>-<pid>.<start>-w<id>-r<rank>" (hex pid and start)
+  // only when pid is one of `ranks` and that process has ended: not a live run's (this process),
+  // not another job's whose name merely extends this one's, not names of other forms.
+  const std::string job = "test-window-names-" + std::to_string(::getpid());
+  const std::string seg = collx::transport_impl::shm_transport::segment_name(job);
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  REQUIRE(child > 0);
+  int st = 0;
+  REQUIRE(::waitpid(child, &st, 0) == child);
+  char self[64], dead[64];
+  std::snprintf(self, sizeof self, "-%x.%llx", static_cast<unsigned>(::getpid()),
+                static_cast<unsigned long long>(collx::detail::own_start_time()));
+  std::snprintf(dead, sizeof dead, "-%x.%llx", static_cast<unsigned>(child), 12345ull);
+  const std::vector<std::string> kept = {seg + self + "-w0-r0", seg + "-2" + dead + "-w0-r0", seg + dead + "-w0-r0x",
+                                         seg + dead + "-w-r0", seg + dead + "-w0"};
+  const std::vector<std::string> removed = {seg + dead + "-w0-r0", seg + dead + "-w17-r3"};
+  auto make = [](const std::string& name) {
+    const int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+    REQUIRE(fd >= 0);
+    ::close(fd);
+  };
+  auto exists = [](const std::string& name) {
+    const int fd = ::shm_open(name.c_str(), O_RDONLY, 0);
+    if (fd >= 0) ::close(fd);
+    return fd >= 0;
+  };
+  for (const auto& n : kept) make(n);
+  for (const auto& n : removed) make(n);
+  collx::transport_impl::shm_transport::remove_if_stale(job, {child, ::getpid()});
+  for (const auto& n : kept) {
+    CHECK(exists(n));
+    ::shm_unlink(n.c_str());
+  }
+  for (const auto& n : removed) {
+    CHECK_FALSE(exists(n));
+    ::shm_unlink(n.c_str());
+  }
+}
+
 TEST_CASE("shm: a request pending when the process forked throws in the child instead of waiting forever", "[shm]") {
   require_all_ok(collx::run_processes(3, [](collx::communicator& c) -> int {
     std::vector<float> y(100, static_cast<float>(c.rank() + 1));

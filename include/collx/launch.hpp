@@ -158,7 +158,7 @@ inline void abandon_start(const std::vector<pid_t>& pids, const std::string& job
   else
     for (pid_t p : pids) ::kill(p, SIGKILL);
   for (std::size_t i = 0; i < pids.size(); ++i) wait_for(static_cast<int>(i), pids[i]);
-  transport_impl::shm_transport::remove_if_stale(job);
+  transport_impl::shm_transport::remove_if_stale(job, pids);
 }
 }  // namespace detail
 
@@ -166,7 +166,8 @@ inline void abandon_start(const std::vector<pid_t>& pids, const std::string& job
 /// runs fn(communicator&). fn may return void (exit status 0) or an int (the exit status). An
 /// exception in fn is printed to stderr with the rank and gives exit status 1. Returns how every
 /// process ended, in rank order, after all ended (a rank that failed does not make it throw: check
-/// each process_exit::ok()); a segment the job left (a rank killed while it started) is removed then. The processes get SIGKILL if the caller dies. The caller should have
+/// each process_exit::ok()); a segment the job left (a rank killed while it started) is removed then,
+/// and shared buffers its ranks were killed making. The processes get SIGKILL if the caller dies. The caller should have
 /// no other threads running.
 /// @throws collx::error(errc::invalid_argument) for a bad COLLX_BIND, before anything starts;
 ///         (errc::system) if fork fails (processes already started are killed, and the job's
@@ -212,7 +213,7 @@ template <class F>
   }
   std::vector<process_exit> out;
   for (int r = 0; r < world_size; ++r) out.push_back(detail::wait_for(r, pids[static_cast<std::size_t>(r)]));
-  transport_impl::shm_transport::remove_if_stale(job);
+  transport_impl::shm_transport::remove_if_stale(job, pids);
   return out;
 }
 
@@ -258,7 +259,8 @@ class forward_signals {
 /// status (128 + signal for a signal, also for a forwarded one), or 0. Ranks found ended together
 /// are told apart by how: one killed by a signal other than SIGABRT is the first failure over one
 /// that exited non-zero or aborted (a rank that sees a peer die fails with an error just after
-/// it). A segment the job left (a rank killed while it started) is removed once every rank ended.
+/// it). A segment the job left (a rank killed while it started) is removed once every rank ended,
+/// and shared buffers (shm_buffer) its ranks were all killed making.
 /// The ranks (the processes started, not what they start in turn) get SIGTERM if the caller dies,
 /// even of SIGKILL.
 /// @throws collx::error(errc::invalid_argument) before starting anything if the program cannot be
@@ -306,6 +308,7 @@ inline int launch_program(int world_size, char* const argv[], std::chrono::milli
     ::setpgid(pid, pid);  // also here, so the group exists before any signal (either call may lose the race)
     pids.push_back(pid);
   }
+  const std::vector<pid_t> rank_pids = pids;  // pids[r] becomes -1 once rank r is reaped
   int first_failure = 0;
   std::size_t alive = pids.size();
   auto deadline = std::chrono::steady_clock::time_point::max();
@@ -380,7 +383,7 @@ inline int launch_program(int world_size, char* const argv[], std::chrono::milli
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     detail::signal_ranks(reaped_groups, SIGKILL);
   }
-  transport_impl::shm_transport::remove_if_stale(job);
+  transport_impl::shm_transport::remove_if_stale(job, rank_pids);
   return first_failure;
 }
 

@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -539,12 +540,46 @@ class shm_transport final : public transport {
   /// after it was made (then a later start's reclaim_stale_segments removes it). Then the stale
   /// segments of the job's split groups (collx::split), left by a rank that died while a group
   /// started: those whose names extend the job's (ids too long to keep whole are hashed, and left
-  /// to the next start's sweep). Returns whether it unlinked the job's.
-  static bool remove_if_stale(const std::string& job_id) {
+  /// to the next start's sweep). Then, given `ranks` (the pids of the job's ranks, all ended: a
+  /// launcher that reaped them), the shared buffers (map_window) of runs that one of them created,
+  /// left when every rank was killed while making one (so none removed the names); a later start's
+  /// sweep would take them only 10 s on. Returns whether it unlinked the job's segment.
+  static bool remove_if_stale(const std::string& job_id, const std::vector<pid_t>& ranks = {}) {
     const std::string name = segment_name(job_id);
     const bool removed = unlink_if_stale(name);
     reclaim_stale_segments(name.substr(1) + ".split");
+    if (!ranks.empty()) remove_dead_runs_windows(name.substr(1) + "-", ranks);
     return removed;
+  }
+
+  /// Unlinks shared-buffer names "<prefix><pid>.<start>-w<id>-r<rank>" (pid and start in hex: the
+  /// run's creator, see map_window) whose creator is one of `ranks` and has ended.
+  static void remove_dead_runs_windows(const std::string& prefix, const std::vector<pid_t>& ranks) {
+    DIR* d = ::opendir("/dev/shm");
+    if (!d) return;
+    std::vector<std::string> names;
+    while (dirent* e = ::readdir(d)) {
+      const std::string nm = e->d_name;
+      if (nm.compare(0, prefix.size(), prefix) != 0) continue;
+      const char* p = nm.c_str() + prefix.size();
+      const char* end = nm.c_str() + nm.size();
+      unsigned pid = 0;
+      unsigned long long start = 0, id = 0, rank = 0;
+      // Every field present and nothing more: another job's name that merely extends this one's
+      // is not taken for a buffer.
+      auto field = [&](auto& v, int base, std::string_view after) {
+        const auto r = std::from_chars(p, end, v, base);
+        if (r.ec != std::errc{} || r.ptr == p || std::string_view(r.ptr, static_cast<std::size_t>(end - r.ptr)).substr(0, after.size()) != after)
+          return false;
+        p = r.ptr + after.size();
+        return true;
+      };
+      if (!(field(pid, 16, ".") && field(start, 16, "-w") && field(id, 10, "-r") && field(rank, 10, "")) || p != end) continue;
+      if (std::find(ranks.begin(), ranks.end(), static_cast<pid_t>(pid)) == ranks.end()) continue;
+      if (detail::process_dead(static_cast<pid_t>(pid), start)) names.push_back("/" + nm);
+    }
+    ::closedir(d);
+    for (const std::string& nm : names) ::shm_unlink(nm.c_str());
   }
 
   /// Unlinks segment `name` only if it is still the segment `judged` (its stat when it was found
