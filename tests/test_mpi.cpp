@@ -829,6 +829,32 @@ int bad_node_id() {
   return finish(" bad-node-id");
 }
 
+// 4 MiB in 8-byte pieces: one MPI_Isend per piece made half a million sends in flight, and MPICH
+// aborted the process ("Assertion failed in mpir_request.h: req != NULL"; Open MPI took a minute
+// for 8 MiB). A message is now cut into at most detail::max_pieces pieces.
+void tiny_pieces() {
+  namespace d = collx::mpi::detail;
+  const std::uint64_t big = std::uint64_t{4} << 20;
+  check(d::later_pieces(big, d::piece_for(8, 8, big)) + 1 <= d::max_pieces, "4 MiB in 8-byte pieces: at most max_pieces");
+  check(d::piece_for(8, 8, 4096) == 8 && d::piece_for(5001, 8, big) == 5000, "piece_bytes kept where the count allows");
+  check(d::piece_for(8, 12, big) % 12 == 0 && d::piece_for(1, 3, 2) == 3, "pieces of whole elements");
+  collx::mpi::mpi_options tiny;
+  tiny.piece_bytes = 8;
+  collx::communicator c = collx::mpi::connect(MPI_COMM_WORLD, {}, tiny);
+  const int n = c.size(), next = (g_rank + 1) % n, prev = (g_rank + n - 1) % n;
+  const std::size_t count = (big / sizeof(double)) + 3;
+  std::vector<double> out(count), in(count, -1.0);
+  for (std::size_t i = 0; i < count; ++i) out[i] = g_rank * 1e7 + static_cast<double>(i);
+  collx::send_recv(c, std::span<const double>(out), next, std::span<double>(in), prev);
+  bool same = true;
+  for (std::size_t i = 0; i < count && same; ++i) same = in[i] == prev * 1e7 + static_cast<double>(i);
+  check(same, "send_recv of 4 MiB in 8-byte pieces");
+  collx::allreduce<collx::algo::direct>(c, std::span<double>(out));
+  same = true;
+  for (std::size_t i = 0; i < count && same; ++i) same = out[i] == 1e7 * (n * (n - 1) / 2) + n * static_cast<double>(i);
+  check(same, "direct all-reduce of 4 MiB in 8-byte pieces");
+}
+
 int main(int argc, char** argv) {
   const bool serialized = argc > 1 && std::string(argv[1]) == "serialized-abort";
   int provided = 0;
@@ -931,6 +957,7 @@ int main(int argc, char** argv) {
     }
     if (expected_nodes == 2) level_failure_names_world_ranks();  // 2 nodes x 2 ranks
     hierarchical_count_zero();
+    tiny_pieces();
     failed_call_releases_buffer();
     duplicates_freed("the failed calls above (a communicator that failed on some ranks only, too)");
     stale_data_not_drained();

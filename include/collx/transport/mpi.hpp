@@ -66,7 +66,10 @@ namespace mpi {
 /// Settings of the MPI transport.
 struct mpi_options {
   /// Payload bytes per MPI message after the first (rounded down to whole elements). Bounds the
-  /// receiver's staging memory (2 pieces per communicator) and sets the pipelining grain.
+  /// receiver's staging memory (2 pieces per communicator) and sets the pipelining grain. A
+  /// message is cut into at most detail::max_pieces pieces, so one that would need more gets
+  /// larger ones (and the receiver larger staging): each piece is a send in flight at once, and
+  /// MPICH aborted the process with half a million of them (4 MiB in 8-byte pieces).
   std::size_t piece_bytes = std::size_t{1} << 20;
 };
 
@@ -120,11 +123,18 @@ inline std::size_t later_piece_bytes(std::uint64_t bytes, std::uint64_t piece, s
   const std::uint64_t start = piece * (k + 1);
   return static_cast<std::size_t>(std::min<std::uint64_t>(piece, bytes - start));
 }
-/// The piece size for elements of `granularity` bytes: whole elements, at least one.
-inline std::size_t piece_for(std::size_t piece_bytes, std::size_t granularity) noexcept {
+/// Most pieces one message is cut into (the first included): the sender posts them all at once.
+/// Open MPI slowed down past some ten thousand (8 MiB in 8-byte pieces took a minute); MPICH
+/// aborted at half a million ("Assertion failed ... req != NULL").
+inline constexpr std::uint64_t max_pieces = 8192;
+/// The piece size for a message of `bytes` in elements of `granularity` bytes: `piece_bytes` in
+/// whole elements (at least one), larger where the message would need more than max_pieces.
+inline std::size_t piece_for(std::size_t piece_bytes, std::size_t granularity, std::uint64_t bytes) noexcept {
   const std::size_t g = std::max<std::size_t>(1, granularity);
-  const std::size_t p = std::min<std::size_t>(piece_bytes, INT_MAX / 2);
-  return std::max(g, p / g * g);
+  const std::size_t cap = std::max(g, std::size_t{INT_MAX / 2} / g * g);  // a piece's count is an int
+  const std::uint64_t fewest = (bytes + max_pieces - 1) / max_pieces;     // bytes per piece at max_pieces
+  const std::uint64_t wanted = std::max<std::uint64_t>(std::min(piece_bytes, cap), (fewest + g - 1) / g * g);
+  return static_cast<std::size_t>(std::min<std::uint64_t>(std::max<std::uint64_t>(g, wanted / g * g), cap));
 }
 }  // namespace detail
 
@@ -512,7 +522,7 @@ class mpi_transport final : public transport {
   void post_send(int peer, const void* data, std::size_t bytes, std::size_t granularity,
                  const call_signature& sig) override {
     enter();
-    const std::size_t piece = detail::piece_for(opt_.piece_bytes, granularity);
+    const std::size_t piece = detail::piece_for(opt_.piece_bytes, granularity, bytes);
     const std::size_t first = std::min(bytes, piece);
     auto buf = std::make_unique<std::byte[]>(sizeof(detail::wire_header) + first);
     const detail::wire_header h{sig, bytes, piece};
