@@ -111,6 +111,37 @@ TEST_CASE("ring search: the exact packing finds what the greedy one misses on a 
   }
 }
 
+TEST_CASE("ring search: the exact packing stops within any budget on 8 GPUs") {
+  // An irregular 8-GPU box (bench/topo-search-time.sh's odd-8a). A budget that the packing's scan
+  // of its rings passed made the budget left wrap around, and the branch and bound ran for
+  // minutes; every budget must end, with rings no worse than the greedy's.
+  const topology t = read_nvidia_smi(
+      "\tGPU0\tGPU1\tGPU2\tGPU3\tGPU4\tGPU5\tGPU6\tGPU7\tCPU Affinity\tNUMA Affinity\n"
+      "GPU0\t X \tNV1\tNV1\tNODE\tNODE\tNODE\tNODE\tNV2\t0\t0\n"
+      "GPU1\tNV1\t X \tNV2\tNV1\tNODE\tNODE\tNV2\tNODE\t0\t0\n"
+      "GPU2\tNV1\tNV2\t X \tNODE\tNV1\tNODE\tNODE\tNV2\t0\t0\n"
+      "GPU3\tNODE\tNV1\tNODE\t X \tNV2\tNODE\tNODE\tNODE\t0\t0\n"
+      "GPU4\tNODE\tNODE\tNV1\tNV2\t X \tNV1\tNV1\tNV1\t0\t0\n"
+      "GPU5\tNODE\tNODE\tNODE\tNODE\tNV1\t X \tNODE\tNODE\t0\t0\n"
+      "GPU6\tNODE\tNV2\tNODE\tNODE\tNV1\tNODE\t X \tNODE\t0\t0\n"
+      "GPU7\tNV2\tNODE\tNV2\tNODE\tNV1\tNODE\tNODE\t X \t0\t0\n",
+      "odd-8a", {.gpu = find_gpu_arch("V100")});
+  router r(t);
+  ring_search_options greedy;
+  greedy.exact_max_gpus = 0;
+  const double floor = search_rings(r, t.gpus(), greedy).total_GBps;
+  for (std::size_t budget = 1; budget <= 3000000; budget = budget * 3 / 2 + 1000) {
+    ring_search_options o;
+    o.exact_budget = budget;
+    INFO("exact_budget " << budget);
+    const ring_set rs = search_rings(r, t.gpus(), o);
+    CHECK(rs.total_GBps >= floor * (1 - 1e-9));
+    for (const auto& ring : rs.rings) CHECK(is_ring_over(ring, t.gpus()));
+  }
+  ring_search_options o;
+  CHECK(search_rings(r, t.gpus(), o).total_GBps == Approx(1.5 * floor));  // 24 GB/s where the greedy gives 16
+}
+
 TEST_CASE("ring search: as good as every multiset of rings on small random boxes") {
   // An independent reference: every multiset of up to four directed rings through the first GPU,
   // scored by evaluate_rings (sharing counted). Random NVLink bonds (NV1-NV6) on 3-5 V100s, other

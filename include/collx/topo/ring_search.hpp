@@ -11,16 +11,19 @@
 /// wins; on a tie, the faster channels (fewer of them). NCCL's search (src/graph/search.cc) works
 /// the same way in spirit: fixed speed per channel, fewest links shared.
 /// Up to 8 GPUs (ring_search_options::exact_max_gpus), a speed at which these greedy trials fall
-/// short of the channel bound is searched again exactly: every Hamiltonian ring (7! = 5040 at 8
-/// GPUs), then a branch and bound over how many of each to run, within a work budget (about 0.05 s
-/// on this project's 2-core test machine). Why: packed one after another, the greedy rings are not
-/// always the best set. A review compared them with an exact search (every Hamiltonian ring, an
-/// integer program over their counts): best on every machine file in tests/data, but 11-50% short
-/// on 24 of 405 other cases, e.g. DGX-1 GPUs {0, 2, 3, 7}: one ring of 0.72 GB/s where two rings
-/// that each cross the sockets one way give 1.44; a DGX-1 whose GPU0-GPU3 bond is widened from NV2
-/// to NV6: 100 GB/s where NCCL's six rings still give 120. The exact step finds both (tests/
-/// test_topo_model) and matches every multiset of up to four rings on random 3-5 GPU boxes. Past
-/// 8 GPUs, or past the budget, the greedy set stands: on some irregular boxes it is half the best.
+/// short of the channel bound is searched again (detail::exact_ring_packer): every Hamiltonian ring
+/// (7! = 5040 at 8 GPUs), then a branch and bound over how many of each to run, within a work
+/// budget (at most about 0.05 s on this project's 2-core test machine). Why: packed one after
+/// another, the greedy rings are not always the best set. A review compared them with an exact
+/// search (every Hamiltonian ring, an integer program over their counts): best on every machine
+/// file in tests/data, but 11-50% short on 24 of 405 other cases, e.g. DGX-1 GPUs {0, 2, 3, 7}:
+/// one ring of 0.72 GB/s where two rings that each cross the sockets one way give 1.44; a DGX-1
+/// whose GPU0-GPU3 bond is widened from NV2 to NV6: 100 GB/s where NCCL's six rings still give
+/// 120. The second search finds both (tests/test_topo_model), and on random boxes of 2-6 GPUs it
+/// matched every multiset of up to 8 rings (1,700 boxes in a review). It is not exact at 8 GPUs:
+/// its bounds are weak over 5040 rings, and the budget can run out on a speed where nothing better
+/// exists: 6 of 58 random 8-GPU boxes stayed 2-29% short of an integer program's best. Past 8
+/// GPUs the greedy set stands: on some irregular boxes it is half the best.
 ///
 /// Trees: NCCL's double binary tree (Sanders, Speck, Traeff, Parallel Computing 2009) over machines,
 /// with a chain inside each machine; the second tree mirrors (odd machine count) or shifts (even) the
@@ -33,6 +36,7 @@
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,11 +53,13 @@ struct ring_search_options {
   int min_channels = 1;        ///< at least this many: rings are repeated, each at a share of the speed
   int trials = 24;             ///< greedy attempts per candidate speed (the first one unshuffled)
   std::size_t budget = 20000;  ///< depth-first steps per ring attempt
-  /// Up to this many GPUs, a speed at which the greedy packing falls short of the channel bound is
-  /// searched again exactly: every Hamiltonian ring, then a branch and bound over how many of each
-  /// (at most 7! = 5040 rings at 8 GPUs). 0 turns it off.
+  /// Up to this many GPUs (at most 8: larger values act as 8), a speed at which the greedy packing
+  /// falls short of the channel bound is searched again: every Hamiltonian ring (7! = 5040 at 8
+  /// GPUs), then a branch and bound over how many of each, within exact_budget. 0 turns it off.
   std::size_t exact_max_gpus = 8;
-  std::size_t exact_budget = 3000000;  ///< its work in all, in resource uses looked at; past it the best found stands
+  /// The branch and bound's work in all, in resource uses looked at (listing the rings counts too,
+  /// but always runs to the end: about 2 x 10^5 at 8 GPUs); past it the best found stands.
+  std::size_t exact_budget = 3000000;
 };
 
 /// Rings of GPU vertex ids, one per channel.
@@ -126,6 +132,159 @@ inline std::vector<int> ring_in_rank_order(const std::vector<int>& ring, const s
   }
   return order;
 }
+
+namespace detail {
+
+/// search_rings' exact packing for a few GPUs (see the file comment): every Hamiltonian ring through
+/// GPU 0 once, with what one GB/s of it uses of each resource (rings that use the same are one
+/// candidate), then per speed a branch and bound over how many of each ring to run.
+class exact_ring_packer {
+ public:
+  /// The most GPUs: 7! = 5040 rings at 8; 9! at 10 took 230 MB and a second.
+  static constexpr std::size_t max_gpus = 8;
+
+  /// `routes[i][j]`: the route from GPU i to GPU j (i != j) of search_rings' GPUs, which must be at
+  /// most max_gpus. `budget`: work in all over every pack call, in resource uses looked at.
+  exact_ring_packer(const std::vector<std::vector<const route*>>& routes, std::size_t budget) : n_(routes.size()), budget_(budget) {
+    std::map<long, std::size_t> dense;  // resource ids, numbered from 0
+    touching_.resize(2 * n_);
+    std::vector<std::vector<use_list>> hop(n_, std::vector<use_list>(n_));
+    for (std::size_t i = 0; i < n_; ++i)
+      for (std::size_t j = 0; j < n_; ++j)
+        if (i != j)
+          for (const auto& [res, w] : routes[i][j]->load) {
+            const std::size_t d = dense.try_emplace(res, dense.size()).first->second;
+            hop[i][j].emplace_back(d, w);
+            touching_[i].push_back(d), touching_[n_ + j].push_back(d);
+          }
+    nres_ = dense.size();
+    for (auto& group : touching_) {
+      std::sort(group.begin(), group.end());
+      group.erase(std::unique(group.begin(), group.end()), group.end());
+    }
+    enumerate(hop);
+  }
+
+  /// More than `have` rings (up to `bound`) that fit together at `s` GB/s each, as GPU indices in
+  /// ring order; empty when the budget ran out first or there are none.
+  std::vector<std::vector<std::size_t>> pack(double s, int bound, std::size_t have) {
+    std::vector<std::vector<std::size_t>> none;
+    if (steps_ >= budget_) return none;
+    std::vector<std::size_t> ids;  // candidates that fit alone at s
+    std::vector<use_list> uses;    // their utilisation at s
+    for (std::size_t k = 0; k < uses_.size(); ++k) {
+      use_list u = uses_[k];
+      bool fits = true;
+      for (auto& [res, x] : u) x *= s, fits = fits && x <= 1 + eps;
+      steps_ += u.size();
+      if (fits) ids.push_back(k), uses.push_back(std::move(u));
+    }
+    const std::size_t m = uses.size();
+    // Candidates that use the least in all first: good packings come early.
+    std::vector<std::size_t> by(m);
+    std::vector<double> total_use(m, 0.0);
+    for (std::size_t k = 0; k < m; ++k) {
+      by[k] = k;
+      for (const auto& [res, u] : uses[k]) total_use[k] += u;
+    }
+    std::stable_sort(by.begin(), by.end(), [&](std::size_t x, std::size_t y) { return total_use[x] < total_use[y]; });
+    // For the bounds: least_by_all[res], what every candidate uses of res at least (0 if one does
+    // not use it); least_by_users[res], the least of those that use it.
+    const double inf = std::numeric_limits<double>::infinity();
+    std::vector<double> least_by_users(nres_, inf), least_by_all(nres_, 0.0);
+    std::vector<std::size_t> users(nres_, 0);
+    for (const use_list& u : uses)
+      for (const auto& [res, x] : u) least_by_users[res] = std::min(least_by_users[res], x), ++users[res];
+    for (std::size_t res = 0; res < nres_; ++res)
+      if (users[res] == m) least_by_all[res] = least_by_users[res];
+    std::vector<double> left(nres_, 1.0);
+    std::vector<std::size_t> chosen, best_chosen;
+    std::size_t best_count = have;
+    // A speed may take a quarter of what is left: one where no better set exists (the search must
+    // try every one) leaves some to slower speeds.
+    const std::size_t stop = steps_ + (budget_ - std::min(budget_, steps_)) / 4;  // the scan above may have passed it
+    // floor(x + 1e-6): a count that divides exactly up to rounding is not lost.
+    auto search = [&](auto& self, std::size_t from) -> void {
+      if (chosen.size() > best_count) best_count = chosen.size(), best_chosen = chosen;
+      if (best_count >= static_cast<std::size_t>(bound) || steps_ > stop || steps_ > budget_) return;
+      steps_ += nres_;
+      double more = static_cast<double>(bound) - static_cast<double>(chosen.size());
+      for (std::size_t res = 0; res < nres_; ++res)
+        if (least_by_all[res] > 0) more = std::min(more, std::floor(left[res] / least_by_all[res] + 1e-6));
+      // Every ring leaves (enters) each GPU once, using some resource on the routes out of (into)
+      // it: no more rings than such uses the resources there still hold.
+      for (const auto& group : touching_) {
+        double uses_left = 0;
+        for (std::size_t res : group)
+          if (least_by_users[res] < inf) uses_left += std::floor(left[res] / least_by_users[res] + 1e-6);
+        more = std::min(more, uses_left);
+      }
+      if (static_cast<double>(chosen.size()) + more <= static_cast<double>(best_count)) return;
+      for (std::size_t k = from; k < m && best_count < static_cast<std::size_t>(bound) && steps_ <= stop && steps_ <= budget_; ++k) {
+        const use_list& u = uses[by[k]];
+        steps_ += u.size();
+        bool fits = true;
+        for (const auto& [res, x] : u) fits = fits && left[res] - x >= -eps;
+        if (!fits) continue;
+        for (const auto& [res, x] : u) left[res] -= x;
+        chosen.push_back(by[k]);
+        self(self, k);
+        chosen.pop_back();
+        for (const auto& [res, x] : u) left[res] += x;
+      }
+    };
+    search(search, 0);
+    std::vector<std::vector<std::size_t>> rings;
+    for (std::size_t k : best_chosen) rings.push_back(orders_[ids[k]]);
+    return rings;
+  }
+
+ private:
+  using use_list = std::vector<std::pair<std::size_t, double>>;  // (resource, utilisation), nonzero ones
+  static constexpr double eps = 1e-9;  // as search_rings': a resource full up to rounding still fits
+
+  // Every directed ring through GPU 0, depth first; counted against the budget.
+  void enumerate(const std::vector<std::vector<use_list>>& hop) {
+    std::map<std::vector<std::pair<std::size_t, long long>>, std::size_t> seen;  // uses rounded to 1e-12
+    std::vector<double> acc(nres_, 0.0);
+    std::vector<std::size_t> path{0};
+    std::vector<bool> on(n_, false);
+    on[0] = true;
+    auto add = [&](std::size_t i, std::size_t j, double sign) {
+      steps_ += hop[i][j].size();
+      for (const auto& [res, w] : hop[i][j]) acc[res] += sign * w;
+    };
+    auto extend = [&](auto& self) -> void {
+      const std::size_t at = path.back();
+      if (path.size() == n_) {
+        add(at, 0, 1);
+        use_list u;
+        std::vector<std::pair<std::size_t, long long>> key;
+        for (std::size_t res = 0; res < nres_; ++res)
+          if (acc[res] > 1e-12) u.emplace_back(res, acc[res]), key.emplace_back(res, std::llround(acc[res] * 1e12));
+        if (seen.try_emplace(std::move(key), orders_.size()).second) orders_.push_back(path), uses_.push_back(std::move(u));
+        add(at, 0, -1);
+        return;
+      }
+      for (std::size_t j = 1; j < n_; ++j)
+        if (!on[j]) {
+          add(at, j, 1);
+          on[j] = true, path.push_back(j);
+          self(self);
+          on[j] = false, path.pop_back();
+          add(at, j, -1);
+        }
+    };
+    extend(extend);
+  }
+
+  std::size_t n_, budget_, nres_ = 0, steps_ = 0;
+  std::vector<std::vector<std::size_t>> touching_;  // resources on the routes out of GPU i, then into it (n + i)
+  std::vector<std::vector<std::size_t>> orders_;    // candidate rings
+  std::vector<use_list> uses_;                      // their use per GB/s
+};
+
+}  // namespace detail
 
 /// Searches rings over `gpus` (GPU vertex ids, one machine) as the file comment describes.
 /// One GPU gives one ring of one GPU and infinite bandwidth (nothing moves).
@@ -308,142 +467,9 @@ inline ring_set search_rings(router& r, const std::vector<int>& gpus, ring_searc
     return std::vector<int>{};
   };
 
-  // The exact packing (a few GPUs): resources get dense indices, and each GPU the resources on the
-  // routes out of it (touching[i]) and into it (touching[n + i]).
-  const bool exact = n <= opt.exact_max_gpus;  // searched again exactly where the greedy falls short
-  std::map<long, std::size_t> dense;
-  std::vector<std::vector<std::size_t>> touching(exact ? 2 * n : 0);
-  for (std::size_t i = 0; i < n && exact; ++i)
-    for (std::size_t j = 0; j < n; ++j)
-      if (i != j)
-        for (const auto& [res, w] : R[i][j]->load) {
-          const std::size_t d = dense.try_emplace(res, dense.size()).first->second;
-          touching[i].push_back(d), touching[n + j].push_back(d);
-        }
-  const std::size_t nres = dense.size();
-  for (auto& group : touching) {
-    std::sort(group.begin(), group.end());
-    group.erase(std::unique(group.begin(), group.end()), group.end());
-  }
-  std::size_t exact_steps = 0;  // over every speed
-  // Every Hamiltonian ring through GPU 0 with what one GB/s of it uses of each resource; made once,
-  // when first needed. Rings that use the same are one candidate.
-  using use_list = std::vector<std::pair<std::size_t, double>>;  // (resource, utilisation), nonzero ones
-  std::vector<std::vector<std::size_t>> all_orders;
-  std::vector<use_list> all_uses;
-  auto enumerate_rings = [&] {
-    std::vector<std::vector<use_list>> hop(n, std::vector<use_list>(n));
-    for (std::size_t i = 0; i < n; ++i)
-      for (std::size_t j = 0; j < n; ++j)
-        if (i != j)
-          for (const auto& [res, w] : R[i][j]->load) hop[i][j].emplace_back(dense.at(res), w);
-    std::map<std::vector<std::pair<std::size_t, long long>>, std::size_t> seen;  // uses rounded to 1e-12
-    std::vector<double> acc(nres, 0.0);
-    std::vector<std::size_t> path{0};
-    std::vector<bool> on(n, false);
-    on[0] = true;
-    auto add = [&](std::size_t i, std::size_t j, double sign) {
-      exact_steps += hop[i][j].size();
-      for (const auto& [res, w] : hop[i][j]) acc[res] += sign * w;
-    };
-    auto extend = [&](auto& self) -> void {
-      const std::size_t at = path.back();
-      if (path.size() == n) {
-        add(at, 0, 1);
-        use_list u;
-        std::vector<std::pair<std::size_t, long long>> key;
-        for (std::size_t res = 0; res < nres; ++res)
-          if (acc[res] > 1e-12) u.emplace_back(res, acc[res]), key.emplace_back(res, std::llround(acc[res] * 1e12));
-        if (seen.try_emplace(std::move(key), all_orders.size()).second) all_orders.push_back(path), all_uses.push_back(std::move(u));
-        add(at, 0, -1);
-        return;
-      }
-      for (std::size_t j = 1; j < n; ++j)
-        if (!on[j]) {
-          add(at, j, 1);
-          on[j] = true, path.push_back(j);
-          self(self);
-          on[j] = false, path.pop_back();
-          add(at, j, -1);
-        }
-    };
-    extend(extend);
-  };
-  // Exact packing at speed s: more than `have` rings (up to `bound`), or none. A depth-first search
-  // picks candidates that fit alone at s, with repetition, in order, bounded by how many rings
-  // each resource, and the resources around each GPU, can still hold.
-  auto exact_pack = [&](double s, int bound, std::size_t have) {
-    if (all_orders.empty()) enumerate_rings();
-    std::vector<std::size_t> ids;  // into all_orders
-    std::vector<use_list> uses;    // utilisation at s
-    for (std::size_t k = 0; k < all_uses.size(); ++k) {
-      use_list u = all_uses[k];
-      bool fits = true;
-      for (auto& [res, x] : u) x *= s, fits = fits && x <= 1 + eps;
-      exact_steps += u.size();
-      if (fits) ids.push_back(k), uses.push_back(std::move(u));
-    }
-    const std::size_t m = uses.size();
-    // Candidates that use the least in all first: good packings come early.
-    std::vector<std::size_t> by(m);
-    std::vector<double> total_use(m, 0.0);
-    for (std::size_t k = 0; k < m; ++k) {
-      by[k] = k;
-      for (const auto& [res, u] : uses[k]) total_use[k] += u;
-    }
-    std::stable_sort(by.begin(), by.end(), [&](std::size_t x, std::size_t y) { return total_use[x] < total_use[y]; });
-    // least[res]: the least use of res by any candidate (0 when some candidate does not use it);
-    // least_used[res]: the least by those that use it.
-    const double inf = std::numeric_limits<double>::infinity();
-    std::vector<double> least_used(nres, inf), least(nres, inf);
-    std::vector<std::size_t> users(nres, 0);
-    for (const use_list& u : uses)
-      for (const auto& [res, x] : u) least_used[res] = std::min(least_used[res], x), ++users[res];
-    for (std::size_t res = 0; res < nres; ++res) least[res] = users[res] == m ? least_used[res] : 0.0;
-    std::vector<double> left(nres, 1.0);
-    std::vector<std::size_t> chosen, best_chosen;
-    std::size_t best_count = have;
-    // A speed may take a quarter of what is left: one where no better set exists (the search must
-    // try every one) leaves some to slower speeds.
-    const std::size_t stop = exact_steps + (opt.exact_budget - std::min(opt.exact_budget, exact_steps)) / 4;
-    auto pack = [&](auto& self, std::size_t from) -> void {
-      if (chosen.size() > best_count) best_count = chosen.size(), best_chosen = chosen;
-      if (best_count >= static_cast<std::size_t>(bound) || exact_steps > stop) return;
-      exact_steps += nres;
-      double more = static_cast<double>(bound) - static_cast<double>(chosen.size());
-      for (std::size_t res = 0; res < nres; ++res)
-        if (least[res] > 0) more = std::min(more, std::floor(left[res] / least[res] + 1e-6));
-      // Every ring leaves (enters) each GPU once, using some resource on the routes out of (into)
-      // it: no more rings than such uses the resources there still hold.
-      for (const auto& group : touching) {
-        double uses_left = 0;
-        for (std::size_t res : group)
-          if (least_used[res] < inf) uses_left += std::floor(left[res] / least_used[res] + 1e-6);
-        more = std::min(more, uses_left);
-      }
-      if (static_cast<double>(chosen.size()) + more <= static_cast<double>(best_count)) return;
-      for (std::size_t k = from; k < m && best_count < static_cast<std::size_t>(bound) && exact_steps <= stop; ++k) {
-        const use_list& u = uses[by[k]];
-        exact_steps += u.size();
-        bool fits = true;
-        for (const auto& [res, x] : u) fits = fits && left[res] - x >= -eps;
-        if (!fits) continue;
-        for (const auto& [res, x] : u) left[res] -= x;
-        chosen.push_back(by[k]);
-        self(self, k);
-        chosen.pop_back();
-        for (const auto& [res, x] : u) left[res] += x;
-      }
-    };
-    pack(pack, 0);
-    std::vector<std::vector<int>> rings;
-    for (std::size_t k : best_chosen) {
-      std::vector<int> ring;
-      for (std::size_t v : all_orders[ids[k]]) ring.push_back(gpus[v]);
-      rings.push_back(std::move(ring));
-    }
-    return rings;
-  };
+  // Up to 8 GPUs, the exact packing (made when first needed: most searches never need it).
+  std::optional<detail::exact_ring_packer> exact;
+  const bool exact_allowed = n <= std::min<std::size_t>(opt.exact_max_gpus, detail::exact_ring_packer::max_gpus) && opt.exact_budget > 0;
 
   double best_total = 0;
   std::vector<std::vector<int>> best;
@@ -473,8 +499,16 @@ inline ring_set search_rings(router& r, const std::vector<int>& gpus, ring_searc
     }
     // Searched again only for more rings than the greedy's and than the best total so far needs.
     const auto beaten = std::max(got.size(), static_cast<std::size_t>(std::floor(best_total / s * (1 + 1e-9))));
-    if (exact && beaten < static_cast<std::size_t>(bound) && exact_steps < opt.exact_budget)
-      if (auto packed = exact_pack(s, bound, beaten); packed.size() > beaten) got = std::move(packed);
+    if (exact_allowed && beaten < static_cast<std::size_t>(bound)) {
+      if (!exact) exact.emplace(R, opt.exact_budget);
+      if (auto packed = exact->pack(s, bound, beaten); packed.size() > beaten) {
+        got.clear();
+        for (const auto& order : packed) {
+          got.emplace_back();
+          for (std::size_t v : order) got.back().push_back(gpus[v]);
+        }
+      }
+    }
     const double total = s * static_cast<double>(got.size());
     if (!got.empty() && total > best_total * (1 + 1e-9)) best_total = total, best = std::move(got);
   }
