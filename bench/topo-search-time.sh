@@ -15,7 +15,8 @@
 #             NVLink goes to GPU 3, so rings cross the sockets through host memory;
 #   dgx1-nv6  the DGX-1 with its GPU0-GPU3 bond widened from NV2 to NV6 (as A100s: 10 NVLinks on
 #             GPU0 and GPU3, more than a V100 has);
-#   odd-8a, odd-8b  two random 8-GPU V100 boxes (NV1/NV2 bonds, the rest PCIe, one socket).
+#   odd-8a, odd-8b  two random 8-GPU V100 boxes (NV1/NV2 bonds, the rest PCIe, one socket); odd-8a
+#             is tests/data/topologies/synthetic-8gpu-irregular-v100-topo-m.txt.
 # Prints per machine the median seconds of each build, their ratio, and each build's ring line
 # ("Rings: C channel(s) ... T GB/s in all"), which agree unless one build finds better rings.
 set -euo pipefail
@@ -58,10 +59,13 @@ seconds() {  # seconds one `collx-topo show FILE ARGS...` takes
 }
 median() { sort -g | awk '{ v[NR] = $1 } END { print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
-# The small machines: a DGX-1 matrix (widened) and two random 8-GPU boxes.
+# The small machines: a DGX-1 matrix (widened), and random 8-GPU boxes (odd-8a from the tests' data).
 here=$(cd "$(dirname "$0")" && pwd)
 dgx1="$here/../tests/data/topologies/v100-sxm2-8gpu-dgx1-like-oneflow-topo-m.txt"
-[ -r "$dgx1" ] || { echo "$0: missing $dgx1" >&2; exit 1; }
+odd8a="$here/../tests/data/topologies/synthetic-8gpu-irregular-v100-topo-m.txt"
+for f in "$dgx1" "$odd8a"; do
+  [ -r "$f" ] || { echo "$0: missing $f" >&2; exit 1; }
+done
 # NV2 -> NV6 in GPU0's cell for GPU3 and GPU3's for GPU0 (rows, not the header: fields 5 and 2, the row name first).
 awk '/^GPU0[ \t]/ { $5 = "NV6" } /^GPU3[ \t]/ { $2 = "NV6" } { print }' "$dgx1" > "$dir/dgx1-nv6.txt"
 grep -q 'NV6' "$dir/dgx1-nv6.txt" || { echo "$0: could not widen $dgx1" >&2; exit 1; }
@@ -70,9 +74,6 @@ box() {  # box ROWS...: an 8-GPU matrix from rows of 8 cells (X on the diagonal)
   local i=0 row
   for row in "$@"; do printf 'GPU%d\t%s\t0\t0\n' "$i" "$(echo "$row" | tr ' ' '\t')"; i=$((i + 1)); done
 }
-box " X  NV1  NV1  NODE NODE NODE NODE NV2" "NV1  X  NV2  NV1  NODE NODE NV2  NODE" "NV1  NV2  X  NODE NV1  NODE NODE NV2" \
-    "NODE NV1  NODE X  NV2  NODE NODE NODE" "NODE NODE NV1  NV2  X  NV1  NV1  NV1" "NODE NODE NODE NODE NV1  X  NODE NODE" \
-    "NODE NV2  NODE NODE NV1  NODE X  NODE" "NV2  NODE NV2  NODE NV1  NODE NODE X " | sed 's/\t\t*/\t/g' > "$dir/odd-8a.txt"
 box " X  NV2  NODE NV1  NODE NV1  NODE NODE" "NV2  X  NV1  NODE NODE NODE NV1  NODE" "NODE NV1  X  NV2  NV1  NODE NODE NODE" \
     "NV1  NODE NV2  X  NODE NODE NODE NV1" "NODE NODE NV1  NODE X  NV2  NODE NV1" "NV1  NODE NODE NODE NV2  X  NV1  NODE" \
     "NODE NV1  NODE NODE NODE NV1  X  NV2" "NODE NODE NODE NV1  NV1  NODE NV2  X " | sed 's/\t\t*/\t/g' > "$dir/odd-8b.txt"
@@ -87,6 +88,7 @@ for spec in sys:32 sys:100 sys:200 trays:64 trays:200 trays:400 dgx1-0237 dgx1-n
       matrix "$n" "$([ "$kind" = sys ] && echo 1 || echo 8)" > "$dir/$name.txt"
       args=("$dir/$name.txt") ;;
     dgx1-0237) name=$spec args=("$dgx1" --gpus 0,2,3,7) ;;
+    odd-8a) name=$spec args=("$odd8a" --gpu V100) ;;
     dgx1-nv6) name=$spec args=("$dir/$name.txt" --gpu A100) ;;  # 10 NVLinks on GPU0: more than a V100 has
     *) name=$spec args=("$dir/$name.txt" --gpu V100) ;;
   esac

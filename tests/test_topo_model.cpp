@@ -71,14 +71,14 @@ TEST_CASE("DGX-1: collx's rings reach NCCL's bottleneck bandwidth per channel an
   CHECK(ours.total_GBps == Approx(6 * 20.0));
 }
 
-TEST_CASE("ring search: the exact packing finds what the greedy one misses on a few GPUs") {
+TEST_CASE("ring search: the second packing finds what the greedy one misses on a few GPUs") {
   const std::string dgx1 = topo_fixture("dgx1-v100-como-nccl-topo.xml");
   ring_search_options greedy;
   greedy.exact_max_gpus = 0;
   SECTION("DGX-1 GPUs 0, 2, 3 and 7: two rings, each crossing the sockets one way") {
     // GPU 7's only NVLink here goes to GPU 3, so every ring takes one host-staged hop across the
     // sockets (PCIe Gen3: 0.72 GB/s each way); the greedy packing's one ring left the other
-    // direction idle, the exact packing adds the ring that crosses the other way.
+    // direction idle, the second packing adds the ring that crosses the other way.
     const topology t = read_nccl_topology(dgx1, "dgx1");
     router r(t);
     const std::vector<int> gpus{t.gpu(0), t.gpu(2), t.gpu(3), t.gpu(7)};
@@ -111,21 +111,12 @@ TEST_CASE("ring search: the exact packing finds what the greedy one misses on a 
   }
 }
 
-TEST_CASE("ring search: the exact packing stops within any budget on 8 GPUs") {
+TEST_CASE("ring search: the second packing stops within any budget on 8 GPUs") {
   // An irregular 8-GPU box (bench/topo-search-time.sh's odd-8a). A budget that the packing's scan
   // of its rings passed made the budget left wrap around, and the branch and bound ran for
   // minutes; every budget must end, with rings no worse than the greedy's.
-  const topology t = read_nvidia_smi(
-      "\tGPU0\tGPU1\tGPU2\tGPU3\tGPU4\tGPU5\tGPU6\tGPU7\tCPU Affinity\tNUMA Affinity\n"
-      "GPU0\t X \tNV1\tNV1\tNODE\tNODE\tNODE\tNODE\tNV2\t0\t0\n"
-      "GPU1\tNV1\t X \tNV2\tNV1\tNODE\tNODE\tNV2\tNODE\t0\t0\n"
-      "GPU2\tNV1\tNV2\t X \tNODE\tNV1\tNODE\tNODE\tNV2\t0\t0\n"
-      "GPU3\tNODE\tNV1\tNODE\t X \tNV2\tNODE\tNODE\tNODE\t0\t0\n"
-      "GPU4\tNODE\tNODE\tNV1\tNV2\t X \tNV1\tNV1\tNV1\t0\t0\n"
-      "GPU5\tNODE\tNODE\tNODE\tNODE\tNV1\t X \tNODE\tNODE\t0\t0\n"
-      "GPU6\tNODE\tNV2\tNODE\tNODE\tNV1\tNODE\t X \tNODE\t0\t0\n"
-      "GPU7\tNV2\tNODE\tNV2\tNODE\tNV1\tNODE\tNODE\t X \t0\t0\n",
-      "odd-8a", {.gpu = find_gpu_arch("V100")});
+  const topology t = read_nvidia_smi(topo_fixture("synthetic-8gpu-irregular-v100-topo-m.txt"), "odd-8a",
+                                     {.gpu = find_gpu_arch("V100")});
   router r(t);
   ring_search_options greedy;
   greedy.exact_max_gpus = 0;
