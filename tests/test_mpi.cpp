@@ -838,6 +838,16 @@ void tiny_pieces() {
   check(d::later_pieces(big, d::piece_for(8, 8, big)) + 1 <= d::max_pieces, "4 MiB in 8-byte pieces: at most max_pieces");
   check(d::piece_for(8, 8, 4096) == 8 && d::piece_for(5001, 8, big) == 5000, "piece_bytes kept where the count allows");
   check(d::piece_for(8, 12, big) % 12 == 0 && d::piece_for(1, 3, 2) == 3, "pieces of whole elements");
+  // A message sent while many sends are posted (a call to many peers) gets fewer, larger pieces.
+  const std::uint64_t block = 65536;  // 8192 pieces of 8 bytes
+  check(d::piece_for(8, 8, block, 0) == 8 && d::piece_for(8, 8, block, d::max_sends_in_flight - d::max_pieces) == 8,
+        "no larger pieces while the sends in flight leave room");
+  const std::size_t squeezed = d::piece_for(8, 8, block, d::max_sends_in_flight - 384);
+  check(squeezed % 8 == 0 && d::later_pieces(block, squeezed) + 1 <= 384 && squeezed < 256,
+        "pieces just large enough for the room left");
+  check(d::piece_for(8, 8, block, d::max_sends_in_flight) == block / d::min_pieces &&
+            d::piece_for(8, 8, block, 10 * d::max_sends_in_flight) == block / d::min_pieces,
+        "min_pieces once the room is used up");
   collx::mpi::mpi_options tiny;
   tiny.piece_bytes = 8;
   collx::communicator c = collx::mpi::connect(MPI_COMM_WORLD, {}, tiny);
@@ -853,6 +863,17 @@ void tiny_pieces() {
   same = true;
   for (std::size_t i = 0; i < count && same; ++i) same = out[i] == 1e7 * (n * (n - 1) / 2) + n * static_cast<double>(i);
   check(same, "direct all-reduce of 4 MiB in 8-byte pieces");
+  // All-to-all posts every peer's message at once: with 4 ranks the third is sent after 16384
+  // pieces and goes in 16 (the receiver takes each message's piece size from its header).
+  const std::size_t per = block / sizeof(double);
+  std::vector<double> send(per * static_cast<std::size_t>(n)), recv(send.size(), -1.0);
+  for (std::size_t i = 0; i < send.size(); ++i) send[i] = g_rank * 1e7 + static_cast<double>(i);
+  collx::all_to_all<collx::algo::direct>(c, std::span<const double>(send), std::span<double>(recv));
+  same = true;
+  for (int p = 0; p < n && same; ++p)
+    for (std::size_t i = 0; i < per && same; ++i)
+      same = recv[static_cast<std::size_t>(p) * per + i] == p * 1e7 + static_cast<double>(static_cast<std::size_t>(g_rank) * per + i);
+  check(same, "direct all-to-all of 64 KiB blocks in 8-byte pieces, the last peers' in larger ones");
 }
 
 int main(int argc, char** argv) {

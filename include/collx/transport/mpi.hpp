@@ -69,7 +69,9 @@ struct mpi_options {
   /// receiver's staging memory (2 pieces per communicator) and sets the pipelining grain. A
   /// message is cut into at most detail::max_pieces pieces, so one that would need more gets
   /// larger ones (and the receiver larger staging): each piece is a send in flight at once, and
-  /// MPICH aborted the process with half a million of them (4 MiB in 8-byte pieces).
+  /// MPICH aborted the process with half a million of them (4 MiB in 8-byte pieces). Likewise a
+  /// message sent while detail::max_sends_in_flight sends are posted (a call to many peers) gets
+  /// fewer, larger pieces.
   std::size_t piece_bytes = std::size_t{1} << 20;
 };
 
@@ -127,12 +129,24 @@ inline std::size_t later_piece_bytes(std::uint64_t bytes, std::uint64_t piece, s
 /// Open MPI slowed down past some ten thousand (8 MiB in 8-byte pieces took a minute); MPICH
 /// aborted at half a million ("Assertion failed ... req != NULL").
 inline constexpr std::uint64_t max_pieces = 8192;
-/// The piece size for a message of `bytes` in elements of `granularity` bytes: `piece_bytes` in
-/// whole elements (at least one), larger where the message would need more than max_pieces.
-inline std::size_t piece_for(std::size_t piece_bytes, std::size_t granularity, std::uint64_t bytes) noexcept {
+/// Sends one transport has posted since its last wait_sends past which a further message is cut
+/// into fewer, larger pieces: a call sending to many peers posts all their messages at once, and
+/// MPICH 4.0 (ch4:ucx) aborted a process with between 262,144 and 400,000 sends in flight.
+inline constexpr std::uint64_t max_sends_in_flight = 16384;
+/// Fewest pieces max_sends_in_flight cuts a message down to (more peers than that limit / 16
+/// still add 16 sends each, so the receivers' staging stays bounded by the message / 16).
+inline constexpr std::uint64_t min_pieces = 16;
+/// The piece size for a message of `bytes` in elements of `granularity` bytes, sent while
+/// `in_flight` sends are posted: `piece_bytes` in whole elements (at least one), larger where the
+/// message would need more than max_pieces, or more than max_sends_in_flight leaves (at least
+/// min_pieces). Every piece but the last has this size; the receiver reads it from the header.
+inline std::size_t piece_for(std::size_t piece_bytes, std::size_t granularity, std::uint64_t bytes,
+                             std::uint64_t in_flight = 0) noexcept {
   const std::size_t g = std::max<std::size_t>(1, granularity);
   const std::size_t cap = std::max(g, std::size_t{INT_MAX / 2} / g * g);  // a piece's count is an int
-  const std::uint64_t fewest = (bytes + max_pieces - 1) / max_pieces;     // bytes per piece at max_pieces
+  const std::uint64_t left = max_sends_in_flight - std::min(in_flight, max_sends_in_flight);
+  const std::uint64_t most = std::min(max_pieces, std::max(min_pieces, left));
+  const std::uint64_t fewest = (bytes + most - 1) / most;  // bytes per piece at `most` pieces
   const std::uint64_t wanted = std::max<std::uint64_t>(std::min(piece_bytes, cap), (fewest + g - 1) / g * g);
   return static_cast<std::size_t>(std::min<std::uint64_t>(std::max<std::uint64_t>(g, wanted / g * g), cap));
 }
@@ -522,7 +536,7 @@ class mpi_transport final : public transport {
   void post_send(int peer, const void* data, std::size_t bytes, std::size_t granularity,
                  const call_signature& sig) override {
     enter();
-    const std::size_t piece = detail::piece_for(opt_.piece_bytes, granularity, bytes);
+    const std::size_t piece = detail::piece_for(opt_.piece_bytes, granularity, bytes, sends_.size());
     const std::size_t first = std::min(bytes, piece);
     auto buf = std::make_unique<std::byte[]>(sizeof(detail::wire_header) + first);
     const detail::wire_header h{sig, bytes, piece};
