@@ -117,6 +117,14 @@ for bad in COLLX_CMA=maybe COLLX_SHM_BYTES_PER_PEER=100 COLLX_TIMEOUT=-1 COLLX_S
   lines=$(printf '%s\n' "$err" | grep -c "")
   [ "$lines" -eq 1 ] || fail "collx-run with $bad said $lines lines, not one (no usage text for the environment): $err"
 done
+# A well-formed staging size too large for this job's segment (3^2 pairs past 2^62 bytes) too: the
+# check took no world size, so the ranks started and each refused it.
+err=$(COLLX_SHM_BYTES_PER_PEER=1152921504606846976 "$run" -n 3 true 2>&1); rc=$?
+[ $rc -eq 2 ] || fail "collx-run with a COLLX_SHM_BYTES_PER_PEER too large for 3 ranks exited $rc, not 2: $err"
+case $err in "collx-run: COLLX_SHM_BYTES_PER_PEER"*"too large: the segment of 3 ranks would exceed 2^62 bytes") ;;
+  *) fail "collx-run with a too large COLLX_SHM_BYTES_PER_PEER: $err" ;; esac
+err=$(COLLX_SHM_BYTES_PER_PEER=1152921504606846976 "$run" -n 1 true 2>&1); rc=$?
+[ $rc -eq 0 ] || fail "collx-run -n 1 with 2^60 bytes per pair (one pair: within 2^62) exited $rc: $err"
 
 # Ranks that end together: the one killed by a signal is the failure named, not a peer that exited
 # with an error just after it. collx-run is stopped while both end, so that one pass finds both.

@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
     // The variables every rank reads when it makes its communicator: a bad one is said once here,
     // as a usage error, instead of by every rank with status 1.
     (void)collx::communicator_options{};  // COLLX_TIMEOUT, COLLX_SEGMENT_BYTES, COLLX_ALGO
-    (void)collx::shm_bytes_per_peer_from_environment();
+    (void)collx::shm_bytes_per_peer(0, n);  // also too large for n ranks' segment
     (void)collx::shm_cma_from_environment(-1);
     (void)collx::shm_connect_timeout_from_environment();
   } catch (const collx::error& e) {  // the environment, not the command line: no usage text

@@ -103,6 +103,26 @@ inline std::size_t shm_bytes_per_peer_from_environment() {
   return bytes;
 }
 
+/// The staging bytes per pair of ranks a shared-memory communicator of `world_size` ranks uses:
+/// `requested` (shm_options::bytes_per_peer) unless 0, else COLLX_SHM_BYTES_PER_PEER, else 64 MiB
+/// over world_size^2 pairs within [64 KiB, 1 MiB].
+/// @throws collx::error(invalid_argument) for a value below 4096 bytes, a malformed variable, or a
+/// value whose segment (world_size^2 pairs) would exceed 2^62 bytes (its size would wrap, or not
+/// fit the off_t posix_fallocate takes, and a wrapped size maps a segment smaller than its layout).
+inline std::size_t shm_bytes_per_peer(std::size_t requested, int world_size) {
+  std::size_t per_peer = requested;
+  if (!per_peer) per_peer = shm_bytes_per_peer_from_environment();
+  const std::size_t pairs = static_cast<std::size_t>(world_size) * static_cast<std::size_t>(world_size);
+  if (!per_peer) per_peer = std::clamp<std::size_t>((std::size_t{64} << 20) / pairs, 64 << 10, 1 << 20);
+  if (per_peer < 4096)
+    COLLX_THROW(errc::invalid_argument, "shm_options::bytes_per_peer of " + std::to_string(per_peer) + " must be at least 4096 bytes");
+  if (per_peer > (std::size_t{1} << 62) / pairs)
+    COLLX_THROW(errc::invalid_argument, "COLLX_SHM_BYTES_PER_PEER (shm_options::bytes_per_peer) of " + std::to_string(per_peer) +
+                                            " bytes is too large: the segment of " + std::to_string(world_size) +
+                                            (world_size == 1 ? " rank" : " ranks") + " would exceed 2^62 bytes");
+  return per_peer;
+}
+
 /// COLLX_CMA as the shared-memory transport reads it (-1 auto, 0 off, 1 on), or `fallback` when unset.
 /// @throws collx::error(invalid_argument) naming the variable for a malformed value.
 inline int shm_cma_from_environment(int fallback) {
@@ -1213,17 +1233,7 @@ class shm_transport final : public transport {
 
   void connect(const shm_options& opt) {
     // Staging geometry: the same on every rank (derived from the world size and the environment).
-    std::size_t per_peer = opt.bytes_per_peer;
-    if (!per_peer) per_peer = shm_bytes_per_peer_from_environment();
-    if (!per_peer) per_peer = std::clamp<std::size_t>((std::size_t{64} << 20) / (static_cast<std::size_t>(n_) * static_cast<std::size_t>(n_)), 64 << 10, 1 << 20);
-    if (per_peer < 4096)
-      COLLX_THROW(errc::invalid_argument, "shm_options::bytes_per_peer of " + std::to_string(per_peer) + " must be at least 4096 bytes");
-    // The segment holds n * n pairs' staging: past 2^62 bytes its size would wrap (or not fit the
-    // off_t that posix_fallocate takes), and a wrapped size maps a segment smaller than its layout.
-    const std::size_t pairs = static_cast<std::size_t>(n_) * static_cast<std::size_t>(n_);
-    if (per_peer > (std::size_t{1} << 62) / pairs)
-      COLLX_THROW(errc::invalid_argument, "COLLX_SHM_BYTES_PER_PEER (shm_options::bytes_per_peer) of " + std::to_string(per_peer) +
-                                              " bytes is too large: " + std::to_string(n_) + " ranks' segment would exceed 2^62 bytes");
+    const std::size_t per_peer = shm_bytes_per_peer(opt.bytes_per_peer, n_);
     slots_ = 8;
     slot_bytes_ = per_peer / slots_ / 64 * 64;
     lay_ = shm_segment::compute(n_, slot_bytes_, slots_);
