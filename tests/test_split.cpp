@@ -129,6 +129,76 @@ TEST_CASE("split's errors reach every rank at once", "[split][errors]") {
   }
 }
 
+// A transport whose group start fails as a shared-memory start does when a member dies: its text
+// numbers the group's ranks. Everything else goes to `inner`, a thread transport. The start fails
+// once every rank has reached it, so that no rank is still in split's exchange when comm fails.
+class group_start_fails final : public collx::transport {
+ public:
+  group_start_fails(collx::transport& inner, std::atomic<int>& arrived) : inner_(inner), arrived_(arrived) {}
+  int rank() const noexcept override { return inner_.rank(); }
+  int size() const noexcept override { return inner_.size(); }
+  std::string_view name() const noexcept override { return inner_.name(); }
+  void post_send(int peer, const void* data, std::size_t bytes, std::size_t granularity,
+                 const collx::call_signature& sig) override {
+    inner_.post_send(peer, data, bytes, granularity, sig);
+  }
+  void recv(int peer, std::size_t bytes, std::size_t granularity, const collx::call_signature& sig,
+            collx::consumer_ref consume) override {
+    inner_.recv(peer, bytes, granularity, sig, consume);
+  }
+  void wait_sends() override { inner_.wait_sends(); }
+  void check() override { inner_.check(); }
+  void fail(collx::errc code, const std::string& why) noexcept override { inner_.fail(code, why); }
+  void adopt_failure(collx::errc code, const std::string& why) noexcept override { inner_.adopt_failure(code, why); }
+  void announce(const collx::call_signature& sig) override { inner_.announce(sig); }
+  void moves_nothing(const collx::call_signature& sig) override { inner_.moves_nothing(sig); }
+  void set_timeout(std::chrono::milliseconds t) noexcept override { inner_.set_timeout(t); }
+  bool failure(collx::errc& code, std::string& why) noexcept override { return inner_.failure(code, why); }
+  std::shared_ptr<collx::transport> split(const std::vector<int>& members, int group_rank, int, int, std::uint64_t) override {
+    ++arrived_;
+    while (arrived_.load() < inner_.size()) std::this_thread::sleep_for(1ms);
+    COLLX_THROW(collx::errc::aborted, "rank " + std::to_string((group_rank + 1) % static_cast<int>(members.size())) +
+                                          " (pid 4242) died while rank " + std::to_string(group_rank) + " waits for it");
+  }
+
+ private:
+  collx::transport& inner_;
+  std::atomic<int>& arrived_;
+};
+
+TEST_CASE("a group's start that fails names which ranks of the parent the group's ranks are", "[split][errors]") {
+  // Groups by parity, keys reversed: group 1 is parent ranks 3, 1 (group ranks 0, 1), group 0 is
+  // parent ranks 2, 0. The start's text numbers the group's ranks, as the groups' own failures do
+  // (the previous test), and without the legend read as the parent's: "rank 0 died" on parent
+  // rank 1, whose group rank 0 is parent rank 3.
+  collx::communicator_options opt;
+  opt.timeout = 20s;
+  auto comms = collx::make_thread_communicators(4, opt);
+  std::atomic<int> arrived{0};
+  std::vector<std::string> whys(4);
+  std::vector<collx::errc> codes(4, collx::errc::internal);
+  std::vector<std::thread> threads;
+  for (auto& c : comms)
+    threads.emplace_back([&, inner = &c] {
+      collx::communicator w(std::make_shared<group_start_fails>(inner->get_transport(), arrived), opt);
+      try {
+        (void)collx::split(w, w.rank() % 2, -w.rank());
+      } catch (const collx::error& e) {
+        codes[static_cast<std::size_t>(w.rank())] = e.code();
+        whys[static_cast<std::size_t>(w.rank())] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 4; ++r) {
+    INFO("rank " << r << ": " << whys[static_cast<std::size_t>(r)]);
+    CHECK(codes[static_cast<std::size_t>(r)] == collx::errc::aborted);
+  }
+  CHECK(whys[1] == "rank 1: collx::split, starting the group of color 1 (2 ranks): rank 0 (pid 4242) died while rank 1 "
+                   "waits for it (split group (color 1): its ranks 0, 1 are world ranks 3, 1)");
+  CHECK(whys[2] == "rank 2: collx::split, starting the group of color 0 (2 ranks): rank 1 (pid 4242) died while rank 0 "
+                   "waits for it (split group (color 0): its ranks 0, 1 are world ranks 2, 0)");
+}
+
 TEST_CASE("a group of a split is used by its own async calls", "[split]") {
   // The group has its own progress thread: async calls on the group and the parent interleave.
   std::atomic<int> wrong{0};

@@ -46,7 +46,9 @@ inline constexpr int no_color = -1;
 /// mpi::connect_hierarchical on an MPI communicator of the group for one). Its failures, as its
 /// ranks read them, name the group and which ranks of comm its ranks are ("split group (color 2)
 /// rank 1 (world rank 3) failed: rank 0 (pid N) died ... (split group (color 2): its ranks 0, 1
-/// are world ranks 1, 3)"; for a group of a group, the ranks of the first communicator split).
+/// are world ranks 1, 3)"; for a group of a group, the ranks of the first communicator split), and
+/// so do the errors of its start ("rank 3: collx::split, starting the group of color 2 (2 ranks):
+/// ... (split group (color 2): its ranks 0, 1 are world ranks 1, 3)").
 ///
 /// @param color a group's number, >= 0; or no_color: this rank joins no group.
 /// @param key orders the group's ranks; ties keep comm's order (pass 0, or comm.rank(), for it).
@@ -94,24 +96,26 @@ inline constexpr int no_color = -1;
   communicator_options opt = comm.options();
   opt.ring_order.clear();
   std::shared_ptr<transport> t;
-  const std::string call = "rank " + std::to_string(me) + ": collx::split";
-  try {
-    t = comm.get_transport().split(members, group_rank, color, key, comm.calls_made());
-  } catch (const error& e) {  // the group's own ranks and names: say whose start it was
-    detail::fail_for_escaping(comm, call);
-    COLLX_THROW(e.code(), call + ", starting the group of color " + std::to_string(color) + " (" +
-                              std::to_string(members.size()) + " ranks): " + e.what());
-  } catch (...) {
-    detail::fail_for_escaping(comm, call);
-    throw;
-  }
-  if (!t) return std::nullopt;
   // The group numbers its ranks anew: its failures, as its ranks read them, also say which ranks
   // of comm (of comm's own world, when comm is a group itself) they are.
   const std::vector<int>& above = comm.get_transport().level_world_ranks();
   std::vector<int> world_ranks;
   for (const int m : members) world_ranks.push_back(above.empty() ? m : above.at(static_cast<std::size_t>(m)));
-  t->set_level("split group (color " + std::to_string(color) + ")", std::move(world_ranks));
+  const std::string level = "split group (color " + std::to_string(color) + ")";
+  const std::string call = "rank " + std::to_string(me) + ": collx::split";
+  try {
+    t = comm.get_transport().split(members, group_rank, color, key, comm.calls_made());
+  } catch (const error& e) {  // the group's own ranks and names: say whose start it was, and who they are
+    detail::fail_for_escaping(comm, call);
+    COLLX_THROW(e.code(), call + ", starting the group of color " + std::to_string(color) + " (" +
+                              std::to_string(members.size()) + " ranks): " + e.what() + " (" + level + ": " +
+                              level_ranks_text(world_ranks) + ")");
+  } catch (...) {
+    detail::fail_for_escaping(comm, call);
+    throw;
+  }
+  if (!t) return std::nullopt;
+  t->set_level(level, std::move(world_ranks));
   return communicator(std::move(t), std::move(opt));
 }
 
