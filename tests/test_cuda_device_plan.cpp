@@ -403,7 +403,7 @@ TEST_CASE("device direct all-reduce: two-shot from the size where the cost model
   const double ratio = static_cast<double>(gpu::two_shot_crossover_bytes(8, slow)) /
                        static_cast<double>(gpu::two_shot_crossover_bytes(8, cost));
   CHECK(ratio == Approx(2.0).epsilon(1e-6));
-  // README's figures for the defaults: 494 kB on 8 ranks, 1.7 MB on 4, 3.9 MB on 3.
+  // The defaults' crossovers: 494 kB on 8 ranks, 1.7 MB on 4, 3.9 MB on 3.
   CHECK(static_cast<double>(gpu::two_shot_crossover_bytes(8, cost)) == Approx(494.4e3).epsilon(1e-5));
   CHECK(static_cast<double>(gpu::two_shot_crossover_bytes(4, cost)) == Approx(1.7304e6).epsilon(1e-5));
   CHECK(static_cast<double>(gpu::two_shot_crossover_bytes(3, cost)) == Approx(3.8934e6).epsilon(1e-5));
