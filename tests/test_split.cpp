@@ -157,6 +157,8 @@ class group_start_fails final : public collx::transport {
   std::shared_ptr<collx::transport> split(const std::vector<int>& members, int group_rank, int, int, std::uint64_t) override {
     ++arrived_;
     while (arrived_.load() < inner_.size()) std::this_thread::sleep_for(1ms);
+    if (members.empty())  // no_color: as MPI_Comm_split failing on a rank that joins no group
+      COLLX_THROW(collx::errc::transport, "MPI_Comm_split failed: test");
     COLLX_THROW(collx::errc::aborted, "rank " + std::to_string((group_rank + 1) % static_cast<int>(members.size())) +
                                           " (pid 4242) died while rank " + std::to_string(group_rank) + " waits for it");
   }
@@ -168,21 +170,22 @@ class group_start_fails final : public collx::transport {
 
 TEST_CASE("a group's start that fails names which ranks of the parent the group's ranks are", "[split][errors]") {
   // Groups by parity, keys reversed: group 1 is parent ranks 3, 1 (group ranks 0, 1), group 0 is
-  // parent ranks 2, 0. The start's text numbers the group's ranks, as the groups' own failures do
-  // (the previous test), and without the legend read as the parent's: "rank 0 died" on parent
-  // rank 1, whose group rank 0 is parent rank 3.
+  // parent ranks 2, 0; rank 4 joins none. The start's text numbers the group's ranks, as the
+  // groups' own failures do (the previous test), and without the legend read as the parent's:
+  // "rank 0 died" on parent rank 1, whose group rank 0 is parent rank 3. A rank in no group has
+  // no group to describe (over MPI it still takes part in MPI_Comm_split, which may fail).
   collx::communicator_options opt;
   opt.timeout = 20s;
-  auto comms = collx::make_thread_communicators(4, opt);
+  auto comms = collx::make_thread_communicators(5, opt);
   std::atomic<int> arrived{0};
-  std::vector<std::string> whys(4);
-  std::vector<collx::errc> codes(4, collx::errc::internal);
+  std::vector<std::string> whys(5);
+  std::vector<collx::errc> codes(5, collx::errc::internal);
   std::vector<std::thread> threads;
   for (auto& c : comms)
     threads.emplace_back([&, inner = &c] {
       collx::communicator w(std::make_shared<group_start_fails>(inner->get_transport(), arrived), opt);
       try {
-        (void)collx::split(w, w.rank() % 2, -w.rank());
+        (void)collx::split(w, w.rank() == 4 ? collx::no_color : w.rank() % 2, -w.rank());
       } catch (const collx::error& e) {
         codes[static_cast<std::size_t>(w.rank())] = e.code();
         whys[static_cast<std::size_t>(w.rank())] = e.what();
@@ -193,6 +196,8 @@ TEST_CASE("a group's start that fails names which ranks of the parent the group'
     INFO("rank " << r << ": " << whys[static_cast<std::size_t>(r)]);
     CHECK(codes[static_cast<std::size_t>(r)] == collx::errc::aborted);
   }
+  CHECK(codes[4] == collx::errc::transport);
+  CHECK(whys[4] == "rank 4: collx::split, joining no group: MPI_Comm_split failed: test");
   CHECK(whys[1] == "rank 1: collx::split, starting the group of color 1 (2 ranks): rank 0 (pid 4242) died while rank 1 "
                    "waits for it (split group (color 1): its ranks 0, 1 are world ranks 3, 1)");
   CHECK(whys[2] == "rank 2: collx::split, starting the group of color 0 (2 ranks): rank 1 (pid 4242) died while rank 0 "

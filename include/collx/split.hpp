@@ -107,6 +107,8 @@ inline constexpr int no_color = -1;
     t = comm.get_transport().split(members, group_rank, color, key, comm.calls_made());
   } catch (const error& e) {  // the group's own ranks and names: say whose start it was, and who they are
     detail::fail_for_escaping(comm, call);
+    if (members.empty())  // no_color: over MPI this rank takes part in MPI_Comm_split all the same
+      COLLX_THROW(e.code(), call + ", joining no group: " + e.what());
     COLLX_THROW(e.code(), call + ", starting the group of color " + std::to_string(color) + " (" +
                               std::to_string(members.size()) + " ranks): " + e.what() + " (" + level + ": " +
                               level_ranks_text(world_ranks) + ")");

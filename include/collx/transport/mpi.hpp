@@ -69,9 +69,10 @@ struct mpi_options {
   /// receiver's staging memory (2 pieces per communicator) and sets the pipelining grain. A
   /// message is cut into at most detail::max_pieces pieces, so one that would need more gets
   /// larger ones (and the receiver larger staging): each piece is a send in flight at once, and
-  /// MPICH aborted the process with half a million of them (4 MiB in 8-byte pieces). Likewise a
-  /// message sent while detail::max_sends_in_flight sends are posted (a call to many peers) gets
-  /// fewer, larger pieces.
+  /// MPICH aborted the process with half a million of them (4 MiB in 8-byte pieces). Likewise the
+  /// messages of a call to many peers, posted at once, get fewer, larger pieces once a message
+  /// would take the sends posted since the call's last wait past detail::max_sends_in_flight (at
+  /// least detail::min_pieces each).
   std::size_t piece_bytes = std::size_t{1} << 20;
 };
 
