@@ -130,9 +130,10 @@ inline std::size_t later_piece_bytes(std::uint64_t bytes, std::uint64_t piece, s
 /// Open MPI slowed down past some ten thousand (8 MiB in 8-byte pieces took a minute); MPICH
 /// aborted at half a million ("Assertion failed ... req != NULL").
 inline constexpr std::uint64_t max_pieces = 8192;
-/// Sends one transport has posted since its last wait_sends past which a further message is cut
-/// into fewer, larger pieces: a call sending to many peers posts all their messages at once, and
-/// MPICH 4.0 (ch4:ucx) aborted a process with between 262,144 and 400,000 sends in flight.
+/// Most sends one transport posts between two wait_sends: a further message gets no more pieces
+/// than are left (at least min_pieces), since a call sending to many peers posts all their
+/// messages at once, and MPICH 4.0 (ch4:ucx) aborted a process with between 262,144 and 400,000
+/// sends in flight.
 inline constexpr std::uint64_t max_sends_in_flight = 16384;
 /// Fewest pieces max_sends_in_flight cuts a message down to (more peers than that limit / 16
 /// still add 16 sends each, so the receivers' staging stays bounded by the message / 16).
