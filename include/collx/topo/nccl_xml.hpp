@@ -325,8 +325,12 @@ inline topology read_nccl_topology(std::string_view text, std::string_view sourc
   };
 
   std::vector<int> cpus, numa_ids;  // CPU vertices; the numaids given
+  // Every pair of CPUs gets a link: 10,000 <cpu/> (60 KB of XML) took 7 GB. Machines have a few.
+  constexpr std::size_t max_cpus = 256;
   for (const xml_element& c : root.children) {
     if (c.name != "cpu") fail_at(source, c.pos, "unexpected <" + c.name + "> inside <system> (expected <cpu>)");
+    if (cpus.size() == max_cpus)
+      fail_at(source, c.pos, "more than " + std::to_string(max_cpus) + " <cpu> elements (NUMA nodes), more than any machine has");
     vertex v;
     v.kind = vertex_kind::cpu;
     // numaid -1 (or none): NCCL copies sysfs numa_node, -1 on one-node machines and many VMs.

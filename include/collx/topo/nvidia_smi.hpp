@@ -40,6 +40,10 @@ struct smi_token {
   int col = 1;  // 1-based column in the original line
 };
 
+/// Most device columns (GPUs and NICs) a `nvidia-smi topo -m` matrix may have: real nodes have a
+/// few dozen; collx's synthetic machines (bench/topo-search-time.sh) up to 400 GPUs.
+inline constexpr std::size_t max_smi_devices = 1024;
+
 struct smi_cell {
   path_type type = path_type::unknown;
   int nvlinks = 0;
@@ -137,6 +141,9 @@ inline topology read_nvidia_smi(std::string_view text, std::string_view source =
       else {
         if (!cols.empty() && cols.back().kind != col_kind::device)
           fail_at(source, {l.no, tk[k].col}, "device column '" + w + "' after the affinity columns");
+        // The matrix is devices x devices cells: a 52 KB header of 9000 columns took 3.8 GB.
+        if (devices.size() == max_smi_devices)
+          fail_at(source, {l.no, tk[k].col}, "more than " + std::to_string(max_smi_devices) + " device columns");
         for (const std::string& d : devices)
           if (d == w) fail_at(source, {l.no, tk[k].col}, "column '" + w + "' twice");
         if (w.rfind("GPU", 0) == 0 && all_digits(std::string_view(w).substr(3)) && !is_number(std::string_view(w).substr(3)))
