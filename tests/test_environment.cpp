@@ -1,5 +1,11 @@
 // COLLX_* variables (edge case F3) and launcher environments (torchrun, Open MPI, MPICH, Slurm,
 // collx-run): values parsed or rejected with the variable's name, never turned into garbage.
+
+// First, before anything else includes <unistd.h>: environment.hpp's own declaration of environ
+// (C++ linkage) once made a later <unistd.h> fail to compile.
+#include <collx/environment.hpp>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -306,6 +312,11 @@ TEST_CASE("launchers: torchrun, Open MPI, MPICH, Slurm and collx-run environment
     CHECK(collx::bootstrap::launcher_in_environment() == "Slurm");
     CHECK(collx::bootstrap::detail::slurm_tasks_on_node("4(x2),3", 1) == 4);
     CHECK(collx::bootstrap::detail::slurm_tasks_on_node("4(x2),3", 2) == 3);
+    CHECK(collx::bootstrap::detail::slurm_tasks_on_node("1(x1048576),3", 1048576) == 3);
+    // Malformed (sscanf took these, and summed repeats past INT_MAX: undefined behaviour).
+    for (const char* bad : {"1(x1048576),1(x2147483647)", "4(x-2),3", "-4,3", "0,3", "4(x0),3", "4x,3", "4(x2,3", "4(x2)z,3",
+                            "4 ,3", ",3", "", "99999999,3"})
+      CHECK_FALSE(collx::bootstrap::detail::slurm_tasks_on_node(bad, 1048577).has_value());
   }
   SECTION("a Slurm batch script or salloc shell is one process, not rank 0 of SLURM_NTASKS") {
     // Before, `sbatch -n 4` running a program straight from its script made it rank 0 of 4: it

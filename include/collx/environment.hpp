@@ -15,10 +15,10 @@
 #include <string_view>
 #include <vector>
 
+#include <unistd.h>  // environ (declared with C linkage: a C++ declaration of our own broke a later <unistd.h>)
+
 #include <collx/algo/schedule.hpp>
 #include <collx/error.hpp>
-
-extern char** environ;
 
 namespace collx {
 inline namespace v0 {
