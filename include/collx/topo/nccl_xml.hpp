@@ -147,7 +147,8 @@ inline int pcie_gen_from_speed(const xml_attribute& a, std::string_view src) {
 /// their `<gpu dev=>` (or, for a GPU listed only as a PCI device, by order of appearance, noted);
 /// NICs are NIC0, NIC1, ... in order of appearance with their OS name in vertex::device.
 /// @param source name used in messages (the file name)
-/// @throws collx::error(invalid_argument) naming source:line:col for input outside the format.
+/// @throws collx::error(invalid_argument) naming source:line:col for input outside the format,
+///         or more than 256 `<cpu>` elements.
 inline topology read_nccl_topology(std::string_view text, std::string_view source = "<nccl-topo>", read_options opt = {}) {
   text = detail::utf8_text(text, source);
   using namespace detail;

@@ -84,7 +84,8 @@ inline bool is_number(std::string_view s) { return all_digits(s) && s.size() <= 
 /// Reads `nvidia-smi topo -m` text into a one-machine topology (see the file comment).
 /// @param source name used in messages (the file name)
 /// @throws collx::error(invalid_argument) naming source:line:col for text outside the format, an
-///         asymmetric matrix, X off the diagonal, or cells no PCIe tree gives.
+///         asymmetric matrix, X off the diagonal, cells no PCIe tree gives, or more than
+///         detail::max_smi_devices (1024) device columns.
 inline topology read_nvidia_smi(std::string_view text, std::string_view source = "<nvidia-smi>", read_options opt = {}) {
   text = detail::utf8_text(text, source);
   using namespace detail;
