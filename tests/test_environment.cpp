@@ -313,10 +313,14 @@ TEST_CASE("launchers: torchrun, Open MPI, MPICH, Slurm and collx-run environment
     CHECK(collx::bootstrap::detail::slurm_tasks_on_node("4(x2),3", 1) == 4);
     CHECK(collx::bootstrap::detail::slurm_tasks_on_node("4(x2),3", 2) == 3);
     CHECK(collx::bootstrap::detail::slurm_tasks_on_node("1(x1048576),3", 1048576) == 3);
+    CHECK_FALSE(collx::bootstrap::detail::slurm_tasks_on_node("4(x2),3", 3).has_value());  // fewer nodes
     // Malformed (sscanf took these, and summed repeats past INT_MAX: undefined behaviour).
     for (const char* bad : {"1(x1048576),1(x2147483647)", "4(x-2),3", "-4,3", "0,3", "4(x0),3", "4x,3", "4(x2,3", "4(x2)z,3",
-                            "4 ,3", ",3", "", "99999999,3"})
-      CHECK_FALSE(collx::bootstrap::detail::slurm_tasks_on_node(bad, 1048577).has_value());
+                            "4 ,3", ",3", "", "99999999,3", "4,"}) {
+      INFO(bad);
+      CHECK(error_of([&] { (void)collx::bootstrap::detail::slurm_tasks_on_node(bad, 1048577); })
+                .find("SLURM_STEP_TASKS_PER_NODE=") != std::string::npos);
+    }
   }
   SECTION("a Slurm batch script or salloc shell is one process, not rank 0 of SLURM_NTASKS") {
     // Before, `sbatch -n 4` running a program straight from its script made it rank 0 of 4: it

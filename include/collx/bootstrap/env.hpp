@@ -53,34 +53,28 @@ inline constexpr launcher_vars launchers[] = {
 };
 
 /// Slurm's SLURM_STEP_TASKS_PER_NODE ("4(x2),3") expanded for node `node`; std::nullopt when it
-/// is malformed (an item other than T or T(xR) with T and R in [1, 2^20], text after it) or lists
-/// fewer nodes. Counts are parsed whole: sscanf's "%d(x%d)" took negative, huge and trailing text,
-/// and the sum of repeats overflowed an int (undefined behaviour, found by fuzzing).
+/// lists fewer nodes.
+/// @throws collx::error(invalid_argument) naming the variable for an item other than T or T(xR)
+/// with T and R in [1, 2^20] (env::parse_int: sscanf's "%d(x%d)" took negative, huge and trailing
+/// text, and the sum of repeats overflowed an int, undefined behaviour found by fuzzing).
 inline std::optional<int> slurm_tasks_on_node(std::string_view spec, int node) {
-  constexpr long most = 1 << 20;
-  const auto count = [&](std::string_view digits) -> std::optional<long> {
-    if (digits.empty() || digits.size() > 7 || digits.find_first_not_of("0123456789") != std::string_view::npos)
-      return std::nullopt;
-    const long v = std::stol(std::string(digits));
-    if (v < 1 || v > most) return std::nullopt;
-    return v;
-  };
-  long seen = 0;  // a sum of repeats of at most 2^20 each, one per item of the variable: fits a long
+  constexpr std::string_view name = "SLURM_STEP_TASKS_PER_NODE";
+  constexpr long long most = 1 << 20;
+  long long seen = 0;  // a sum of repeats of at most 2^20 each, one per item of the variable
   std::size_t pos = 0;
-  while (pos < spec.size()) {
+  do {
     std::size_t comma = spec.find(',', pos);
     if (comma == std::string_view::npos) comma = spec.size();
     const std::string_view item = spec.substr(pos, comma - pos);
     const std::size_t open = item.find("(x");
-    const auto tasks = count(item.substr(0, open));
-    std::optional<long> repeat = 1;
-    if (open != std::string_view::npos)
-      repeat = item.back() == ')' ? count(item.substr(open + 2, item.size() - open - 3)) : std::nullopt;
-    if (!tasks || !repeat) return std::nullopt;
-    if (node < seen + *repeat) return static_cast<int>(*tasks);
-    seen += *repeat;
+    if (open != std::string_view::npos && item.back() != ')') env::reject(name, spec, "Slurm's format such as 4(x2),3");
+    const long long tasks = env::parse_int(name, item.substr(0, open), 1, most);
+    const long long repeat =
+        open == std::string_view::npos ? 1 : env::parse_int(name, item.substr(open + 2, item.size() - open - 3), 1, most);
+    if (node < seen + repeat) return static_cast<int>(tasks);
+    seen += repeat;
     pos = comma + 1;
-  }
+  } while (pos <= spec.size());
   return std::nullopt;
 }
 
