@@ -60,6 +60,30 @@ struct nccl_tests_table {
   }
 };
 
+namespace detail {
+/// A size, count, time or rate of an nccl-tests table: all of `token` a number, finite, 0 to 1e18
+/// (a size of nan or -8 would reach a size_t conversion, a rate of inf a ratio).
+/// @throws collx::error(invalid_argument) naming source:line:col otherwise.
+inline double nccl_tests_number(const std::string& token, std::string_view source, text_pos at) {
+  char* end = nullptr;
+  const double v = std::strtod(token.c_str(), &end);
+  // All of the token: a NUL byte inside it would end strtod's read early, unnoticed.
+  if (end == token.c_str() || end != token.c_str() + token.size()) fail_at(source, at, "'" + token + "' is not a number");
+  if (!std::isfinite(v) || v < 0 || v > 1e18) fail_at(source, at, "'" + token + "' is not a size, time or rate (finite, 0 to 1e18)");
+  return v;
+}
+
+/// The N of an nccl-tests command line's `-g N` (GPUs per thread): digits only, 1 to 1024 (the
+/// topology readers' device limit). @throws collx::error(invalid_argument) naming source:line:col.
+inline int nccl_tests_gpu_count(const std::string& token, std::string_view source, text_pos at) {
+  const bool digits = !token.empty() && token.size() <= 4 &&
+                      std::all_of(token.begin(), token.end(), [](char c) { return c >= '0' && c <= '9'; });
+  const int n = digits ? std::stoi(token) : 0;
+  if (n < 1 || n > 1024) fail_at(source, at, "-g '" + token + "' is not a GPU count (1 to 1024)");
+  return n;
+}
+}  // namespace detail
+
 /// Reads an nccl-tests table. @throws collx::error(invalid_argument) naming source:line:col for a
 /// line that is neither a comment, the command line, nor a well-formed data row, and for text with
 /// no data row at all.
@@ -91,7 +115,11 @@ inline nccl_tests_table read_nccl_tests(std::string_view text, std::string_view 
       const std::size_t k = rest.find("Avg bus bandwidth");
       if (k != std::string_view::npos) {
         const std::size_t colon = rest.find(':', k);
-        if (colon != std::string_view::npos) t.avg_busbw = std::strtod(std::string(rest.substr(colon + 1)).c_str(), nullptr);
+        if (colon != std::string_view::npos) {
+          std::size_t v = colon + 1;
+          while (v < rest.size() && (rest[v] == ' ' || rest[v] == '\t')) ++v;
+          t.avg_busbw = detail::nccl_tests_number(std::string(rest.substr(v)), source, {no, static_cast<int>(i + v) + 1});
+        }
       }
       continue;
     }
@@ -112,7 +140,7 @@ inline nccl_tests_table read_nccl_tests(std::string_view text, std::string_view 
         if (w.find("_perf") != std::string::npos) is_cmd = true;
         if (w.rfind("CUDA_VISIBLE_DEVICES=", 0) == 0) t.visible_devices = w.substr(21);
         if (w == "NCCL_P2P_DISABLE=1") t.p2p_disabled = true;
-        if (w == "-g" && k + 1 < tk.size()) t.gpus_flag = std::atoi(tk[k + 1].first.c_str());
+        if (w == "-g" && k + 1 < tk.size()) t.gpus_flag = detail::nccl_tests_gpu_count(tk[k + 1].first, source, {no, tk[k + 1].second});
       }
       if (!is_cmd) fail_at(source, {no, tk[0].second}, "expected a data row or an *_perf command line, found '" + tk[0].first + "'");
       t.command = line.substr(i);
@@ -121,18 +149,7 @@ inline nccl_tests_table read_nccl_tests(std::string_view text, std::string_view 
     const bool with_root = tk.size() == 13;
     if (tk.size() != 13 && tk.size() != 12)
       fail_at(source, {no, tk.back().second}, "data row has " + std::to_string(tk.size()) + " columns, expected 13 (or 12 without root)");
-    // Sizes, counts, times and rates: finite and not negative (a size of nan or -8 would reach a
-    // size_t conversion, a rate of inf a ratio).
-    auto num = [&](std::size_t k) {
-      char* end = nullptr;
-      const std::string& w = tk[k].first;
-      const double v = std::strtod(w.c_str(), &end);
-      // All of the token: a NUL byte inside it would end strtod's read early, unnoticed.
-      if (end == w.c_str() || end != w.c_str() + w.size()) fail_at(source, {no, tk[k].second}, "'" + tk[k].first + "' is not a number");
-      if (!std::isfinite(v) || v < 0 || v > 1e18)
-        fail_at(source, {no, tk[k].second}, "'" + tk[k].first + "' is not a size, time or rate (finite, 0 to 1e18)");
-      return v;
-    };
+    auto num = [&](std::size_t k) { return detail::nccl_tests_number(tk[k].first, source, {no, tk[k].second}); };
     nccl_tests_row r;
     r.bytes = static_cast<std::size_t>(num(0));
     r.count = static_cast<std::size_t>(num(1));
