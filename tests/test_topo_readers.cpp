@@ -486,6 +486,27 @@ TEST_CASE("NCCL XML: input it cannot understand is an error naming line and colu
             "t.xml");
       },
       "t.xml:3:", "outside 1 to 64");
+  {  // NVLink counts that differ per side take the larger; a GPU left with more links than its model
+     // has is said in a note (it was taken silently), a GPU within its count is not.
+    auto file = [](int to_switch) {
+      return "<system><cpu numaid=\"0\">\n"
+             "<pci busid=\"0000:01:00.0\" class=\"0x030200\"><gpu dev=\"0\" sm=\"80\">"
+             "<nvlink target=\"0000:02:00.0\" count=\"8\" tclass=\"0x030200\"/>" +
+             (to_switch ? "<nvlink target=\"0000:ff:00.0\" count=\"" + std::to_string(to_switch) + "\" tclass=\"0x068000\"/>" : std::string()) +
+             "</gpu></pci>\n<pci busid=\"0000:02:00.0\" class=\"0x030200\"><gpu dev=\"1\" sm=\"80\">"
+             "<nvlink target=\"0000:01:00.0\" count=\"2\" tclass=\"0x030200\"/></gpu></pci>\n</cpu></system>";
+    };
+    auto notes_with = [](const topology& t, const std::string& what) {
+      return std::count_if(t.notes.begin(), t.notes.end(), [&](const std::string& n) { return n.find(what) != std::string::npos; });
+    };
+    const topology within = read_nccl_topology(file(4), "t.xml");  // GPU0: 8 + 4, GPU1: 8 (widened from 2)
+    CHECK(notes_with(within, "differs per side: the larger used") == 1);
+    CHECK(notes_with(within, "GPUs have at most") == 0);
+    const topology over = read_nccl_topology(file(6), "t.xml");  // GPU0: 8 + 6 > an A100's 12
+    INFO(over.notes.size());
+    CHECK(notes_with(over, "GPUs have at most") == 1);
+    CHECK(notes_with(over, "has 14 NVLinks to GPUs and NVSwitches in this file, but A100 GPUs have at most 12") == 1);
+  }
   const std::string two_gpus_one_busid = "<system><cpu numaid=\"0\">\n<pci busid=\"0000:01:00.0\" class=\"0x030200\"><gpu dev=\"0\" sm=\"80\"/></pci>\n"
                                          "<pci busid=\"0000:01:00.0\" class=\"0x030200\"><gpu dev=\"1\" sm=\"80\"/></pci>\n</cpu></system>";
   expect_error([&] { read_nccl_topology(two_gpus_one_busid, "t.xml"); }, "t.xml:3:", "PCI bus id 0000:01:00.0 appears twice");

@@ -419,6 +419,17 @@ inline topology read_nccl_topology(std::string_view text, std::string_view sourc
   }
   for (const auto& [key, count] : pair_count)
     t.add_link(make_nvlink(key.first, key.second, *t.vertices[static_cast<std::size_t>(key.first)].arch, count));
+  {  // More links than the GPU has (a side's larger count taken, or a hand-edited file): said, kept.
+    std::map<int, int> per_gpu = to_switch;
+    for (const auto& [key, count] : pair_count) per_gpu[key.first] += count, per_gpu[key.second] += count;
+    for (const auto& [gpu, count] : per_gpu) {
+      const vertex& g = t.vertices[static_cast<std::size_t>(gpu)];
+      if (g.arch && g.arch != &unknown_gpu_arch && g.arch->max_nvlinks > 0 && count > g.arch->max_nvlinks)
+        t.notes.push_back(g.name + " has " + std::to_string(count) + " NVLinks to GPUs and NVSwitches in this file, but " +
+                          std::string(g.arch->name) + " GPUs have at most " + std::to_string(g.arch->max_nvlinks) +
+                          ": taken as written, so its NVLink bandwidth may be overstated");
+    }
+  }
   if (!to_switch.empty()) {
     vertex s;
     s.kind = vertex_kind::nvswitch, s.name = "NVSwitch";
