@@ -628,6 +628,74 @@ TEST_CASE("device bootstrap: a rank whose setup fails makes every rank throw at 
   CHECK(host_workspace_objects() == 0);
 }
 
+TEST_CASE("device bootstrap: the arguments are checked before any CUDA call, as on a machine without a GPU", "[cuda][bootstrap]") {
+  // They came after the device probe: without a GPU every one of these read "finds no CUDA device".
+  fake_machine m("nodevice");
+  struct bad_case {
+    const char* name;
+    int ranks;
+    std::function<void(gpu::device_options&)> adjust;
+    const char* expected;
+  };
+  const bad_case cases[] = {
+      {"staging", 2, [](gpu::device_options& o) { o.staging_bytes = 1; }, "gpu: staging of 1 bytes is too small"},
+      {"no_peer_access", 2, [](gpu::device_options& o) { o.no_peer_access = {{0, 5}}; },
+       "no_peer_access names the pair (0, 5), outside ranks 0 to 1"},
+      {"rings", 3, [](gpu::device_options& o) { o.rings = {{0, 0, 1}}; }, "gpu: the ring of channel 0"},
+      {"world", gpu::max_device_world + 1, {}, "gpu: 17 ranks; a device communicator holds at most 16"},
+  };
+  for (const bad_case& c : cases) {
+    INFO(c.name);
+    const auto res = create(std::vector<int>(static_cast<std::size_t>(c.ranks), 0), {}, {}, c.adjust);
+    for (const rank_result& r : res) {
+      INFO(r.error);
+      CHECK(r.code == collx::errc::invalid_argument);
+      CHECK(r.error.find(c.expected) != std::string::npos);
+    }
+  }
+  {  // one rank's bad staging: that rank says why, the other names it
+    const auto res = create({0, 1}, {}, {}, [](gpu::device_options& o) {
+      if (o.device == 1) o.staging_bytes = 100;
+    });
+    INFO(res[0].error);
+    INFO(res[1].error);
+    CHECK(res[1].error.find("staging of 100 bytes is too small") != std::string::npos);
+    CHECK(res[0].code == collx::errc::invalid_argument);
+    CHECK(res[0].error.find("rank 1") != std::string::npos);
+    CHECK(res[0].error.find("device_options") != std::string::npos);
+  }
+  CHECK(fake_cudart_live() == 0);
+}
+
+TEST_CASE("device bootstrap: a moved-from host communicator is an error, not std::terminate", "[cuda][bootstrap]") {
+  // rank() and size() are noexcept and forwarded to the host's, which throws once moved from:
+  // the constructor's first call to them ended the program.
+  fake_machine m("hgx-h100");
+  auto comms = collx::make_thread_communicators(2);
+  std::vector<std::string> error(2);
+  std::vector<collx::errc> code(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      const auto ur = static_cast<std::size_t>(r);
+      collx::communicator kept = std::move(comms[ur]);
+      try {
+        gpu::device_communicator dc(comms[ur]);
+      } catch (const collx::error& e) {
+        error[ur] = e.what();
+        code[ur] = e.code();
+      }
+      comms[ur] = std::move(kept);
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) {
+    INFO(error[static_cast<std::size_t>(r)]);
+    CHECK(code[static_cast<std::size_t>(r)] == collx::errc::invalid_argument);
+    CHECK(error[static_cast<std::size_t>(r)].find("moved from") != std::string::npos);
+  }
+  CHECK(fake_cudart_live() == 0);
+}
+
 TEST_CASE("device communicators make their device current; windows leave the caller's as they found it", "[cuda][bootstrap]") {
   fake_machine m("hgx-h100");
   std::vector<int> after_setup(3, -1), after_register(3, -1);

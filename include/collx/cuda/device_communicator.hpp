@@ -234,20 +234,38 @@ class device_communicator {
   ///         than max_device_world ranks, ranks on different nodes (COLLX_NODE_ID or the host
   ///         name: one device communicator joins one node's GPUs), a staging too small, device
   ///         memory asked for between GPUs without peer access, bad rings or
-  ///         no_peer_access, or a bad COLLX_GPU_WIRING (on every rank); and the host
-  ///         communicator's errors. When a CUDA call, allocation or mapping fails on one rank,
+  ///         no_peer_access, or a bad COLLX_GPU_WIRING (on every rank; the world size, staging,
+  ///         rings and no_peer_access are checked before any CUDA call, so a machine without a GPU
+  ///         reports them too); and the host communicator's errors (errc::invalid_argument at once
+  ///         for a moved-from host). When a CUDA call, allocation or mapping fails on one rank,
   ///         that rank throws its error and every other rank throws errc::cuda naming it, rather
   ///         than waiting for it.
   /// Leaves the communicator's device (opt.device) current for the calling thread, as
   /// cudaSetDevice would, for the caller's own buffers and streams (its calls, later, leave the
   /// caller's current device as they find it).
-  explicit device_communicator(communicator& host, device_options opt = {}) : host_(&host) {
+  explicit device_communicator(communicator& host, device_options opt = {})
+      : host_(&host), rank_(host.rank()), size_(host.size()) {  // a moved-from host throws here, as its own calls do
     // One call on host (its exchanges and barriers): an async call started meanwhile runs after.
     host.drain_async();
     const communicator::call_scope one_thread(host);
     const auto timeout = std::min(opt.timeout.count() > 0 ? opt.timeout : host.options().timeout, detail::longest_wait);
     peer_record mine;
     try {
+      // What the arguments alone decide, before any CUDA call: the same error with or without a GPU.
+      on_every_rank(
+          "accept its device_options",
+          [&] {
+            if (size_ > max_device_world)
+              COLLX_THROW(errc::invalid_argument, "gpu: " + std::to_string(size_) + " ranks; a device communicator holds at most " +
+                                                      std::to_string(max_device_world));
+            layout_ = workspace_layout::for_staging(opt.staging_bytes);
+            for (const auto& [a, b] : opt.no_peer_access)
+              if (a < 0 || a >= size_ || b < 0 || b >= size_)
+                COLLX_THROW(errc::invalid_argument, "gpu: device_options::no_peer_access names the pair (" + std::to_string(a) + ", " +
+                                                        std::to_string(b) + "), outside ranks 0 to " + std::to_string(size_ - 1));
+            if (!opt.rings.empty()) (void)make_ring_channels(opt.rings, size_);
+          },
+          errc::invalid_argument);
       on_every_rank("read its node id (COLLX_NODE_ID or the host name)", [&] { mine.set_node(node_id_from_environment()); },
                     errc::invalid_argument);
       bool read_the_wiring = opt.discover_wiring;
@@ -257,7 +275,7 @@ class device_communicator {
         int devices = 0;
         const cudaError_t found = cudaGetDeviceCount(&devices);
         if (found != cudaSuccess || devices < 1)
-          COLLX_THROW(errc::cuda, "gpu: rank " + std::to_string(host.rank()) + " finds no CUDA device (cudaGetDeviceCount: " +
+          COLLX_THROW(errc::cuda, "gpu: rank " + std::to_string(rank_) + " finds no CUDA device (cudaGetDeviceCount: " +
                                       (found == cudaSuccess ? std::string("0 devices") : std::string(cudaGetErrorName(found)) + ", " +
                                                                                               cudaGetErrorString(found)) +
                                       ")");
@@ -267,7 +285,6 @@ class device_communicator {
         // Before any rank can launch (the all_gather below waits for every rank): no kernel of
         // this program loads lazily later while a peer's kernel waits (kernel_registry.hpp).
         device_detail::load_registered_kernels(device_);
-        layout_ = workspace_layout::for_staging(opt.staging_bytes);
         mine.process = process_token();
         mine.device = device_;
         mine.staging_bytes = opt.staging_bytes;
@@ -295,7 +312,7 @@ class device_communicator {
           gpu::check(cudaEventCreateWithFlags(&r->done, cudaEventDisableTiming), "cudaEventCreateWithFlags(call order)");
       });
 
-      records_.resize(static_cast<std::size_t>(host.size()));
+      records_.resize(static_cast<std::size_t>(size_));
       all_gather<algo::direct>(host, std::span<const peer_record>(&mine, 1), std::span<peer_record>(records_));
       check_records(records_, rank());
       on_every_rank(
@@ -304,25 +321,17 @@ class device_communicator {
           errc::invalid_argument);
       blocks_ = block_cap(records_);
 
-      std::vector<std::uint64_t> reach(static_cast<std::size_t>(host.size()));
+      std::vector<std::uint64_t> reach(static_cast<std::size_t>(size_));
       const std::uint64_t my_reach = reach_mask();
       all_gather<algo::direct>(host, std::span<const std::uint64_t>(&my_reach, 1), std::span<std::uint64_t>(reach));
       // Pairs any rank's options take out of reach (the union, so every rank decides alike).
       std::array<std::uint16_t, max_device_world> deny{};
-      on_every_rank(
-          "accept its device_options::no_peer_access",
-          [&] {
-            for (const auto& [a, b] : opt.no_peer_access) {
-              if (a < 0 || a >= host.size() || b < 0 || b >= host.size())
-                COLLX_THROW(errc::invalid_argument, "gpu: device_options::no_peer_access names the pair (" + std::to_string(a) + ", " +
-                                                        std::to_string(b) + "), outside ranks 0 to " + std::to_string(host.size() - 1));
-              if (a == b) continue;  // a rank always reaches its own memory
-              deny[static_cast<std::size_t>(a)] |= static_cast<std::uint16_t>(1u << b);
-              deny[static_cast<std::size_t>(b)] |= static_cast<std::uint16_t>(1u << a);
-            }
-          },
-          errc::invalid_argument);
-      std::vector<std::array<std::uint16_t, max_device_world>> denied(static_cast<std::size_t>(host.size()));
+      for (const auto& [a, b] : opt.no_peer_access) {  // in range: checked first
+        if (a == b) continue;                           // a rank always reaches its own memory
+        deny[static_cast<std::size_t>(a)] |= static_cast<std::uint16_t>(1u << b);
+        deny[static_cast<std::size_t>(b)] |= static_cast<std::uint16_t>(1u << a);
+      }
+      std::vector<std::array<std::uint16_t, max_device_world>> denied(static_cast<std::size_t>(size_));
       all_gather<algo::direct>(host, std::span<const std::array<std::uint16_t, max_device_world>>(&deny, 1),
                                std::span<std::array<std::uint16_t, max_device_world>>(denied));
       for (const auto& d : denied)
@@ -338,21 +347,21 @@ class device_communicator {
       const bool device = memory_ == workspace_memory::device;
       std::uint64_t two_shot = opt.two_shot_min_bytes != 0      ? opt.two_shot_min_bytes
                                : device && one_gpu_for_all(records_) ? SIZE_MAX
-                                                                 : two_shot_crossover_bytes(host.size(), direct_cost_where(device, opt.cost));
+                                                                 : two_shot_crossover_bytes(size_, direct_cost_where(device, opt.cost));
       collx::broadcast<algo::direct>(host, std::span<std::uint64_t>(&two_shot, 1), 0);
       two_shot_min_bytes_ = static_cast<std::size_t>(two_shot);
 
-      // Rank 0's rings for every rank; every rank's own are checked (a typo fails loudly anywhere).
+      // Rank 0's rings for every rank: the user's (every rank's own checked first: a typo fails
+      // loudly anywhere), the wiring's (read_wiring), or a ring through the GPUs that reach each other.
       on_every_rank(
-          "accept its device_options::rings",
+          "accept its rings",
           [&] {
-            rings_ = opt.rings.empty() ? ring_channels::single(ring_through_reach(reach_, host.size()))
-                                       : make_ring_channels(opt.rings, host.size());
+            rings_ = opt.rings.empty() ? ring_channels::single(ring_through_reach(reach_, size_)) : make_ring_channels(opt.rings, size_);
           },
           errc::invalid_argument);
       collx::broadcast<algo::direct>(host, std::span<int>(&rings_.count, 1), 0);
       for (int c = 0; c < rings_.count; ++c) {
-        rings_.ring[c].world = host.size();
+        rings_.ring[c].world = size_;
         collx::broadcast<algo::direct>(host, std::span<int>(rings_.ring[c].order, max_device_world), 0);
       }
       // Rank 0's ring thresholds for every rank: ranks that chose differently would fail each call.
@@ -442,10 +451,10 @@ class device_communicator {
   /// that synchronise the whole device, such as cudaFree: with several ranks on one GPU in one
   /// process, such a call waits for a peer's kernel that may wait for this rank's next call).
   communicator& host() const noexcept { return *host_; }
-  /// This rank.
-  int rank() const noexcept { return host_->rank(); }
-  /// Number of ranks.
-  int size() const noexcept { return host_->size(); }
+  /// This rank (the host communicator's rank when this one was made).
+  int rank() const noexcept { return rank_; }
+  /// Number of ranks (the host communicator's size when this one was made).
+  int size() const noexcept { return size_; }
   /// This rank's CUDA device ordinal.
   int device() const noexcept { return device_; }
   /// Bytes per staging slot (half the staging).
@@ -1031,6 +1040,7 @@ class device_communicator {
   };
 
   communicator* host_;
+  int rank_ = 0, size_ = 0;  // the host's, when this communicator was made
   int device_ = 0;
   launch_record eager_{}, captured_{};  // order_after_previous_call
   workspace_layout layout_{};
