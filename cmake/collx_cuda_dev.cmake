@@ -16,12 +16,19 @@ endif()
 if(NOT CMAKE_CUDA_ARCHITECTURES)
   set(CMAKE_CUDA_ARCHITECTURES "${COLLX_CUDA_ARCHITECTURES}")
 endif()
+# C++20 for .cu files through CUDA_STANDARD, so that CMake adds no standard flag of its own after
+# it. CMake before 3.25.2 knows no C++20 flag for nvcc: it is named here, before the language is
+# enabled (a -std=c++20 option instead was followed by CMake's -std=c++17 wherever the host
+# compiler defaults to C++14, as clang 14 does, and nvcc takes the last).
+if(CMAKE_VERSION VERSION_LESS 3.25.2 AND NOT DEFINED CMAKE_CUDA20_STANDARD_COMPILE_OPTION)
+  set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+  set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+endif()
 enable_language(CUDA)
+set(CMAKE_CUDA_STANDARD 20)
+set(CMAKE_CUDA_STANDARD_REQUIRED ON)
 
 add_library(collx_cuda_dev_options INTERFACE)
-# C++20 for .cu files. A flag, not the cuda_std_20 compile feature: CMake 3.25 does not know
-# CUDA 13's nvcc and rejects the feature.
-target_compile_options(collx_cuda_dev_options INTERFACE $<$<COMPILE_LANGUAGE:CUDA>:-std=c++20>)
 # Host compiler warnings as for collx_dev_options, minus -Wpedantic: nvcc's generated host code
 # uses GNU extensions. nvcc's own front end checks device code.
 target_compile_options(collx_cuda_dev_options INTERFACE
@@ -29,8 +36,9 @@ target_compile_options(collx_cuda_dev_options INTERFACE
 if(COLLX_WERROR)
   target_compile_options(collx_cuda_dev_options INTERFACE
     $<$<COMPILE_LANGUAGE:CUDA>:-Werror=all-warnings -Xcompiler=-Werror>)
-  if(NOT CMAKE_CUDA_HOST_COMPILER OR CMAKE_CUDA_HOST_COMPILER MATCHES "g\\+\\+|gcc")  # nvcc's default: g++
-    # Same GCC 12 false -Wrestrict in libstdc++ as in collx_dev_options (harmless elsewhere).
+  # nvcc's default host compiler is g++; "clang++" ends in "g++" too, and clang rejects the option.
+  if(NOT CMAKE_CUDA_HOST_COMPILER OR (CMAKE_CUDA_HOST_COMPILER MATCHES "g\\+\\+|gcc" AND NOT CMAKE_CUDA_HOST_COMPILER MATCHES "clang"))
+    # Same GCC 12 false -Wrestrict in libstdc++ as in collx_dev_options.
     target_compile_options(collx_cuda_dev_options INTERFACE $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wno-error=restrict>)
   endif()
 endif()
