@@ -1691,6 +1691,26 @@ void all_to_all_v(Args&&...) {
   static_assert(device_detail::no_device_form<Algo>,
                 "collx::gpu::all_to_all_v takes no algorithm: it has one device form; leave out the <algo::...>");
 }
+// The same with braced lists for counts (`{1, 2}`), which a pack cannot deduce: named where the
+// real forms take block_counts, so the message above comes instead of "no instance matches".
+/// all_gather_v with an algorithm named and braced counts: does not compile.
+template <algorithm_tag Algo, class T, class... Args>
+void all_gather_v(device_communicator&, const T*, T*, const block_counts&, Args&&...) {
+  static_assert(device_detail::no_device_form<Algo>,
+                "collx::gpu::all_gather_v takes no algorithm: it has one device form; leave out the <algo::...>");
+}
+/// reduce_scatter_v with an algorithm named and braced counts: does not compile.
+template <algorithm_tag Algo, class T, class... Args>
+void reduce_scatter_v(device_communicator&, const T*, T*, const block_counts&, Args&&...) {
+  static_assert(device_detail::no_device_form<Algo>,
+                "collx::gpu::reduce_scatter_v takes no algorithm: it has one device form; leave out the <algo::...>");
+}
+/// all_to_all_v with an algorithm named and braced counts: does not compile.
+template <algorithm_tag Algo, class T, class... Args>
+void all_to_all_v(device_communicator&, const T*, const block_counts&, T*, const block_counts&, Args&&...) {
+  static_assert(device_detail::no_device_form<Algo>,
+                "collx::gpu::all_to_all_v takes no algorithm: it has one device form; leave out the <algo::...>");
+}
 
 // The window forms read every peer's window in place (zero-copy) and take no algorithm; naming
 // one would otherwise fail as "no instance matches" with every overload listed.

@@ -14,6 +14,17 @@ void direct_all_to_all_v(collx::gpu::device_communicator& dc, const int* send, s
   collx::gpu::all_to_all_v<collx::algo::direct>(dc, send, send_counts, recv, recv_counts);
 }
 
+// The same with braced lists for counts, which the catch-all's pack cannot deduce (it was nvcc's
+// "no instance of overloaded function matches" then); the second all_to_all_v message is this one's.
+// expect: collx::gpu::all_gather_v takes no algorithm
+// expect: collx::gpu::reduce_scatter_v takes no algorithm
+// expect: collx::gpu::all_to_all_v takes no algorithm.*collx::gpu::all_to_all_v takes no algorithm
+void braced_counts_v_forms(collx::gpu::device_communicator& dc, const int* send, int* recv) {
+  collx::gpu::all_gather_v<collx::algo::ring>(dc, send, recv, {1, 2});
+  collx::gpu::reduce_scatter_v<collx::algo::direct>(dc, send, recv, {1, 2});
+  collx::gpu::all_to_all_v<collx::algo::direct>(dc, send, {1, 2}, recv, {2, 1});
+}
+
 // The device broadcast has one form and takes no algorithm (the host API's broadcast<algo::ring>
 // has no device counterpart).
 // expect: collx::gpu::broadcast takes no algorithm
