@@ -346,6 +346,21 @@ TEST_CASE("gpu reduce and convert: bad arguments fail before any CUDA call", "[c
   CHECK(code_of([&] { gpu::reduce_elementwise<float>(nullptr, nullptr, nullptr, 0, ops::sum{}, 1, cudaStream_t{}); }) ==
         std::nullopt);
   CHECK(code_of([&] { gpu::convert<float, P, E>(nullptr, nullptr, 0, ops::avg{}, 2, cudaStream_t{}); }) == std::nullopt);
+  // Without a driver or device (CI), a conversion names that cause, as the runtime gives it (CUB's
+  // device query said "invalid device ordinal").
+  int devices = 0;
+  if (const cudaError_t found = cudaGetDeviceCount(&devices); found != cudaSuccess) {
+    (void)cudaGetLastError();
+    std::string what;
+    try {
+      gpu::convert<collx::half, E, P>(buf, reinterpret_cast<const collx::half*>(buf + 32), 8, ops::sum{}, 1, cudaStream_t{});
+    } catch (const collx::error& e) {
+      what = e.what();
+    }
+    INFO(what);
+    CHECK(what.find("gpu::convert: cudaGetDeviceCount (no device to convert on) failed: ") != std::string::npos);
+    CHECK(what.find(cudaGetErrorName(found)) != std::string::npos);
+  }
 }
 
 // cub::DeviceTransform reads cudaGetLastError() itself (CubDebug): an error an earlier call left

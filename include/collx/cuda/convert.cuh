@@ -47,7 +47,7 @@ struct device_convert {
 /// [src, src + count) is read and [dst, dst + count) written.
 /// Preconditions: device pointers on the stream's device; no overlap except dst == src with S == D.
 /// @throws collx::error (errc::invalid_argument) for a null pointer with count > 0, world_size < 1,
-///         a count past memory or overlapping buffers; (errc::cuda) when CUDA refuses the copy or the launch, or the
+///         a count past memory or overlapping buffers; (errc::cuda) when CUDA refuses the copy or the launch, finds no device, or the
 ///         context is broken (a sticky error). When S != D, a non-sticky error an earlier call of
 ///         the caller's left unread is cleared (CUB reads cudaGetLastError() itself), not reported.
 template <class T, values S, values D, class Op>
@@ -81,6 +81,13 @@ void convert(value_t<T, Op, D>* dst, const value_t<T, Op, S>* src, std::size_t c
     // invalidate the capture).
     (void)cudaGetLastError();
     const cudaError_t status = cub::DeviceTransform::Transform(src, dst, count, device_convert<T, Op, S, D>{op, world_size}, stream);
+    if (status != cudaSuccess) {
+      // CUB first reads the current device's attributes: without a driver or a device that fails
+      // as "invalid device ordinal". Name the cause the runtime gives for it instead.
+      int devices = 0;
+      const cudaError_t found = cudaGetDeviceCount(&devices);
+      if (found != cudaSuccess) check_own(found, "gpu::convert: cudaGetDeviceCount (no device to convert on)");
+    }
     check_own(status, "gpu::convert: cub::DeviceTransform::Transform");  // cleared, then thrown
   }
 }
