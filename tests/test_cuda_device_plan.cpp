@@ -21,7 +21,8 @@ using collx::collective;
 
 TEST_CASE("device workspace: regions apart, aligned, two slots and a point-to-point slot", "[cuda]") {
   const std::size_t row = gpu::max_device_world * 8, table = gpu::max_device_blocks * row;
-  for (std::size_t staging : {std::size_t{8192}, std::size_t{1} << 20, (std::size_t{8} << 20) + 100}) {
+  for (std::size_t staging : {std::size_t{8192}, std::size_t{1} << 20, (std::size_t{8} << 20) + 100,
+                              gpu::workspace_layout::max_staging_bytes}) {
     const auto w = gpu::workspace_layout::for_staging(staging);
     // Every region in order, none overlapping the next: {offset, bytes}.
     const std::pair<std::size_t, std::size_t> regions[] = {
@@ -41,6 +42,10 @@ TEST_CASE("device workspace: regions apart, aligned, two slots and a point-to-po
     CHECK(2 * w.slot_bytes > staging - 512);
   }
   CHECK_THROWS_AS(gpu::workspace_layout::for_staging(8191), collx::error);
+  // Past the cap: an error, not offsets wrapped past SIZE_MAX (12297829382473034752 bytes gave a
+  // 50176-byte workspace with 6e18-byte slots).
+  for (std::size_t staging : {gpu::workspace_layout::max_staging_bytes + 1, std::size_t{12297829382473034752ull}, SIZE_MAX})
+    CHECK_THROWS_WITH(gpu::workspace_layout::for_staging(staging), Catch::Contains("is too large (at most 1099511627776, 1 TiB)"));
 }
 
 TEST_CASE("device signature: every field is told apart and named", "[cuda]") {

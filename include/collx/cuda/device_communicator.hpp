@@ -68,7 +68,8 @@ struct device_options {
   /// Bytes of staging per rank: two collective slots of staging_bytes / 2 (the workspace adds a
   /// third such slot for send/recv); bounds the memory a communicator takes however large the
   /// calls: device memory; or pinned host memory, one object of size() workspaces that every rank
-  /// maps, with workspace_memory::host; both with mixed. Must be equal on every rank. Default 8 MiB.
+  /// maps, with workspace_memory::host; both with mixed. Must be equal on every rank. Default 8 MiB;
+  /// 8 KiB to 1 TiB (workspace_layout::for_staging).
   std::size_t staging_bytes = default_staging_bytes;
   /// How long a kernel waits for a peer's flag before it gives up (errc::timeout); default the host
   /// communicator's timeout (COLLX_TIMEOUT).
@@ -232,7 +233,7 @@ class device_communicator {
   ///         cannot create or open the shared host workspace (e.g. /dev/shm too small); (errc::mismatch) when ranks ask
   ///         for different staging sizes or workspace memories; (errc::invalid_argument) for more
   ///         than max_device_world ranks, ranks on different nodes (COLLX_NODE_ID or the host
-  ///         name: one device communicator joins one node's GPUs), a staging too small, device
+  ///         name: one device communicator joins one node's GPUs), a staging too small or too large, device
   ///         memory asked for between GPUs without peer access, bad rings or
   ///         no_peer_access, or a bad COLLX_GPU_WIRING (on every rank; the world size, staging,
   ///         rings and no_peer_access are checked before any CUDA call, so a machine without a GPU

@@ -90,11 +90,18 @@ struct workspace_layout {
   std::size_t p2p_staging_offset = 0;   ///< bytes from the workspace start
   std::size_t slot_bytes = 0;           ///< bytes per staging slot
   std::size_t total_bytes = 0;          ///< the allocation
+  /// The largest staging for_staging accepts, bytes: far above any GPU's memory, far below where
+  /// 1.5 x staging plus the tables would wrap.
+  static constexpr std::size_t max_staging_bytes = std::size_t{1} << 40;
 
   /// Layout for a staging area of `staging_bytes` (two slots; rounded down to 256-byte slots),
   /// plus one slot of point-to-point staging.
-  /// @throws collx::error (errc::invalid_argument) when a slot would be smaller than 4 KiB.
+  /// @throws collx::error (errc::invalid_argument) when a slot would be smaller than 4 KiB, or the
+  ///         staging is larger than max_staging_bytes (the offsets would wrap past SIZE_MAX).
   static workspace_layout for_staging(std::size_t staging_bytes) {
+    if (staging_bytes > max_staging_bytes)
+      COLLX_THROW(errc::invalid_argument, "gpu: staging of " + std::to_string(staging_bytes) + " bytes is too large (at most " +
+                                              std::to_string(max_staging_bytes) + ", 1 TiB)");
     workspace_layout w;
     const std::size_t row = std::size_t{max_device_world} * sizeof(std::uint64_t);
     const std::size_t table = std::size_t{max_device_blocks} * row;
