@@ -187,10 +187,8 @@ int run_over_mpi(int& argc, char**& argv, const cp::options& o) {
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     // The shared-memory path's checks and words, said once (by rank 0).
     std::string refused;
-    const char* launched = std::getenv("OMPI_COMM_WORLD_SIZE") ? std::getenv("OMPI_COMM_WORLD_SIZE") : std::getenv("PMI_SIZE");
-    if (launched && std::atoi(launched) != size)  // e.g. built with Open MPI, started by MPICH's mpiexec
-      refused = "the launcher started " + std::string(launched) + " ranks but MPI_COMM_WORLD has " +
-                std::to_string(size) + ": start collx-perf with the mpirun of the MPI it was built with";
+    if (const std::string other = cp::launcher_size_mismatch(size, "collx-perf"); !other.empty())
+      refused = other;  // e.g. built with Open MPI, started by MPICH's mpiexec
     else if (o.ranks && o.ranks != size)
       refused = "--ranks " + std::to_string(o.ranks) + " but mpirun started " + std::to_string(size) + " ranks";
     else if (o.collective == cp::coll::sendrecv && size < 2)

@@ -12,6 +12,10 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 n=${1:-10}
 repeats=${2:-2}
+[[ $# -le 2 && $n =~ ^[0-9]+$ && $n -ge 1 && $repeats =~ ^[0-9]+$ && $repeats -ge 1 ]] || {
+  echo "usage: $0 [N >= 1 (default 10)] [repeats >= 1 (default 2)]" >&2
+  exit 2
+}
 cxx=${CXX:-g++}
 include=${COLLX_INCLUDE:-include}
 read -r -a flags <<<"${CXXFLAGS:--std=c++20 -O2}"

@@ -38,6 +38,8 @@
 #include <thread>
 #include <vector>
 
+#include "perf_common.hpp"  // parse_integer, writable_path: collx-perf's option checks
+
 namespace {
 
 struct result {
@@ -168,33 +170,37 @@ int main(int argc, char** argv) {
   int reps = 7;
   std::vector<int> thread_counts = {1, 2};
   std::string json;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "membw: %s needs a value\n", a.c_str());
-        std::exit(2);
+  try {
+    for (int i = 1; i < argc; ++i) {
+      const std::string a = argv[i];
+      auto next = [&]() -> std::string {
+        if (i + 1 >= argc) throw collx_perf::usage_error(a + " needs a value");
+        return argv[++i];
+      };
+      // Three arrays of M MiB each must fit: at most 64 GiB per array.
+      if (a == "--mib") mib = static_cast<std::size_t>(collx_perf::parse_integer(a, next(), 1, 65536));
+      else if (a == "--reps") reps = static_cast<int>(collx_perf::parse_integer(a, next(), 1, 100000));
+      else if (a == "--threads") {
+        thread_counts.clear();
+        const std::string s = next();
+        for (std::size_t p = 0; p <= s.size();) {
+          const std::size_t q = std::min(s.find(',', p), s.size());
+          thread_counts.push_back(static_cast<int>(collx_perf::parse_integer(a, s.substr(p, q - p), 1, 4096)));
+          p = q + 1;
+        }
+      } else if (a == "--json") {
+        json = next();
+        if (!collx_perf::writable_path(json)) throw collx_perf::usage_error("--json " + json + ": cannot write there");
+      } else if (a == "-h" || a == "--help") {
+        std::printf("usage: membw [--mib M (per array, default 256)] [--reps R (default 7)] [--threads 1,2] [--json FILE]\n");
+        return 0;
+      } else {
+        throw collx_perf::usage_error("unknown option " + a);
       }
-      return argv[++i];
-    };
-    if (a == "--mib") mib = std::strtoull(next().c_str(), nullptr, 10);
-    else if (a == "--reps") reps = std::max(1, std::atoi(next().c_str()));
-    else if (a == "--threads") {
-      thread_counts.clear();
-      const std::string s = next();
-      for (std::size_t p = 0; p < s.size();) {
-        const std::size_t q = std::min(s.find(',', p), s.size());
-        thread_counts.push_back(std::max(1, std::atoi(s.substr(p, q - p).c_str())));
-        p = q + 1;
-      }
-    } else if (a == "--json") json = next();
-    else if (a == "-h" || a == "--help") {
-      std::printf("usage: membw [--mib M (per array, default 256)] [--reps R (default 7)] [--threads 1,2] [--json FILE]\n");
-      return 0;
-    } else {
-      std::fprintf(stderr, "membw: unknown option %s\n", a.c_str());
-      return 2;
     }
+  } catch (const collx_perf::usage_error& e) {
+    std::fprintf(stderr, "membw: %s\n", e.what());
+    return 2;
   }
   const std::size_t n = mib * (1u << 20) / sizeof(double);
   std::vector<double> va(n, 1.0), vb(n, 2.0), vc(n, 0.0);  // touched: no page faults while timing
@@ -277,6 +283,11 @@ int main(int argc, char** argv) {
     std::snprintf(line, sizeof line, "\n  ],\n  \"cma\": {\"best_GBps\": %.3f, \"median_GBps\": %.3f}\n}\n", cma.first,
                   cma.second);
     f << line;
+    f.close();
+    if (!f) {
+      std::fprintf(stderr, "membw: could not write %s\n", json.c_str());
+      return 1;
+    }
   }
   return 0;
 }

@@ -217,6 +217,16 @@ struct options {
   }
 };
 
+/// Under an MPI launcher: "" when the world MPI_COMM_WORLD gives (`world_size`) is the one the
+/// launcher started (OMPI_COMM_WORLD_SIZE, else PMI_SIZE, where set), else why not, for `program`:
+/// a binary built against one MPI and started by the other's mpirun runs as N jobs of 1 rank each.
+inline std::string launcher_size_mismatch(int world_size, const std::string& program) {
+  const char* launched = std::getenv("OMPI_COMM_WORLD_SIZE") ? std::getenv("OMPI_COMM_WORLD_SIZE") : std::getenv("PMI_SIZE");
+  if (!launched || std::atoi(launched) == world_size) return "";
+  return "the launcher started " + std::string(launched) + " ranks but MPI_COMM_WORLD has " + std::to_string(world_size) +
+         ": start " + program + " with the mpirun of the MPI it was built with";
+}
+
 /// Whether `path` can be written: an existing file (not a directory) writable, or a new one in a
 /// writable directory.
 inline bool writable_path(const std::string& path) {
@@ -312,8 +322,8 @@ inline options parse_options(int argc, char** argv, int first) {
     else if (is("-t", "--nthreads") || is("-g", "--ngpus")) {
       const std::string s = value();
       if (s != "1")
-        throw usage_error(a + " " + s + ": not applicable (one rank per process or thread; use --ranks N" +
-                          (a == "-t" || a == "--nthreads" ? " --transport threads" : "") + ")");
+        throw usage_error(a + " " + s + ": not applicable (one rank per process or thread: collx-perf --ranks N" +
+                          (a == "-t" || a == "--nthreads" ? " [--transport threads]" : "") + ", mpi-perf under mpirun -np N)");
     } else if (is("-m", "--agg_iters")) {
       const std::string s = value();
       if (s != "1")

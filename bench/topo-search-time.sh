@@ -26,7 +26,7 @@ reps=3
 tools=()
 while [ $# -gt 0 ]; do
   case $1 in
-    --reps) [ $# -ge 2 ] || usage; reps=$2; shift 2 ;;
+    --reps) [ $# -ge 2 ] && [[ $2 =~ ^[0-9]+$ ]] && [ "$2" -ge 1 ] || usage; reps=$2; shift 2 ;;
     -h|--help) usage ;;
     *) tools+=("$1"); shift ;;
   esac

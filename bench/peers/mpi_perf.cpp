@@ -217,6 +217,9 @@ int main(int argc, char** argv) {
   MPI_Comm_set_errhandler(be.comm, MPI_ERRORS_RETURN);
 
   if (argc < 2) return fail_usage(be.me, "usage: mpi-perf COLLECTIVE [collx-perf's nccl-tests options]");
+  // Each of N processes would otherwise run its own 1-rank table.
+  if (const std::string other = cp::launcher_size_mismatch(be.n, "mpi-perf"); !other.empty())
+    return fail_usage(be.me, other);
   const std::string first = argv[1];
   if (first == "-h" || first == "--help") {
     if (be.me == 0)
