@@ -136,7 +136,9 @@ TEST_CASE("command line: -f takes 1 <= F <= 1024 as the help says (1: add -i, as
 TEST_CASE("command line: nccl-tests' options accepted at their neutral value, refused otherwise with their own reason") {
   for (const char* o : {"-t", "-g", "-m"}) CHECK(usage_error_of({o, "1"}).empty());
   for (const char* o : {"-G", "-y", "-p", "-C"}) CHECK(usage_error_of({o, "0"}).empty());
-  CHECK(usage_error_of({"-t", "2"}).find("use --ranks N --transport threads") != std::string::npos);
+  // Advice that fits both programs (mpi-perf refuses --ranks and --transport).
+  CHECK(usage_error_of({"-t", "2"}).find("collx-perf --ranks N [--transport threads], mpi-perf under mpirun -np N") !=
+        std::string::npos);
   CHECK(usage_error_of({"-g", "2"}).find("one rank per process or thread") != std::string::npos);
   // -m is nccl-tests' --agg_iters (calls per NCCL group), not a rank count.
   const std::string m = usage_error_of({"-m", "2"});
@@ -179,4 +181,20 @@ TEST_CASE("the size sweep: -f multiplies up to -e, never past size_t; without -f
   o.max_bytes = ~std::size_t{0};
   o.step_factor = 1024;  // 2^72 does not fit: the sweep ends instead of casting it
   CHECK(o.sizes() == std::vector<std::size_t>{std::size_t{1} << 62});
+}
+
+TEST_CASE("launcher check: a world the launcher did not start is named, for both MPI launchers' variables") {
+  // Built against one MPI, started by the other's mpirun: every process is rank 0 of a world of 1.
+  ::unsetenv("OMPI_COMM_WORLD_SIZE");
+  ::unsetenv("PMI_SIZE");
+  CHECK(collx_perf::launcher_size_mismatch(1, "mpi-perf").empty());  // no launcher: nothing to compare
+  ::setenv("PMI_SIZE", "2", 1);
+  CHECK(collx_perf::launcher_size_mismatch(2, "mpi-perf").empty());
+  CHECK(collx_perf::launcher_size_mismatch(1, "mpi-perf") ==
+        "the launcher started 2 ranks but MPI_COMM_WORLD has 1: start mpi-perf with the mpirun of the MPI it was built with");
+  ::setenv("OMPI_COMM_WORLD_SIZE", "4", 1);  // Open MPI's, where both are set
+  CHECK(collx_perf::launcher_size_mismatch(2, "collx-perf").find("started 4 ranks but MPI_COMM_WORLD has 2: start collx-perf") !=
+        std::string::npos);
+  ::unsetenv("OMPI_COMM_WORLD_SIZE");
+  ::unsetenv("PMI_SIZE");
 }
