@@ -506,6 +506,13 @@ TEST_CASE("NCCL XML: input it cannot understand is an error naming line and colu
     INFO(over.notes.size());
     CHECK(notes_with(over, "GPUs have at most") == 1);
     CHECK(notes_with(over, "has 14 NVLinks to GPUs and NVSwitches in this file, but A100 GPUs have at most 12") == 1);
+    CHECK(notes_with(within, "only") == 0);
+    // A link one side does not list (NCCL's dumps list both ends): used, and said.
+    std::string one_sided = file(0);
+    one_sided.erase(one_sided.rfind("<nvlink"), one_sided.rfind("</gpu>") - one_sided.rfind("<nvlink"));
+    const topology t = read_nccl_topology(one_sided, "t.xml");
+    CHECK(notes_with(t, "NVLink between GPU0 and GPU1 listed by GPU0 only: used as listed") == 1);
+    CHECK(t.links.size() == within.links.size() - 1);  // no NVSwitch link; the GPU pair's is there
   }
   const std::string two_gpus_one_busid = "<system><cpu numaid=\"0\">\n<pci busid=\"0000:01:00.0\" class=\"0x030200\"><gpu dev=\"0\" sm=\"80\"/></pci>\n"
                                          "<pci busid=\"0000:01:00.0\" class=\"0x030200\"><gpu dev=\"1\" sm=\"80\"/></pci>\n</cpu></system>";

@@ -50,7 +50,9 @@ const char* const usage =
     "simulate  predicted all-reduce time and busbw for 8..4096 GPUs: nodes of --gpus-per-node GPUs on\n"
     "          NVSwitch, joined by a non-blocking network of --net-gbps per NIC; ring, tree and\n"
     "          hierarchical, and which wins at each size.\n"
-    "check     predicted vs measured peak busbw for an nccl-tests all_reduce_perf table.\n"
+    "check     predicted vs measured peak busbw for an nccl-tests all_reduce_perf table (on the GPUs\n"
+    "          of its CUDA_VISIBLE_DEVICES= where its command line gives them; NCCL_P2P_DISABLE=1\n"
+    "          there counts as --p2p off).\n"
     "\n"
     "options:\n"
     "  --gpu NAME         GPU model (A100, H100, V100, A40, ...) instead of inferring it\n"
@@ -251,6 +253,9 @@ opts parse(int argc, char** argv) {
   }
   std::size_t k = 0;
   if (k < pos.size() && (pos[k] == "show" || pos[k] == "simulate" || pos[k] == "check")) o.cmd = pos[k++];
+  else if (k < pos.size() && pos.size() > 1 && !std::filesystem::exists(pos[k]) && pos[k].find_first_of("./") == std::string::npos)
+    die("unknown command '" + pos[k] + "': use show, simulate or check (see --help)");  // e.g. "collx-topo rings FILE"
+  else if (pos.size() == 1 && pos[0] == "help") die("unknown command 'help': see collx-topo --help");
   if (o.cmd == "check") {
     if (pos.size() - k != 2) die("check needs PERF.txt and a topology FILE");
     o.perf = pos[k++];
@@ -455,6 +460,8 @@ int show(const opts& o) {
                   d->two_shot_min == SIZE_MAX ? "null" : std::to_string(d->two_shot_min).c_str(), (rings + "]").c_str(),
                   d->all_peers ? "true" : "false", d->rings.empty() ? "null" : json_GBps(d->ring_hop_GBps).c_str(),
                   d->ring_min == SIZE_MAX ? "null" : std::to_string(d->ring_min).c_str());
+    } else {
+      std::printf(",\"device_allreduce\":null");  // no GPU on the node: the key is there, without figures
     }
     std::printf("}\n");
     return 0;
@@ -606,16 +613,23 @@ int simulate(const opts& o) {
   if (o.json) {
     char net[32] = "null";
     if (built_in) std::snprintf(net, sizeof net, "%g", o.net_gbps);
-    std::printf("{\"node\":%s,\"gpus_per_node\":%d,\"net_gbps\":%s,\"results\":[", json_str(node.source).c_str(), per, net);
+    std::printf("{\"node\":%s,\"gpus_per_node\":%d,\"net_gbps\":%s,\"notes\":[", json_str(node.source).c_str(), per, net);
+    for (std::size_t i = 0; i < node.notes.size(); ++i) std::printf("%s%s", i ? "," : "", json_str(node.notes[i]).c_str());
+    std::printf("],\"results\":[");
   }
   else if (built_in)
     std::printf("All-reduce on nodes like: %s (%d GPUs each), network %g Gb/s per NIC, %d NIC(s) per GPU\n"
                 "busbw GB/s (time us) per algorithm, best protocol each; * marks the fastest\n\n",
                 node.source.c_str(), per, o.net_gbps, o.nics_per_gpu);
-  else
-    std::printf("All-reduce on nodes like: %s (%d GPUs each), network through that file's NICs\n"
-                "busbw GB/s (time us) per algorithm, best protocol each; * marks the fastest\n\n",
-                node.source.c_str(), per);
+  else {
+    std::printf("All-reduce on nodes like: %s (%d GPUs each), network through that file's NICs\n", node.source.c_str(), per);
+    // What the reader assumed (e.g. no NVLink listed on NVSwitch GPUs): as show prints them.
+    if (!node.notes.empty()) {
+      std::printf("Notes (what was assumed):\n");
+      for (const std::string& n : node.notes) std::printf("  - %s\n", n.c_str());
+    }
+    std::printf("busbw GB/s (time us) per algorithm, best protocol each; * marks the fastest\n\n");
+  }
   bool first = true;
   for (const scaling_point& s : points) {
     const std::vector<prediction>& ps = s.by_algo;
@@ -645,10 +659,38 @@ int check(const opts& o) {
   const topology node = load(o, o.file);
   const topology t = make_cluster(node, o.nodes);
   const nccl_tests_table table = read_nccl_tests(slurp(o.perf), o.perf);
+  // The GPUs the table ran on, where its command line says (CUDA_VISIBLE_DEVICES=0,1,6,7; CUDA
+  // ordinals, taken as the topology's GPU numbers, as on machines whose GPUs are all alike):
+  // used when --gpus is not given, and a --gpus that differs is an error, not another comparison.
+  std::vector<int> chosen = o.gpus;
+  std::vector<int> visible;
+  {
+    std::stringstream ss(table.visible_devices);
+    std::string x;
+    while (std::getline(ss, x, ','))
+      if (!x.empty() && x.size() <= 4 && std::all_of(x.begin(), x.end(), [](char c) { return c >= '0' && c <= '9'; }))
+        visible.push_back(std::stoi(x));
+      else {
+        visible.clear();  // UUIDs or MIG names: not numbers of the topology's GPUs
+        break;
+      }
+  }
+  if (!visible.empty() && chosen.empty()) {
+    chosen = visible;
+    if (!o.json) std::printf("GPUs %s: the table's CUDA_VISIBLE_DEVICES\n", table.visible_devices.c_str());
+  } else if (!visible.empty() && chosen != visible) {
+    std::string given;
+    for (int g : chosen) {
+      if (!given.empty()) given += ',';
+      given += std::to_string(g);
+    }
+    die("--gpus " + given + ", but " + o.perf + " ran on CUDA_VISIBLE_DEVICES=" + table.visible_devices +
+        ": leave --gpus out, or give those GPUs");
+  }
   std::vector<int> gpus;
-  if (o.gpus.empty()) gpus = t.gpus();
+  if (chosen.empty()) gpus = t.gpus();
   for (int h = 0; h < t.hosts; ++h)
-    for (int i : o.gpus) gpus.push_back(t.gpu(i, h));
+    for (int i : chosen) gpus.push_back(t.gpu(i, h));
   if (gpus.empty()) die(o.file + " describes no GPU: nothing to compare " + o.perf + " with");
   // The table's rank count (from busbw / algbw) must be the model's: a 4-GPU table against an 8-GPU
   // topology would compare unlike things and still print a ratio.

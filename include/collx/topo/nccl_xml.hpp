@@ -378,6 +378,7 @@ inline topology read_nccl_topology(std::string_view text, std::string_view sourc
 
   // NVLinks: each side lists the other; one link per pair (the larger count if the sides differ).
   std::map<std::pair<int, int>, int> pair_count;
+  std::map<std::pair<int, int>, int> pair_sides;  // bit 0: the lower GPU listed it, bit 1: the higher
   std::map<int, int> to_switch;
   for (const pending_nvlink& n : nvlinks) {
     const vertex& g = t.vertices[static_cast<std::size_t>(n.gpu)];
@@ -395,6 +396,7 @@ inline topology read_nccl_topology(std::string_view text, std::string_view sourc
       int& c = pair_count[key];
       if (c && c != n.count) t.notes.push_back("NVLink count between " + g.name + " and " + t.vertices[static_cast<std::size_t>(it->second)].name + " differs per side: the larger used");
       c = std::max(c, n.count);
+      pair_sides[key] |= n.gpu == key.first ? 1 : 2;
     } else if (n.tclass == 0x068000) {
       to_switch[n.gpu] += n.count;
     } else if (tbase == 0x0600 || n.tclass == 0x068001) {
@@ -417,8 +419,14 @@ inline topology read_nccl_topology(std::string_view text, std::string_view sourc
     l.origin = "the file's <c2c bw count> (NVLink-C2C), as NCCL's ncclTopoAddC2c";
     t.add_link(l);
   }
-  for (const auto& [key, count] : pair_count)
+  for (const auto& [key, count] : pair_count) {
     t.add_link(make_nvlink(key.first, key.second, *t.vertices[static_cast<std::size_t>(key.first)].arch, count));
+    if (const int sides = pair_sides[key]; sides != 3) {  // NCCL's dumps list every link from both ends
+      const std::string& by = t.vertices[static_cast<std::size_t>(sides == 1 ? key.first : key.second)].name;
+      const std::string& other = t.vertices[static_cast<std::size_t>(sides == 1 ? key.second : key.first)].name;
+      t.notes.push_back("NVLink between " + by + " and " + other + " listed by " + by + " only: used as listed");
+    }
+  }
   {  // More links than the GPU has (a side's larger count taken, or a hand-edited file): said, kept.
     std::map<int, int> per_gpu = to_switch;
     for (const auto& [key, count] : pair_count) per_gpu[key.first] += count, per_gpu[key.second] += count;
