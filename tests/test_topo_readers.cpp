@@ -146,6 +146,13 @@ TEST_CASE("nvidia-smi: the same matrix pasted differently reads the same") {
   std::string crcrlf = std::regex_replace(lf, std::regex("\n"), "\r\r\n");
   for (const std::string* v : {&lf, &spaces, &hashed, &dollar, &ranked, &cr, &crcrlf})
     CHECK(all_cells(read_nvidia_smi(*v)) == ref);
+  // The shell's next prompt, as a terminal copy ends (it was "unexpected text after the matrix").
+  for (const char* prompt : {"$ ", "user@host:~$ ", "[root@gpu01 ~]# ", "PS C:\\> ", "host% "}) {
+    INFO(prompt);
+    CHECK(all_cells(read_nvidia_smi(lf + prompt + "\n\n")) == ref);
+  }
+  // Only as the last line: text after it is still refused.
+  expect_error([&] { read_nvidia_smi(lf + "user@host:~$\nmore\n", "m.txt"); }, "m.txt:", "unexpected text after the matrix: 'user@host:~$'");
   // Errors name the same line whatever ends the lines.
   const std::string bad = "\tGPU0\tGPU1\nGPU0\t X \tNV4\nGPU1\tNV4\t X \tSYS\n";
   for (const char* end : {"\n", "\r\n", "\r"})

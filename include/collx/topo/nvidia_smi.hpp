@@ -2,7 +2,8 @@
 /// Reads `nvidia-smi topo -m` (`--matrix`) text as people paste it, and writes it back.
 ///
 /// Accepted: tabs or spaces between cells; CRLF or LF; a leading prompt line (`$ nvidia-smi topo -m`,
-/// `> nvidia-smi topo --matrix`); a `#` or `N: ` prefix on every line; GPU and NIC columns (NIC0.. with
+/// `> nvidia-smi topo --matrix`) and a trailing one (the shell's next prompt: a last line ending in
+/// `$`, `#`, `>` or `%`, e.g. `user@host:~$`); a `#` or `N: ` prefix on every line; GPU and NIC columns (NIC0.. with
 /// a "NIC Legend", or old-style mlx5_0 columns); CPU Affinity, NUMA Affinity and GPU NUMA ID
 /// columns; cells X, NV<n>, PIX, PXB, PHB, NODE, SYS (and SOC, SYS's old name); `...` where the
 /// author cut the rest of a row; the Legend block. Anything else throws collx::error(invalid_argument)
@@ -240,6 +241,9 @@ inline topology read_nvidia_smi(std::string_view text, std::string_view source =
       nic_names[key] = tk[1].text;
       continue;
     }
+    // The shell's prompt after the output, as a terminal copy ends: the last line, ending in $, #, > or %.
+    const bool last = std::all_of(lines.begin() + static_cast<std::ptrdiff_t>(li) + 1, lines.end(), blank);
+    if (last && std::string_view("$#>%").find(tk.back().text.back()) != std::string_view::npos) continue;
     fail_at(source, {l.no, tk[0].col}, "unexpected text after the matrix: '" + tk[0].text + "'");
   }
 
