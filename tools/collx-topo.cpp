@@ -351,9 +351,16 @@ int show(const opts& o) {
   if (!o.graph.empty()) {
     for (const nccl_graph& g : read_nccl_graph(slurp(o.graph), o.graph))
       if (g.pattern == 4) {
-        for (const nccl_channel& ch : g.channels) {
+        for (std::size_t c = 0; c < g.channels.size(); ++c) {
           std::vector<int> ring;
-          for (int d : ch.gpus) ring.push_back(node.gpu(d));
+          for (int d : g.channels[c].gpus) {
+            try {
+              ring.push_back(node.gpu(d));
+            } catch (const collx::error&) {  // node.gpu()'s own message names neither file
+              die(o.graph + ": ring graph " + std::to_string(g.id) + ", channel " + std::to_string(c) + " names GPU " +
+                  std::to_string(d) + ", which " + (o.file.empty() ? std::string("this machine") : o.file) + " does not have");
+            }
+          }
           nccl_rings.push_back(ring);
         }
         break;
