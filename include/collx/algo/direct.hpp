@@ -94,9 +94,10 @@ constexpr steps build_direct(const params& p, bool in_place) {
       }
       break;
     case collective::all_gather:
-      b.copy(in_block(p, r), out_block(p, r));
+      // Sends first, the own block's copy after: the peers wait for the sends, not for the copy.
       for (int j = 0; j < n; ++j)
         if (j != r) b.send(j, in_block(p, r));
+      b.copy(in_block(p, r), out_block(p, r));
       for (int j = 0; j < n; ++j)
         if (j != r) b.recv(j, buffer::input, out_block(p, j));
       b.wait_sends();
@@ -114,9 +115,9 @@ constexpr steps build_direct(const params& p, bool in_place) {
     case collective::all_to_all: {
       b.keep_empty = p.keep_empty;
       const block& own = p.blocks[static_cast<std::size_t>(r)];
-      b.copy(in_block(p, r), {buffer::output, own.out, own.recv_count});
-      for (int j = 0; j < n; ++j)
+      for (int j = 0; j < n; ++j)  // sends first, as all_gather's
         if (j != r) b.send(j, in_block(p, j));
+      b.copy(in_block(p, r), {buffer::output, own.out, own.recv_count});
       for (int j = 0; j < n; ++j) {
         const block& fb = p.blocks[static_cast<std::size_t>(j)];
         if (j != r) b.recv(j, buffer::input, {buffer::output, fb.out, fb.recv_count});
