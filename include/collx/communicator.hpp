@@ -106,6 +106,8 @@ class communicator {
       drain_async();
       delete engine_.exchange(o.engine_.exchange(nullptr));  // ours drained: its thread ends
       transport_ = std::move(o.transport_);
+      rank_ = o.rank_;
+      size_ = o.size_;
       options_ = std::move(o.options_);
       sequence_ = o.sequence_;
       calls_digest_ = o.calls_digest_;
@@ -141,6 +143,8 @@ class communicator {
   explicit communicator(std::shared_ptr<transport> t, communicator_options opt = {})
       : transport_(std::move(t)), options_(std::move(opt)) {
     if (!transport_) COLLX_THROW(errc::invalid_argument, "communicator: null transport");
+    rank_ = transport_->rank();
+    size_ = transport_->size();
     env::warn_unknown_variables_once(transport_->rank() == 0);  // once per job, not once per rank
     if (!options_.ring_order.empty())
       if (const std::string why = detail::ring_order_problem(options_.ring_order, size()); !why.empty())
@@ -159,9 +163,15 @@ class communicator {
   /// @throws collx::error (errc::invalid_argument) on a communicator moved from, or used in a
   ///         child fork() made of the process that created it, as every call that takes it does
   ///         (it may only be destroyed or assigned to).
-  int rank() const { return live().rank(); }
+  int rank() const {
+    (void)live();
+    return rank_;
+  }
   /// Number of ranks (world size). @throws as rank().
-  int size() const { return live().size(); }
+  int size() const {
+    (void)live();
+    return size_;
+  }
   /// The settings.
   const communicator_options& options() const noexcept { return options_; }
   /// The transport underneath. @throws as rank().
@@ -211,6 +221,14 @@ class communicator {
     if (a == algorithm::ring && !q.commutative) a = algorithm::direct;
     if (a == algorithm::tree && q.coll == collective::all_to_all) a = algorithm::direct;
     return a;
+  }
+
+  /// select() for the call this thread is in (communicator::call_scope held): the cost model's
+  /// answer is remembered for the last query; a selector of the options and COLLX_ALGO are asked
+  /// every time, as select() asks them.
+  algorithm select_in_call(const selection_query& q) {
+    if (options_.selector || options_.algorithm_overrides.for_collective(q.coll)) return select(q);
+    return schedules_.choice(q, [this](const selection_query& s) { return select(s); });
   }
 
   /// Runs fn on this communicator's progress thread after every earlier call; the request completes
@@ -373,19 +391,26 @@ class communicator {
     for (const auto& t : levels) t->adopt_failure(code, text);
   }
 
+  /// The transport, after checking that this communicator may be used here. Every call checks,
+  /// several times: the check inlines to two comparisons, and the errors are built out of line.
   transport& live() const {
+    if (!transport_ || forked()) [[unlikely]]
+      unusable();
+    return *transport_;
+  }
+  [[noreturn, gnu::noinline, gnu::cold]] void unusable() const {
     if (!transport_)
       COLLX_THROW(errc::invalid_argument, "collx::communicator used after it was moved from (a moved-from communicator "
                                           "may only be destroyed or assigned to)");
-    if (forked())
-      COLLX_THROW(errc::invalid_argument, "collx::communicator of rank " + std::to_string(transport_->rank()) +
-                                              " used in a child that fork() made of the process that created it; it "
-                                              "belongs to that process (the child would take part as the rank). Create "
-                                              "communicators in the child, after fork, under a job id of its own");
-    return *transport_;
+    COLLX_THROW(errc::invalid_argument, "collx::communicator of rank " + std::to_string(rank_) +
+                                            " used in a child that fork() made of the process that created it; it "
+                                            "belongs to that process (the child would take part as the rank). Create "
+                                            "communicators in the child, after fork, under a job id of its own");
   }
-  /// True in a child fork() made of the process that created this communicator.
-  bool forked() const noexcept { return created_in_ != detail::fork_generation(); }
+  /// True in a child fork() made of the process that created this communicator. (created_in_'s
+  /// initialiser called fork_generation(), which registers the counting: the count can be read
+  /// directly.)
+  bool forked() const noexcept { return created_in_ != detail::forks_seen.load(std::memory_order_relaxed); }
   /// In a fork's child: lets go of the parent's transport, hierarchy and progress thread without
   /// tearing them down (which would tell the peers this rank left, or join a thread that is not
   /// in this process). Leaked on purpose: the memory goes with the child.
@@ -399,6 +424,7 @@ class communicator {
     void operator()(std::byte* p) const noexcept { ::operator delete(p, std::align_val_t{max_element_alignment}); }
   };
   std::shared_ptr<transport> transport_;
+  int rank_ = 0, size_ = 0;  // transport_'s (fixed): rank() and size() need not ask it
   communicator_options options_;
   std::uint64_t sequence_ = 0;
   std::uint64_t calls_digest_ = 0;  // history_digest of the calls so far
