@@ -28,6 +28,7 @@
 #include <catch2/catch.hpp>
 
 #include <collx/algo/build.hpp>
+#include <collx/detail/counts.hpp>
 #include <collx/detail/schedule_cache.hpp>
 
 #include <algorithm>
@@ -1318,4 +1319,49 @@ TEST_CASE("schedule cache: equal parameters reuse the steps, any change rebuilds
               // The same call again returns the cached steps unchanged.
               CHECK(cache.steps(a, in_place) == got);
             }
+}
+
+TEST_CASE("schedule cache: the cost model's choice is asked again whenever the query changes", "[schedule]") {
+  collx::detail::schedule_cache cache;
+  int asked = 0;
+  const collx::cost_model model;
+  auto choose = [&](const collx::selection_query& q) {
+    ++asked;
+    return model.choose(q);
+  };
+  std::vector<collx::selection_query> queries;
+  for (collx::collective c : {collx::collective::allreduce, collx::collective::all_gather, collx::collective::broadcast})
+    for (int n : {2, 5})
+      for (std::size_t bytes : {std::size_t{8}, std::size_t{1} << 20, std::size_t{1} << 30})
+        for (bool commutative : {true, false}) queries.push_back({c, n, bytes, commutative});
+  for (const auto& q : queries) {
+    const int before = asked;
+    CHECK(cache.choice(q, choose) == model.choose(q));
+    CHECK(asked == before + 1);  // a new query is always asked
+    CHECK(cache.choice(q, choose) == model.choose(q));
+    CHECK(asked == before + 1);  // the same one again is not
+  }
+  // A chooser that throws leaves nothing remembered, not even the query before: asked again.
+  CHECK_THROWS(cache.choice(queries.front(), [](const collx::selection_query&) -> collx::algorithm { throw 1; }));
+  const int before = asked;
+  CHECK(cache.choice(queries.back(), choose) == model.choose(queries.back()));
+  CHECK(asked == before + 1);
+}
+
+TEST_CASE("count_array: counts kept inline up to its capacity, on the heap beyond", "[schedule]") {
+  using collx::detail::count_array;
+  for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{7}, count_array::inline_capacity,
+                        count_array::inline_capacity + 1, std::size_t{1000}}) {
+    count_array a(n, 41);
+    REQUIRE(a.size() == n);
+    REQUIRE(a.span().size() == n);
+    for (std::size_t i = 0; i < n; ++i) CHECK(a[i] == 41);
+    for (std::size_t i = 0; i < n; ++i) a[i] = i * 3 + 1;  // distinct per index
+    const auto s = a.span();
+    for (std::size_t i = 0; i < n; ++i) CHECK(s[i] == i * 3 + 1);
+    const bool inside = reinterpret_cast<const std::byte*>(s.data()) >= reinterpret_cast<const std::byte*>(&a) &&
+                        reinterpret_cast<const std::byte*>(s.data()) < reinterpret_cast<const std::byte*>(&a) + sizeof a;
+    CHECK(inside == (n <= count_array::inline_capacity));
+  }
+  CHECK(count_array(3).span()[2] == 0);  // the default value
 }

@@ -30,8 +30,8 @@ void all_gather_impl(communicator& comm, std::span<const T> send, std::span<T> r
     invalid_call<T, no_op>(comm, collective::all_gather,
                            "counts has " + std::to_string(counts.size()) + " entries for " + std::to_string(n) + " ranks",
                            varying);
-  if (const std::string bad = bad_counts("counts", given, sizeof(T)); !bad.empty())
-    invalid_call<T, no_op>(comm, collective::all_gather, bad, varying);
+  if (!counts_are_sound(given, sizeof(T)))
+    invalid_call<T, no_op>(comm, collective::all_gather, bad_counts("counts", given, sizeof(T)), varying);
   std::size_t total = 0, mine = 0;
   for (int c = 0; c < n; ++c) {
     if (c == r) mine = total;
@@ -66,8 +66,8 @@ void all_gather_impl(communicator& comm, std::span<const T> send, std::span<T> r
 /// @throws collx::error invalid_argument, mismatch, timeout, aborted.
 template <class Algo = algo::automatic, element T>
 void all_gather(communicator& comm, std::type_identity_t<std::span<const T>> send, std::span<T> recv) {
-  std::vector<std::size_t> counts(static_cast<std::size_t>(comm.size()), send.size());
-  detail::all_gather_impl<T, Algo>(comm, send, recv, counts, false);
+  const detail::count_array counts(static_cast<std::size_t>(comm.size()), send.size());
+  detail::all_gather_impl<T, Algo>(comm, send, recv, counts.span(), false);
 }
 
 /// All-gather with uneven blocks: rank c contributes counts[c] elements, packed in rank order in recv.

@@ -33,8 +33,8 @@ void all_to_all_impl(communicator& comm, std::span<const T> send, const block_co
     invalid_call<T, no_op>(comm, collective::all_to_all,
                            "send_counts and recv_counts need one entry per rank", varying);
   for (const auto& [name, counts] : {std::pair{"send_counts", &send_given}, std::pair{"recv_counts", &recv_given}})
-    if (const std::string bad = bad_counts(name, *counts, sizeof(T)); !bad.empty())
-      invalid_call<T, no_op>(comm, collective::all_to_all, bad, varying);
+    if (!counts_are_sound(*counts, sizeof(T)))
+      invalid_call<T, no_op>(comm, collective::all_to_all, bad_counts(name, *counts, sizeof(T)), varying);
   std::size_t st = 0, rt = 0;
   for (std::size_t c = 0; c < n; ++c) st += send_counts[c], rt += recv_counts[c];
   if (send.size() != st || recv.size() != rt)
@@ -72,8 +72,8 @@ void all_to_all(communicator& comm, std::type_identity_t<std::span<const T>> sen
     detail::invalid_call<T, detail::no_op>(comm, collective::all_to_all,
                                            "send and recv need the same size, a multiple of the world size; got " +
                                                std::to_string(send.size()) + " and " + std::to_string(recv.size()));
-  std::vector<std::size_t> counts(n, send.size() / n);
-  detail::all_to_all_impl<T, Algo>(comm, send, counts, recv, counts, false);
+  const detail::count_array counts(n, send.size() / n);
+  detail::all_to_all_impl<T, Algo>(comm, send, counts.span(), recv, counts.span(), false);
 }
 
 /// All-to-all with uneven blocks, packed in rank order: this rank sends send_counts[c] elements to

@@ -33,8 +33,8 @@ void reduce_scatter_impl(communicator& comm, std::span<const T> send, std::span<
     invalid_call<T, Op>(comm, collective::reduce_scatter,
                         "recv_counts has " + std::to_string(counts.size()) + " entries for " + std::to_string(n) + " ranks",
                         varying);
-  if (const std::string bad = bad_counts("recv_counts", given, sizeof(T)); !bad.empty())
-    invalid_call<T, Op>(comm, collective::reduce_scatter, bad, varying);
+  if (!counts_are_sound(given, sizeof(T)))
+    invalid_call<T, Op>(comm, collective::reduce_scatter, bad_counts("recv_counts", given, sizeof(T)), varying);
   std::size_t total = 0, mine = 0;
   for (int c = 0; c < n; ++c) {
     if (c == r) mine = total;
@@ -74,8 +74,8 @@ void reduce_scatter_impl(communicator& comm, std::span<const T> send, std::span<
 template <class Algo = algo::automatic, element T, class Op = ops::sum>
   requires reduction_op<Op, T>
 void reduce_scatter(communicator& comm, std::type_identity_t<std::span<const T>> send, std::span<T> recv, Op op = {}) {
-  std::vector<std::size_t> counts(static_cast<std::size_t>(comm.size()), recv.size());
-  detail::reduce_scatter_impl<T, Op, Algo>(comm, send, recv, counts, false, op);
+  const detail::count_array counts(static_cast<std::size_t>(comm.size()), recv.size());
+  detail::reduce_scatter_impl<T, Op, Algo>(comm, send, recv, counts.span(), false, op);
 }
 
 /// Reduce-scatter with uneven blocks: block c has recv_counts[c] elements, packed in rank order in

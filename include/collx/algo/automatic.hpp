@@ -30,6 +30,8 @@ struct selection_query {
                              ///< rank, so 0 for all_to_all_v, whose ranks send different amounts
                              ///< that the others do not know (a choice made from them would differ)
   bool commutative = true;   ///< false: ring is not allowed
+
+  friend constexpr bool operator==(const selection_query&, const selection_query&) = default;
 };
 
 /// Alpha-beta cost model of one transport. Defaults describe shared memory on one node.

@@ -19,6 +19,7 @@
 #include <collx/algo/hierarchical.hpp>
 #include <collx/communicator.hpp>
 #include <collx/concepts.hpp>
+#include <collx/detail/counts.hpp>
 #include <collx/detail/executor.hpp>
 #include <collx/detail/reduction.hpp>
 #include <collx/detail/shared_allreduce.hpp>
@@ -312,7 +313,7 @@ inline void run_flat_untyped(communicator& comm, collective coll, bool in_place,
   selection_query q{coll, n, own_total ? 0 : total * tc.value_size, tc.commutative || !reduces};
   algorithm alg = algorithm::direct;
   try {
-    alg = fixed ? *fixed : comm.select(q);
+    alg = fixed ? *fixed : comm.select_in_call(q);
   } catch (...) {  // the user's selector threw: the peers are in the call already
     fail_for_escaping(comm, call_name(comm, coll, 0, tc.type_name, tc.op_name, "", lay.varying));
     throw;
@@ -356,9 +357,8 @@ inline void run_flat_untyped(communicator& comm, collective coll, bool in_place,
       execute(tp, sig, comm.schedules().steps(alg, in_place), tc.view);
     };
     // Per-rank block offsets: prefix sums of the counts.
-    std::vector<std::size_t> prefix;
+    count_array prefix(lay.counts.empty() ? 0 : lay.counts.size() + 1);
     if (!lay.counts.empty()) {
-      prefix.resize(lay.counts.size() + 1);
       for (std::size_t c = 0; c < lay.counts.size(); ++c) prefix[c + 1] = prefix[c] + lay.counts[c];
     }
 
