@@ -1048,6 +1048,107 @@ TEST_CASE("shm: a start that times out names the job id its segment's name carri
   }
 }
 
+TEST_CASE("shm: a rank whose rank 0 died during the start fails at once, or says why it waited", "[shm][F2]") {
+  // A segment as rank 0 signs it before its set-up (sign_new_segment): one page, naming a creator
+  // that has exited and, under a launcher, the start's launch id. A rank of the same start fails
+  // at once; one that cannot tell (no launch id: started by hand; or another start's id) waits
+  // for a rank 0 to replace it, and its timeout names the dead creator instead of saying that the
+  // segment "did not appear".
+  using shm = collx::transport_impl::shm_transport;
+  const std::string job = "test-dead-rank0-" + std::to_string(::getpid());
+  const std::string name = shm::segment_name(job);
+  const pid_t dead = ::fork();
+  if (dead == 0) ::_exit(0);
+  int status = 0;
+  ::waitpid(dead, &status, 0);
+  const int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+  REQUIRE(fd >= 0);
+  REQUIRE(::ftruncate(fd, 4096) == 0);
+  void* p = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  REQUIRE(p != MAP_FAILED);
+  auto* h = new (p) collx::transport_impl::shm_segment::header();
+  h->creator_pid = dead;
+  std::snprintf(h->launch_id, sizeof h->launch_id, "%s", "3333.44");
+  ::munmap(p, 4096);
+  ::close(fd);
+
+  auto rank1 = [&](const char* launch, std::chrono::milliseconds timeout) -> std::pair<collx::errc, std::string> {
+    collx::launch_info info{1, 2, 1, 2, job, "test"};
+    info.launch_id = launch;
+    collx::shm_options o;
+    o.connect_timeout = timeout;
+    try {
+      collx::connect_shm(info, {}, o);
+    } catch (const collx::error& e) {
+      return {e.code(), e.what()};
+    }
+    return {collx::errc::invalid_argument, "rank 1 connected without rank 0"};
+  };
+  const std::string dead_pid = std::to_string(dead);
+  {
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto [code, what] = rank1("3333.44", 20s);
+    CHECK(std::chrono::steady_clock::now() - t0 < 5s);
+    CHECK(code == collx::errc::transport);
+    CHECK_THAT(what, Catch::Matchers::Contains("rank 0 (pid " + dead_pid + ") of this start") &&
+                         Catch::Matchers::Contains("died before every rank attached") &&
+                         Catch::Matchers::Contains(name));
+  }
+  for (const char* launch : {"", "5555.1"}) {
+    INFO("launch id '" << launch << "'");
+    const auto [code, what] = rank1(launch, 300ms);
+    CHECK(code == collx::errc::timeout);
+    CHECK_THAT(what, Catch::Matchers::Contains("was made by pid " + dead_pid + ", which died before the ranks attached") &&
+                         !Catch::Matchers::Contains("did not appear"));
+  }
+  CHECK(std::filesystem::exists("/dev/shm" + name));  // left for a rank 0 to replace, as before
+  ::shm_unlink(name.c_str());
+}
+
+TEST_CASE("shm: rank 0 killed while it waits for the ranks: a late rank of its start fails at once", "[shm][F2]") {
+  using shm = collx::transport_impl::shm_transport;
+  const std::string job = "test-killed-rank0-" + std::to_string(::getpid());
+  const std::string path = "/dev/shm" + shm::segment_name(job);
+  auto info = [&](int rank) {
+    collx::launch_info i{rank, 2, rank, 2, job, "test"};
+    i.launch_id = "7777.45";
+    return i;
+  };
+  const pid_t child = ::fork();
+  if (child == 0) {  // rank 0: sets the segment up, then waits for rank 1 until it is killed
+    collx::shm_options o;
+    o.connect_timeout = 60s;
+    try {
+      collx::connect_shm(info(0), {}, o);
+    } catch (...) {
+    }
+    ::_exit(3);
+  }
+  // Until the segment is set up (its full size) and a little more.
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  std::error_code ec;
+  while (!(std::filesystem::exists(path, ec) && std::filesystem::file_size(path, ec) > 4096) &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(5ms);
+  std::this_thread::sleep_for(200ms);
+  ::kill(child, SIGKILL);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  REQUIRE(WIFSIGNALED(status));
+  const auto t0 = std::chrono::steady_clock::now();
+  collx::shm_options o;
+  o.connect_timeout = 20s;
+  try {
+    collx::connect_shm(info(1), {}, o);
+    FAIL("rank 1 connected to a dead rank 0");
+  } catch (const collx::error& e) {
+    CHECK(e.code() == collx::errc::transport);
+    CHECK_THAT(e.what(), Catch::Matchers::Contains("rank 0 (pid " + std::to_string(child) + ") of this start"));
+  }
+  CHECK(std::chrono::steady_clock::now() - t0 < 5s);
+  CHECK(shm::remove_if_stale(job));  // what collx-run does once it reaped its ranks
+}
+
 TEST_CASE("shm: a full /dev/shm is reported as such", "[shm]") {
   const int baseline = collx_shm_entries();
   collx::shm_options shm;

@@ -1098,10 +1098,11 @@ class shm_transport final : public transport {
   }
 
   /// Writes this process as the creator into the header of the segment it just created (`fd`, still
-  /// empty), before the slow reservation and set-up: killed during them, it leaves a segment that
-  /// names a dead creator, which the next start or the launcher removes at once (an unsigned one
-  /// counts as dead only 10 s after it was made).
-  static void sign_new_segment(int fd) {
+  /// empty), with this start's launch id, before the slow reservation and set-up: killed during
+  /// them, it leaves a segment that names a dead creator, which the next start or the launcher
+  /// removes at once (an unsigned one counts as dead only 10 s after it was made), and in which
+  /// the other ranks of the same start see that their rank 0 died (dead_creator_of_this_start).
+  void sign_new_segment(int fd) const {
     const std::size_t page = shm_segment::align_up(sizeof(shm_segment::header), 4096);
     if (::ftruncate(fd, static_cast<off_t>(page)) != 0) return;  // posix_fallocate reports it next
     void* p = ::mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -1109,7 +1110,28 @@ class shm_transport final : public transport {
     auto* h = new (p) shm_segment::header();
     h->creator_pid = static_cast<std::int32_t>(::getpid());
     h->creator_start = detail::own_start_time();
+    std::memcpy(h->launch_id, launch_id_.data(), launch_id_.size());
     ::munmap(p, page);
+  }
+
+  /// The pid of the dead process that made the segment open as `fd` (`size` bytes), or 0 while it
+  /// lives or is not known yet. `same_start` tells whether it was rank 0 of this very start: the
+  /// same non-empty launch id (COLLX_LAUNCH_ID; ranks started by hand have none, and cannot tell
+  /// their rank 0's segment from one an earlier run with this job id left).
+  std::int32_t dead_creator(int fd, std::size_t size, bool& same_start) const {
+    same_start = false;
+    if (size < sizeof(shm_segment::header)) return 0;
+    void* p = ::mmap(nullptr, sizeof(shm_segment::header), PROT_READ, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) return 0;
+    const auto* h = static_cast<const shm_segment::header*>(p);
+    std::int32_t dead = 0;
+    if (h->creator_pid != 0 && detail::process_dead(h->creator_pid, h->creator_start)) {
+      dead = h->creator_pid;  // its writes are all visible: it has exited
+      const std::string theirs(h->launch_id, ::strnlen(h->launch_id, sizeof h->launch_id));
+      same_start = !launch_id_.empty() && theirs == launch_id_;
+    }
+    ::munmap(p, sizeof(shm_segment::header));
+    return dead;
   }
 
   /// Turns the segment into a one-page failure marker that the other ranks read (the last of them
@@ -1270,12 +1292,22 @@ class shm_transport final : public transport {
       }
     } else {
       // Wait for rank 0's segment; skip one left by a dead job until rank 0 replaces it.
+      std::int32_t left_by_dead = 0;  // the dead creator of the segment seen last (for the timeout's message)
       for (unsigned waits = 0;; ) {
         fd = ::shm_open(name_.c_str(), O_RDWR, 0);
         if (fd >= 0) {
           struct stat st{};
           const std::size_t marker = shm_segment::align_up(sizeof(shm_segment::header), 4096);
           const bool sized = ::fstat(fd, &st) == 0;
+          bool same_start = false;
+          left_by_dead = sized ? dead_creator(fd, static_cast<std::size_t>(st.st_size), same_start) : 0;
+          if (same_start) {  // this start's rank 0 died before every rank attached: it will not come back
+            ::close(fd);
+            COLLX_THROW(errc::transport, "rank " + std::to_string(rank_) + "/" + std::to_string(n_) + ": rank 0 (pid " +
+                                             std::to_string(left_by_dead) + ") of this start (COLLX_LAUNCH_ID " + launch_id_ +
+                                             ") died before every rank attached to the shared memory " + name_ + id_note_ +
+                                             "; the job cannot start");
+          }
           if (sized && static_cast<std::size_t>(st.st_size) != marker) {
             bool ours = false;
             if (const std::string why = live_segment_disagrees(fd, static_cast<std::size_t>(st.st_size), &ours); !why.empty()) {
@@ -1318,13 +1350,23 @@ class shm_transport final : public transport {
           fd = -1;
         } else if (errno != ENOENT) {
           system_error("cannot open the segment", errno);
+        } else {
+          left_by_dead = 0;  // gone (rank 0 reclaimed it)
         }
-        if (std::chrono::steady_clock::now() > deadline)
+        if (std::chrono::steady_clock::now() > deadline) {
+          if (left_by_dead)
+            COLLX_THROW(errc::timeout, "rank " + std::to_string(rank_) + "/" + std::to_string(n_) + ": shared memory " +
+                                           name_ + id_note_ + " was made by pid " + std::to_string(left_by_dead) +
+                                           ", which died before the ranks attached, and no live rank 0 replaced it within "
+                                           "the connect timeout (COLLX_CONNECT_TIMEOUT): did this job's rank 0 die while "
+                                           "starting? (Or it is an earlier run's, and rank 0 is not running with the same "
+                                           "job id and world size.)" + job_id_hint());
           COLLX_THROW(errc::timeout, "rank " + std::to_string(rank_) + "/" + std::to_string(n_) + ": shared memory " +
                                          name_ + id_note_ + " did not appear within the connect timeout (COLLX_CONNECT_TIMEOUT; is rank 0 running, with "
                                          "the same job id and world size? A job removes the name once all its ranks "
                                          "attached, so a rank started again after that, or late, also ends here)" +
                                          job_id_hint());
+        }
         if (abandon_start_ && ++waits % 50 == 0)  // about every 50 ms, while rank 0 has not made it
           if (const std::string why = abandon_start_({0}, std::chrono::milliseconds(waits)); !why.empty())
             COLLX_THROW(errc::aborted, "rank " + std::to_string(rank_) + " ended the start: " + why);
