@@ -1098,11 +1098,10 @@ class shm_transport final : public transport {
   }
 
   /// Writes this process as the creator into the header of the segment it just created (`fd`, still
-  /// empty), with this start's launch id, before the slow reservation and set-up: killed during
-  /// them, it leaves a segment that names a dead creator, which the next start or the launcher
-  /// removes at once (an unsigned one counts as dead only 10 s after it was made), and in which
-  /// the other ranks of the same start see that their rank 0 died (dead_creator_of_this_start).
-  void sign_new_segment(int fd) const {
+  /// empty), before the slow reservation and set-up: killed during them, it leaves a segment that
+  /// names a dead creator, which the next start or the launcher removes at once (an unsigned one
+  /// counts as dead only 10 s after it was made).
+  static void sign_new_segment(int fd) {
     const std::size_t page = shm_segment::align_up(sizeof(shm_segment::header), 4096);
     if (::ftruncate(fd, static_cast<off_t>(page)) != 0) return;  // posix_fallocate reports it next
     void* p = ::mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -1110,26 +1109,20 @@ class shm_transport final : public transport {
     auto* h = new (p) shm_segment::header();
     h->creator_pid = static_cast<std::int32_t>(::getpid());
     h->creator_start = detail::own_start_time();
-    std::memcpy(h->launch_id, launch_id_.data(), launch_id_.size());
     ::munmap(p, page);
   }
 
   /// The pid of the dead process that made the segment open as `fd` (`size` bytes), or 0 while it
-  /// lives or is not known yet. `same_start` tells whether it was rank 0 of this very start: the
-  /// same non-empty launch id (COLLX_LAUNCH_ID; ranks started by hand have none, and cannot tell
-  /// their rank 0's segment from one an earlier run with this job id left).
-  std::int32_t dead_creator(int fd, std::size_t size, bool& same_start) const {
-    same_start = false;
+  /// lives or is not known yet. (Whether it was this job's rank 0 cannot be told: an earlier
+  /// program under the same job id, even of the same launcher start, leaves the same kind of
+  /// segment for the next rank 0 to replace. So a rank waits, and its timeout names this pid.)
+  static std::int32_t dead_creator(int fd, std::size_t size) {
     if (size < sizeof(shm_segment::header)) return 0;
     void* p = ::mmap(nullptr, sizeof(shm_segment::header), PROT_READ, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) return 0;
     const auto* h = static_cast<const shm_segment::header*>(p);
-    std::int32_t dead = 0;
-    if (h->creator_pid != 0 && detail::process_dead(h->creator_pid, h->creator_start)) {
-      dead = h->creator_pid;  // its writes are all visible: it has exited
-      const std::string theirs(h->launch_id, ::strnlen(h->launch_id, sizeof h->launch_id));
-      same_start = !launch_id_.empty() && theirs == launch_id_;
-    }
+    const std::int32_t dead =
+        h->creator_pid != 0 && detail::process_dead(h->creator_pid, h->creator_start) ? h->creator_pid : 0;
     ::munmap(p, sizeof(shm_segment::header));
     return dead;
   }
@@ -1299,15 +1292,7 @@ class shm_transport final : public transport {
           struct stat st{};
           const std::size_t marker = shm_segment::align_up(sizeof(shm_segment::header), 4096);
           const bool sized = ::fstat(fd, &st) == 0;
-          bool same_start = false;
-          left_by_dead = sized ? dead_creator(fd, static_cast<std::size_t>(st.st_size), same_start) : 0;
-          if (same_start) {  // this start's rank 0 died before every rank attached: it will not come back
-            ::close(fd);
-            COLLX_THROW(errc::transport, "rank " + std::to_string(rank_) + "/" + std::to_string(n_) + ": rank 0 (pid " +
-                                             std::to_string(left_by_dead) + ") of this start (COLLX_LAUNCH_ID " + launch_id_ +
-                                             ") died before every rank attached to the shared memory " + name_ + id_note_ +
-                                             "; the job cannot start");
-          }
+          left_by_dead = sized ? dead_creator(fd, static_cast<std::size_t>(st.st_size)) : 0;
           if (sized && static_cast<std::size_t>(st.st_size) != marker) {
             bool ours = false;
             if (const std::string why = live_segment_disagrees(fd, static_cast<std::size_t>(st.st_size), &ours); !why.empty()) {
