@@ -31,6 +31,7 @@ struct selection_query {
                              ///< that the others do not know (a choice made from them would differ)
   bool commutative = true;   ///< false: ring is not allowed
 
+  /// Equal in every field: a deterministic selector answers both alike.
   friend constexpr bool operator==(const selection_query&, const selection_query&) = default;
 };
 
