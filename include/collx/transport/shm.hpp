@@ -1285,14 +1285,12 @@ class shm_transport final : public transport {
       }
     } else {
       // Wait for rank 0's segment; skip one left by a dead job until rank 0 replaces it.
-      std::int32_t left_by_dead = 0;  // the dead creator of the segment seen last (for the timeout's message)
       for (unsigned waits = 0;; ) {
         fd = ::shm_open(name_.c_str(), O_RDWR, 0);
         if (fd >= 0) {
           struct stat st{};
           const std::size_t marker = shm_segment::align_up(sizeof(shm_segment::header), 4096);
           const bool sized = ::fstat(fd, &st) == 0;
-          left_by_dead = sized ? dead_creator(fd, static_cast<std::size_t>(st.st_size)) : 0;
           if (sized && static_cast<std::size_t>(st.st_size) != marker) {
             bool ours = false;
             if (const std::string why = live_segment_disagrees(fd, static_cast<std::size_t>(st.st_size), &ours); !why.empty()) {
@@ -1335,10 +1333,14 @@ class shm_transport final : public transport {
           fd = -1;
         } else if (errno != ENOENT) {
           system_error("cannot open the segment", errno);
-        } else {
-          left_by_dead = 0;  // gone (rank 0 reclaimed it)
         }
         if (std::chrono::steady_clock::now() > deadline) {
+          std::int32_t left_by_dead = 0;  // the maker of a segment still there, if it died
+          if (const int probe = ::shm_open(name_.c_str(), O_RDONLY, 0); probe >= 0) {
+            struct stat st{};
+            if (::fstat(probe, &st) == 0) left_by_dead = dead_creator(probe, static_cast<std::size_t>(st.st_size));
+            ::close(probe);
+          }
           if (left_by_dead)
             COLLX_THROW(errc::timeout, "rank " + std::to_string(rank_) + "/" + std::to_string(n_) + ": shared memory " +
                                            name_ + id_note_ + " was made by pid " + std::to_string(left_by_dead) +
