@@ -292,7 +292,9 @@ void sweep_copies(collx::gpu::device_communicator& dc, cudaStream_t s, std::size
   {
     sweep_buffer<T> in(count, offset, s), res(count, offset, s);
     if (me == root) in.set(theirs);
-    gpu::broadcast(dc, me == root ? in.data() : nullptr, res.data(), count, root, s);
+    // Off the root, send may be a literal nullptr (send's type follows recv's).
+    if (me == root) gpu::broadcast(dc, in.data(), res.data(), count, root, s);
+    else gpu::broadcast(dc, nullptr, res.data(), count, root, s);
     note(sweep_sync(dc, s, tag + "broadcast"));
     note(res.compare(theirs, tag + "broadcast"));
   }
@@ -358,7 +360,9 @@ void sweep_v_forms(collx::gpu::device_communicator& dc, cudaStream_t s, std::siz
   {
     sweep_buffer<T> in(mine, offset, s), res(total, offset, s);
     in.set(own);
-    gpu::all_gather_v(dc, in.data(), res.data(), std::span<const std::size_t>(counts), s);
+    // A rank of count 0 may pass a literal nullptr (unaligned counts: rank 1).
+    if (mine == 0) gpu::all_gather_v(dc, nullptr, res.data(), std::span<const std::size_t>(counts), s);
+    else gpu::all_gather_v(dc, in.data(), res.data(), std::span<const std::size_t>(counts), s);
     note(sweep_sync(dc, s, tag + "all_gather_v"));
     note(res.compare(gathered, tag + "all_gather_v"));
   }
@@ -375,7 +379,8 @@ void sweep_v_forms(collx::gpu::device_communicator& dc, cudaStream_t s, std::siz
     const auto want = sweep_fold<T>(n, mine, at, call + 1, op);  // block me of the fold
     sweep_buffer<T> in(total, offset, s), res(mine, offset, s);
     in.set(all);
-    gpu::reduce_scatter_v(dc, in.data(), res.data(), std::span<const std::size_t>(counts), op, s);
+    if (mine == 0) gpu::reduce_scatter_v(dc, in.data(), nullptr, std::span<const std::size_t>(counts), op, s);
+    else gpu::reduce_scatter_v(dc, in.data(), res.data(), std::span<const std::size_t>(counts), op, s);
     note(sweep_sync(dc, s, tag + "reduce_scatter_v"));
     note(res.compare(want, tag + "reduce_scatter_v"));
     note(in.compare(all, tag + "reduce_scatter_v input"));

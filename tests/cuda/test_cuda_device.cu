@@ -215,7 +215,9 @@ TEST_CASE("gpu device collectives: the op left out before a stream sums, on that
     {
       const int root = 2;
       sweep_buffer<float> res(count, 0, s);
-      gpu::reduce(dc, in.data(), me == root ? res.data() : nullptr, count, root, s);
+      // Off the root, recv may be a literal nullptr (recv's type follows send's).
+      if (me == root) gpu::reduce(dc, in.data(), res.data(), count, root, s);
+      else gpu::reduce(dc, in.data(), nullptr, count, root, s);
       note(sweep_sync(dc, s, tag + "reduce"));
       if (me == root) note(res.compare(sweep_fold<float>(n, count, 0, 1, sum), tag + "reduce"));
     }
@@ -854,8 +856,14 @@ TEST_CASE("gpu device collectives: many blocks and chunks with the default stagi
 TEST_CASE("gpu device all_to_all_v: calls with nothing to move, then calls that move data", "[gpu][cuda]") {
   require_none(on_ranks(3, {}, std::chrono::seconds(60), [](gpu::device_communicator& dc, cudaStream_t s, auto& out) {
     const std::vector<std::size_t> zeros(3, 0);
+    const float* no_send = nullptr;
+    float* no_recv = nullptr;
     for (int round = 0; round < 3; ++round) {  // exchange rows of both parities, no data epochs
-      gpu::all_to_all_v<float>(dc, nullptr, std::span<const std::size_t>(zeros), nullptr, std::span<const std::size_t>(zeros), s);
+      // Both null: T named; one typed null pointer: T from it, a literal nullptr for the other.
+      const std::span<const std::size_t> none(zeros);
+      if (round == 0) gpu::all_to_all_v<float>(dc, nullptr, none, nullptr, none, s);
+      else if (round == 1) gpu::all_to_all_v(dc, no_send, none, nullptr, none, s);
+      else gpu::all_to_all_v(dc, nullptr, none, no_recv, none, s);
       collx_cuda_test::sweep_all_to_all_v<float>(dc, s, 100 + static_cast<std::size_t>(round), false, 0, 10 + round, out);
     }
   }));

@@ -104,7 +104,9 @@ void check_reductions(nc::communicator& c, cudaStream_t s, std::size_t count, Wa
   compare("reduce_scatter", dout.get(count), static_cast<std::size_t>(r) * count);
 
   const int root = n - 1;
-  nc::reduce<Algo>(c, din.p, r == root ? dout.p : nullptr, count, Op{}, root, s);
+  // Off the root, recv may be a literal nullptr (recv's type follows send's).
+  if (r == root) nc::reduce<Algo>(c, din.p, dout.p, count, Op{}, root, s);
+  else nc::reduce<Algo>(c, din.p, nullptr, count, Op{}, root, s);
   collx::gpu::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
   if (r == root) compare("reduce", dout.get(count), 0);
 }
@@ -127,7 +129,9 @@ void check_moves(nc::communicator& c, cudaStream_t s, std::size_t count, failure
         break;
       }
   const int root = 1 % n;
-  nc::broadcast(c, r == root ? din.p : nullptr, dout.p, count, root, s);
+  // Off the root, send may be a literal nullptr (send's type follows recv's).
+  if (r == root) nc::broadcast(c, din.p, dout.p, count, root, s);
+  else nc::broadcast(c, nullptr, dout.p, count, root, s);
   collx::gpu::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
   const std::vector<T> b = dout.get(count);
   for (std::size_t i = 0; i < count; ++i)

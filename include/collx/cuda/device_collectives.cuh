@@ -1781,10 +1781,13 @@ void all_reduce(device_communicator& dc, const T* send, T* recv, std::size_t cou
 
 /// Reduce on device memory: as all_reduce, but only `root` receives (recv is not touched, and may be
 /// null, on the other ranks). In place at the root when send == recv.
+/// A buffer that may be null on some ranks (here recv; broadcast's send; the v-forms' buffers of
+/// count 0) takes its element type from the other buffer (std::type_identity_t), so that a literal
+/// nullptr compiles there.
 /// @throws as all_reduce, and errc::invalid_argument for a root outside [0, size).
 template <class T, class Op = ops::sum>
-void reduce(device_communicator& dc, const T* send, T* recv, std::size_t count, int root, const Op& op = {},
-            cudaStream_t stream = nullptr) {
+void reduce(device_communicator& dc, const T* send, std::type_identity_t<T>* recv, std::size_t count, int root,
+            const Op& op = {}, cudaStream_t stream = nullptr) {
   device_detail::check_reduction_types<T, Op>();
   static_assert(reduction_op<Op, T>, "collx::gpu::reduce: Op must be a reduction op on T (collx/concepts.hpp)");
   constexpr const char* name = "gpu::reduce";
@@ -1964,7 +1967,8 @@ void all_gather(device_communicator& dc, const T* send, T* recv, std::size_t sen
 /// root's data is then not copied); send is read only at the root (may be null elsewhere).
 /// @throws as all_reduce, and errc::invalid_argument for a root outside [0, size).
 template <class T>
-void broadcast(device_communicator& dc, const T* send, T* recv, std::size_t count, int root, cudaStream_t stream = nullptr) {
+void broadcast(device_communicator& dc, const std::type_identity_t<T>* send, T* recv, std::size_t count, int root,
+               cudaStream_t stream = nullptr) {
   static_assert(element<T>, "collx::gpu::broadcast: T must be a trivially copyable object type (collx/concepts.hpp)");
   constexpr const char* name = "gpu::broadcast";
   using namespace device_detail;
@@ -2010,7 +2014,7 @@ void all_to_all(device_communicator& dc, const T* send, T* recv, std::size_t cou
 /// @throws as all_reduce, and errc::invalid_argument when counts.size() != size() or a count is
 ///         negative.
 template <class T>
-void all_gather_v(device_communicator& dc, const T* send, T* recv, const block_counts& counts,
+void all_gather_v(device_communicator& dc, const std::type_identity_t<T>* send, T* recv, const block_counts& counts,
                   cudaStream_t stream = nullptr) {
   static_assert(element<T>, "collx::gpu::all_gather_v: T must be a trivially copyable object type (collx/concepts.hpp)");
   constexpr const char* name = "gpu::all_gather_v";
@@ -2035,8 +2039,8 @@ void all_gather_v(device_communicator& dc, const T* send, T* recv, const block_c
 /// other overlap of send and recv is rejected.
 /// @throws as all_gather_v.
 template <class T, class Op = ops::sum>
-void reduce_scatter_v(device_communicator& dc, const T* send, T* recv, const block_counts& counts, const Op& op = {},
-                      cudaStream_t stream = nullptr) {
+void reduce_scatter_v(device_communicator& dc, const T* send, std::type_identity_t<T>* recv, const block_counts& counts,
+                      const Op& op = {}, cudaStream_t stream = nullptr) {
   device_detail::check_reduction_types<T, Op>();
   static_assert(reduction_op<Op, T>, "collx::gpu::reduce_scatter_v: Op must be a reduction op on T (collx/concepts.hpp)");
   constexpr const char* name = "gpu::reduce_scatter_v";
@@ -2060,7 +2064,8 @@ void reduce_scatter_v(device_communicator& dc, const T* send, T* recv, const blo
 /// recv. One launch: the ranks first exchange their counts on the device (so each knows how long
 /// the longest block is and the call needs no host round trip), then move the blocks in chunks.
 /// @param send sum of send_counts elements; @param recv sum of recv_counts elements; not
-///        overlapping (never in place); either may be null when its counts are all 0
+///        overlapping (never in place); either may be null (a literal nullptr too) when its counts
+///        are all 0
 /// @param send_counts,recv_counts one per rank (any integer type: block_counts); recv_counts[q] on this rank must equal
 ///        send_counts[rank] on rank q, which the exchange checks: the rank whose recv count differs
 ///        gets errc::mismatch at dc.synchronize(), naming both counts, and its peers errc::aborted
@@ -2070,7 +2075,7 @@ void reduce_scatter_v(device_communicator& dc, const T* send, T* recv, const blo
 /// @throws collx::error (errc::invalid_argument) for lists of the wrong length, a negative count, a self count that
 ///         differs between the lists, null or overlapping buffers; otherwise as all_reduce.
 template <class T>
-void all_to_all_v(device_communicator& dc, const T* send, const block_counts& send_counts, T* recv,
+void all_to_all_v(device_communicator& dc, const std::type_identity_t<T>* send, const block_counts& send_counts, T* recv,
                   const block_counts& recv_counts, cudaStream_t stream = nullptr) {
   static_assert(element<T>, "collx::gpu::all_to_all_v: T must be a trivially copyable object type (collx/concepts.hpp)");
   constexpr const char* name = "gpu::all_to_all_v";
@@ -2097,6 +2102,12 @@ void all_to_all_v(device_communicator& dc, const T* send, const block_counts& se
   if (V > 1 && vec)
     launch_in_order(dc, name, &all_to_all_v_kernel<T, V>, full.blocks, device_threads_per_block, stream, dc.view(), lay, send, recv, full.chunk, sig);
   else launch_in_order(dc, name, &all_to_all_v_kernel<T, 1>, full.blocks, device_threads_per_block, stream, dc.view(), lay, send, recv, full.chunk, sig);
+}
+/// all_to_all_v with a literal nullptr for recv (a rank whose recv_counts are all 0): T from send.
+template <class T>
+void all_to_all_v(device_communicator& dc, const T* send, const block_counts& send_counts, std::nullptr_t,
+                  const block_counts& recv_counts, cudaStream_t stream = nullptr) {
+  all_to_all_v<T>(dc, send, send_counts, static_cast<T*>(nullptr), recv_counts, stream);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -2294,7 +2305,8 @@ void all_reduce(device_communicator& dc, const T* send, T* recv, std::size_t cou
 }
 /// reduce with ops::sum on `stream`: reduce(dc, send, recv, count, root, ops::sum{}, stream).
 template <class T>
-void reduce(device_communicator& dc, const T* send, T* recv, std::size_t count, int root, cudaStream_t stream) {
+void reduce(device_communicator& dc, const T* send, std::type_identity_t<T>* recv, std::size_t count, int root,
+            cudaStream_t stream) {
   reduce<T, ops::sum>(dc, send, recv, count, root, ops::sum{}, stream);
 }
 /// reduce_scatter with ops::sum on `stream`: reduce_scatter(dc, send, recv, recv_count, ops::sum{}, stream).
@@ -2309,7 +2321,8 @@ void reduce_scatter(device_communicator& dc, const T* send, T* recv, std::size_t
 }
 /// reduce_scatter_v with ops::sum on `stream`: reduce_scatter_v(dc, send, recv, counts, ops::sum{}, stream).
 template <class T>
-void reduce_scatter_v(device_communicator& dc, const T* send, T* recv, const block_counts& counts, cudaStream_t stream) {
+void reduce_scatter_v(device_communicator& dc, const T* send, std::type_identity_t<T>* recv, const block_counts& counts,
+                      cudaStream_t stream) {
   reduce_scatter_v<T, ops::sum>(dc, send, recv, counts, ops::sum{}, stream);
 }
 /// The window all_reduce with ops::sum on `stream`.
