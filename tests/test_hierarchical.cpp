@@ -628,6 +628,39 @@ TEST_CASE("a mismatch on one node reaches the ranks of the other node", "[hierar
   CHECK(unexplained.load() == 0);
 }
 
+TEST_CASE("a level's own failure names the level, the rank on it and its world rank", "[hierarchical][errors]") {
+  // World rank 1 never calls: rank 0 times out on the node level (waiting for rank 1), and that
+  // level's message, in the level's numbering ("rank 0/2 reduce_scatter_v#1<...>: ... waiting for a
+  // message from rank 1"), reaches every rank. It must say which level and which world rank
+  // ("node communicator rank 0/2 (world rank 0) ..."), not read as a call of the whole communicator.
+  collx::communicator_options opt;
+  opt.timeout = std::chrono::milliseconds(500);
+  auto comms = collx::make_hierarchical_thread_communicators({"a", "a", "b", "b"}, opt);
+  std::vector<std::string> whys(4);
+  std::vector<std::thread> threads;
+  for (auto& c : comms)
+    threads.emplace_back([&, comm = &c] {
+      const int r = comm->rank();
+      if (r == 1) {
+        std::this_thread::sleep_for(std::chrono::seconds(2));
+        return;
+      }
+      std::vector<float> v(64, 1.0f);
+      try {
+        collx::allreduce<collx::algo::hierarchical<collx::algo::direct, collx::algo::direct>>(*comm, std::span<float>(v));
+      } catch (const collx::error& e) {
+        whys[static_cast<std::size_t>(r)] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  const std::regex level_named("(node|cross-node) communicator rank [01]/2 \\(world rank [0-3]\\) [a-z_]+#[0-9]+<");
+  for (int r : {0, 2, 3}) {
+    const std::string& why = whys[static_cast<std::size_t>(r)];
+    INFO("rank " << r << ": " << why);
+    CHECK(std::regex_search(why, level_named));
+  }
+}
+
 TEST_CASE("a level's failure passed on to the whole communicator names world ranks", "[hierarchical][errors]") {
   // World rank 3 (node n1's rank 1) passes count 0, the others 64. Rank 3 moves nothing, finishes
   // its part and goes on to a flat barrier, where its wait finds its node's records disagree: the

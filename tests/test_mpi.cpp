@@ -887,6 +887,18 @@ int main(int argc, char** argv) {
   std::optional<collx::communicator> late;
   try {
     check(provided == MPI_THREAD_MULTIPLE, "MPI_THREAD_MULTIPLE provided");
+    // MPI_COMM_NULL (a rank in no group of an MPI_Comm_split): an error, not MPI aborting the job.
+    for (const bool hierarchical : {false, true}) {
+      std::string what = "returned";
+      try {
+        if (hierarchical) (void)collx::mpi::connect_hierarchical(MPI_COMM_NULL);
+        else (void)collx::mpi::connect(MPI_COMM_NULL);
+      } catch (const collx::error& e) {
+        what = e.code() == collx::errc::invalid_argument ? e.what() : "code " + std::to_string(static_cast<int>(e.code()));
+      }
+      check(what.find("the MPI communicator is MPI_COMM_NULL") != std::string::npos,
+            std::string(hierarchical ? "connect_hierarchical" : "connect") + "(MPI_COMM_NULL): " + what);
+    }
     {
       collx::mpi::mpi_options small;
       small.piece_bytes = 5000;  // many pieces per message, and pieces that are not powers of two

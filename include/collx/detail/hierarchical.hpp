@@ -65,16 +65,32 @@ inline segment_packing pack_segment(const node_layout& lay, std::span<const std:
   return p;
 }
 
+/// A level call's own error `what` ("rank 1/2 allreduce#3<...>: ...", in the level's rank numbers)
+/// with the level and this rank's world rank named: "cross-node communicator rank 1/2 (world rank
+/// 3) allreduce#3<...>: ...". Any other text (a failure taken over from another level or the whole
+/// communicator, which numbers world ranks) is returned as it is.
+inline std::string named_by_level(communicator& c, std::string what) {
+  const transport& t = c.get_transport();
+  const std::string own = "rank " + std::to_string(c.rank()) + "/" + std::to_string(c.size()) + " ";
+  const auto r = static_cast<std::size_t>(c.rank());
+  if (t.level().empty() || what.rfind(own, 0) != 0 || r >= t.level_world_ranks().size()) return what;
+  return t.level() + " " + own + "(world rank " + std::to_string(t.level_world_ranks()[r]) + ") " + what.substr(own.size());
+}
+
 /// Runs one level's part of a hierarchical call: flat, as a call of its own on that level's
 /// communicator (which users can reach through the hierarchy, so it keeps a collective's
-/// one-thread check).
+/// one-thread check). Its errors name the level (named_by_level).
 template <class E, class LOp>
 void run_level(communicator& c, collective coll, const void* in, void* out, bool in_place, int root, const LOp& lop,
                const call_layout& lay, std::optional<algorithm> a) {
   c.drain_async();
   const communicator::call_scope one_thread(c);
   const communicator::running_scope running(c, coll);  // the op's code may not call on the level meanwhile
-  run_flat<E, LOp>(c, coll, static_cast<const E*>(in), static_cast<E*>(out), in_place, root, lop, lay, a);
+  try {
+    run_flat<E, LOp>(c, coll, static_cast<const E*>(in), static_cast<E*>(out), in_place, root, lop, lay, a);
+  } catch (const error& e) {
+    COLLX_THROW(e.code(), named_by_level(c, e.what()));
+  }
 }
 
 /// What a hierarchical call needs of its element type T and op Op, as plain values and pointers

@@ -103,6 +103,15 @@ inline void require_mpi_running(const char* who) {
                                      (finalized ? "finalized" : "not initialised (call MPI_Init_thread first)"));
 }
 
+/// Throws collx::error (errc::invalid_argument) when `comm` is MPI_COMM_NULL (what a rank outside
+/// every group of an MPI_Comm_split gets): MPI's default error handler would abort the whole job in
+/// the first call on it.
+inline void require_communicator(MPI_Comm comm, const char* who) {
+  if (comm == MPI_COMM_NULL)
+    COLLX_THROW(errc::invalid_argument, std::string(who) + ": the MPI communicator is MPI_COMM_NULL (a rank that "
+                                            "MPI_Comm_split put in no group gets it): connect only the ranks of a group");
+}
+
 /// The thread support MPI was initialised with (MPI_THREAD_SINGLE ... MPI_THREAD_MULTIPLE).
 inline int thread_level() {
   int level = MPI_THREAD_SINGLE;
@@ -322,7 +331,8 @@ class closing_duplicates {
 /// The MPI transport of one rank. Construct it on every rank of `comm` (collective, like
 /// MPI_Comm_dup); it works on a private duplicate, freed when the transport is destroyed and
 /// every peer has closed it too (closing_duplicates).
-/// @throws collx::error transport (MPI not initialised, too little thread support, an MPI error)
+/// @throws collx::error transport (MPI not initialised, too little thread support, an MPI error),
+///   invalid_argument (comm is MPI_COMM_NULL)
 class mpi_transport final : public transport {
  public:
   static constexpr int data_tag = closing_duplicates::data_tag;  ///< schedule messages
@@ -342,6 +352,7 @@ class mpi_transport final : public transport {
 
   explicit mpi_transport(MPI_Comm comm, const mpi_options& opt = {}) : opt_(opt) {
     require_mpi_running("collx::mpi");
+    require_communicator(comm, "collx::mpi");
     level_ = thread_level();
     if (level_ < MPI_THREAD_SERIALIZED)
       COLLX_THROW(errc::transport,
@@ -1002,7 +1013,7 @@ class mpi_transport final : public transport {
 
 /// A communicator over every rank of `comm` whose messages go over MPI (a private duplicate of
 /// `comm`; rank and world size are comm's). Collective over comm.
-/// @throws collx::error transport (see mpi_transport)
+/// @throws collx::error transport, invalid_argument (see mpi_transport)
 inline communicator connect(MPI_Comm comm, const communicator_options& opt = {}, const mpi_options& mopt = {}) {
   return communicator(std::make_shared<mpi_transport>(comm, mopt), opt);
 }

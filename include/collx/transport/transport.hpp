@@ -475,6 +475,8 @@ class transport {
     level_ = std::move(level);
     level_world_ranks_ = std::move(world_ranks);
   }
+  /// set_level's name of the level ("node communicator", ...), or empty when this transport is no level.
+  const std::string& level() const noexcept { return level_; }
   /// set_level's world ranks (level_world_ranks()[i]: the world rank of this transport's rank i),
   /// or empty when this transport is no level.
   const std::vector<int>& level_world_ranks() const noexcept { return level_world_ranks_; }
