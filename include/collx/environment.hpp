@@ -32,8 +32,8 @@ struct env_var_doc {
 
 /// Every COLLX_* variable collx reads (the README's table is this one).
 inline constexpr std::array<env_var_doc, 15> environment_variables{{
-    {"COLLX_TIMEOUT", "seconds (decimal), at least 0.001; default 300", "deadline of every wait inside a call"},
-    {"COLLX_CONNECT_TIMEOUT", "seconds (decimal), at least 0.001; default 60",
+    {"COLLX_TIMEOUT", "seconds (decimal), rounded to whole ms, at least 1 ms; default 300", "deadline of every wait inside a call"},
+    {"COLLX_CONNECT_TIMEOUT", "seconds (decimal), rounded to whole ms, at least 1 ms; default 60",
      "how long processes starting a shared-memory communicator wait for every rank to attach (shm_options::connect_timeout)"},
     {"COLLX_ALGO",
      "ring, tree or direct; or per collective: allreduce:ring,broadcast:tree; or both: tree,allreduce:direct "
@@ -145,7 +145,7 @@ inline std::chrono::milliseconds milliseconds_or(const char* name, std::chrono::
   const auto v = get(name);
   if (!v) return fallback;
   const auto ms = static_cast<long long>(parse_seconds(name, *v) * 1000.0 + 0.5);
-  if (ms < 1) reject(name, *v, "at least 0.001 seconds (the deadline is kept in whole ms, at least 1 ms)");
+  if (ms < 1) reject(name, *v, "at least 1 ms once rounded to whole ms (0.0005 seconds or more)");
   return std::chrono::milliseconds(ms);
 }
 
@@ -180,11 +180,13 @@ inline constexpr std::array<collective, 8> all_collectives{
     collective::allreduce, collective::reduce_scatter, collective::all_gather, collective::broadcast,
     collective::reduce,    collective::all_to_all,     collective::barrier,    collective::send_recv};
 
-/// Parses a collective name (case-insensitive; "-" and "_" are the same).
+/// Parses a collective name (case-insensitive; "-" and "_" are the same; "all_reduce", nccl-tests'
+/// and collx-perf's spelling, is allreduce).
 inline std::optional<collective> parse_collective_name(std::string_view s) {
   std::string l = lower(s);
   for (char& c : l)
     if (c == '-') c = '_';
+  if (l == "all_reduce") return collective::allreduce;
   for (collective c : all_collectives)
     if (l == collective_name(c)) return c;
   return std::nullopt;
