@@ -899,6 +899,34 @@ int main(int argc, char** argv) {
       check(what.find("the MPI communicator is MPI_COMM_NULL") != std::string::npos,
             std::string(hierarchical ? "connect_hierarchical" : "connect") + "(MPI_COMM_NULL): " + what);
     }
+    // Ranks that connect with different functions (or intra_node choices) run MPI collectives that
+    // do not match, with no timeout: they must all get invalid_argument instead of waiting there.
+    int world = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    // "ranks 0, 2" / "rank 1": the ranks of one parity, as the message lists them.
+    const auto ranks_of_parity = [world](int parity) {
+      std::string s;
+      int n = 0;
+      for (int r = parity; r < world; r += 2) s.append(n++ ? ", " : "").append(std::to_string(r));
+      return (n == 1 ? "rank " : "ranks ") + s;
+    };
+    for (const bool intra_differs : {false, true}) {
+      if (world < 2) break;
+      std::string what = "returned";
+      try {
+        namespace cm = collx::mpi;
+        if (g_rank % 2 == 0) (void)cm::connect_hierarchical(MPI_COMM_WORLD);
+        else if (intra_differs) (void)cm::connect_hierarchical(MPI_COMM_WORLD, {}, cm::intra_node::mpi);
+        else (void)cm::connect(MPI_COMM_WORLD);
+      } catch (const collx::error& e) {
+        what = e.code() == collx::errc::invalid_argument ? e.what() : "code " + std::to_string(static_cast<int>(e.code()));
+      }
+      const std::string odd = intra_differs ? "connect_hierarchical (intra_node::mpi)" : "connect";
+      const std::string want = "the ranks did not all call the same function: " + ranks_of_parity(0) +
+                               " called connect_hierarchical (intra_node::shm); " + ranks_of_parity(1) + " called " + odd +
+                               "; every rank";
+      check(what.find(want) != std::string::npos, "ranks connecting with different functions: " + what + " (want: " + want + ")");
+    }
     {
       collx::mpi::mpi_options small;
       small.piece_bytes = 5000;  // many pieces per message, and pieces that are not powers of two

@@ -73,13 +73,17 @@ inline std::vector<std::string> gather_node_ids(MPI_Comm comm) {
 /// when there are several nodes with several ranks each. Collective over comm.
 /// Node ids: COLLX_NODE_ID, else the host name; setting COLLX_NODE_ID per rank runs several
 /// "nodes" on one machine (e.g. `mpirun -np 2 -x COLLX_NODE_ID=a prog : -np 2 -x COLLX_NODE_ID=b prog`).
-/// @throws collx::error invalid_argument (bad COLLX_NODE_ID; comm is MPI_COMM_NULL), transport (an
-///   MPI error), and what connect_shm throws (shared memory full, ranks not arriving in time).
+/// @throws collx::error invalid_argument (bad COLLX_NODE_ID; comm is MPI_COMM_NULL; ranks that called
+///   connect or another intra_node instead: every rank throws it), transport (an MPI error), and
+///   what connect_shm throws (shared memory full, ranks not arriving in time).
 inline communicator connect_hierarchical(MPI_Comm comm, const communicator_options& opt = {},
                                          intra_node intra = intra_node::shm, const mpi_options& mopt = {},
                                          const shm_options& sopt = {}) {
   require_mpi_running("collx::mpi::connect_hierarchical");
   require_communicator(comm, "collx::mpi::connect_hierarchical");
+  detail::agree_on_connect(comm,
+                           intra == intra_node::mpi ? detail::connect_entry::hierarchical_mpi : detail::connect_entry::hierarchical_shm,
+                           "collx::mpi::connect_hierarchical");
   int rank = 0;
   check_mpi(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
   node_layout layout = node_layout::from_ids(gather_node_ids(comm), rank);

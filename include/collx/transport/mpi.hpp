@@ -1011,10 +1011,57 @@ class mpi_transport final : public transport {
   bool settled_ = false;                                                           // settle_sends ran (owner thread)
 };
 
+namespace detail {
+/// Which function a rank connects with. Exchanged first: connecting runs MPI collectives, which
+/// have no timeout, and those of connect and connect_hierarchical (or of its two intra_node
+/// choices) do not match, so ranks that called different ones waited in MPI for ever.
+enum class connect_entry : int { connect = 1, hierarchical_shm = 2, hierarchical_mpi = 3 };
+
+inline const char* connect_entry_name(int e) {
+  switch (e) {
+    case 1: return "connect";
+    case 2: return "connect_hierarchical (intra_node::shm)";
+    case 3: return "connect_hierarchical (intra_node::mpi)";
+    default: return "another function";
+  }
+}
+
+/// One MPI_Allgather of each rank's connect_entry over comm. Collective over comm.
+/// @throws collx::error invalid_argument on every rank when the ranks' entries differ, naming which
+///   ranks called which function.
+inline void agree_on_connect(MPI_Comm comm, connect_entry mine, const char* who) {
+  int size = 0;
+  check_mpi(MPI_Comm_size(comm, &size), "MPI_Comm_size");
+  std::vector<int> all(static_cast<std::size_t>(size));
+  int me = static_cast<int>(mine);
+  check_mpi(MPI_Allgather(&me, 1, MPI_INT, all.data(), 1, MPI_INT, comm), "MPI_Allgather(how each rank connects)");
+  if (std::all_of(all.begin(), all.end(), [&](int e) { return e == all[0]; })) return;
+  std::string called;  // "ranks 0, 2 called connect; ranks 1, 3 called connect_hierarchical (...)"
+  std::vector<int> seen;
+  for (int e : all) {
+    if (std::find(seen.begin(), seen.end(), e) != seen.end()) continue;
+    seen.push_back(e);
+    std::string ranks;
+    int listed = 0, count = 0;
+    for (int r = 0; r < size; ++r)
+      if (all[static_cast<std::size_t>(r)] == e && ++count <= 8) ranks.append(listed++ ? ", " : "").append(std::to_string(r));
+    if (count > 8) ranks += ", ... (" + std::to_string(count) + " ranks)";
+    called.append(called.empty() ? "" : "; ").append(count == 1 ? "rank " : "ranks ").append(ranks).append(" called ").append(connect_entry_name(e));
+  }
+  COLLX_THROW(errc::invalid_argument, std::string(who) + ": the ranks did not all call the same function: " + called +
+                                          "; every rank of the MPI communicator must call the same one");
+}
+}  // namespace detail
+
 /// A communicator over every rank of `comm` whose messages go over MPI (a private duplicate of
-/// `comm`; rank and world size are comm's). Collective over comm.
-/// @throws collx::error transport, invalid_argument (see mpi_transport)
+/// `comm`; rank and world size are comm's). Collective over comm: every rank calls connect (ranks
+/// that call connect_hierarchical instead get invalid_argument, every one of them).
+/// @throws collx::error transport, invalid_argument (see mpi_transport; ranks that disagree on the
+///   function, detail::agree_on_connect)
 inline communicator connect(MPI_Comm comm, const communicator_options& opt = {}, const mpi_options& mopt = {}) {
+  require_mpi_running("collx::mpi::connect");
+  require_communicator(comm, "collx::mpi::connect");
+  detail::agree_on_connect(comm, detail::connect_entry::connect, "collx::mpi::connect");
   return communicator(std::make_shared<mpi_transport>(comm, mopt), opt);
 }
 
