@@ -472,6 +472,23 @@ void hierarchical_root_disagreement(collx::communicator& c, std::size_t count) {
   check(s < 10.0, "the root disagreement (" + std::to_string(count) + " elements) seen in " + std::to_string(s) + " s");
 }
 
+// As above, with the last rank passing root 1 and a hierarchical all-reduce next: on 2 nodes x 2
+// ranks the last rank waits on its cross-node level for rank 1, which went on to the all-reduce and
+// sends it that call's level message first. Every rank must still learn "root differs" (the
+// whole call's records, compared once a level fails with a mismatch), not the levels'
+// "collective differs: rank 0 called allreduce, rank 1 called broadcast".
+void hierarchical_root_disagreement_then_hierarchical_call(collx::communicator& c) {
+  std::string why;
+  try {
+    std::vector<float> v(1024, static_cast<float>(c.rank()));
+    collx::broadcast<collx::algo::hierarchical<>>(c, std::span<float>(v), c.rank() == c.size() - 1 ? 1 : 0);
+    collx::allreduce<collx::algo::hierarchical<>>(c, std::span<float>(v));
+  } catch (const collx::error& e) {
+    why = e.what();
+  }
+  check(why.find("root differs") != std::string::npos, "a hierarchical call after one whose root differs names the root: " + why);
+}
+
 // World rank 3 passes count 0 to a hierarchical all-reduce, the others 64, then all call a flat
 // barrier. Rank 3 moves nothing and reaches the barrier, whose wait finds its node's records
 // disagree: that node-level failure, in the node's numbering (rank 3 is its rank 1), reaches the
@@ -1015,6 +1032,10 @@ int main(int argc, char** argv) {
     {
       collx::communicator c = collx::mpi::connect_hierarchical(MPI_COMM_WORLD);
       hierarchical_root_disagreement(c, std::size_t{1} << 20);
+    }
+    for (const auto intra : {collx::mpi::intra_node::shm, collx::mpi::intra_node::mpi}) {
+      collx::communicator c = collx::mpi::connect_hierarchical(MPI_COMM_WORLD, {}, intra);
+      hierarchical_root_disagreement_then_hierarchical_call(c);
     }
     if (expected_nodes == 2) level_failure_names_world_ranks();  // 2 nodes x 2 ranks
     hierarchical_count_zero();

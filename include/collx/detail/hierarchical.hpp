@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstring>
 #include <optional>
@@ -391,8 +392,15 @@ inline void run_hierarchical_untyped(communicator& comm, collective coll, const 
     errc code = e.code();
     std::string world_why;
     transport& world_transport = comm.get_transport();
-    if (!world_transport.failure(code, world_why) &&
-        !(world_transport.records_disagree() && world_transport.failure(code, world_why))) {
+    bool world_failed = world_transport.failure(code, world_why);
+    if (!world_failed) {
+      // A level's mismatch may be the whole call's disagreement seen first: the records get a
+      // moment (MPI: up to 500 ms, ending at a peer's notice) to name it.
+      const bool differ = e.code() == errc::mismatch ? world_transport.compare_records_now(std::chrono::milliseconds(500))
+                                                     : world_transport.records_disagree();
+      world_failed = differ && world_transport.failure(code, world_why);
+    }
+    if (!world_failed) {
       code = e.code();
       world_why = e.what() + (" " + level_ranks_legend(comm.rank(), l));
       comm.fail(code, world_why);

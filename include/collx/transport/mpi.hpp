@@ -527,6 +527,26 @@ class mpi_transport final : public transport {
     return failed_.load(std::memory_order_acquire);
   }
 
+  bool compare_records_now(std::chrono::milliseconds wait) noexcept override {
+    if (failed_.load(std::memory_order_acquire)) return true;
+    try {
+      enter();
+      if (current_.algo == hierarchical_signature_algo) {
+        query((rank_ + 1) % size_);
+        query((rank_ + size_ - 1) % size_);
+      }
+      // A disagreeing neighbour answers at its next look at the control messages (its level
+      // waits look every 50 ms): end with its notice, or after `wait` when the records agree.
+      const auto until = std::chrono::steady_clock::now() + std::min(wait, timeout_);
+      while (!failed_.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until) {
+        poll_control();
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    } catch (...) {  // poll_control failed (it fails the transport) or no memory
+    }
+    return failed_.load(std::memory_order_acquire);
+  }
+
   void fail(errc code, const std::string& why) noexcept override { fail_with_notice(code, why, true); }
   void adopt_failure(errc code, const std::string& why) noexcept override { fail_with_notice(code, why, false); }
 

@@ -449,6 +449,16 @@ class transport {
   /// Called from the waits of the transports that watch this one: all transports of a rank's
   /// hierarchy are driven by one thread at a time (the communicator's call_scope).
   virtual bool records_disagree() noexcept { return false; }
+  /// records_disagree, when a level of this hierarchy has just failed with a mismatch in this
+  /// transport's current call: ranks that disagree on the whole call (a root) take level calls
+  /// that do not match, and a level's mismatch ("collective differs") can come before the records
+  /// name the field. MPI sends this rank's record to its neighbours at once, not after
+  /// query_after, and takes in the peers' notices for up to `wait`. True when this transport has
+  /// failed. Default: records_disagree().
+  virtual bool compare_records_now(std::chrono::milliseconds wait) noexcept {
+    (void)wait;
+    return records_disagree();
+  }
   /// This transport's failure, if it has failed: sets `code` and `why` and returns true. Learns
   /// what it can without waiting (MPI reads the notices its peers sent). Owning thread only;
   /// never throws.
