@@ -68,7 +68,7 @@ const char* const usage =
     "  --nvml LIB         NVML to load for discovery (default libnvidia-ml.so.1)\n"
     "simulate only:\n"
     "  --node FILE        node topology from a file instead of a synthetic HGX node\n"
-    "  --nvlinks N        NVLinks per GPU to the NVSwitch (default 18)\n"
+    "  --nvlinks N        NVLinks per GPU to the NVSwitch (default: all the GPU model has, e.g. 18 for H100)\n"
     "  --gpus-per-node N  default 8\n"
     "  --net-gbps G       per NIC (default 400); --nics-per-gpu N (default 1)\n"
     "  --net-us L         network latency per step in microseconds, e.g. measured with\n"
@@ -180,7 +180,7 @@ struct opts {
   discover_options discovery;  // --cudart, --nvml
   const gpu_arch* gpu = nullptr;
   std::vector<int> gpus;
-  int nodes = 1, nvswitch = 0, nvlinks = 18, per_node = 8, nics_per_gpu = 1, max_gpus = 4096;
+  int nodes = 1, nvswitch = 0, nvlinks = 0 /* 0: the GPU model's */, per_node = 8, nics_per_gpu = 1, max_gpus = 4096;
   double nic_gbps = 0, net_gbps = 400;
   double net_us = 0;  // simulate: measured network latency per step (0: NCCL's figures)
   bool p2p = true, json = false, hwloc = false;
@@ -605,7 +605,14 @@ int simulate(const opts& o) {
     node = load(o, o.node_file);
   } else {
     const gpu_arch* a = o.gpu ? o.gpu : find_gpu_arch("H100");
-    node = make_hgx_node(*a, o.per_node, a->nvlink_generation ? o.nvlinks : 0, o.nics_per_gpu, o.net_gbps);
+    if (a->nvlink_generation && a->max_nvlinks < 6)  // bridged pairs (A40) or a cube mesh (P100): no NVSwitch systems
+      die("--gpu " + std::string(a->name) + ": no NVSwitch machines are built with " + std::string(a->name) +
+          " GPUs (NVLink joins them in pairs or a mesh): describe the machine with --node FILE");
+    if (o.nvlinks > a->max_nvlinks && a->nvlink_generation)
+      die("--nvlinks " + std::to_string(o.nvlinks) + ": " + std::string(a->name) + " GPUs have at most " +
+          std::to_string(a->max_nvlinks) + " NVLinks");
+    const int links = a->nvlink_generation ? (o.nvlinks ? o.nvlinks : a->max_nvlinks) : 0;
+    node = make_hgx_node(*a, o.per_node, links, o.nics_per_gpu, o.net_gbps);
   }
   const int per = static_cast<int>(node.gpus().size());
   if (per < 1) die("the node has no GPU");

@@ -530,7 +530,8 @@ class topology {
 /// Adds an NVSwitch fabric to every host that has none and links each GPU on it with `links_per_gpu`
 /// NVLinks of its model (e.g. 12 for HGX A100, 18 for HGX H100: every GPU's links go to the
 /// NVSwitches). For NCCL topology files written without NVLink elements (AWS p4d/p5 static files).
-/// Adds a note (and drops the reader's note that no NVLink was listed). @throws collx::error(invalid_argument) if links_per_gpu < 1.
+/// Adds a note (and drops the reader's note that no NVLink was listed). @throws collx::error(invalid_argument) if links_per_gpu < 1,
+/// a GPU has no NVLink, or links_per_gpu is more than a known GPU model has (gpu_arch::max_nvlinks).
 inline void add_nvswitch(topology& t, int links_per_gpu) {
   if (links_per_gpu < 1) COLLX_THROW(errc::invalid_argument, "add_nvswitch: links_per_gpu must be >= 1");
   for (int h = 0; h < t.hosts; ++h) {
@@ -543,6 +544,9 @@ inline void add_nvswitch(topology& t, int links_per_gpu) {
       const gpu_arch& a = *t.vertices[static_cast<std::size_t>(v)].arch;
       if (a.nvlink_generation == 0)
         COLLX_THROW(errc::invalid_argument, "add_nvswitch: " + std::string(a.name) + " has no NVLink");
+      if (a.max_nvlinks > 0 && links_per_gpu > a.max_nvlinks)
+        COLLX_THROW(errc::invalid_argument, "add_nvswitch: " + std::string(a.name) + " GPUs have at most " +
+                                                std::to_string(a.max_nvlinks) + " NVLinks, not " + std::to_string(links_per_gpu));
       t.add_link(make_nvlink(v, sw, a, links_per_gpu));
     }
   }
@@ -611,7 +615,7 @@ inline topology make_cluster(const topology& node, int nodes) {
 }
 
 /// A synthetic HGX/DGX-style machine: `gpus` GPUs of model `arch` on one NVSwitch fabric with
-/// `nvlinks` links each (0: no NVSwitch), two CPUs (Skylake-class SMP link) with half the GPUs each,
+/// `nvlinks` links each (0: no NVSwitch; at most arch.max_nvlinks, else invalid_argument), two CPUs (Skylake-class SMP link) with half the GPUs each,
 /// and per GPU a PCIe switch holding that GPU and `nics_per_gpu` NICs of `nic_Gbps` (GPU and switch
 /// links at the model's PCIe generation x16). What `collx-topo simulate` scales up.
 /// @throws collx::error(invalid_argument) for gpus < 1 or nvlinks > 0 on a model without NVLink.
@@ -649,6 +653,9 @@ inline topology make_hgx_node(const gpu_arch& arch, int gpus = 8, int nvlinks = 
   }
   if (nvlinks > 0) {
     if (arch.nvlink_generation == 0) COLLX_THROW(errc::invalid_argument, "make_hgx_node: " + std::string(arch.name) + " has no NVLink");
+    if (arch.max_nvlinks > 0 && nvlinks > arch.max_nvlinks)
+      COLLX_THROW(errc::invalid_argument, "make_hgx_node: " + std::string(arch.name) + " GPUs have at most " +
+                                              std::to_string(arch.max_nvlinks) + " NVLinks, not " + std::to_string(nvlinks));
     vertex s;
     s.kind = vertex_kind::nvswitch, s.name = "NVSwitch";
     const int sw = t.add_vertex(s);
