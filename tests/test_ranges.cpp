@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <collx/collx.hpp>
+#include <collx/nullable_ptr.hpp>
 
 #include <algorithm>
 #include <array>
@@ -454,4 +455,35 @@ TEST_CASE("v-form counts: a negative count fails the call on every rank, naming 
     CHECK(got[1].recv == std::vector<T>(8, poison));
     for (const outcome& o : got) CHECK_THAT(o.what, Catch::Matchers::Contains("recv_counts[2] = -1 is negative"));
   }
+}
+
+namespace nullable_checks {
+struct base_elem {
+  float x;
+};
+struct derived_elem : base_elem {
+  float y;
+};
+using collx::nullable_ptr;
+// The GPU and NCCL collectives' buffers that may be null: a literal nullptr (or 0) and exactly T*
+// convert; a pointer to another type or to a derived class does not (read as T's, its elements
+// would be wrong), nor a const pointer into a non-const buffer.
+static_assert(std::is_convertible_v<std::nullptr_t, nullable_ptr<float>>);
+static_assert(std::is_convertible_v<float*, nullable_ptr<float>>);
+static_assert(std::is_convertible_v<float*, nullable_ptr<const float>>);
+static_assert(std::is_convertible_v<const float*, nullable_ptr<const float>>);
+static_assert(!std::is_convertible_v<const float*, nullable_ptr<float>>);
+static_assert(!std::is_convertible_v<double*, nullable_ptr<float>>);
+static_assert(!std::is_convertible_v<int*, nullable_ptr<const float>>);
+static_assert(!std::is_convertible_v<derived_elem*, nullable_ptr<base_elem>>);
+static_assert(!std::is_convertible_v<const derived_elem*, nullable_ptr<const base_elem>>);
+static_assert(!std::is_convertible_v<void*, nullable_ptr<float>>);
+}  // namespace nullable_checks
+
+TEST_CASE("nullable_ptr keeps the pointer it was given, or null", "[ranges]") {
+  float x[2] = {1.0f, 2.0f};
+  const collx::nullable_ptr<const float> a = x + 1, b = nullptr, c = 0;
+  CHECK(a.p == x + 1);
+  CHECK(b.p == nullptr);
+  CHECK(c.p == nullptr);
 }

@@ -73,6 +73,7 @@
 #include <collx/detail/counts.hpp>
 #include <collx/detail/signature_names.hpp>
 #include <collx/concepts.hpp>
+#include <collx/nullable_ptr.hpp>
 #include <collx/cuda/device_callable.cuh>
 #include <collx/cuda/device_communicator.hpp>
 #include <collx/cuda/device_plan.hpp>
@@ -1781,13 +1782,15 @@ void all_reduce(device_communicator& dc, const T* send, T* recv, std::size_t cou
 
 /// Reduce on device memory: as all_reduce, but only `root` receives (recv is not touched, and may be
 /// null, on the other ranks). In place at the root when send == recv.
-/// A buffer that may be null on some ranks (here recv; broadcast's send; the v-forms' buffers of
-/// count 0) takes its element type from the other buffer (std::type_identity_t), so that a literal
-/// nullptr compiles there.
+/// A buffer that may be null on some ranks (here recv; broadcast's send; all_gather_v's send,
+/// reduce_scatter_v's recv and all_to_all_v's either, when their count is 0) is a nullable_ptr:
+/// its element type comes from the other buffer, so a literal nullptr compiles there, while a
+/// pointer to another type (a derived class too) does not.
 /// @throws as all_reduce, and errc::invalid_argument for a root outside [0, size).
 template <class T, class Op = ops::sum>
-void reduce(device_communicator& dc, const T* send, std::type_identity_t<T>* recv, std::size_t count, int root,
-            const Op& op = {}, cudaStream_t stream = nullptr) {
+void reduce(device_communicator& dc, const T* send, nullable_ptr<std::type_identity_t<T>> recv_or_null, std::size_t count,
+            int root, const Op& op = {}, cudaStream_t stream = nullptr) {
+  T* const recv = recv_or_null.p;
   device_detail::check_reduction_types<T, Op>();
   static_assert(reduction_op<Op, T>, "collx::gpu::reduce: Op must be a reduction op on T (collx/concepts.hpp)");
   constexpr const char* name = "gpu::reduce";
@@ -1967,8 +1970,9 @@ void all_gather(device_communicator& dc, const T* send, T* recv, std::size_t sen
 /// root's data is then not copied); send is read only at the root (may be null elsewhere).
 /// @throws as all_reduce, and errc::invalid_argument for a root outside [0, size).
 template <class T>
-void broadcast(device_communicator& dc, const std::type_identity_t<T>* send, T* recv, std::size_t count, int root,
-               cudaStream_t stream = nullptr) {
+void broadcast(device_communicator& dc, nullable_ptr<const std::type_identity_t<T>> send_or_null, T* recv, std::size_t count,
+               int root, cudaStream_t stream = nullptr) {
+  const T* const send = send_or_null.p;
   static_assert(element<T>, "collx::gpu::broadcast: T must be a trivially copyable object type (collx/concepts.hpp)");
   constexpr const char* name = "gpu::broadcast";
   using namespace device_detail;
@@ -2014,8 +2018,9 @@ void all_to_all(device_communicator& dc, const T* send, T* recv, std::size_t cou
 /// @throws as all_reduce, and errc::invalid_argument when counts.size() != size() or a count is
 ///         negative.
 template <class T>
-void all_gather_v(device_communicator& dc, const std::type_identity_t<T>* send, T* recv, const block_counts& counts,
-                  cudaStream_t stream = nullptr) {
+void all_gather_v(device_communicator& dc, nullable_ptr<const std::type_identity_t<T>> send_or_null, T* recv,
+                  const block_counts& counts, cudaStream_t stream = nullptr) {
+  const T* const send = send_or_null.p;
   static_assert(element<T>, "collx::gpu::all_gather_v: T must be a trivially copyable object type (collx/concepts.hpp)");
   constexpr const char* name = "gpu::all_gather_v";
   using namespace device_detail;
@@ -2039,8 +2044,9 @@ void all_gather_v(device_communicator& dc, const std::type_identity_t<T>* send, 
 /// other overlap of send and recv is rejected.
 /// @throws as all_gather_v.
 template <class T, class Op = ops::sum>
-void reduce_scatter_v(device_communicator& dc, const T* send, std::type_identity_t<T>* recv, const block_counts& counts,
-                      const Op& op = {}, cudaStream_t stream = nullptr) {
+void reduce_scatter_v(device_communicator& dc, const T* send, nullable_ptr<std::type_identity_t<T>> recv_or_null,
+                      const block_counts& counts, const Op& op = {}, cudaStream_t stream = nullptr) {
+  T* const recv = recv_or_null.p;
   device_detail::check_reduction_types<T, Op>();
   static_assert(reduction_op<Op, T>, "collx::gpu::reduce_scatter_v: Op must be a reduction op on T (collx/concepts.hpp)");
   constexpr const char* name = "gpu::reduce_scatter_v";
@@ -2075,8 +2081,9 @@ void reduce_scatter_v(device_communicator& dc, const T* send, std::type_identity
 /// @throws collx::error (errc::invalid_argument) for lists of the wrong length, a negative count, a self count that
 ///         differs between the lists, null or overlapping buffers; otherwise as all_reduce.
 template <class T>
-void all_to_all_v(device_communicator& dc, const std::type_identity_t<T>* send, const block_counts& send_counts, T* recv,
-                  const block_counts& recv_counts, cudaStream_t stream = nullptr) {
+void all_to_all_v(device_communicator& dc, nullable_ptr<const std::type_identity_t<T>> send_or_null,
+                  const block_counts& send_counts, T* recv, const block_counts& recv_counts, cudaStream_t stream = nullptr) {
+  const T* const send = send_or_null.p;
   static_assert(element<T>, "collx::gpu::all_to_all_v: T must be a trivially copyable object type (collx/concepts.hpp)");
   constexpr const char* name = "gpu::all_to_all_v";
   using namespace device_detail;
@@ -2305,7 +2312,7 @@ void all_reduce(device_communicator& dc, const T* send, T* recv, std::size_t cou
 }
 /// reduce with ops::sum on `stream`: reduce(dc, send, recv, count, root, ops::sum{}, stream).
 template <class T>
-void reduce(device_communicator& dc, const T* send, std::type_identity_t<T>* recv, std::size_t count, int root,
+void reduce(device_communicator& dc, const T* send, nullable_ptr<std::type_identity_t<T>> recv, std::size_t count, int root,
             cudaStream_t stream) {
   reduce<T, ops::sum>(dc, send, recv, count, root, ops::sum{}, stream);
 }
@@ -2321,8 +2328,8 @@ void reduce_scatter(device_communicator& dc, const T* send, T* recv, std::size_t
 }
 /// reduce_scatter_v with ops::sum on `stream`: reduce_scatter_v(dc, send, recv, counts, ops::sum{}, stream).
 template <class T>
-void reduce_scatter_v(device_communicator& dc, const T* send, std::type_identity_t<T>* recv, const block_counts& counts,
-                      cudaStream_t stream) {
+void reduce_scatter_v(device_communicator& dc, const T* send, nullable_ptr<std::type_identity_t<T>> recv,
+                      const block_counts& counts, cudaStream_t stream) {
   reduce_scatter_v<T, ops::sum>(dc, send, recv, counts, ops::sum{}, stream);
 }
 /// The window all_reduce with ops::sum on `stream`.

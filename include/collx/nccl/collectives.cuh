@@ -56,6 +56,7 @@
 #include <collx/nccl/communicator.hpp>
 #include <collx/nccl/native.hpp>
 #include <collx/nccl/plan.hpp>
+#include <collx/nullable_ptr.hpp>
 #include <collx/ops.hpp>
 
 namespace collx {
@@ -349,14 +350,15 @@ void reduce_scatter(communicator& c, const T* send, T* recv, std::size_t recv_co
 }
 
 /// At `root`: recv[i] = op over ranks of send[i], i in [0, count); other ranks' recv is not used
-/// (may be null; a literal nullptr compiles: recv's type follows send's). In place at the root when
+/// (may be null; a literal nullptr compiles: recv is a nullable_ptr, its type send's). In place at the root when
 /// send == recv.
 /// @pre root in [0, size()); device buffers on device().
 /// @throws collx::error as allreduce, and (errc::invalid_argument) for a bad root.
 template <class Algo = algo::automatic, element T, class Op>
   requires reduction_op<Op, T>
-void reduce(communicator& c, const T* send, std::type_identity_t<T>* recv, std::size_t count, const Op& op, int root,
-            cudaStream_t stream) {
+void reduce(communicator& c, const T* send, nullable_ptr<std::type_identity_t<T>> recv_or_null, std::size_t count,
+            const Op& op, int root, cudaStream_t stream) {
+  T* const recv = recv_or_null.p;
   detail::check_algorithm<Algo, Op>();
   const std::string name = detail::call_name<T, Op>(c, collective::reduce, detail::path_name<Algo, T, Op>());
   if (root < 0 || root >= c.size())
@@ -398,13 +400,14 @@ void all_gather(communicator& c, const T* send, T* recv, std::size_t send_count,
 }
 
 /// recv[i] = root's send[i], i in [0, count), on every rank, for any element type (ncclBroadcast on
-/// ncclUint8). send is read at the root only (may be null elsewhere, a literal nullptr too: send's
-/// type follows recv's); in place when send == recv.
+/// ncclUint8). send is read at the root only (may be null elsewhere, a literal nullptr too: send is a
+/// nullable_ptr, its type recv's); in place when send == recv.
 /// @pre root in [0, size()); device buffers on device().
 /// @throws collx::error as reduce.
 template <element T>
-void broadcast(communicator& c, const std::type_identity_t<T>* send, T* recv, std::size_t count, int root,
-               cudaStream_t stream) {
+void broadcast(communicator& c, nullable_ptr<const std::type_identity_t<T>> send_or_null, T* recv, std::size_t count,
+               int root, cudaStream_t stream) {
+  const T* const send = send_or_null.p;
   const std::string name = detail::call_name<T, collx::detail::no_op>(c, collective::broadcast, "nccl");
   if (root < 0 || root >= c.size())
     COLLX_THROW(errc::invalid_argument, name + ": root " + std::to_string(root) + " outside [0, " +
