@@ -256,6 +256,7 @@ TEST_CASE("F3: the table of collective names and the enum stay in step", "[env][
   CHECK(collx::env::parse_collective_name("ALL-GATHER") == collective::all_gather);
   CHECK(collx::env::parse_collective_name("all_reduce") == collective::allreduce);  // nccl-tests' spelling
   CHECK(collx::env::parse_collective_name("All-Reduce") == collective::allreduce);
+  CHECK(collx::env::parse_collective_name("alltoall") == collective::all_to_all);
   CHECK(!collx::env::parse_collective_name("allgatherv"));
 }
 

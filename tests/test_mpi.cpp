@@ -920,6 +920,26 @@ int main(int argc, char** argv) {
     // do not match, with no timeout: they must all get invalid_argument instead of waiting there.
     int world = 1;
     MPI_Comm_size(MPI_COMM_WORLD, &world);
+    // An intercommunicator (the even and the odd ranks): an error, before any collective (its
+    // MPI_Allgather would fill the other group's sizes into this group's buffer).
+    if (world >= 2) {
+      MPI_Comm half = MPI_COMM_NULL, inter = MPI_COMM_NULL;
+      MPI_Comm_split(MPI_COMM_WORLD, g_rank % 2, g_rank, &half);
+      MPI_Intercomm_create(half, 0, MPI_COMM_WORLD, g_rank % 2 == 0 ? 1 : 0, 77, &inter);
+      for (const bool hierarchical : {false, true}) {
+        std::string what = "returned";
+        try {
+          if (hierarchical) (void)collx::mpi::connect_hierarchical(inter);
+          else (void)collx::mpi::connect(inter);
+        } catch (const collx::error& e) {
+          what = e.code() == collx::errc::invalid_argument ? e.what() : "code " + std::to_string(static_cast<int>(e.code()));
+        }
+        check(what.find("the MPI communicator is an intercommunicator") != std::string::npos,
+              std::string(hierarchical ? "connect_hierarchical" : "connect") + " on an intercommunicator: " + what);
+      }
+      MPI_Comm_free(&inter);
+      MPI_Comm_free(&half);
+    }
     // "ranks 0, 2" / "rank 1": the ranks of one parity, as the message lists them.
     const auto ranks_of_parity = [world](int parity) {
       std::string s;

@@ -38,7 +38,7 @@ inline constexpr std::array<env_var_doc, 15> environment_variables{{
     {"COLLX_ALGO",
      "ring, tree or direct; or per collective: allreduce:ring,broadcast:tree; or both: tree,allreduce:direct "
      "(the bare name for the collectives not named; each given once)",
-     "what algo::automatic picks (names are case-insensitive; ring falls back to direct for "
+     "what algo::automatic picks (names are case-insensitive, nccl-tests' all_reduce and alltoall too; ring falls back to direct for "
      "non-commutative ops); for a device communicator's untagged all_reduce, reduce_scatter and all_gather "
      "(rank 0's), ring means algo::ring at every size and direct the direct forms at every size, unless "
      "device_options::ring_min_bytes is given"},
@@ -180,13 +180,14 @@ inline constexpr std::array<collective, 8> all_collectives{
     collective::allreduce, collective::reduce_scatter, collective::all_gather, collective::broadcast,
     collective::reduce,    collective::all_to_all,     collective::barrier,    collective::send_recv};
 
-/// Parses a collective name (case-insensitive; "-" and "_" are the same; "all_reduce", nccl-tests'
-/// and collx-perf's spelling, is allreduce).
+/// Parses a collective name (case-insensitive; "-" and "_" are the same; nccl-tests' spellings
+/// "all_reduce" and "alltoall", which collx-perf takes too, are allreduce and all_to_all).
 inline std::optional<collective> parse_collective_name(std::string_view s) {
   std::string l = lower(s);
   for (char& c : l)
     if (c == '-') c = '_';
   if (l == "all_reduce") return collective::allreduce;
+  if (l == "alltoall") return collective::all_to_all;
   for (collective c : all_collectives)
     if (l == collective_name(c)) return c;
   return std::nullopt;

@@ -81,6 +81,7 @@ inline communicator connect_hierarchical(MPI_Comm comm, const communicator_optio
                                          const shm_options& sopt = {}) {
   require_mpi_running("collx::mpi::connect_hierarchical");
   require_communicator(comm, "collx::mpi::connect_hierarchical");
+  require_thread_support();
   detail::agree_on_connect(comm,
                            intra == intra_node::mpi ? detail::connect_entry::hierarchical_mpi : detail::connect_entry::hierarchical_shm,
                            "collx::mpi::connect_hierarchical");

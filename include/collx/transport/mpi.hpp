@@ -104,18 +104,45 @@ inline void require_mpi_running(const char* who) {
 }
 
 /// Throws collx::error (errc::invalid_argument) when `comm` is MPI_COMM_NULL (what a rank outside
-/// every group of an MPI_Comm_split gets): MPI's default error handler would abort the whole job in
-/// the first call on it.
+/// every group of an MPI_Comm_split gets: MPI's default error handler would abort the whole job in
+/// the first call on it) or an intercommunicator (two groups: collx's ranks are one group's).
 inline void require_communicator(MPI_Comm comm, const char* who) {
   if (comm == MPI_COMM_NULL)
     COLLX_THROW(errc::invalid_argument, std::string(who) + ": the MPI communicator is MPI_COMM_NULL (a rank that "
                                             "MPI_Comm_split put in no group gets it): connect only the ranks of a group");
+  int inter = 0;
+  check_mpi(MPI_Comm_test_inter(comm, &inter), "MPI_Comm_test_inter");
+  if (inter)
+    COLLX_THROW(errc::invalid_argument, std::string(who) + ": the MPI communicator is an intercommunicator; connect an "
+                                            "intracommunicator (MPI_Intercomm_merge makes one of both groups)");
 }
 
 /// The thread support MPI was initialised with (MPI_THREAD_SINGLE ... MPI_THREAD_MULTIPLE).
 inline int thread_level() {
   int level = MPI_THREAD_SINGLE;
   check_mpi(MPI_Query_thread(&level), "MPI_Query_thread");
+  return level;
+}
+
+/// MPI_THREAD_SINGLE ... MPI_THREAD_MULTIPLE by name.
+inline std::string thread_level_name(int level) {
+  if (level == MPI_THREAD_SINGLE) return "MPI_THREAD_SINGLE";
+  if (level == MPI_THREAD_FUNNELED) return "MPI_THREAD_FUNNELED";
+  if (level == MPI_THREAD_SERIALIZED) return "MPI_THREAD_SERIALIZED";
+  if (level == MPI_THREAD_MULTIPLE) return "MPI_THREAD_MULTIPLE";
+  return std::to_string(level);
+}
+
+/// thread_level(), checked before any MPI call a connect makes: below MPI_THREAD_SERIALIZED a
+/// thread other than the main one may not call MPI at all.
+/// @throws collx::error (errc::transport) below MPI_THREAD_SERIALIZED.
+inline int require_thread_support() {
+  const int level = thread_level();
+  if (level < MPI_THREAD_SERIALIZED)
+    COLLX_THROW(errc::transport,
+                "collx::mpi: MPI was initialised with thread level " + thread_level_name(level) +
+                    "; collx needs at least MPI_THREAD_SERIALIZED (MPI_THREAD_MULTIPLE for *_async calls): use "
+                    "MPI_Init_thread");
   return level;
 }
 
@@ -353,12 +380,7 @@ class mpi_transport final : public transport {
   explicit mpi_transport(MPI_Comm comm, const mpi_options& opt = {}) : opt_(opt) {
     require_mpi_running("collx::mpi");
     require_communicator(comm, "collx::mpi");
-    level_ = thread_level();
-    if (level_ < MPI_THREAD_SERIALIZED)
-      COLLX_THROW(errc::transport,
-                  "collx::mpi: MPI was initialised with thread level " + thread_level_name(level_) +
-                      "; collx needs at least MPI_THREAD_SERIALIZED (MPI_THREAD_MULTIPLE for *_async calls): use "
-                      "MPI_Init_thread");
+    level_ = require_thread_support();
     closing_duplicates::instance().free_finished();  // before MPI picks a context id for the new one
     check_mpi(MPI_Comm_dup(comm, &comm_), "MPI_Comm_dup");
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
@@ -687,15 +709,6 @@ class mpi_transport final : public transport {
     std::string s = "its sends to rank" + std::string(peers.size() > 1 ? "s " : " ");
     for (std::size_t i = 0; i < peers.size(); ++i) s += (i ? ", " : "") + std::to_string(peers[i]);
     return s + " to be delivered";
-  }
-
-  /// MPI_THREAD_SINGLE ... MPI_THREAD_MULTIPLE by name.
-  static std::string thread_level_name(int level) {
-    if (level == MPI_THREAD_SINGLE) return "MPI_THREAD_SINGLE";
-    if (level == MPI_THREAD_FUNNELED) return "MPI_THREAD_FUNNELED";
-    if (level == MPI_THREAD_SERIALIZED) return "MPI_THREAD_SERIALIZED";
-    if (level == MPI_THREAD_MULTIPLE) return "MPI_THREAD_MULTIPLE";
-    return std::to_string(level);
   }
 
   void isend(const void* p, std::size_t n, int peer, int tag) {
@@ -1081,6 +1094,7 @@ inline void agree_on_connect(MPI_Comm comm, connect_entry mine, const char* who)
 inline communicator connect(MPI_Comm comm, const communicator_options& opt = {}, const mpi_options& mopt = {}) {
   require_mpi_running("collx::mpi::connect");
   require_communicator(comm, "collx::mpi::connect");
+  require_thread_support();
   detail::agree_on_connect(comm, detail::connect_entry::connect, "collx::mpi::connect");
   return communicator(std::make_shared<mpi_transport>(comm, mopt), opt);
 }
