@@ -893,6 +893,30 @@ void tiny_pieces() {
   check(same, "direct all-to-all of 64 KiB blocks in 8-byte pieces, the last peers' in larger ones");
 }
 
+// The text of the invalid_argument that `connect_fn` throws ("returned" when it throws nothing,
+// "code N" for another error code).
+template <class F>
+std::string invalid_argument_of(F connect_fn) {
+  try {
+    connect_fn();
+  } catch (const collx::error& e) {
+    return e.code() == collx::errc::invalid_argument ? e.what() : "code " + std::to_string(static_cast<int>(e.code()));
+  }
+  return "returned";
+}
+
+// connect and connect_hierarchical both refuse `comm` with a message that contains `why`.
+void both_connects_refuse(MPI_Comm comm, const std::string& why, const std::string& label) {
+  for (const bool hierarchical : {false, true}) {
+    const std::string what = invalid_argument_of([&] {
+      if (hierarchical) (void)collx::mpi::connect_hierarchical(comm);
+      else (void)collx::mpi::connect(comm);
+    });
+    check(what.find(why) != std::string::npos,
+          std::string(hierarchical ? "connect_hierarchical" : "connect") + " on " + label + ": " + what);
+  }
+}
+
 int main(int argc, char** argv) {
   const bool serialized = argc > 1 && std::string(argv[1]) == "serialized-abort";
   int provided = 0;
@@ -905,19 +929,7 @@ int main(int argc, char** argv) {
   try {
     check(provided == MPI_THREAD_MULTIPLE, "MPI_THREAD_MULTIPLE provided");
     // MPI_COMM_NULL (a rank in no group of an MPI_Comm_split): an error, not MPI aborting the job.
-    for (const bool hierarchical : {false, true}) {
-      std::string what = "returned";
-      try {
-        if (hierarchical) (void)collx::mpi::connect_hierarchical(MPI_COMM_NULL);
-        else (void)collx::mpi::connect(MPI_COMM_NULL);
-      } catch (const collx::error& e) {
-        what = e.code() == collx::errc::invalid_argument ? e.what() : "code " + std::to_string(static_cast<int>(e.code()));
-      }
-      check(what.find("the MPI communicator is MPI_COMM_NULL") != std::string::npos,
-            std::string(hierarchical ? "connect_hierarchical" : "connect") + "(MPI_COMM_NULL): " + what);
-    }
-    // Ranks that connect with different functions (or intra_node choices) run MPI collectives that
-    // do not match, with no timeout: they must all get invalid_argument instead of waiting there.
+    both_connects_refuse(MPI_COMM_NULL, "the MPI communicator is MPI_COMM_NULL", "MPI_COMM_NULL");
     int world = 1;
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     // An intercommunicator (the even and the odd ranks): an error, before any collective (its
@@ -926,20 +938,12 @@ int main(int argc, char** argv) {
       MPI_Comm half = MPI_COMM_NULL, inter = MPI_COMM_NULL;
       MPI_Comm_split(MPI_COMM_WORLD, g_rank % 2, g_rank, &half);
       MPI_Intercomm_create(half, 0, MPI_COMM_WORLD, g_rank % 2 == 0 ? 1 : 0, 77, &inter);
-      for (const bool hierarchical : {false, true}) {
-        std::string what = "returned";
-        try {
-          if (hierarchical) (void)collx::mpi::connect_hierarchical(inter);
-          else (void)collx::mpi::connect(inter);
-        } catch (const collx::error& e) {
-          what = e.code() == collx::errc::invalid_argument ? e.what() : "code " + std::to_string(static_cast<int>(e.code()));
-        }
-        check(what.find("the MPI communicator is an intercommunicator") != std::string::npos,
-              std::string(hierarchical ? "connect_hierarchical" : "connect") + " on an intercommunicator: " + what);
-      }
+      both_connects_refuse(inter, "the MPI communicator is an intercommunicator", "an intercommunicator");
       MPI_Comm_free(&inter);
       MPI_Comm_free(&half);
     }
+    // Ranks that connect with different functions (or intra_node choices) run MPI collectives that
+    // do not match, with no timeout: they must all get invalid_argument instead of waiting there.
     // "ranks 0, 2" / "rank 1": the ranks of one parity, as the message lists them.
     const auto ranks_of_parity = [world](int parity) {
       std::string s;
@@ -949,15 +953,12 @@ int main(int argc, char** argv) {
     };
     for (const bool intra_differs : {false, true}) {
       if (world < 2) break;
-      std::string what = "returned";
-      try {
+      const std::string what = invalid_argument_of([&] {
         namespace cm = collx::mpi;
         if (g_rank % 2 == 0) (void)cm::connect_hierarchical(MPI_COMM_WORLD);
         else if (intra_differs) (void)cm::connect_hierarchical(MPI_COMM_WORLD, {}, cm::intra_node::mpi);
         else (void)cm::connect(MPI_COMM_WORLD);
-      } catch (const collx::error& e) {
-        what = e.code() == collx::errc::invalid_argument ? e.what() : "code " + std::to_string(static_cast<int>(e.code()));
-      }
+      });
       const std::string odd = intra_differs ? "connect_hierarchical (intra_node::mpi)" : "connect";
       const std::string want = "the ranks did not all call the same function: " + ranks_of_parity(0) +
                                " called connect_hierarchical (intra_node::shm); " + ranks_of_parity(1) + " called " + odd +
