@@ -359,7 +359,7 @@ class closing_duplicates {
 /// MPI_Comm_dup); it works on a private duplicate, freed when the transport is destroyed and
 /// every peer has closed it too (closing_duplicates).
 /// @throws collx::error transport (MPI not initialised, too little thread support, an MPI error),
-///   invalid_argument (comm is MPI_COMM_NULL)
+///   invalid_argument (comm is MPI_COMM_NULL or an intercommunicator)
 class mpi_transport final : public transport {
  public:
   static constexpr int data_tag = closing_duplicates::data_tag;  ///< schedule messages
