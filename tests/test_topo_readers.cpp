@@ -661,7 +661,12 @@ TEST_CASE("nccl-tests tables: every fixture's peak busbw and command line") {
     CHECK(t.peak_busbw() == Approx(c.peak));
     CHECK(t.visible_devices == c.devices);
     CHECK(t.p2p_disabled == c.p2p_off);  // the H100 P2P-disabled paste has no command line
+    CHECK(t.binary == (t.command.empty() ? "" : "all_reduce_perf"));  // what collx-topo check compares
   }
+  CHECK(read_nccl_tests("./build/broadcast_perf -g 2\n"
+                        "  1073741824  268435456  float  none  0  11330  94.77  94.77  0  11329  94.78  94.78  0\n",
+                        "b.txt")
+            .binary == "broadcast_perf");
   const nccl_tests_table p5 = read_nccl_tests(topo_fixture("aws-p5-48xlarge-2node-allreduce-perf.txt"));
   CHECK(p5.rows.size() == 32);
   {  // lone-CR line ends (classic Mac): the same rows, not one long line

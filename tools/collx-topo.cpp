@@ -673,6 +673,10 @@ int check(const opts& o) {
   const topology node = load(o, o.file);
   const topology t = make_cluster(node, o.nodes);
   const nccl_tests_table table = read_nccl_tests(slurp(o.perf), o.perf);
+  // Another collective's table can pass the busbw check below (broadcast's factor is all-reduce's
+  // on 2 GPUs) and would be compared as an all-reduce: its command line says which it is.
+  if (!table.binary.empty() && table.binary.rfind("all_reduce_perf", 0) != 0)
+    die(o.perf + " is a table of " + table.binary + " (its command line): check compares all_reduce_perf tables only");
   // The GPUs the table ran on, where its command line says (CUDA_VISIBLE_DEVICES=0,1,6,7; CUDA
   // ordinals, taken as the topology's GPU numbers, as on machines whose GPUs are all alike):
   // used when --gpus is not given, and a --gpus that differs is an error, not another comparison.

@@ -34,6 +34,7 @@ struct nccl_tests_row {
 /// An nccl-tests table.
 struct nccl_tests_table {
   std::string command;               ///< the command line, if the paste has one
+  std::string binary;                ///< its *_perf program, without directories ("all_reduce_perf"; "" if absent)
   std::string visible_devices;       ///< CUDA_VISIBLE_DEVICES from the command line ("" if absent)
   bool p2p_disabled = false;         ///< NCCL_P2P_DISABLE=1 on the command line
   int gpus_flag = 0;                 ///< -g N from the command line (0 if absent or not a count of 1 to 1024)
@@ -139,7 +140,10 @@ inline nccl_tests_table read_nccl_tests(std::string_view text, std::string_view 
       bool is_cmd = false;
       for (std::size_t k = 0; k < tk.size(); ++k) {
         const std::string& w = tk[k].first;
-        if (w.find("_perf") != std::string::npos) is_cmd = true;
+        if (w.find("_perf") != std::string::npos && !is_cmd) {
+          is_cmd = true;
+          t.binary = w.substr(w.rfind('/') == std::string::npos ? 0 : w.rfind('/') + 1);
+        }
         if (w.rfind("CUDA_VISIBLE_DEVICES=", 0) == 0) t.visible_devices = w.substr(21);
         if (w == "NCCL_P2P_DISABLE=1") t.p2p_disabled = true;
         if (w == "-g" && k + 1 < tk.size()) t.gpus_flag = detail::nccl_tests_gpu_count(tk[k + 1].first);
