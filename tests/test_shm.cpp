@@ -66,6 +66,20 @@ int collx_shm_entries() {
   return n;
 }
 
+/// Rank 1 of a 2-rank job: connects with `join` and all-reduces {2} with rank 0's {1}; any error,
+/// or a sum other than 3, fails the test case (rank 0 runs on another thread).
+template <class Join>
+void rank1_joins_and_sums(Join join) {
+  try {
+    collx::communicator comm = join();
+    std::vector<int> v{2};
+    collx::allreduce(comm, std::span<int>(v));
+    CHECK(v[0] == 3);
+  } catch (const std::exception& e) {
+    FAIL(e.what());
+  }
+}
+
 /// Makes shared-memory segment `name` (`bytes` long) as a start leaves it when it dies: its header
 /// names a creator that has exited (a child forked and reaped here). Returns that pid.
 pid_t make_segment_of_dead_creator(const std::string& name, std::size_t bytes) {
@@ -1131,16 +1145,11 @@ TEST_CASE("shm: a rank whose rank 0 died during an earlier program of its start 
       rank0 = e.what();
     }
   });
-  try {
+  rank1_joins_and_sums([&] {
     collx::shm_options o;
     o.connect_timeout = 20s;
-    collx::communicator comm = collx::connect_shm(info(1), {}, o);
-    std::vector<int> v{2};
-    collx::allreduce(comm, std::span<int>(v));
-    CHECK(v[0] == 3);
-  } catch (const std::exception& e) {
-    FAIL(e.what());
-  }
+    return collx::connect_shm(info(1), {}, o);
+  });
   second_rank0.join();
   CHECK(rank0 == "");
   CHECK_FALSE(std::filesystem::exists(path));
@@ -1601,14 +1610,7 @@ TEST_CASE("shm: a rank of another start with the same job id fails at once and l
     CHECK_THAT(e.what(), Catch::Matchers::Contains("two jobs were given the same COLLX_JOB_ID"));
   }
   CHECK(std::chrono::steady_clock::now() - t0 < 5s);
-  try {
-    collx::communicator comm = start(1, "1111.42");
-    std::vector<int> v{2};
-    collx::allreduce(comm, std::span<int>(v));
-    CHECK(v[0] == 3);
-  } catch (const std::exception& e) {
-    FAIL(e.what());
-  }
+  rank1_joins_and_sums([&] { return start(1, "1111.42"); });
   first.join();
   CHECK(rank0 == "");
 }
