@@ -249,6 +249,10 @@ TEST_CASE("nvidia-smi: text it cannot understand is an error naming line and col
   // NVLink counts no GPU has (their bandwidths overflowed), and one device under two names.
   expect_error([] { read_nvidia_smi("\tGPU0\tGPU1\nGPU0\t X \tNV999999\nGPU1\tNV999999\t X \n", "m.txt"); }, "m.txt:2:",
                "more NVLinks than any GPU has");
+  expect_error([] { read_nvidia_smi("\tGPU0\tGPU1\nGPU0\t X \tNV99999999\nGPU1\tNV99999999\t X \n", "m.txt"); }, "m.txt:2:",
+               "'NV99999999': more NVLinks than any GPU has");  // too long for a number: too many links too
+  expect_error([] { read_nvidia_smi("\tGPU0\tGPU1\nGPU0\t X \tNV0\nGPU1\tNV0\t X \n", "m.txt"); }, "m.txt:2:",
+               "'NV0': a pair joined by NVLink has at least one");
   expect_error([] { read_nvidia_smi("\tGPU0\tGPU00\nGPU0\t X \tNV2\nGPU00\tNV2\t X \n", "m.txt"); }, "m.txt:1:",
                "is device 0 again (as 'GPU0')");
   // A byte order mark before the text (files saved by Windows editors) is skipped.
@@ -702,5 +706,20 @@ TEST_CASE("nccl-tests tables: every fixture's peak busbw and command line") {
       INFO(g);
       CHECK(read_nccl_tests(std::string("./all_reduce_perf -g ") + g + "\n" + row, "p.txt").gpus_flag == 0);
     }
+  }
+  {  // #wrong: a count, or N/A under -c 0; results with wrong sums measured no all-reduce and are no peak.
+    const nccl_tests_table t = read_nccl_tests(
+        "  1024  256  float  sum  -1  10  0.1  0.1  N/A  10  0.1  0.1  N/A\n"
+        "  2048  512  float  sum  -1  10  0.2  0.3  0  10  0.2  0.4  0\n"
+        "  4096  1024  float  sum  -1  10  0.4  9.5  12  10  0.4  0.5  0\n"
+        "  8192  2048  float  sum  -1  10  0.8  8.5  0  10  0.8  9.9  2048\n",
+        "p.txt");
+    CHECK(t.rows[0].wrong[0] == -1);
+    CHECK(t.rows[0].wrong[1] == -1);
+    CHECK(t.rows[2].wrong[0] == 12);
+    CHECK(t.rows[3].wrong[1] == 2048);
+    CHECK(t.wrong_results() == 2);
+    CHECK(t.peak_busbw() == Approx(8.5));  // not 9.5 or 9.9, whose sums were wrong
+    expect_error([] { read_nccl_tests("  1024  256  float  sum  -1  10  0.1  0.1  x  10  0.1  0.1  0\n", "p.txt"); }, "p.txt:1:", "'x' is not a number");
   }
 }

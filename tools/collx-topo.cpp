@@ -52,7 +52,8 @@ const char* const usage =
     "          hierarchical, and which wins at each size.\n"
     "check     predicted vs measured peak busbw for an nccl-tests all_reduce_perf table (on the GPUs\n"
     "          of its CUDA_VISIBLE_DEVICES= where its command line gives them; NCCL_P2P_DISABLE=1\n"
-    "          there counts as --p2p off).\n"
+    "          there counts as --p2p off), with the topology's notes; results whose #wrong is above 0\n"
+    "          are left out, and a ratio beyond 2x either way prints a hint.\n"
     "\n"
     "options:\n"
     "  --gpu NAME         GPU model (A100, H100, V100, A40, ...) instead of inferring it\n"
@@ -140,7 +141,7 @@ std::string size_name(std::size_t b) {
   double v = static_cast<double>(b);
   while (v >= 1024 && k < 4) v /= 1024, ++k;
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%g %s", v, u[k]);
+  std::snprintf(buf, sizeof buf, "%.4g %s", v, u[k]);  // 22.32 KiB, not 22.3223 KiB
   return buf;
 }
 
@@ -621,6 +622,7 @@ int simulate(const opts& o) {
   so.max_gpus = o.max_gpus;
   so.network_step_us = o.net_us;
   const std::vector<scaling_point> points = simulate_allreduce(node, so);
+  if (points.empty()) die("--max-gpus " + std::to_string(o.max_gpus) + " with 1 GPU per node: an all-reduce needs at least 2 GPUs");
   const std::vector<algo> algos = scaling_algos();
   // The built-in node's network is --net-gbps per NIC; a node read from a file has its own NICs.
   const bool built_in = o.node_file.empty();
@@ -719,14 +721,36 @@ int check(const opts& o) {
   mo.routing.p2p = o.p2p && !table.p2p_disabled;
   model m(t, gpus, mo);
   const prediction peak = predicted_peak_busbw(m, table);
+  const std::size_t wrong = table.wrong_results();
+  if (wrong == 2 * table.rows.size())
+    die(o.perf + ": every result has #wrong above 0 (nccl-tests found wrong sums): no measured peak to compare with");
   if (!(table.peak_busbw() > 0)) die(o.perf + ": every busbw is 0: no measured peak to compare with");
   const double ratio = peak.busbw_GBps / table.peak_busbw();
-  if (o.json)
-    std::printf("{\"measured_GBps\":%.4f,\"predicted_GBps\":%.4f,\"ratio\":%.4f,\"algorithm\":%s,\"bottleneck\":%s}\n", table.peak_busbw(), peak.busbw_GBps,
-                ratio, json_str(std::string(algo_name(peak.method))).c_str(), json_str(peak.bottleneck).c_str());
-  else
-    std::printf("measured peak busbw %.2f GB/s, predicted %.2f GB/s (%s/%s), ratio %.2f\nbottleneck: %s\n", table.peak_busbw(), peak.busbw_GBps,
-                algo_name(peak.method).data(), protocol_name(peak.proto).data(), ratio, peak.bottleneck.c_str());
+  // A ratio far from 1 is more often a mismatch of inputs than of the model.
+  const bool far = ratio < 0.5 || ratio > 2;
+  const char* far_hint =
+      "the model and the table differ by more than 2x: check that the topology is the machine the table ran on, "
+      "that the GPUs compared are the ones it used (--gpus, --nodes), and whether NCCL ran with P2P or NVLink off "
+      "(NCCL_P2P_DISABLE, NCCL_P2P_LEVEL, NCCL_NVLS_ENABLE) or over another network than the topology's NICs";
+  if (o.json) {
+    std::printf("{\"measured_GBps\":%.4f,\"predicted_GBps\":%.4f,\"ratio\":%.4f,\"algorithm\":%s,\"bottleneck\":%s,"
+                "\"wrong_results_left_out\":%zu,\"notes\":[",
+                table.peak_busbw(), peak.busbw_GBps, ratio, json_str(std::string(algo_name(peak.method))).c_str(),
+                json_str(peak.bottleneck).c_str(), wrong);
+    for (std::size_t i = 0; i < node.notes.size(); ++i) std::printf("%s%s", i ? "," : "", json_str(node.notes[i]).c_str());
+    std::printf("],\"hint\":%s}\n", far ? json_str(far_hint).c_str() : "null");
+    return 0;
+  }
+  // What the reader assumed (e.g. no NVLink listed): the prediction rests on it.
+  if (!node.notes.empty()) {
+    std::printf("Notes (what was assumed):\n");
+    for (const std::string& n : node.notes) std::printf("  - %s\n", n.c_str());
+  }
+  if (wrong)
+    std::printf("%zu result%s with #wrong above 0 left out (nccl-tests found wrong sums there)\n", wrong, wrong > 1 ? "s" : "");
+  std::printf("measured peak busbw %.2f GB/s, predicted %.2f GB/s (%s/%s), ratio %.2f\nbottleneck: %s\n", table.peak_busbw(), peak.busbw_GBps,
+              algo_name(peak.method).data(), protocol_name(peak.proto).data(), ratio, peak.bottleneck.c_str());
+  if (far) std::printf("hint: %s\n", far_hint);
   return 0;
 }
 

@@ -1,7 +1,7 @@
 /// @file topo/nccl_tests.hpp
 /// Reads the result table of an nccl-tests benchmark (all_reduce_perf and friends) as printed or
 /// pasted: `#` header lines, data rows `size count type redop root time algbw busbw #wrong time
-/// algbw busbw #wrong` (older versions without the root column), an optional `N: ` rank prefix from
+/// algbw busbw #wrong` (older versions without the root column; #wrong a count or N/A), an optional `N: ` rank prefix from
 /// srun, the command line above the table (CUDA_VISIBLE_DEVICES=..., NCCL_P2P_DISABLE=1, -g N), CRLF.
 /// A line that is none of these throws collx::error(invalid_argument) naming source:line:col.
 #pragma once
@@ -29,6 +29,7 @@ struct nccl_tests_row {
   double time_us[2] = {0, 0};   ///< out-of-place, in-place, microseconds
   double algbw[2] = {0, 0};     ///< GB/s
   double busbw[2] = {0, 0};     ///< GB/s
+  double wrong[2] = {-1, -1};   ///< the #wrong columns: elements that failed nccl-tests' check (-1: N/A, not checked)
 };
 
 /// An nccl-tests table.
@@ -53,11 +54,20 @@ struct nccl_tests_table {
         if (r.algbw[k] > 0 && r.busbw[k] > 0 && std::abs(r.busbw[k] - r.algbw[k] * factor) > 0.0051 * (1 + factor)) return false;
     return true;
   }
-  /// The largest busbw of any row, in or out of place, GB/s (0 for no rows).
+  /// The largest busbw of any row, in or out of place, GB/s, leaving out results whose #wrong is
+  /// above 0 (a run that computed wrong sums measured no all-reduce); 0 for no such result.
   double peak_busbw() const noexcept {
     double b = 0;
-    for (const nccl_tests_row& r : rows) b = std::max({b, r.busbw[0], r.busbw[1]});
+    for (const nccl_tests_row& r : rows)
+      for (int k = 0; k < 2; ++k)
+        if (!(r.wrong[k] > 0)) b = std::max(b, r.busbw[k]);
     return b;
+  }
+  /// How many results (a row has two: out of place and in place) have #wrong above 0.
+  std::size_t wrong_results() const noexcept {
+    std::size_t n = 0;
+    for (const nccl_tests_row& r : rows) n += (r.wrong[0] > 0) + (r.wrong[1] > 0);
+    return n;
   }
 };
 
@@ -163,9 +173,11 @@ inline nccl_tests_table read_nccl_tests(std::string_view text, std::string_view 
     r.redop = tk[3].first;
     const std::size_t o = with_root ? 5 : 4;
     for (int p = 0; p < 2; ++p) {
-      r.time_us[p] = num(o + 4 * static_cast<std::size_t>(p));
-      r.algbw[p] = num(o + 1 + 4 * static_cast<std::size_t>(p));
-      r.busbw[p] = num(o + 2 + 4 * static_cast<std::size_t>(p));
+      const std::size_t at = o + 4 * static_cast<std::size_t>(p);
+      r.time_us[p] = num(at);
+      r.algbw[p] = num(at + 1);
+      r.busbw[p] = num(at + 2);
+      r.wrong[p] = tk[at + 3].first == "N/A" ? -1 : num(at + 3);  // N/A: run with -c 0
     }
     t.rows.push_back(std::move(r));
   }

@@ -210,11 +210,14 @@ inline topology read_nvidia_smi(std::string_view text, std::string_view source =
       else if (w == "PHB") x.type = path_type::phb;
       else if (w == "NODE") x.type = path_type::node;
       else if (w == "SYS" || w == "SOC") x.type = path_type::sys;
-      else if (w.size() > 2 && w[0] == 'N' && w[1] == 'V' && is_number(std::string_view(w).substr(2)) && std::stoi(w.substr(2)) > 0) {
+      else if (w.size() > 2 && w[0] == 'N' && w[1] == 'V' && all_digits(std::string_view(w).substr(2))) {
+        // Too many digits for is_number is too many links as well (NV99999999).
+        const std::string_view digits = std::string_view(w).substr(2);
         x.type = path_type::nvlink;
-        x.nvlinks = std::stoi(w.substr(2));
+        x.nvlinks = is_number(digits) ? std::stoi(std::string(digits)) : max_nvlink_count + 1;
         if (x.nvlinks > max_nvlink_count)
           fail_at(source, x.pos, "cell '" + w + "': more NVLinks than any GPU has (at most " + std::to_string(max_nvlink_count) + " accepted)");
+        if (x.nvlinks == 0) fail_at(source, x.pos, "cell '" + w + "': a pair joined by NVLink has at least one (NV1)");
       } else {
         fail_at(source, x.pos, "cell '" + w + "' is not X, NV<n>, PIX, PXB, PHB, NODE or SYS");
       }

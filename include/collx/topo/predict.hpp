@@ -52,7 +52,8 @@ inline std::vector<algo> scaling_algos() { return {algo::ring, algo::double_tree
 /// Predicted all-reduce on 1, 2, 4, ... copies of `node` (make_cluster: nodes joined by a
 /// non-blocking network at the NICs' speed), up to o.max_gpus GPUs, for each size and each of
 /// scaling_algos(), all ranks on all GPUs. Rows in order of GPU count, then size; none when
-/// o.max_gpus is below the node's GPU count.
+/// o.max_gpus is below the node's GPU count. A count of one GPU is left out (an all-reduce there
+/// moves nothing: busbw 0 by definition), so a one-GPU node starts at 2 GPUs on 2 nodes.
 /// @throws collx::error (errc::invalid_argument) for a node without GPUs, and what make_cluster and
 ///         model throw (e.g. NICs of unknown speed beyond one node).
 inline std::vector<scaling_point> simulate_allreduce(const topology& node, const scaling_options& o = {}) {
@@ -63,6 +64,7 @@ inline std::vector<scaling_point> simulate_allreduce(const topology& node, const
     for (std::size_t b = 8 << 10; b <= (std::size_t{8} << 30); b *= 4) sizes.push_back(b);
   std::vector<scaling_point> out;
   for (int nodes = 1; nodes * per <= o.max_gpus; nodes *= 2) {
+    if (nodes * per < 2) continue;
     const topology t = make_cluster(node, nodes);
     model_options mo;
     if (o.network_step_us > 0)  // a measured figure replaces NCCL's per-protocol ones for network steps
