@@ -1,8 +1,9 @@
 // Sharded data parallel (the FSDP / ZeRO-3 pattern): a 3-layer MLP (13 -> 29 -> 17 -> 3, tanh,
 // mean squared error against a fixed random "teacher" network) whose parameters are sharded
 // across the ranks. Each rank keeps only its shard of every layer's flat parameter vector (W then b)
-// and of its gradient; the layer sizes (406, 510 and 54 parameters) are not multiples of the world
-// size, so the shards are uneven and the collectives are the _v forms:
+// and of its gradient; the layer sizes (406, 510 and 54 parameters) are not multiples of most
+// world sizes (of 4, the default, 5 or 7, none of them), so the shards are uneven and the
+// collectives are the _v forms:
 //
 //   forward,  layer by layer: all_gather_v the layer's shards into the full layer (the next
 //             layer's gather is started with all_gather_v_async while this one computes), run it
@@ -188,7 +189,7 @@ int main(int argc, char** argv) {
   ex::options opt(argc, argv, "[--ranks N] [--epochs E] [--batch B]");
   const int ranks = opt.get_ranks();
   config cfg;
-  cfg.epochs = static_cast<int>(opt.get_int("--epochs", cfg.epochs, 1, 100000));
+  cfg.epochs = static_cast<int>(opt.get_int("--epochs", cfg.epochs, 2, 100000, "the loss is checked to go down"));
   cfg.batch = static_cast<std::size_t>(opt.get_int("--batch", static_cast<long long>(cfg.batch), 1, 1 << 20));
   opt.reject_unknown();
   const problem pb;
@@ -315,7 +316,9 @@ int main(int argc, char** argv) {
                   ex::max_abs_diff(std::span<const float>(flat), std::span<const float>(plain_flat)));
       check(same_w, "sharded weights differ from the unsharded reference");
       check(same_l, "sharded losses differ from the unsharded reference");
-      check(losses.back() < 0.5 * losses.front(), "the loss did not go down");
+      // That the model learns (the weights really change), not how fast: that is the
+      // hyperparameters' business (halving the loss, checked here once, failed at --batch 384).
+      check(losses.back() < losses.front(), "the loss did not go down");
     }
     const int failures = check.total(comm);
     if (r == 0) std::printf("%s\n", failures ? "FAILED" : "OK");
