@@ -301,10 +301,17 @@ struct matmul {  // no `commutative` member: collx combines in rank order
   }
 };
 
+// [[1, x], [0, 1]] [[1, 0], [y, 1]] with x, y in +-1..3: determinant 1, so every product of them is
+// invertible too and never collapses to zero (random entries in -2..2 gave singular matrices whose
+// products were 0 in either order at 128 ranks), and two such matrices rarely commute.
 mat2 matrix_of(int rank, std::size_t i) {
   ex::rng g(99u + 1000003u * static_cast<unsigned>(rank) + i);
-  auto e = [&] { return static_cast<std::uint64_t>(static_cast<std::int64_t>(g.below(5)) - 2); };  // -2..2 mod 2^64
-  return {e(), e(), e(), e()};
+  auto e = [&] {  // -3..-1, 1..3, mod 2^64
+    const auto v = static_cast<std::int64_t>(g.below(6)) - 3;
+    return static_cast<std::uint64_t>(v >= 0 ? v + 1 : v);
+  };
+  const std::uint64_t x = e(), y = e();
+  return {1 + x * y, x, y, 1};
 }
 
 int matrix_part(collx::communicator& comm, ex::checker& check, std::size_t count) {
@@ -326,7 +333,7 @@ int matrix_part(collx::communicator& comm, ex::checker& check, std::size_t count
     direct_ok += by_direct[i] == fwd;
     reversed_differs += !(rev == fwd);
     if (r == 0 && i == 0) {
-      auto s = [](std::uint64_t v) { return static_cast<long long>(v); };  // small values: print signed
+      auto s = [](std::uint64_t v) { return static_cast<long long>(v); };  // print signed: -1, not 2^64 - 1
       std::printf("\n4. Non-commutative 2x2 matrix product (Z/2^64), %zu matrices per rank\n", count);
       std::printf("   element 0: tree [[%lld %lld] [%lld %lld]], direct [[%lld %lld] [%lld %lld]]\n", s(by_tree[0].a),
                   s(by_tree[0].b), s(by_tree[0].c), s(by_tree[0].d), s(by_direct[0].a), s(by_direct[0].b),
