@@ -101,12 +101,17 @@ class options {
     }
     return x;
   }
-  /// True if --name was given (with or without a value).
+  /// True if the flag --name was given. A flag takes no value: `--periodic 0` is an error, not
+  /// periodic boundaries turned on by a word that reads as "off".
   bool has(const std::string& name) const {
     used_.push_back(name);
+    bool given = false;
     for (const auto& it : items_)
-      if (it.first == name) return true;
-    return false;
+      if (it.first == name) {
+        if (!it.second.empty()) fail(name + " is a flag and takes no value, got '" + it.second + "'");
+        given = true;
+      }
+    return given;
   }
   /// Fails on options that no get()/has() asked for (call after reading them all).
   void reject_unknown() const {

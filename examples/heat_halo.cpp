@@ -64,7 +64,8 @@ struct settings {
 struct solution {
   std::vector<float> grid;  // rows x cols
   int steps = 0;
-  float last_change = 0;
+  float last_change = 0;  ///< the largest change at the last convergence check
+  bool checked = false;   ///< a convergence check ran (not with --check-every above the steps)
 };
 
 /// The single-process reference: the whole grid as one block.
@@ -123,6 +124,7 @@ solution solve_together(collx::communicator& comm, const settings& s) {
     if (sol.steps % s.check_every == 0) {
       collx::allreduce(comm, std::span<float>(&change, 1), collx::ops::max{});
       sol.last_change = change;
+      sol.checked = true;
       if (change < tolerance) break;
     }
   }
@@ -157,10 +159,13 @@ int main(int argc, char** argv) {
     const solution got = solve_together(comm, s);
     const double seconds = ex::seconds_since(t0);
     if (comm.rank() == 0) {
-      std::printf("heat_halo: %zu x %zu grid, rows %s, over %d rank%s: %d steps (last change %.3g), %.3f s, "
-                  "grid fnv1a64 %016llx\n",
+      char change[96] = "no convergence check ran";  // --check-every above the steps: no change was measured
+      if (got.checked)
+        std::snprintf(change, sizeof change, "%s, largest change %.3g at the last check",
+                      got.last_change < tolerance ? "converged" : "not converged", static_cast<double>(got.last_change));
+      std::printf("heat_halo: %zu x %zu grid, rows %s, over %d rank%s: %d steps (%s), %.3f s, grid fnv1a64 %016llx\n",
                   s.rows, s.cols, s.periodic ? "periodic" : "between fixed edges", comm.size(), comm.size() == 1 ? "" : "s", got.steps,
-                  static_cast<double>(got.last_change), seconds, static_cast<unsigned long long>(ex::fnv1a(std::span<const float>(got.grid))));
+                  change, seconds, static_cast<unsigned long long>(ex::fnv1a(std::span<const float>(got.grid))));
       const solution want = solve_alone(s);
       check(got.steps == want.steps, "steps: " + std::to_string(got.steps) + " against the single process's " +
                                          std::to_string(want.steps));
