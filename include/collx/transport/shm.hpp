@@ -848,9 +848,14 @@ class shm_transport final : public transport {
       const bool left = pi.departed.load(std::memory_order_acquire) != 0;
       if (left || detail::process_dead(pi.pid.load(std::memory_order_acquire), pi.start_time)) {
         if (ready()) return false;
-        fail(errc::transport, "rank " + std::to_string(r) + " (pid " + std::to_string(pi.pid.load()) + ") " +
-                                  (left ? "closed its communicator" : "died") + " while rank " + std::to_string(rank_) +
-                                  " waits for it" + (left ? dead_peers_note(r) : std::string()) +
+        const std::string who = "rank " + std::to_string(r) + " (pid " + std::to_string(pi.pid.load()) + ")",
+                          waits = " while rank " + std::to_string(rank_) + " waits for it";
+        // A peer that closed its communicator often did so because a rank died (its split group's
+        // call failed, say): the death is the cause to look at, so it comes first.
+        const std::string dead = left ? dead_peers(r) : std::string();
+        fail(errc::transport, (!left ? who + " died" + waits
+                               : dead.empty() ? who + " closed its communicator" + waits
+                                              : dead + " died, and " + who + " closed its communicator" + waits) +
                                   "; the job cannot continue");
         return true;
       }
@@ -859,9 +864,9 @@ class shm_transport final : public transport {
   }
 
   /// For a peer `left` that closed its communicator: the ranks of this job that died, which may be
-  /// why it left (a failure it saw on another communicator, a split group's, say): " (rank 3
-  /// (pid 1234) died meanwhile)", or "".
-  std::string dead_peers_note(int left) const {
+  /// why it left (a failure it saw on another communicator, a split group's, say): "rank 3
+  /// (pid 1234)", "rank 3 (pid 1234), rank 5 (pid 1236)", or "".
+  std::string dead_peers(int left) const {
     std::string dead;
     for (int r = 0; r < n_; ++r) {
       const shm_segment::peer_info& pi = peer(r);
@@ -870,7 +875,7 @@ class shm_transport final : public transport {
         continue;
       dead += (dead.empty() ? "" : ", ") + ("rank " + std::to_string(r) + " (pid " + std::to_string(pid) + ")");
     }
-    return dead.empty() ? dead : " (" + dead + " died meanwhile)";
+    return dead;
   }
 
   /// True (with the job failed) if the records of `watched` (a rank, or -1 for all) of this call,
