@@ -26,6 +26,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <new>
 #include <span>
 #include <string>
 #include <vector>
@@ -325,6 +326,10 @@ int main(int argc, char** argv) {
     return bench(comm, o, launcher);
   } catch (const collx::error& e) {
     std::fprintf(stderr, "collx-perf: %s\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {  // the buffers of the largest size (-e) did not fit
+    std::fprintf(stderr, "collx-perf: out of memory allocating the buffers of the largest size (-e %zu bytes): "
+                         "lower -e\n", o.max_bytes);
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "collx-perf: %s\n", e.what());
