@@ -245,8 +245,9 @@ inline const char* common_usage =
     "  -i, --stepbytes SIZE     else add SIZE between steps (default 1M)\n"
     "  -n, --iters N            timed calls per size (default 20)\n"
     "  -w, --warmup_iters N     untimed calls before each size (default 5)\n"
-    "  -c, --check 0|1          after each size's timed calls, check one more (blocking) call's\n"
-    "                           result against an independent reference (default 1)\n"
+    "  -c, --check 0|1          after each size's timed calls, check one more call's result (made as\n"
+    "                           the timed ones: with -z 0 through the progress thread) against an\n"
+    "                           independent reference (default 1)\n"
     "  -d, --datatype T         int8 uint8 int32 uint32 int64 uint64 half float double bfloat16 (default float)\n"
     "  -o, --op OP              sum prod max min avg (default sum)\n"
     "  -r, --root R             root of broadcast and reduce (default 0)\n"
@@ -912,7 +913,7 @@ void sweep(B& be, const options& o, reporter& rep) {
       m.busbw = bw.busbw;
       if (o.check) {
         fill_for_run(a, rank, n, sendbuf.get(), recvbuf.get(), cap);
-        be.run(a, 1, true);
+        be.run(a, 1, o.blocking != 0);  // the timed calls' form: -z 0's async path is checked too
         const std::uint64_t mine = count_wrong(a, be.result_of(a), rank, n);
         if (mine)
           std::fprintf(stderr, "rank %d: %" PRIu64 " wrong elements at size %zu (%s)\n", rank, mine, r.size,
