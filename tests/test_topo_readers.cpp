@@ -295,6 +295,18 @@ TEST_CASE("NCCL topology XML: static cloud files and their edge cases") {
   CHECK(gn(p5, 0, 4) == "NODE");
   CHECK(p5.vertices[static_cast<std::size_t>(p5.nics()[0])].nic_Gbps == Approx(100.0));
   CHECK(p5.links[static_cast<std::size_t>(p5.parent_link(p5.gpu(0)))].generation == 5);  // "32.0 GT/s PCIe"
+  {  // A --gpu whose sm is not the file's: modelled as asked, with one note saying the file disagrees;
+     // another model of the file's sm (A800 for sm 80) is no disagreement.
+    read_options v100, a800;
+    v100.gpu = find_gpu_arch("V100");
+    a800.gpu = find_gpu_arch("A800");
+    const topology as_v100 = read_nccl_topology(topo_fixture("aws-p5-48xlarge-nccl-topo.xml"), "p5", v100);
+    CHECK(as_v100.vertices[static_cast<std::size_t>(as_v100.gpu(0))].arch == v100.gpu);
+    CHECK(std::count(as_v100.notes.begin(), as_v100.notes.end(),
+                     "--gpu V100 given (sm 70), but the file's GPUs are sm 90 (H100 class): modelled as V100, as asked") == 1);
+    for (const std::string& n : read_nccl_topology(topo_fixture("azure-ncv4-nccl-topo.xml"), "ncv4", a800).notes)
+      CHECK(n.find("given (sm") == std::string::npos);
+  }
   const topology p4 = read_nccl_topology(topo_fixture("aws-p4d-24xlarge-nccl-topo.xml"));
   CHECK(gg(p4, 0, 1) == "PIX");
   CHECK(gg(p4, 1, 2) == "NODE");

@@ -248,10 +248,17 @@ inline topology read_nccl_topology(std::string_view text, std::string_view sourc
       const gpu_arch* arch = opt.gpu;
       std::string unknown_because;  // what was tried and not known, for the one note below
       const auto tried = [&](const std::string& what) { unknown_because += (unknown_because.empty() ? "" : ", ") + what; };
-      if (!arch && g) {
+      if (g) {
         if (const xml_attribute* sm = g->find("sm")) {
-          arch = gpu_arch_for_sm(static_cast<int>(parse_long(*sm, source)));
-          if (!arch) tried("sm " + sm->value + " not known");
+          const gpu_arch* from_sm = gpu_arch_for_sm(static_cast<int>(parse_long(*sm, source)));
+          if (!arch && !from_sm) tried("sm " + sm->value + " not known");
+          if (arch && from_sm && from_sm->sm != arch->sm) {  // --gpu wins, but say the file disagrees (once)
+            const std::string note = "--gpu " + std::string(arch->name) + " given (sm " + std::to_string(arch->sm) +
+                                     "), but the file's GPUs are sm " + sm->value + " (" + std::string(from_sm->name) +
+                                     " class): modelled as " + std::string(arch->name) + ", as asked";
+            if (std::find(t.notes.begin(), t.notes.end(), note) == t.notes.end()) t.notes.push_back(note);
+          }
+          if (!arch) arch = from_sm;
         }
       }
       if (!arch) {
