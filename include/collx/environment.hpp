@@ -46,7 +46,7 @@ inline constexpr std::array<env_var_doc, 15> environment_variables{{
      "scratch memory per rank per call segment; also where `algo::ring` cuts its blocks, so its bits (ranks must agree: a "
      "difference is a mismatch). Each segment is a round of the schedule, with its own synchronisation: tiny values are "
      "for tests (at 64 bytes a 256 KiB all-reduce over 8 thread ranks takes 1-6 s)"},
-    {"COLLX_SHM_BYTES_PER_PEER", "size, at least 4096; default 1M (less for > 8 ranks: 64M / ranks^2, at least 64K)",
+    {"COLLX_SHM_BYTES_PER_PEER", "size, at least 4096; default 1M (less for > 8 ranks: 64M / ranks^2 rounded down to whole KiB, at least 64K)",
      "shared-memory staging per ordered pair of ranks, in 8 slots: an element type may be at most an eighth of it (a struct of more than 8 KiB needs more than the 64K floor)"},
     {"COLLX_CMA", "auto, 0 or 1 (also off/on, false/true); default auto",
      "single-copy transfers with process_vm_readv between processes: auto uses them when the ranks outnumber the "
@@ -61,7 +61,7 @@ inline constexpr std::array<env_var_doc, 15> environment_variables{{
      "whether a device communicator's rank 0 reads how the GPUs are wired (sysfs, NVML) when created, for the "
      "figures its device_options leave at their defaults (gpu::device_options::discover_wiring); off: collx's defaults"},
     {"COLLX_JOB_ID", "string; an id of at most 64 characters from [A-Za-z0-9_.-] is used as it is, any other as its first 47 characters (others replaced by _) and a hash of the whole id", "keeps concurrent jobs on one machine apart (set by collx-run; a collx-run started as a rank of another appends `.rank`)"},
-    {"COLLX_LAUNCH_ID", "string (set by collx-run: its pid and start time)", "one start of a job: ranks of two starts given the same COLLX_JOB_ID fail at once instead of joining each other"},
+    {"COLLX_LAUNCH_ID", "string (set by collx-run: its pid and start time)", "one start of a job: of two starts given the same COLLX_JOB_ID at once, the later one's ranks fail at once instead of joining the other's"},
     {"COLLX_RANK", "integer in [0, COLLX_WORLD_SIZE)", "this process's rank (set by collx-run)"},
     {"COLLX_WORLD_SIZE", "integer >= 1", "number of ranks (set by collx-run)"},
     {"COLLX_LOCAL_RANK", "integer", "rank among the processes of this node (set by collx-run)"},
