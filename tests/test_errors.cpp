@@ -1187,6 +1187,47 @@ TEST_CASE("a call made from a reduction op or selector on the communicator runni
   }
 }
 
+TEST_CASE("abort() or fail() inside a reduction op ends the call on threads, not in a hang", "[errors][abort]") {
+  // Two ranks each inside their op, each reading the other's message in place, both aborting: the
+  // abort waited for the peer's read of this rank's message to end, the peer's for this one's, for
+  // ever (not even the timeout ended it): 2 to 4 ranks hung in 2 to 5 runs of 5. So did an async
+  // call started and waited for in the op: wait() throws (it would wait for itself), and the
+  // request, dropped unfinished by that exception, fails the communicator from inside the read.
+  enum class in_op { abort, fail, start_async };
+  for (const in_op what : {in_op::abort, in_op::fail, in_op::start_async})
+    for (int n : {2, 3, 4})
+      for (int round = 0; round < 5; ++round) {
+        INFO(n << " ranks, round " << round << ", the op " << (what == in_op::abort ? "aborts" : what == in_op::fail ? "fails" : "waits for an async call"));
+        collx::communicator_options o;
+        o.timeout = std::chrono::seconds(30);
+        auto comms = collx::make_thread_communicators(n, o);
+        std::vector<outcome> first(uz(n)), next(uz(n));
+        std::vector<std::thread> ts;
+        for (int r = 0; r < n; ++r)
+          ts.emplace_back([&, r] {
+            collx::communicator* c = &comms[uz(r)];
+            std::vector<int> w(4, r + 1), out(4), y(1);  // y outlives the queued async call
+            first[uz(r)] = timed_call([&] {
+              collx::allreduce<collx::algo::direct>(*c, std::span<const int>(w), std::span<int>(out), [c, what, &y](int a, int b) {
+                if (what == in_op::abort) c->abort();
+                if (what == in_op::fail) c->fail(collx::errc::aborted, "the op gave up");
+                if (what == in_op::start_async) collx::allreduce_async(*c, std::span<int>(y)).wait();
+                return a + b;
+              });
+            });
+            next[uz(r)] = timed_call([&] { collx::barrier(*c); });
+          });
+        for (auto& t : ts) t.join();
+        for (int r = 0; r < n; ++r) {
+          INFO("rank " << r << ": " << first[uz(r)].what << " (" << first[uz(r)].seconds << " s); then: " << next[uz(r)].what);
+          CHECK(first[uz(r)].seconds < 10);
+          if (what == in_op::start_async) CHECK(first[uz(r)].code.has_value());
+          CHECK(next[uz(r)].code.has_value());  // the communicator failed: the next call fails at once
+          CHECK(next[uz(r)].seconds < 10);
+        }
+      }
+}
+
 TEST_CASE("error messages name rank, world size and the call", "[errors][messages]") {
   SECTION("mismatch on the first call") {
     auto v = run_expecting(2, [](collx::communicator& c) {

@@ -232,10 +232,13 @@ class threads_transport final : public transport {
     if (world_->failed()) rethrow_failure();
   }
   /// Fails the world, then waits until no peer still copies out of a message of this rank's: the
-  /// caller may be leaving its call (an exception from its op) and free the buffer behind it.
+  /// caller may be leaving its call (an exception from its op) and free the buffer behind it. Not
+  /// from inside a read (an op that calls abort() or fail(), or drops a request): this thread
+  /// stays in its call, which quiesces on its way out, and waiting here could wait for ever for a
+  /// peer in the same place, whose read of this rank's message waits for this rank's read to end.
   void fail(errc code, const std::string& why) noexcept override {
     world_->fail(code, reported(why));
-    quiesce();
+    if (reads_on_this_thread == 0) quiesce();
   }
   void adopt_failure(errc code, const std::string& why) noexcept override { world_->fail(code, why); }
   bool failure(errc& code, std::string& why) noexcept override { return world_->failure(code, why); }
@@ -279,8 +282,12 @@ class threads_transport final : public transport {
     }
     struct end_read {
       std::atomic<std::uint32_t>& flag;
-      ~end_read() { flag.store(0, std::memory_order_release); }
+      ~end_read() {
+        --reads_on_this_thread;
+        flag.store(0, std::memory_order_release);
+      }
     } reading{box.reading};
+    ++reads_on_this_thread;
     if (bytes) consume(static_cast<const std::byte*>(m.data), 0, bytes);
     box.consumed.store(k + 1, std::memory_order_release);
     world_->bell(peer).ring(false);
@@ -439,6 +446,10 @@ class threads_transport final : public transport {
       return {};
     }
   }
+
+  /// Reads of a peer's message (recv's consume, which runs the user's op) this thread is inside,
+  /// on any threads transport: fail() does not quiesce there.
+  static inline thread_local int reads_on_this_thread = 0;
 
   std::shared_ptr<thread_world> world_;
   int rank_;
