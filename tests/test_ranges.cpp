@@ -122,6 +122,9 @@ static_assert(!allreduce_in_place<std::vector<T>>);
 static_assert(!allreduce_in_place<const std::vector<T>&>);
 static_assert(recv_into<std::vector<T>&> && recv_into<std::span<T>> && !recv_into<const std::vector<T>&>);
 static_assert(collx::contiguous_buffer<std::vector<T>> && !collx::contiguous_buffer<std::list<T>>);
+// Volatile elements are refused by the concepts (they passed them, and failed inside collx).
+static_assert(!collx::contiguous_buffer<volatile T (&)[4]> && !collx::input_buffer<volatile T[4]> &&
+              !allreduce_into<volatile T (&)[4]> && !allreduce_from<volatile T (&)[4]>);
 // Fixed-extent spans are views like any other (the span overloads take std::span<T> only).
 static_assert(allreduce_into<std::span<T, 4>> && allreduce_in_place<std::span<T, 4>> && recv_into<std::span<T, 2>>);
 // An async call reads its send buffer after it returns: a temporary container is refused, lvalues

@@ -45,10 +45,12 @@ inline constexpr bool is_dynamic_span<std::span<T>> = true;
 /// T[N], std::span<T>, ... Every collective and point-to-point call takes its buffers as
 /// std::span; each also has an overload taking contiguous ranges, which views them as spans
 /// (data(), size()) and calls the span form, so `allreduce(comm, grad, mean)` works on vectors.
-/// Sizes are the ranges' sizes, in elements; nothing is resized.
+/// Sizes are the ranges' sizes, in elements; nothing is resized. Not of volatile elements
+/// (range_value_t drops the volatile of `volatile int[4]`; collx moves elements as bytes).
 template <class R>
 concept contiguous_buffer = std::ranges::contiguous_range<R> && std::ranges::sized_range<R> &&
-                            element<std::ranges::range_value_t<R>>;
+                            element<std::ranges::range_value_t<R>> &&
+                            !std::is_volatile_v<std::remove_reference_t<std::ranges::range_reference_t<R>>>;
 
 /// A contiguous_buffer collx only reads, taken as `const S&`: contiguous when const too.
 template <class S>
