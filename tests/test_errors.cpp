@@ -151,7 +151,7 @@ TEST_CASE("bad root: invalid_argument on every rank before any byte moves", "[er
         {[](collx::communicator& c, std::vector<float>& x) {
            collx::send_recv(c, std::span<const float>(x.data(), 4), c.rank(), std::span<float>(x.data() + 4, 3), c.rank());
          },
-         "a copy to this rank needs send and recv of one type and count"},
+         "a copy to this rank needs send and recv of one type and count (send 4 float32 elements, recv 3 float32)"},
         {[](collx::communicator& c, std::vector<float>&) {
            collx::send_recv(c, std::span<const float>(static_cast<const float*>(nullptr), 2), 1 - c.rank(),
                            std::span<float>(), collx::no_peer);

@@ -185,8 +185,9 @@ void send_recv(communicator& comm, std::span<U> send, int dest, std::span<T> rec
   if (what.empty() && sends && receives && detail::overlap(send.data(), send.size_bytes(), recv.data(), recv.size_bytes()))
     what = "send and recv overlap (send_recv has no in-place form)";
   if (what.empty() && dest == me && (!std::is_same_v<S, T> || send.size() != recv.size()))
-    what = "a copy to this rank needs send and recv of one type and count (send " + std::to_string(send.size()) +
-           " elements, recv " + std::to_string(recv.size()) + ")";
+    what = "a copy to this rank needs send and recv of one type and count (send " + std::to_string(send.size()) + " " +
+           std::string(detail::type_name<S>()) + " elements, recv " + std::to_string(recv.size()) + " " +
+           std::string(detail::type_name<T>()) + ")";  // the types too: the counts may well agree
   if (!what.empty()) detail::reject_call(comm, name() + ": " + what);
 
   comm.drain_async();
