@@ -66,7 +66,9 @@ struct nccl_tests_table {
   /// How many results (a row has two: out of place and in place) have #wrong above 0.
   std::size_t wrong_results() const noexcept {
     std::size_t n = 0;
-    for (const nccl_tests_row& r : rows) n += (r.wrong[0] > 0) + (r.wrong[1] > 0);
+    for (const nccl_tests_row& r : rows)
+      for (int k = 0; k < 2; ++k)
+        if (r.wrong[k] > 0) ++n;
     return n;
   }
 };
