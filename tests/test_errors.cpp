@@ -151,7 +151,7 @@ TEST_CASE("bad root: invalid_argument on every rank before any byte moves", "[er
         {[](collx::communicator& c, std::vector<float>& x) {
            collx::send_recv(c, std::span<const float>(x.data(), 4), c.rank(), std::span<float>(x.data() + 4, 3), c.rank());
          },
-         "a copy to this rank needs send and recv of one type and count (send 4 float32 elements, recv 3 float32)"},
+         "a copy to this rank needs send and recv of one type and count (send 4 float32 elements, recv 3 float32 elements)"},
         {[](collx::communicator& c, std::vector<float>&) {
            collx::send_recv(c, std::span<const float>(static_cast<const float*>(nullptr), 2), 1 - c.rank(),
                            std::span<float>(), collx::no_peer);
@@ -1226,6 +1226,59 @@ TEST_CASE("abort() or fail() inside a reduction op ends the call on threads, not
           CHECK(next[uz(r)].seconds < 10);
         }
       }
+}
+
+TEST_CASE("a failed call on another communicator made from an op waits out its peers' reads", "[errors][abort]") {
+  // Each rank's op on world A runs one direct all-reduce on world B; rank 0's op on B throws, and
+  // rank 1's reads rank 0's B message slowly. Rank 0's B call must not return (and free its send
+  // buffer) while rank 1 still reads it: a first fix of the hang above skipped that wait for any
+  // failure inside a read on this thread (A's), and rank 0 left B while rank 1 read on.
+  collx::communicator_options o;
+  o.timeout = std::chrono::seconds(30);
+  auto a = collx::make_thread_communicators(2, o), b = collx::make_thread_communicators(2, o);
+  std::atomic<bool> left_b{false}, read_after_left{false};
+  std::vector<outcome> outs(2);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < 2; ++r)
+    ts.emplace_back([&, r] {
+      collx::communicator *ca = &a[uz(r)], *cb = &b[uz(r)];
+      bool first_a = true, first_b = true;
+      auto op_b = [&, r](int p, int q) {
+        if (r == 0) throw std::runtime_error("rank 0's op on B gives up");
+        if (first_b) {  // rank 1 reads rank 0's message (wb) in place, slowly
+          first_b = false;
+          std::this_thread::sleep_for(std::chrono::milliseconds(200));
+          if (left_b.load()) read_after_left = true;
+        }
+        return p + q;
+      };
+      auto op_a = [&, r](int x, int y) {
+        if (first_a) {
+          first_a = false;
+          std::vector<int> wb(64, r + 1), ob(64);
+          try {
+            collx::allreduce<collx::algo::direct>(*cb, std::span<const int>(wb), std::span<int>(ob), op_b);
+          } catch (...) {
+            if (r == 0) left_b = true;  // rank 0's wb is freed as this leaves the op
+            throw;
+          }
+        }
+        return x + y;
+      };
+      std::vector<int> wa(4, r + 1), oa(4);
+      try {
+        outs[uz(r)] = timed_call([&] { collx::allreduce<collx::algo::direct>(*ca, std::span<const int>(wa), std::span<int>(oa), op_a); });
+      } catch (const std::runtime_error& e) {  // rank 0's own exception passes through both calls unchanged
+        outs[uz(r)].what = e.what();
+      }
+    });
+  for (auto& t : ts) t.join();
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r << ": " << outs[uz(r)].what);
+    CHECK(!outs[uz(r)].what.empty());
+    CHECK(outs[uz(r)].seconds < 10);
+  }
+  CHECK_FALSE(read_after_left.load());  // rank 1 was still reading rank 0's buffer when rank 0 left B
 }
 
 TEST_CASE("error messages name rank, world size and the call", "[errors][messages]") {

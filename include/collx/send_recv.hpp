@@ -187,7 +187,7 @@ void send_recv(communicator& comm, std::span<U> send, int dest, std::span<T> rec
   if (what.empty() && dest == me && (!std::is_same_v<S, T> || send.size() != recv.size()))
     what = "a copy to this rank needs send and recv of one type and count (send " + std::to_string(send.size()) + " " +
            std::string(detail::type_name<S>()) + " elements, recv " + std::to_string(recv.size()) + " " +
-           std::string(detail::type_name<T>()) + ")";  // the types too: the counts may well agree
+           std::string(detail::type_name<T>()) + " elements)";  // the types too: the counts may well agree
   if (!what.empty()) detail::reject_call(comm, name() + ": " + what);
 
   comm.drain_async();

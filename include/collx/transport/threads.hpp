@@ -233,12 +233,15 @@ class threads_transport final : public transport {
   }
   /// Fails the world, then waits until no peer still copies out of a message of this rank's: the
   /// caller may be leaving its call (an exception from its op) and free the buffer behind it. Not
-  /// from inside a read (an op that calls abort() or fail(), or drops a request): this thread
-  /// stays in its call, which quiesces on its way out, and waiting here could wait for ever for a
-  /// peer in the same place, whose read of this rank's message waits for this rank's read to end.
+  /// from inside a read of this world's (an op that calls abort() or fail(), or drops a request):
+  /// this thread stays in that call, which quiesces on its way out, and waiting here could wait
+  /// for ever for a peer in the same place, whose read of this rank's message waits for this
+  /// rank's read to end. A call on another world made from such an op quiesces as before.
   void fail(errc code, const std::string& why) noexcept override {
     world_->fail(code, reported(why));
-    if (reads_on_this_thread == 0) quiesce();
+    for (const read_frame* f = reads_on_this_thread; f; f = f->outer)
+      if (f->world == world_.get()) return;
+    quiesce();
   }
   void adopt_failure(errc code, const std::string& why) noexcept override { world_->fail(code, why); }
   bool failure(errc& code, std::string& why) noexcept override { return world_->failure(code, why); }
@@ -282,12 +285,17 @@ class threads_transport final : public transport {
     }
     struct end_read {
       std::atomic<std::uint32_t>& flag;
+      read_frame frame;
+      end_read(std::atomic<std::uint32_t>& f, const thread_world* w) : flag(f), frame{w, reads_on_this_thread} {
+        reads_on_this_thread = &frame;
+      }
       ~end_read() {
-        --reads_on_this_thread;
+        reads_on_this_thread = frame.outer;
         flag.store(0, std::memory_order_release);
       }
-    } reading{box.reading};
-    ++reads_on_this_thread;
+      end_read(const end_read&) = delete;
+      end_read& operator=(const end_read&) = delete;
+    } reading{box.reading, world_.get()};
     if (bytes) consume(static_cast<const std::byte*>(m.data), 0, bytes);
     box.consumed.store(k + 1, std::memory_order_release);
     world_->bell(peer).ring(false);
@@ -447,9 +455,14 @@ class threads_transport final : public transport {
     }
   }
 
-  /// Reads of a peer's message (recv's consume, which runs the user's op) this thread is inside,
-  /// on any threads transport: fail() does not quiesce there.
-  static inline thread_local int reads_on_this_thread = 0;
+  /// A read of a peer's message (recv's consume, which runs the user's op) this thread is inside:
+  /// its world, and the read it is nested in (an op's call on another world), innermost first.
+  /// fail() does not quiesce a world this thread is reading in.
+  struct read_frame {
+    const thread_world* world;
+    const read_frame* outer;
+  };
+  static inline thread_local const read_frame* reads_on_this_thread = nullptr;
 
   std::shared_ptr<thread_world> world_;
   int rank_;
