@@ -328,8 +328,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "collx-perf: %s\n", e.what());
     return 1;
   } catch (const std::bad_alloc&) {  // the buffers of the largest size (-e) did not fit
-    std::fprintf(stderr, "collx-perf: out of memory allocating the buffers of the largest size (-e %zu bytes): "
-                         "lower -e\n", o.max_bytes);
+    std::fprintf(stderr, "collx-perf: out of memory (most likely the buffers of the largest size, -e %zu "
+                         "bytes): lower -e\n", o.max_bytes);
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "collx-perf: %s\n", e.what());

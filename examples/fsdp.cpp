@@ -1,9 +1,9 @@
 // Sharded data parallel (the FSDP / ZeRO-3 pattern): a 3-layer MLP (13 -> 29 -> 17 -> 3, tanh,
 // mean squared error against a fixed random "teacher" network) whose parameters are sharded
 // across the ranks. Each rank keeps only its shard of every layer's flat parameter vector (W then b)
-// and of its gradient; the layer sizes (406, 510 and 54 parameters) are not multiples of most
-// world sizes (of 4, the default, 5 or 7, none of them), so the shards are uneven and the
-// collectives are the _v forms:
+// and of its gradient; the layer sizes (406, 510 and 54 parameters) are not all multiples of the
+// world size (none of them of 4, the default), so the shards are uneven and the collectives are
+// the _v forms:
 //
 //   forward,  layer by layer: all_gather_v the layer's shards into the full layer (the next
 //             layer's gather is started with all_gather_v_async while this one computes), run it

@@ -306,6 +306,10 @@ TEST_CASE("NCCL topology XML: static cloud files and their edge cases") {
                      "--gpu V100 given (sm 70), but the file's GPUs are sm 90 (H100 class): modelled as V100, as asked") == 1);
     for (const std::string& n : read_nccl_topology(topo_fixture("azure-ncv4-nccl-topo.xml"), "ncv4", a800).notes)
       CHECK(n.find("given (sm") == std::string::npos);
+    // A malformed sm is an error only where it would be used: with --gpu it is not.
+    const std::string bad_sm = std::regex_replace(topo_fixture("aws-p5-48xlarge-nccl-topo.xml"), std::regex("sm=\"90\""), "sm=\"9x\"");
+    CHECK(read_nccl_topology(bad_sm, "p5", v100).gpus().size() == 8);
+    CHECK_THROWS_AS(read_nccl_topology(bad_sm, "p5"), collx::error);
   }
   const topology p4 = read_nccl_topology(topo_fixture("aws-p4d-24xlarge-nccl-topo.xml"));
   CHECK(gg(p4, 0, 1) == "PIX");

@@ -248,17 +248,20 @@ inline topology read_nccl_topology(std::string_view text, std::string_view sourc
       const gpu_arch* arch = opt.gpu;
       std::string unknown_because;  // what was tried and not known, for the one note below
       const auto tried = [&](const std::string& what) { unknown_because += (unknown_because.empty() ? "" : ", ") + what; };
-      if (g) {
-        if (const xml_attribute* sm = g->find("sm")) {
-          const gpu_arch* from_sm = gpu_arch_for_sm(static_cast<int>(parse_long(*sm, source)));
-          if (!arch && !from_sm) tried("sm " + sm->value + " not known");
-          if (arch && from_sm && from_sm->sm != arch->sm) {  // --gpu wins, but say the file disagrees (once)
-            const std::string note = "--gpu " + std::string(arch->name) + " given (sm " + std::to_string(arch->sm) +
-                                     "), but the file's GPUs are sm " + sm->value + " (" + std::string(from_sm->name) +
-                                     " class): modelled as " + std::string(arch->name) + ", as asked";
-            if (std::find(t.notes.begin(), t.notes.end(), note) == t.notes.end()) t.notes.push_back(note);
-          }
-          if (!arch) arch = from_sm;
+      if (const xml_attribute* sm = g ? g->find("sm") : nullptr) {
+        if (!arch) {
+          arch = gpu_arch_for_sm(static_cast<int>(parse_long(*sm, source)));
+          if (!arch) tried("sm " + sm->value + " not known");
+        } else if (const std::string& v = sm->value;  // --gpu wins (a malformed sm is no error then), but
+                   !v.empty() && v.size() <= 4 &&      // say once where the file's sm disagrees
+                   std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+          const gpu_arch* from_sm = gpu_arch_for_sm(std::stoi(v));
+          const std::string note = from_sm && from_sm->sm != arch->sm
+                                       ? "--gpu " + std::string(arch->name) + " given (sm " + std::to_string(arch->sm) +
+                                             "), but the file's GPUs are sm " + v + " (" + std::string(from_sm->name) +
+                                             " class): modelled as " + std::string(arch->name) + ", as asked"
+                                       : std::string();
+          if (!note.empty() && std::find(t.notes.begin(), t.notes.end(), note) == t.notes.end()) t.notes.push_back(note);
         }
       }
       if (!arch) {

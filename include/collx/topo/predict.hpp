@@ -19,10 +19,12 @@ namespace topo {
 /// The highest all-reduce busbw `m` predicts over the message sizes of `table` (each size with the
 /// algorithms NCCL chooses among for the model's node count, nccl_allreduce_algos, and the best
 /// protocol): what `collx-topo check` and test_topo_model set against table.peak_busbw(). busbw
-/// as nccl-tests defines it (algbw * 2 (n - 1) / n). An invalid prediction for an empty table.
+/// as nccl-tests defines it (algbw * 2 (n - 1) / n). Sizes whose both results have #wrong above 0
+/// are left out, as peak_busbw leaves them out. An invalid prediction for a table without others.
 inline prediction predicted_peak_busbw(model& m, const nccl_tests_table& table) {
   prediction peak;
   for (const nccl_tests_row& row : table.rows) {
+    if (row.wrong[0] > 0 && row.wrong[1] > 0) continue;
     const prediction p = m.best(collective::allreduce, row.bytes, nccl_allreduce_algos(m.nodes()));
     if (p.valid && p.busbw_GBps > peak.busbw_GBps) peak = p;
   }
