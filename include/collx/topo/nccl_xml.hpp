@@ -252,13 +252,13 @@ inline topology read_nccl_topology(std::string_view text, std::string_view sourc
         if (!arch) {
           arch = gpu_arch_for_sm(static_cast<int>(parse_long(*sm, source)));
           if (!arch) tried("sm " + sm->value + " not known");
-        } else if (const std::string& v = sm->value;  // --gpu wins (a malformed sm is no error then), but
-                   !v.empty() && v.size() <= 4 &&      // say once where the file's sm disagrees
-                   std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-          const gpu_arch* from_sm = gpu_arch_for_sm(std::stoi(v));
+        } else if (const std::string& sm_text = sm->value;  // --gpu wins (a malformed sm is no error then), but
+                   !sm_text.empty() && sm_text.size() <= 4 &&      // say once where the file's sm disagrees
+                   std::all_of(sm_text.begin(), sm_text.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+          const gpu_arch* from_sm = gpu_arch_for_sm(std::stoi(sm_text));
           const std::string note = from_sm && from_sm->sm != arch->sm
                                        ? "--gpu " + std::string(arch->name) + " given (sm " + std::to_string(arch->sm) +
-                                             "), but the file's GPUs are sm " + v + " (" + std::string(from_sm->name) +
+                                             "), but the file's GPUs are sm " + sm_text + " (" + std::string(from_sm->name) +
                                              " class): modelled as " + std::string(arch->name) + ", as asked"
                                        : std::string();
           if (!note.empty() && std::find(t.notes.begin(), t.notes.end(), note) == t.notes.end()) t.notes.push_back(note);
