@@ -135,6 +135,13 @@ std::string text_GBps(double v) {
   return buf;
 }
 
+// "Notes (what was assumed):" and a line per note of the topology's reader, or nothing.
+void print_notes(const topology& t) {
+  if (t.notes.empty()) return;
+  std::printf("Notes (what was assumed):\n");
+  for (const std::string& n : t.notes) std::printf("  - %s\n", n.c_str());
+}
+
 std::string size_name(std::size_t b) {
   const char* u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int k = 0;
@@ -475,10 +482,8 @@ int show(const opts& o) {
     return 0;
   }
   std::printf("Topology: %s\n\n%s", t.source.c_str(), format_nvidia_smi(node).c_str());
-  if (!t.notes.empty()) {
-    std::printf("\nNotes (what was assumed):\n");
-    for (const std::string& n : t.notes) std::printf("  - %s\n", n.c_str());
-  }
+  if (!t.notes.empty()) std::printf("\n");
+  print_notes(t);
   if (const std::vector<int> cpus = node.of_kind(vertex_kind::cpu, 0); !cpus.empty()) {
     std::printf("\nCPUs (NUMA nodes: what ranks on this machine are pinned to and allocate on):\n");
     for (int id : cpus) {
@@ -639,11 +644,7 @@ int simulate(const opts& o) {
                 node.source.c_str(), per, o.net_gbps, o.nics_per_gpu);
   else {
     std::printf("All-reduce on nodes like: %s (%d GPUs each), network through that file's NICs\n", node.source.c_str(), per);
-    // What the reader assumed (e.g. no NVLink listed on NVSwitch GPUs): as show prints them.
-    if (!node.notes.empty()) {
-      std::printf("Notes (what was assumed):\n");
-      for (const std::string& n : node.notes) std::printf("  - %s\n", n.c_str());
-    }
+    print_notes(node);  // what the reader assumed (e.g. no NVLink listed on NVSwitch GPUs), as show prints them
     std::printf("busbw GB/s (time us) per algorithm, best protocol each; * marks the fastest\n\n");
   }
   bool first = true;
@@ -741,11 +742,7 @@ int check(const opts& o) {
     std::printf("],\"hint\":%s}\n", far ? json_str(far_hint).c_str() : "null");
     return 0;
   }
-  // What the reader assumed (e.g. no NVLink listed): the prediction rests on it.
-  if (!node.notes.empty()) {
-    std::printf("Notes (what was assumed):\n");
-    for (const std::string& n : node.notes) std::printf("  - %s\n", n.c_str());
-  }
+  print_notes(node);  // what the reader assumed (e.g. no NVLink listed): the prediction rests on it
   if (wrong)
     std::printf("%zu result%s with #wrong above 0 left out (nccl-tests found wrong sums there)\n", wrong, wrong > 1 ? "s" : "");
   std::printf("measured peak busbw %.2f GB/s, predicted %.2f GB/s (%s/%s), ratio %.2f\nbottleneck: %s\n", table.peak_busbw(), peak.busbw_GBps,
