@@ -228,6 +228,97 @@ TEST_CASE("contiguous ranges: reduce_scatter(_v), all_gather(_v) and all_to_all(
   }
 }
 
+TEST_CASE("rank_block: the rank's own block, where the in-place forms put it", "[ranges][threads]") {
+  // In place on 3 thread ranks: reduce_scatter and all_gather on equal blocks, the v-forms on
+  // uneven ones with an empty block; all_gather's buffers are poisoned outside the rank's block.
+  // Each result is compared with the reference of the out-of-place test above.
+  const std::vector<int> counts{2, 0, 5};  // int counts, as MPI codes keep them
+  const std::size_t total = 7, block = 4;
+  const auto outs = on_ranks([&](collx::communicator& comm, std::vector<T>& out) {
+    const int r = comm.rank();
+    const auto ur = static_cast<std::size_t>(r);
+    std::vector<T> rs = values(r, block * world);
+    collx::reduce_scatter(comm, rs, collx::rank_block(rs, comm));
+    std::vector<T> rsv = values(r, total);
+    collx::reduce_scatter_v(comm, rsv, collx::rank_block(rsv, comm, counts), counts);
+    std::vector<T> ag(block * world, poison);
+    const std::span<T> own = collx::rank_block(ag, comm);
+    const std::vector<T> mine = values(r, block);
+    std::copy(mine.begin(), mine.end(), own.begin());
+    collx::all_gather(comm, own, ag);
+    std::vector<T> agv(total, poison);
+    const std::span<T> ownv = collx::rank_block(agv, r, counts);
+    const std::vector<T> minev = values(r, ownv.size());
+    std::copy(minev.begin(), minev.end(), ownv.begin());
+    collx::all_gather_v(comm, ownv, agv, counts);
+    out.insert(out.end(), rs.begin() + static_cast<std::ptrdiff_t>(ur * block),
+               rs.begin() + static_cast<std::ptrdiff_t>((ur + 1) * block));
+    const std::span<T> rsv_own = collx::rank_block(rsv, comm, counts);
+    out.insert(out.end(), rsv_own.begin(), rsv_own.end());
+    out.insert(out.end(), ag.begin(), ag.end());
+    out.insert(out.end(), agv.begin(), agv.end());
+  });
+  for (int r = 0; r < world; ++r) {
+    const auto ur = static_cast<std::size_t>(r);
+    std::size_t offset = 0;
+    for (std::size_t c = 0; c < ur; ++c) offset += static_cast<std::size_t>(counts[c]);
+    std::vector<T> expect = summed(block, ur * block);
+    const std::vector<T> rsv = summed(static_cast<std::size_t>(counts[ur]), offset);
+    expect.insert(expect.end(), rsv.begin(), rsv.end());
+    for (int c = 0; c < world; ++c) {
+      const std::vector<T> b = values(c, block);
+      expect.insert(expect.end(), b.begin(), b.end());
+    }
+    for (int c = 0; c < world; ++c) {
+      const std::vector<T> b = values(c, static_cast<std::size_t>(counts[static_cast<std::size_t>(c)]));
+      expect.insert(expect.end(), b.begin(), b.end());
+    }
+    INFO("rank " << r);
+    CHECK(outs[ur] == expect);
+  }
+}
+
+template <class R>
+concept can_cut_block = requires(R&& r) { collx::rank_block(std::forward<R>(r), 0, 1); };
+
+TEST_CASE("rank_block: offsets and sizes; bad ranks, sizes and counts are refused", "[ranges]") {
+  std::array<T, 12> a{};
+  const auto at = [&](std::span<const T> b) { return std::pair{static_cast<std::size_t>(b.data() - a.data()), b.size()}; };
+  CHECK(at(collx::rank_block(a, 0, 4)) == std::pair<std::size_t, std::size_t>{0, 3});
+  CHECK(at(collx::rank_block(a, 3, 4)) == std::pair<std::size_t, std::size_t>{9, 3});
+  CHECK(at(collx::rank_block(std::span<const T>(a), 0, 1)) == std::pair<std::size_t, std::size_t>{0, 12});
+  CHECK(at(collx::rank_block(a, 2, {3, 4, 5})) == std::pair<std::size_t, std::size_t>{7, 5});
+  CHECK(at(collx::rank_block(a, 1, {12, 0})) == std::pair<std::size_t, std::size_t>{12, 0});
+  std::vector<T> empty;
+  CHECK(collx::rank_block(empty, 2, 3).empty());
+  const std::vector<std::size_t> counts{5, 7};
+  CHECK(at(collx::rank_block(a, 1, counts)) == std::pair<std::size_t, std::size_t>{5, 7});
+  // A const buffer gives a span of const elements; a temporary container does not compile.
+  const std::vector<T> cv(6);
+  STATIC_REQUIRE(std::is_same_v<decltype(collx::rank_block(cv, 0, 2)), std::span<const T>>);
+  STATIC_REQUIRE(can_cut_block<std::vector<T>&>);
+  STATIC_REQUIRE(!can_cut_block<std::vector<T>>);
+  const auto refused = [](auto&& call, const std::string& what) {
+    try {
+      call();
+      FAIL("no error; expected: " << what);
+    } catch (const collx::error& e) {
+      CHECK(e.code() == collx::errc::invalid_argument);
+      CHECK(std::string(e.what()) == "collx::rank_block: " + what);
+    }
+  };
+  refused([&] { (void)collx::rank_block(a, 4, 4); }, "rank 4 is not in [0, 4)");
+  refused([&] { (void)collx::rank_block(a, -1, 4); }, "rank -1 is not in [0, 4)");
+  refused([&] { (void)collx::rank_block(a, 0, 0); }, "world size 0 < 1");
+  refused([&] { (void)collx::rank_block(a, 0, 5); }, "12 elements are not 5 equal blocks");
+  refused([&] { (void)collx::rank_block(a, 2, {3, 4}); }, "rank 2 is not in [0, 2)");
+  refused([&] { (void)collx::rank_block(a, 0, {3, -4, 13}); }, "counts[1] is -4");
+  refused([&] { (void)collx::rank_block(a, 0, {3, 4}); }, "the counts add up to 7 elements, the buffer has 12");
+  refused([&] { (void)collx::rank_block(a, 0, {3, 4, 6}); }, "the counts add up to more than the buffer's 12 elements");
+  const std::vector<std::size_t> wraps{SIZE_MAX, 2};
+  refused([&] { (void)collx::rank_block(a, 1, wraps); }, "the counts add up to more than the buffer's 12 elements");
+}
+
 TEST_CASE("contiguous ranges: broadcast and reduce on vectors; non-roots' outputs untouched",
           "[ranges][threads]") {
   constexpr std::size_t n = 5;

@@ -14,6 +14,7 @@
 #include <collx/hierarchy.hpp>
 #include <collx/numeric.hpp>
 #include <collx/ops.hpp>
+#include <collx/rank_block.hpp>
 #include <collx/reduce.hpp>
 #include <collx/reduce_scatter.hpp>
 #include <collx/send_recv.hpp>
