@@ -289,6 +289,11 @@ TEST_CASE("rank_block: offsets and sizes; bad ranks, sizes and counts are refuse
   CHECK(at(collx::rank_block(std::span<const T>(a), 0, 1)) == std::pair<std::size_t, std::size_t>{0, 12});
   CHECK(at(collx::rank_block(a, 2, {3, 4, 5})) == std::pair<std::size_t, std::size_t>{7, 5});
   CHECK(at(collx::rank_block(a, 1, {12, 0})) == std::pair<std::size_t, std::size_t>{12, 0});
+  // A one-entry braced list is counts (one rank), not a world size; a world size may be any integer.
+  CHECK(at(collx::rank_block(a, 0, {12})) == std::pair<std::size_t, std::size_t>{0, 12});
+  const std::size_t n12 = a.size(), three = 3;
+  CHECK(at(collx::rank_block(a, 0, {n12})) == std::pair<std::size_t, std::size_t>{0, 12});
+  CHECK(at(collx::rank_block(a, 2, three)) == std::pair<std::size_t, std::size_t>{8, 4});
   std::vector<T> empty;
   CHECK(collx::rank_block(empty, 2, 3).empty());
   const std::vector<std::size_t> counts{5, 7};
@@ -317,6 +322,24 @@ TEST_CASE("rank_block: offsets and sizes; bad ranks, sizes and counts are refuse
   refused([&] { (void)collx::rank_block(a, 0, {3, 4, 6}); }, "the counts add up to more than the buffer's 12 elements");
   const std::vector<std::size_t> wraps{SIZE_MAX, 2};
   refused([&] { (void)collx::rank_block(a, 1, wraps); }, "the counts add up to more than the buffer's 12 elements");
+  refused([&] { (void)collx::rank_block(a, 0, std::int64_t{-2}); }, "world size -2 < 1");
+  // With a communicator, the counts must have one entry per rank (rank 0 of 2 would get a block).
+  // The errors are caught on the rank threads and checked here (Catch2's macros are not for them).
+  std::array<std::vector<std::string>, 2> seen;
+  collx::run_threads(2, [&](collx::communicator& comm) {
+    std::vector<T> b(6);
+    for (const auto& counts : {std::vector<std::size_t>{6}, std::vector<std::size_t>{2, 2, 2}}) {
+      try {
+        (void)collx::rank_block(b, comm, counts);
+        seen[static_cast<std::size_t>(comm.rank())].push_back("no error");
+      } catch (const collx::error& e) {
+        seen[static_cast<std::size_t>(comm.rank())].push_back(e.what());
+      }
+    }
+  });
+  for (const auto& rank_seen : seen)
+    CHECK(rank_seen == std::vector<std::string>{"collx::rank_block: counts has 1 entries for 2 ranks",
+                                                "collx::rank_block: counts has 3 entries for 2 ranks"});
 }
 
 TEST_CASE("contiguous ranges: broadcast and reduce on vectors; non-roots' outputs untouched",

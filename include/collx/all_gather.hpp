@@ -60,7 +60,7 @@ void all_gather_impl(communicator& comm, std::span<const T> send, std::span<T> r
 /// All-gather: recv = send_0 | send_1 | ... | send_{n-1} on every rank.
 /// @param send this rank's block (same size on every rank; never written unless inside recv)
 /// @param recv n * send.size() elements. In place when send.data() == recv.data() + rank * send.size()
-///   (NCCL's convention); any other overlap is an error.
+///   (NCCL's convention; collx::rank_block(recv, comm) gives that block); any other overlap is an error.
 /// @tparam Algo ring, tree (binomial gather + broadcast), direct, automatic, or hierarchical<Intra, Inter>
 ///   (across nodes, then inside each: algo/hierarchical.hpp).
 /// @throws collx::error invalid_argument, mismatch, timeout, aborted.

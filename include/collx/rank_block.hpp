@@ -10,7 +10,7 @@
 #include <span>
 #include <string>
 #include <type_traits>
-#include <utility>
+#include <utility>  // std::cmp_less, std::forward
 
 #include <collx/block_counts.hpp>
 #include <collx/communicator.hpp>
@@ -38,13 +38,15 @@ inline void check_block_rank(int rank, std::size_t blocks) {
 /// Block `rank` of `whole` cut into `world` equal blocks: the `whole.size() / world` elements from
 /// `rank * whole.size() / world` on, as a span into `whole` (whole is a contiguous sized range:
 /// std::span, an lvalue std::vector or std::array, a C array; not a temporary container).
-/// Local: it reads no communicator and moves nothing.
+/// `world` is an integer, not a braced list: `rank_block(buf, rank, {n})` is the counts form below.
+/// Local: it moves nothing and fails no communicator.
 /// Throws collx::error (errc::invalid_argument) when world < 1, rank is not in [0, world), or
 /// whole.size() is not a multiple of world (the collectives would refuse that buffer too).
-template <detail::block_buffer R>
-detail::block_span<R> rank_block(R&& whole, int rank, int world) {
+template <detail::block_buffer R, detail::count_integer W>
+detail::block_span<R> rank_block(R&& whole, int rank, W world) {
   const std::size_t n = std::ranges::size(whole);
-  if (world < 1) COLLX_THROW(errc::invalid_argument, "collx::rank_block: world size " + std::to_string(world) + " < 1");
+  if (std::cmp_less(world, 1))
+    COLLX_THROW(errc::invalid_argument, "collx::rank_block: world size " + std::to_string(world) + " < 1");
   const auto blocks = static_cast<std::size_t>(world);
   detail::check_block_rank(rank, blocks);
   if (n % blocks != 0)
@@ -55,7 +57,8 @@ detail::block_span<R> rank_block(R&& whole, int rank, int world) {
 }
 
 /// rank_block(whole, comm.rank(), comm.size()): this rank's block, e.g.
-/// `collx::reduce_scatter(comm, buf, collx::rank_block(buf, comm))` in place.
+/// `collx::reduce_scatter(comm, buf, collx::rank_block(buf, comm))` in place. Also throws
+/// errc::invalid_argument for a moved-from communicator, as comm.rank() does.
 template <detail::block_buffer R>
 detail::block_span<R> rank_block(R&& whole, const communicator& comm) {
   return rank_block(std::forward<R>(whole), comm.rank(), comm.size());
@@ -64,8 +67,9 @@ detail::block_span<R> rank_block(R&& whole, const communicator& comm) {
 /// Block `rank` of `whole` cut into blocks of counts[0], counts[1], ... elements (one per rank, as
 /// reduce_scatter_v's recv_counts and all_gather_v's counts): the counts[rank] elements from
 /// counts[0] + ... + counts[rank - 1] on.
-/// Throws collx::error (errc::invalid_argument) when rank is not in [0, counts.size()), a count is
-/// negative, or the counts do not add up to whole.size() (the v-forms would refuse that buffer).
+/// Local, as above. Throws collx::error (errc::invalid_argument) when rank is not in
+/// [0, counts.size()), a count is negative, or the counts do not add up to whole.size() (the v-forms
+/// would refuse that buffer).
 template <detail::block_buffer R>
 detail::block_span<R> rank_block(R&& whole, int rank, const block_counts& counts) {
   const std::size_t n = std::ranges::size(whole);
@@ -88,9 +92,15 @@ detail::block_span<R> rank_block(R&& whole, int rank, const block_counts& counts
 }
 
 /// rank_block(whole, comm.rank(), counts): this rank's block of a v-form buffer, e.g.
-/// `collx::all_gather_v(comm, collx::rank_block(buf, comm, counts), buf, counts)` in place.
+/// `collx::all_gather_v(comm, collx::rank_block(buf, comm, counts), buf, counts)` in place. Also
+/// throws errc::invalid_argument when counts does not have comm.size() entries, and for a
+/// moved-from communicator.
 template <detail::block_buffer R>
 detail::block_span<R> rank_block(R&& whole, const communicator& comm, const block_counts& counts) {
+  const int world = comm.size();
+  if (counts.size() != static_cast<std::size_t>(world))
+    COLLX_THROW(errc::invalid_argument, "collx::rank_block: counts has " + std::to_string(counts.size()) +
+                                            " entries for " + std::to_string(world) + " ranks");
   return rank_block(std::forward<R>(whole), comm.rank(), counts);
 }
 

@@ -66,7 +66,7 @@ void reduce_scatter_impl(communicator& comm, std::span<const T> send, std::span<
 ///   inside it.
 /// @param recv recv.size() elements, the same on every rank. In place when recv.data() ==
 ///   send.data() + rank * recv.size() (NCCL's convention: the result lands in the rank's own block of
-///   send); any other overlap is an error.
+///   send, which collx::rank_block(send, comm) gives); any other overlap is an error.
 /// @tparam Algo ring (commutative ops only), tree, direct, automatic, or hierarchical<Intra, Inter>
 ///   (inside each node, then across nodes: algo/hierarchical.hpp).
 /// @throws collx::error invalid_argument (sizes, overlap), mismatch, timeout, aborted.
