@@ -52,9 +52,10 @@ using collx::collective;
 // 4-rank ring allreduce of 8 elements: (n-1) rounds of (send, recv_reduce, wait_sends) for the
 // reduce-scatter, then (n-1) rounds of (send, recv, wait_sends) for the all-gather = 18 steps.
 // This needs constexpr std::vector (__cpp_lib_constexpr_vector): g++ 12 and clang 14, both with
-// libstdc++ 12, evaluate it. The guard only skips it on a standard library without it.
+// libstdc++ 12, evaluate it. The guard (COLLX_CONSTEXPR_SCHEDULES) only skips it on a standard
+// library without it, or in libstdc++'s debug mode.
 namespace {
-constexpr std::size_t ring_allreduce_steps_4() {
+COLLX_SCHEDULE_CONSTEXPR std::size_t ring_allreduce_steps_4() {
   cs::params p;
   p.coll = collective::allreduce;
   p.world_size = 4;
@@ -66,7 +67,7 @@ constexpr std::size_t ring_allreduce_steps_4() {
   return s.size() * 100 + recv_reduces;
 }
 }  // namespace
-#if defined(__cpp_lib_constexpr_vector) && __cpp_lib_constexpr_vector >= 201907L
+#if COLLX_CONSTEXPR_SCHEDULES
 static_assert(ring_allreduce_steps_4() == 18 * 100 + 3, "4-rank ring allreduce: 18 steps, 3 of them recv_reduce");
 #endif
 

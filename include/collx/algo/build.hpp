@@ -13,7 +13,7 @@ namespace schedule {
 
 /// Dissemination barrier (Hensgen, Finkel & Manber 1988): ceil(log2 n) rounds; in round k rank r
 /// signals r + 2^k and waits for r - 2^k. Messages carry no data.
-constexpr steps build_barrier(const params& p) {
+COLLX_SCHEDULE_CONSTEXPR steps build_barrier(const params& p) {
   steps out;
   const int n = p.world_size, r = p.rank;
   for (int d = 1; d < n; d <<= 1) {
@@ -26,7 +26,7 @@ constexpr steps build_barrier(const params& p) {
 
 /// One rank's schedule for `a`. With one rank every collective is a copy of input to output.
 /// `in_place`: input and output are the same memory (see build_direct).
-constexpr steps make_schedule(algorithm a, const params& p, bool in_place) {
+COLLX_SCHEDULE_CONSTEXPR steps make_schedule(algorithm a, const params& p, bool in_place) {
   if (p.coll == collective::barrier) return build_barrier(p);
   if (p.world_size == 1) {
     builder b;

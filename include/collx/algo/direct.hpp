@@ -28,7 +28,7 @@ namespace schedule {
 /// Folds x_0 .. x_{n-1} of one block in rank order: the rank's own contribution is `own` (input),
 /// peer j's arrives from j (sent from its input). Partial results go to `tmp`; the last combine
 /// writes `final_dst`.
-constexpr void direct_fold(builder& b, const params& p, region own, region tmp, region final_dst) {
+COLLX_SCHEDULE_CONSTEXPR void direct_fold(builder& b, const params& p, region own, region tmp, region final_dst) {
   const int n = p.world_size, r = p.rank;
   region cur = own;  // valid once j >= 1: the partial result so far
   for (int j = 0; j < n; ++j) {
@@ -55,7 +55,7 @@ constexpr void direct_fold(builder& b, const params& p, region own, region tmp, 
 /// The direct schedule of rank p.rank (world size >= 2). `in_place` tells whether input and output
 /// are the same memory (one-shot allreduce then folds into scratch first, because peers are still
 /// reading the input).
-constexpr steps build_direct(const params& p, bool in_place) {
+COLLX_SCHEDULE_CONSTEXPR steps build_direct(const params& p, bool in_place) {
   builder b;
   const int n = p.world_size, r = p.rank;
   const region in = whole(p, buffer::input), tmp = whole(p, buffer::scratch), out = whole(p, buffer::output);

@@ -26,17 +26,17 @@ namespace schedule {
 
 /// Block c of the call (p.blocks[c]: offsets and count in elements) as a region of the input, the
 /// output and the scratch buffer, the three places a ring step reads or writes it.
-constexpr region in_block(const params& p, int c) {
+COLLX_SCHEDULE_CONSTEXPR region in_block(const params& p, int c) {
   const block& b = p.blocks[static_cast<std::size_t>(c)];
   return {buffer::input, b.in, b.count};
 }
 /// See in_block.
-constexpr region out_block(const params& p, int c) {
+COLLX_SCHEDULE_CONSTEXPR region out_block(const params& p, int c) {
   const block& b = p.blocks[static_cast<std::size_t>(c)];
   return {buffer::output, b.out, b.count};
 }
 /// See in_block.
-constexpr region tmp_block(const params& p, int c) {
+COLLX_SCHEDULE_CONSTEXPR region tmp_block(const params& p, int c) {
   const block& b = p.blocks[static_cast<std::size_t>(c)];
   return {buffer::scratch, b.tmp, b.count};
 }
@@ -45,18 +45,18 @@ constexpr region tmp_block(const params& p, int c) {
 struct ring_positions {
   const params& p;
   int pos = 0;
-  constexpr explicit ring_positions(const params& q) : p(q), pos(q.rank) {
+  COLLX_SCHEDULE_CONSTEXPR explicit ring_positions(const params& q) : p(q), pos(q.rank) {
     if (!p.ring.empty())
       for (int k = 0; k < p.world_size; ++k)
         if (p.ring[static_cast<std::size_t>(k)] == p.rank) pos = k;
   }
   /// The rank `k` places after this one (negative: before).
-  constexpr int at(int k) const {
+  COLLX_SCHEDULE_CONSTEXPR int at(int k) const {
     const int q = mod(pos + k, p.world_size);
     return p.ring.empty() ? q : p.ring[static_cast<std::size_t>(q)];
   }
   /// The position of `rank` in the ring.
-  constexpr int position_of(int rank) const {
+  COLLX_SCHEDULE_CONSTEXPR int position_of(int rank) const {
     if (p.ring.empty()) return rank;
     for (int k = 0; k < p.world_size; ++k)
       if (p.ring[static_cast<std::size_t>(k)] == rank) return k;
@@ -66,7 +66,7 @@ struct ring_positions {
 
 /// Ring reduce-scatter phase: afterwards rank r's block r, fully reduced, is in `own_final`
 /// (a region of blocks[r].count elements). Partial sums travel in scratch (accumulator type).
-constexpr void ring_reduce_scatter(builder& b, const params& p, region own_final) {
+COLLX_SCHEDULE_CONSTEXPR void ring_reduce_scatter(builder& b, const params& p, region own_final) {
   const int n = p.world_size;
   const ring_positions ring(p);
   const int next = ring.at(1), prev = ring.at(-1);
@@ -80,7 +80,7 @@ constexpr void ring_reduce_scatter(builder& b, const params& p, region own_final
 }
 
 /// Ring all-gather phase: rank r's block r is already in output; afterwards every block is.
-constexpr void ring_all_gather(builder& b, const params& p) {
+COLLX_SCHEDULE_CONSTEXPR void ring_all_gather(builder& b, const params& p) {
   const int n = p.world_size;
   const ring_positions ring(p);
   const int next = ring.at(1), prev = ring.at(-1);
@@ -92,7 +92,7 @@ constexpr void ring_all_gather(builder& b, const params& p) {
 }
 
 /// The ring schedule of rank p.rank (world size >= 2).
-constexpr steps build_ring(const params& p) {
+COLLX_SCHEDULE_CONSTEXPR steps build_ring(const params& p) {
   builder b;
   const int n = p.world_size, r = p.rank;
   switch (p.coll) {

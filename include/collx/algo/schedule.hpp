@@ -20,6 +20,17 @@
 #include <string_view>
 #include <vector>
 
+/// `constexpr` on the schedule generators (a schedule can be built in a constant expression)
+/// where std::vector is constexpr: not in libstdc++'s debug mode (_GLIBCXX_DEBUG), whose vector is
+/// not (GCC 12), so that a program built with it compiles.
+#if defined(__cpp_lib_constexpr_vector) && __cpp_lib_constexpr_vector >= 201907L && !defined(_GLIBCXX_DEBUG)
+#define COLLX_SCHEDULE_CONSTEXPR constexpr
+#define COLLX_CONSTEXPR_SCHEDULES 1
+#else
+#define COLLX_SCHEDULE_CONSTEXPR
+#define COLLX_CONSTEXPR_SCHEDULES 0
+#endif
+
 namespace collx {
 inline namespace v0 {
 
@@ -130,7 +141,7 @@ struct params {
   /// empty: 0 -> 1 -> ... -> n-1 -> 0. From communicator_options::ring_order, e.g. a ring that
   /// topo::search_rings found over the machine's links.
   std::vector<int> ring;
-  friend constexpr bool operator==(const params&, const params&) = default;
+  friend COLLX_SCHEDULE_CONSTEXPR bool operator==(const params&, const params&) = default;
 };
 
 /// One rank's schedule.
@@ -145,7 +156,7 @@ constexpr std::size_t chunk_begin(std::size_t count, std::size_t parts, std::siz
 
 /// Blocks for a vector of `count` elements cut into world_size balanced chunks (allreduce, reduce,
 /// broadcast); offsets start at 0 in every buffer. `b` becomes world_size blocks.
-constexpr void vector_blocks_into(std::vector<block>& b, std::size_t count, int world_size) {
+COLLX_SCHEDULE_CONSTEXPR void vector_blocks_into(std::vector<block>& b, std::size_t count, int world_size) {
   b.resize(static_cast<std::size_t>(world_size));  // reuses the caller's storage: no allocation per call
   // chunk_begin's split, with its two divisions done once (this runs on every small collective).
   const std::size_t parts = b.size(), q = count / parts, r = count % parts;
@@ -157,21 +168,21 @@ constexpr void vector_blocks_into(std::vector<block>& b, std::size_t count, int 
   }
 }
 /// vector_blocks_into, returning a new vector.
-constexpr std::vector<block> vector_blocks(std::size_t count, int world_size) {
+COLLX_SCHEDULE_CONSTEXPR std::vector<block> vector_blocks(std::size_t count, int world_size) {
   std::vector<block> b;
   vector_blocks_into(b, count, world_size);
   return b;
 }
 
 /// Total elements of all blocks.
-constexpr std::size_t total_count(const params& p) {
+COLLX_SCHEDULE_CONSTEXPR std::size_t total_count(const params& p) {
   std::size_t t = 0;
   for (const block& b : p.blocks) t += b.count;
   return t;
 }
 
 /// The whole vector in buffer `buf`: blocks are contiguous in rank order starting at block 0's offset.
-constexpr region whole(const params& p, buffer buf) {
+COLLX_SCHEDULE_CONSTEXPR region whole(const params& p, buffer buf) {
   const block& b0 = p.blocks.front();
   return {buf, buf == buffer::input ? b0.in : buf == buffer::output ? b0.out : b0.tmp, total_count(p)};
 }
@@ -183,23 +194,23 @@ struct builder {
   bool keep_empty = false;
   // Room for a small world's schedule at once: one allocation per call instead of one per doubling
   // (the schedule is built per call, and small calls are latency-bound).
-  constexpr builder() { out.reserve(16); }
-  constexpr void send(int peer, region a) {
+  COLLX_SCHEDULE_CONSTEXPR builder() { out.reserve(16); }
+  COLLX_SCHEDULE_CONSTEXPR void send(int peer, region a) {
     if (a.count || keep_empty) out.push_back({step_kind::send, peer, a, {}, {}, buffer::input, true});
   }
-  constexpr void recv(int peer, buffer wire, region dst) {
+  COLLX_SCHEDULE_CONSTEXPR void recv(int peer, buffer wire, region dst) {
     if (dst.count || keep_empty) out.push_back({step_kind::recv, peer, {}, {}, dst, wire, true});
   }
-  constexpr void recv_reduce(int peer, buffer wire, region a, region dst, bool incoming_first) {
+  COLLX_SCHEDULE_CONSTEXPR void recv_reduce(int peer, buffer wire, region a, region dst, bool incoming_first) {
     if (dst.count) out.push_back({step_kind::recv_reduce, peer, a, {}, dst, wire, incoming_first});
   }
-  constexpr void copy(region a, region dst) {
+  COLLX_SCHEDULE_CONSTEXPR void copy(region a, region dst) {
     if (dst.count && !(a == dst)) out.push_back({step_kind::copy, -1, a, {}, dst, buffer::input, true});
   }
-  constexpr void reduce(region a, region b, region dst) {
+  COLLX_SCHEDULE_CONSTEXPR void reduce(region a, region b, region dst) {
     if (dst.count) out.push_back({step_kind::reduce, -1, a, b, dst, buffer::input, true});
   }
-  constexpr void wait_sends() {
+  COLLX_SCHEDULE_CONSTEXPR void wait_sends() {
     bool pending = false;  // only needed when a send was posted since the last wait
     for (auto it = out.rbegin(); it != out.rend() && it->kind != step_kind::wait_sends; ++it)
       pending |= it->kind == step_kind::send;

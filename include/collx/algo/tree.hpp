@@ -30,7 +30,7 @@ namespace schedule {
 
 /// Rank-ordered binomial reduction of the whole vector to rank 0; rank 0 writes the result to
 /// `final_dst`. `in` and `tmp` cover the whole vector in input and scratch.
-constexpr void tree_reduce_to_zero(builder& b, const params& p, region in, region tmp, region final_dst) {
+COLLX_SCHEDULE_CONSTEXPR void tree_reduce_to_zero(builder& b, const params& p, region in, region tmp, region final_dst) {
   const int n = p.world_size, r = p.rank;
   bool have_partial = false;
   for (int mask = 1; mask < n; mask <<= 1) {
@@ -51,7 +51,7 @@ constexpr void tree_reduce_to_zero(builder& b, const params& p, region in, regio
 }
 
 /// Binomial broadcast of `dst` (a region of output) from `root`; the root sends from `root_src`.
-constexpr void tree_broadcast(builder& b, const params& p, int root, region root_src, region dst) {
+COLLX_SCHEDULE_CONSTEXPR void tree_broadcast(builder& b, const params& p, int root, region root_src, region dst) {
   const int n = p.world_size, v = mod(p.rank - root, n);
   int mask = 1;
   while (mask < n) {
@@ -68,7 +68,7 @@ constexpr void tree_broadcast(builder& b, const params& p, int root, region root
 }
 
 /// The tree schedule of rank p.rank (world size >= 2).
-constexpr steps build_tree(const params& p) {
+COLLX_SCHEDULE_CONSTEXPR steps build_tree(const params& p) {
   builder b;
   const int n = p.world_size, r = p.rank;
   const region in = whole(p, buffer::input), tmp = whole(p, buffer::scratch), out = whole(p, buffer::output);
