@@ -81,8 +81,9 @@ void all_to_all(communicator& comm, std::type_identity_t<std::span<const T>> sen
 /// rank c: a disagreement is reported as errc::mismatch on the receiving rank (zero-element pairs
 /// included) and reaches every rank; a sender whose sends completed may return from this call and
 /// see it at its next call.
-/// @param send_counts,recv_counts world-size entries each; std::size_t or any integer type, or a
-///   braced list (see block_counts)
+/// @param send_counts world-size entries; std::size_t or any integer type, or a braced list (see
+///   block_counts)
+/// @param recv_counts as send_counts
 /// @throws collx::error invalid_argument, mismatch, timeout, aborted.
 template <class Algo = algo::automatic, element T>
 void all_to_all_v(communicator& comm, std::type_identity_t<std::span<const T>> send,

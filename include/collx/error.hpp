@@ -5,9 +5,12 @@
 #if __cplusplus < 202002L
 #error "collx needs C++20: compile with -std=c++20 (for nvcc too: CMake 3.25 does not pass it to CUDA sources by itself)"
 #endif
+// Errors are exceptions, and collx catches them too (to fail the communicator for every rank
+// before one leaves a call, and to carry an op's exception to the peers).
+#if !defined(__cpp_exceptions) && !defined(__EXCEPTIONS)
+#error "collx needs C++ exceptions (it reports errors as collx::error): do not compile with -fno-exceptions"
+#endif
 
-#include <cstdio>
-#include <cstdlib>
 #include <stdexcept>
 #include <string>
 #include <system_error>
@@ -68,15 +71,8 @@ class error : public std::runtime_error {
 };
 
 namespace detail {
-/// Every collx throw goes through here, so a -fno-exceptions build prints and aborts instead.
-[[noreturn]] inline void raise(errc code, const std::string& message) {
-#if defined(__cpp_exceptions) || defined(__EXCEPTIONS)
-  throw error(code, message);
-#else
-  std::fprintf(stderr, "collx fatal error: %s\n", message.c_str());
-  std::abort();
-#endif
-}
+/// Every collx throw goes through here.
+[[noreturn]] inline void raise(errc code, const std::string& message) { throw error(code, message); }
 }  // namespace detail
 
 }  // namespace v0
