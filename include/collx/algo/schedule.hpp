@@ -22,12 +22,13 @@
 
 /// `constexpr` on the schedule generators (a schedule can be built in a constant expression)
 /// where std::vector is constexpr: not in libstdc++'s debug mode (_GLIBCXX_DEBUG), whose vector is
-/// not (GCC 12), so that a program built with it compiles.
+/// not (GCC 12), so that a program built with it compiles. `inline` there (constexpr implies it):
+/// the generators are defined in headers.
 #if defined(__cpp_lib_constexpr_vector) && __cpp_lib_constexpr_vector >= 201907L && !defined(_GLIBCXX_DEBUG)
 #define COLLX_SCHEDULE_CONSTEXPR constexpr
 #define COLLX_CONSTEXPR_SCHEDULES 1
 #else
-#define COLLX_SCHEDULE_CONSTEXPR
+#define COLLX_SCHEDULE_CONSTEXPR inline
 #define COLLX_CONSTEXPR_SCHEDULES 0
 #endif
 

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>  // std::snprintf
 #include <cstring>
 #include <random>
 #include <string>

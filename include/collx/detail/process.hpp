@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>  // std::strtoull
 #include <cstring>
 #include <string>
 
