@@ -20,7 +20,8 @@ namespace topo {
 /// algorithms NCCL chooses among for the model's node count, nccl_allreduce_algos, and the best
 /// protocol): what `collx-topo check` and test_topo_model set against table.peak_busbw(). busbw
 /// as nccl-tests defines it (algbw * 2 (n - 1) / n). Sizes whose both results have #wrong above 0
-/// are left out, as peak_busbw leaves them out. An invalid prediction for a table without others.
+/// are left out, as peak_busbw leaves them out. An invalid prediction when no size is left (an empty
+/// table, or one whose every size has both results wrong).
 inline prediction predicted_peak_busbw(model& m, const nccl_tests_table& table) {
   prediction peak;
   for (const nccl_tests_row& row : table.rows) {
