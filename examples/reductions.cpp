@@ -67,7 +67,7 @@ std::vector<double> welford_data(int rank, int k) {
   const std::size_t n = 2000 + 311 * static_cast<std::size_t>(rank);
   std::vector<double> v(n);
   for (auto& x : v) {
-    const double u = (g.uniform() + g.uniform() + g.uniform() + g.uniform() - 2.0) * std::sqrt(3.0);
+    const double u = (static_cast<double>(g.uniform() + g.uniform() + g.uniform() + g.uniform()) - 2.0) * std::sqrt(3.0);
     x = offsets[k] + sigmas[k] * u;
   }
   return v;
@@ -99,13 +99,13 @@ int welford_part(collx::communicator& comm, ex::checker& check) {
     for (int q = 0; q < n; ++q) {
       data.push_back(welford_data(q, k));
       moments m;
-      for (double x : data.back()) m.add(x), s += x, cnt += 1;
+      for (double x : data.back()) m.add(x), s += static_cast<long double>(x), cnt += 1;
       fold = welford_merge{}(fold, m);
     }
     const long double mean = s / cnt;
     long double ss = 0;
     for (const auto& d : data)
-      for (double x : d) ss += (x - mean) * (x - mean);
+      for (double x : d) ss += (static_cast<long double>(x) - mean) * (static_cast<long double>(x) - mean);
     const double true_var = static_cast<double>(ss / (cnt - 1));
     const double nv_mean = naive[3 * ks + 1] / naive[3 * ks];
     const double nv_var = (naive[3 * ks + 2] - naive[3 * ks] * nv_mean * nv_mean) / (naive[3 * ks] - 1);

@@ -349,8 +349,8 @@ int main(int argc, char** argv) {
   cfg.epochs = static_cast<int>(opt.get_int("--epochs", cfg.epochs, 1, 100000));
   cfg.batch = static_cast<std::size_t>(opt.get_int("--batch", static_cast<long long>(cfg.batch), 1, 1 << 20));
   cfg.hidden = static_cast<int>(opt.get_int("--hidden", cfg.hidden, 1, 1 << 16));
-  cfg.lr = static_cast<float>(opt.get_double("--lr", cfg.lr, 0, 100));
-  cfg.momentum = static_cast<float>(opt.get_double("--momentum", cfg.momentum, 0, 1));
+  cfg.lr = static_cast<float>(opt.get_double("--lr", static_cast<double>(cfg.lr), 0, 100));
+  cfg.momentum = static_cast<float>(opt.get_double("--momentum", static_cast<double>(cfg.momentum), 0, 1));
   cfg.bucket_bytes =
       static_cast<std::size_t>(opt.get_int("--bucket-bytes", static_cast<long long>(cfg.bucket_bytes), 0, 1ll << 30));
   cfg.overlap = !opt.has("--no-overlap");

@@ -147,6 +147,7 @@ inline nccl_tests_table read_nccl_tests(std::string_view text, std::string_view 
       while (k < line.size() && line[k] != ' ' && line[k] != '\t') ++k;
       tk.emplace_back(line.substr(s, k - s), static_cast<int>(s) + 1);
     }
+    if (tk.empty()) continue;  // not reached (line[i] starts a token), but tk[0] must not depend on that
     if (!std::isdigit(static_cast<unsigned char>(tk[0].first[0]))) {
       // The command line: env assignments, a *_perf binary, flags.
       bool is_cmd = false;
