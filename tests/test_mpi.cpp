@@ -25,9 +25,11 @@
 
 #include <mpi.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -746,6 +748,69 @@ void late_split() {
   check(s < 5.0, "the split ended in " + std::to_string(s) + " s");
 }
 
+// The last rank is stopped (SIGSTOP: a debugger, a paused job) inside a direct all-reduce of
+// 800 KB, 200 ms after it began, its sends posted: each is a rendezvous over TCP (passes launch
+// Open MPI with `--mca btl self,tcp`), whose data needs the sender to drive MPI. The others call
+// 400 ms late and find its first messages waiting: before, a peer then sat in a blocking
+// MPI_Mrecv past every timeout; now every peer's call fails within seconds. Rank 0's thread stops
+// the rank, and resumes it (SIGCONT) once every other rank's call returned (each tells it on
+// MPI_COMM_WORLD) or after 10 s whatever happened, so that a regression fails here, not hangs.
+void stopped_sender() {
+  constexpr int returned_tag = 4242;
+  int n = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  std::vector<int> pids(static_cast<std::size_t>(n));
+  const int pid = static_cast<int>(::getpid());
+  MPI_Allgather(&pid, 1, MPI_INT, pids.data(), 1, MPI_INT, MPI_COMM_WORLD);  // one machine in these tests
+  const auto stopped_pid = static_cast<pid_t>(pids.back());
+  collx::communicator_options o;
+  o.timeout = std::chrono::seconds(1);
+  collx::communicator c = collx::mpi::connect(MPI_COMM_WORLD, o);
+  const bool stopped = g_rank == n - 1;
+  MPI_Barrier(MPI_COMM_WORLD);
+  std::thread stop_and_resume;
+  if (g_rank == 0)
+    stop_and_resume = std::thread([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      ::kill(stopped_pid, SIGSTOP);
+      std::vector<MPI_Request> told(static_cast<std::size_t>(n - 1), MPI_REQUEST_NULL);
+      std::vector<int> sink(told.size());
+      for (int r = 0; r < n - 1; ++r)
+        MPI_Irecv(&sink[static_cast<std::size_t>(r)], 1, MPI_INT, r, returned_tag, MPI_COMM_WORLD, &told[static_cast<std::size_t>(r)]);
+      int all = 0;
+      for (int i = 0; i < 1000 && !all; ++i) {
+        MPI_Testall(n - 1, told.data(), &all, MPI_STATUSES_IGNORE);
+        if (!all) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      ::kill(stopped_pid, SIGCONT);
+      if (!all) MPI_Waitall(n - 1, told.data(), MPI_STATUSES_IGNORE);  // those still waiting return now
+    });
+  if (!stopped) std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  std::vector<float> v(200000), out(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(g_rank * 3 + static_cast<int>(i % 5));
+  const auto t0 = std::chrono::steady_clock::now();
+  collx::errc code = collx::errc::internal;
+  std::string why = "it returned";
+  try {
+    collx::allreduce<collx::algo::direct>(c, std::span<const float>(v), std::span<float>(out));
+  } catch (const collx::error& e) {
+    code = e.code();
+    why = e.what();
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!stopped) {
+    const int one = 1;
+    MPI_Send(&one, 1, MPI_INT, 0, returned_tag, MPI_COMM_WORLD);
+  }
+  if (stop_and_resume.joinable()) stop_and_resume.join();
+  if (!stopped) {
+    check(code == collx::errc::timeout || code == collx::errc::aborted,
+          "a peer stopped with its sends in flight: the call fails (got " + std::to_string(static_cast<int>(code)) + "): " + why);
+    check(s < 6.0, "a peer stopped with its sends in flight: rank " + std::to_string(g_rank) + "'s call ended after " +
+                       std::to_string(s) + " s (timeout 1 s): " + why);
+  }
+}
+
 }  // namespace
 
 // Sums every rank's failed checks, prints them on rank 0 ("test_mpi<mode>: ..."), finalizes MPI and
@@ -1068,6 +1133,7 @@ int main(int argc, char** argv) {
     left_quietly();
     closed_after_receiving();
     late_split();
+    stopped_sender();
     {  // a healthy communicator destroyed just before MPI_Finalize: its duplicate is freed there (finish)
       collx::communicator c = collx::mpi::connect(MPI_COMM_WORLD);
       collx::barrier(c);

@@ -425,6 +425,14 @@ class mpi_transport final : public transport {
       }
     if (receiving)
       for (auto& s : staging_) (void)new std::vector<std::byte>(std::move(s));  // left allocated
+    // The first message's receive, matched already (past cancelling): the same.
+    if (first_recv_ != MPI_REQUEST_NULL) {
+      int done = 0;
+      if (MPI_Test(&first_recv_, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || !done) {
+        MPI_Request_free(&first_recv_);
+        (void)new std::vector<std::byte>(std::move(first_));  // left allocated
+      }
+    }
     // A query still on its way keeps its bytes (MPI may read them until the send completes); one
     // that arrives after the peer's transport is gone is dropped when that peer frees its
     // duplicate (closing_duplicates), and carries another token than any later transport's.
@@ -624,7 +632,16 @@ class mpi_transport final : public transport {
                                     " (is another program sending on collx's communicator?)");
     }
     first_.resize(static_cast<std::size_t>(len));
-    check_rc(MPI_Mrecv(first_.data(), len, MPI_BYTE, &msg, MPI_STATUS_IGNORE), "MPI_Mrecv", peer);
+    // Received in a wait, as the later pieces are, not by a blocking MPI_Mrecv: a first message
+    // past the eager limit (a few KiB; it holds up to piece_bytes) is a rendezvous, which over
+    // TCP needs the sender to drive MPI, and one that stopped (SIGSTOP, a debugger) would keep
+    // MPI_Mrecv from returning past every timeout.
+    check_rc(MPI_Imrecv(first_.data(), len, MPI_BYTE, &msg, &first_recv_), "MPI_Imrecv", peer);
+    wait("the rest of a message from", peer, [&] {
+      int done = 0;
+      check_rc(MPI_Test(&first_recv_, &done, MPI_STATUS_IGNORE), "MPI_Test", peer);
+      return done != 0;
+    });
     detail::wire_header h;
     std::memcpy(&h, first_.data(), sizeof h);
     const std::size_t later = detail::later_pieces(h.bytes, h.piece);
@@ -1020,6 +1037,7 @@ class mpi_transport final : public transport {
   std::vector<int> send_peers_;                             // their destinations
   std::vector<std::unique_ptr<std::byte[]>> first_buffers_;  // header + first piece of each send
   std::vector<std::byte> first_;                             // the received first message
+  MPI_Request first_recv_ = MPI_REQUEST_NULL;                // its receive, until it completes
   std::vector<std::byte> staging_[2];                        // later pieces, double-buffered
   MPI_Request piece_recvs_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
 
