@@ -860,10 +860,28 @@ int finish(const std::string& mode, collx::communicator* late = nullptr) {
 // Under MPI_THREAD_SERIALIZED only the thread making the calls may call MPI: rank 0's abort() from
 // a helper thread, while its main thread computes, is told to the peers when the main thread next
 // calls collx or destroys the communicator (1 s later here). Rank 1, waiting in an all-reduce
-// with a 20 s timeout, must learn of the abort then, not at its timeout (before: at it).
+// with a 20 s timeout, must learn of the abort then, not at its timeout (before: at it). First,
+// an *_async call (MPI from the progress thread) is refused there: it ran before, unchecked.
 int serialized_abort() {
   collx::communicator_options opt;
   opt.timeout = std::chrono::seconds(20);
+  {  // *_async needs MPI_THREAD_MULTIPLE: refused on every rank, the communicator still usable
+    collx::communicator c = collx::mpi::connect(MPI_COMM_WORLD, opt);
+    std::vector<float> v(16, 1.0f);
+    collx::errc refused = collx::errc::internal;
+    std::string why = "it ran";
+    try {
+      collx::allreduce_async(c, std::span<float>(v)).wait();
+    } catch (const collx::error& e) {
+      refused = e.code();
+      why = e.what();
+    }
+    check(refused == collx::errc::invalid_argument && why.find("MPI_THREAD_SERIALIZED") != std::string::npos &&
+              why.find("needs MPI_THREAD_MULTIPLE") != std::string::npos,
+          "an async call under MPI_THREAD_SERIALIZED is refused: " + why);
+    collx::allreduce(c, std::span<float>(v));
+    check(v[0] == static_cast<float>(c.size()), "the communicator works after the refused async call");
+  }
   const auto t0 = std::chrono::steady_clock::now();
   collx::errc code = collx::errc::internal;
   {

@@ -234,8 +234,14 @@ class communicator {
   /// Runs fn on this communicator's progress thread after every earlier call; the request completes
   /// when fn returns (with its exception, if any). Several threads may submit at once (the calls
   /// then run in the order their submissions took the queue).
+  /// @throws collx::error invalid_argument, on the calling rank only (no communicator fails), when
+  ///   the transport or a level of an attached hierarchy cannot run calls on another thread
+  ///   (transport::async_refusal: collx::mpi below MPI_THREAD_MULTIPLE); fn is not run.
   request submit_async(std::function<void()> fn) {
     (void)live();
+    std::string refusal = transport_->async_refusal();
+    for (std::size_t i = 0; i < linked_.size() && refusal.empty(); ++i) refusal = linked_[i]->async_refusal();
+    if (!refusal.empty()) COLLX_THROW(errc::invalid_argument, "collx: an async call on this communicator: " + refusal);
     detail::async_engine* e = engine_.load(std::memory_order_acquire);
     if (!e) {  // the first async call starts the thread; two threads racing here keep one
       auto fresh = std::make_unique<detail::async_engine>();

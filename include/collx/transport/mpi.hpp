@@ -34,7 +34,8 @@
 /// Threads: the transport calls MPI from the thread that runs the collective (the caller, or the
 /// communicator's progress thread for *_async calls). MPI must therefore be initialised with
 /// MPI_THREAD_MULTIPLE when *_async calls are used or the application calls MPI while a collective
-/// runs in another thread, and at least MPI_THREAD_SERIALIZED otherwise (checked at construction).
+/// runs in another thread, and at least MPI_THREAD_SERIALIZED otherwise (checked at construction;
+/// below MPI_THREAD_MULTIPLE, *_async calls throw invalid_argument: async_refusal).
 #pragma once
 
 #include <mpi.h>
@@ -472,6 +473,12 @@ class mpi_transport final : public transport {
   int size() const noexcept override { return size_; }
   std::string_view name() const noexcept override { return "mpi"; }
   bool split_waits_for_all() const noexcept override { return true; }
+  std::string async_refusal() const override {
+    if (level_ == MPI_THREAD_MULTIPLE) return {};
+    return std::string("MPI was initialised with ") + thread_level_name(level_) +
+           ", and an async call runs MPI from the communicator's progress thread while the caller's thread goes "
+           "on, which needs MPI_THREAD_MULTIPLE (MPI_Init_thread)";
+  }
   /// MPI_Comm_split of this transport's communicator (every rank takes part, those in no group
   /// with MPI_UNDEFINED), and a transport on the group's communicator with this one's options.
   std::shared_ptr<transport> split(const std::vector<int>& members, int group_rank, int color, int key,

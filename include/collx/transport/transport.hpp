@@ -528,6 +528,11 @@ class transport {
   /// waiting there for ever.
   virtual bool split_waits_for_all() const noexcept { return false; }
 
+  /// Why calls on this transport cannot run on the communicator's progress thread (the *_async
+  /// forms, communicator::submit_async), or empty when they can (the default). collx::mpi: MPI
+  /// initialised below MPI_THREAD_MULTIPLE.
+  virtual std::string async_refusal() const { return {}; }
+
   /// collx::split's step that makes the new group's transport, of this transport's kind. Every
   /// rank of this transport calls it once per split, after the ranks exchanged their colors and
   /// keys. `members`: this transport's ranks in the group, in the group's rank order (empty for a
