@@ -222,9 +222,24 @@ int run_over_mpi(int& argc, char**& argv, const cp::options& o) {
 }
 #endif
 
+int run(int argc, char** argv);
+
 }  // namespace
 
+// The table goes to stdout: a run whose table was lost (a full disk, a closed file) is a failure,
+// not a success with nothing written.
 int main(int argc, char** argv) {
+  int rc = run(argc, argv);
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    std::fprintf(stderr, "collx-perf: could not write the results to standard output\n");
+    if (rc == 0) rc = 1;
+  }
+  return rc;
+}
+
+namespace {
+
+int run(int argc, char** argv) {
   if (argc < 2) return usage("missing the collective");
   const std::string first = argv[1];
   if (first == "-h" || first == "--help") return usage(nullptr);
@@ -336,3 +351,5 @@ int main(int argc, char** argv) {
     return 1;
   }
 }
+
+}  // namespace

@@ -337,7 +337,7 @@ inline options parse_options(int argc, char** argv, int first) {
       const std::string s = value();
       if (s != "0") throw usage_error(a + " " + s + ": a GPU option, not applicable to this benchmark");
     } else if (a == "-T" || a == "--timeout") {
-      (void)value();  // collx: COLLX_TIMEOUT; MPI: none
+      (void)parse_integer(a, value(), 0, std::numeric_limits<int>::max());  // nccl-tests' seconds; collx: COLLX_TIMEOUT; MPI: none
     } else throw usage_error("unknown option '" + a + "'");
   }
   if (o.min_bytes > o.max_bytes) throw usage_error("-b is larger than -e");

@@ -727,6 +727,11 @@ int check(const opts& o) {
     die(o.perf + ": every result has #wrong above 0 (nccl-tests found wrong sums): no measured peak to compare with");
   if (!(table.peak_busbw() > 0)) die(o.perf + ": every busbw is 0: no measured peak to compare with");
   const double ratio = peak.busbw_GBps / table.peak_busbw();
+  if (!std::isfinite(ratio)) {  // a busbw of 1e-320: the ratio overflows (and "inf" is no JSON number)
+    char busbw[32];
+    std::snprintf(busbw, sizeof busbw, "%g", table.peak_busbw());
+    die(o.perf + ": the measured peak busbw, " + busbw + " GB/s, is too small to compare with (ratio beyond a double)");
+  }
   // A ratio far from 1 is more often a mismatch of inputs than of the model.
   const bool far = ratio < 0.5 || ratio > 2;
   const char* far_hint =
