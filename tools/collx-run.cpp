@@ -61,8 +61,9 @@ int main(int argc, char** argv) {
   }
   if (n < 1) return usage("missing -n N");
   if (i >= argc) return usage("missing program");
-  if (const int e = collx::detail::runnable(argv[i]); e != 0) {  // one message, not one per rank
-    std::fprintf(stderr, "collx-run: cannot run %s: %s\n", argv[i], std::strerror(e));
+  if (argv[i][0] == '\0') return usage("the program name is empty");
+  if (const std::string why = collx::detail::why_not_runnable(argv[i]); !why.empty()) {  // one message, not one per rank
+    std::fprintf(stderr, "collx-run: cannot run %s: %s\n", argv[i], why.c_str());
     return 127;  // as a shell does
   }
   try {

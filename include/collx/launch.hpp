@@ -4,6 +4,7 @@
 #pragma once
 
 #include <errno.h>  // program_invocation_short_name (glibc)
+#include <fcntl.h>
 #include <sched.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -101,10 +102,30 @@ inline void bind_to_core(int local_rank, int local_world_size) {
 /// launches itself): glibc's program_invocation_short_name.
 inline const char* launcher_name() noexcept { return program_invocation_short_name; }
 
-/// 0 if execvp could run `program` (a path, or a name found on PATH, executable), else the errno
-/// it would fail with; EISDIR for a directory given as a path (execvp says EACCES, "Permission
-/// denied", which sends the user looking at permissions).
-inline int runnable(const char* program) {
+/// The interpreter a script's `#!` line names when it does not exist, else empty: execvp then
+/// fails with ENOENT, "No such file or directory", for a file that is there.
+inline std::string missing_interpreter(const std::string& path) {
+  char head[256] = {};
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return {};
+  const ssize_t got = ::read(fd, head, sizeof head - 1);
+  ::close(fd);
+  if (got < 2 || head[0] != '#' || head[1] != '!') return {};
+  std::size_t b = 2;
+  while (head[b] == ' ' || head[b] == '\t') ++b;
+  std::size_t e = b;
+  while (head[e] && head[e] != ' ' && head[e] != '\t' && head[e] != '\n' && head[e] != '\r') ++e;
+  const std::string interpreter(head + b, e - b);
+  struct stat st{};
+  return !interpreter.empty() && ::stat(interpreter.c_str(), &st) != 0 ? interpreter : std::string();
+}
+
+/// Empty if execvp could run `program` (a path, or a name found on PATH, executable), else why not:
+/// the errno text execvp would fail with; "Is a directory" for a directory given as a path (execvp
+/// says EACCES, "Permission denied", which sends the user looking at permissions); for a script
+/// whose `#!` interpreter does not exist, that (execvp: "No such file or directory").
+inline std::string why_not_runnable(const char* program) {
+  if (!*program) return "the program name is empty";
   const bool is_path = std::strchr(program, '/') != nullptr;
   const auto check = [is_path](const std::string& path) {
     struct stat st{};
@@ -112,17 +133,23 @@ inline int runnable(const char* program) {
     if (S_ISDIR(st.st_mode)) return is_path ? EISDIR : EACCES;
     return ::access(path.c_str(), X_OK) == 0 ? 0 : errno;
   };
-  if (is_path) return check(program);
+  const auto reason = [](const std::string& path, int e) {
+    if (e != 0) return std::string(std::strerror(e));
+    const std::string interpreter = missing_interpreter(path);
+    return interpreter.empty() ? std::string() : "its interpreter " + interpreter + " (the #! line) does not exist";
+  };
+  if (is_path) return reason(program, check(program));
   const char* path = std::getenv("PATH");
   const std::string dirs = path ? path : "/usr/local/bin:/bin:/usr/bin";
   int err = ENOENT;
   for (std::size_t at = 0;;) {
     const std::size_t colon = dirs.find(':', at);
     const std::string dir = dirs.substr(at, colon == std::string::npos ? std::string::npos : colon - at);
-    const int e = check((dir.empty() ? std::string(".") : dir) + "/" + program);
-    if (e == 0) return 0;
+    const std::string candidate = (dir.empty() ? std::string(".") : dir) + "/" + program;
+    const int e = check(candidate);
+    if (e == 0) return reason(candidate, 0);
     if (e != ENOENT) err = e;  // as execvp: a file found but not executable says EACCES
-    if (colon == std::string::npos) return err;
+    if (colon == std::string::npos) return std::strerror(err);
     at = colon + 1;
   }
 }
@@ -269,8 +296,8 @@ class forward_signals {
 /// are killed, and the job's rendezvous segment removed).
 inline int launch_program(int world_size, char* const argv[], std::chrono::milliseconds grace = std::chrono::seconds(3)) {
   if (world_size < 1 || !argv || !argv[0]) COLLX_THROW(errc::invalid_argument, "launch_program: need N >= 1 and a program");
-  if (const int e = detail::runnable(argv[0]); e != 0)
-    COLLX_THROW(errc::invalid_argument, std::string("cannot run ") + argv[0] + ": " + std::strerror(e));
+  if (const std::string why = detail::why_not_runnable(argv[0]); !why.empty())
+    COLLX_THROW(errc::invalid_argument, std::string("cannot run ") + argv[0] + ": " + why);
   (void)detail::binding_wanted();
   std::string job = env::get("COLLX_JOB_ID").value_or(detail::fresh_job_id("run"));
   // Started as a rank of another start (collx-run inside collx-run): the job id it inherited is
