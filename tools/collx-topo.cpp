@@ -226,8 +226,10 @@ opts parse(int argc, char** argv) {
       const std::string n = val();
       o.gpu = find_gpu_arch(n);
       if (!o.gpu) die("unknown GPU model " + n);
-    } else if (a == "--graph") o.graph = val();
-    else if (a == "--gpus") {
+    } else if (a == "--graph") {
+      o.graph = val();
+      if (o.graph.empty()) die("--graph: an empty file name");
+    } else if (a == "--gpus") {
       const std::string list = val();
       std::stringstream ss(list);
       std::string x;
@@ -249,7 +251,10 @@ opts parse(int argc, char** argv) {
     else if (a == "--hwloc") o.hwloc = true;
     else if (a == "--cudart") o.discovery.cudart_library = val();
     else if (a == "--nvml") o.discovery.nvml_library = val();
-    else if (a == "--node") o.node_file = val();
+    else if (a == "--node") {
+      o.node_file = val();
+      if (o.node_file.empty()) die("--node: an empty file name");
+    }
     else if (a == "--nvlinks") o.nvlinks = count(val(), 1, 64);
     else if (a == "--gpus-per-node") o.per_node = count(val(), 1, 72);
     else if (a == "--net-gbps") o.net_gbps = num(val());
@@ -259,6 +264,10 @@ opts parse(int argc, char** argv) {
     else if (a.size() > 1 && a[0] == '-') die("unknown option " + a + " (see --help)");
     else pos.push_back(a);
   }
+  // An empty FILE would read as none given (and discover this machine), as would an empty
+  // --graph or --node (above).
+  for (const std::string& p : pos)
+    if (p.empty()) die("an empty file name (a variable that was not set?)");
   std::size_t k = 0;
   if (k < pos.size() && (pos[k] == "show" || pos[k] == "simulate" || pos[k] == "check")) o.cmd = pos[k++];
   else if (k < pos.size() && pos.size() > 1 && !std::filesystem::exists(pos[k]) && pos[k].find_first_of("./") == std::string::npos)
