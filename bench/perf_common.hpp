@@ -350,6 +350,10 @@ inline options parse_options(int argc, char** argv, int first) {
   // not created: every rank parses the options, and a later usage error leaves nothing behind.)
   for (const std::string* path : {&o.json_path, &o.csv_path})
     if (!path->empty() && !writable_path(*path)) throw usage_error("cannot write " + *path);
+  // The CSV, written second, would replace the JSON. (The same name, not the same file: a second
+  // name for it, a link, is not looked for.)
+  if (!o.json_path.empty() && o.json_path == o.csv_path)
+    throw usage_error("--json and --csv name the same file, " + o.json_path + ": the CSV would replace the JSON");
   // Caught here rather than when the sweep allocates (which failed with exit status 1, not 2).
   if (o.registered && o.transport != "shm")
     throw usage_error("-R 1: registered buffers are collx::shm_buffer, shared memory between processes; they need "
