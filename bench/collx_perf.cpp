@@ -179,8 +179,11 @@ int run_over_mpi(int& argc, char**& argv, const cp::options& o) {
   if (!std::getenv("OMPI_COMM_WORLD_SIZE") && !std::getenv("PMI_SIZE") && !std::getenv("PMI_RANK"))
     return usage("--transport mpi: start collx-perf with mpirun (e.g. mpirun -np 4 collx-perf allreduce --transport mpi); "
                  "--ranks does not launch MPI jobs");
+  // -z 0 starts the calls on the communicator's progress thread, which collx::mpi allows only under
+  // MPI_THREAD_MULTIPLE (transport::async_refusal); blocking calls need SERIALIZED.
+  const int wanted = o.blocking ? MPI_THREAD_SERIALIZED : MPI_THREAD_MULTIPLE;
   int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+  MPI_Init_thread(&argc, &argv, wanted, &provided);
   int status = 0;
   {
     int rank = 0, size = 1;
@@ -188,7 +191,10 @@ int run_over_mpi(int& argc, char**& argv, const cp::options& o) {
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     // The shared-memory path's checks and words, said once (by rank 0).
     std::string refused;
-    if (const std::string other = cp::launcher_size_mismatch(size, "collx-perf"); !other.empty())
+    if (provided < wanted)
+      refused = "-z 0 over MPI needs MPI_THREAD_MULTIPLE, which this MPI did not provide (MPI_Init_thread gave " +
+                collx::mpi::thread_level_name(provided) + "): use -z 1";
+    else if (const std::string other = cp::launcher_size_mismatch(size, "collx-perf"); !other.empty())
       refused = other;  // e.g. built with Open MPI, started by MPICH's mpiexec
     else if (o.ranks && o.ranks != size)
       refused = "--ranks " + std::to_string(o.ranks) + " but mpirun started " + std::to_string(size) + " ranks";

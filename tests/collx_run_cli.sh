@@ -26,14 +26,22 @@ err=$("$run" -n 2 '' 2>&1 >/dev/null); rc=$?
 [ $rc -eq 2 ] || fail "an empty program name exited $rc, not 2"
 case $err in *"the program name is empty"*) ;; *) fail "an empty program name not said as such: $err" ;; esac
 # A script whose #! interpreter does not exist: execvp says "No such file or directory" of a file
-# that is there, once per rank; said once, naming the interpreter.
-script=$(mktemp "${TMPDIR:-/tmp}/collx-run-cli.XXXXXX") || fail "mktemp"
-trap 'rm -f "$script"' EXIT
+# that is there, once per rank; said once, naming the interpreter. The same for CRLF line endings
+# (the kernel looks for "/bin/sh\r"). In the working directory (the build's), not $TMPDIR, which
+# may be mounted noexec.
+script=$(mktemp ./collx-run-cli.XXXXXX) || fail "mktemp"
+crlf=$(mktemp ./collx-run-cli-crlf.XXXXXX) || fail "mktemp"
+trap 'rm -f "$script" "$crlf"' EXIT
 printf '#!/nonexistent/collx-interpreter -x\necho hello\n' > "$script" && chmod +x "$script"
 err=$("$run" -n 3 "$script" 2>&1 >/dev/null); rc=$?
 [ $rc -eq 127 ] || fail "a script with a missing interpreter exited $rc, not 127"
 lines=$(printf '%s\n' "$err" | grep -c "cannot run $script: its interpreter /nonexistent/collx-interpreter (the #! line) does not exist")
 [ "$lines" -eq 1 ] || fail "a missing interpreter reported $lines times, not once: $err"
+printf '#!/bin/sh\r\necho hello\r\n' > "$crlf" && chmod +x "$crlf"
+err=$("$run" -n 3 "$crlf" 2>&1 >/dev/null); rc=$?
+[ $rc -eq 127 ] || fail "a CRLF script exited $rc, not 127"
+lines=$(printf '%s\n' "$err" | grep -c "cannot run $crlf: its #! line ends in a carriage return (CRLF line endings")
+[ "$lines" -eq 1 ] || fail "a CRLF script reported $lines times, not once: $err"
 
 "$run" -n2 true || fail "-n2 (attached) was refused"
 "$run" --np=2 true || fail "--np=2 was refused"

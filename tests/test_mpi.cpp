@@ -753,38 +753,56 @@ void late_split() {
 // Open MPI with `--mca btl self,tcp`), whose data needs the sender to drive MPI. The others call
 // 400 ms late and find its first messages waiting: before, a peer then sat in a blocking
 // MPI_Mrecv past every timeout; now every peer's call fails within seconds. Rank 0's thread stops
-// the rank, and resumes it (SIGCONT) once every other rank's call returned (each tells it on
-// MPI_COMM_WORLD) or after 10 s whatever happened, so that a regression fails here, not hangs.
+// the rank, and resumes it (SIGCONT) once every other rank's call returned (ranks 1..n-2 tell it
+// on MPI_COMM_WORLD) or after 10 s whatever happened, so that a regression fails here, not hangs.
+// Only where every rank runs on this machine (pids are sent to kill()).
 void stopped_sender() {
   constexpr int returned_tag = 4242;
   int n = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &n);
+  MPI_Comm host = MPI_COMM_NULL;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host);
+  int on_host = 0;
+  MPI_Comm_size(host, &on_host);
+  MPI_Comm_free(&host);
+  if (on_host != n || n < 2) return;
   std::vector<int> pids(static_cast<std::size_t>(n));
   const int pid = static_cast<int>(::getpid());
-  MPI_Allgather(&pid, 1, MPI_INT, pids.data(), 1, MPI_INT, MPI_COMM_WORLD);  // one machine in these tests
+  MPI_Allgather(&pid, 1, MPI_INT, pids.data(), 1, MPI_INT, MPI_COMM_WORLD);
   const auto stopped_pid = static_cast<pid_t>(pids.back());
   collx::communicator_options o;
   o.timeout = std::chrono::seconds(1);
   collx::communicator c = collx::mpi::connect(MPI_COMM_WORLD, o);
   const bool stopped = g_rank == n - 1;
   MPI_Barrier(MPI_COMM_WORLD);
+  std::atomic<bool> own_returned{false};
   std::thread stop_and_resume;
   if (g_rank == 0)
     stop_and_resume = std::thread([&] {
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
       ::kill(stopped_pid, SIGSTOP);
-      std::vector<MPI_Request> told(static_cast<std::size_t>(n - 1), MPI_REQUEST_NULL);
+      std::vector<MPI_Request> told(static_cast<std::size_t>(n - 2), MPI_REQUEST_NULL);  // ranks 1..n-2
       std::vector<int> sink(told.size());
-      for (int r = 0; r < n - 1; ++r)
-        MPI_Irecv(&sink[static_cast<std::size_t>(r)], 1, MPI_INT, r, returned_tag, MPI_COMM_WORLD, &told[static_cast<std::size_t>(r)]);
+      for (int r = 1; r < n - 1; ++r)
+        MPI_Irecv(&sink[static_cast<std::size_t>(r - 1)], 1, MPI_INT, r, returned_tag, MPI_COMM_WORLD,
+                  &told[static_cast<std::size_t>(r - 1)]);
       int all = 0;
-      for (int i = 0; i < 1000 && !all; ++i) {
-        MPI_Testall(n - 1, told.data(), &all, MPI_STATUSES_IGNORE);
-        if (!all) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      for (int i = 0; i < 1000 && !(all && own_returned); ++i) {
+        MPI_Testall(static_cast<int>(told.size()), told.data(), &all, MPI_STATUSES_IGNORE);
+        if (!(all && own_returned)) std::this_thread::sleep_for(std::chrono::milliseconds(10));
       }
       ::kill(stopped_pid, SIGCONT);
-      if (!all) MPI_Waitall(n - 1, told.data(), MPI_STATUSES_IGNORE);  // those still waiting return now
+      if (!all) MPI_Waitall(static_cast<int>(told.size()), told.data(), MPI_STATUSES_IGNORE);  // those still waiting return now
     });
+  // Whatever ends this scope, the stopped rank goes on and the thread is joined.
+  struct resume_at_exit {
+    std::thread& t;
+    std::atomic<bool>& own;
+    ~resume_at_exit() {
+      own = true;
+      if (t.joinable()) t.join();
+    }
+  } resume_guard{stop_and_resume, own_returned};
   if (!stopped) std::this_thread::sleep_for(std::chrono::milliseconds(400));
   std::vector<float> v(200000), out(v.size());
   for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(g_rank * 3 + static_cast<int>(i % 5));
@@ -798,11 +816,12 @@ void stopped_sender() {
     why = e.what();
   }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (!stopped) {
+  if (g_rank == 0) {
+    own_returned = true;
+  } else if (!stopped) {
     const int one = 1;
     MPI_Send(&one, 1, MPI_INT, 0, returned_tag, MPI_COMM_WORLD);
   }
-  if (stop_and_resume.joinable()) stop_and_resume.join();
   if (!stopped) {
     check(code == collx::errc::timeout || code == collx::errc::aborted,
           "a peer stopped with its sends in flight: the call fails (got " + std::to_string(static_cast<int>(code)) + "): " + why);

@@ -102,11 +102,16 @@ inline void bind_to_core(int local_rank, int local_world_size) {
 /// launches itself): glibc's program_invocation_short_name.
 inline const char* launcher_name() noexcept { return program_invocation_short_name; }
 
-/// The interpreter a script's `#!` line names when it does not exist, else empty: execvp then
-/// fails with ENOENT, "No such file or directory", for a file that is there.
+/// Why a script's `#!` interpreter cannot be found, else empty: execvp then fails with ENOENT,
+/// "No such file or directory", for a file that is there. As Linux reads the line, the name ends
+/// at a space, a tab or the newline, not at a carriage return: a script with CRLF line endings
+/// names "/bin/sh\r". No verdict (empty) for what is not a regular file, a line longer than the
+/// 255 bytes read, or an interpreter whose stat fails otherwise than as missing.
 inline std::string missing_interpreter(const std::string& path) {
+  struct stat st{};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return {};
   char head[256] = {};
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return {};
   const ssize_t got = ::read(fd, head, sizeof head - 1);
   ::close(fd);
@@ -114,16 +119,23 @@ inline std::string missing_interpreter(const std::string& path) {
   std::size_t b = 2;
   while (head[b] == ' ' || head[b] == '\t') ++b;
   std::size_t e = b;
-  while (head[e] && head[e] != ' ' && head[e] != '\t' && head[e] != '\n' && head[e] != '\r') ++e;
-  const std::string interpreter(head + b, e - b);
-  struct stat st{};
-  return !interpreter.empty() && ::stat(interpreter.c_str(), &st) != 0 ? interpreter : std::string();
+  while (head[e] && head[e] != ' ' && head[e] != '\t' && head[e] != '\n') ++e;
+  if (!head[e] && got == static_cast<ssize_t>(sizeof head - 1)) return {};  // the line goes on past what was read
+  std::string interpreter(head + b, e - b);
+  if (interpreter.empty() || ::stat(interpreter.c_str(), &st) == 0 || (errno != ENOENT && errno != ENOTDIR)) return {};
+  if (interpreter.back() == '\r') {
+    interpreter.pop_back();
+    return "its #! line ends in a carriage return (CRLF line endings: the interpreter it names is \"" + interpreter +
+           "\\r\")";
+  }
+  return "its interpreter " + interpreter + " (the #! line) does not exist";
 }
 
 /// Empty if execvp could run `program` (a path, or a name found on PATH, executable), else why not:
 /// the errno text execvp would fail with; "Is a directory" for a directory given as a path (execvp
 /// says EACCES, "Permission denied", which sends the user looking at permissions); for a script
-/// whose `#!` interpreter does not exist, that (execvp: "No such file or directory").
+/// whose `#!` interpreter does not exist, that (execvp: "No such file or directory"; on PATH,
+/// the first such script found, with its path, when no later directory has one that runs).
 inline std::string why_not_runnable(const char* program) {
   if (!*program) return "the program name is empty";
   const bool is_path = std::strchr(program, '/') != nullptr;
@@ -133,23 +145,27 @@ inline std::string why_not_runnable(const char* program) {
     if (S_ISDIR(st.st_mode)) return is_path ? EISDIR : EACCES;
     return ::access(path.c_str(), X_OK) == 0 ? 0 : errno;
   };
-  const auto reason = [](const std::string& path, int e) {
-    if (e != 0) return std::string(std::strerror(e));
-    const std::string interpreter = missing_interpreter(path);
-    return interpreter.empty() ? std::string() : "its interpreter " + interpreter + " (the #! line) does not exist";
-  };
-  if (is_path) return reason(program, check(program));
+  if (is_path) {
+    const int e = check(program);
+    return e != 0 ? std::string(std::strerror(e)) : missing_interpreter(program);
+  }
   const char* path = std::getenv("PATH");
   const std::string dirs = path ? path : "/usr/local/bin:/bin:/usr/bin";
   int err = ENOENT;
+  std::string first_script;  // why the first script found cannot run, when execvp goes on past it
   for (std::size_t at = 0;;) {
     const std::size_t colon = dirs.find(':', at);
     const std::string dir = dirs.substr(at, colon == std::string::npos ? std::string::npos : colon - at);
     const std::string candidate = (dir.empty() ? std::string(".") : dir) + "/" + program;
     const int e = check(candidate);
-    if (e == 0) return reason(candidate, 0);
-    if (e != ENOENT) err = e;  // as execvp: a file found but not executable says EACCES
-    if (colon == std::string::npos) return std::strerror(err);
+    if (e == 0) {
+      const std::string why = missing_interpreter(candidate);
+      if (why.empty()) return {};
+      if (first_script.empty()) first_script = candidate + ": " + why;  // execvp's ENOENT: it tries the next directory
+    } else if (e != ENOENT) {
+      err = e;  // as execvp: a file found but not executable says EACCES
+    }
+    if (colon == std::string::npos) return err != ENOENT || first_script.empty() ? std::string(std::strerror(err)) : first_script;
     at = colon + 1;
   }
 }
