@@ -291,6 +291,8 @@ int run(int argc, char** argv) {
         (void)collx::shm_bytes_per_peer_from_environment();
         (void)collx::shm_cma_from_environment(-1);
       }
+      // A launcher's variables (COLLX_RANK 5 of COLLX_WORLD_SIZE 2, say): a usage error too.
+      if (o.transport != "mpi" && collx::bootstrap::launcher_in_environment()) (void)collx::bootstrap::from_environment();
     } catch (const collx::error& e) {
       if (e.code() == collx::errc::invalid_argument) return usage(e.what());
       throw;
