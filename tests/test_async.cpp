@@ -487,6 +487,47 @@ TEST_CASE("a request that outlives its communicator is destroyed without waiting
   CHECK(wrong == 0);
 }
 
+TEST_CASE("a task that destroys or assigns over its own communicator: the calls queued after it fail, nothing aborts",
+          "[async]") {
+  // Its progress thread cannot join itself: ~async_engine's join threw std::system_error
+  // ("Resource deadlock avoided") in a noexcept destructor, and the process ended in
+  // std::terminate. The task blocks until the next call is queued behind it, so that the call is
+  // pending when the communicator goes.
+  for (const bool assign : {false, true}) {
+    std::atomic<int> wrong{0};
+    ref::run_ranks(3, [&](collx::communicator& a) {
+      auto g = std::make_unique<collx::communicator>(std::move(*collx::split(a, 0, a.rank())));
+      auto other = std::make_unique<collx::communicator>(std::move(*collx::split(a, 0, a.rank())));
+      std::atomic<bool> queued{false};
+      collx::request ends = g->submit_async([&] {
+        while (!queued) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        if (assign) *g = std::move(*other);
+        else g.reset();
+      });
+      std::vector<int> v(7, a.rank() + 1);
+      collx::request after = collx::allreduce_async(*g, std::span<int>(v));
+      queued = true;
+      ends.wait();
+      std::string why;
+      try {
+        after.wait();
+      } catch (const collx::error& e) {
+        wrong += e.code() != collx::errc::invalid_argument;
+        why = e.what();
+      }
+      wrong += why.find("destroyed (or assigned over) before the call ran") == std::string::npos;
+      wrong += v[0] != a.rank() + 1;  // it did not run
+      if (assign) {  // g now holds the other group's transport, and works
+        std::vector<int> w(5, a.rank() + 1);
+        collx::allreduce(*g, std::span<int>(w));
+        wrong += w[4] != 6;
+      }
+      collx::barrier(a);
+    });
+    CHECK(wrong == 0);
+  }
+}
+
 TEST_CASE("a request is move-only and delivers its call's error once", "[async]") {
   static_assert(!std::is_copy_constructible_v<collx::request> && !std::is_copy_assignable_v<collx::request>);
   static_assert(std::is_nothrow_move_constructible_v<collx::request> && std::is_nothrow_move_assignable_v<collx::request>);

@@ -104,7 +104,7 @@ class communicator {
       if (forked()) leave_to_parent();  // not torn down here: the parent's rank goes on with it
       o.drain_async();
       drain_async();
-      delete engine_.exchange(o.engine_.exchange(nullptr));  // ours drained: its thread ends
+      detail::async_engine::retire(engine_.exchange(o.engine_.exchange(nullptr)));  // ours drained: its thread ends
       transport_ = std::move(o.transport_);
       rank_ = o.rank_;
       size_ = o.size_;
@@ -129,6 +129,9 @@ class communicator {
   /// left).
   /// In a child forked from the process that created it, it is left as it is (its memory goes
   /// with the child): tearing it down would tell the peers this rank left.
+  /// Destroyed (or assigned over) by a task on its own progress thread (submit_async), it cannot
+  /// wait for the calls queued after that task: they fail with invalid_argument without running,
+  /// and the thread ends when the task returns.
   ~communicator() {
     if (forked()) {
       leave_to_parent();
@@ -136,7 +139,7 @@ class communicator {
     }
     if (transport_ && std::uncaught_exceptions() > exceptions_at_creation_)
       fail(errc::aborted, "it left its communicator while an exception was propagating out of its code; the job cannot continue");
-    delete engine_.exchange(nullptr);  // while the rest still exists
+    detail::async_engine::retire(engine_.exchange(nullptr));  // while the rest still exists
   }
 
   /// Wraps a transport (see transport/threads.hpp for ready-made ones).

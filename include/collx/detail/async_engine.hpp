@@ -71,14 +71,51 @@ inline engine_waits& engine_wait_graph() {
 /// Runs tasks on one thread, in submission order.
 class async_engine {
  public:
-  async_engine() : thread_([this] { run(); }) {}
+  // (self_delete_ is written and read on the progress thread only: retire from a task.)
+  async_engine()
+      : thread_([this] {
+          run();
+          if (self_delete_) delete this;
+        }) {}
   ~async_engine() {
     {
       std::lock_guard<std::mutex> lock(m_);
       stop_ = true;
     }
     cv_.notify_all();
-    thread_.join();
+    if (thread_.joinable()) thread_.join();  // (not joinable: retired from its own thread, which deletes it)
+  }
+
+  /// Ends engine `e` (null: nothing): from any other thread, runs what is queued and joins its
+  /// thread (~async_engine). From a task on e's own thread (one that destroys, or assigns over,
+  /// the communicator owning e), the thread cannot join itself: the tasks queued after the running
+  /// one fail with invalid_argument (they would run on a communicator that is gone), and the thread
+  /// deletes e when the running task has returned.
+  static void retire(async_engine* e) noexcept {
+    if (!e) return;
+    if (running_engine != e) {
+      delete e;
+      return;
+    }
+    std::deque<task> left;
+    {
+      std::lock_guard<std::mutex> lock(e->m_);
+      e->stop_ = true;
+      left.swap(e->queue_);
+      e->pending_ -= left.size();
+    }
+    for (task& t : left) {
+      {
+        std::lock_guard<std::mutex> sl(t.state->m);
+        t.state->error = std::make_exception_ptr(
+            error(errc::invalid_argument, "collx: this async call was queued on a communicator that a task on its progress "
+                                          "thread destroyed (or assigned over) before the call ran; it did not run"));
+        t.state->done = true;
+      }
+      t.state->cv.notify_all();
+    }
+    e->self_delete_ = true;
+    e->thread_.detach();
   }
   async_engine(const async_engine&) = delete;
   async_engine& operator=(const async_engine&) = delete;
@@ -209,6 +246,7 @@ class async_engine {
   std::deque<task> queue_;
   std::size_t pending_ = 0;
   bool stop_ = false;
+  bool self_delete_ = false;  ///< retire() from a task: the thread deletes the engine at its end
   std::thread thread_;
 };
 }  // namespace detail
