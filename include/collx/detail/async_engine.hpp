@@ -104,9 +104,16 @@ class async_engine {
       left.swap(e->queue_);
       e->pending_ -= left.size();
     }
+    // The states point at the communicator's busy thread, which is about to go: a waiter reads it
+    // under the state's lock, so it reads it before this, or reads nothing.
+    if (e->running_state_) {
+      std::lock_guard<std::mutex> sl(e->running_state_->m);
+      e->running_state_->busy = nullptr;
+    }
     for (task& t : left) {
       {
         std::lock_guard<std::mutex> sl(t.state->m);
+        t.state->busy = nullptr;
         t.state->error = std::make_exception_ptr(
             error(errc::invalid_argument, "collx: this async call was queued on a communicator that a task on its progress "
                                           "thread destroyed (or assigned over) before the call ran; it did not run"));
@@ -211,6 +218,7 @@ class async_engine {
       if (queue_.empty()) return;  // stop requested and nothing left
       task t = std::move(queue_.front());
       queue_.pop_front();
+      running_state_ = t.state;
       lock.unlock();
       std::exception_ptr err;
       try {
@@ -218,6 +226,7 @@ class async_engine {
       } catch (...) {
         err = std::current_exception();
       }
+      running_state_.reset();
       {
         // Moved, not copied: the waiter takes the only reference, so the exception is freed on its
         // thread (libstdc++'s exception_ptr counts in code TSan does not see).
@@ -247,6 +256,7 @@ class async_engine {
   std::size_t pending_ = 0;
   bool stop_ = false;
   bool self_delete_ = false;  ///< retire() from a task: the thread deletes the engine at its end
+  std::shared_ptr<request_state> running_state_;  ///< the running task's (progress thread only)
   std::thread thread_;
 };
 }  // namespace detail
@@ -343,6 +353,12 @@ class [[nodiscard]] request {
     std::lock_guard<std::mutex> lock(state_->m);
     return state_->done;
   }
+  /// The call has not finished and this thread would wait for itself (done and the busy thread
+  /// read under one lock: once the call is done, its communicator may be gone).
+  bool blocks_unless_done() const {
+    std::lock_guard<std::mutex> lock(state_->m);
+    return !state_->done && state_->waiter_blocks_task();
+  }
   void check_process() const {
     if (created_in_ != detail::fork_generation())
       COLLX_THROW(errc::invalid_argument, "collx::request waited on in a child that fork() made of the process that "
@@ -354,7 +370,7 @@ class [[nodiscard]] request {
     if (state_ && created_in_ == detail::fork_generation() && detail::running_engine == state_->engine && !task_done()) {
       std::fprintf(stderr, "collx: a request destroyed on the progress thread that runs its call is not waited for (it "
                            "would wait for itself)\n");
-    } else if (state_ && created_in_ == detail::fork_generation() && !task_done() && state_->waiter_blocks_task()) {
+    } else if (state_ && created_in_ == detail::fork_generation() && blocks_unless_done()) {
       // Inside a call on its communicator: the call runs after this one, on buffers that may be gone
       // by then. Fail the communicator instead, so that it throws before touching them.
       if (state_->abandon) state_->abandon();
