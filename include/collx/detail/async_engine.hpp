@@ -114,9 +114,13 @@ class async_engine {
       {
         std::lock_guard<std::mutex> sl(t.state->m);
         t.state->busy = nullptr;
-        t.state->error = std::make_exception_ptr(
-            error(errc::invalid_argument, "collx: this async call was queued on a communicator that a task on its progress "
-                                          "thread destroyed (or assigned over) before the call ran; it did not run"));
+        try {
+          t.state->error = std::make_exception_ptr(
+              error(errc::invalid_argument, "collx: this async call was queued on a communicator that a task on its "
+                                            "progress thread destroyed (or assigned over) before the call ran; it did not run"));
+        } catch (...) {  // no memory for the message (retire is noexcept): the call still fails
+          t.state->error = std::current_exception();
+        }
         t.state->done = true;
       }
       t.state->cv.notify_all();
