@@ -94,6 +94,26 @@ TEST_CASE("split's errors reach every rank at once", "[split][errors]") {
     INFO(errs[0].second << "\n" << errs[1].second);
     CHECK(named);
   }
+  SECTION("a rank that all-reduces where the others split is told they called collx::split") {
+    const auto errs = errors_of([](collx::communicator& c) {
+      if (c.rank() == 1) {
+        std::vector<std::int64_t> v(2, 1);
+        collx::allreduce(c, std::span<std::int64_t>(v));
+      } else {
+        (void)collx::split(c, 0, 0);
+      }
+    });
+    std::string all;
+    for (int r = 0; r < 4; ++r) {
+      const auto& [code, why] = errs[static_cast<std::size_t>(r)];
+      INFO("rank " << r << ": " << why);
+      CHECK(code == collx::errc::mismatch);
+      CHECK_THAT(why, !Catch::Contains("called all_gather"));  // split's exchange is not the user's call
+      all += why + "\n";
+    }
+    INFO(all);
+    CHECK_THAT(all, Catch::Contains("called collx::split") && Catch::Contains("called allreduce"));
+  }
   SECTION("a failure in a group names the group and which ranks of the parent its ranks are") {
     // Groups by parity, keys reversed: group 1 is parent ranks 3, 1 (group ranks 0, 1). Its rank
     // 0 passes a bad root; rank 1 must read whose failure it is in the parent's numbering too.

@@ -69,6 +69,9 @@ struct attach_verdict {
   std::int32_t state;  ///< 0: its checks passed; 1: it refused the hierarchy; 2: a level check ended (a peer's failure)
   char why[500];       ///< what it found, cut to fit
 };
+/// Errors name attach_hierarchy's exchange as the call the user made.
+inline const bool attach_exchange_named =
+    remember_exchange_call(type_signature_hash<attach_verdict>, "collx::attach_hierarchy");
 }  // namespace detail
 
 /// Attaches `node` and `cross` to `world` so that algo::hierarchical (and algo::automatic, when

@@ -27,6 +27,8 @@ struct split_entry {
   std::int64_t color;
   std::int64_t key;
 };
+/// Errors name split's exchange as collx::split, the call the user made.
+inline const bool split_exchange_named = remember_exchange_call(type_signature_hash<split_entry>, "collx::split");
 }  // namespace detail
 
 /// collx::split's color for a rank that joins no group (MPI's MPI_UNDEFINED, NCCL's
@@ -36,7 +38,7 @@ inline constexpr int no_color = -1;
 /// Splits `comm` into disjoint communicators, one per color, as MPI_Comm_split does: the ranks
 /// that pass the same `color` form a group, whose ranks are numbered by (`key`, rank in comm)
 /// ascending. Collective over comm: every rank calls it, in the same order among its other calls
-/// on comm (one all_gather of every rank's color and key, named so in errors). The new
+/// on comm (one all_gather of every rank's color and key, which errors call collx::split). The new
 /// communicator is independent of comm: either may be used, failed or destroyed without the other.
 ///
 /// It uses a new transport of comm's kind: threads share a new in-process world; processes over

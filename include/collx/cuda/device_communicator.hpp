@@ -59,6 +59,13 @@
 
 namespace collx {
 inline namespace v0 {
+namespace detail {
+/// Errors name a device communicator's setup exchange (an all_gather of gpu::peer_record over the
+/// host communicator) as the call the user made.
+inline const bool device_setup_exchange_named =
+    remember_exchange_call(type_signature_hash<gpu::peer_record>, "collx::gpu::device_communicator's constructor");
+}  // namespace detail
+
 namespace gpu {
 
 /// Options of a device communicator.

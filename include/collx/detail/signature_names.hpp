@@ -25,6 +25,7 @@ namespace detail {
 struct signature_name_table {
   std::mutex mutex;
   std::unordered_map<std::uint64_t, std::string_view> names;
+  std::unordered_map<std::uint64_t, std::string_view> exchange_calls;  ///< see remember_exchange_call
 };
 inline signature_name_table& signature_names() {
   // Never destroyed: a communicator destroyed during static destruction may still describe a call.
@@ -46,6 +47,25 @@ inline std::optional<std::string> signature_name(std::uint64_t hash) {
   const std::lock_guard<std::mutex> lock(t.mutex);
   const auto it = t.names.find(hash);
   if (it == t.names.end()) return std::nullopt;
+  return std::string(it->second);
+}
+
+/// Records that an all_gather of the type hashed `type_hash` (a type of collx's own, never a
+/// user's) is the exchange inside collx call `call` (static storage), so that a rank making another
+/// collective meanwhile is told its peers called `call`, not all_gather; returns true.
+inline bool remember_exchange_call(std::uint64_t type_hash, std::string_view call) {
+  signature_name_table& t = signature_names();
+  const std::lock_guard<std::mutex> lock(t.mutex);
+  t.exchange_calls.emplace(type_hash, call);
+  return true;
+}
+
+/// The collx call whose exchange is an all_gather of the type hashed `type_hash`, if there is one.
+inline std::optional<std::string> exchange_call(std::uint64_t type_hash) {
+  signature_name_table& t = signature_names();
+  const std::lock_guard<std::mutex> lock(t.mutex);
+  const auto it = t.exchange_calls.find(type_hash);
+  if (it == t.exchange_calls.end()) return std::nullopt;
   return std::string(it->second);
 }
 

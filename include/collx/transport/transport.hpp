@@ -77,8 +77,11 @@ inline std::string signature_algorithm_name(std::uint8_t a) {
   return a == hierarchical_signature_algo ? "hierarchical" : std::string(algorithm_name(static_cast<algorithm>(a)));
 }
 
-/// The collective a signature names, as the user called it ("all_gather_v" for the v-form).
+/// The collective a signature names, as the user called it ("all_gather_v" for the v-form; the
+/// collx call, "collx::split", for the all_gather that call makes of a type of its own).
 inline std::string called(const call_signature& c) {
+  if (c.coll == collective::all_gather && !c.varying)
+    if (auto call = detail::exchange_call(c.type_hash)) return *call;
   return std::string(collective_name(c.coll)) + (c.varying ? "_v" : "");
 }
 
@@ -102,7 +105,7 @@ inline std::string describe_mismatch(const call_signature& mine, int me, const c
            (mine.seq ? "at " + at(mine) : std::string("in a point-to-point call (recv or send_recv)")) +
            ": the two ranks' point-to-point calls and collectives do not pair up in the same order";
   }
-  if (mine.coll != theirs.coll || mine.varying != theirs.varying)
+  if (called(mine) != called(theirs))  // also split's exchange against a user's all_gather
     return "collective differs: " + rp + " called " + called(theirs) + ", " + rm + " called " + called(mine);
   // Counts named as the user passed them: the signature holds a block's count where the call takes n blocks.
   const char* count_name = "count";
