@@ -1580,6 +1580,29 @@ TEST_CASE("shm: a timeout says what the peer blocks on, also in point-to-point c
   }, o, shm);
   CHECK(stopped[0].exit_code == 0);
   CHECK(stopped[1].exit_code == 0);
+
+  // A cycle through two communicators, which neither sees: rank 0 receives on a split group from
+  // rank 1, which receives on the parent from rank 0. Each times out; its message must not say the
+  // peer is in this call (the parent's last collective, the split, is not rank 1's recv) and must
+  // say the peer may wait on another communicator.
+  const auto cross = collx::run_processes(2, [](collx::communicator& comm) -> int {
+    auto group = collx::split(comm, 0, comm.rank());
+    std::vector<int> v(2);
+    try {
+      if (comm.rank() == 0) collx::recv(*group, std::span<int>(v), 1);
+      else collx::recv(comm, std::span<int>(v), 0);
+      return 2;
+    } catch (const collx::error& e) {
+      const std::string m = e.what();
+      std::this_thread::sleep_for(2s);  // the peer times out too, rather than see this one leave
+      std::fprintf(stderr, "cycle through a group and its parent, rank %d: %s\n", comm.rank(), m.c_str());
+      if (e.code() != collx::errc::timeout && m.find("failed: timed out") == std::string::npos) return 3;
+      if (m.find("in this call too") != std::string::npos) return 4;
+      return m.find("waiting on another communicator") != std::string::npos ? 0 : 10;
+    }
+  }, o, shm);
+  CHECK(cross[0].exit_code == 0);
+  CHECK(cross[1].exit_code == 0);
 }
 
 TEST_CASE("shm: a rank of another start with the same job id fails at once and leaves the job alone", "[shm]") {

@@ -313,7 +313,7 @@ class communicator {
         const detail::async_engine* e = c.engine_.load(std::memory_order_acquire);
         if (!(e && (detail::running_engine == e || holder == e->thread_id())))
           COLLX_THROW(errc::invalid_argument,
-                      "rank " + std::to_string(c.rank()) + ": two threads called collectives on one communicator at the "
+                      "rank " + std::to_string(c.rank()) + ": two threads made calls (collectives or point-to-point) on one communicator at the "
                       "same time; a communicator serves one thread at a time (their messages would interleave). Give "
                       "each thread its own communicator, or use the *_async forms, which run in the order started "
                       "(after a blocking call that is running)");

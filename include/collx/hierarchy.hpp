@@ -86,7 +86,9 @@ inline const bool attach_exchange_named =
 /// with one all_gather on each level, that the level holds exactly the world ranks the layout says
 /// (node: layout.ranks[layout.node_index] in local-rank order; cross: the ranks with this local
 /// rank on every node, in node order); then one all_gather on world tells every rank every
-/// rank's outcome, so that all attach or all throw. A hierarchy that passed only its sizes would
+/// rank's outcome, so that all attach or all throw (a rank that has returned can still fail world
+/// by its next call before a slower rank has returned, which then throws that failure, as from any
+/// collective). A hierarchy that passed only its sizes would
 /// combine in the wrong order, silently.
 /// @param world the communicator the layout describes (layout.ranks covers its ranks)
 /// @param layout this rank's node_layout (node_layout::from_ids of the same ids on every rank)

@@ -933,10 +933,15 @@ class shm_transport final : public transport {
     call_signature theirs;
     const std::string who = "rank " + std::to_string(r), waits = waits_for(r);
     const std::string then = waits.empty() ? "" : "; " + waits;
+    // Blocking on nothing here, a rank may wait on another communicator (a split group, a level of
+    // a hierarchy): a cycle through two communicators is seen by neither.
+    const std::string idle =
+        stopped ? "blocked on nothing" : "blocks on nothing here: it is late, stuck, or waiting on another communicator";
     if (!announced_call(r, theirs))  // point-to-point calls announce nothing
-      return waits.empty() ? who + " has made no collective call on this communicator yet" +
-                                 (stopped ? ", and blocked on nothing" : ", and blocks on nothing: it is late or stuck")
-                           : who + " has made no collective call on this communicator yet" + then;
+      return who + " has made no collective call on this communicator yet" + (waits.empty() ? ", and " + idle : then);
+    if (call_seq_ == 0)  // this rank is in a point-to-point call: the last collectives say little
+      return who + "'s last collective call on this communicator is its " + describe_call(theirs) +
+             (waits.empty() ? "; it " + idle : then);
     if (theirs.seq < announced_.seq)
       return who + " is still in or after its " + describe_call(theirs) + ", before this call" +
              (waits.empty() ? (stopped ? "" : ": it is late or stuck") : then);

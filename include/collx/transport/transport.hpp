@@ -155,7 +155,7 @@ inline std::string describe_mismatch(const call_signature& mine, int me, const c
 /// One call in words, for error messages: "allreduce #3 (1024 elements of a 4-byte type, ring)".
 inline std::string describe_call(const call_signature& c) {
   std::string s = called(c) + " #" + std::to_string(c.seq) + " (" + std::to_string(c.count) +
-                  (c.varying ? " elements in all" : " elements") + " of a " + std::to_string(c.type_size) + "-byte type";
+                  (c.varying ? " elements in all" : c.count == 1 ? " element" : " elements") + " of a " + std::to_string(c.type_size) + "-byte type";
   if (c.root >= 0) s += ", root " + std::to_string(c.root);
   return s + ", " + signature_algorithm_name(c.algo) + ")";
 }
