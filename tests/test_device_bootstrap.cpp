@@ -806,6 +806,7 @@ TEST_CASE("a window one rank cannot register fails on every rank at once", "[cud
 TEST_CASE("a window belongs to the communicator that registered it, until it is deregistered", "[cuda][bootstrap]") {
   // Two device communicators of the same ranks (say a tensor- and a data-parallel group of one
   // size): each numbers its windows from 1, so only the registering communicator tells them apart.
+  // Every rank deregisters the same window.
   fake_machine m("hgx-h100");
   std::vector<std::string> problems(2);
   const auto res = create({0, 1}, {}, [&](gpu::device_communicator& dc) {
@@ -841,6 +842,21 @@ TEST_CASE("a window belongs to the communicator that registered it, until it is 
       if (e.code() != collx::errc::invalid_argument) problem(std::string("unexpected error: ") + e.what());
     }
     other.deregister_window(theirs);
+    // Ranks that deregister different windows, each their communicator's: every rank is told, and
+    // both windows stay (each rank would otherwise free a buffer its peer still maps).
+    const gpu::window a = dc.register_window(buf, 2048);
+    const gpu::window b = dc.register_window(static_cast<std::byte*>(buf) + 2048, 2048);
+    try {
+      dc.deregister_window(r == 0 ? a : b);
+      problem("ranks that deregistered different windows were not told");
+    } catch (const collx::error& e) {
+      if (e.code() != collx::errc::invalid_argument || std::string(e.what()).find("every rank deregisters the same window") == std::string::npos)
+        problem(std::string("unexpected error: ") + e.what());
+    }
+    if (!dc.owns(a) || !dc.owns(b)) problem("a refused deregistration took a window away");
+    dc.deregister_window(a);
+    dc.deregister_window(b);
+    if (dc.owns(a) || dc.owns(b) || dc.mapped_window_allocations() != 0) problem("windows left after deregistration");
     (void)cudaFree(buf);
   });
   for (std::size_t r = 0; r < 2; ++r) {

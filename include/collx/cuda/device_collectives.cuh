@@ -41,7 +41,7 @@
 /// Cost: per chunk, each rank writes its input once into staging and reads world-size slices from
 /// peers. This suits latency-bound sizes; the window forms (below) skip the staging copy. Larger
 /// all-reduces run two-shot (device_plan.hpp direct_form, chosen by size against the cost model's
-/// crossover; never where every rank is on one GPU): the reduce-scatter and all-gather steps of this file, one after the other, so each
+/// crossover; by default never where every rank is on one GPU): the reduce-scatter and all-gather steps of this file, one after the other, so each
 /// rank reads 2 (n - 1) / n of the vector from its peers instead of (n - 1) times it.
 /// all_to_all_v exchanges the ranks' counts on the device first (all_to_all_v_kernel). The ring
 /// forms (algo::ring: all_reduce, reduce_scatter, all_gather; ring_kernel, cuda/ring_plan.hpp)
@@ -1783,9 +1783,11 @@ void all_reduce(device_communicator& dc, const T* send, T* recv, std::size_t cou
 /// Reduce on device memory: as all_reduce, but only `root` receives (recv is not touched, and may be
 /// null, on the other ranks). In place at the root when send == recv.
 /// A buffer that may be null on some ranks (here recv; broadcast's send; all_gather_v's send,
-/// reduce_scatter_v's recv and all_to_all_v's either, when their count is 0) is a nullable_ptr:
+/// reduce_scatter_v's recv and all_to_all_v's send, when their count is 0) is a nullable_ptr:
 /// its element type comes from the other buffer, so a literal nullptr compiles there, while a
-/// pointer to another type (a derived class too) does not.
+/// pointer to another type (a derived class too) does not. (all_to_all_v's recv has an overload
+/// of its own for a literal nullptr; with both buffers literal nullptrs, name T:
+/// all_to_all_v<float>(dc, nullptr, counts, nullptr, counts).)
 /// @throws as all_reduce, and errc::invalid_argument for a root outside [0, size).
 template <class T, class Op = ops::sum>
 void reduce(device_communicator& dc, const T* send, nullable_ptr<std::type_identity_t<T>> recv_or_null, std::size_t count,
@@ -2070,8 +2072,8 @@ void reduce_scatter_v(device_communicator& dc, const T* send, nullable_ptr<std::
 /// recv. One launch: the ranks first exchange their counts on the device (so each knows how long
 /// the longest block is and the call needs no host round trip), then move the blocks in chunks.
 /// @param send sum of send_counts elements; @param recv sum of recv_counts elements; not
-///        overlapping (never in place); either may be null (a literal nullptr too) when its counts
-///        are all 0
+///        overlapping (never in place); either may be null (a literal nullptr too; both literal
+///        nullptrs need T named, all_to_all_v<float>(...)) when its counts are all 0
 /// @param send_counts,recv_counts one per rank (any integer type: block_counts); recv_counts[q] on this rank must equal
 ///        send_counts[rank] on rank q, which the exchange checks: the rank whose recv count differs
 ///        gets errc::mismatch at dc.synchronize(), naming both counts, and its peers errc::aborted

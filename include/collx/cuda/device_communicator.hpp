@@ -92,8 +92,9 @@ struct device_options {
   /// The figures two_shot_min_bytes = 0 decides by: left at the default (an NVSwitch H100/H200),
   /// rank 0 reads them from the machine (discover_wiring); topo::device_direct_cost
   /// (collx/topo/device_cost.hpp) derives them from a topology file.
-  /// Ignored unless the workspaces are all in device memory (host_memory_direct_cost decides then),
-  /// and where every rank is on one GPU (one-shot at every size).
+  /// Ignored unless the workspaces are all in device memory (host_memory_direct_cost decides then).
+  /// Where every rank is on one GPU it does not choose two-shot (one-shot at every size) but still
+  /// sets ring_min_bytes' default.
   direct_cost cost{};
   /// Calls of all_reduce, reduce_scatter and all_gather without an algorithm (or algo::automatic)
   /// with a commutative op take the ring (algo::ring) from this many bytes of vector on (count x
@@ -234,7 +235,11 @@ class device_communicator {
   /// process (enabling peer access between different GPUs), and, unless every pair has peer
   /// access, one shared-memory object that rank 0 creates and every rank registers with CUDA.
   /// Each rank first loads every collx kernel of the program into its GPU's context
-  /// (kernel_registry.hpp: none of them loads lazily during a call). Returns once every rank has done so.
+  /// (kernel_registry.hpp), so that none loads lazily during a call, where a peer's kernel would
+  /// wait for it; a call still loads a kernel whose load failed here, after cudaDeviceReset, or
+  /// registered after this communicator was made (one of a shared library loaded later, or of a
+  /// file whose statics start after a communicator made during static initialisation). Returns
+  /// once every rank has done so.
   /// `host` must outlive this communicator and must not be used by another thread meanwhile.
   /// @throws collx::error (errc::cuda) when a CUDA call fails; (errc::system) on the rank that
   ///         cannot create or open the shared host workspace (e.g. /dev/shm too small); (errc::mismatch) when ranks ask
@@ -668,7 +673,8 @@ class device_communicator {
   /// another process still maps undefined).
   /// @throws collx::error (errc::invalid_argument) on every rank, with nothing unmapped, when some
   ///         rank's `w` is not a window this communicator owns (owns(): another communicator's,
-  ///         or deregistered already); host errors.
+  ///         or deregistered already), or when the ranks pass different windows (each would close
+  ///         another window's mappings, and free a buffer its peers still map); host errors.
   void deregister_window(const window& w) {
     host_->drain_async();
     const communicator::call_scope one_thread(*host_);  // one call on host, as the creation
@@ -679,6 +685,16 @@ class device_communicator {
         COLLX_THROW(errc::invalid_argument, "gpu::deregister_window: window " + std::to_string(w.id) +
                                                 " was not registered with this communicator, or was deregistered already");
     }, failing_ranks_code);
+    // Windows are numbered alike on every rank (registered in the same order): one id, or none unmapped.
+    std::vector<std::uint32_t> ids(static_cast<std::size_t>(size()));
+    all_gather<algo::direct>(*host_, std::span<const std::uint32_t>(&w.id, 1), std::span<std::uint32_t>(ids));
+    for (int p = 0; p < size(); ++p)
+      if (ids[static_cast<std::size_t>(p)] != w.id)
+        COLLX_THROW(errc::invalid_argument,
+                    "gpu::deregister_window: rank " + std::to_string(p) + " deregisters window " +
+                        std::to_string(ids[static_cast<std::size_t>(p)]) + ", rank " + std::to_string(rank()) +
+                        " window " + std::to_string(w.id) +
+                        ": every rank deregisters the same window (windows are numbered in the order registered)");
     (void)cudaSetDevice(device_);  // where the mappings were opened; a failure only leaves them open
     unmap_window(w.id);
     live_windows_.erase(w.id);
@@ -1062,10 +1078,15 @@ class device_communicator {
   std::uint32_t next_window_ = 1;
   std::set<std::uint32_t> live_windows_;    // registered, not deregistered (owns)
   std::uint64_t token_ = next_token();      // window::communicator
-  // A number no other device communicator of the process has had (an inline function's static:
-  // one counter across translation units).
-  static std::uint64_t next_token() noexcept {
-    static std::atomic<std::uint64_t> made{0};
+  // A number no other device communicator of the process has had: a count from a random start.
+  // The count is an inline function's static, one across translation units, but one per shared
+  // library built with hidden visibility; their random starts keep the tokens apart (two of
+  // 2^64 meet only by a chance of about 2^-64 per pair of communicators).
+  static std::uint64_t next_token() {
+    static std::atomic<std::uint64_t> made{[] {
+      std::random_device rd;
+      return std::uint64_t{rd()} << 32 ^ rd();
+    }()};
     return made.fetch_add(1, std::memory_order_relaxed) + 1;
   }
   unsigned blocks_ = 1;

@@ -85,7 +85,9 @@ class kernel_registration {
 };
 
 /// Loads every registered kernel into GPU `device`'s context, which must be current. A kernel
-/// that cannot load (no code for this GPU) is skipped: its launch reports the error.
+/// that cannot load (no code for this GPU) is skipped: its launch reports the error. No library
+/// holding registered kernels may be unloaded (dlclose) while this runs, i.e. while a device
+/// communicator is being made.
 /// @throws std::bad_alloc only
 inline void load_registered_kernels(int device) {
   std::vector<kernel_loader> loaders;
@@ -94,6 +96,9 @@ inline void load_registered_kernels(int device) {
     const std::lock_guard<std::mutex> lock(r.mutex);
     loaders = r.all;
   }
+  // Outside the lock: a library opened meanwhile registers from its static initialisers while
+  // holding the dynamic loader's lock, which the CUDA runtime may need to load a kernel. A
+  // library closed (dlclose) while a communicator is being made is not supported.
   for (const kernel_loader load : loaders) load(device);
 }
 
