@@ -151,7 +151,8 @@ int main(int argc, char** argv) {
   if (ranks > 0 && s.rows < static_cast<std::size_t>(ranks)) opt.fail("--rows must be at least --ranks (every rank needs a row to send)");
   return ex::run_ranks(ranks > 0 ? ranks : (ex::started_by_launcher() ? 0 : 4), [&](collx::communicator& comm) {
     if (s.rows < static_cast<std::size_t>(comm.size())) {  // every rank needs a row to send
-      if (comm.rank() == 0) std::fprintf(stderr, "--rows must be at least the number of ranks (%d)\n", comm.size());
+      // Every rank says why: a launcher stops the others when the first exits, maybe before rank 0 spoke.
+      std::fprintf(stderr, "rank %d: --rows must be at least the number of ranks (%d)\n", comm.rank(), comm.size());
       return 2;
     }
     ex::checker check{comm.rank(), 0};

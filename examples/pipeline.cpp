@@ -17,6 +17,7 @@
 // Usage: pipeline [--ranks S (1..4)] [--steps T] [--micro-batches M]   (or collx-run -n 4 pipeline)
 #include "common.hpp"
 
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <vector>
@@ -27,10 +28,10 @@ namespace {
 
 struct layer_shape {
   int in, out;
-  std::size_t params() const { return static_cast<std::size_t>(out) * static_cast<std::size_t>(in + 1); }
+  constexpr std::size_t params() const { return static_cast<std::size_t>(out) * static_cast<std::size_t>(in + 1); }
 };
-const std::vector<layer_shape> shapes = {{16, 32}, {32, 32}, {32, 32}, {32, 4}};
-const int L = 4;
+constexpr std::array<layer_shape, 4> shapes = {{{16, 32}, {32, 32}, {32, 32}, {32, 4}}};
+constexpr int L = static_cast<int>(shapes.size());
 constexpr std::size_t samples = 256, batch = 32;
 
 std::vector<std::vector<float>> init_layers(std::uint64_t seed) {
@@ -101,7 +102,7 @@ void loss_grad(const problem& pb, std::size_t first, const float* y, float* g, s
   }
 }
 
-float lr_of() { return 0.05f; }
+constexpr float lr = 0.05f;
 
 // The unpipelined run: the whole batch through all layers in one process. Returns per-step losses.
 std::vector<double> train_unpipelined(const problem& pb, int steps, std::vector<std::vector<float>>& w) {
@@ -122,7 +123,7 @@ std::vector<double> train_unpipelined(const problem& pb, int steps, std::vector<
       std::vector<float> grad(shapes[ls].params(), 0.0f);
       g_in.assign(batch * static_cast<std::size_t>(shapes[ls].in), 0.0f);
       backward(l, w[ls], act[ls].data(), g.data(), grad, g_in.data(), batch);
-      for (std::size_t i = 0; i < grad.size(); ++i) w[ls][i] -= lr_of() * (grad[i] / static_cast<float>(batch));
+      for (std::size_t i = 0; i < grad.size(); ++i) w[ls][i] -= lr * (grad[i] / static_cast<float>(batch));
       g.swap(g_in);
     }
     losses.push_back(loss);
@@ -213,7 +214,7 @@ int main(int argc, char** argv) {
       for (int l = l0; l < l1; ++l) {
         auto& p = w[static_cast<std::size_t>(l)];
         const auto& gr = grad[static_cast<std::size_t>(l - l0)];
-        for (std::size_t i = 0; i < p.size(); ++i) p[i] -= lr_of() * (gr[i] / static_cast<float>(batch));
+        for (std::size_t i = 0; i < p.size(); ++i) p[i] -= lr * (gr[i] / static_cast<float>(batch));
       }
       double lb[1] = {loss};
       collx::broadcast(comm, std::span<double>(lb), S - 1);  // the loss lives on the last stage
