@@ -22,52 +22,58 @@ namespace collx {
 inline namespace v0 {
 namespace detail {
 
-struct signature_name_table {
-  std::mutex mutex;
-  std::unordered_map<std::uint64_t, std::string_view> names;
-  std::unordered_map<std::uint64_t, std::string_view> exchange_calls;  ///< see remember_exchange_call
+/// A map from hash to name (static storage), shared by the threads of a process.
+class name_table {
+ public:
+  /// Records `name` for `hash` (the first name stays); returns true.
+  bool remember(std::uint64_t hash, std::string_view name) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    names_.emplace(hash, name);
+    return true;
+  }
+  /// The name recorded for `hash`, if any.
+  std::optional<std::string> find(std::uint64_t hash) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    const auto it = names_.find(hash);
+    if (it == names_.end()) return std::nullopt;
+    return std::string(it->second);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<std::uint64_t, std::string_view> names_;
 };
-inline signature_name_table& signature_names() {
+
+/// The names of element types and ops, by signature hash.
+inline name_table& signature_names() {
   // Never destroyed: a communicator destroyed during static destruction may still describe a call.
-  static signature_name_table* t = new signature_name_table;
+  static name_table* t = new name_table;
   return *t;
 }
 
 /// Records `name` (static storage) for `hash`; returns true.
 inline bool remember_signature_name(std::uint64_t hash, std::string_view name) {
-  signature_name_table& t = signature_names();
-  const std::lock_guard<std::mutex> lock(t.mutex);
-  t.names.emplace(hash, name);
-  return true;
+  return signature_names().remember(hash, name);
 }
 
 /// The name recorded for `hash`, if this process knows it.
-inline std::optional<std::string> signature_name(std::uint64_t hash) {
-  signature_name_table& t = signature_names();
-  const std::lock_guard<std::mutex> lock(t.mutex);
-  const auto it = t.names.find(hash);
-  if (it == t.names.end()) return std::nullopt;
-  return std::string(it->second);
+inline std::optional<std::string> signature_name(std::uint64_t hash) { return signature_names().find(hash); }
+
+/// The collx calls whose exchange is an all_gather of a type of their own, by the type's hash.
+inline name_table& exchange_calls() {
+  static name_table* t = new name_table;  // never destroyed, as signature_names()
+  return *t;
 }
 
 /// Records that an all_gather of the type hashed `type_hash` (a type of collx's own, never a
 /// user's) is the exchange inside collx call `call` (static storage), so that a rank making another
 /// collective meanwhile is told its peers called `call`, not all_gather; returns true.
 inline bool remember_exchange_call(std::uint64_t type_hash, std::string_view call) {
-  signature_name_table& t = signature_names();
-  const std::lock_guard<std::mutex> lock(t.mutex);
-  t.exchange_calls.emplace(type_hash, call);
-  return true;
+  return exchange_calls().remember(type_hash, call);
 }
 
 /// The collx call whose exchange is an all_gather of the type hashed `type_hash`, if there is one.
-inline std::optional<std::string> exchange_call(std::uint64_t type_hash) {
-  signature_name_table& t = signature_names();
-  const std::lock_guard<std::mutex> lock(t.mutex);
-  const auto it = t.exchange_calls.find(type_hash);
-  if (it == t.exchange_calls.end()) return std::nullopt;
-  return std::string(it->second);
-}
+inline std::optional<std::string> exchange_call(std::uint64_t type_hash) { return exchange_calls().find(type_hash); }
 
 /// What messages call op Op: its `name`, else (a user's lambda or struct) the compiler's spelling of
 /// its type.
