@@ -17,6 +17,14 @@
 
 using namespace std::chrono_literals;
 
+// A user's type with the name and layout of split's own exchange entry (collx::detail::split_entry),
+// in the global namespace: g++ spelled collx's without its namespace, so both had one signature
+// hash and an all_gather of this one passed for the exchange.
+struct split_entry {
+  std::int64_t color;
+  std::int64_t key;
+};
+
 namespace {
 
 TEST_CASE("split over threads: groups by color, ordered by key, independent of the parent", "[split]") {
@@ -93,6 +101,27 @@ TEST_CASE("split's errors reach every rank at once", "[split][errors]") {
     }
     INFO(errs[0].second << "\n" << errs[1].second);
     CHECK(named);
+  }
+  SECTION("a user's all_gather of a type named like split's entry is not split's exchange") {
+    const auto errs = errors_of([](collx::communicator& c) {
+      if (c.rank() == 1) {
+        const ::split_entry mine[1] = {{0, 0}};
+        std::vector<::split_entry> all(4);
+        collx::all_gather<collx::algo::direct>(c, std::span<const ::split_entry>(mine), std::span<::split_entry>(all));
+      } else {
+        (void)collx::split(c, 0, 0);
+      }
+    });
+    std::string all;
+    for (int r = 0; r < 4; ++r) {
+      const auto& [code, why] = errs[static_cast<std::size_t>(r)];
+      INFO("rank " << r << ": " << why);
+      CHECK(code == collx::errc::mismatch);
+      CHECK_THAT(why, !Catch::Contains("rank 1 called collx::split"));
+      all += why + "\n";
+    }
+    INFO(all);
+    CHECK_THAT(all, Catch::Contains("rank 1 called all_gather"));
   }
   SECTION("a rank that all-reduces where the others split is told they called collx::split") {
     const auto errs = errors_of([](collx::communicator& c) {

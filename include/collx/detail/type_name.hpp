@@ -9,9 +9,11 @@
 
 namespace collx {
 inline namespace v0 {
-namespace detail {
+// A namespace no type lives in: g++ spells a type of the function's own namespace without it
+// (collx's detail::split_entry as "split_entry", the name of a user's ::split_entry too).
+namespace type_spelling {
 
-/// The compiler's spelling of T (from __PRETTY_FUNCTION__).
+/// The compiler's spelling of T (from __PRETTY_FUNCTION__), with its namespaces.
 template <class T>
 constexpr std::string_view pretty_type_name() noexcept {
   std::string_view p = __PRETTY_FUNCTION__;
@@ -21,6 +23,12 @@ constexpr std::string_view pretty_type_name() noexcept {
   const auto e = p.find_first_of(";]");
   return p.substr(0, e);
 }
+
+}  // namespace type_spelling
+
+namespace detail {
+
+using type_spelling::pretty_type_name;
 
 /// The name collx uses for T: "int8" ... "uint64", "float32", "float64", "float16", "bfloat16",
 /// else the compiler's spelling.
