@@ -11,6 +11,7 @@
 // Kernels cannot run here: the collectives themselves are tested on a GPU (tests/cuda).
 #include <catch2/catch.hpp>
 
+#include <collx/allreduce.hpp>
 #include <collx/cuda/device_communicator.hpp>
 #include <collx/topo/device_cost.hpp>
 #include <collx/topo/nccl_xml.hpp>
@@ -713,6 +714,44 @@ TEST_CASE("device bootstrap: a moved-from host communicator is an error, not std
     CHECK(code[static_cast<std::size_t>(r)] == collx::errc::invalid_argument);
     CHECK(error[static_cast<std::size_t>(r)].find("moved from") != std::string::npos);
   }
+  CHECK(fake_cudart_live() == 0);
+}
+
+TEST_CASE("device bootstrap: a rank calling a host collective meanwhile is told its peer creates a device communicator", "[cuda][bootstrap]") {
+  // The setup's exchanges are all_gathers of types of collx's own: the messages name the call the
+  // user made, not all_gather.
+  collx::env::warn_unknown_variables_once(false);  // the fake's COLLX_FAKE_* variables are not collx's
+  fake_machine m("hgx-h100");
+  collx::communicator_options copt;
+  copt.timeout = std::chrono::seconds(20);
+  auto comms = collx::make_thread_communicators(2, copt);
+  std::vector<std::string> error(2);
+  std::vector<collx::errc> code(2, collx::errc::internal);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      const auto ur = static_cast<std::size_t>(r);
+      try {
+        if (r == 0) {
+          gpu::device_options o;
+          o.device = 0;
+          o.staging_bytes = 64 << 10;
+          o.discover_wiring = false;
+          gpu::device_communicator dc(comms[ur], o);
+        } else {
+          std::vector<std::int64_t> v(2, 1);
+          collx::allreduce(comms[ur], std::span<std::int64_t>(v));
+        }
+      } catch (const collx::error& e) {
+        error[ur] = e.what();
+        code[ur] = e.code();
+      }
+    });
+  for (auto& t : threads) t.join();
+  INFO(error[0] << "\n" << error[1]);
+  CHECK(code[0] == collx::errc::mismatch);
+  CHECK(code[1] == collx::errc::mismatch);
+  CHECK_THAT(error[1], Catch::Contains("rank 0 called collx::gpu::device_communicator's constructor"));
   CHECK(fake_cudart_live() == 0);
 }
 

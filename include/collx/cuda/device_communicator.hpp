@@ -842,6 +842,14 @@ class device_communicator {
     std::array<char, 255> why{};
     std::int32_t code = static_cast<std::int32_t>(errc::internal);  ///< its collx::error's code
   };
+  /// Errors name the exchanges of setup_outcome and window_record (a rank calling a collective on
+  /// the host communicator meanwhile) as the calls the user made.
+  static inline const bool exchanges_named =
+      collx::detail::remember_exchange_call(collx::detail::type_signature_hash<setup_outcome>,
+                                            "collx::gpu::device_communicator's constructor, register_window or "
+                                            "deregister_window") &&
+      collx::detail::remember_exchange_call(collx::detail::type_signature_hash<window_record>,
+                                            "collx::gpu::device_communicator::register_window");
   /// on_every_rank's `peers_code` for "the code the failing rank's own error has".
   static constexpr errc failing_ranks_code = static_cast<errc>(-1);
 
@@ -1082,10 +1090,15 @@ class device_communicator {
   // The count is an inline function's static, one across translation units, but one per shared
   // library built with hidden visibility; their random starts keep the tokens apart (two of
   // 2^64 meet only by a chance of about 2^-64 per pair of communicators).
-  static std::uint64_t next_token() {
-    static std::atomic<std::uint64_t> made{[] {
-      std::random_device rd;
-      return std::uint64_t{rd()} << 32 ^ rd();
+  static std::uint64_t next_token() noexcept {
+    static std::atomic<std::uint64_t> made{[]() noexcept -> std::uint64_t {
+      try {
+        std::random_device rd;
+        return std::uint64_t{rd()} << 32 ^ rd();
+      } catch (...) {  // no entropy source: the clock, and where this copy of the code lies
+        return static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
+               static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(&made));
+      }
     }()};
     return made.fetch_add(1, std::memory_order_relaxed) + 1;
   }
