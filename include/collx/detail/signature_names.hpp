@@ -22,13 +22,14 @@ namespace collx {
 inline namespace v0 {
 namespace detail {
 
-/// A map from hash to name (static storage), shared by the threads of a process.
+/// A map from hash to name, shared by the threads of a process. It keeps copies: a name may come
+/// from a shared library unloaded later.
 class name_table {
  public:
   /// Records `name` for `hash` (the first name stays); returns true.
   bool remember(std::uint64_t hash, std::string_view name) {
     const std::lock_guard<std::mutex> lock(mutex_);
-    names_.emplace(hash, name);
+    names_.try_emplace(hash, name);
     return true;
   }
   /// The name recorded for `hash`, if any.
@@ -36,12 +37,12 @@ class name_table {
     const std::lock_guard<std::mutex> lock(mutex_);
     const auto it = names_.find(hash);
     if (it == names_.end()) return std::nullopt;
-    return std::string(it->second);
+    return it->second;
   }
 
  private:
   std::mutex mutex_;
-  std::unordered_map<std::uint64_t, std::string_view> names_;
+  std::unordered_map<std::uint64_t, std::string> names_;
 };
 
 /// The names of element types and ops, by signature hash.
@@ -51,7 +52,7 @@ inline name_table& signature_names() {
   return *t;
 }
 
-/// Records `name` (static storage) for `hash`; returns true.
+/// Records `name` for `hash`; returns true.
 inline bool remember_signature_name(std::uint64_t hash, std::string_view name) {
   return signature_names().remember(hash, name);
 }
@@ -66,7 +67,7 @@ inline name_table& exchange_calls() {
 }
 
 /// Records that an all_gather of the type hashed `type_hash` (a type of collx's own, never a
-/// user's) is the exchange inside collx call `call` (static storage), so that a rank making another
+/// user's) is the exchange inside collx call `call`, so that a rank making another
 /// collective meanwhile is told its peers called `call`, not all_gather; returns true.
 inline bool remember_exchange_call(std::uint64_t type_hash, std::string_view call) {
   return exchange_calls().remember(type_hash, call);
