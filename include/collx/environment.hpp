@@ -45,8 +45,8 @@ inline constexpr std::array<env_var_doc, 15> environment_variables{{
     {"COLLX_SEGMENT_BYTES", "size (4096, 64K, 4M, 0x1000), at least 64; default 8M",
      "scratch memory per rank per call segment; also where `algo::ring` cuts its blocks, so its bits (ranks must agree: a "
      "difference is a mismatch). Each segment is a round of the schedule, with its own synchronisation: tiny values are "
-     "for tests (at 64 bytes a 256 KiB all-reduce over 8 thread ranks takes 1-6 s)"},
-    {"COLLX_SHM_BYTES_PER_PEER", "size, at least 4096; default 1M (less for > 8 ranks: 64M / ranks^2 rounded down to whole KiB, at least 64K)",
+     "for tests (at 64 bytes a 256 KiB all-reduce over 8 thread ranks takes about 0.5 s on 2 idle cores, seconds under load)"},
+    {"COLLX_SHM_BYTES_PER_PEER", "size, at least 4096 (its 8 slots each rounded down to a multiple of 64 bytes); default 1M (less for > 8 ranks: 64M / ranks^2, at least 64K)",
      "shared-memory staging per ordered pair of ranks, in 8 slots: an element type may be at most an eighth of it (a struct of more than 8 KiB needs more than the 64K floor)"},
     {"COLLX_CMA", "auto, 0 or 1 (also off/on, false/true); default auto",
      "single-copy transfers with process_vm_readv between processes: auto uses them when the ranks outnumber the "
