@@ -12,7 +12,7 @@ args=(-DCMAKE_BUILD_TYPE="${BUILD_TYPE:-Release}" -DCOLLX_BUILD_TESTS=ON)
 [[ -n "${CXX:-}" ]] && args+=("-DCMAKE_CXX_COMPILER=$CXX")
 cmake -S . -B "$build" "${args[@]}" "$@"
 cmake --build "$build" -j2
-# ctest's summary ("100% tests passed, 0 tests failed out of 84") comes before its timing and the
+# ctest's summary ("100% tests passed, 0 tests failed out of N") comes before its timing and the
 # failed tests' output: repeated last, so that the run's last line says how it went.
 log="$build/Testing/test-sh.log"
 mkdir -p "$build/Testing"

@@ -1089,7 +1089,8 @@ class device_communicator {
   // A number no other device communicator of the process has had: a count from a random start.
   // The count is an inline function's static, one across translation units, but one per shared
   // library built with hidden visibility; their random starts keep the tokens apart (two of
-  // 2^64 meet only by a chance of about 2^-64 per pair of communicators).
+  // 2^64 meet only by a chance of about 2^-64 per pair of communicators; without an entropy
+  // source, the clock and the counter's address, which differ between libraries, but less surely).
   static std::uint64_t next_token() noexcept {
     static std::atomic<std::uint64_t> made{[]() noexcept -> std::uint64_t {
       try {
