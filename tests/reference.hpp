@@ -773,6 +773,19 @@ inline constexpr bool sanitized = false;
 inline constexpr bool sanitized = false;
 #endif
 
+/// True under TSan, whose runtime does not support threads started in a forked child.
+#if defined(__SANITIZE_THREAD__)
+inline constexpr bool thread_sanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+inline constexpr bool thread_sanitized = true;
+#else
+inline constexpr bool thread_sanitized = false;
+#endif
+#else
+inline constexpr bool thread_sanitized = false;
+#endif
+
 using clock = std::chrono::steady_clock;
 inline double seconds_since(clock::time_point t0) {
   return std::chrono::duration<double>(clock::now() - t0).count();

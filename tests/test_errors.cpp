@@ -7,6 +7,10 @@
 #include "reference.hpp"
 #include "timed_call.hpp"
 
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <mutex>
 #include <stdexcept>
@@ -1611,4 +1615,46 @@ TEST_CASE("a thread rank that returns while its peers still call: they fail at o
       CHECK(v[uz(r)].seconds < 10);
     }
   }
+}
+
+TEST_CASE("run_threads: a rank whose thread cannot start is collx::error, not std::terminate", "[errors][threads]") {
+  if (ref::thread_sanitized) {
+    SUCCEED("skipped under TSan: its runtime does not support threads started in a forked child");
+    return;
+  }
+  // A child limited to a few threads (RLIMIT_NPROC, which binds only a user other than root: as
+  // root the child becomes nobody) runs 8 thread ranks: the rank threads already started must end
+  // and run_threads throw errc::system naming the limit. It used to std::terminate (joinable
+  // std::threads destroyed while the exception left).
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    if (::geteuid() == 0 && (::setgid(65534) != 0 || ::setuid(65534) != 0)) ::_exit(77);
+    const rlimit few{4, 4};
+    if (::setrlimit(RLIMIT_NPROC, &few) != 0) ::_exit(77);
+    try {
+      collx::run_threads(8, [](collx::communicator& c) {
+        std::vector<int> v(4, c.rank());
+        collx::allreduce(c, std::span<int>(v));
+      });
+      ::_exit(78);  // every thread started: the limit did not bind (another user's processes?)
+    } catch (const collx::error& e) {
+      const std::string m = e.what();
+      ::_exit(e.code() == errc::system && m.find("cannot start the thread of rank") != std::string::npos &&
+                      m.find("RLIMIT_NPROC") != std::string::npos
+                  ? 0
+                  : 2);
+    } catch (...) {
+      ::_exit(3);
+    }
+  }
+  int st = 0;
+  REQUIRE(::waitpid(pid, &st, 0) == pid);
+  INFO("child status " << st);
+  REQUIRE(WIFEXITED(st));  // not SIGABRT from std::terminate
+  if (WEXITSTATUS(st) == 77 || WEXITSTATUS(st) == 78) {
+    SUCCEED("skipped: could not make the child's thread limit bind (not root, or nobody runs processes)");
+    return;
+  }
+  CHECK(WEXITSTATUS(st) == 0);
 }

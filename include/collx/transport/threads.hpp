@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -525,8 +526,7 @@ void run_rank_threads(std::vector<communicator>& comms, F&& fn, bool close_when_
   std::exception_ptr first;
   std::vector<std::thread> threads;
   threads.reserve(comms.size());
-  for (auto& c : comms)
-    threads.emplace_back([&, comm = &c] {
+  auto rank_thread = [&](communicator* comm) {
       // Taken before fn runs: fn may move the communicator out of *comm (then throw), and a
       // communicator moved from has no rank and cannot be failed. Weak: a communicator fn moved
       // out and destroyed must close (its peers learn at once that the rank left).
@@ -552,7 +552,24 @@ void run_rank_threads(std::vector<communicator>& comms, F&& fn, bool close_when_
         else if (const std::shared_ptr<transport> moved = own.lock()) moved->fail(errc::aborted, why);  // moved out, kept: its world at least
       }
       if (close_when_done) communicator closing = std::move(*comm);
-    });
+  };
+  // Taken before any thread starts (a rank's thread may move its communicator away): to end the
+  // started ranks if a later rank's thread cannot start.
+  std::vector<std::shared_ptr<transport>> transports;
+  for (auto& c : comms) transports.push_back(c.shared_transport());
+  for (auto& c : comms) {
+    try {
+      threads.emplace_back(rank_thread, &c);
+    } catch (const std::system_error& e) {  // no thread for this rank: end the ranks started, then say why
+      const std::string why = "cannot start the thread of rank " + std::to_string(threads.size()) + " of " +
+                              std::to_string(comms.size()) + ": " + e.what() +
+                              " (a thread or process limit, RLIMIT_NPROC, or no address space for its stack, ulimit -v)";
+      for (const auto& t : transports)
+        if (t) t->fail(errc::aborted, why);
+      for (auto& t : threads) t.join();
+      COLLX_THROW(errc::system, why);
+    }
+  }
   for (auto& t : threads) t.join();
   if (first) std::rethrow_exception(first);
 }
@@ -564,6 +581,8 @@ void run_rank_threads(std::vector<communicator>& comms, F&& fn, bool close_when_
 /// exception thrown is rethrown here after every thread ended. The communicators stay usable
 /// afterwards, so a rank that returns while its peers still call it leaves them waiting until
 /// their timeout (run_threads(world_size, fn) ends them at once).
+/// @throws collx::error (errc::system) when a rank's thread cannot be started (a thread limit,
+///   or no memory for its stack), after failing the communicators and joining the ranks started.
 template <class F>
 void run_threads(std::vector<communicator>& comms, F&& fn) {
   detail::run_rank_threads(comms, std::forward<F>(fn), false);
@@ -574,6 +593,7 @@ void run_threads(std::vector<communicator>& comms, F&& fn) {
 /// first exception thrown is rethrown here after every thread ended. A rank's communicator is
 /// destroyed when its fn returns: peers still calling it fail at once (errc::transport, "rank R
 /// closed its communicator"), as ranks over shared memory do when a process exits.
+/// @throws collx::error (errc::system) when a rank's thread cannot be started, as the other form.
 template <class F>
 void run_threads(int world_size, F&& fn, const communicator_options& opt = {}) {
   std::vector<communicator> comms = make_thread_communicators(world_size, opt);
