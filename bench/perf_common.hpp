@@ -50,6 +50,8 @@
 #include <type_traits>
 #include <vector>
 
+#include <collx/detail/c_locale.hpp>
+
 #include <collx/numeric.hpp>  // collx::half, collx::bfloat16 (header-only, no other dependency)
 
 #include "perf_math.hpp"
@@ -282,7 +284,7 @@ inline options parse_options(int argc, char** argv, int first) {
     else if (is("-f", "--stepfactor")) {
       const std::string s = value();
       char* end = nullptr;
-      o.step_factor = std::strtod(s.c_str(), &end);
+      o.step_factor = collx::detail::strtod_c(s.c_str(), &end);
       // 1 (the default) adds -i, as in nccl-tests; !(...) also catches nan.
       if (s.empty() || std::isspace(static_cast<unsigned char>(s[0])) || *end || !(o.step_factor >= 1 && o.step_factor <= 1024))
         throw usage_error(a + ": expected a factor F with 1 <= F <= 1024 (1: add -i instead), got '" + s + "'");
@@ -717,7 +719,7 @@ class reporter {
   int footer() {
     const double avg = bw_count_ ? bw_sum_ / bw_count_ : 0.0;
     const char* min_bw = std::getenv("NCCL_TESTS_MIN_BW");
-    const double check_avg = min_bw ? std::atof(min_bw) : -1;
+    const double check_avg = min_bw ? collx::detail::atof_c(min_bw) : -1;
     const bool bw_failed = check_avg != -1 && avg < check_avg * 0.9;
     bool written = true;
     if (print_) {

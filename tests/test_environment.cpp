@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <clocale>
 #include <cstdlib>
 #include <fstream>
 #include <initializer_list>
@@ -492,4 +493,23 @@ TEST_CASE("launchers: torchrun, Open MPI, MPICH, Slurm and collx-run environment
       CHECK(error_of([] { collx::bootstrap::from_environment(); }).find("contradict") != std::string::npos);
     }
   }
+}
+
+TEST_CASE("numbers are read with a '.' whatever locale the program set", "[env]") {
+  // A program that calls setlocale(LC_ALL, "") under a comma-decimal locale: std::strtod then read
+  // COLLX_TIMEOUT=1.5 as 1 and stopped at the '.', so every rank refused the variable. CI generates
+  // de_DE.UTF-8 (.ci/run); elsewhere the case skips without one.
+  const std::string saved = std::setlocale(LC_ALL, nullptr);
+  struct restore {
+    const std::string& locale;
+    ~restore() { std::setlocale(LC_ALL, locale.c_str()); }
+  } restore_at_end{saved};
+  if (!std::setlocale(LC_ALL, "de_DE.UTF-8") && !std::setlocale(LC_ALL, "de_DE.utf8")) {
+    SUCCEED("skipped: no de_DE locale installed (localedef -i de_DE -f UTF-8 de_DE.UTF-8)");
+    return;
+  }
+  char* end = nullptr;
+  REQUIRE(std::strtod("1.5", &end) == 1.0);  // the locale took: '.' is not its decimal point
+  CHECK(collx::env::parse_seconds("COLLX_TIMEOUT", "1.5") == 1.5);
+  CHECK(collx::env::parse_seconds("COLLX_TIMEOUT", "2.5e-1") == 0.25);
 }

@@ -7,6 +7,7 @@
 //   collx-topo check PERF.txt FILE [opts]  an nccl-tests table against the model's prediction
 //
 // Run `collx-topo --help` for the options.
+#include <collx/detail/c_locale.hpp>
 #include <collx/topo/cost_model.hpp>
 #include <collx/topo/device_cost.hpp>
 #include <collx/topo/discover.hpp>
@@ -208,7 +209,7 @@ opts parse(int argc, char** argv) {
     // (1e-300 Gb/s would make every predicted time inf).
     auto num = [&](const std::string& v) {
       char* end = nullptr;
-      const double x = std::strtod(v.c_str(), &end);
+      const double x = collx::detail::strtod_c(v.c_str(), &end);
       if (end == v.c_str() || *end || !std::isfinite(x) || x < 1e-3 || x > 1e6)
         die(a + ": '" + v + "' is not a number from 0.001 to 1000000");
       return x;

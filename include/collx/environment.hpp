@@ -17,6 +17,7 @@
 
 #include <unistd.h>  // environ (declared with C linkage: a C++ declaration of our own broke a later <unistd.h>)
 
+#include <collx/detail/c_locale.hpp>
 #include <collx/algo/schedule.hpp>
 #include <collx/error.hpp>
 
@@ -131,7 +132,7 @@ inline double parse_seconds(std::string_view name, std::string_view v) {
   // strtod would also take white space, hexadecimal (0x1p3), inf and nan.
   if (s.empty() || s.find_first_not_of("0123456789.eE+-") != std::string::npos) reject(name, v, expected);
   char* end = nullptr;
-  const double x = std::strtod(s.c_str(), &end);
+  const double x = detail::strtod_c(s.c_str(), &end);
   if (*end != '\0' || !(x > 0)) reject(name, v, expected);
   if (x > 1e9) reject(name, v, "at most 1e9 seconds (about 31 years)");
   return x;

@@ -21,6 +21,8 @@
 #include <thread>
 #include <vector>
 
+#include <collx/detail/c_locale.hpp>
+
 namespace collx {
 inline namespace v0 {
 namespace detail {
@@ -77,9 +79,9 @@ inline std::optional<double> parse_cgroup2_cpu_max(std::string_view text) {
   const std::size_t a = t.find_first_not_of(" \t"), b = t.find_first_of(" \t", a);
   if (a == std::string::npos || b == std::string::npos || t.compare(a, b - a, "max") == 0) return std::nullopt;
   char* end = nullptr;
-  const double q = std::strtod(t.c_str() + a, &end);
+  const double q = detail::strtod_c(t.c_str() + a, &end);
   if (end != t.c_str() + b) return std::nullopt;
-  const double period = std::strtod(t.c_str() + b, &end);
+  const double period = detail::strtod_c(t.c_str() + b, &end);
   if (end == t.c_str() + b || q <= 0 || period <= 0) return std::nullopt;
   return q / period;
 }
@@ -88,7 +90,7 @@ inline std::optional<double> parse_cgroup2_cpu_max(std::string_view text) {
 /// the quota is -1 (no limit) or unreadable.
 inline std::optional<double> parse_cgroup1_quota(std::string_view quota_us, std::string_view period_us) {
   try {
-    const double q = std::stod(std::string(quota_us)), p = std::stod(std::string(period_us));
+    const double q = detail::atof_c(std::string(quota_us).c_str()), p = detail::atof_c(std::string(period_us).c_str());
     if (q > 0 && p > 0) return q / p;
   } catch (...) {
   }

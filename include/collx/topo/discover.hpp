@@ -55,6 +55,7 @@
 #include <utility>
 #include <vector>
 
+#include <collx/detail/c_locale.hpp>
 #include <collx/detail/numa.hpp>
 #include <collx/topo/host_cost.hpp>
 #include <collx/topo/topology.hpp>
@@ -200,7 +201,7 @@ inline int discover_pci(topology& t, const discover_options& o = {}, const std::
   auto link_of = [&](const fs::path& p, int a, int b) {
     const std::string sp = detail::read_first_line(p / "current_link_speed");
     const std::string w = detail::read_first_line(p / "current_link_width");
-    const double gt = std::atof(sp.c_str());
+    const double gt = collx::detail::atof_c(sp.c_str());
     const int gen = gt <= 0 ? 0 : gt < 3 ? 1 : gt < 6 ? 2 : gt < 12 ? 3 : gt < 24 ? 4 : gt < 48 ? 5 : 6;
     const int width = std::atoi(w.c_str());
     const link l = make_pcie(a, b, gen, width);
@@ -286,10 +287,10 @@ inline int discover_pci(topology& t, const discover_options& o = {}, const std::
           v.device = e.path().filename().string();
           if (std::string(sub) == "infiniband") {
             const std::string rate = detail::read_first_line(e.path() / "ports/1/rate");  // "100 Gb/sec (4X EDR)"
-            v.nic_Gbps = std::atof(rate.c_str());
+            v.nic_Gbps = collx::detail::atof_c(rate.c_str());
           } else {
             const std::string sp = detail::read_first_line(fs::path(o.sysfs) / "class/net" / v.device / "speed");  // Mb/s
-            if (std::atoi(sp.c_str()) > 0) v.nic_Gbps = std::atof(sp.c_str()) / 1000.0;
+            if (std::atoi(sp.c_str()) > 0) v.nic_Gbps = collx::detail::atof_c(sp.c_str()) / 1000.0;
           }
           break;
         }

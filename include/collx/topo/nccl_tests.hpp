@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include <collx/detail/c_locale.hpp>
 #include <collx/topo/detail/xml.hpp>
 
 namespace collx {
@@ -79,7 +80,7 @@ namespace detail {
 /// @throws collx::error(invalid_argument) naming source:line:col otherwise.
 inline double nccl_tests_number(const std::string& token, std::string_view source, text_pos at) {
   char* end = nullptr;
-  const double v = std::strtod(token.c_str(), &end);
+  const double v = collx::detail::strtod_c(token.c_str(), &end);
   // All of the token: a NUL byte inside it would end strtod's read early, unnoticed.
   if (end == token.c_str() || end != token.c_str() + token.size()) fail_at(source, at, "'" + token + "' is not a number");
   if (!std::isfinite(v) || v < 0 || v > 1e18) fail_at(source, at, "'" + token + "' is not a size, time or rate (finite, 0 to 1e18)");

@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include <collx/detail/c_locale.hpp>
 #include <collx/topo/detail/xml.hpp>
 #include <collx/topo/topology.hpp>
 
@@ -106,7 +107,7 @@ inline unsigned long parse_pci_class(const xml_attribute& a, std::string_view sr
 inline double parse_double(const xml_attribute& a, std::string_view src) {
   const std::string& v = a.value;
   char* end = nullptr;
-  const double r = std::strtod(v.c_str(), &end);
+  const double r = collx::detail::strtod_c(v.c_str(), &end);
   if (v.empty() || end == v.c_str() || end != v.c_str() + v.size()) fail_at(src, a.pos, "attribute '" + a.name + "'=\"" + v + "\" is not a number");
   return r;
 }
@@ -128,7 +129,7 @@ inline std::string lower(std::string s) {
 inline int pcie_gen_from_speed(const xml_attribute& a, std::string_view src) {
   if (a.value.empty() || a.value.rfind("Unknown", 0) == 0) return 0;
   char* end = nullptr;
-  const double gt = std::strtod(a.value.c_str(), &end);
+  const double gt = collx::detail::strtod_c(a.value.c_str(), &end);
   if (end == a.value.c_str()) fail_at(src, a.pos, "link_speed \"" + a.value + "\" is not a PCIe rate");
   // PCIe runs 2.5 (Gen1) to 64 GT/s (Gen6); anything far outside (0, inf, nan) is a broken file.
   if (!(gt >= 2 && gt <= 128))
