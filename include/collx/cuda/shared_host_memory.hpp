@@ -57,6 +57,7 @@ class shared_host_memory {
     m.name_ = name;
     const int fd = ::shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
     if (fd < 0) fail("shm_open(" + m.name_ + ")");
+    (void)::fchmod(fd, 0600);  // whatever the umask: the other ranks open it
     m.owns_name_ = true;
     const int e = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));
     if (e != 0) {

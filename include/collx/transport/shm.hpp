@@ -458,6 +458,7 @@ class shm_transport final : public transport {
       const int fd = ::shm_open(name_of(r).c_str(), create ? O_RDWR | O_CREAT | O_EXCL : O_RDWR, 0600);
       if (fd < 0) system_error("cannot open shared buffer " + name_of(r), errno);
       if (create) {
+        (void)::fchmod(fd, 0600);  // the umask may have taken the owner's read or write bit: peers open it
         if (const int e = ::posix_fallocate(fd, 0, static_cast<off_t>(len)); e != 0) {
           ::close(fd);
           ::shm_unlink(name_of(r).c_str());
@@ -1271,7 +1272,12 @@ class shm_transport final : public transport {
       reclaim_stale_segments();
       for (int attempt = 0;; ++attempt) {
         fd = ::shm_open(name_.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
-        if (fd >= 0) break;
+        if (fd >= 0) {
+          // 0600 whatever the umask (one without the owner's read or write bit made a segment no
+          // peer could open, and no later start could judge stale and remove).
+          (void)::fchmod(fd, 0600);
+          break;
+        }
         if (errno != EEXIST) system_error("cannot create the segment", errno);
         if (unlink_if_stale(name_)) continue;  // a crashed start's: gone now
         const int probe = ::shm_open(name_.c_str(), O_RDONLY, 0);
@@ -1295,7 +1301,7 @@ class shm_transport final : public transport {
       }
     } else {
       // Wait for rank 0's segment; skip one left by a dead job until rank 0 replaces it.
-      for (unsigned waits = 0;; ) {
+      for (unsigned waits = 0, denied = 0;; ) {
         fd = ::shm_open(name_.c_str(), O_RDWR, 0);
         if (fd >= 0) {
           struct stat st{};
@@ -1341,6 +1347,8 @@ class shm_transport final : public transport {
           }
           ::close(fd);
           fd = -1;
+        } else if (errno == EACCES && ++denied < 100) {
+          // Made this instant, under a umask without the owner's bits: rank 0 sets 0600 next.
         } else if (errno != ENOENT) {
           system_error("cannot open the segment", errno);
         }
