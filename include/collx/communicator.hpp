@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -240,6 +241,8 @@ class communicator {
   /// @throws collx::error invalid_argument, on the calling rank only (no communicator fails), when
   ///   the transport or a level of an attached hierarchy cannot run calls on another thread
   ///   (transport::async_refusal: collx::mpi below MPI_THREAD_MULTIPLE); fn is not run.
+  ///   errc::system, on the calling rank only, when the progress thread cannot be started (its
+  ///   first async call); fn is not run.
   request submit_async(std::function<void()> fn) {
     (void)live();
     std::string refusal = transport_->async_refusal();
@@ -247,7 +250,14 @@ class communicator {
     if (!refusal.empty()) COLLX_THROW(errc::invalid_argument, "collx: an async call on this communicator: " + refusal);
     detail::async_engine* e = engine_.load(std::memory_order_acquire);
     if (!e) {  // the first async call starts the thread; two threads racing here keep one
-      auto fresh = std::make_unique<detail::async_engine>();
+      std::unique_ptr<detail::async_engine> fresh;
+      try {
+        fresh = std::make_unique<detail::async_engine>();
+      } catch (const std::system_error& x) {  // nothing was queued: this rank's call fails, no communicator
+        COLLX_THROW(errc::system, "rank " + std::to_string(rank()) +
+                                      ": collx: cannot start the communicator's progress thread for async calls: " +
+                                      x.what() + " (a thread limit, RLIMIT_NPROC, or no memory for its stack)");
+      }
       if (engine_.compare_exchange_strong(e, fresh.get(), std::memory_order_acq_rel)) e = fresh.release();
     }
     std::shared_ptr<detail::request_state> st = e->submit(std::move(fn), &busy_);

@@ -19,6 +19,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cerrno>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -227,8 +228,11 @@ template <class F>
   for (int r = 0; r < world_size; ++r) {
     const pid_t pid = ::fork();
     if (pid < 0) {
+      const int e = errno;  // before abandon_start's calls
       detail::abandon_start(pids, job, false);
-      COLLX_THROW(errc::system, "run_processes: fork failed");
+      COLLX_THROW(errc::system, "run_processes: cannot start rank " + std::to_string(r) + " of " + std::to_string(world_size) +
+                                    ": fork: " + std::strerror(e) +
+                                    (e == EAGAIN ? " (a process limit: RLIMIT_NPROC, ulimit -u)" : ""));
     }
     if (pid == 0) {
       int code = 0;
@@ -330,8 +334,11 @@ inline int launch_program(int world_size, char* const argv[], std::chrono::milli
   for (int r = 0; r < world_size; ++r) {
     const pid_t pid = ::fork();
     if (pid < 0) {
+      const int e = errno;  // before abandon_start's calls
       detail::abandon_start(pids, job, true);
-      COLLX_THROW(errc::system, "launch_program: fork failed");
+      COLLX_THROW(errc::system, "launch_program: cannot start rank " + std::to_string(r) + " of " + std::to_string(world_size) +
+                                    ": fork: " + std::strerror(e) +
+                                    (e == EAGAIN ? " (a process limit: RLIMIT_NPROC, ulimit -u)" : ""));
     }
     if (pid == 0) {
       ::setpgid(0, 0);  // its own group: a failure elsewhere stops what it started too
