@@ -70,6 +70,20 @@ std::vector<std::pair<collx::errc, std::string>> errors_of(F fn) {
   return out;
 }
 
+// Checks that every rank got errc::mismatch, none with `never` in its message; returns the
+// messages, one per line.
+std::string mismatch_on_every_rank(const std::vector<std::pair<collx::errc, std::string>>& errs, const char* never) {
+  std::string all;
+  for (std::size_t r = 0; r < errs.size(); ++r) {
+    const auto& [code, why] = errs[r];
+    INFO("rank " << r << ": " << why);
+    CHECK(code == collx::errc::mismatch);
+    CHECK_THAT(why, !Catch::Contains(never));
+    all += why + "\n";
+  }
+  return all;
+}
+
 TEST_CASE("split's errors reach every rank at once", "[split][errors]") {
   SECTION("a negative color other than no_color") {
     const auto errs = errors_of([](collx::communicator& c) { (void)collx::split(c, c.rank() == 2 ? -3 : 0, 0); });
@@ -112,14 +126,7 @@ TEST_CASE("split's errors reach every rank at once", "[split][errors]") {
         (void)collx::split(c, 0, 0);
       }
     });
-    std::string all;
-    for (int r = 0; r < 4; ++r) {
-      const auto& [code, why] = errs[static_cast<std::size_t>(r)];
-      INFO("rank " << r << ": " << why);
-      CHECK(code == collx::errc::mismatch);
-      CHECK_THAT(why, !Catch::Contains("rank 1 called collx::split"));
-      all += why + "\n";
-    }
+    const std::string all = mismatch_on_every_rank(errs, "rank 1 called collx::split");
     INFO(all);
     CHECK_THAT(all, Catch::Contains("rank 1 called all_gather"));
   }
@@ -132,14 +139,7 @@ TEST_CASE("split's errors reach every rank at once", "[split][errors]") {
         (void)collx::split(c, 0, 0);
       }
     });
-    std::string all;
-    for (int r = 0; r < 4; ++r) {
-      const auto& [code, why] = errs[static_cast<std::size_t>(r)];
-      INFO("rank " << r << ": " << why);
-      CHECK(code == collx::errc::mismatch);
-      CHECK_THAT(why, !Catch::Contains("called all_gather"));  // split's exchange is not the user's call
-      all += why + "\n";
-    }
+    const std::string all = mismatch_on_every_rank(errs, "called all_gather");  // split's exchange is not the user's call
     INFO(all);
     CHECK_THAT(all, Catch::Contains("called collx::split") && Catch::Contains("called allreduce"));
   }
