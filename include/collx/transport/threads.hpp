@@ -554,8 +554,9 @@ void run_rank_threads(std::vector<communicator>& comms, F&& fn, bool close_when_
       if (close_when_done) communicator closing = std::move(*comm);
   };
   // Taken before any thread starts (a rank's thread may move its communicator away): to end the
-  // started ranks if a later rank's thread cannot start.
-  std::vector<std::shared_ptr<transport>> transports;
+  // started ranks if a later rank's thread cannot start. Weak: a rank that returns must close its
+  // transport at once, for its peers to learn that it left.
+  std::vector<std::weak_ptr<transport>> transports;
   for (auto& c : comms) transports.push_back(c.shared_transport());
   for (auto& c : comms) {
     try {
@@ -564,8 +565,8 @@ void run_rank_threads(std::vector<communicator>& comms, F&& fn, bool close_when_
       const std::string why = "cannot start the thread of rank " + std::to_string(threads.size()) + " of " +
                               std::to_string(comms.size()) + ": " + e.what() +
                               " (a thread or process limit, RLIMIT_NPROC, or no address space for its stack, ulimit -v)";
-      for (const auto& t : transports)
-        if (t) t->fail(errc::aborted, why);
+      for (const auto& w : transports)
+        if (const std::shared_ptr<transport> t = w.lock()) t->fail(errc::aborted, why);
       for (auto& t : threads) t.join();
       COLLX_THROW(errc::system, why);
     }
