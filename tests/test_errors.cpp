@@ -1653,7 +1653,7 @@ TEST_CASE("run_threads: a rank whose thread cannot start is collx::error, not st
   INFO("child status " << st);
   REQUIRE(WIFEXITED(st));  // not SIGABRT from std::terminate
   if (WEXITSTATUS(st) == 77 || WEXITSTATUS(st) == 78) {
-    SUCCEED("skipped: could not make the child's thread limit bind (not root, or nobody runs processes)");
+    SUCCEED("skipped: the child's thread limit did not bind (root could not become nobody, or every thread started)");
     return;
   }
   CHECK(WEXITSTATUS(st) == 0);

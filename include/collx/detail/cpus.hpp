@@ -89,11 +89,8 @@ inline std::optional<double> parse_cgroup2_cpu_max(std::string_view text) {
 /// CPUs' worth of time cgroup v1's `cpu.cfs_quota_us` and `cpu.cfs_period_us` grant; nothing when
 /// the quota is -1 (no limit) or unreadable.
 inline std::optional<double> parse_cgroup1_quota(std::string_view quota_us, std::string_view period_us) {
-  try {
-    const double q = detail::atof_c(std::string(quota_us).c_str()), p = detail::atof_c(std::string(period_us).c_str());
-    if (q > 0 && p > 0) return q / p;
-  } catch (...) {
-  }
+  const double q = detail::atof_c(std::string(quota_us).c_str()), p = detail::atof_c(std::string(period_us).c_str());
+  if (q > 0 && p > 0 && std::isfinite(q / p)) return q / p;
   return std::nullopt;
 }
 

@@ -1301,7 +1301,8 @@ class shm_transport final : public transport {
       }
     } else {
       // Wait for rank 0's segment; skip one left by a dead job until rank 0 replaces it.
-      for (unsigned waits = 0, denied = 0;; ) {
+      bool denied = false;  // the name was there but could not be opened: said at the timeout
+      for (unsigned waits = 0;; ) {
         fd = ::shm_open(name_.c_str(), O_RDWR, 0);
         if (fd >= 0) {
           struct stat st{};
@@ -1347,8 +1348,10 @@ class shm_transport final : public transport {
           }
           ::close(fd);
           fd = -1;
-        } else if (errno == EACCES && ++denied < 100) {
-          // Made this instant, under a umask without the owner's bits: rank 0 sets 0600 next.
+        } else if (errno == EACCES) {
+          // Made this instant under a umask without the owner's bits (rank 0 sets 0600 next), or a
+          // segment of an older version so made: waited for as for a missing one.
+          denied = true;
         } else if (errno != ENOENT) {
           system_error("cannot open the segment", errno);
         }
@@ -1366,6 +1369,11 @@ class shm_transport final : public transport {
                                            "the connect timeout (COLLX_CONNECT_TIMEOUT): did this job's rank 0 die while "
                                            "starting? (Or it is an earlier run's, and rank 0 is not running with the same "
                                            "job id and world size.)" + job_id_hint());
+          if (denied)
+            COLLX_THROW(errc::timeout, "rank " + std::to_string(rank_) + "/" + std::to_string(n_) + ": shared memory " +
+                                           name_ + id_note_ + " could not be opened within the connect timeout: "
+                                           "Permission denied (its mode lacks the owner's read or write bit; remove it "
+                                           "from /dev/shm if no job of yours is running)" + job_id_hint());
           COLLX_THROW(errc::timeout, "rank " + std::to_string(rank_) + "/" + std::to_string(n_) + ": shared memory " +
                                          name_ + id_note_ + " did not appear within the connect timeout (COLLX_CONNECT_TIMEOUT; is rank 0 running, with "
                                          "the same job id and world size? A job removes the name once all its ranks "

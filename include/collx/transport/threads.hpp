@@ -559,14 +559,19 @@ void run_rank_threads(std::vector<communicator>& comms, F&& fn, bool close_when_
   std::vector<std::weak_ptr<transport>> transports;
   for (auto& c : comms) transports.push_back(c.shared_transport());
   for (auto& c : comms) {
+    const int rank = c.rank();  // its thread has not started: nothing else touches c yet
     try {
       threads.emplace_back(rank_thread, &c);
-    } catch (const std::system_error& e) {  // no thread for this rank: end the ranks started, then say why
-      const std::string why = "cannot start the thread of rank " + std::to_string(threads.size()) + " of " +
-                              std::to_string(comms.size()) + ": " + e.what() +
-                              " (a thread or process limit, RLIMIT_NPROC, or no address space for its stack, ulimit -v)";
+    } catch (const std::exception& e) {  // no thread for this rank (system_error, bad_alloc): end the ranks started, then say why
+      std::string why;
+      try {
+        why = "cannot start the thread of rank " + std::to_string(rank) + " of " + std::to_string(comms.size()) + ": " +
+              e.what() + " (a thread or process limit, RLIMIT_NPROC, or no address space for its stack, ulimit -v)";
+      } catch (...) {  // no memory for the words: the ranks started must still end
+      }
+      // Adopted, not fail(): the peers read the reason as is, not as the failure of a rank.
       for (const auto& w : transports)
-        if (const std::shared_ptr<transport> t = w.lock()) t->fail(errc::aborted, why);
+        if (const std::shared_ptr<transport> t = w.lock()) t->adopt_failure(errc::aborted, why);
       for (auto& t : threads) t.join();
       COLLX_THROW(errc::system, why);
     }
