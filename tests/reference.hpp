@@ -760,31 +760,28 @@ inline std::vector<size_t> prefix(const std::vector<size_t>& counts) {
   return p;
 }
 
-/// True in sanitizer builds (ASan, TSan), which run 5-20x slower: the largest repeat counts shrink.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-inline constexpr bool sanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-inline constexpr bool sanitized = true;
+// Which sanitizer this build has: g++ defines __SANITIZE_*__, clang answers __has_feature (which
+// g++ 12 lacks, and cannot be named in an #if where it is not defined).
+#if defined(__has_feature)
+#define COLLX_TEST_HAS_FEATURE(x) __has_feature(x)
 #else
-inline constexpr bool sanitized = false;
+#define COLLX_TEST_HAS_FEATURE(x) 0
 #endif
+#if defined(__SANITIZE_THREAD__) || COLLX_TEST_HAS_FEATURE(thread_sanitizer)
+#define COLLX_TEST_TSAN 1
 #else
-inline constexpr bool sanitized = false;
+#define COLLX_TEST_TSAN 0
+#endif
+#if defined(__SANITIZE_ADDRESS__) || COLLX_TEST_HAS_FEATURE(address_sanitizer)
+#define COLLX_TEST_ASAN 1
+#else
+#define COLLX_TEST_ASAN 0
 #endif
 
+/// True in sanitizer builds (ASan, TSan), which run 5-20x slower: the largest repeat counts shrink.
+inline constexpr bool sanitized = COLLX_TEST_ASAN || COLLX_TEST_TSAN;
 /// True under TSan, whose runtime does not support threads started in a forked child.
-#if defined(__SANITIZE_THREAD__)
-inline constexpr bool thread_sanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-inline constexpr bool thread_sanitized = true;
-#else
-inline constexpr bool thread_sanitized = false;
-#endif
-#else
-inline constexpr bool thread_sanitized = false;
-#endif
+inline constexpr bool thread_sanitized = COLLX_TEST_TSAN;
 
 using clock = std::chrono::steady_clock;
 inline double seconds_since(clock::time_point t0) {
