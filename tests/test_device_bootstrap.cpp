@@ -907,6 +907,36 @@ TEST_CASE("a window belongs to the communicator that registered it, until it is 
   CHECK(fake_cudart_live() == 0);
 }
 
+TEST_CASE("a rank registering a window while its peer deregisters one is told so, as is its peer", "[cuda][bootstrap]") {
+  // register_window and deregister_window each start with an exchange of the ranks' outcomes: of
+  // one type, a rank in one and its peer in the other passed it unflagged.
+  fake_machine m("hgx-h100");
+  std::vector<std::string> seen(2);
+  std::vector<collx::errc> code(2, collx::errc::internal);
+  const auto res = create({0, 1}, {}, [&](gpu::device_communicator& dc) {
+    const auto r = static_cast<std::size_t>(dc.rank());
+    void* buf = nullptr;
+    cuda_or_throw(cudaMalloc(&buf, 4096), "cudaMalloc");
+    const gpu::window a = dc.register_window(buf, 2048);
+    try {
+      if (r == 0) (void)dc.register_window(static_cast<std::byte*>(buf) + 2048, 2048);
+      else dc.deregister_window(a);
+    } catch (const collx::error& e) {
+      seen[r] = e.what();
+      code[r] = e.code();
+    }
+    (void)cudaFree(buf);
+  });
+  for (std::size_t r = 0; r < 2; ++r) {
+    INFO("rank " << r << ": " << res[r].error << " / " << seen[r]);
+    CHECK(res[r].error.empty());
+    CHECK(code[r] == collx::errc::mismatch);
+  }
+  CHECK_THAT(seen[0], Catch::Contains("rank 1 called collx::gpu::device_communicator::deregister_window"));
+  CHECK_THAT(seen[1], Catch::Contains("rank 0 called collx::gpu::device_communicator::register_window"));
+  CHECK(fake_cudart_live() == 0);
+}
+
 TEST_CASE("device bootstrap: objects left by a creator that no longer runs are removed", "[cuda][bootstrap]") {
   // A child creates an object and exits without removing it, as a rank killed during setup would.
   const pid_t child = ::fork();

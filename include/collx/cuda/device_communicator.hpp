@@ -616,7 +616,7 @@ class device_communicator {
     // Every rank learns whether every rank's own steps succeeded before any maps a peer's buffer:
     // a rank that throws alone would leave the others in the exchange below, or holding a window
     // their peer does not have, until their timeout.
-    on_every_rank("register its window", [&] {
+    on_every_rank<step_of::register_window>("register its window", [&] {
       gpu::check(cudaSetDevice(device_), "gpu::register_window: cudaSetDevice");  // the driver calls act on it
       check();
       if (ptr == nullptr || bytes == 0)
@@ -649,7 +649,7 @@ class device_communicator {
     w.world = size();
     w.communicator = token_;
     try {
-      on_every_rank("map its peers' windows", [&] { map_window(w, all, mine.process); });
+      on_every_rank<step_of::register_window>("map its peers' windows", [&] { map_window(w, all, mine.process); });
     } catch (...) {
       unmap_window(w.id);  // no window object is returned to deregister: undo its mappings here
       throw;
@@ -680,7 +680,7 @@ class device_communicator {
     const communicator::call_scope one_thread(*host_);  // one call on host, as the creation
     const gpu::scoped_device restore;
     // Also the first barrier: every rank learns whether every rank's window is one to unmap.
-    on_every_rank("deregister its window", [&] {
+    on_every_rank<step_of::deregister_window>("deregister its window", [&] {
       if (!owns(w))
         COLLX_THROW(errc::invalid_argument, "gpu::deregister_window: window " + std::to_string(w.id) +
                                                 " was not registered with this communicator, or was deregistered already");
@@ -835,19 +835,28 @@ class device_communicator {
     }
   }
 
+  /// The user's call an on_every_rank step belongs to: part of the outcome's type, so that a rank
+  /// in register_window while its peers deregister (or set up) fails that exchange as a mismatch.
+  enum class step_of { setup, register_window, deregister_window };
   /// One rank's outcome of a setup step with the start of its message, so that every rank can say
   /// why (a named type: its name is part of the host all_gather's type check across ranks).
+  template <step_of Call>
   struct setup_outcome {
     std::uint8_t ok = 1;
     std::array<char, 255> why{};
     std::int32_t code = static_cast<std::int32_t>(errc::internal);  ///< its collx::error's code
   };
   /// Errors name the exchanges of setup_outcome and window_record (a rank calling a collective on
-  /// the host communicator meanwhile) as the calls the user made.
+  /// the host communicator meanwhile, or another of these) as the calls the user made.
   static inline const bool exchanges_named =
-      collx::detail::remember_exchange_call(collx::detail::type_signature_hash<setup_outcome>,
-                                            "collx::gpu::device_communicator's constructor, register_window or "
-                                            "deregister_window") &&
+      collx::detail::remember_exchange_call(collx::detail::type_signature_hash<setup_outcome<step_of::setup>>,
+                                            "collx::gpu::device_communicator's constructor") &&
+      collx::detail::remember_exchange_call(
+          collx::detail::type_signature_hash<setup_outcome<step_of::register_window>>,
+          "collx::gpu::device_communicator::register_window") &&
+      collx::detail::remember_exchange_call(
+          collx::detail::type_signature_hash<setup_outcome<step_of::deregister_window>>,
+          "collx::gpu::device_communicator::deregister_window") &&
       collx::detail::remember_exchange_call(collx::detail::type_signature_hash<window_record>,
                                             "collx::gpu::device_communicator::register_window");
   /// on_every_rank's `peers_code` for "the code the failing rank's own error has".
@@ -858,9 +867,10 @@ class device_communicator {
   /// error's code, internal for an exception not a collx::error) naming the first rank that failed,
   /// with the start (254 bytes) of its message (instead of waiting for it until the host
   /// communicator's timeout).
-  template <class Step>
+  template <step_of Call = step_of::setup, class Step>
   void on_every_rank(const char* what, Step&& step, errc peers_code = errc::cuda) {
-    setup_outcome mine;
+    using outcome = setup_outcome<Call>;
+    outcome mine;
     std::exception_ptr thrown;
     try {
       step();
@@ -878,12 +888,12 @@ class device_communicator {
       mine.ok = 0;
       std::strncpy(mine.why.data(), "an exception not derived from std::exception", mine.why.size() - 1);
     }
-    std::vector<setup_outcome> all(static_cast<std::size_t>(size()));
-    all_gather<algo::direct>(*host_, std::span<const setup_outcome>(&mine, 1), std::span<setup_outcome>(all));
-    failed_together_ = std::any_of(all.begin(), all.end(), [](const setup_outcome& o) { return o.ok == 0; });
+    std::vector<outcome> all(static_cast<std::size_t>(size()));
+    all_gather<algo::direct>(*host_, std::span<const outcome>(&mine, 1), std::span<outcome>(all));
+    failed_together_ = std::any_of(all.begin(), all.end(), [](const outcome& o) { return o.ok == 0; });
     if (thrown) std::rethrow_exception(thrown);
     for (int p = 0; p < size(); ++p)
-      if (const setup_outcome& o = all[static_cast<std::size_t>(p)]; !o.ok)
+      if (const outcome& o = all[static_cast<std::size_t>(p)]; !o.ok)
         COLLX_THROW(peers_code == failing_ranks_code ? static_cast<errc>(o.code) : peers_code,
                     std::string("gpu: rank ") + std::to_string(p) + " could not " + what + ": " + std::string(o.why.data()));
   }
