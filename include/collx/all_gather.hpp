@@ -63,7 +63,9 @@ void all_gather_impl(communicator& comm, std::span<const T> send, std::span<T> r
 ///   (NCCL's convention; collx::rank_block(recv, comm) gives that block); any other overlap is an error.
 /// @tparam Algo ring, tree (binomial gather + broadcast), direct, automatic, or hierarchical<Intra, Inter>
 ///   (across nodes, then inside each: algo/hierarchical.hpp).
-/// @throws collx::error invalid_argument, mismatch, timeout, aborted.
+/// @throws collx::error invalid_argument, mismatch, timeout, aborted, transport (a peer died or closed its communicator). Every
+///   error fails comm for every rank, and a later call on it throws the first failure's code at once
+///   (see communicator).
 template <class Algo = algo::automatic, element T>
 void all_gather(communicator& comm, std::type_identity_t<std::span<const T>> send, std::span<T> recv) {
   const detail::count_array counts(static_cast<std::size_t>(comm.size()), send.size());
@@ -75,7 +77,9 @@ void all_gather(communicator& comm, std::type_identity_t<std::span<const T>> sen
 ///   type, or a braced list (see block_counts)
 /// @param send counts[rank] elements
 /// @param recv sum(counts) elements; in place when send is this rank's block of recv.
-/// @throws collx::error invalid_argument, mismatch, timeout, aborted.
+/// @throws collx::error invalid_argument, mismatch, timeout, aborted, transport (a peer died or closed its communicator). Every
+///   error fails comm for every rank, and a later call on it throws the first failure's code at once
+///   (see communicator).
 template <class Algo = algo::automatic, element T>
 void all_gather_v(communicator& comm, std::type_identity_t<std::span<const T>> send, std::span<T> recv,
                   const block_counts& counts) {

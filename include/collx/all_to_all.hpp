@@ -64,7 +64,9 @@ void all_to_all_impl(communicator& comm, std::span<const T> send, const block_co
 /// @param recv n * k elements
 /// @tparam Algo direct (all pairs at once), ring (n-1 pairwise exchange steps), or automatic
 ///   (algo::hierarchical<...> runs direct).
-/// @throws collx::error invalid_argument, mismatch, timeout, aborted.
+/// @throws collx::error invalid_argument, mismatch, timeout, aborted, transport (a peer died or closed its communicator). Every
+///   error fails comm for every rank, and a later call on it throws the first failure's code at once
+///   (see communicator).
 template <class Algo = algo::automatic, element T>
 void all_to_all(communicator& comm, std::type_identity_t<std::span<const T>> send, std::span<T> recv) {
   const std::size_t n = static_cast<std::size_t>(comm.size());
@@ -84,7 +86,12 @@ void all_to_all(communicator& comm, std::type_identity_t<std::span<const T>> sen
 /// @param send_counts world-size entries; std::size_t or any integer type, or a braced list (see
 ///   block_counts)
 /// @param recv_counts as send_counts
-/// @throws collx::error invalid_argument, mismatch, timeout, aborted.
+/// send and recv must not overlap (all_to_all is never in place).
+/// @throws collx::error invalid_argument (counts not one per rank or not summing to the buffers'
+///   sizes, send_counts[rank] != recv_counts[rank], overlap, a null pointer with elements),
+///   mismatch, timeout, aborted, transport (a peer died or closed its communicator). Every
+///   error fails comm for every rank, and a later call on it throws the first failure's code at once
+///   (see communicator).
 template <class Algo = algo::automatic, element T>
 void all_to_all_v(communicator& comm, std::type_identity_t<std::span<const T>> send,
                   const block_counts& send_counts, std::span<T> recv, const block_counts& recv_counts) {

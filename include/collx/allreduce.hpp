@@ -32,8 +32,10 @@ inline namespace v0 {
 /// @param recv the result (count elements). In place when recv.data() == send.data() (NCCL's
 ///   convention); any other overlap is an error.
 /// @param op a reduction op (ops::sum by default, or the user's own; see reduction_op)
-/// @throws collx::error invalid_argument (sizes differ, partial overlap), mismatch (ranks disagree on
-///   count, type, op or algorithm), timeout, aborted.
+/// @throws collx::error invalid_argument (sizes differ, partial overlap, a null pointer with
+///   elements), mismatch (ranks disagree on count, type, op or algorithm), timeout, aborted, transport (a peer died or closed its communicator). Every
+///   error fails comm for every rank, and a later call on it throws the first failure's code at once
+///   (see communicator).
 template <class Algo = algo::automatic, element T, class Op = ops::sum>
   requires reduction_op<Op, T>
 void allreduce(communicator& comm, std::type_identity_t<std::span<const T>> send, std::span<T> recv, Op op = {}) {

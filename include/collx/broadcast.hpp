@@ -23,7 +23,10 @@ inline namespace v0 {
 /// @param root in [0, world size); checked before any byte moves.
 /// @tparam Algo ring (pipelined chain), tree (binomial), direct (root to all), automatic, or
 ///   hierarchical<Intra, Inter> (across nodes, then inside each: algo/hierarchical.hpp).
-/// @throws collx::error invalid_argument (bad root, sizes, overlap), mismatch, timeout, aborted.
+/// @throws collx::error invalid_argument (bad root, sizes, overlap, a null pointer with elements),
+///   mismatch, timeout, aborted, transport (a peer died or closed its communicator). Every
+///   error fails comm for every rank, and a later call on it throws the first failure's code at once
+///   (see communicator).
 template <class Algo = algo::automatic, element T>
 void broadcast(communicator& comm, std::type_identity_t<std::span<const T>> send, std::span<T> recv, int root) {
   using detail::no_op;

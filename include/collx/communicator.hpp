@@ -83,7 +83,8 @@ struct communicator_options {
   /// Per-collective algorithms for algo::automatic that win over the selector (default: COLLX_ALGO).
   env::algorithm_overrides algorithm_overrides = detail::default_algorithm_overrides();
   /// The order of algo::ring: ranks in ring order, each sending to the next (a permutation of
-  /// [0, world size), the same on every rank); empty: rank order. Put ranks that share fast links
+  /// [0, world size), the same on every rank; the communicator's constructor throws
+  /// errc::invalid_argument otherwise); empty: rank order. Put ranks that share fast links
   /// next to each other, e.g. with topo::ring_in_rank_order of a ring topo::search_rings found.
   std::vector<int> ring_order = {};
 };
@@ -144,6 +145,9 @@ class communicator {
   }
 
   /// Wraps a transport (see transport/threads.hpp for ready-made ones).
+  /// @throws collx::error (errc::invalid_argument) for a null transport, or options out of range:
+  ///   a ring_order that is not a permutation of the ranks, a timeout under 1 ms,
+  ///   max_segment_bytes under 64.
   explicit communicator(std::shared_ptr<transport> t, communicator_options opt = {})
       : transport_(std::move(t)), options_(std::move(opt)) {
     if (!transport_) COLLX_THROW(errc::invalid_argument, "communicator: null transport");
@@ -213,7 +217,11 @@ class communicator {
   /// The transport, shared (for linking communicators).
   const std::shared_ptr<transport>& shared_transport() const noexcept { return transport_; }
 
-  /// The algorithm algo::automatic resolves to for `q`.
+  /// The algorithm algo::automatic resolves to for `q`: COLLX_ALGO's choice for the collective, else
+  /// the options' selector, else the cost model; ring for a non-commutative op becomes direct, and
+  /// tree for all_to_all direct.
+  /// @throws collx::error (errc::invalid_argument) when the selector returns something other than
+  ///   ring, tree or direct; as rank() on a moved-from communicator.
   algorithm select(const selection_query& q) const {
     const auto forced = options_.algorithm_overrides.for_collective(q.coll);
     algorithm a = forced ? *forced : options_.selector ? options_.selector(q) : live().costs().choose(q);

@@ -213,7 +213,8 @@ inline void abandon_start(const std::vector<pid_t>& pids, const std::string& job
 /// each process_exit::ok()); a segment the job left (a rank killed while it started) is removed then,
 /// and shared buffers its ranks were killed making. The processes get SIGKILL if the caller dies. The caller should have
 /// no other threads running.
-/// @throws collx::error(errc::invalid_argument) for a bad COLLX_BIND, before anything starts;
+/// @throws collx::error(errc::invalid_argument) for world_size < 1 or a bad COLLX_BIND, before
+///         anything starts;
 ///         (errc::system) if fork fails (processes already started are killed, and the job's
 ///         rendezvous segment removed).
 template <class F>
@@ -310,8 +311,9 @@ class forward_signals {
 /// and shared buffers (shm_buffer) its ranks were all killed making.
 /// The ranks (the processes started, not what they start in turn) get SIGTERM if the caller dies,
 /// even of SIGKILL.
-/// @throws collx::error(errc::invalid_argument) before starting anything if the program cannot be
-/// run (not found on PATH, not executable) or COLLX_BIND is bad, so that one message says so
+/// @throws collx::error(errc::invalid_argument) before starting anything for world_size < 1, a null
+/// argv or argv[0], a program that cannot be run (not found on PATH, not executable) or a bad
+/// COLLX_BIND, so that one message says so
 /// instead of one per rank; collx::error(errc::system) if fork fails (the ranks already started
 /// are killed, and the job's rendezvous segment removed).
 inline int launch_program(int world_size, char* const argv[], std::chrono::milliseconds grace = std::chrono::seconds(3)) {

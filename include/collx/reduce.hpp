@@ -26,7 +26,9 @@ inline namespace v0 {
 /// @tparam Algo ring (commutative ops only), tree (rank order, to rank 0 then to the root), direct
 ///   (the root folds in rank order: bitwise reproducible), automatic, or hierarchical<Intra, Inter>
 ///   (inside each node, then across nodes: algo/hierarchical.hpp).
-/// @throws collx::error invalid_argument, mismatch, timeout, aborted.
+/// @throws collx::error invalid_argument, mismatch, timeout, aborted, transport (a peer died or closed its communicator). Every
+///   error fails comm for every rank, and a later call on it throws the first failure's code at once
+///   (see communicator).
 template <class Algo = algo::automatic, element T, class Op = ops::sum>
   requires reduction_op<Op, T>
 void reduce(communicator& comm, std::type_identity_t<std::span<const T>> send, std::span<T> recv, int root, Op op = {}) {

@@ -69,7 +69,10 @@ void reduce_scatter_impl(communicator& comm, std::span<const T> send, std::span<
 ///   send, which collx::rank_block(send, comm) gives); any other overlap is an error.
 /// @tparam Algo ring (commutative ops only), tree, direct, automatic, or hierarchical<Intra, Inter>
 ///   (inside each node, then across nodes: algo/hierarchical.hpp).
-/// @throws collx::error invalid_argument (sizes, overlap), mismatch, timeout, aborted.
+/// @throws collx::error invalid_argument (sizes, overlap, a null pointer with elements), mismatch,
+///   timeout, aborted, transport (a peer died or closed its communicator). Every
+///   error fails comm for every rank, and a later call on it throws the first failure's code at once
+///   (see communicator).
 /// Order of combination and determinism as for allreduce with the same algorithm.
 template <class Algo = algo::automatic, element T, class Op = ops::sum>
   requires reduction_op<Op, T>
@@ -84,7 +87,9 @@ void reduce_scatter(communicator& comm, std::type_identity_t<std::span<const T>>
 ///   std::size_t or any integer type, or a braced list (see block_counts)
 /// @param send sum(recv_counts) elements
 /// @param recv recv_counts[rank] elements; in place when it is this rank's block of send.
-/// @throws collx::error invalid_argument, mismatch, timeout, aborted.
+/// @throws collx::error invalid_argument, mismatch, timeout, aborted, transport (a peer died or closed its communicator). Every
+///   error fails comm for every rank, and a later call on it throws the first failure's code at once
+///   (see communicator).
 template <class Algo = algo::automatic, element T, class Op = ops::sum>
   requires reduction_op<Op, T>
 void reduce_scatter_v(communicator& comm, std::type_identity_t<std::span<const T>> send, std::span<T> recv,

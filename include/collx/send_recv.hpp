@@ -91,7 +91,10 @@ void check_p2p_arguments(communicator& comm, const char* call, const char* role,
 /// Messages between two ranks arrive in the order sent. The receiver must call recv with the same
 /// count and type (checked: recv throws errc::mismatch; a sender that already returned gets the
 /// failure from its next call on the communicator).
-/// @throws collx::error invalid_argument (bad dest), mismatch, timeout, aborted.
+/// @throws collx::error invalid_argument (dest not another rank of the communicator or no_peer,
+///   or a null pointer with elements), mismatch, timeout, aborted, transport (a peer died or closed its communicator). Every
+///   error fails comm for every rank, and a later call on it throws the first failure's code at once
+///   (see communicator).
 template <class U>
   requires element<std::remove_const_t<U>>
 void send(communicator& comm, std::span<U> data, int dest) {
@@ -122,7 +125,10 @@ void send(communicator& comm, std::span<U> data, int dest) {
 
 /// Receives data.size() elements from rank `src` into `data` (from no_peer: moves nothing, `data`
 /// untouched).
-/// @throws collx::error invalid_argument (bad src), mismatch (count or type differs), timeout, aborted.
+/// @throws collx::error invalid_argument (src not another rank of the communicator or no_peer, or a
+///   null pointer with elements), mismatch (count or type differs), timeout, aborted, transport (a peer died or closed its communicator). Every
+///   error fails comm for every rank, and a later call on it throws the first failure's code at once
+///   (see communicator).
 template <element T>
 void recv(communicator& comm, std::span<T> data, int src) {
   detail::check_p2p_arguments<T>(comm, "recv", "source", src, data.data(), data.size());

@@ -58,8 +58,8 @@ inline constexpr int no_color = -1;
 ///   ranks with its color), or std::nullopt for no_color.
 /// @throws collx::error invalid_argument (a moved-from communicator; a negative color other than
 ///   no_color: comm is then failed for every rank; a transport that cannot split, found after the
-///   exchange), mismatch, timeout or aborted as the
-///   all_gather raises them (a rank calling another collective meanwhile), and what connecting the
+///   exchange), mismatch, timeout, aborted or transport as
+///   the all_gather raises them (a rank calling another collective meanwhile), and what connecting the
 ///   group raises (shared memory: system when /dev/shm is full; aborted within about 50 ms when
 ///   comm fails or a member dies while the group starts; timeout when a live member never
 ///   arrives, after shm_options::connect_timeout); any error after the exchange fails comm too.

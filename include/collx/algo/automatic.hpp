@@ -35,7 +35,11 @@ struct selection_query {
   friend constexpr bool operator==(const selection_query&, const selection_query&) = default;
 };
 
-/// Alpha-beta cost model of one transport. Defaults describe shared memory on one node.
+/// Alpha-beta cost model of one transport: a step costs alpha (latency) + bytes x beta (1 / bandwidth),
+/// Hockney's model ("The communication challenge for MPP: Intel Paragon and Meiko CS-2", Parallel
+/// Computing 20(3), 1994), with the per-algorithm step and byte counts of Thakur, Rabenseifner &
+/// Gropp, "Optimization of Collective Communication Operations in MPICH", IJHPCA 19(1), 2005.
+/// Defaults describe shared memory on one node.
 struct cost_model {
   double latency_s = 1.0e-6;       ///< per synchronising step, seconds
   double bandwidth_Bps = 8.0e9;    ///< per rank, bytes per second

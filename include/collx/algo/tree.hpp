@@ -6,7 +6,9 @@
 /// Rank 0 ends with ((x_0 op x_1) op (x_2 op x_3)) op ... : every rank's contribution once, in rank
 /// order, with a bracketing fixed by the world size alone. Broadcast is the binomial tree rooted at
 /// the root. ceil(log2 n) latency steps each way; each step moves the whole vector, so the tree is
-/// the latency choice for small messages.
+/// the latency choice for small messages. The binomial reduce and broadcast and their costs are those
+/// of Thakur, Rabenseifner & Gropp, "Optimization of Collective Communication Operations in MPICH",
+/// IJHPCA 19(1), 2005.
 ///
 /// Why binomial and not NCCL's double binary tree (Sanders, Speck & Traeff, "Two-tree algorithms for
 /// full bandwidth broadcast, reduction and scan", Parallel Computing 2009): the double binary tree

@@ -2160,7 +2160,8 @@ void recv(device_communicator& dc, T* buf, std::size_t count, int peer, cudaStre
 /// shifts and pairwise exchanges cannot deadlock. dst and src may be this rank (a copy through the
 /// staging). A side whose count is 0 moves nothing and its peer is not looked at (-1 is fine, as
 /// MPI_PROC_NULL). send and recv must not overlap.
-/// @throws as gpu::send, and errc::invalid_argument when send and recv overlap.
+/// @throws as gpu::send (except that dst and src may be this rank), and errc::invalid_argument
+///   when send and recv overlap.
 template <class T>
 void send_recv(device_communicator& dc, const T* send, std::size_t send_count, int dst, T* recv, std::size_t recv_count,
                int src, cudaStream_t stream = nullptr) {

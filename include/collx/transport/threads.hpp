@@ -588,7 +588,8 @@ void run_rank_threads(std::vector<communicator>& comms, F&& fn, bool close_when_
 /// afterwards, so a rank that returns while its peers still call it leaves them waiting until
 /// their timeout (run_threads(world_size, fn) ends them at once).
 /// @throws collx::error (errc::system) when a rank's thread cannot be started (a thread limit,
-///   or no memory for its stack), after failing the communicators and joining the ranks started.
+///   or no memory for its stack), after failing the communicators and joining the ranks started;
+///   otherwise the first exception a rank's fn threw, as it was thrown.
 template <class F>
 void run_threads(std::vector<communicator>& comms, F&& fn) {
   detail::run_rank_threads(comms, std::forward<F>(fn), false);
@@ -599,7 +600,9 @@ void run_threads(std::vector<communicator>& comms, F&& fn) {
 /// first exception thrown is rethrown here after every thread ended. A rank's communicator is
 /// destroyed when its fn returns: peers still calling it fail at once (errc::transport, "rank R
 /// closed its communicator"), as ranks over shared memory do when a process exits.
-/// @throws collx::error (errc::system) when a rank's thread cannot be started, as the other form.
+/// @throws collx::error (errc::invalid_argument) for world_size < 1 or options out of range (see
+///   the communicator's constructor), before any thread starts; (errc::system) when a rank's
+///   thread cannot be started, and the first exception a rank's fn threw, as the other form.
 template <class F>
 void run_threads(int world_size, F&& fn, const communicator_options& opt = {}) {
   std::vector<communicator> comms = make_thread_communicators(world_size, opt);
