@@ -1813,6 +1813,46 @@ TEST_CASE("shm: a second process given a started rank fails at once and leaves t
   }
 }
 
+TEST_CASE("shm: a rank whose connect timeout ends first tells the others which rank never came", "[shm]") {
+  // Rank 2 of 3 never starts. Rank 0 gives up after 0.5 s and exits; rank 1, with a longer
+  // connect timeout, must learn from rank 0 that rank 2 is missing (before, it saw rank 0's
+  // process end and failed with "rank 0 (pid ...) died while rank 1 waits for it").
+  const std::string job = "test-connect-first-" + std::to_string(::getpid());
+  auto child = [&](int rank) -> int {  // 10: a timeout naming the missing rank, well before rank 1's own
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      collx::shm_options shm;
+      shm.connect_timeout = rank == 0 ? 500ms : 20s;
+      collx::communicator comm = collx::connect_shm(collx::launch_info{rank, 3, rank, 3, job, "test"}, {}, shm);
+      return 3;
+    } catch (const collx::error& e) {
+      const std::string what = e.what();
+      std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
+      return e.code() == collx::errc::timeout && what.find("missing: rank 2") != std::string::npos &&
+                     what.find("died") == std::string::npos && std::chrono::steady_clock::now() - t0 < 10s
+                 ? 10
+                 : 4;
+    }
+  };
+  std::vector<pid_t> pids;
+  for (const int rank : {0, 1}) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::alarm(60);  // never hangs the test
+      ::_exit(child(rank));
+    }
+    REQUIRE(pid > 0);
+    pids.push_back(pid);
+  }
+  for (const pid_t p : pids) {
+    int st = 0;
+    ::waitpid(p, &st, 0);
+    INFO("rank " << (p == pids[0] ? 0 : 1));
+    CHECK((WIFEXITED(st) && WEXITSTATUS(st) == 10));
+  }
+  CHECK_FALSE(std::filesystem::exists("/dev/shm" + collx::transport_impl::shm_transport::segment_name(job)));
+}
+
 TEST_CASE("B6 over shm: unaligned buffers and a buffer that ends at a guard page", "[shm][B6]") {
   for (int cma : {0, -1}) {
     collx::shm_options shm;

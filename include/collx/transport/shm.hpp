@@ -1463,13 +1463,16 @@ class shm_transport final : public transport {
         std::string missing;
         for (int r = 0; r < n_; ++r)
           if (peer(r).attached.load(std::memory_order_acquire) == 0) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-        COLLX_THROW(errc::timeout, "rank " + std::to_string(rank_) + "/" + std::to_string(n_) + ": only " +
-                                       std::to_string(hdr()->attached.load()) + " of " + std::to_string(n_) +
-                                       " ranks attached to " + name_ + id_note_ + " within the connect timeout (COLLX_CONNECT_TIMEOUT)" +
-                                       (missing.empty() ? std::string()
-                                                        : " (missing: rank" + std::string(missing.find(',') != std::string::npos ? "s " : " ") +
-                                                              missing + ")") +
-                                       job_id_hint());
+        const std::string why = "only " + std::to_string(hdr()->attached.load()) + " of " + std::to_string(n_) +
+                                " ranks attached to " + name_ + id_note_ + " within the connect timeout (COLLX_CONNECT_TIMEOUT)" +
+                                (missing.empty() ? std::string()
+                                                 : " (missing: rank" + std::string(missing.find(',') != std::string::npos ? "s " : " ") +
+                                                       missing + ")") +
+                                job_id_hint();
+        // Told to the ranks still waiting (a later deadline): else they see this rank's process
+        // end and blame it ("rank 0 died"), not the rank that never came.
+        fail(errc::timeout, why);
+        COLLX_THROW(errc::timeout, "rank " + std::to_string(rank_) + "/" + std::to_string(n_) + ": " + why);
       }
       // A peer may finish its start, use the communicator and fail it between this rank's last
       // look at `ready` and its look at the peers: the start itself succeeded then (the failure
