@@ -71,7 +71,7 @@ int bench(collx::communicator& comm, const cp::options& o, const std::string& la
   info.launcher = launcher;
   info.machine = cp::describe_machine();
   std::string tr(comm.get_transport().name());
-  if (auto* shm = dynamic_cast<collx::transport_impl::shm_transport*>(&comm.get_transport()))
+  if (auto* shm = dynamic_cast<collx::detail::transport_impl::shm_transport*>(&comm.get_transport()))
     tr += std::string(" (single-copy process_vm_readv for messages >= 64 KiB: ") + (shm->cma_enabled() ? "on" : "off") +
           "; COLLX_CMA=" + collx::env::get("COLLX_CMA").value_or("auto") + ")";
   else if (tr == "mpi" && comm.get_hierarchy())

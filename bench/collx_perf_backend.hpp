@@ -149,7 +149,7 @@ struct collx_backend {
   /// -R 1: memory every rank maps (collx::shm_buffer), which peers read in place. Collective.
   template <class T>
   std::shared_ptr<T> registered_buffer(std::size_t count) {
-    if (!dynamic_cast<collx::transport_impl::shm_transport*>(&comm.get_transport()))
+    if (!dynamic_cast<collx::detail::transport_impl::shm_transport*>(&comm.get_transport()))
       throw std::runtime_error("-R 1 needs --transport shm (collx::shm_buffer)");
     auto b = std::make_shared<collx::shm_buffer<T>>(comm, count);
     return std::shared_ptr<T>(b, b->data());  // keeps the shm_buffer alive

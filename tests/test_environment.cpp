@@ -30,7 +30,7 @@
 #include <unistd.h>
 
 namespace {
-using shm = collx::transport_impl::shm_transport;
+using shm = collx::detail::transport_impl::shm_transport;
 /// Sets variables for one scope and restores the previous environment afterwards.
 struct scoped_env {
   std::vector<std::pair<std::string, std::string>> saved;

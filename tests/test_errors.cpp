@@ -1054,12 +1054,12 @@ TEST_CASE("threads: a rank that destroys its communicator fails the peers that w
 }
 
 TEST_CASE("ranks with different ring orders: mismatch that names the ring order", "[errors][mismatch]") {
-  auto world = std::make_shared<collx::transport_impl::thread_world>(3);
+  auto world = std::make_shared<collx::detail::transport_impl::thread_world>(3);
   std::vector<collx::communicator> comms;
   for (int r = 0; r < 3; ++r) {
     collx::communicator_options o = ref::test_options();
     o.ring_order = r == 2 ? std::vector<int>{0, 2, 1} : std::vector<int>{0, 1, 2};
-    comms.emplace_back(std::make_shared<collx::transport_impl::threads_transport>(world, r), o);
+    comms.emplace_back(std::make_shared<collx::detail::transport_impl::threads_transport>(world, r), o);
   }
   std::vector<std::string> errors(3);
   std::vector<std::thread> ts;

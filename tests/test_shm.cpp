@@ -93,8 +93,8 @@ pid_t make_segment_of_dead_creator(const std::string& name, std::size_t bytes) {
   REQUIRE(::ftruncate(fd, static_cast<off_t>(bytes)) == 0);
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   REQUIRE(p != MAP_FAILED);
-  new (p) collx::transport_impl::shm_segment::header();
-  static_cast<collx::transport_impl::shm_segment::header*>(p)->creator_pid = dead;
+  new (p) collx::detail::transport_impl::shm_segment::header();
+  static_cast<collx::detail::transport_impl::shm_segment::header*>(p)->creator_pid = dead;
   ::munmap(p, bytes);
   ::close(fd);
   return dead;
@@ -431,7 +431,7 @@ TEST_CASE("shm: a rank killed while shared buffers are created leaves no file in
   collx::communicator_options o;
   o.timeout = std::chrono::seconds(30);
   const auto res = collx::run_processes(3, [](collx::communicator& c) -> int {
-    auto* tp = dynamic_cast<collx::transport_impl::shm_transport*>(&c.get_transport());
+    auto* tp = dynamic_cast<collx::detail::transport_impl::shm_transport*>(&c.get_transport());
     if (!tp) return 9;
     const std::vector<std::size_t> all(3, 4096);
     try {
@@ -458,7 +458,7 @@ TEST_CASE("shm: shared buffers every rank was killed making are removed when run
   // sweep, 10 s on; now the launcher, which reaped every rank, removes its ranks' runs' buffers.
   const int before = collx_shm_entries();
   const auto res = collx::run_processes(2, [](collx::communicator& c) -> int {
-    auto& tp = dynamic_cast<collx::transport_impl::shm_transport&>(c.get_transport());
+    auto& tp = dynamic_cast<collx::detail::transport_impl::shm_transport&>(c.get_transport());
     const std::vector<std::size_t> all(2, 4096);
     tp.map_window(tp.next_window_id(), 4096, all, [] { ::raise(SIGKILL); });
     return 4;
@@ -475,7 +475,7 @@ TEST_CASE("shm: only a dead run's shared-buffer names of the launcher's ranks ar
   // only when pid is one of `ranks` and that process has ended: not a live run's (this process),
   // not another job's whose name merely extends this one's, not names of other forms.
   const std::string job = "test-window-names-" + std::to_string(::getpid());
-  const std::string seg = collx::transport_impl::shm_transport::segment_name(job);
+  const std::string seg = collx::detail::transport_impl::shm_transport::segment_name(job);
   const pid_t child = ::fork();
   if (child == 0) ::_exit(0);
   REQUIRE(child > 0);
@@ -500,7 +500,7 @@ TEST_CASE("shm: only a dead run's shared-buffer names of the launcher's ranks ar
   };
   for (const auto& n : kept) make(n);
   for (const auto& n : removed) make(n);
-  collx::transport_impl::shm_transport::remove_if_stale(job, {child, ::getpid()});
+  collx::detail::transport_impl::shm_transport::remove_if_stale(job, {child, ::getpid()});
   for (const auto& n : kept) {
     CHECK(exists(n));
     ::shm_unlink(n.c_str());
@@ -885,7 +885,7 @@ TEST_CASE("shm: a single-copy read that a sender's failure overtakes fails inste
   opt.timeout = std::chrono::seconds(20);
   const auto res = collx::run_processes(2, [&](collx::communicator& comm) -> int {
     ::alarm(60);  // a rank left waiting on a pipe dies (SIGALRM) instead of hanging the test
-    auto* tp = dynamic_cast<collx::transport_impl::shm_transport*>(&comm.get_transport());
+    auto* tp = dynamic_cast<collx::detail::transport_impl::shm_transport*>(&comm.get_transport());
     if (!tp || !tp->cma_enabled()) return 77;  // no single copy here
     std::vector<float> x(std::size_t{1} << 20, comm.rank() == 0 ? 1.0f : 2.0f), sum(x.size(), -1.0f);  // 4 MiB
     char byte = 0;
@@ -973,18 +973,18 @@ TEST_CASE("F2: 50 crash cycles leave no collx entry in /dev/shm and the next sta
 }
 
 TEST_CASE("F2: a segment left by a dead job's start-up is reclaimed; names say collx and owner", "[shm][F2]") {
-  const std::string name = collx::transport_impl::shm_transport::segment_name("test-stale-" + std::to_string(::getpid()));
+  const std::string name = collx::detail::transport_impl::shm_transport::segment_name("test-stale-" + std::to_string(::getpid()));
   CHECK(name.rfind("/collx-" + std::to_string(::getuid()) + "-", 0) == 0);
   make_segment_of_dead_creator(name, 8192);
   const int before = collx_shm_entries();
-  CHECK(collx::transport_impl::shm_transport::reclaim_stale_segments() >= 1);
+  CHECK(collx::detail::transport_impl::shm_transport::reclaim_stale_segments() >= 1);
   CHECK(collx_shm_entries() == before - 1);
 }
 
 TEST_CASE("F2: a stale segment replaced by a new start's before the unlink is kept", "[shm][F2]") {
   // Two starts find the same crashed segment stale; the first removes it and its rank 0 makes a new
   // one under the name; the second, unlinking what it judged, must leave the new one alone.
-  using shm = collx::transport_impl::shm_transport;
+  using shm = collx::detail::transport_impl::shm_transport;
   const std::string name = shm::segment_name("test-replaced-" + std::to_string(::getpid()));
   int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
   REQUIRE(fd >= 0);
@@ -1014,7 +1014,7 @@ TEST_CASE("F2: a start that cannot fork every rank kills the others and leaves n
   // What run_processes and launch_program do when fork fails (detail::abandon_start): rank 0 of a
   // world of 2 has created the job's segment and waits for rank 1, which never comes.
   const std::string job = "test-abandoned-" + std::to_string(::getpid());
-  const std::string name = collx::transport_impl::shm_transport::segment_name(job);
+  const std::string name = collx::detail::transport_impl::shm_transport::segment_name(job);
   const std::string path = "/dev/shm" + name;
   const pid_t waiting = ::fork();
   if (waiting == 0) {
@@ -1081,7 +1081,7 @@ TEST_CASE("shm: a rank that waited for a segment whose maker died says so at its
   // that has exited. The rank cannot tell its rank 0's from one an earlier program under the job id
   // left (the next rank 0 replaces it), whatever the launch id: it waits, and its timeout names the
   // dead creator instead of saying that the segment "did not appear" (it was there all along).
-  using shm = collx::transport_impl::shm_transport;
+  using shm = collx::detail::transport_impl::shm_transport;
   const std::string job = "test-dead-rank0-" + std::to_string(::getpid());
   const std::string name = shm::segment_name(job);
   const pid_t dead = make_segment_of_dead_creator(name, 4096);
@@ -1111,7 +1111,7 @@ TEST_CASE("shm: a rank whose rank 0 died during an earlier program of its start 
   // rank 0 is killed while it waits for rank 1 and leaves its segment; the second program's rank 1
   // starts first and must wait for the second rank 0, which replaces the segment. (A rank that
   // took a dead creator with its own launch id for its rank 0 failed here at once.)
-  using shm = collx::transport_impl::shm_transport;
+  using shm = collx::detail::transport_impl::shm_transport;
   const std::string job = "test-rerun-rank0-" + std::to_string(::getpid());
   const std::string path = "/dev/shm" + shm::segment_name(job);
   auto info = [&](int rank) {
@@ -1215,7 +1215,7 @@ TEST_CASE("shm: ranks set up for another staging size or world size fail at once
       disagreement{"start-1", 3, 64 << 10, {"for 2 ranks", "this rank has 3 ranks", "world size"}});
   CAPTURE(d.launch_id, d.rank1_world, d.rank1_bytes);
   const std::string job = "test-disagree-" + std::to_string(::getpid());
-  const std::string path = "/dev/shm" + collx::transport_impl::shm_transport::segment_name(job);
+  const std::string path = "/dev/shm" + collx::detail::transport_impl::shm_transport::segment_name(job);
   std::string rank0;
   std::chrono::steady_clock::duration rank0_waited{};
   std::thread first([&] {
@@ -1254,7 +1254,7 @@ TEST_CASE("shm: ranks set up for another staging size or world size fail at once
   CHECK(rank0 == "");
   CHECK(rank0_waited < 10s);
   CHECK_FALSE(std::filesystem::exists(path));
-  ::shm_unlink(collx::transport_impl::shm_transport::segment_name(job).c_str());
+  ::shm_unlink(collx::detail::transport_impl::shm_transport::segment_name(job).c_str());
 }
 
 TEST_CASE("shm: a rank that requires single copy where another turned it off names the setting", "[shm]") {
@@ -1289,7 +1289,7 @@ TEST_CASE("shm: a rank that requires single copy where another turned it off nam
                                                   "rank 1 turned it off (0)"));
   CHECK(codes[1] == collx::errc::mismatch);
   CHECK_THAT(errors[1], Catch::Matchers::Contains("rank 0 failed: COLLX_CMA (shm_options::cma) differs"));
-  ::shm_unlink(collx::transport_impl::shm_transport::segment_name(job).c_str());
+  ::shm_unlink(collx::detail::transport_impl::shm_transport::segment_name(job).c_str());
 }
 
 TEST_CASE("shm: a start asked to stop ends at once, whichever rank it is, and leaves no segment", "[shm]") {
@@ -1312,7 +1312,7 @@ TEST_CASE("shm: a start asked to stop ends at once, whichever rank it is, and le
     collx::errc code = collx::errc::internal;
     std::string why;
     try {
-      collx::transport_impl::shm_transport t(collx::launch_info{rank, 2, rank, 2, job, "test"}, shm, 20s, stop);
+      collx::detail::transport_impl::shm_transport t(collx::launch_info{rank, 2, rank, 2, job, "test"}, shm, 20s, stop);
     } catch (const collx::error& e) {
       code = e.code();
       why = e.what();
@@ -1324,7 +1324,7 @@ TEST_CASE("shm: a start asked to stop ends at once, whichever rank it is, and le
     CHECK(asked_for_other);
     CHECK(waited >= 200ms);
     CHECK(waited < 2s);
-    CHECK_FALSE(std::filesystem::exists("/dev/shm" + collx::transport_impl::shm_transport::segment_name(job)));
+    CHECK_FALSE(std::filesystem::exists("/dev/shm" + collx::detail::transport_impl::shm_transport::segment_name(job)));
   }
 }
 
@@ -1649,7 +1649,7 @@ TEST_CASE("shm: a rank of another start with the same job id fails at once and l
   // in the first (whose ranks would then fail too). It fails at once; the first start's own rank 1
   // still joins, and the job runs.
   const std::string job = "test-two-starts-" + std::to_string(::getpid());
-  const std::string path = "/dev/shm" + collx::transport_impl::shm_transport::segment_name(job);
+  const std::string path = "/dev/shm" + collx::detail::transport_impl::shm_transport::segment_name(job);
   auto start = [&](int rank, const char* launch) {
     collx::launch_info info{rank, 2, rank, 2, job, "test"};
     info.launch_id = launch;
@@ -1703,7 +1703,7 @@ TEST_CASE("shm: a restart under the same job id is not stopped by shared-buffer 
           o.timeout = 20s;
           collx::communicator comm = collx::connect_shm(info, o);
           if (killed) {
-            auto& tp = dynamic_cast<collx::transport_impl::shm_transport&>(comm.get_transport());
+            auto& tp = dynamic_cast<collx::detail::transport_impl::shm_transport&>(comm.get_transport());
             const std::vector<std::size_t> all{4096, 4096};
             tp.map_window(tp.next_window_id(), 4096, all, [] { ::raise(SIGKILL); });
           }
@@ -1731,7 +1731,7 @@ TEST_CASE("shm: a restart under the same job id is not stopped by shared-buffer 
   CHECK(run(true) == std::vector<int>{-SIGKILL, -SIGKILL});
   CHECK(run(false) == std::vector<int>{0, 0});
   // The killed run's names stay until a later start's sweep finds them stale: not this test's to wait for.
-  const std::string prefix = collx::transport_impl::shm_transport::segment_name(job).substr(1);
+  const std::string prefix = collx::detail::transport_impl::shm_transport::segment_name(job).substr(1);
   for (const auto& entry : std::filesystem::directory_iterator("/dev/shm"))
     if (entry.path().filename().string().rfind(prefix, 0) == 0) ::shm_unlink(("/" + entry.path().filename().string()).c_str());
 }
@@ -2242,7 +2242,7 @@ TEST_CASE("shm: waits spin only while the ranks fit on the CPUs they may use tog
   REQUIRE(::sched_getaffinity(0, sizeof saved, &saved) == 0);
   const int allowed = CPU_COUNT(&saved);
   const auto usable_and_spin = [](collx::communicator& comm) -> int {
-    auto& t = dynamic_cast<collx::transport_impl::shm_transport&>(comm.get_transport());
+    auto& t = dynamic_cast<collx::detail::transport_impl::shm_transport&>(comm.get_transport());
     return static_cast<int>(t.usable_cpus()) * 2 + (t.oversubscribed() ? 0 : 1);
   };
   SECTION("pinned one per CPU (as run_processes and mpirun do): the union of their masks counts") {
@@ -2309,7 +2309,7 @@ TEST_CASE("shm: each rank's outgoing staging moves to its NUMA node (forced on o
   shm.numa = 1;  // also on a one-node machine: the pages are freed, re-bound and allocated again
   shm.cma = 0;   // staged: every message goes through the moved pages
   require_all_ok(collx::run_processes(3, [](collx::communicator& comm) -> int {
-    auto& t = dynamic_cast<collx::transport_impl::shm_transport&>(comm.get_transport());
+    auto& t = dynamic_cast<collx::detail::transport_impl::shm_transport&>(comm.get_transport());
     const int node = collx::detail::numa_node_of(collx::detail::allowed_cpus());
     if (t.staging_numa_node() == -1) {  // mbind not permitted, or sysfs knows no node for these CPUs
       std::fprintf(stderr, "rank %d: SKIPPED placement checks: staging not moved (CPUs' node %d; mbind not permitted?)\n",

@@ -202,7 +202,7 @@ inline void abandon_start(const std::vector<pid_t>& pids, const std::string& job
   else
     for (pid_t p : pids) ::kill(p, SIGKILL);
   for (std::size_t i = 0; i < pids.size(); ++i) wait_for(static_cast<int>(i), pids[i]);
-  transport_impl::shm_transport::remove_if_stale(job, pids);
+  detail::transport_impl::shm_transport::remove_if_stale(job, pids);
 }
 }  // namespace detail
 
@@ -261,7 +261,7 @@ template <class F>
   }
   std::vector<process_exit> out;
   for (int r = 0; r < world_size; ++r) out.push_back(detail::wait_for(r, pids[static_cast<std::size_t>(r)]));
-  transport_impl::shm_transport::remove_if_stale(job, pids);
+  detail::transport_impl::shm_transport::remove_if_stale(job, pids);
   return out;
 }
 
@@ -435,7 +435,7 @@ inline int launch_program(int world_size, char* const argv[], std::chrono::milli
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     detail::signal_ranks(reaped_groups, SIGKILL);
   }
-  transport_impl::shm_transport::remove_if_stale(job, rank_pids);
+  detail::transport_impl::shm_transport::remove_if_stale(job, rank_pids);
   return first_failure;
 }
 

@@ -130,7 +130,7 @@ inline int shm_cma_from_environment(int fallback) {
   return v ? env::parse_switch("COLLX_CMA", *v) : fallback;
 }
 
-namespace transport_impl {
+namespace detail::transport_impl {
 
 /// The shared segment's layout. Everything in it is plain data and lock-free atomics.
 struct shm_segment {
@@ -1603,7 +1603,7 @@ class shm_transport final : public transport {
   std::uint32_t next_window_id_ = 0;
 };
 
-}  // namespace transport_impl
+}  // namespace detail::transport_impl
 
 /// Connects this process to the other ranks of its job over shared memory (all ranks on one node).
 /// Every rank calls it with the same world size and job id (see bootstrap::from_environment).
@@ -1611,7 +1611,7 @@ class shm_transport final : public transport {
 ///   not all arrive within shm_options::connect_timeout), system (shared memory full or unusable).
 inline communicator connect_shm(const launch_info& info, const communicator_options& opt = {},
                                 const shm_options& shm = {}) {
-  return communicator(std::make_shared<transport_impl::shm_transport>(info, shm, opt.timeout), opt);
+  return communicator(std::make_shared<detail::transport_impl::shm_transport>(info, shm, opt.timeout), opt);
 }
 
 /// connect_shm with the launcher's environment (collx-run, torchrun, mpirun, srun).
@@ -1637,7 +1637,7 @@ template <element T>
 class shm_buffer {
  public:
   shm_buffer(communicator& comm, std::size_t count) : comm_(&comm), count_(count) {
-    tp_ = dynamic_cast<transport_impl::shm_transport*>(&comm.get_transport());
+    tp_ = dynamic_cast<detail::transport_impl::shm_transport*>(&comm.get_transport());
     if (!tp_)
       COLLX_THROW(errc::invalid_argument, "shm_buffer needs a shared-memory communicator (connect_shm), not " +
                                               std::string(comm.get_transport().name()));
@@ -1689,7 +1689,7 @@ class shm_buffer {
 
  private:
   communicator* comm_;
-  transport_impl::shm_transport* tp_ = nullptr;
+  detail::transport_impl::shm_transport* tp_ = nullptr;
   std::uint32_t id_ = 0;
   T* data_ = nullptr;
   std::size_t count_;

@@ -28,7 +28,7 @@
 
 namespace collx {
 inline namespace v0 {
-namespace transport_impl {
+namespace detail::transport_impl {
 
 /// State shared by the threads of one in-process world: a mailbox per ordered pair of ranks, a
 /// doorbell per rank, and the world's failure.
@@ -474,17 +474,17 @@ class threads_transport final : public transport {
   std::uint64_t call_seq_ = 0;  // the call of the message sent or received last (0: point-to-point)
 };
 
-}  // namespace transport_impl
+}  // namespace detail::transport_impl
 
 /// Creates the communicators of an in-process world of `world_size` ranks (one per thread the
 /// caller runs). Throws errc::invalid_argument if world_size < 1.
 inline std::vector<communicator> make_thread_communicators(int world_size, const communicator_options& opt = {}) {
   if (world_size < 1) COLLX_THROW(errc::invalid_argument, "make_thread_communicators: world size must be >= 1");
-  auto world = std::make_shared<transport_impl::thread_world>(world_size);
+  auto world = std::make_shared<detail::transport_impl::thread_world>(world_size);
   std::vector<communicator> comms;
   comms.reserve(static_cast<std::size_t>(world_size));
   for (int r = 0; r < world_size; ++r)
-    comms.emplace_back(std::make_shared<transport_impl::threads_transport>(world, r), opt);
+    comms.emplace_back(std::make_shared<detail::transport_impl::threads_transport>(world, r), opt);
   return comms;
 }
 
@@ -499,17 +499,17 @@ inline std::vector<communicator> make_hierarchical_thread_communicators(const st
   const node_layout shape = node_layout::from_ids(node_ids, 0);
   communicator_options level = opt;  // for the node and cross-node communicators
   level.ring_order.clear();          // a world ring order means nothing to them
-  std::vector<std::shared_ptr<transport_impl::thread_world>> nodes, crosses;
-  for (const auto& ranks : shape.ranks) nodes.push_back(std::make_shared<transport_impl::thread_world>(static_cast<int>(ranks.size())));
+  std::vector<std::shared_ptr<detail::transport_impl::thread_world>> nodes, crosses;
+  for (const auto& ranks : shape.ranks) nodes.push_back(std::make_shared<detail::transport_impl::thread_world>(static_cast<int>(ranks.size())));
   for (int local = 0; !shape.cross_ranks(local).empty(); ++local)
-    crosses.push_back(std::make_shared<transport_impl::thread_world>(static_cast<int>(shape.cross_ranks(local).size())));
+    crosses.push_back(std::make_shared<detail::transport_impl::thread_world>(static_cast<int>(shape.cross_ranks(local).size())));
   for (int r = 0; r < n; ++r) {
     node_layout lay = node_layout::from_ids(node_ids, r);
     const auto members = lay.cross_ranks(lay.local_rank);
     const int cross_rank = static_cast<int>(std::find(members.begin(), members.end(), r) - members.begin());
-    communicator node(std::make_shared<transport_impl::threads_transport>(nodes[static_cast<std::size_t>(lay.node_index)],
+    communicator node(std::make_shared<detail::transport_impl::threads_transport>(nodes[static_cast<std::size_t>(lay.node_index)],
                                                                           lay.local_rank), level);
-    communicator cross(std::make_shared<transport_impl::threads_transport>(crosses[static_cast<std::size_t>(lay.local_rank)],
+    communicator cross(std::make_shared<detail::transport_impl::threads_transport>(crosses[static_cast<std::size_t>(lay.local_rank)],
                                                                            cross_rank), level);
     detail::attach_levels(comms[static_cast<std::size_t>(r)], std::move(lay), std::move(node), std::move(cross));
   }
