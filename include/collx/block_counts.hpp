@@ -82,7 +82,9 @@ class block_counts {
     view_ = copy_;
   }
 
+  /// A copy that owns its own copy of the counts if `other` owns them, else views the same range.
   block_counts(const block_counts& other) { *this = other; }
+  /// As the copy constructor: owns a copy of the counts if `other` owns them, else views its range.
   block_counts& operator=(const block_counts& other) {
     if (this == &other) return *this;
     copy_ = other.copy_;

@@ -30,6 +30,7 @@
 namespace collx {
 inline namespace v0 {
 
+/// A communicator's view of its nodes, defined in node_layout.hpp (declared here for get_hierarchy).
 struct hierarchy;  // node_layout.hpp
 
 namespace detail {
@@ -100,7 +101,14 @@ struct communicator_options {
 /// communicator waits for its pending *_async calls too.
 class communicator {
  public:
+  /// Takes `o`'s transport, state and progress thread after waiting for o's pending *_async calls
+  /// (as drain_async; not on o's own progress thread, nor inside a call). `o` is left moved from:
+  /// it may only be destroyed or assigned to.
   communicator(communicator&& o) noexcept { *this = std::move(o); }
+  /// Waits for the pending *_async calls of `o` and of this communicator (as drain_async), ends
+  /// this one's progress thread, lets go of its transport and takes `o`'s, as the move
+  /// constructor. In a child forked from the process that created this communicator, its parts are
+  /// left to the parent, as the destructor does.
   communicator& operator=(communicator&& o) noexcept {
     if (this != &o) {
       if (forked()) leave_to_parent();  // not torn down here: the parent's rank goes on with it
@@ -308,6 +316,11 @@ class communicator {
   /// the first one's (the order of two unsynchronized calls could differ between ranks).
   class call_scope {
    public:
+    /// Enters a call on `c` (nothing in a child forked from the process that created it).
+    /// @throws collx::error (errc::invalid_argument) for a call nested inside a collective running
+    ///   on `c`, a second user thread's call while another runs, or a call made inside a call on
+    ///   another communicator while another thread's call runs on `c`; otherwise waits for the
+    ///   running call to end.
     explicit call_scope(const communicator& c) : c_(&c) {
       // A fork's copy: the call fails in get_transport; a holder copied from the parent never leaves.
       if (c.forked()) return;
@@ -345,6 +358,7 @@ class communicator {
         c.busy_.wait(holder, std::memory_order_acquire);  // its call ends: take a turn
       }
     }
+    /// Ends the call, if this scope entered it (not a nested one): the next thread may enter.
     ~call_scope() {
       if (owner_) {
         --calls_held;
@@ -352,7 +366,9 @@ class communicator {
         c_->busy_.notify_all();
       }
     }
+    /// Not copyable: it holds the communicator's turn.
     call_scope(const call_scope&) = delete;
+    /// Not copyable: it holds the communicator's turn.
     call_scope& operator=(const call_scope&) = delete;
 
    private:
@@ -367,11 +383,15 @@ class communicator {
   /// from the user's code that the collective runs (a reduction op, a selector).
   class running_scope {
    public:
+    /// Marks `coll` as running on `c`, remembering what ran before (a nested scope).
     running_scope(communicator& c, collective coll) noexcept : c_(&c), saved_(c.running_) {
       c.running_ = collective_name(coll);
     }
+    /// Restores what ran before (nothing, outside a nested scope).
     ~running_scope() { c_->running_ = saved_; }
+    /// Not copyable: it restores the communicator's state once.
     running_scope(const running_scope&) = delete;
+    /// Not copyable: it restores the communicator's state once.
     running_scope& operator=(const running_scope&) = delete;
 
    private:

@@ -17,17 +17,23 @@ inline namespace v0 {
 static_assert(sizeof(__half) == 2 && std::is_trivially_copyable_v<__half>);
 static_assert(sizeof(__nv_bfloat16) == 2 && std::is_trivially_copyable_v<__nv_bfloat16>);
 
+/// CUDA's __half is a narrow float, converted bit for bit as collx::half.
 template <>
 struct narrow_float<__half> : std::true_type {
+  /// Exact conversion to float.
   COLLX_HOST_DEVICE static float widen(__half h) noexcept { return detail::half_bits_to_float(std::bit_cast<std::uint16_t>(h)); }
+  /// Rounds f to the nearest binary16, ties to even (overflow gives inf, NaN stays NaN), as collx::half(float).
   COLLX_HOST_DEVICE static __half narrow(float f) noexcept { return std::bit_cast<__half>(detail::float_to_half_bits(f)); }
 };
 
+/// CUDA's __nv_bfloat16 is a narrow float, converted bit for bit as collx::bfloat16.
 template <>
 struct narrow_float<__nv_bfloat16> : std::true_type {
+  /// Exact conversion to float.
   COLLX_HOST_DEVICE static float widen(__nv_bfloat16 h) noexcept {
     return detail::bfloat16_bits_to_float(std::bit_cast<std::uint16_t>(h));
   }
+  /// Rounds f to the nearest bfloat16, ties to even (NaN stays a quiet NaN), as collx::bfloat16(float).
   COLLX_HOST_DEVICE static __nv_bfloat16 narrow(float f) noexcept {
     return std::bit_cast<__nv_bfloat16>(detail::float_to_bfloat16_bits(f));
   }

@@ -26,9 +26,9 @@ inline namespace v0 {
 
 /// One documented environment variable.
 struct env_var_doc {
-  std::string_view name;
-  std::string_view values;
-  std::string_view meaning;
+  std::string_view name;     ///< the variable, e.g. "COLLX_TIMEOUT"
+  std::string_view values;   ///< what it accepts, and its default
+  std::string_view meaning;  ///< what it sets
 };
 
 /// Every COLLX_* variable collx reads (the README's table is this one).
@@ -207,7 +207,9 @@ inline std::string choosable_collective_names() {
 
 /// COLLX_ALGO parsed: an optional algorithm per collective.
 struct algorithm_overrides {
+  /// The algorithm per collective, indexed by its enum value; empty: not overridden.
   std::array<std::optional<algorithm>, all_collectives.size()> per{};
+  /// The algorithm set for `c`, or none (c must be a collective enumerator).
   std::optional<algorithm> for_collective(collective c) const { return per[static_cast<std::size_t>(c)]; }
 };
 

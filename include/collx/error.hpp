@@ -78,6 +78,8 @@ namespace detail {
 }  // namespace v0
 }  // namespace collx
 
+/// Makes collx::errc an error-code enum: it converts to std::error_code (make_error_code, in
+/// collx::error_category()).
 template <>
 struct std::is_error_code_enum<collx::errc> : std::true_type {};
 

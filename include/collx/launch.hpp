@@ -39,8 +39,8 @@ inline namespace v0 {
 
 /// How one rank's process ended.
 struct process_exit {
-  int rank = -1;
-  pid_t pid = -1;
+  int rank = -1;         ///< the rank the process ran
+  pid_t pid = -1;        ///< its process id
   int exit_code = -1;    ///< exit status, or -1 if killed by a signal
   int term_signal = 0;   ///< the signal that killed it, or 0
   /// True if it exited with status 0.

@@ -67,6 +67,7 @@ COLLX_HOST_DEVICE constexpr float bfloat16_bits_to_float(std::uint16_t b) noexce
 /// Layout-compatible with CUDA's __half. Conversions round to nearest, ties to even.
 struct half {
   std::uint16_t bits = 0;  ///< the raw encoding
+  /// +0 (bits 0, from the member initializer: never indeterminate).
   constexpr half() = default;
   /// Rounds f to the nearest binary16 (ties to even; beyond 65520 in magnitude becomes inf).
   COLLX_HOST_DEVICE constexpr explicit half(float f) noexcept : bits(detail::float_to_half_bits(f)) {}
@@ -82,6 +83,7 @@ struct half {
 /// Layout-compatible with CUDA's __nv_bfloat16. Conversions round to nearest, ties to even.
 struct bfloat16 {
   std::uint16_t bits = 0;  ///< the raw encoding
+  /// +0 (bits 0, from the member initializer: never indeterminate).
   constexpr bfloat16() = default;
   /// Rounds f to the nearest bfloat16 (ties to even).
   COLLX_HOST_DEVICE constexpr explicit bfloat16(float f) noexcept : bits(detail::float_to_bfloat16_bits(f)) {}
@@ -99,15 +101,21 @@ struct bfloat16 {
 template <class T>
 struct narrow_float : std::false_type {};
 
+/// collx::half is a narrow float.
 template <>
 struct narrow_float<half> : std::true_type {
+  /// Exact conversion to float.
   COLLX_HOST_DEVICE static constexpr float widen(half h) noexcept { return static_cast<float>(h); }
+  /// Rounds f to the nearest binary16, ties to even (as half(float): overflow gives inf, NaN stays NaN).
   COLLX_HOST_DEVICE static constexpr half narrow(float f) noexcept { return half(f); }
 };
 
+/// collx::bfloat16 is a narrow float.
 template <>
 struct narrow_float<bfloat16> : std::true_type {
+  /// Exact conversion to float.
   COLLX_HOST_DEVICE static constexpr float widen(bfloat16 h) noexcept { return static_cast<float>(h); }
+  /// Rounds f to the nearest bfloat16, ties to even (as bfloat16(float): NaN stays a quiet NaN).
   COLLX_HOST_DEVICE static constexpr bfloat16 narrow(float f) noexcept { return bfloat16(f); }
 };
 

@@ -98,13 +98,17 @@ namespace ops {
 
 /// Addition (integers wrap; narrow floats widen to fp32; std::complex too).
 struct sum {
-  static constexpr bool commutative = true;
-  static constexpr const char* name = "sum";
+  static constexpr bool commutative = true;  ///< op(a, b) == op(b, a)
+  static constexpr const char* name = "sum";  ///< the op's name in messages and benchmark output
+  /// a + b; integers wrap modulo 2^bits (computed unsigned), floats add in T.
   template <detail::builtin_arithmetic T>
   COLLX_HOST_DEVICE constexpr T operator()(T a, T b) const noexcept {
     if constexpr (std::integral<T>) return detail::wrapping_add(a, b);
     else return a + b;
   }
+  /// Narrow floats: widens both to fp32, applies the op there and rounds the result to T once (to
+  /// nearest, ties to even). Collectives do not call it per step: they keep partial results in fp32
+  /// and round once, when writing the output (see the file docs).
   template <class T> requires is_narrow_float_v<T>
   COLLX_HOST_DEVICE constexpr T operator()(T a, T b) const noexcept { return detail::via_float(a, b, *this); }
   /// Complex addition (constexpr, not COLLX_HOST_DEVICE: std::complex's operators are constexpr only).
@@ -114,13 +118,17 @@ struct sum {
 
 /// Multiplication (integers wrap; narrow floats widen to fp32; std::complex too).
 struct prod {
-  static constexpr bool commutative = true;
-  static constexpr const char* name = "prod";
+  static constexpr bool commutative = true;  ///< op(a, b) == op(b, a)
+  static constexpr const char* name = "prod";  ///< the op's name in messages and benchmark output
+  /// a * b; integers wrap modulo 2^bits (computed unsigned), floats multiply in T.
   template <detail::builtin_arithmetic T>
   COLLX_HOST_DEVICE constexpr T operator()(T a, T b) const noexcept {
     if constexpr (std::integral<T>) return detail::wrapping_mul(a, b);
     else return a * b;
   }
+  /// Narrow floats: widens both to fp32, applies the op there and rounds the result to T once (to
+  /// nearest, ties to even). Collectives do not call it per step: they keep partial results in fp32
+  /// and round once, when writing the output (see the file docs).
   template <class T> requires is_narrow_float_v<T>
   COLLX_HOST_DEVICE constexpr T operator()(T a, T b) const noexcept { return detail::via_float(a, b, *this); }
   /// Complex multiplication: std::complex's (constexpr, as sum's).
@@ -130,55 +138,66 @@ struct prod {
 
 /// Minimum (NaN wins as the canonical quiet NaN; -0 < +0).
 struct min {
-  static constexpr bool commutative = true;
-  static constexpr const char* name = "min";
+  static constexpr bool commutative = true;  ///< op(a, b) == op(b, a)
+  static constexpr const char* name = "min";  ///< the op's name in messages and benchmark output
+  /// The smaller of a and b; floats: the canonical quiet NaN if either is NaN, -0 below +0.
   template <detail::builtin_arithmetic T>
   COLLX_HOST_DEVICE constexpr T operator()(T a, T b) const noexcept {
     if constexpr (std::floating_point<T>) return detail::ordered_min(a, b);
     else return b < a ? b : a;
   }
+  /// Narrow floats: widens both to fp32, applies the op there and rounds the result to T once (to
+  /// nearest, ties to even). Collectives do not call it per step: they keep partial results in fp32
+  /// and round once, when writing the output (see the file docs).
   template <class T> requires is_narrow_float_v<T>
   COLLX_HOST_DEVICE constexpr T operator()(T a, T b) const noexcept { return detail::via_float(a, b, *this); }
 };
 
 /// Maximum (NaN wins as the canonical quiet NaN; +0 > -0).
 struct max {
-  static constexpr bool commutative = true;
-  static constexpr const char* name = "max";
+  static constexpr bool commutative = true;  ///< op(a, b) == op(b, a)
+  static constexpr const char* name = "max";  ///< the op's name in messages and benchmark output
+  /// The larger of a and b; floats: the canonical quiet NaN if either is NaN, +0 above -0.
   template <detail::builtin_arithmetic T>
   COLLX_HOST_DEVICE constexpr T operator()(T a, T b) const noexcept {
     if constexpr (std::floating_point<T>) return detail::ordered_max(a, b);
     else return a < b ? b : a;
   }
+  /// Narrow floats: widens both to fp32, applies the op there and rounds the result to T once (to
+  /// nearest, ties to even). Collectives do not call it per step: they keep partial results in fp32
+  /// and round once, when writing the output (see the file docs).
   template <class T> requires is_narrow_float_v<T>
   COLLX_HOST_DEVICE constexpr T operator()(T a, T b) const noexcept { return detail::via_float(a, b, *this); }
 };
 
 /// Average: combines as sum; the result is divided by the world size when written (see file docs).
 struct avg : sum {
-  static constexpr const char* name = "avg";
+  static constexpr const char* name = "avg";  ///< the op's name in messages and benchmark output
 };
 
 /// Bitwise and (integers only).
 struct band {
-  static constexpr bool commutative = true;
-  static constexpr const char* name = "band";
+  static constexpr bool commutative = true;  ///< op(a, b) == op(b, a)
+  static constexpr const char* name = "band";  ///< the op's name in messages and benchmark output
+  /// a & b, bitwise and.
   template <detail::builtin_integer T>
   COLLX_HOST_DEVICE constexpr T operator()(T a, T b) const noexcept { return static_cast<T>(a & b); }
 };
 
 /// Bitwise or (integers only).
 struct bor {
-  static constexpr bool commutative = true;
-  static constexpr const char* name = "bor";
+  static constexpr bool commutative = true;  ///< op(a, b) == op(b, a)
+  static constexpr const char* name = "bor";  ///< the op's name in messages and benchmark output
+  /// a | b, bitwise or.
   template <detail::builtin_integer T>
   COLLX_HOST_DEVICE constexpr T operator()(T a, T b) const noexcept { return static_cast<T>(a | b); }
 };
 
 /// Bitwise exclusive or (integers only).
 struct bxor {
-  static constexpr bool commutative = true;
-  static constexpr const char* name = "bxor";
+  static constexpr bool commutative = true;  ///< op(a, b) == op(b, a)
+  static constexpr const char* name = "bxor";  ///< the op's name in messages and benchmark output
+  /// a ^ b, bitwise exclusive or.
   template <detail::builtin_integer T>
   COLLX_HOST_DEVICE constexpr T operator()(T a, T b) const noexcept { return static_cast<T>(a ^ b); }
 };
@@ -190,12 +209,14 @@ struct bxor {
 /// and combines operands strictly in rank order.
 template <class F>
 struct commutative_op {
-  static constexpr bool commutative = true;
+  static constexpr bool commutative = true;  ///< always: what the wrapper declares
   F f;  ///< the wrapped op
+  /// f(a, b); takes part in overload resolution only where f(a, b) is valid.
   COLLX_NV_EXEC_CHECK_DISABLE
   template <class T>
   COLLX_HOST_DEVICE constexpr auto operator()(const T& a, const T& b) const -> decltype(f(a, b)) { return f(a, b); }
 };
+/// `commutative_op{f}` deduces commutative_op<F> from f (a lambda's closure type, say).
 template <class F>
 commutative_op(F) -> commutative_op<F>;
 

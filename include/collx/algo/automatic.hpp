@@ -22,8 +22,8 @@ struct automatic {};
 
 /// What a selector is asked.
 struct selection_query {
-  collective coll = collective::allreduce;
-  int world_size = 1;
+  collective coll = collective::allreduce;  ///< the collective called
+  int world_size = 1;                       ///< ranks in the communicator
   std::size_t bytes = 0;     ///< bytes of the whole vector (allreduce, reduce, broadcast) or of all
                              ///< ranks' blocks together (reduce_scatter, all_gather and their
                              ///< v-forms; all_to_all: what each rank sends); the same on every
@@ -91,6 +91,7 @@ struct cost_model {
 
   /// Direct allreduce: one-shot below this many bytes, two-shot above (both give the same bits).
   static constexpr std::size_t one_shot_max_bytes = 64 * 1024;
+  /// Whether direct allreduce runs one-shot for q: q.bytes <= one_shot_max_bytes.
   static constexpr bool direct_allreduce_one_shot(const selection_query& q) noexcept {
     return q.bytes <= one_shot_max_bytes;
   }

@@ -19,7 +19,7 @@ inline namespace v0 {
 namespace algo {
 /// Direct (one round, rank-ordered) algorithm tag (see algo/direct.hpp). Bitwise reproducible.
 struct direct {
-  static constexpr algorithm kind = algorithm::direct;
+  static constexpr algorithm kind = algorithm::direct;  ///< the algorithm this tag selects
 };
 }  // namespace algo
 

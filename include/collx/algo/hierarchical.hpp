@@ -39,6 +39,7 @@ struct hierarchical {
 /// True for algo::hierarchical<...>.
 template <class A>
 inline constexpr bool is_hierarchical_v = false;
+/// algo::hierarchical with any intra- and inter-node algorithms: true.
 template <class I, class E>
 inline constexpr bool is_hierarchical_v<algo::hierarchical<I, E>> = true;
 

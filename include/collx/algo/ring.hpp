@@ -18,7 +18,7 @@ inline namespace v0 {
 namespace algo {
 /// Ring algorithm tag (see algo/ring.hpp). Needs a commutative op.
 struct ring {
-  static constexpr algorithm kind = algorithm::ring;
+  static constexpr algorithm kind = algorithm::ring;  ///< the algorithm this tag selects
 };
 }  // namespace algo
 
@@ -43,8 +43,9 @@ COLLX_SCHEDULE_CONSTEXPR region tmp_block(const params& p, int c) {
 
 /// Ring positions: the rank at position k (mod n) of the ring, and this rank's position.
 struct ring_positions {
-  const params& p;
-  int pos = 0;
+  const params& p;  ///< the call's parameters (referenced, not copied: must outlive this)
+  int pos = 0;      ///< this rank's position in the ring
+  /// Finds q.rank's position in q.ring (its rank when q.ring is empty, the identity ring).
   COLLX_SCHEDULE_CONSTEXPR explicit ring_positions(const params& q) : p(q), pos(q.rank) {
     if (!p.ring.empty())
       for (int k = 0; k < p.world_size; ++k)

@@ -37,14 +37,14 @@ inline namespace v0 {
 
 /// The collectives collx implements.
 enum class collective : std::uint8_t {
-  allreduce,
-  reduce_scatter,
-  all_gather,
-  broadcast,
-  reduce,
-  all_to_all,
-  barrier,
-  send_recv,
+  allreduce,       ///< collx::allreduce
+  reduce_scatter,  ///< collx::reduce_scatter and reduce_scatter_v
+  all_gather,      ///< collx::all_gather and all_gather_v
+  broadcast,       ///< collx::broadcast
+  reduce,          ///< collx::reduce (to a root)
+  all_to_all,      ///< collx::all_to_all and all_to_all_v
+  barrier,         ///< collx::barrier
+  send_recv,       ///< point-to-point: collx::send, recv and send_recv
 };
 
 /// Name of a collective as used in messages, benchmarks and environment variables.
@@ -63,7 +63,11 @@ constexpr std::string_view collective_name(collective c) noexcept {
 }
 
 /// A concrete algorithm (what algo::automatic resolves to).
-enum class algorithm : std::uint8_t { ring, tree, direct };
+enum class algorithm : std::uint8_t {
+  ring,    ///< algo::ring
+  tree,    ///< algo::tree
+  direct,  ///< algo::direct
+};
 
 /// Name of an algorithm ("ring", "tree", "direct").
 constexpr std::string_view algorithm_name(algorithm a) noexcept {
@@ -86,9 +90,10 @@ enum class buffer : std::uint8_t {
 
 /// A range of elements of one buffer. Offsets and counts are in elements of that buffer's type.
 struct region {
-  buffer buf = buffer::input;
-  std::size_t offset = 0;
-  std::size_t count = 0;
+  buffer buf = buffer::input;  ///< the buffer
+  std::size_t offset = 0;      ///< first element, in elements from the buffer's start
+  std::size_t count = 0;       ///< elements
+  /// Same buffer, offset and count.
   constexpr bool operator==(const region&) const = default;
 };
 
@@ -104,13 +109,14 @@ enum class step_kind : std::uint8_t {
 
 /// One step of one rank's schedule.
 struct step {
-  step_kind kind = step_kind::wait_sends;
+  step_kind kind = step_kind::wait_sends;  ///< what the step does (which fields it reads)
   int peer = -1;               ///< the other rank (send, recv, recv_reduce)
   region a{};                  ///< source (send, copy) or left local operand (recv_reduce, reduce)
   region b{};                  ///< right local operand (reduce)
   region dst{};                ///< destination (recv, recv_reduce, copy, reduce)
   buffer wire = buffer::input; ///< recv/recv_reduce: the buffer the peer sends from (its type is the wire type)
   bool incoming_first = true;  ///< recv_reduce: the received value is the left operand
+  /// Equal in every field (also the ones this kind does not use).
   constexpr bool operator==(const step&) const = default;
 };
 
@@ -121,17 +127,20 @@ struct step {
 /// `output`; all_to_all sends `count` elements from `in` to rank c and receives `recv_count` elements
 /// from rank c into `out`.
 struct block {
-  std::size_t in = 0, out = 0, tmp = 0;
-  std::size_t count = 0;
-  std::size_t recv_count = 0;
+  std::size_t in = 0,   ///< offset of the block in `input`, elements
+      out = 0,          ///< offset of the block in `output`, elements
+      tmp = 0;          ///< offset of the block in `scratch`, elements
+  std::size_t count = 0;       ///< elements in the block (all_to_all: sent to rank c)
+  std::size_t recv_count = 0;  ///< all_to_all: elements received from rank c
+  /// Equal in every field.
   friend constexpr bool operator==(const block&, const block&) = default;
 };
 
 /// Everything an algorithm needs to build one rank's schedule.
 struct params {
-  collective coll = collective::allreduce;
-  int world_size = 1;
-  int rank = 0;
+  collective coll = collective::allreduce;  ///< the collective
+  int world_size = 1;                       ///< ranks in the communicator
+  int rank = 0;                             ///< the rank whose schedule is built, in [0, world_size)
   int root = 0;                  ///< broadcast and reduce
   bool one_shot = true;          ///< direct allreduce: one-shot (true) or two-shot (false)
   std::size_t slices = 1;        ///< ring broadcast: pipeline slices of the vector
@@ -142,6 +151,7 @@ struct params {
   /// empty: 0 -> 1 -> ... -> n-1 -> 0. From communicator_options::ring_order, e.g. a ring that
   /// topo::search_rings found over the machine's links.
   std::vector<int> ring;
+  /// Equal in every field, blocks and ring included.
   friend COLLX_SCHEDULE_CONSTEXPR bool operator==(const params&, const params&) = default;
 };
 
@@ -191,26 +201,36 @@ COLLX_SCHEDULE_CONSTEXPR region whole(const params& p, buffer buf) {
 /// Appends steps to a schedule, dropping transfers of zero elements (both ends of a transfer see
 /// the same count, so both drop it).
 struct builder {
-  steps out;
-  bool keep_empty = false;
+  steps out;                ///< the schedule built so far
+  bool keep_empty = false;  ///< keep sends and recvs of zero elements (params::keep_empty)
   // Room for a small world's schedule at once: one allocation per call instead of one per doubling
   // (the schedule is built per call, and small calls are latency-bound).
+  /// An empty schedule, with room for 16 steps reserved.
   COLLX_SCHEDULE_CONSTEXPR builder() { out.reserve(16); }
+  /// Appends a send of region `a` (counts in elements) to `peer`; dropped if `a` is empty, unless
+  /// keep_empty.
   COLLX_SCHEDULE_CONSTEXPR void send(int peer, region a) {
     if (a.count || keep_empty) out.push_back({step_kind::send, peer, a, {}, {}, buffer::input, true});
   }
+  /// Appends a receive from `peer` into `dst`, whose sender reads buffer `wire`; dropped if `dst`
+  /// is empty, unless keep_empty.
   COLLX_SCHEDULE_CONSTEXPR void recv(int peer, buffer wire, region dst) {
     if (dst.count || keep_empty) out.push_back({step_kind::recv, peer, {}, {}, dst, wire, true});
   }
+  /// Appends a receive of x from `peer` (sent from its buffer `wire`) with dst = incoming_first ?
+  /// op(x, a) : op(a, x); dropped if `dst` is empty, keep_empty or not.
   COLLX_SCHEDULE_CONSTEXPR void recv_reduce(int peer, buffer wire, region a, region dst, bool incoming_first) {
     if (dst.count) out.push_back({step_kind::recv_reduce, peer, a, {}, dst, wire, incoming_first});
   }
+  /// Appends dst = a (local); dropped if `dst` is empty or `a` == `dst`.
   COLLX_SCHEDULE_CONSTEXPR void copy(region a, region dst) {
     if (dst.count && !(a == dst)) out.push_back({step_kind::copy, -1, a, {}, dst, buffer::input, true});
   }
+  /// Appends dst = op(a, b) (local); dropped if `dst` is empty.
   COLLX_SCHEDULE_CONSTEXPR void reduce(region a, region b, region dst) {
     if (dst.count) out.push_back({step_kind::reduce, -1, a, b, dst, buffer::input, true});
   }
+  /// Appends a wait for every posted send; dropped if no send was appended since the last wait.
   COLLX_SCHEDULE_CONSTEXPR void wait_sends() {
     bool pending = false;  // only needed when a send was posted since the last wait
     for (auto it = out.rbegin(); it != out.rend() && it->kind != step_kind::wait_sends; ++it)

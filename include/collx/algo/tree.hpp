@@ -24,7 +24,7 @@ inline namespace v0 {
 namespace algo {
 /// Rank-ordered binomial tree tag (see algo/tree.hpp). Serves non-commutative ops.
 struct tree {
-  static constexpr algorithm kind = algorithm::tree;
+  static constexpr algorithm kind = algorithm::tree;  ///< the algorithm this tag selects
 };
 }  // namespace algo
 

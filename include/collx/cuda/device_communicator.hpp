@@ -426,7 +426,9 @@ class device_communicator {
     view_.timeout_ns = static_cast<std::uint64_t>(std::chrono::nanoseconds(timeout).count());
   }
 
+  /// Not copyable: it owns the workspace and the peers' mappings (nor movable).
   device_communicator(const device_communicator&) = delete;
+  /// Not copyable: it owns the workspace and the peers' mappings.
   device_communicator& operator=(const device_communicator&) = delete;
 
   /// Collective: waits for this rank's device work (cudaDeviceSynchronize: all of the GPU's work, as

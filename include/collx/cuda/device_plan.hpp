@@ -152,8 +152,9 @@ struct device_signature {
 
   /// Bit fields: {shift, width, name}.
   struct field {
-    unsigned shift, width;
-    const char* name;
+    unsigned shift,    ///< the field's lowest bit in `bits`
+        width;         ///< its width, bits
+    const char* name;  ///< what it holds, for messages
   };
   /// The fields, low bits first.
   static constexpr std::array<field, 5> fields{{{0, 3, "collective"},
@@ -262,7 +263,7 @@ enum class device_activity : std::uint32_t {
 
 /// What a device collective writes to the communicator's host-mapped status when it gives up.
 enum class device_failure : std::uint32_t {
-  none = 0,
+  none = 0,           ///< no failure
   timeout = 1,        ///< a peer's flag did not arrive within the communicator's timeout
   mismatch = 2,       ///< a peer's flag carried another call signature
   peer_failed = 3,    ///< a peer gave up first and poisoned or marked this rank's flags
@@ -784,7 +785,10 @@ inline v_layout make_v_layout(const std::size_t* counts, std::size_t n_counts, i
 ///    piece r of its output, then an all-gather of the pieces: 2 (world - 1) / world x bytes read
 ///    per rank, two calls' fixed cost.
 /// Both fold the ranks in rank order 0, 1, ..., n-1, so they give the same bits.
-enum class direct_form : std::uint8_t { one_shot, two_shot };
+enum class direct_form : std::uint8_t {
+  one_shot,  ///< every rank folds the whole vector from every rank's input
+  two_shot,  ///< a reduce-scatter of pieces, then an all-gather of them
+};
 
 /// Name of a form ("one-shot", "two-shot").
 constexpr const char* direct_form_name(direct_form f) noexcept { return f == direct_form::one_shot ? "one-shot" : "two-shot"; }

@@ -40,11 +40,15 @@ class scoped_device {
   scoped_device(int device, const char* what) : scoped_device() {
     if (device != saved_) check(cudaSetDevice(device), what);
   }
+  /// Makes the device it found current again, if it found one and another is current now; errors
+  /// are ignored (a destructor).
   ~scoped_device() {
     int now = -1;
     if (saved_ >= 0 && (cudaGetDevice(&now) != cudaSuccess || now != saved_)) (void)cudaSetDevice(saved_);
   }
+  /// Not copyable: one scope restores the device once.
   scoped_device(const scoped_device&) = delete;
+  /// Not copyable: one scope restores the device once.
   scoped_device& operator=(const scoped_device&) = delete;
 
  private:

@@ -102,8 +102,12 @@ class shared_host_memory {
     }
     return *this;
   }
+  /// Not copyable: it owns the mapping.
   shared_host_memory(const shared_host_memory&) = delete;
+  /// Not copyable: it owns the mapping.
   shared_host_memory& operator=(const shared_host_memory&) = delete;
+  /// Unregisters (cudaHostUnregister) and unmaps the memory, and removes the name if this mapping
+  /// still owns it (unlink_name); errors are ignored.
   ~shared_host_memory() { reset(); }
 
   /// Removes the name: the memory stays until every mapping is gone. Call it once every rank has

@@ -50,6 +50,7 @@ struct vector_plan {
   constexpr std::size_t tail_begin() const noexcept { return head + vectors * width; }
   /// True for the scalar plan.
   constexpr bool scalar() const noexcept { return width == 1; }
+  /// Equal in every field (width, head, vectors, tail).
   friend constexpr bool operator==(const vector_plan&, const vector_plan&) = default;
 };
 

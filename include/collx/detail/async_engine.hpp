@@ -279,8 +279,12 @@ class async_engine {
 /// says so on stderr.
 class [[nodiscard]] request {
  public:
+  /// No call: wait() and test() return at once.
   request() = default;
+  /// Takes `other`'s call; `other` is left without one.
   request(request&&) noexcept = default;
+  /// First finishes this request's call as the destructor does (waits for it, see the class), then
+  /// takes `other`'s.
   request& operator=(request&& other) noexcept {
     if (this != &other) {
       finish_unobserved();
@@ -290,9 +294,13 @@ class [[nodiscard]] request {
     }
     return *this;
   }
+  /// Not copyable: the call's outcome is delivered once.
   request(const request&) = delete;
+  /// Not copyable: the call's outcome is delivered once.
   request& operator=(const request&) = delete;
+  /// Waits for a call not waited for, as the class says (errors go to stderr; never throws).
   ~request() { finish_unobserved(); }
+  /// The request of a started call (collx's *_async forms make it; `s` is internal).
   explicit request(std::shared_ptr<detail::request_state> s) : state_(std::move(s)) {}
   /// Blocks until the call finished; rethrows its collx::error if it failed. A default-constructed
   /// or already waited request returns at once.

@@ -131,7 +131,9 @@ class communicator {
     init();
   }
 
+  /// Not copyable: it owns its device memory (and an owned NCCL communicator).
   communicator(const communicator&) = delete;
+  /// Not copyable: it owns its device memory (and an owned NCCL communicator).
   communicator& operator=(const communicator&) = delete;
   /// Takes over `o`'s NCCL communicator and device memory; `o` is left empty.
   communicator(communicator&& o) noexcept { swap(o); }

@@ -96,9 +96,9 @@ struct model_options {
 
 /// One predicted call.
 struct prediction {
-  collective coll = collective::allreduce;
-  algo method = algo::ring;
-  protocol proto = protocol::simple;
+  collective coll = collective::allreduce;  ///< the collective
+  algo method = algo::ring;                 ///< the algorithm predicted
+  protocol proto = protocol::simple;        ///< the NCCL protocol predicted
   std::size_t bytes = 0;       ///< as selection_query::bytes
   int ranks = 0;               ///< GPUs
   int nodes = 0;               ///< machines
@@ -132,7 +132,7 @@ class model {
   /// A GPU sends `bytes` to another GPU.
   struct flow {
     int src = -1, dst = -1;  ///< GPU vertex ids
-    double bytes = 0;
+    double bytes = 0;        ///< bytes sent
   };
 
   /// @param t     must outlive the model

@@ -41,7 +41,7 @@ struct nccl_tests_table {
   bool p2p_disabled = false;         ///< NCCL_P2P_DISABLE=1 on the command line
   int gpus_flag = 0;                 ///< -g N from the command line (0 if absent or not a count of 1 to 1024)
   double avg_busbw = 0;              ///< "# Avg bus bandwidth" (0 if absent)
-  std::vector<nccl_tests_row> rows;
+  std::vector<nccl_tests_row> rows;  ///< the data rows, in the order pasted
 
   /// Whether the table's figures fit an all-reduce over `ranks` ranks: on every row with both,
   /// busbw = algbw * 2 (ranks - 1) / ranks (as nccl-tests defines busbw) within the rounding of two

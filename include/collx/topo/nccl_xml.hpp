@@ -477,7 +477,7 @@ struct nccl_graph {
   std::string type_intra;     ///< link class NCCL used inside a machine (NVL, PIX, SYS, ...)
   std::string type_inter;     ///< link class NCCL used between machines
   bool same_channels = false; ///< samechannels attribute
-  std::vector<nccl_channel> channels;
+  std::vector<nccl_channel> channels;  ///< its <channel>s, in file order
   detail::text_pos pos;       ///< where the <graph> starts
 };
 

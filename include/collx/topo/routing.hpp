@@ -37,7 +37,11 @@ struct route_options {
 };
 
 /// Which latency figures a transfer pays (see cost_model.hpp).
-enum class transport_class : std::uint8_t { nvlink, pcie, network };
+enum class transport_class : std::uint8_t {
+  nvlink,   ///< peer access over NVLink (direct or through NVSwitch)
+  pcie,     ///< any other path within a machine: PCIe peer access or host-staged
+  network,  ///< between machines
+};
 
 /// Name of a transport class ("NVLink", "PCIe", "NET").
 constexpr std::string_view transport_class_name(transport_class c) noexcept {

@@ -232,7 +232,7 @@ constexpr std::string_view path_type_name(path_type t) noexcept {
 
 /// The class of a path between two devices.
 struct path_info {
-  path_type type = path_type::unknown;
+  path_type type = path_type::unknown;  ///< the path's class (nvidia-smi topo -m's legend)
   int nvlinks = 0;             ///< nvlink: links in the bond (for NVSwitch: the fewer of the two GPUs' links)
   bool via_nvswitch = false;   ///< nvlink: through the NVSwitch fabric
   /// The matrix cell: "X", "NV12", "PIX", ...
@@ -243,7 +243,7 @@ struct path_info {
 
 /// A vertex of the topology.
 struct vertex {
-  vertex_kind kind = vertex_kind::gpu;
+  vertex_kind kind = vertex_kind::gpu;  ///< what the vertex is
   std::string name;           ///< "GPU0", "NIC1", "CPU0", "PCI 0000:03:00.0", "NVSwitch", "network"
   std::string busid;          ///< PCI bus id, lower case (dddd:bb:dd.f); empty when not known
   int index = -1;             ///< gpu: device index (CUDA / NCCL dev); nic: NIC index; cpu: NUMA node id
@@ -265,7 +265,7 @@ struct vertex {
 struct link {
   int a = -1;                 ///< one end (vertex id)
   int b = -1;                 ///< the other end
-  link_kind kind = link_kind::pcie;
+  link_kind kind = link_kind::pcie;  ///< what joins the two ends
   int count = 1;              ///< nvlink: bonded links
   int generation = 0;         ///< NVLink generation (1-5) or PCIe generation (1-6); 0 unknown
   int width = 0;              ///< pcie: lanes

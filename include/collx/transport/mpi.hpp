@@ -378,6 +378,10 @@ class mpi_transport final : public transport {
   /// communicator) before it fails: what the peer sent before it closed has arrived by then.
   static constexpr std::chrono::milliseconds closed_peer_grace{2000};
 
+  /// Collective over `comm`: duplicates it (MPI_Comm_dup), agrees on a token with rank 0
+  /// (MPI_Bcast) and gathers the CPUs of the ranks on this machine (MPI_Comm_split_type).
+  /// @throws collx::error transport (MPI not initialised, too little thread support, or an MPI
+  ///   call failed: check_mpi), invalid_argument (comm is MPI_COMM_NULL or an intercommunicator).
   explicit mpi_transport(MPI_Comm comm, const mpi_options& opt = {}) : opt_(opt) {
     require_mpi_running("collx::mpi");
     require_communicator(comm, "collx::mpi");
@@ -409,6 +413,10 @@ class mpi_transport final : public transport {
     for (const collx::detail::cpu_bits& b : all) host_cpus |= b;
     oversubscribed_ = static_cast<unsigned>(ranks_on_host_) > collx::detail::usable_cpus(host_cpus);
   }
+  /// After MPI_Finalize: nothing. Otherwise cancels unfinished piece receives and hands the
+  /// duplicate to closing_duplicates, which frees it once every peer has closed it too; after a
+  /// failure the duplicate and the buffers of unfinished sends are kept instead (a stale message
+  /// must not match a later communicator's receive). Never throws.
   ~mpi_transport() override {
     if (mpi_finalized()) return;
     // A receive that matched before its cancel still completes, into staging_, perhaps only
@@ -466,13 +474,21 @@ class mpi_transport final : public transport {
     (void)notice_.release();
     closing_duplicates::instance().close_failed(comm_, rank_, size_);
   }
+  /// Not copyable: it owns the duplicate communicator and its requests.
   mpi_transport(const mpi_transport&) = delete;
+  /// Not copyable: it owns the duplicate communicator and its requests.
   mpi_transport& operator=(const mpi_transport&) = delete;
 
+  /// See transport::rank (the rank in the duplicate, as in `comm`).
   int rank() const noexcept override { return rank_; }
+  /// See transport::size.
   int size() const noexcept override { return size_; }
+  /// "mpi".
   std::string_view name() const noexcept override { return "mpi"; }
+  /// True: MPI_Comm_split waits for every rank (see transport::split_waits_for_all).
   bool split_waits_for_all() const noexcept override { return true; }
+  /// Empty under MPI_THREAD_MULTIPLE; otherwise why not, naming the thread level MPI was
+  /// initialised with (see transport::async_refusal).
   std::string async_refusal() const override {
     if (level_ == MPI_THREAD_MULTIPLE) return {};
     return std::string("MPI was initialised with ") + thread_level_name(level_) +
@@ -481,6 +497,8 @@ class mpi_transport final : public transport {
   }
   /// MPI_Comm_split of this transport's communicator (every rank takes part, those in no group
   /// with MPI_UNDEFINED), and a transport on the group's communicator with this one's options.
+  /// @throws collx::error transport (an MPI call failed: check_mpi), internal (MPI ranked this rank
+  ///   otherwise than collx::split), and what the constructor throws.
   std::shared_ptr<transport> split(const std::vector<int>& members, int group_rank, int color, int key,
                                    std::uint64_t split_id) override {
     (void)split_id;
@@ -498,12 +516,16 @@ class mpi_transport final : public transport {
                                       std::to_string(group_rank));
     return std::make_shared<mpi_transport>(group, opt_);
   }
+  /// See transport::set_timeout.
   void set_timeout(std::chrono::milliseconds t) noexcept override { timeout_ = t; }
   /// The duplicate communicator collx sends on.
   MPI_Comm mpi_comm() const noexcept { return comm_; }
   /// Ranks of this communicator on this machine (MPI_COMM_TYPE_SHARED).
   int ranks_on_host() const noexcept { return ranks_on_host_; }
 
+  /// See transport::check; reads the failure notices peers sent first.
+  /// @throws collx::error transport when MPI was finalized while this transport lives; the
+  ///   transport's failure, if it has failed.
   void check() override {
     enter();
     if (mpi_finalized())  // after MPI_Finalize any other MPI call would abort the job
@@ -564,6 +586,8 @@ class mpi_transport final : public transport {
     return failed_.load(std::memory_order_acquire);
   }
 
+  /// See transport::compare_records_now: sends this rank's record of a hierarchical call to its two
+  /// neighbours at once, then takes in the peers' notices for up to min(wait, the timeout).
   bool compare_records_now(std::chrono::milliseconds wait) noexcept override {
     if (failed_.load(std::memory_order_acquire)) return true;
     try {
@@ -584,9 +608,13 @@ class mpi_transport final : public transport {
     return failed_.load(std::memory_order_acquire);
   }
 
+  /// See transport::fail; also sends every peer a failure notice (from this thread if MPI allows it
+  /// here, else at the owning thread's next call).
   void fail(errc code, const std::string& why) noexcept override { fail_with_notice(code, why, true); }
+  /// See transport::adopt_failure; notices as fail().
   void adopt_failure(errc code, const std::string& why) noexcept override { fail_with_notice(code, why, false); }
 
+  /// See transport::failure; reads the notices peers sent first.
   bool failure(errc& code, std::string& why) noexcept override {
     enter();
     try {
@@ -603,6 +631,9 @@ class mpi_transport final : public transport {
     return true;
   }
 
+  /// See transport::post_send: the first piece travels with the signature (copied); later pieces
+  /// are sent from `data` (MPI_Isend, in pieces sized from mpi_options::piece_bytes).
+  /// @throws collx::error transport (an MPI call failed: check_mpi; the transport is failed).
   void post_send(int peer, const void* data, std::size_t bytes, std::size_t granularity,
                  const call_signature& sig) override {
     enter();
@@ -620,6 +651,10 @@ class mpi_transport final : public transport {
       isend(p + piece * (k + 1), detail::later_piece_bytes(bytes, piece, k), peer, data_tag);
   }
 
+  /// See transport::recv; the pieces after the first are received double-buffered.
+  /// @throws collx::error mismatch (signature, size or piece size differs), timeout, transport (an
+  ///   MPI call failed, a malformed message, a peer closed its communicator), or the transport's
+  ///   failure; each fails the transport.
   void recv(int peer, std::size_t bytes, std::size_t granularity, const call_signature& sig,
             consumer_ref consume) override {
     enter();
@@ -690,6 +725,9 @@ class mpi_transport final : public transport {
     }
   }
 
+  /// See transport::wait_sends: MPI_Isend completed for every send.
+  /// @throws collx::error timeout, transport (an MPI call failed, a peer closed its communicator),
+  ///   or the transport's failure; each fails the transport.
   void wait_sends() override {
     enter();
     wait("its sends to be delivered", -1, [&] {

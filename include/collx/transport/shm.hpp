@@ -1636,6 +1636,9 @@ inline communicator connect_shm_from_environment(const communicator_options& opt
 template <element T>
 class shm_buffer {
  public:
+  /// Collective: `count` elements (zeroed) for this rank, mapped with every peer's buffer (one call
+  /// on comm: an all_gather of the sizes, then barriers).
+  /// @throws collx::error as the class says; an error of the all_gather names the buffer's creation.
   shm_buffer(communicator& comm, std::size_t count) : comm_(&comm), count_(count) {
     tp_ = dynamic_cast<detail::transport_impl::shm_transport*>(&comm.get_transport());
     if (!tp_)
@@ -1655,6 +1658,9 @@ class shm_buffer {
     id_ = tp_->next_window_id();
     data_ = reinterpret_cast<T*>(tp_->map_window(id_, count * sizeof(T), all, [&] { barrier(comm); }));
   }
+  /// Collective: waits for comm's earlier *_async calls, meets every rank (barrier: no peer still
+  /// reads this buffer), then unmaps it. Errors are swallowed (on a failed communicator nobody
+  /// reads any more either).
   ~shm_buffer() {
     if (!tp_) return;
     comm_->drain_async();  // earlier async calls may use this buffer
@@ -1666,7 +1672,9 @@ class shm_buffer {
     }
     tp_->unmap_window(id_);
   }
+  /// Not copyable: it owns the mapping.
   shm_buffer(const shm_buffer&) = delete;
+  /// Not copyable: it owns the mapping.
   shm_buffer& operator=(const shm_buffer&) = delete;
 
   // A contiguous range of this rank's elements, as a std::vector is (const when the buffer is), so
@@ -1674,17 +1682,25 @@ class shm_buffer {
 
   /// This rank's `size()` elements.
   std::span<T> span() noexcept { return {data_, count_}; }
+  /// This rank's `size()` elements, read-only.
   std::span<const T> span() const noexcept { return {data_, count_}; }
+  /// This rank's first element.
   T* data() noexcept { return data_; }
+  /// This rank's first element, read-only.
   const T* data() const noexcept { return data_; }
   /// Elements (not bytes) of this rank's buffer, as created.
   std::size_t size() const noexcept { return count_; }
+  /// Iterator to this rank's first element.
   T* begin() noexcept { return data_; }
+  /// Iterator past this rank's last element.
   T* end() noexcept { return data_ + count_; }
+  /// Iterator to this rank's first element, read-only.
   const T* begin() const noexcept { return data_; }
+  /// Iterator past this rank's last element, read-only.
   const T* end() const noexcept { return data_ + count_; }
   /// Element i; i < size() (not checked).
   T& operator[](std::size_t i) noexcept { return data_[i]; }
+  /// Element i, read-only; i < size() (not checked).
   const T& operator[](std::size_t i) const noexcept { return data_[i]; }
 
  private:

@@ -38,7 +38,7 @@ struct call_signature {
   std::uint64_t layout_hash = 0;  ///< hash of per-rank counts (v-forms), else 0
   std::uint32_t type_size = 0;    ///< sizeof(element)
   std::int32_t root = -1;         ///< broadcast/reduce root, else -1
-  collective coll = collective::allreduce;
+  collective coll = collective::allreduce;  ///< the collective (send_recv for point-to-point)
   std::uint8_t algo = 0;          ///< the resolved algorithm (collx::algorithm), or hierarchical_signature_algo
   std::uint8_t varying = 0;       ///< 1: the collective's v-form (a count per rank)
   /// Digest of this rank's calls before this one on the communicator (history_digest): ranks whose
@@ -46,6 +46,7 @@ struct call_signature {
   /// that only sends, an algo::hierarchical call whose levels never met), differ here at their
   /// next message. 0 for point-to-point messages.
   std::uint64_t earlier = 0;
+  /// Equal in every field: the ranks agree on the call.
   constexpr bool operator==(const call_signature&) const = default;
 };
 
@@ -371,12 +372,15 @@ inline std::string as_seen_by(int rank, std::string why) {
 /// posted, does not use it).
 class consumer_ref {
  public:
+  /// Refers to `f`, callable as f(src, offset, len) (not copied: it must outlive this reference);
+  /// `copy_to`: where the message's bytes go verbatim, or nullptr (see copy_to()).
   template <class F>
     requires(!std::is_same_v<std::remove_cv_t<F>, consumer_ref>)  // copying must not wrap (and lose copy_to)
   consumer_ref(F& f, std::byte* copy_to = nullptr) noexcept  // NOLINT: implicit by design, like std::function_ref
       : obj_(&f),
         fn_([](void* o, const std::byte* s, std::size_t off, std::size_t len) { (*static_cast<F*>(o))(s, off, len); }),
         copy_to_(copy_to) {}
+  /// Passes bytes [offset, offset + len) of the message, at `src`, to the consumer.
   void operator()(const std::byte* src, std::size_t offset, std::size_t len) const { fn_(obj_, src, offset, len); }
   /// Where the message's bytes go verbatim, or nullptr when the consumer converts or reduces them.
   std::byte* copy_to() const noexcept { return copy_to_; }
@@ -395,6 +399,7 @@ class consumer_ref {
 /// rank and every later call fails at once.
 class transport {
  public:
+  /// Virtual: communicators hold and destroy transports through std::shared_ptr<transport>.
   virtual ~transport() = default;
   /// This rank, in [0, size()).
   virtual int rank() const noexcept = 0;
