@@ -1850,7 +1850,7 @@ TEST_CASE("shm: a rank whose connect timeout ends first tells the others which r
     INFO("rank " << (p == pids[0] ? 0 : 1));
     CHECK((WIFEXITED(st) && WEXITSTATUS(st) == 10));
   }
-  CHECK_FALSE(std::filesystem::exists("/dev/shm" + collx::transport_impl::shm_transport::segment_name(job)));
+  CHECK_FALSE(std::filesystem::exists("/dev/shm" + collx::detail::transport_impl::shm_transport::segment_name(job)));
 }
 
 TEST_CASE("B6 over shm: unaligned buffers and a buffer that ends at a guard page", "[shm][B6]") {
