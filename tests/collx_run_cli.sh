@@ -4,10 +4,11 @@
 # status 2; a failing rank is named and the others stop with what they started; SIGINT is
 # forwarded; a rank that ignores SIGTERM is killed after the grace period, and nothing else. With a
 # collx program (collx-perf) as well: a misspelt COLLX_ variable is reported once per job.
-# usage: collx_run_cli.sh path/to/collx-run [path/to/collx-perf]
+# usage: collx_run_cli.sh path/to/collx-run [path/to/collx-perf [path/to/test_launcher_env]]
 set -u
 run=$1
 perf=${2:-}
+launcher_env=${3:-}
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 out=$("$run" --help 2>/dev/null); rc=$?
@@ -161,6 +162,15 @@ wait $pid; rc=$?
 err=$(cat "$tmp/err")
 [ $rc -eq 137 ] || fail "rank killed by SIGKILL beside a rank that exited 5: exited $rc, not 137: $err"
 case $err in *"rank 1 (pid "*") was killed by signal 9"*) ;; *) fail "the killed rank was not the one named: $err" ;; esac
+
+# A rank killed by a signal whose process is not reapable yet (a multi-threaded process is a zombie
+# until its last thread ends; longer while it dumps core) when its peer, having seen it dead,
+# exits 1: collx-run waits for it, and the signal is the failure named (was: status 1).
+if [ -n "$launcher_env" ]; then
+  err=$("$run" -n 2 "$launcher_env" collx-run leader-exits-first 2>&1 >/dev/null); rc=$?
+  [ $rc -eq 137 ] || fail "rank killed by SIGKILL while its peer exited 1 first: exited $rc, not 137: $err"
+  case $err in *"rank 1 (pid "*") was killed by signal 9"*) ;; *) fail "the killed rank was not the one named: $err" ;; esac
+fi
 
 # A rank killed while a program it started runs: that program stops with the other ranks (it was
 # left running, re-parented to init), even when it ignores SIGTERM and the other ranks are gone

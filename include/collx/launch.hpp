@@ -307,7 +307,9 @@ class forward_signals {
 /// status (128 + signal for a signal, also for a forwarded one), or 0. Ranks found ended together
 /// are told apart by how: one killed by a signal other than SIGABRT is the first failure over one
 /// that exited non-zero or aborted (a rank that sees a peer die fails with an error just after
-/// it). A segment the job left (a rank killed while it started) is removed once every rank ended,
+/// it); a rank that exits with an error while a peer's process is a zombie not yet reapable (a
+/// multi-threaded process killed by a signal is one until its last thread ends) waits up to 1 s
+/// for that peer, which is then found ended together with it. A segment the job left (a rank killed while it started) is removed once every rank ended,
 /// and shared buffers (shm_buffer) its ranks were all killed making.
 /// The ranks (the processes started, not what they start in turn) get SIGTERM if the caller dies,
 /// even of SIGKILL.
@@ -399,6 +401,23 @@ inline int launch_program(int world_size, char* const argv[], std::chrono::milli
       if (got == 0 || (got < 0 && errno == EINTR)) continue;
       if (got > 0) ended.push_back({r, pids[r], st});  // else not ours to wait for any more (ECHILD)
       pids[r] = -1, --alive;
+    }
+    // A rank that exits with an error has often seen a peer die whose process cannot be reaped
+    // yet: a multi-threaded process killed by a signal is a zombie (what its peers read as dead)
+    // until its last thread ends, later still while it dumps core. Wait for such a peer (up to
+    // 1 s) before naming the first failure, so that the death is the one named.
+    if (!first_failure && std::any_of(ended.begin(), ended.end(), [](const ended_rank& e) { return e.st != 0; })) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      for (std::size_t r = 0; r < pids.size(); ++r) {
+        if (pids[r] <= 0 || !detail::process_dead(pids[r], 0)) continue;
+        int st = 0;
+        pid_t got = 0;
+        while ((got = ::waitpid(pids[r], &st, WNOHANG)) == 0 && std::chrono::steady_clock::now() < until)
+          std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        if (got == 0 || (got < 0 && errno == EINTR)) continue;
+        if (got > 0) ended.push_back({r, pids[r], st});
+        pids[r] = -1, --alive;
+      }
     }
     // SIGABRT aside: a program that does not catch collx::error aborts when a peer's failure reaches it.
     std::stable_partition(ended.begin(), ended.end(), [](const ended_rank& e) { return WIFSIGNALED(e.st) && WTERMSIG(e.st) != SIGABRT; });
