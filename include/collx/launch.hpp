@@ -196,7 +196,8 @@ inline void signal_ranks(const std::vector<pid_t>& pids, int sig) {
 /// segment if one of them created it while it waited for the others (otherwise it would stay in
 /// /dev/shm until a later start's stale-segment sweep), and its split groups' stale ones
 /// (shm_transport::remove_if_stale). A segment whose creator still runs (another job given the
-/// same COLLX_JOB_ID) is left alone.
+/// same COLLX_JOB_ID) is left alone; one that names no creator yet is removed (no rank of this
+/// start still runs to make it).
 inline void abandon_start(const std::vector<pid_t>& pids, const std::string& job, bool groups) {
   if (groups) signal_ranks(pids, SIGKILL);
   else

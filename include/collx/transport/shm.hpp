@@ -557,18 +557,22 @@ class shm_transport final : public transport {
   }
 
   /// Unlinks job `job_id`'s segment if its creator died, and keeps it otherwise (a live job with the
-  /// same id). A segment whose creator died before writing its header counts as dead only 10 s
-  /// after it was made (then a later start's reclaim_stale_segments removes it). Then the stale
-  /// segments of the job's split groups (collx::split), left by a rank that died while a group
-  /// started: those whose names extend the job's (ids too long to keep whole are hashed, and left
-  /// to the next start's sweep). Then, given `ranks` (the pids of the job's ranks, all ended: a
-  /// launcher that reaped them), the shared buffers (map_window) of runs that one of them created,
-  /// left when every rank was killed while making one (so none removed the names); a later start's
-  /// sweep would take them only 10 s on. Returns whether it unlinked the job's segment.
+  /// same id). Then the stale segments of the job's split groups (collx::split), left by a rank
+  /// that died while a group started: those whose names extend the job's (ids too long to keep
+  /// whole are hashed, and left to the next start's sweep). A segment whose creator had not yet
+  /// written itself into it (killed within microseconds of making it, likelier in a program that
+  /// splits often) counts as dead only 10 s after it was made (then a later start's
+  /// reclaim_stale_segments removes it), unless `ranks` is given: the pids of the job's ranks, all
+  /// ended (a launcher that reaped them), so nothing of this job can still be making it (another
+  /// start under the same job id could: such starts fail apart anyway). Then, given `ranks`, the
+  /// shared buffers (map_window) of runs that one of them created, left when every rank was killed
+  /// while making one (so none removed the names); a later start's sweep would take them only 10 s
+  /// on. Returns whether it unlinked the job's segment.
   static bool remove_if_stale(const std::string& job_id, const std::vector<pid_t>& ranks = {}) {
     const std::string name = segment_name(job_id);
-    const bool removed = unlink_if_stale(name);
-    reclaim_stale_segments(name.substr(1) + ".split");
+    const bool all_ended = !ranks.empty();
+    const bool removed = unlink_if_stale(name, all_ended);
+    reclaim_stale_segments(name.substr(1) + ".split", all_ended);
     if (!ranks.empty()) remove_dead_runs_windows(name.substr(1) + "-", ranks);
     return removed;
   }
@@ -617,9 +621,10 @@ class shm_transport final : public transport {
   }
 
   /// Unlinks this user's collx segments whose creator died (left by a crash during start-up), or
-  /// only those whose names (without the leading '/') start with `only`. Returns how many were
+  /// only those whose names (without the leading '/') start with `only`; with `unsigned_dead`, also
+  /// those that name no creator yet, whatever their age (segment_is_stale). Returns how many were
   /// removed.
-  static int reclaim_stale_segments(const std::string& only = {}) {
+  static int reclaim_stale_segments(const std::string& only = {}, bool unsigned_dead = false) {
     int removed = 0;
     const std::string prefix = only.empty() ? "collx-" + std::to_string(::getuid()) + "-" : only;
     DIR* d = ::opendir("/dev/shm");
@@ -627,7 +632,7 @@ class shm_transport final : public transport {
     while (dirent* e = ::readdir(d)) {
       const std::string nm = e->d_name;
       if (nm.compare(0, prefix.size(), prefix) != 0) continue;
-      removed += unlink_if_stale("/" + nm);
+      removed += unlink_if_stale("/" + nm, unsigned_dead);
     }
     ::closedir(d);
     return removed;
@@ -1082,13 +1087,16 @@ class shm_transport final : public transport {
 
   /// Unlinks segment `name` if its creator died (segment_is_stale) and the name still means the
   /// segment judged (unlink_if_same).
-  static bool unlink_if_stale(const std::string& name) {
+  static bool unlink_if_stale(const std::string& name, bool unsigned_dead = false) {
     struct stat judged{};
-    return segment_is_stale(name, &judged) && unlink_if_same(name, judged);
+    return segment_is_stale(name, &judged, unsigned_dead) && unlink_if_same(name, judged);
   }
 
-  /// Whether segment `name` was left by a dead creator; `seen` gets the segment's stat.
-  static bool segment_is_stale(const std::string& name, struct stat* seen = nullptr) {
+  /// Whether segment `name` was left by a dead creator; `seen` gets the segment's stat. One that
+  /// names no creator yet (made within microseconds, or left by a creator killed then) counts as
+  /// dead 10 s after it was made, or at once with `unsigned_dead` (the caller knows that every
+  /// process that could be making it has ended).
+  static bool segment_is_stale(const std::string& name, struct stat* seen = nullptr, bool unsigned_dead = false) {
     const int fd = ::shm_open(name.c_str(), O_RDONLY, 0);
     if (fd < 0) return false;
     struct stat st{};
@@ -1096,10 +1104,10 @@ class shm_transport final : public transport {
     if (::fstat(fd, &st) == 0 && st.st_uid == ::getuid()) {
       if (seen) *seen = st;
       if (static_cast<std::size_t>(st.st_size) < sizeof(shm_segment::header)) {
-        stale = std::time(nullptr) - st.st_mtime > 10;  // never initialised
+        stale = unsigned_dead || std::time(nullptr) - st.st_mtime > 10;  // never initialised
       } else if (void* p = ::mmap(nullptr, sizeof(shm_segment::header), PROT_READ, MAP_SHARED, fd, 0); p != MAP_FAILED) {
         const auto* h = static_cast<const shm_segment::header*>(p);
-        stale = h->creator_pid == 0 ? std::time(nullptr) - st.st_mtime > 10
+        stale = h->creator_pid == 0 ? unsigned_dead || std::time(nullptr) - st.st_mtime > 10
                                     : detail::process_dead(h->creator_pid, h->creator_start);
         ::munmap(p, sizeof(shm_segment::header));
       }
@@ -1395,13 +1403,15 @@ class shm_transport final : public transport {
       }
       base_ = static_cast<std::byte*>(p);
       auto* h = new (base_) shm_segment::header();
+      // The creator first, as sign_new_segment wrote it: the header names no creator between these
+      // lines only (a segment that names none counts as dead only 10 s after it was made).
+      h->creator_pid = static_cast<std::int32_t>(::getpid());
+      h->creator_start = detail::own_start_time();
       h->version = shm_segment::layout_version;
       h->world_size = n_;
       h->total_bytes = bytes_;
       h->slot_bytes = slot_bytes_;
       h->slots = static_cast<std::uint32_t>(slots_);
-      h->creator_pid = static_cast<std::int32_t>(::getpid());
-      h->creator_start = detail::own_start_time();
       std::memcpy(h->launch_id, launch_id_.data(), launch_id_.size());
       for (int r = 0; r < n_; ++r) new (&peer(r)) shm_segment::peer_info();
       for (std::size_t i = 0; i < static_cast<std::size_t>(n_) * static_cast<std::size_t>(n_); ++i)
