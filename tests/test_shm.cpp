@@ -8,6 +8,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -1015,6 +1016,69 @@ TEST_CASE("F2: segments a start left before naming their creator go when its lau
   CHECK(shm::remove_if_stale(job, {dead}));
   CHECK(present() == 0);
   for (const auto& nm : names) ::shm_unlink(nm.c_str());
+}
+
+TEST_CASE("shm: a segment that cannot be mapped under an address-space limit names the limit", "[shm]") {
+  if (ref::sanitized) {
+    SUCCEED("skipped under sanitizers: their runtimes reserve terabytes of address space");
+    return;
+  }
+  // A rank limited to its current address space plus 8 MiB cannot map its job's 64 MiB segment:
+  // its error names RLIMIT_AS, not only "Cannot allocate memory", at once (rank 1 used to retry
+  // until its connect timeout, then blame rank 0), and no segment stays in /dev/shm (rank 0's
+  // used to).
+  // 77: could not set the limit (skipped); 0: failed as expected; 1: connected; 2: another error.
+  auto child = [](const std::string& job, int rank, int world, bool limited) -> int {
+    if (limited) {
+      std::ifstream status("/proc/self/status");
+      std::string line;
+      unsigned long long vm_kib = 0;
+      while (std::getline(status, line))
+        if (line.rfind("VmSize:", 0) == 0) vm_kib = std::strtoull(line.c_str() + 7, nullptr, 10);
+      const rlimit as{(vm_kib << 10) + (8u << 20), (vm_kib << 10) + (8u << 20)};
+      if (vm_kib == 0 || ::setrlimit(RLIMIT_AS, &as) != 0) return 77;
+    }
+    try {
+      collx::shm_options shm;
+      shm.bytes_per_peer = world == 1 ? 64u << 20 : 16u << 20;
+      shm.connect_timeout = limited ? 20s : 2s;
+      collx::communicator c = collx::connect_shm(collx::launch_info{rank, world, rank, world, job, "test"}, {}, shm);
+      return 1;
+    } catch (const collx::error& e) {
+      const std::string m = e.what();
+      std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
+      if (!limited) return e.code() == collx::errc::timeout && m.find("missing: rank 1") != std::string::npos ? 0 : 2;
+      return e.code() == collx::errc::system && m.find("RLIMIT_AS") != std::string::npos ? 0 : 2;
+    }
+  };
+  for (const int world : {1, 2}) {
+    CAPTURE(world);
+    const std::string job = "test-rlimit-as-" + std::to_string(world) + "-" + std::to_string(::getpid());
+    std::vector<pid_t> pids;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int r = 0; r < world; ++r) {
+      const pid_t pid = ::fork();
+      REQUIRE(pid >= 0);
+      if (pid == 0) {
+        ::alarm(60);
+        ::_exit(child(job, r, world, r == world - 1));  // the last rank is limited
+      }
+      pids.push_back(pid);
+    }
+    std::vector<int> codes;
+    for (const pid_t p : pids) {
+      int st = 0;
+      REQUIRE(::waitpid(p, &st, 0) == p);
+      codes.push_back(WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+    }
+    if (codes.back() == 77) {
+      SUCCEED("skipped: the child could not read or set its address-space limit");
+      continue;
+    }
+    CHECK(codes == std::vector<int>(static_cast<std::size_t>(world), 0));
+    CHECK(std::chrono::steady_clock::now() - t0 < 15s);  // rank 1 did not wait out its 20 s
+    CHECK_FALSE(std::filesystem::exists("/dev/shm" + collx::detail::transport_impl::shm_transport::segment_name(job)));
+  }
 }
 
 TEST_CASE("F2: a stale segment replaced by a new start's before the unlink is kept", "[shm][F2]") {

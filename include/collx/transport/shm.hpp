@@ -18,6 +18,7 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/uio.h>
@@ -1239,7 +1240,16 @@ class shm_transport final : public transport {
 
   [[noreturn]] void system_error(const std::string& what, int err) {
     COLLX_THROW(errc::system, "rank " + std::to_string(rank_) + "/" + std::to_string(n_) + " shared memory " + name_ +
-                                  ": " + what + ": " + std::strerror(err));
+                                  ": " + what + ": " + std::strerror(err) + address_space_limit_note(err));
+  }
+
+  /// For a mapping that failed with ENOMEM under an address-space limit (ulimit -v): the limit,
+  /// which the bare "Cannot allocate memory" does not suggest; else "".
+  static std::string address_space_limit_note(int err) {
+    rlimit as{};
+    if (err != ENOMEM || ::getrlimit(RLIMIT_AS, &as) != 0 || as.rlim_cur == RLIM_INFINITY) return {};
+    return " (this process's address space is limited to " + std::to_string(as.rlim_cur >> 20) +
+           " MiB: RLIMIT_AS, ulimit -v)";
   }
 
   /// MAP_POPULATE for a segment of `bytes` up to 256 MiB (every segment of up to 32 ranks at the
@@ -1352,6 +1362,9 @@ class shm_transport final : public transport {
                 break;
               }
               ::munmap(p, map_bytes);
+            } else if (const int e = errno; e == ENOMEM) {  // no room in this process (ulimit -v): it will not come
+              ::close(fd);
+              system_error("cannot map the " + std::to_string(map_bytes >> 20) + " MiB segment", e);
             }
           }
           ::close(fd);
@@ -1398,8 +1411,11 @@ class shm_transport final : public transport {
       void* p = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | populate(bytes_), fd, 0);
       if (p == MAP_FAILED) {
         const int e = errno;
+        const std::string why = "rank 0: cannot map the " + std::to_string(bytes_ >> 20) + " MiB segment " + name_ + ": " +
+                                std::strerror(e) + address_space_limit_note(e);
+        publish_setup_failure(fd, why);  // the other ranks fail now; the name does not stay in /dev/shm
         ::close(fd);
-        system_error("cannot map the segment", e);
+        COLLX_THROW(errc::system, why);
       }
       base_ = static_cast<std::byte*>(p);
       auto* h = new (base_) shm_segment::header();
