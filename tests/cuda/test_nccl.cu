@@ -105,8 +105,8 @@ void check_reductions(nc::communicator& c, cudaStream_t s, std::size_t count, Wa
 
   const int root = n - 1;
   // Off the root, recv may be a literal nullptr (recv's type follows send's).
-  if (r == root) nc::reduce<Algo>(c, din.p, dout.p, count, Op{}, root, s);
-  else nc::reduce<Algo>(c, din.p, nullptr, count, Op{}, root, s);
+  if (r == root) nc::reduce<Algo>(c, din.p, dout.p, count, root, Op{}, s);
+  else nc::reduce<Algo>(c, din.p, nullptr, count, root, Op{}, s);
   collx::gpu::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
   if (r == root) compare("reduce", dout.get(count), 0);
 }

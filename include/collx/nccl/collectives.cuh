@@ -352,12 +352,13 @@ void reduce_scatter(communicator& c, const T* send, T* recv, std::size_t recv_co
 /// At `root`: recv[i] = op over ranks of send[i], i in [0, count); other ranks' recv is not used
 /// (may be null; a literal nullptr compiles: recv is a nullable_ptr, its type send's). In place at the root when
 /// send == recv.
+/// Root before op, as collx::reduce and gpu::reduce take them (ncclReduce takes op first).
 /// @pre root in [0, size()); device buffers on device().
 /// @throws collx::error as allreduce, and (errc::invalid_argument) for a bad root.
 template <class Algo = algo::automatic, element T, class Op>
   requires reduction_op<Op, T>
 void reduce(communicator& c, const T* send, nullable_ptr<std::type_identity_t<T>> recv_or_null, std::size_t count,
-            const Op& op, int root, cudaStream_t stream) {
+            int root, const Op& op, cudaStream_t stream) {
   T* const recv = recv_or_null.p;
   detail::check_algorithm<Algo, Op>();
   const std::string name = detail::call_name<T, Op>(c, collective::reduce, detail::path_name<Algo, T, Op>());
