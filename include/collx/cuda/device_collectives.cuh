@@ -51,6 +51,10 @@
 /// collectives' epochs.
 #pragma once
 
+#ifndef __CUDACC__  // else the first error is a missing <cuda/atomic> or an unknown __device__
+#error "collx/cuda/device_collectives.cuh holds CUDA kernels: include it from a .cu file that nvcc compiles (host code of its own may use collx/cuda/device_communicator.hpp)"
+#endif
+
 #include <cuda/atomic>
 #include <cuda_runtime_api.h>
 

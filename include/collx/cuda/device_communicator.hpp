@@ -291,7 +291,8 @@ class device_communicator {
           COLLX_THROW(errc::cuda, "gpu: rank " + std::to_string(rank_) + " finds no CUDA device (cudaGetDeviceCount: " +
                                       (found == cudaSuccess ? std::string("0 devices") : std::string(cudaGetErrorName(found)) + ", " +
                                                                                               cudaGetErrorString(found)) +
-                                      ")");
+                                      // What CUDA says when there is no driver at all, not only an old one:
+                                      (found == cudaErrorInsufficientDriver ? "; no NVIDIA driver loaded?" : "") + ")");
         if (opt.device < 0) gpu::check(cudaGetDevice(&opt.device), "cudaGetDevice");
         device_ = opt.device;
         gpu::check(cudaSetDevice(device_), "cudaSetDevice");

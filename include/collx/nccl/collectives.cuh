@@ -32,6 +32,10 @@
 /// call that failed, with "rank r/n nccl <collective><type,op,path>: " in front.
 #pragma once
 
+#ifndef __CUDACC__  // else the first error is a missing <cuda/atomic> or an unknown __device__
+#error "collx/nccl/collectives.cuh launches CUDA kernels: include it from a .cu file that nvcc compiles (host code of its own may use collx/nccl/communicator.hpp)"
+#endif
+
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
