@@ -62,8 +62,8 @@ void reduce_scatter_impl(communicator& comm, std::span<const T> send, std::span<
 
 /// Reduce-scatter: recv = block `rank` of (op over ranks of send), blocks of recv.size() elements.
 ///
-/// @param send n * recv.size() elements on every rank (n = world size); never written unless recv is
-///   inside it.
+/// @param send n * recv.size() elements on every rank (n = world size); never written, but for recv's
+///   own range when recv is inside it (in place: the other blocks stay as they were).
 /// @param recv recv.size() elements, the same on every rank. In place when recv.data() ==
 ///   send.data() + rank * recv.size() (NCCL's convention: the result lands in the rank's own block of
 ///   send, which collx::rank_block(send, comm) gives); any other overlap is an error.
