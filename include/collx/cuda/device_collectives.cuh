@@ -1607,9 +1607,21 @@ inline constexpr bool device_only_lambda =
     false;
 #endif
 
+/// An op whose call operator is not const (a mutable lambda, an operator() not marked const): the
+/// collectives call ops through a const reference.
+template <class Op, class T>
+inline constexpr bool non_const_call_op =
+    element<T> && std::is_invocable_v<Op&, const T&, const T&> && !std::is_invocable_v<const Op&, const T&, const T&>;
+/// What check_reduction_types refuses, each with its own message: the collectives' "Op must be a
+/// reduction op" assertion then stays quiet (one error, not two).
+template <class T, class Op>
+inline constexpr bool refused_before_the_op =
+    !element<T> || stream_as_op<Op> || device_only_lambda<Op> || non_const_call_op<Op, T>;
+
 /// The compile-time checks every reduction makes before its op's, each with its own message: the
 /// element type (a type that is not trivially copyable would otherwise fail as "Op must be a
-/// reduction op"), stream_as_op and device_only_lambda (which would fail the same way).
+/// reduction op"), stream_as_op, device_only_lambda and non_const_call_op (which would fail the
+/// same way).
 template <class T, class Op>
 constexpr void check_reduction_types() {
   static_assert(element<T>, "collx::gpu: the element type T of a reduction must be a trivially copyable object type "
@@ -1622,12 +1634,15 @@ constexpr void check_reduction_types() {
                 "collx::gpu: a __device__ lambda cannot be a reduction op (nvcc cannot call it in host code, where "
                 "collx checks the op): write it [] __host__ __device__ (T a, T b) { ... }, or a struct with a "
                 "__device__ operator()");
+  static_assert(!non_const_call_op<Op, T>,
+                "collx::gpu: the op's call operator must be const (collx calls it through a const reference): "
+                "a mutable lambda, or an operator() not marked const, cannot be a reduction op");
 }
 /// Whether T and Op pass check_reduction_types and reduction_op. The forms without an algorithm
 /// consider the ring only then, so that a bad op is one error (the direct form's), not one per
 /// algorithm they could run.
 template <class T, class Op>
-inline constexpr bool valid_reduction = element<T> && !stream_as_op<Op> && !device_only_lambda<Op> && reduction_op<Op, T>;
+inline constexpr bool valid_reduction = !refused_before_the_op<T, Op> && reduction_op<Op, T>;
 template <class>
 inline constexpr bool no_device_form = false;  // false for every Algo, so the static_asserts below fire only when used
 }  // namespace device_detail
@@ -1744,7 +1759,7 @@ namespace device_detail {
 template <class T, class Op>
 void direct_all_reduce(device_communicator& dc, const T* send, T* recv, std::size_t count, const Op& op, cudaStream_t stream) {
   device_detail::check_reduction_types<T, Op>();
-  static_assert(reduction_op<Op, T>, "collx::gpu::all_reduce: Op must be a reduction op on T (collx/concepts.hpp)");
+  static_assert(device_detail::refused_before_the_op<T, Op> || reduction_op<Op, T>, "collx::gpu::all_reduce: Op must be a reduction op on T (collx/concepts.hpp)");
   constexpr const char* name = "gpu::all_reduce";
   using namespace device_detail;
   const call_check chk{dc, stream, name};
@@ -1798,7 +1813,7 @@ void reduce(device_communicator& dc, const T* send, nullable_ptr<std::type_ident
             int root, const Op& op = {}, cudaStream_t stream = nullptr) {
   T* const recv = recv_or_null.p;
   device_detail::check_reduction_types<T, Op>();
-  static_assert(reduction_op<Op, T>, "collx::gpu::reduce: Op must be a reduction op on T (collx/concepts.hpp)");
+  static_assert(device_detail::refused_before_the_op<T, Op> || reduction_op<Op, T>, "collx::gpu::reduce: Op must be a reduction op on T (collx/concepts.hpp)");
   constexpr const char* name = "gpu::reduce";
   using namespace device_detail;
   const call_check chk{dc, stream, name};
@@ -1819,7 +1834,7 @@ namespace device_detail {
 template <class T, class Op>
 void direct_reduce_scatter(device_communicator& dc, const T* send, T* recv, std::size_t recv_count, const Op& op, cudaStream_t stream) {
   device_detail::check_reduction_types<T, Op>();
-  static_assert(reduction_op<Op, T>, "collx::gpu::reduce_scatter: Op must be a reduction op on T (collx/concepts.hpp)");
+  static_assert(device_detail::refused_before_the_op<T, Op> || reduction_op<Op, T>, "collx::gpu::reduce_scatter: Op must be a reduction op on T (collx/concepts.hpp)");
   constexpr const char* name = "gpu::reduce_scatter";
   using namespace device_detail;
   const call_check chk{dc, stream, name};
@@ -1898,7 +1913,7 @@ void all_reduce(device_communicator& dc, const T* send, T* recv, std::size_t cou
     device_detail::direct_all_reduce<T, Op>(dc, send, recv, count, op, stream);
   } else {
     device_detail::check_reduction_types<T, Op>();
-    static_assert(reduction_op<Op, T>, "collx::gpu::all_reduce: Op must be a reduction op on T (collx/concepts.hpp)");
+    static_assert(device_detail::refused_before_the_op<T, Op> || reduction_op<Op, T>, "collx::gpu::all_reduce: Op must be a reduction op on T (collx/concepts.hpp)");
     static_assert(op_traits<Op>::commutative,
                   "collx::gpu::all_reduce<algo::ring>: the ring folds each piece starting at another rank, so it needs a "
                   "commutative op; use the rank-order forms (no algorithm) or declare the op commutative (collx::commutative_op)");
@@ -1932,7 +1947,7 @@ void reduce_scatter(device_communicator& dc, const T* send, T* recv, std::size_t
     device_detail::direct_reduce_scatter<T, Op>(dc, send, recv, recv_count, op, stream);
   } else {
     device_detail::check_reduction_types<T, Op>();
-    static_assert(reduction_op<Op, T>, "collx::gpu::reduce_scatter: Op must be a reduction op on T (collx/concepts.hpp)");
+    static_assert(device_detail::refused_before_the_op<T, Op> || reduction_op<Op, T>, "collx::gpu::reduce_scatter: Op must be a reduction op on T (collx/concepts.hpp)");
     static_assert(op_traits<Op>::commutative,
                   "collx::gpu::reduce_scatter<algo::ring>: the ring folds each block starting at another rank, so it needs "
                   "a commutative op; use the rank-order form (no algorithm) or declare the op commutative (collx::commutative_op)");
@@ -2054,7 +2069,7 @@ void reduce_scatter_v(device_communicator& dc, const T* send, nullable_ptr<std::
                       const block_counts& counts, const Op& op = {}, cudaStream_t stream = nullptr) {
   T* const recv = recv_or_null.p;
   device_detail::check_reduction_types<T, Op>();
-  static_assert(reduction_op<Op, T>, "collx::gpu::reduce_scatter_v: Op must be a reduction op on T (collx/concepts.hpp)");
+  static_assert(device_detail::refused_before_the_op<T, Op> || reduction_op<Op, T>, "collx::gpu::reduce_scatter_v: Op must be a reduction op on T (collx/concepts.hpp)");
   constexpr const char* name = "gpu::reduce_scatter_v";
   using namespace device_detail;
   const call_check chk{dc, stream, name};
@@ -2199,7 +2214,7 @@ template <class T, class Op = ops::sum>
 void all_reduce(device_communicator& dc, const window& send, std::size_t send_offset, T* recv, std::size_t count,
                 const Op& op = {}, cudaStream_t stream = nullptr) {
   device_detail::check_reduction_types<T, Op>();
-  static_assert(reduction_op<Op, T>, "collx::gpu::all_reduce: Op must be a reduction op on T (collx/concepts.hpp)");
+  static_assert(device_detail::refused_before_the_op<T, Op> || reduction_op<Op, T>, "collx::gpu::all_reduce: Op must be a reduction op on T (collx/concepts.hpp)");
   constexpr const char* name = "gpu::all_reduce(window)";
   using namespace device_detail;
   const call_check chk{dc, stream, name};
@@ -2226,7 +2241,7 @@ template <class T, class Op = ops::sum>
 void reduce_scatter(device_communicator& dc, const window& send, std::size_t send_offset, T* recv, std::size_t recv_count,
                     const Op& op = {}, cudaStream_t stream = nullptr) {
   device_detail::check_reduction_types<T, Op>();
-  static_assert(reduction_op<Op, T>, "collx::gpu::reduce_scatter: Op must be a reduction op on T (collx/concepts.hpp)");
+  static_assert(device_detail::refused_before_the_op<T, Op> || reduction_op<Op, T>, "collx::gpu::reduce_scatter: Op must be a reduction op on T (collx/concepts.hpp)");
   constexpr const char* name = "gpu::reduce_scatter(window)";
   using namespace device_detail;
   const call_check chk{dc, stream, name};
