@@ -564,8 +564,9 @@ class shm_transport final : public transport {
   /// written itself into it (killed within microseconds of making it, likelier in a program that
   /// splits often) counts as dead only 10 s after it was made (then a later start's
   /// reclaim_stale_segments removes it), unless `ranks` is given: the pids of the job's ranks, all
-  /// ended (a launcher that reaped them), so nothing of this job can still be making it (another
-  /// start under the same job id could: such starts fail apart anyway). Then, given `ranks`, the
+  /// ended (a launcher that reaped them), so no rank of this job can still be making it (what could
+  /// is another start given the same job id at the same moment, or a process a rank left behind
+  /// starting a job of that id: microseconds of a misuse). Then, given `ranks`, the
   /// shared buffers (map_window) of runs that one of them created, left when every rank was killed
   /// while making one (so none removed the names); a later start's sweep would take them only 10 s
   /// on. Returns whether it unlinked the job's segment.
@@ -1222,18 +1223,30 @@ class shm_transport final : public transport {
     return why;
   }
 
+  /// Whether the segment open as `fd` is live and rank 0's of this very start (as tell_rank0 needs).
+  bool segment_of_this_start(int fd) const {
+    void* p = ::mmap(nullptr, sizeof(shm_segment::header), PROT_READ, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) return false;
+    const auto* h = static_cast<const shm_segment::header*>(p);
+    const bool live = h->magic.load(std::memory_order_acquire) == shm_segment::magic_ready &&
+                      !detail::process_dead(h->creator_pid, h->creator_start);
+    const std::string theirs = live ? std::string(h->launch_id, ::strnlen(h->launch_id, sizeof h->launch_id)) : "";
+    ::munmap(p, sizeof(shm_segment::header));
+    return live && theirs == launch_id_ && (!theirs.empty() || !id_from_parent());
+  }
+
   /// Publishes `why` as the failure of rank 0's segment, so that rank 0, waiting for the ranks to
   /// attach, ends now with this rank's reason instead of at its connect timeout. Only for a
   /// segment of this very start (same COLLX_LAUNCH_ID, or none on both sides): another start's is
   /// left alone.
-  void tell_rank0(int fd, const std::string& why) const noexcept {
+  void tell_rank0(int fd, const std::string& why, errc code = errc::mismatch) const noexcept {
     void* p = ::mmap(nullptr, sizeof(shm_segment::header), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) return;
     // (no bell: rank 0's attach wait looks at the failure every 50 ms)
     try {
-      write_failure(*static_cast<shm_segment::header*>(p), errc::mismatch, reported_by(rank_, why));
+      write_failure(*static_cast<shm_segment::header*>(p), code, reported_by(rank_, why));
     } catch (...) {  // no memory for the text: the failure without it
-      write_failure(*static_cast<shm_segment::header*>(p), errc::mismatch, {});
+      write_failure(*static_cast<shm_segment::header*>(p), code, {});
     }
     ::munmap(p, sizeof(shm_segment::header));
   }
@@ -1320,6 +1333,7 @@ class shm_transport final : public transport {
     } else {
       // Wait for rank 0's segment; skip one left by a dead job until rank 0 replaces it.
       bool denied = false;  // the name was there but could not be opened: said at the timeout
+      std::string unmappable;  // why a segment of the job's size could not be mapped (ENOMEM): said at the timeout
       for (unsigned waits = 0;; ) {
         fd = ::shm_open(name_.c_str(), O_RDWR, 0);
         if (fd >= 0) {
@@ -1362,9 +1376,16 @@ class shm_transport final : public transport {
                 break;
               }
               ::munmap(p, map_bytes);
-            } else if (const int e = errno; e == ENOMEM) {  // no room in this process (ulimit -v): it will not come
-              ::close(fd);
-              system_error("cannot map the " + std::to_string(map_bytes >> 20) + " MiB segment", e);
+            } else if (const int e = errno; e == ENOMEM) {  // no room in this process (ulimit -v)
+              unmappable = "cannot map the segment (" + std::to_string(map_bytes) + " bytes) " + name_ + ": " +
+                           std::strerror(e) + address_space_limit_note(e);
+              // Rank 0's, ready: it and the others fail now. (Not yet ready, or a dead job's: looked
+              // at again, and said at the timeout.)
+              if (segment_of_this_start(fd)) {
+                tell_rank0(fd, unmappable, errc::system);
+                ::close(fd);
+                COLLX_THROW(errc::system, "rank " + std::to_string(rank_) + "/" + std::to_string(n_) + ": " + unmappable);
+              }
             }
           }
           ::close(fd);
@@ -1377,6 +1398,8 @@ class shm_transport final : public transport {
           system_error("cannot open the segment", errno);
         }
         if (std::chrono::steady_clock::now() > deadline) {
+          if (!unmappable.empty())
+            COLLX_THROW(errc::system, "rank " + std::to_string(rank_) + "/" + std::to_string(n_) + ": " + unmappable);
           std::int32_t left_by_dead = 0;  // the maker of a segment still there, if it died
           if (const int probe = ::shm_open(name_.c_str(), O_RDONLY, 0); probe >= 0) {
             struct stat st{};
@@ -1413,7 +1436,7 @@ class shm_transport final : public transport {
         const int e = errno;
         const std::string why = "rank 0: cannot map the " + std::to_string(bytes_ >> 20) + " MiB segment " + name_ + ": " +
                                 std::strerror(e) + address_space_limit_note(e);
-        publish_setup_failure(fd, why);  // the other ranks fail now; the name does not stay in /dev/shm
+        publish_setup_failure(fd, why);  // the other ranks fail now (the last of them removes the name)
         ::close(fd);
         COLLX_THROW(errc::system, why);
       }
@@ -1486,15 +1509,22 @@ class shm_transport final : public transport {
                                          [&] { return stop_start(ready); }, std::chrono::milliseconds(50));
       if (st == detail::wait_status::timed_out) {
         unlink_name_if_ours();  // the job cannot start: leave nothing in /dev/shm for a rank that never came
-        std::string missing;
-        for (int r = 0; r < n_; ++r)
+        std::string missing, unfinished;  // not attached; attached, not through the single-copy probe
+        for (int r = 0; r < n_; ++r) {
           if (peer(r).attached.load(std::memory_order_acquire) == 0) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-        const std::string why = "only " + std::to_string(hdr()->attached.load()) + " of " + std::to_string(n_) +
-                                " ranks attached to " + name_ + id_note_ + " within the connect timeout (COLLX_CONNECT_TIMEOUT)" +
-                                (missing.empty() ? std::string()
-                                                 : " (missing: rank" + std::string(missing.find(',') != std::string::npos ? "s " : " ") +
-                                                       missing + ")") +
-                                job_id_hint();
+          else if (peer(r).cma_state.load(std::memory_order_acquire) == 0) unfinished += (unfinished.empty() ? "" : ", ") + std::to_string(r);
+        }
+        const auto ranks = [](const std::string& list) {
+          return "rank" + std::string(list.find(',') != std::string::npos ? "s " : " ") + list;
+        };
+        const std::string why =
+            missing.empty()
+                ? "every rank attached to " + name_ + id_note_ + ", but " +
+                      (unfinished.empty() ? std::string("not every rank") : ranks(unfinished)) +
+                      " did not finish starting (the single-copy probe) within the connect timeout (COLLX_CONNECT_TIMEOUT)"
+                : "only " + std::to_string(hdr()->attached.load()) + " of " + std::to_string(n_) + " ranks attached to " +
+                      name_ + id_note_ + " within the connect timeout (COLLX_CONNECT_TIMEOUT) (missing: " + ranks(missing) + ")" +
+                      job_id_hint();
         // Told to the ranks still waiting (a later deadline): else they see this rank's process
         // end and blame it ("rank 0 died"), not the rank that never came.
         fail(errc::timeout, why);
