@@ -93,15 +93,22 @@ TEST_CASE("bad root: invalid_argument on every rank before any byte moves", "[er
               bc[r] = ref::poisoned<float>(8);
               rd[r] = ref::poisoned<float>(8);
               const auto send = ref::gen_vec<float>(c.rank(), 8, ref::flavor::general);
-              try {
-                collx::broadcast(c, std::span<const float>(send), std::span<float>(bc[r]), root);
-              } catch (const collx::error& e) {
-                if (e.code() != errc::invalid_argument) throw;
-                collx::reduce(c, std::span<const float>(send), std::span<float>(rd[r]), root);
-              }
+              collx::broadcast(c, std::span<const float>(send), std::span<float>(bc[r]), root);
             },
             o);
         require_all(v, errc::invalid_argument, "root " + std::to_string(root));
+        // reduce on a communicator of its own: after broadcast failed one, any call would throw
+        // that failure, whether reduce checks its root or not.
+        auto w = run_expecting(
+            n,
+            [&](collx::communicator& c) {
+              const size_t r = uz(c.rank());
+              rd[r] = ref::poisoned<float>(8);
+              const auto send = ref::gen_vec<float>(c.rank(), 8, ref::flavor::general);
+              collx::reduce(c, std::span<const float>(send), std::span<float>(rd[r]), root);
+            },
+            o);
+        require_all(w, errc::invalid_argument, "root " + std::to_string(root));
         for (int r = 0; r < n; ++r) {
           REQUIRE(ref::bytes_equal<float>(bc[uz(r)], ref::poisoned<float>(8)));  // untouched
           REQUIRE(ref::bytes_equal<float>(rd[uz(r)], ref::poisoned<float>(8)));
@@ -276,6 +283,107 @@ TEST_CASE("overlapping buffers that are not the exact in-place alias: invalid_ar
       require_all(v, errc::invalid_argument, "overlap");
       for (size_t r = 0; r < v.size(); ++r) REQUIRE(buf[r] == before[r]);
     }
+}
+
+TEST_CASE("buffers sharing a single byte overlap; buffers that only touch do not", "[errors][invalid]") {
+  // With 1-byte elements the smallest overlap is one byte: an off-by-one in the overlap test
+  // passes every case above (4-byte elements share at least 4 bytes).
+  const int n = 3;
+  constexpr size_t k = 5;
+  using B = std::uint8_t;
+  struct byte_case {
+    const char* name;
+    std::function<void(collx::communicator&, std::vector<B>&)> call;
+  };
+  const std::vector<byte_case> cases{
+      {"allreduce recv starts at send's last byte",
+       [](collx::communicator& c, std::vector<B>& b) {
+         collx::allreduce(c, std::span<const B>(b.data(), k), std::span<B>(b.data() + k - 1, k), collx::ops::bxor{});
+       }},
+      {"allreduce send starts at recv's last byte",
+       [](collx::communicator& c, std::vector<B>& b) {
+         collx::allreduce(c, std::span<const B>(b.data() + k - 1, k), std::span<B>(b.data(), k), collx::ops::bxor{});
+       }},
+      {"all_gather recv ends at send's first byte",
+       [](collx::communicator& c, std::vector<B>& b) {
+         collx::all_gather(c, std::span<const B>(b.data() + n * k - 1, k), std::span<B>(b.data(), n * k));
+       }},
+      {"broadcast at the root: recv starts at send's last byte",
+       [](collx::communicator& c, std::vector<B>& b) {
+         collx::broadcast(c, std::span<const B>(b.data(), k), std::span<B>(b.data() + k - 1, k), c.rank());
+       }},
+      {"reduce at the root: recv starts at send's last byte",
+       [](collx::communicator& c, std::vector<B>& b) {
+         collx::reduce(c, std::span<const B>(b.data(), k), std::span<B>(b.data() + k - 1, k), c.rank(),
+                       collx::ops::bxor{});
+       }},
+  };
+  for (const auto& oc : cases) {
+    INFO(oc.name);
+    std::vector<std::vector<B>> buf(uz(n));
+    for (int r = 0; r < n; ++r) buf[uz(r)] = ref::gen_vec<B>(r, 4 * n * k, ref::flavor::general);
+    const auto before = buf;
+    auto v = run_expecting(n, [&](collx::communicator& c) { oc.call(c, buf[uz(c.rank())]); });
+    require_all(v, errc::invalid_argument, "overlap");
+    for (size_t r = 0; r < v.size(); ++r) REQUIRE(buf[r] == before[r]);
+  }
+  // Touching, not overlapping: send [0, k), recv [k, 2k) of one buffer is legal.
+  std::vector<std::vector<B>> buf(uz(n));
+  for (int r = 0; r < n; ++r) buf[uz(r)] = ref::gen_vec<B>(r, 2 * k, ref::flavor::general);
+  const auto before = buf;
+  ref::run_ranks(n, [&](collx::communicator& c) {
+    std::vector<B>& b = buf[uz(c.rank())];
+    collx::allreduce(c, std::span<const B>(b.data(), k), std::span<B>(b.data() + k, k), collx::ops::bxor{});
+  });
+  for (size_t i = 0; i < k; ++i) {
+    B expect = 0;
+    for (int r = 0; r < n; ++r) expect = static_cast<B>(expect ^ before[uz(r)][i]);
+    for (int r = 0; r < n; ++r) {
+      INFO("rank " << r << " element " << i);
+      REQUIRE(buf[uz(r)][k + i] == expect);
+      REQUIRE(buf[uz(r)][i] == before[uz(r)][i]);
+    }
+  }
+}
+
+TEST_CASE("the history digest changes with every field of a call's signature", "[errors][mismatch]") {
+  // Ranks whose records of a finished call differ (a root that only sent, say) learn it at their
+  // next message from this digest alone: a field left out of it passes such a disagreement.
+  collx::call_signature base;
+  base.seq = 7;
+  base.count = 100;
+  base.type_hash = 0x1234;
+  base.op_hash = 0x5678;
+  base.layout_hash = 0x9abc;
+  base.type_size = 4;
+  base.root = 1;
+  base.coll = collx::collective::broadcast;
+  base.algo = 2;
+  base.varying = 0;
+  const std::uint64_t d = collx::history_digest(42, base);
+  std::vector<std::pair<const char*, collx::call_signature>> changed;
+  auto with = [&](const char* name, auto edit) {
+    collx::call_signature s = base;
+    edit(s);
+    changed.emplace_back(name, s);
+  };
+  with("seq", [](auto& s) { s.seq = 8; });
+  with("count", [](auto& s) { s.count = 101; });
+  with("type_hash", [](auto& s) { s.type_hash = 0x1235; });
+  with("op_hash", [](auto& s) { s.op_hash = 0x5679; });
+  with("layout_hash", [](auto& s) { s.layout_hash = 0x9abd; });
+  with("type_size", [](auto& s) { s.type_size = 8; });
+  with("root", [](auto& s) { s.root = 2; });
+  with("root -1", [](auto& s) { s.root = -1; });
+  with("coll", [](auto& s) { s.coll = collx::collective::reduce; });
+  with("algo", [](auto& s) { s.algo = 1; });
+  with("varying", [](auto& s) { s.varying = 1; });
+  for (const auto& [name, s] : changed) {
+    INFO(name);
+    CHECK(collx::history_digest(42, s) != d);
+  }
+  CHECK(collx::history_digest(43, base) != d);  // the calls before it
+  CHECK(collx::history_digest(42, base) == d);
 }
 
 TEST_CASE("a null buffer with elements: invalid_argument on every rank, not a crash", "[errors][invalid]") {

@@ -36,6 +36,31 @@ TEST_CASE("split over threads: groups by color, ordered by key, independent of t
   }
 }
 
+TEST_CASE("split keeps the parent's order among ranks with equal keys, in worlds too large for insertion sort",
+          "[split]") {
+  // libstdc++'s std::sort is an insertion sort (stable) up to 16 elements: only a larger world
+  // tells a stable sort of (key, parent rank) from an unstable one.
+  for (int n : {24, 33}) {
+    INFO(n << " ranks");
+    std::vector<int> wrong(static_cast<std::size_t>(n), 0);
+    collx::run_threads(n, [&](collx::communicator& c) {
+      const int r = c.rank();
+      auto& w = wrong[static_cast<std::size_t>(r)];
+      // Equal keys: the group's order is the parent's.
+      if (const auto g = collx::split(c, r % 2, 0); !g || g->rank() != r / 2) ++w;
+      // Keys with ties: ordered by (key, parent rank).
+      const auto g = collx::split(c, 0, r % 3);
+      int before = 0;  // ranks ordered ahead of r
+      for (int q = 0; q < n; ++q) before += (q % 3 < r % 3) || (q % 3 == r % 3 && q < r);
+      if (!g || g->rank() != before) ++w;
+    });
+    for (int r = 0; r < n; ++r) {
+      INFO("rank " << r);
+      CHECK(wrong[static_cast<std::size_t>(r)] == 0);
+    }
+  }
+}
+
 TEST_CASE("split over processes: each group connects a segment of its own", "[split][shm]") {
   for (int n : {2, 3, 5}) {
     INFO(n << " processes");
