@@ -1209,10 +1209,7 @@ class shm_transport final : public transport {
             ", COLLX_LAUNCH_ID " + theirs + "; this rank's is " + launch_id_ +
             "): two jobs were given the same COLLX_JOB_ID; give each its own";
     else if (h->world_size != n_ || h->total_bytes != bytes_) {
-      // The same start: the same launch id, or none on either side (ranks started by hand, for
-      // which the job id is all that tells jobs apart), unless that id is the parent's pid, which
-      // two jobs started by one parent share.
-      if (same_start) *same_start = theirs == launch_id_ && (!theirs.empty() || !id_from_parent());
+      if (same_start) *same_start = this_start(theirs);
       why = "shared memory " + name_ + " was set up by rank 0 (pid " + std::to_string(h->creator_pid) + ") for " +
             std::to_string(h->world_size) + " ranks and " + std::to_string(h->slot_bytes * h->slots) +
             " staging bytes per pair, this rank has " + std::to_string(n_) + " ranks and " +
@@ -1232,7 +1229,14 @@ class shm_transport final : public transport {
                       !detail::process_dead(h->creator_pid, h->creator_start);
     const std::string theirs = live ? std::string(h->launch_id, ::strnlen(h->launch_id, sizeof h->launch_id)) : "";
     ::munmap(p, sizeof(shm_segment::header));
-    return live && theirs == launch_id_ && (!theirs.empty() || !id_from_parent());
+    return live && this_start(theirs);
+  }
+
+  /// Whether a segment whose launch id is `theirs` is this very start's: the same launch id, or
+  /// none on either side (ranks started by hand, for which the job id is all that tells jobs
+  /// apart), unless that id is the parent's pid, which two jobs started by one parent share.
+  bool this_start(const std::string& theirs) const {
+    return theirs == launch_id_ && (!theirs.empty() || !id_from_parent());
   }
 
   /// Publishes `why` as the failure of rank 0's segment, so that rank 0, waiting for the ranks to
