@@ -395,30 +395,26 @@ inline int launch_program(int world_size, char* const argv[], std::chrono::milli
     };
     std::vector<ended_rank> ended;
     const std::size_t alive_before = alive;
-    for (std::size_t r = 0; r < pids.size(); ++r) {
-      if (pids[r] <= 0) continue;
+    // Reaps rank r if it ended; false while it runs (or the wait was interrupted).
+    const auto reap = [&](std::size_t r) {
       int st = 0;
       const pid_t got = ::waitpid(pids[r], &st, WNOHANG);
-      if (got == 0 || (got < 0 && errno == EINTR)) continue;
+      if (got == 0 || (got < 0 && errno == EINTR)) return false;
       if (got > 0) ended.push_back({r, pids[r], st});  // else not ours to wait for any more (ECHILD)
       pids[r] = -1, --alive;
-    }
+      return true;
+    };
+    for (std::size_t r = 0; r < pids.size(); ++r)
+      if (pids[r] > 0) reap(r);
     // A rank that exits with an error has often seen a peer die whose process cannot be reaped
     // yet: a multi-threaded process killed by a signal is a zombie (what its peers read as dead)
     // until its last thread ends, later still while it dumps core. Wait for such a peer (up to
     // 1 s) before naming the first failure, so that the death is the one named.
     if (!first_failure && std::any_of(ended.begin(), ended.end(), [](const ended_rank& e) { return e.st != 0; })) {
       const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-      for (std::size_t r = 0; r < pids.size(); ++r) {
-        if (pids[r] <= 0 || !detail::process_dead(pids[r], 0)) continue;
-        int st = 0;
-        pid_t got = 0;
-        while ((got = ::waitpid(pids[r], &st, WNOHANG)) == 0 && std::chrono::steady_clock::now() < until)
-          std::this_thread::sleep_for(std::chrono::milliseconds(2));
-        if (got == 0 || (got < 0 && errno == EINTR)) continue;
-        if (got > 0) ended.push_back({r, pids[r], st});
-        pids[r] = -1, --alive;
-      }
+      for (std::size_t r = 0; r < pids.size(); ++r)
+        if (pids[r] > 0 && detail::process_dead(pids[r], 0))
+          while (!reap(r) && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
     // SIGABRT aside: a program that does not catch collx::error aborts when a peer's failure reaches it.
     std::stable_partition(ended.begin(), ended.end(), [](const ended_rank& e) { return WIFSIGNALED(e.st) && WTERMSIG(e.st) != SIGABRT; });
