@@ -300,8 +300,6 @@ class [[nodiscard]] request {
   request& operator=(const request&) = delete;
   /// Waits for a call not waited for, as the class says (errors go to stderr; never throws).
   ~request() { finish_unobserved(); }
-  /// The request of a started call (collx's *_async forms make it; `s` is internal).
-  explicit request(std::shared_ptr<detail::request_state> s) : state_(std::move(s)) {}
   /// Blocks until the call finished; rethrows its collx::error if it failed. A default-constructed
   /// or already waited request returns at once.
   /// @throws collx::error (errc::invalid_argument) in a child fork() made of the process that
@@ -350,6 +348,9 @@ class [[nodiscard]] request {
   }
 
  private:
+  friend class communicator;  // its *_async forms are the only makers of a request with a call
+  /// The request of a started call.
+  explicit request(std::shared_ptr<detail::request_state> s) : state_(std::move(s)) {}
   enum class progress_wait { none, recorded, never_ends };
   /// On a progress thread waiting for another engine's call: records the wait in the engines' wait
   /// graph (recorded: leave_wait after it), or finds that it would close a cycle nothing breaks
