@@ -5,6 +5,9 @@
 // alone, so that its process reads as dead (a zombie leader) while another of its threads still
 // runs and kills it with SIGKILL 300 ms later, as a multi-threaded process killed by a signal looks
 // until its last thread ends; rank 0 sees it dead and exits with status 1 first.
+// With argv[2] "leader-exits-then-waits" and a path in argv[3]: the same, but rank 1's other thread
+// lives 10 s, and rank 0 creates the file argv[3] just before it exits 1 (collx-run then waits for
+// the zombie rank 1, and the script signals collx-run during that wait).
 #include <signal.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -27,16 +30,24 @@ int main(int argc, char** argv) {
     }
     collx::communicator comm = collx::connect_shm(info);
     const int n = comm.size(), r = comm.rank();
-    if (argc > 2 && std::string(argv[2]) == "leader-exits-first") {
+    const std::string mode = argc > 2 ? argv[2] : "";
+    if (mode == "leader-exits-first" || (mode == "leader-exits-then-waits" && argc > 3)) {
+      const auto lives = std::chrono::milliseconds(mode == "leader-exits-first" ? 300 : 10000);
       if (r == 1) {
-        std::thread([] {
-          std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        std::thread([lives] {
+          std::this_thread::sleep_for(lives);
           ::kill(::getpid(), SIGKILL);
         }).detach();
         ::syscall(SYS_exit, 0);  // this thread only: the process lives on in the other
       }
       std::vector<int> v(1, r);
-      collx::allreduce(comm, std::span{v});  // fails once rank 1 reads as dead
+      try {
+        collx::allreduce(comm, std::span{v});  // fails once rank 1 reads as dead
+      } catch (const collx::error&) {
+        if (argc > 3)
+          if (FILE* f = std::fopen(argv[3], "w")) std::fclose(f);
+        throw;
+      }
       return 3;
     }
     std::vector<long> x(1000, r + 1);

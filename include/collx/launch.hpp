@@ -409,12 +409,14 @@ inline int launch_program(int world_size, char* const argv[], std::chrono::milli
     // A rank that exits with an error has often seen a peer die whose process cannot be reaped
     // yet: a multi-threaded process killed by a signal is a zombie (what its peers read as dead)
     // until its last thread ends, later still while it dumps core. Wait for such a peer (up to
-    // 1 s) before naming the first failure, so that the death is the one named.
+    // 1 s) before naming the first failure, so that the death is the one named. A signal to
+    // forward (Ctrl-C) ends the wait: it is passed on at the top of the next pass.
     if (!first_failure && std::any_of(ended.begin(), ended.end(), [](const ended_rank& e) { return e.st != 0; })) {
       const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
       for (std::size_t r = 0; r < pids.size(); ++r)
         if (pids[r] > 0 && detail::process_dead(pids[r], 0))
-          while (!reap(r) && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+          while (!reap(r) && !detail::launch_signal && std::chrono::steady_clock::now() < until)
+            std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
     // SIGABRT aside: a program that does not catch collx::error aborts when a peer's failure reaches it.
     std::stable_partition(ended.begin(), ended.end(), [](const ended_rank& e) { return WIFSIGNALED(e.st) && WTERMSIG(e.st) != SIGABRT; });
