@@ -238,5 +238,54 @@ struct op_traits {
   static constexpr bool is_avg = std::is_same_v<Op, ops::avg>;
 };
 
+namespace detail {
+/// The parameter types of a call signature, for the ops that have exactly one: a function
+/// pointer, or a class with one non-template operator() (a lambda with typed parameters). None
+/// (`known` false) for generic lambdas, overloaded or template call operators (the built-in ops).
+template <class F>
+struct call_parameters {
+  static constexpr bool known = false;  ///< no single signature to look at
+};
+/// A function pointer's parameters.
+template <class R, class... P>
+struct call_parameters<R (*)(P...)> {
+  static constexpr bool known = true;  ///< parameters P...
+  /// Whether T converts to every parameter without narrowing (as in `P{t}`).
+  template <class T>
+  static constexpr bool take_without_narrowing = (requires(const T& t) { std::remove_cvref_t<P>{t}; } && ...);
+};
+/// A noexcept function pointer's parameters.
+template <class R, class... P>
+struct call_parameters<R (*)(P...) noexcept> : call_parameters<R (*)(P...)> {};
+/// A const call operator's parameters (the only kind collx calls: ops are called through a
+/// const reference).
+template <class R, class C, class... P>
+struct call_parameters<R (C::*)(P...) const> : call_parameters<R (*)(P...)> {};
+/// A const noexcept call operator's parameters.
+template <class R, class C, class... P>
+struct call_parameters<R (C::*)(P...) const noexcept> : call_parameters<R (*)(P...)> {};
+
+/// The parameters of op type Op's single call signature (see call_parameters).
+template <class Op>
+struct op_parameters : call_parameters<std::decay_t<Op>> {};
+/// A class with one non-template operator().
+template <class Op>
+  requires requires { &Op::operator(); }
+struct op_parameters<Op> : call_parameters<decltype(&Op::operator())> {};
+/// commutative_op{f}: f's parameters (the wrapper's operator() is a template).
+template <class F>
+struct op_parameters<commutative_op<F>> : op_parameters<F> {};
+
+/// An op whose parameter types T's values would narrow into: an op taking `int` on float
+/// elements truncates every value (0.75 + 0.75 = 0), `float` on int elements rounds those above
+/// 2^24, `int` on unsigned ones changes their sign; C++ converts silently. The collectives refuse
+/// it at compile time. Widening parameters (double on float elements) are accepted.
+template <class Op, class T>
+inline constexpr bool op_narrows_elements = [] {
+  if constexpr (op_parameters<Op>::known) return !op_parameters<Op>::template take_without_narrowing<T>;
+  else return false;
+}();
+}  // namespace detail
+
 }  // namespace v0
 }  // namespace collx

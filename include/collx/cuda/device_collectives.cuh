@@ -1616,12 +1616,13 @@ inline constexpr bool non_const_call_op =
 /// reduction op" assertion then stays quiet (one error, not two).
 template <class T, class Op>
 inline constexpr bool refused_before_the_op =
-    !element<T> || stream_as_op<Op> || device_only_lambda<Op> || non_const_call_op<Op, T>;
+    !element<T> || stream_as_op<Op> || device_only_lambda<Op> || non_const_call_op<Op, T> ||
+    collx::detail::op_narrows_elements<Op, T>;
 
 /// The compile-time checks every reduction makes before its op's, each with its own message: the
 /// element type (a type that is not trivially copyable would otherwise fail as "Op must be a
 /// reduction op"), stream_as_op, device_only_lambda and non_const_call_op (which would fail the
-/// same way).
+/// same way), and op_narrows_elements (which would compile and convert silently).
 template <class T, class Op>
 constexpr void check_reduction_types() {
   static_assert(element<T>, "collx::gpu: the element type T of a reduction must be a trivially copyable object type "
@@ -1637,6 +1638,10 @@ constexpr void check_reduction_types() {
   static_assert(!non_const_call_op<Op, T>,
                 "collx::gpu: the op's call operator must be const (collx calls it through a const reference): "
                 "a mutable lambda, or an operator() not marked const, cannot be a reduction op");
+  static_assert(!collx::detail::op_narrows_elements<Op, T>,
+                "collx::gpu: the op's parameter type narrows the elements (an op taking int on float elements "
+                "truncates each value: 0.75 + 0.75 = 0): take `const T&` (or `auto`) parameters, and convert inside "
+                "the op where that is meant");
 }
 /// Whether T and Op pass check_reduction_types and reduction_op. The forms without an algorithm
 /// consider the ring only then, so that a bad op is one error (the direct form's), not one per

@@ -74,3 +74,14 @@ void gather_strings(collx::gpu::device_communicator& dc, const std::string* send
 void stream_in_op_place(collx::gpu::device_communicator& dc, const float* send, float* recv, std::size_t count) {
   collx::gpu::reduce_scatter(dc, send, recv, count, 0);
 }
+
+// Ops whose parameters narrow the elements (int on float elements truncates each value): a struct
+// and a __host__ __device__ lambda.
+// expect: collx::gpu: the op's parameter type narrows the elements.*collx::gpu: the op's parameter type narrows the elements
+struct int_sum {
+  __host__ __device__ int operator()(int a, int b) const { return a + b; }
+};
+void int_ops_on_floats(collx::gpu::device_communicator& dc, const float* send, float* recv, std::size_t count) {
+  collx::gpu::all_reduce(dc, send, recv, count, int_sum{}, cudaStream_t{});
+  collx::gpu::reduce(dc, send, recv, count, 0, [] __host__ __device__(int a, int b) { return a + b; }, cudaStream_t{});
+}
