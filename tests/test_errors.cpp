@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <stdexcept>
@@ -1338,6 +1339,41 @@ TEST_CASE("abort() or fail() inside a reduction op ends the call on threads, not
           CHECK(next[uz(r)].seconds < 10);
         }
       }
+}
+
+TEST_CASE("abort() from an op fails the aborting rank's own call, though the fold was its call's last step",
+          "[errors][abort]") {
+  // A direct reduce to rank 0: rank 0 reads its peers' vectors in place and folds them, and its op
+  // aborts at its first element. Rank 0 went on folding the whole vector and, with nothing left to
+  // wait for, returned normally with the sum, as if its call had been done before the abort. The
+  // fold now looks for a failure every 8 KiB.
+  for (int n : {2, 3}) {
+    INFO(n << " ranks");
+    collx::communicator_options o;
+    o.timeout = std::chrono::seconds(30);
+    auto comms = collx::make_thread_communicators(n, o);
+    std::vector<outcome> first(uz(n));
+    std::vector<std::thread> ts;
+    for (int r = 0; r < n; ++r)
+      ts.emplace_back([&, r] {
+        collx::communicator* c = &comms[uz(r)];
+        std::vector<long long> w(4000, r + 1), out(r == 0 ? 4000 : 0, -1);  // 32 KB
+        bool aborted = false;
+        first[uz(r)] = timed_call([&] {
+          collx::reduce<collx::algo::direct>(*c, std::span<const long long>(w), std::span<long long>(out), 0,
+                                             [c, r, &aborted](long long a, long long b) {
+                                               if (r == 0 && !aborted) aborted = true, c->abort();
+                                               return a + b;
+                                             });
+        });
+      });
+    for (auto& t : ts) t.join();
+    for (int r = 0; r < n; ++r) {
+      INFO("rank " << r << ": " << first[uz(r)].what << " (" << first[uz(r)].seconds << " s)");
+      CHECK(first[uz(r)].code == collx::errc::aborted);  // the senders' too: rank 0 had not read them all
+      CHECK(first[uz(r)].seconds < 10);
+    }
+  }
 }
 
 TEST_CASE("a failed call on another communicator made from an op waits out its peers' reads", "[errors][abort]") {

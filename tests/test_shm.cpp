@@ -869,6 +869,45 @@ TEST_CASE("shm: a sender killed after posting a single-copy message: the reader 
   CHECK(res[1].term_signal == SIGKILL);
 }
 
+TEST_CASE("shm: abort() from an op fails the aborting rank's own call, though the fold was its call's last step", "[shm]") {
+  // As between threads (test_errors): rank 0's op aborts at its first element of a one-shot direct
+  // all-reduce; rank 0 folded on and returned the sum normally, as if its call had been done
+  // before the abort.
+  for (int cma : {0, 1}) {
+    INFO("COLLX_CMA " << cma);
+    collx::shm_options shm;
+    shm.cma = cma;
+    collx::communicator_options opt;
+    opt.timeout = std::chrono::seconds(20);
+    const auto res = collx::run_processes(3, [](collx::communicator& comm) -> int {
+      std::vector<long long> w(4000, comm.rank() + 1), out(4000, -1);  // 32 KB: the one-shot form
+      bool aborted = false;
+      const int r = comm.rank();
+      try {
+        collx::allreduce<collx::algo::direct>(comm, std::span<const long long>(w), std::span<long long>(out),
+                                              [&](long long a, long long b) {
+                                                if (r == 0 && !aborted) aborted = true, comm.abort();
+                                                return a + b;
+                                              });
+      } catch (const collx::error& e) {
+        if (e.code() == collx::errc::aborted) return 0;
+        std::fprintf(stderr, "rank %d: %s\n", r, e.what());
+        return 2;
+      }
+      // A peer may finish its call before the abort (it had every message and folded them): then
+      // with the sum. Rank 0's own call must fail.
+      const long long sum = static_cast<long long>(comm.size()) * (comm.size() + 1) / 2;
+      if (r != 0 && std::all_of(out.begin(), out.end(), [&](long long v) { return v == sum; })) return 0;
+      std::fprintf(stderr, "rank %d: the call returned normally\n", r);
+      return 1;
+    }, opt, shm);
+    for (const auto& e : res) {
+      INFO("rank " << e.rank << ": exit " << e.exit_code << ", signal " << e.term_signal);
+      CHECK(e.ok());
+    }
+  }
+}
+
 TEST_CASE("shm: a single-copy read that a sender's failure overtakes fails instead of returning the bytes", "[shm]") {
   // Rank 1's contribution to a reduce is read from its memory by the root (process_vm_readv, in
   // bounce-buffer pieces folded by the op). The root's op, near the end, has rank 1 abort and

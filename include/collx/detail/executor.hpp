@@ -3,6 +3,7 @@
 /// into) the right buffer with the conversions the buffers' types call for.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cstddef>
@@ -202,6 +203,22 @@ exec_view view_of(const exec_context<T, Op>& cx) {
   return v;
 }
 
+/// cx.combine of n elements (a, x and dst `as`, `xs` and `ds` bytes apart), in pieces of at most
+/// 8 KiB of any operand, asking between them and after the last whether the communicator failed
+/// (transport::failed_now; then check() throws the failure). The user's op is the one part of a
+/// call that may be slow: abort() or fail() from it, a peer's failure or a timeout then ends the
+/// call within a piece, not after a whole chunk (threads and shared memory; MPI answers false).
+inline void combine_checked(transport& t, const exec_view& cx, bool a_acc, bool x_acc, bool d_acc, const std::byte* a,
+                            std::size_t as, const std::byte* x, std::size_t xs, std::byte* d, std::size_t ds,
+                            std::size_t n, bool x_first) {
+  const std::size_t piece = std::max<std::size_t>(1, 8192 / std::max({as, xs, ds}));
+  for (std::size_t i = 0; i < n; i += piece) {
+    const std::size_t len = std::min(piece, n - i);
+    cx.combine(cx.cx, a_acc, x_acc, d_acc, a + i * as, x + i * xs, d + i * ds, len, x_first);
+    if (t.failed_now()) t.check();
+  }
+}
+
 /// Runs `steps` for one segment.
 inline void execute(transport& t, const call_signature& sig, const schedule::steps& steps, const exec_view& cx) {
   using schedule::buffer;
@@ -232,7 +249,7 @@ inline void execute(transport& t, const call_signature& sig, const schedule::ste
         const bool a_acc = s.a.buf == buffer::scratch, x_acc = s.wire == buffer::scratch, d_acc = s.dst.buf == buffer::scratch;
         auto consume = [&](const std::byte* src, std::size_t off, std::size_t len) {
           const std::size_t e = off / ws;
-          cx.combine(cx.cx, a_acc, x_acc, d_acc, a + e * as, src, d + e * ds, len / ws, s.incoming_first);
+          combine_checked(t, cx, a_acc, x_acc, d_acc, a + e * as, as, src, ws, d + e * ds, ds, len / ws, s.incoming_first);
         };
         t.recv(s.peer, s.dst.count * ws, ws, sig, consume);
         break;
@@ -241,8 +258,9 @@ inline void execute(transport& t, const call_signature& sig, const schedule::ste
         cx.convert(cx.cx, s.a.buf == buffer::scratch, s.dst.buf == buffer::scratch, cx.cptr(s.a), cx.ptr(s.dst), s.dst.count);
         break;
       case step_kind::reduce:
-        cx.combine(cx.cx, s.a.buf == buffer::scratch, s.b.buf == buffer::scratch, s.dst.buf == buffer::scratch,
-                   cx.cptr(s.a), cx.cptr(s.b), cx.ptr(s.dst), s.dst.count, false);
+        combine_checked(t, cx, s.a.buf == buffer::scratch, s.b.buf == buffer::scratch, s.dst.buf == buffer::scratch,
+                        cx.cptr(s.a), cx.elem_size(s.a.buf), cx.cptr(s.b), cx.elem_size(s.b.buf), cx.ptr(s.dst),
+                        cx.elem_size(s.dst.buf), s.dst.count, false);
         break;
       case step_kind::wait_sends:
         t.wait_sends();

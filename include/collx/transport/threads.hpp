@@ -232,6 +232,8 @@ class threads_transport final : public transport {
   void check() override {
     if (world_->failed()) rethrow_failure();
   }
+  /// Whether the world has failed (a load): polled between the pieces of a fold.
+  bool failed_now() const noexcept override { return world_->failed(); }
   /// Fails the world, then waits until no peer still copies out of a message of this rank's: the
   /// caller may be leaving its call (an exception from its op) and free the buffer behind it. Not
   /// from inside a read of this world's (an op that calls abort() or fail(), or drops a request):
