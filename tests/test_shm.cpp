@@ -1722,6 +1722,36 @@ TEST_CASE("shm: a timeout says what the peer blocks on, also in point-to-point c
   CHECK(stopped[0].exit_code == 0);
   CHECK(stopped[1].exit_code == 0);
 
+  // Rank 1 stopped while it waits for rank 0's message, rank 0 then waiting for rank 1 to take
+  // its messages: the message said "each waits for the other", a deadlock, of a rank that only
+  // cannot run.
+  const auto stopped_waiting = collx::run_processes(2, [](collx::communicator& comm) -> int {
+    std::vector<int> pids(2);
+    const int me = static_cast<int>(::getpid());
+    collx::all_gather(comm, std::span<const int>(&me, 1), std::span<int>(pids));
+    std::vector<float> v(1 << 16, 1.0f);
+    if (comm.rank() == 0) {
+      std::this_thread::sleep_for(500ms);  // rank 1 waits in the all-reduce by now
+      ::kill(pids[1], SIGSTOP);
+    }
+    try {
+      collx::allreduce<collx::algo::ring>(comm, std::span<float>(v));
+      return comm.rank() == 1 ? 0 : 2;
+    } catch (const collx::error& e) {
+      if (comm.rank() == 1) return 0;
+      ::kill(pids[1], SIGCONT);
+      const std::string m = e.what();
+      std::fprintf(stderr, "peer stopped while it waits, rank 0: %s\n", m.c_str());
+      return m.find(") is stopped (SIGSTOP") != std::string::npos &&
+                     m.find("it waits for a message from rank 0, this rank") != std::string::npos &&
+                     m.find("each waits for the other") == std::string::npos
+                 ? 0
+                 : 10;
+    }
+  }, o, shm);
+  CHECK(stopped_waiting[0].exit_code == 0);
+  CHECK(stopped_waiting[1].exit_code == 0);
+
   // A cycle through two communicators, which neither sees: rank 0 receives on a split group from
   // rank 1, which receives on the parent from rank 0. Each times out; its message must not say the
   // peer is in this call (the parent's last collective, the split, is not rank 1's recv) and must

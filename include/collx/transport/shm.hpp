@@ -939,7 +939,7 @@ class shm_transport final : public transport {
   /// caller has said it is stopped, so a rank blocking on nothing is not guessed about).
   std::string where_it_was(int r, bool stopped) const {
     call_signature theirs;
-    const std::string who = "rank " + std::to_string(r), waits = waits_for(r);
+    const std::string who = "rank " + std::to_string(r), waits = waits_for(r, stopped);
     const std::string then = waits.empty() ? "" : "; " + waits;
     // Blocking on nothing here, a rank may wait on another communicator (a split group, a level of
     // a hierarchy): a cycle through two communicators is seen by neither.
@@ -995,13 +995,15 @@ class shm_transport final : public transport {
     return true;
   }
 
-  /// What rank r waits for now ("" if it does not block), for where_is.
-  std::string waits_for(int r) const {
+  /// What rank r waits for now ("" if it does not block), for where_is. Of a rank that waits for
+  /// this one, "each waits for the other", unless r is `stopped` (what it waits for may well be
+  /// there: it cannot look).
+  std::string waits_for(int r, bool stopped) const {
     detail::wait_record w;
     std::uint64_t version = 0;
     if (!peer(r).wait.read(w, version)) return "";
     return std::string("it waits for ") + wait_words(static_cast<wait_kind>(w.kind)) + " rank " + std::to_string(w.peer) +
-           (w.peer == rank_ ? ", this rank: each waits for the other" : "");
+           (w.peer != rank_ ? "" : stopped ? ", this rank" : ", this rank: each waits for the other");
   }
 
   /// Whether rank r's published wait w still cannot end (detail::find_wait_cycle), from the
