@@ -399,6 +399,11 @@ TEST_CASE("launchers: torchrun, Open MPI, MPICH, Slurm and collx-run environment
       CHECK(collx::joins_launched_job(4));
       CHECK(collx::joins_launched_job(2));  // the caller then reports --ranks 2 against the launcher's 4
     }
+    {  // collx-run -n 1: one rank asked for, not an interactive shell (as srun --pty bash is)
+      scoped_env e{{"COLLX_RANK", "0"}, {"COLLX_WORLD_SIZE", "1"}};
+      CHECK(collx::joins_launched_job(0));
+      CHECK(collx::joins_launched_job(4));  // the caller then reports --ranks 4 against collx-run's 1
+    }
     {
       scoped_env e{{"COLLX_RANK", "1"}, {"COLLX_WORLD_SIZE", "x"}};
       CHECK(error_of([] { collx::joins_launched_job(4); }).find("COLLX_WORLD_SIZE") != std::string::npos);

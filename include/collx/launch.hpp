@@ -460,14 +460,18 @@ inline int launch_program(int world_size, char* const argv[], std::chrono::milli
 /// Whether a program that can also start its own ranks (`collx-perf --ranks N`, the examples'
 /// `--ranks N`, with run_processes or launch_program) should instead join a launched job as one of
 /// its ranks: true when a launcher started this process (bootstrap::launcher_in_environment) and
-/// either its job has more than this one process or `requested_ranks` < 2 (0: not asked). One
-/// process that a launcher started alone and that is asked for more ranks starts them itself, as
-/// in an interactive `srun --pty bash` step or under `collx-run -n 1`.
+/// its job has more than this one process, or collx-run started it (`collx-run -n 1` asks for one
+/// rank), or `requested_ranks` < 2 (0: not asked). One process that another launcher started alone
+/// and that is asked for more ranks starts them itself, as in an interactive `srun --pty bash`
+/// step. A caller that joins should refuse a `requested_ranks` other than the job's world size
+/// (as the examples and collx-perf do: "--ranks 4 contradicts the launcher's world size 2").
 /// @throws collx::error(errc::invalid_argument) if the launcher's variables are malformed or
 /// contradict each other (bootstrap::from_environment).
 inline bool joins_launched_job(int requested_ranks) {
   if (!bootstrap::launcher_in_environment()) return false;
-  return requested_ranks < 2 || bootstrap::from_environment().world_size > 1;
+  if (requested_ranks < 2) return true;
+  const launch_info job = bootstrap::from_environment();
+  return job.world_size > 1 || job.source == "collx-run";
 }
 
 }  // namespace v0
