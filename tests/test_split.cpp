@@ -14,6 +14,7 @@
 #include <collx/transport/shm.hpp>
 
 #include "split_checks.hpp"
+#include "timed_call.hpp"
 
 using namespace std::chrono_literals;
 
@@ -276,6 +277,80 @@ TEST_CASE("a group's start that fails names which ranks of the parent the group'
                    "waits for it (split group (color 1): its ranks 0, 1 are world ranks 3, 1)");
   CHECK(whys[2] == "rank 2: collx::split, starting the group of color 0 (2 ranks): rank 1 (pid 4242) died while rank 0 "
                    "waits for it (split group (color 0): its ranks 0, 1 are world ranks 2, 0)");
+}
+
+// The thread transport of a rank whose exchange of colors (split's all_gather: one receive from
+// each peer) fails after its last receive took its data, as when a failure overtakes a slow rank
+// whose peers already have everything: they start their groups, this rank never comes.
+class exchange_fails_late final : public collx::transport {
+ public:
+  exchange_fails_late(collx::transport& inner, bool fails) : inner_(inner), fails_(fails) {}
+  int rank() const noexcept override { return inner_.rank(); }
+  int size() const noexcept override { return inner_.size(); }
+  std::string_view name() const noexcept override { return inner_.name(); }
+  void post_send(int peer, const void* data, std::size_t bytes, std::size_t granularity,
+                 const collx::call_signature& sig) override {
+    inner_.post_send(peer, data, bytes, granularity, sig);
+  }
+  void recv(int peer, std::size_t bytes, std::size_t granularity, const collx::call_signature& sig,
+            collx::consumer_ref consume) override {
+    inner_.recv(peer, bytes, granularity, sig, consume);
+    if (fails_ && ++received_ == inner_.size() - 1) {
+      std::this_thread::sleep_for(300ms);  // the peers finish the exchange and start their group
+      COLLX_THROW(collx::errc::transport, "test: this rank's exchange fails after its data came");
+    }
+  }
+  void wait_sends() override { inner_.wait_sends(); }
+  void check() override { inner_.check(); }
+  void fail(collx::errc code, const std::string& why) noexcept override { inner_.fail(code, why); }
+  void adopt_failure(collx::errc code, const std::string& why) noexcept override { inner_.adopt_failure(code, why); }
+  void announce(const collx::call_signature& sig) override { inner_.announce(sig); }
+  void moves_nothing(const collx::call_signature& sig) override { inner_.moves_nothing(sig); }
+  void set_timeout(std::chrono::milliseconds t) noexcept override { inner_.set_timeout(t); }
+  bool failure(collx::errc& code, std::string& why) noexcept override { return inner_.failure(code, why); }
+  std::shared_ptr<collx::transport> split(const std::vector<int>& members, int group_rank, int color, int key,
+                                          std::uint64_t split_id) override {
+    return inner_.split(members, group_rank, color, key, split_id);
+  }
+  void split_failed(std::uint64_t split_id, const std::string& why) noexcept override {
+    inner_.split_failed(split_id, why);
+  }
+
+ private:
+  collx::transport& inner_;
+  bool fails_;
+  int received_ = 0;
+};
+
+TEST_CASE("threads: a rank whose split failed after its peers' ended well fails their group at once", "[split][errors]") {
+  // Ranks 0 and 1 finish the exchange and start the group of all three; rank 2's exchange fails.
+  // Their first call on the group waited for rank 2 until its timeout (20 s here, 5 minutes by
+  // default); it now fails at once, naming rank 2.
+  collx::communicator_options opt;
+  opt.timeout = 20s;
+  auto comms = collx::make_thread_communicators(3, opt);
+  std::vector<outcome> split_calls(3), group_calls(3);
+  std::vector<std::thread> threads;
+  for (auto& c : comms)
+    threads.emplace_back([&, inner = &c] {
+      const int r = inner->rank();
+      collx::communicator w(std::make_shared<exchange_fails_late>(inner->get_transport(), r == 2), opt);
+      std::optional<collx::communicator> group;
+      split_calls[static_cast<std::size_t>(r)] = timed_call([&] { group = collx::split(w, 0, r); });
+      if (group) group_calls[static_cast<std::size_t>(r)] = timed_call([&] { collx::barrier(*group); });
+    });
+  for (auto& t : threads) t.join();
+  CHECK(split_calls[2].code == collx::errc::transport);
+  for (int r : {0, 1}) {
+    INFO("rank " << r << ": split: " << split_calls[static_cast<std::size_t>(r)].what
+                 << "; group barrier: " << group_calls[static_cast<std::size_t>(r)].what);
+    CHECK_FALSE(split_calls[static_cast<std::size_t>(r)].code);
+    CHECK(group_calls[static_cast<std::size_t>(r)].code == collx::errc::aborted);
+    CHECK(group_calls[static_cast<std::size_t>(r)].seconds < 5);
+    CHECK_THAT(group_calls[static_cast<std::size_t>(r)].what,
+               Catch::Contains("rank 2 of the communicator split failed in collx::split before it joined its group") &&
+                   Catch::Contains("this rank's exchange fails after its data came"));
+  }
 }
 
 TEST_CASE("a group of a split is used by its own async calls", "[split]") {

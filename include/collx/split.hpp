@@ -66,8 +66,8 @@ inline constexpr int no_color = -1;
 ///   Over MPI, MPI_Comm_split itself has no timeout: the ranks first confirm, with a barrier
 ///   after the exchange, that all of them finished it; a rank that fails after that barrier but
 ///   before MPI_Comm_split (stopped for longer than the timeout) leaves the others waiting
-///   there. Over threads, the group's other ranks learn of such a failure at their first call on
-///   the group, by its timeout.
+///   there. Over threads, a rank whose exchange failed while its peers' ended well fails the
+///   groups those peers start (their first call on a group fails at once, errc::aborted).
 [[nodiscard]] inline std::optional<communicator> split(communicator& comm, int color, int key) {
   const int n = comm.size(), me = comm.rank();  // a moved-from communicator throws here
   comm.drain_async();
@@ -84,6 +84,10 @@ inline constexpr int no_color = -1;
     // ever. A rank leaves this barrier only once every rank entered it, having finished the exchange.
     if (comm.get_transport().split_waits_for_all()) barrier(comm);
   } catch (const error& e) {  // say what the user called: the all_gather is ours, not theirs
+    // Peers whose exchange ended well go on to start their groups, this rank's among them.
+    comm.get_transport().split_failed(comm.calls_made(), "rank " + std::to_string(me) +
+                                                            " of the communicator split failed in collx::split before "
+                                                            "it joined its group: " + e.what());
     COLLX_THROW(e.code(), std::string("collx::split (collective: every rank splits, at the same point of its calls): ") +
                               e.what());
   }

@@ -107,12 +107,32 @@ class thread_world {
   /// The world of group `color` of split `split_id` (collx::split), of `group_size` ranks: made by
   /// the first of its members to ask, and forgotten here once all of them took it.
   std::shared_ptr<thread_world> split_world(std::uint64_t split_id, int color, int group_size) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    pending_split& p = splits_[{split_id, color}];
-    if (!p.world) p.world = std::make_shared<thread_world>(group_size, ranks_running_);
-    std::shared_ptr<thread_world> w = p.world;
-    if (++p.taken == group_size) splits_.erase({split_id, color});
+    std::shared_ptr<thread_world> w;
+    std::string failed_why;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      pending_split& p = splits_[{split_id, color}];
+      if (!p.world) p.world = std::make_shared<thread_world>(group_size, ranks_running_);
+      w = p.world;
+      if (++p.taken == group_size) splits_.erase({split_id, color});
+      if (const auto f = failed_splits_.find(split_id); f != failed_splits_.end()) failed_why = f->second;
+    }
+    if (!failed_why.empty()) w->fail(errc::aborted, failed_why);
     return w;
+  }
+  /// A rank's split `split_id` failed before it took its group (its exchange of colors threw): it
+  /// never will, and its group's other members would wait for it until their timeout. Fails the
+  /// split's groups that not every member has taken yet, and those taken later.
+  void fail_split(std::uint64_t split_id, const std::string& why) noexcept {
+    std::vector<std::shared_ptr<thread_world>> starting;
+    try {
+      std::lock_guard<std::mutex> lock(mutex_);
+      failed_splits_.emplace(split_id, why.empty() ? std::string("a rank's collx::split failed") : why);
+      for (const auto& [id_color, p] : splits_)
+        if (id_color.first == split_id && p.world) starting.push_back(p.world);
+    } catch (...) {  // no memory: the groups' members end by their timeout, as before
+    }
+    for (const auto& w : starting) w->fail(errc::aborted, why);
   }
 
   int size() const noexcept { return size_; }
@@ -195,6 +215,7 @@ class thread_world {
     int taken = 0;  // members that took it so far
   };
   std::map<std::pair<std::uint64_t, int>, pending_split> splits_;  // guarded by mutex_
+  std::map<std::uint64_t, std::string> failed_splits_;  // fail_split's reasons; guarded by mutex_
 };
 
 /// One rank's end of a thread_world.
@@ -229,6 +250,7 @@ class threads_transport final : public transport {
     return std::make_shared<threads_transport>(world_->split_world(split_id, color, static_cast<int>(members.size())),
                                                group_rank);
   }
+  void split_failed(std::uint64_t split_id, const std::string& why) noexcept override { world_->fail_split(split_id, why); }
   void check() override {
     if (world_->failed()) rethrow_failure();
   }
