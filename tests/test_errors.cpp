@@ -1306,11 +1306,19 @@ TEST_CASE("abort() or fail() inside a reduction op ends the call on threads, not
   // ever (not even the timeout ended it): 2 to 4 ranks hung in 2 to 5 runs of 5. So did an async
   // call started and waited for in the op: wait() throws (it would wait for itself), and the
   // request, dropped unfinished by that exception, fails the communicator from inside the read.
-  enum class in_op { abort, fail, start_async };
-  for (const in_op what : {in_op::abort, in_op::fail, in_op::start_async})
+  // abort_late: each rank's op first waits 50 ms (every rank is inside its read of a peer's
+  // message by then), then aborts, and the fold goes on: its look for a failure between pieces
+  // (thrown from inside the read) waited out the peers' reads of this rank's message, each rank
+  // for the other, for ever (a fold of 2^16 ints: several pieces).
+  enum class in_op { abort, fail, start_async, abort_late };
+  for (const in_op what : {in_op::abort, in_op::fail, in_op::start_async, in_op::abort_late})
     for (int n : {2, 3, 4})
       for (int round = 0; round < 5; ++round) {
-        INFO(n << " ranks, round " << round << ", the op " << (what == in_op::abort ? "aborts" : what == in_op::fail ? "fails" : "waits for an async call"));
+        INFO(n << " ranks, round " << round << ", the op "
+                << (what == in_op::abort        ? "aborts"
+                    : what == in_op::fail       ? "fails"
+                    : what == in_op::abort_late ? "aborts after 50 ms"
+                                                : "waits for an async call"));
         collx::communicator_options o;
         o.timeout = std::chrono::seconds(30);
         auto comms = collx::make_thread_communicators(n, o);
@@ -1319,10 +1327,13 @@ TEST_CASE("abort() or fail() inside a reduction op ends the call on threads, not
         for (int r = 0; r < n; ++r)
           ts.emplace_back([&, r] {
             collx::communicator* c = &comms[uz(r)];
-            std::vector<int> w(4, r + 1), out(4), y(1);  // y outlives the queued async call
+            const std::size_t count = what == in_op::abort_late ? std::size_t{1} << 16 : 4;
+            std::vector<int> w(count, r + 1), out(count), y(1);  // y outlives the queued async call
+            bool waited = false;
             first[uz(r)] = timed_call([&] {
-              collx::allreduce<collx::algo::direct>(*c, std::span<const int>(w), std::span<int>(out), [c, what, &y](int a, int b) {
-                if (what == in_op::abort) c->abort();
+              collx::allreduce<collx::algo::direct>(*c, std::span<const int>(w), std::span<int>(out), [c, what, &y, &waited](int a, int b) {
+                if (what == in_op::abort_late && !waited) waited = true, std::this_thread::sleep_for(std::chrono::milliseconds(50));
+                if (what == in_op::abort || what == in_op::abort_late) c->abort();
                 if (what == in_op::fail) c->fail(collx::errc::aborted, "the op gave up");
                 if (what == in_op::start_async) collx::allreduce_async(*c, std::span<int>(y)).wait();
                 return a + b;

@@ -252,7 +252,9 @@ class threads_transport final : public transport {
   }
   void split_failed(std::uint64_t split_id, const std::string& why) noexcept override { world_->fail_split(split_id, why); }
   void check() override {
-    if (world_->failed()) rethrow_failure();
+    if (!world_->failed()) return;
+    if (reading_this_world()) world_->raise_failure([&](const std::string& why) { return as_read_by(rank_, why); });
+    rethrow_failure();
   }
   /// Whether the world has failed (a load): polled between the pieces of a fold.
   bool failed_now() const noexcept override { return world_->failed(); }
@@ -264,9 +266,7 @@ class threads_transport final : public transport {
   /// rank's read to end. A call on another world made from such an op quiesces as before.
   void fail(errc code, const std::string& why) noexcept override {
     world_->fail(code, reported(why));
-    for (const read_frame* f = reads_on_this_thread; f; f = f->outer)
-      if (f->world == world_.get()) return;
-    quiesce();
+    if (!reading_this_world()) quiesce();
   }
   void adopt_failure(errc code, const std::string& why) noexcept override { world_->fail(code, why); }
   bool failure(errc& code, std::string& why) noexcept override { return world_->failure(code, why); }
@@ -488,6 +488,12 @@ class threads_transport final : public transport {
     const read_frame* outer;
   };
   static inline thread_local const read_frame* reads_on_this_thread = nullptr;
+  /// Whether this thread is inside a read of this world's (see read_frame).
+  bool reading_this_world() const noexcept {
+    for (const read_frame* f = reads_on_this_thread; f; f = f->outer)
+      if (f->world == world_.get()) return true;
+    return false;
+  }
 
   std::shared_ptr<thread_world> world_;
   int rank_;
