@@ -239,50 +239,77 @@ struct op_traits {
 };
 
 namespace detail {
-/// The parameter types of a call signature, for the ops that have exactly one: a function
-/// pointer, or a class with one non-template operator() (a lambda with typed parameters). None
-/// (`known` false) for generic lambdas, overloaded or template call operators (the built-in ops).
+/// Whether an arithmetic value of type From loses anything as a To (C++'s narrowing, `To{from}`),
+/// except that an integer converts to a floating type whose significand holds all its values
+/// (int32 to double, int16 to float), which list-initialisation calls narrowing too.
+template <class From, class To>
+inline constexpr bool arithmetic_narrows = [] {
+  if constexpr (std::is_integral_v<From> && !std::is_same_v<From, bool> && std::is_floating_point_v<To>)
+    return std::numeric_limits<To>::digits < std::numeric_limits<From>::digits;
+  else return !requires(const From& f) { To{f}; };
+}();
+
+/// Whether passing a T to parameter type P, or returning R where T is expected, loses values the
+/// op is likely not meant to lose: arithmetic (or enum) parameters the elements narrow into
+/// (arithmetic_narrows), or an integral result on floating elements. Class types convert as the
+/// concept already checks.
+template <class T, class R, class... P>
+inline constexpr bool signature_narrows =
+    ((std::is_arithmetic_v<T> && (std::is_arithmetic_v<std::remove_cvref_t<P>> || std::is_enum_v<std::remove_cvref_t<P>>) &&
+      arithmetic_narrows<T, std::remove_cvref_t<P>>) || ...) ||
+    (std::is_floating_point_v<T> && std::is_integral_v<std::remove_cvref_t<R>>);
+
+/// The call signature of an op that has exactly one: a function pointer, or a class with one
+/// non-template operator() (a lambda with typed parameters). None (`known` false) for generic
+/// lambdas, overloaded or template call operators (the built-in ops).
 template <class F>
 struct call_parameters {
   static constexpr bool known = false;  ///< no single signature to look at
 };
-/// A function pointer's parameters.
+/// A function pointer's signature.
 template <class R, class... P>
 struct call_parameters<R (*)(P...)> {
-  static constexpr bool known = true;  ///< parameters P...
-  /// Whether T converts to every parameter without narrowing (as in `P{t}`).
+  static constexpr bool known = true;  ///< returns R, takes P...
+  /// signature_narrows for elements of type T.
   template <class T>
-  static constexpr bool take_without_narrowing = (requires(const T& t) { std::remove_cvref_t<P>{t}; } && ...);
+  static constexpr bool narrows = signature_narrows<T, R, P...>;
 };
-/// A noexcept function pointer's parameters.
+/// A noexcept function pointer's signature.
 template <class R, class... P>
 struct call_parameters<R (*)(P...) noexcept> : call_parameters<R (*)(P...)> {};
-/// A const call operator's parameters (the only kind collx calls: ops are called through a
-/// const reference).
+/// A const call operator's signature (collx calls ops through a const reference, so a non-const
+/// one is refused by the concept).
 template <class R, class C, class... P>
 struct call_parameters<R (C::*)(P...) const> : call_parameters<R (*)(P...)> {};
-/// A const noexcept call operator's parameters.
+/// A const noexcept call operator's signature.
 template <class R, class C, class... P>
 struct call_parameters<R (C::*)(P...) const noexcept> : call_parameters<R (*)(P...)> {};
+/// A const& call operator's signature.
+template <class R, class C, class... P>
+struct call_parameters<R (C::*)(P...) const&> : call_parameters<R (*)(P...)> {};
+/// A const& noexcept call operator's signature.
+template <class R, class C, class... P>
+struct call_parameters<R (C::*)(P...) const & noexcept> : call_parameters<R (*)(P...)> {};
 
-/// The parameters of op type Op's single call signature (see call_parameters).
+/// The signature of op type Op's single call operator (see call_parameters).
 template <class Op>
 struct op_parameters : call_parameters<std::decay_t<Op>> {};
 /// A class with one non-template operator().
 template <class Op>
   requires requires { &Op::operator(); }
 struct op_parameters<Op> : call_parameters<decltype(&Op::operator())> {};
-/// commutative_op{f}: f's parameters (the wrapper's operator() is a template).
+/// commutative_op{f}: f's signature (the wrapper's operator() is a template).
 template <class F>
 struct op_parameters<commutative_op<F>> : op_parameters<F> {};
 
-/// An op whose parameter types T's values would narrow into: an op taking `int` on float
-/// elements truncates every value (0.75 + 0.75 = 0), `float` on int elements rounds those above
-/// 2^24, `int` on unsigned ones changes their sign; C++ converts silently. The collectives refuse
-/// it at compile time. Widening parameters (double on float elements) are accepted.
+/// An op whose single signature loses element values silently (signature_narrows): an op taking
+/// `int` on float elements truncates every value (0.75 + 0.75 = 0), `float` on int32 elements
+/// rounds those above 2^24, `int` on unsigned ones changes their sign, one returning `int` on
+/// float elements truncates its results. The collectives refuse it at compile time. Wider
+/// parameters (double on float or int32 elements) and generic lambdas are accepted.
 template <class Op, class T>
 inline constexpr bool op_narrows_elements = [] {
-  if constexpr (op_parameters<Op>::known) return !op_parameters<Op>::template take_without_narrowing<T>;
+  if constexpr (op_parameters<Op>::known) return op_parameters<Op>::template narrows<T>;
   else return false;
 }();
 }  // namespace detail

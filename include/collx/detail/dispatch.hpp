@@ -265,9 +265,9 @@ template <class T, class Op, class Algo>
 void run_collective(communicator& comm, collective coll, const T* in, T* out, bool in_place, int root,
                     const Op& op, const call_layout& lay) {
   static_assert(!op_narrows_elements<Op, T>,
-                "collx: the op's parameter type narrows the elements (an op taking int on float elements truncates "
-                "each value: 0.75 + 0.75 = 0): take `const T&` (or `auto`) parameters, and convert inside the op "
-                "where that is meant");
+                "collx: the op's parameter or return type narrows the elements (an op taking int on float elements "
+                "truncates each value: 0.75 + 0.75 = 0): take `const T&` (or `auto`) parameters and return T, and "
+                "convert inside the op where that is meant");
   comm.drain_async();  // calls run in the order made: earlier *_async ones first
   const communicator::call_scope one_thread(comm);
   const communicator::running_scope running(comm, coll);  // the op's code may not call on comm meanwhile

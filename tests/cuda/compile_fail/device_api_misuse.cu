@@ -77,7 +77,7 @@ void stream_in_op_place(collx::gpu::device_communicator& dc, const float* send, 
 
 // Ops whose parameters narrow the elements (int on float elements truncates each value): a struct
 // and a __host__ __device__ lambda.
-// expect: collx::gpu: the op's parameter type narrows the elements.*collx::gpu: the op's parameter type narrows the elements
+// expect: collx::gpu: the op's parameter or return type narrows the elements.*collx::gpu: the op's parameter or return type narrows the elements
 struct int_sum {
   __host__ __device__ int operator()(int a, int b) const { return a + b; }
 };
