@@ -67,7 +67,7 @@ inline constexpr int no_color = -1;
 ///   after the exchange, that all of them finished it; a rank that fails after that barrier but
 ///   before MPI_Comm_split (stopped for longer than the timeout) leaves the others waiting
 ///   there. Over threads, a rank whose exchange failed while its peers' ended well fails the
-///   groups those peers start (their first call on a group fails at once, errc::aborted).
+///   group it would have joined (its members' first call on it fails at once, errc::aborted).
 [[nodiscard]] inline std::optional<communicator> split(communicator& comm, int color, int key) {
   const int n = comm.size(), me = comm.rank();  // a moved-from communicator throws here
   comm.drain_async();
@@ -85,9 +85,10 @@ inline constexpr int no_color = -1;
     if (comm.get_transport().split_waits_for_all()) barrier(comm);
   } catch (const error& e) {  // say what the user called: the all_gather is ours, not theirs
     // Peers whose exchange ended well go on to start their groups, this rank's among them.
-    comm.get_transport().split_failed(comm.calls_made(), "rank " + std::to_string(me) +
-                                                            " of the communicator split failed in collx::split before "
-                                                            "it joined its group: " + e.what());
+    if (color != no_color)
+      comm.get_transport().split_failed(comm.calls_made(), color,
+                                        "rank " + std::to_string(me) + " of the communicator split failed in collx::split "
+                                        "before it joined its group: " + e.what());
     COLLX_THROW(e.code(), std::string("collx::split (collective: every rank splits, at the same point of its calls): ") +
                               e.what());
   }

@@ -115,24 +115,23 @@ class thread_world {
       if (!p.world) p.world = std::make_shared<thread_world>(group_size, ranks_running_);
       w = p.world;
       if (++p.taken == group_size) splits_.erase({split_id, color});
-      if (const auto f = failed_splits_.find(split_id); f != failed_splits_.end()) failed_why = f->second;
+      if (const auto f = failed_splits_.find({split_id, color}); f != failed_splits_.end()) failed_why = f->second;
     }
     if (!failed_why.empty()) w->fail(errc::aborted, failed_why);
     return w;
   }
-  /// A rank's split `split_id` failed before it took its group (its exchange of colors threw): it
-  /// never will, and its group's other members would wait for it until their timeout. Fails the
-  /// split's groups that not every member has taken yet, and those taken later.
-  void fail_split(std::uint64_t split_id, const std::string& why) noexcept {
-    std::vector<std::shared_ptr<thread_world>> starting;
+  /// A rank's split `split_id` failed before it took its group, that of `color` (its exchange of
+  /// colors threw): it never will, and the group's other members would wait for it until their
+  /// timeout. Fails that group, now if a member took it already, else when one takes it.
+  void fail_split(std::uint64_t split_id, int color, const std::string& why) noexcept {
+    std::shared_ptr<thread_world> starting;
     try {
       std::lock_guard<std::mutex> lock(mutex_);
-      failed_splits_.emplace(split_id, why.empty() ? std::string("a rank's collx::split failed") : why);
-      for (const auto& [id_color, p] : splits_)
-        if (id_color.first == split_id && p.world) starting.push_back(p.world);
-    } catch (...) {  // no memory: the groups' members end by their timeout, as before
+      failed_splits_.emplace(std::pair{split_id, color}, why.empty() ? std::string("a rank's collx::split failed") : why);
+      if (const auto p = splits_.find({split_id, color}); p != splits_.end()) starting = p->second.world;
+    } catch (...) {  // no memory: the group's members end by their timeout, as before
     }
-    for (const auto& w : starting) w->fail(errc::aborted, why);
+    if (starting) starting->fail(errc::aborted, why);
   }
 
   int size() const noexcept { return size_; }
@@ -215,7 +214,7 @@ class thread_world {
     int taken = 0;  // members that took it so far
   };
   std::map<std::pair<std::uint64_t, int>, pending_split> splits_;  // guarded by mutex_
-  std::map<std::uint64_t, std::string> failed_splits_;  // fail_split's reasons; guarded by mutex_
+  std::map<std::pair<std::uint64_t, int>, std::string> failed_splits_;  // fail_split's reasons; guarded by mutex_
 };
 
 /// One rank's end of a thread_world.
@@ -250,7 +249,14 @@ class threads_transport final : public transport {
     return std::make_shared<threads_transport>(world_->split_world(split_id, color, static_cast<int>(members.size())),
                                                group_rank);
   }
-  void split_failed(std::uint64_t split_id, const std::string& why) noexcept override { world_->fail_split(split_id, why); }
+  /// Fails group `color` of split `split_id` (thread_world::fail_split).
+  void split_failed(std::uint64_t split_id, int color, const std::string& why) noexcept override {
+    world_->fail_split(split_id, color, why);
+  }
+  /// Throws the failure, if any. From inside a read of this world's (a fold's look between its
+  /// pieces, detail::combine_checked) without waiting out peers' reads of this rank's messages, as
+  /// fail() does not: a peer reading one may be in the same place, waiting for this read to end.
+  /// The call's way out (communicator::fail, after this read ended) waits for them.
   void check() override {
     if (!world_->failed()) return;
     if (reading_this_world()) world_->raise_failure([&](const std::string& why) { return as_read_by(rank_, why); });

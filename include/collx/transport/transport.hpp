@@ -555,11 +555,13 @@ class transport {
     (void)members, (void)group_rank, (void)color, (void)key, (void)split_id;
     COLLX_THROW(errc::invalid_argument, "collx::split: the " + std::string(name()) + " transport cannot be split");
   }
-  /// A rank's split `split_id` (as split() would have had it) failed before it asked for its group
-  /// (collx::split's exchange of colors threw on it): a transport whose groups' members would wait
-  /// for that rank until their timeout fails the split's groups still starting (threads). Shared
-  /// memory and MPI need not: their groups' starts see comm's failure themselves.
-  virtual void split_failed(std::uint64_t split_id, const std::string& why) noexcept { (void)split_id, (void)why; }
+  /// A rank's split `split_id` (as split() would have had it) failed before it asked for its
+  /// group, that of `color` (collx::split's exchange of colors threw on it): a transport whose
+  /// groups' members would wait for that rank until their timeout fails that group (threads).
+  /// Shared memory and MPI need not: their groups' starts see comm's failure themselves.
+  virtual void split_failed(std::uint64_t split_id, int color, const std::string& why) noexcept {
+    (void)split_id, (void)color, (void)why;
+  }
 
  protected:
   /// This rank's own failure `why` as its peers read it: reported_by(rank, why), or for a level of
