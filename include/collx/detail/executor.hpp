@@ -159,6 +159,8 @@ struct exec_view {
   const void* cx = nullptr;            ///< the exec_context<T, Op>
   const std::byte* base[3] = {};       ///< by schedule::buffer: input, output, scratch
   std::size_t value_size = 0, acc_size = 0;
+  /// The exec_context's stream_output (set per call, after the view is made).
+  const bool* stream_output = nullptr;
   /// dst[0, n) = src[0, n), from representation src_acc to dst_acc (exec_context::convert).
   void (*convert)(const void* cx, bool src_acc, bool dst_acc, const std::byte* src, std::byte* dst, std::size_t n) = nullptr;
   /// exec_context::combine; dst_acc also says that dst is scratch.
@@ -183,6 +185,7 @@ exec_view view_of(const exec_context<T, Op>& cx) {
   v.base[static_cast<std::size_t>(schedule::buffer::scratch)] = reinterpret_cast<const std::byte*>(cx.tmp);
   v.value_size = C::elem_size(schedule::buffer::output);
   v.acc_size = C::elem_size(schedule::buffer::scratch);
+  v.stream_output = &cx.stream_output;
   v.convert = [](const void* p, bool src_acc, bool dst_acc, const std::byte* src, std::byte* dst, std::size_t n) {
     const C& c = *static_cast<const C*>(p);
     C::with_flag(src_acc, [&](auto s) {
@@ -208,10 +211,12 @@ exec_view view_of(const exec_context<T, Op>& cx) {
 /// (transport::failed_now; then check() throws the failure). The user's op is the one part of a
 /// call that may be slow: abort() or fail() from it, a peer's failure or a timeout then ends the
 /// call within a piece, not after a whole chunk (threads and shared memory; MPI answers false).
+/// Pieces of 64 KiB where the output is streamed: each piece ends with a store fence.
 inline void combine_checked(transport& t, const exec_view& cx, bool a_acc, bool x_acc, bool d_acc, const std::byte* a,
                             std::size_t as, const std::byte* x, std::size_t xs, std::byte* d, std::size_t ds,
                             std::size_t n, bool x_first) {
-  const std::size_t piece = std::max<std::size_t>(1, 8192 / std::max({as, xs, ds}));
+  const std::size_t piece_bytes = cx.stream_output && *cx.stream_output ? 65536 : 8192;
+  const std::size_t piece = std::max<std::size_t>(1, piece_bytes / std::max({as, xs, ds}));
   for (std::size_t i = 0; i < n; i += piece) {
     const std::size_t len = std::min(piece, n - i);
     cx.combine(cx.cx, a_acc, x_acc, d_acc, a + i * as, x + i * xs, d + i * ds, len, x_first);
