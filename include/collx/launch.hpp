@@ -462,10 +462,10 @@ inline int launch_program(int world_size, char* const argv[], std::chrono::milli
 /// its ranks: true when a launcher started this process (bootstrap::launcher_in_environment) and
 /// its job has more than this one process, or collx-run started it (COLLX_RANK and
 /// COLLX_WORLD_SIZE set: `collx-run -n 1` asks for one rank), or `requested_ranks` < 2 (0: not
-/// asked). One process that another launcher started alone
-/// and that is asked for more ranks starts them itself, as in an interactive `srun --pty bash`
-/// step. A caller that joins should refuse a `requested_ranks` other than the job's world size
-/// (as the examples and collx-perf do: collx-perf says "--ranks 4 but the launcher started 2 ranks").
+/// asked). One process that another launcher started alone and that is asked for more ranks
+/// starts them itself, as in an interactive `srun --pty bash` step. A caller that joins should
+/// refuse a `requested_ranks` other than the job's world size (as the examples and collx-perf
+/// do: collx-perf says "--ranks 4 but the launcher started 2 ranks").
 /// @throws collx::error(errc::invalid_argument) if the launcher's variables are malformed or
 /// contradict each other (bootstrap::from_environment).
 inline bool joins_launched_job(int requested_ranks) {

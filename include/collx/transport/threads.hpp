@@ -124,14 +124,17 @@ class thread_world {
   /// colors threw): it never will, and the group's other members would wait for it until their
   /// timeout. Fails that group, now if a member took it already, else when one takes it.
   void fail_split(std::uint64_t split_id, int color, const std::string& why) noexcept {
-    std::shared_ptr<thread_world> starting;
     try {
-      std::lock_guard<std::mutex> lock(mutex_);
-      failed_splits_.emplace(std::pair{split_id, color}, why.empty() ? std::string("a rank's collx::split failed") : why);
-      if (const auto p = splits_.find({split_id, color}); p != splits_.end()) starting = p->second.world;
+      const std::string reason = why.empty() ? std::string("a rank's collx::split failed") : why;
+      std::shared_ptr<thread_world> starting;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        failed_splits_.emplace(std::pair{split_id, color}, reason);
+        if (const auto p = splits_.find({split_id, color}); p != splits_.end()) starting = p->second.world;
+      }
+      if (starting) starting->fail(errc::aborted, reason);
     } catch (...) {  // no memory: the group's members end by their timeout, as before
     }
-    if (starting) starting->fail(errc::aborted, why);
   }
 
   int size() const noexcept { return size_; }
