@@ -32,7 +32,9 @@ case $err in *"the program name is empty"*) ;; *) fail "an empty program name no
 # may be mounted noexec.
 script=$(mktemp ./collx-run-cli.XXXXXX) || fail "mktemp"
 crlf=$(mktemp ./collx-run-cli-crlf.XXXXXX) || fail "mktemp"
-trap 'rm -f "$script" "$crlf"' EXIT
+elf=$(mktemp ./collx-run-cli-elf.XXXXXX) || fail "mktemp"
+plain=$(mktemp ./collx-run-cli-plain.XXXXXX) || fail "mktemp"
+trap 'rm -f "$script" "$crlf" "$elf" "$plain"' EXIT
 printf '#!/nonexistent/collx-interpreter -x\necho hello\n' > "$script" && chmod +x "$script"
 err=$("$run" -n 3 "$script" 2>&1 >/dev/null); rc=$?
 [ $rc -eq 127 ] || fail "a script with a missing interpreter exited $rc, not 127"
@@ -43,6 +45,16 @@ err=$("$run" -n 3 "$crlf" 2>&1 >/dev/null); rc=$?
 [ $rc -eq 127 ] || fail "a CRLF script exited $rc, not 127"
 lines=$(printf '%s\n' "$err" | grep -c "cannot run $crlf: its #! line ends in a carriage return (CRLF line endings")
 [ "$lines" -eq 1 ] || fail "a CRLF script reported $lines times, not once: $err"
+# An ELF file the kernel cannot load (cut short here) is said to be one; execvp would hand it to
+# /bin/sh, which reads the binary as commands. A script without #! still runs with /bin/sh.
+printf '\177ELF\002\001\001\000junk\n(\n' > "$elf" && chmod +x "$elf"
+err=$("$run" -n 2 "$elf" 2>&1 >/dev/null); rc=$?
+[ $rc -eq 127 ] || fail "a damaged ELF file exited $rc, not 127: $err"
+case $err in *"cannot run $elf: Exec format error (an ELF file this machine cannot load"*) ;; *) fail "a damaged ELF file not said as such: $err" ;; esac
+printf '%s\n' "$err" | grep -q "^$elf: " && fail "a damaged ELF file was run by the shell: $err"
+printf 'echo "plain script, rank $COLLX_RANK"\n' > "$plain" && chmod +x "$plain"
+out=$("$run" -n 2 "$plain" 2>&1) || fail "a script without #! failed: $out"
+case $out in *"plain script, rank 0"*"plain script, rank 1"*|*"plain script, rank 1"*"plain script, rank 0"*) ;; *) fail "a script without #! did not run with /bin/sh: $out" ;; esac
 
 "$run" -n2 true || fail "-n2 (attached) was refused"
 "$run" --np=2 true || fail "--np=2 was refused"

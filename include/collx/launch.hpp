@@ -132,6 +132,22 @@ inline std::string missing_interpreter(const std::string& path) {
   return "its interpreter " + interpreter + " (the #! line) does not exist";
 }
 
+/// The paths execvp tries, in order, for a program name without '/': each directory of PATH (an
+/// empty one is the current directory) followed by "/" and the name. Without PATH, glibc's
+/// default, confstr(_CS_PATH): /bin and /usr/bin.
+inline std::vector<std::string> path_candidates(const char* program) {
+  const char* path = std::getenv("PATH");
+  const std::string dirs = path ? path : "/bin:/usr/bin";
+  std::vector<std::string> candidates;
+  for (std::size_t at = 0;;) {
+    const std::size_t colon = dirs.find(':', at);
+    const std::string dir = dirs.substr(at, colon == std::string::npos ? std::string::npos : colon - at);
+    candidates.push_back((dir.empty() ? std::string(".") : dir) + "/" + program);
+    if (colon == std::string::npos) return candidates;
+    at = colon + 1;
+  }
+}
+
 /// Empty if execvp could run `program` (a path, or a name found on PATH, executable), else why not:
 /// the errno text execvp would fail with; "Is a directory" for a directory given as a path (execvp
 /// says EACCES, "Permission denied", which sends the user looking at permissions); for a script
@@ -150,14 +166,9 @@ inline std::string why_not_runnable(const char* program) {
     const int e = check(program);
     return e != 0 ? std::string(std::strerror(e)) : missing_interpreter(program);
   }
-  const char* path = std::getenv("PATH");
-  const std::string dirs = path ? path : "/usr/local/bin:/bin:/usr/bin";
   int err = ENOENT;
   std::string first_script;  // why the first script found cannot run, when execvp goes on past it
-  for (std::size_t at = 0;;) {
-    const std::size_t colon = dirs.find(':', at);
-    const std::string dir = dirs.substr(at, colon == std::string::npos ? std::string::npos : colon - at);
-    const std::string candidate = (dir.empty() ? std::string(".") : dir) + "/" + program;
+  for (const std::string& candidate : path_candidates(program)) {
     const int e = check(candidate);
     if (e == 0) {
       const std::string why = missing_interpreter(candidate);
@@ -166,9 +177,54 @@ inline std::string why_not_runnable(const char* program) {
     } else if (e != ENOENT) {
       err = e;  // as execvp: a file found but not executable says EACCES
     }
-    if (colon == std::string::npos) return err != ENOENT || first_script.empty() ? std::string(std::strerror(err)) : first_script;
-    at = colon + 1;
   }
+  return err != ENOENT || first_script.empty() ? std::string(std::strerror(err)) : first_script;
+}
+
+/// Whether the file at `path` begins with the ELF magic number (is a program for some machine, not
+/// a script).
+inline bool is_elf(const char* path) {
+  char magic[4] = {};
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return false;
+  const ssize_t got = ::read(fd, magic, sizeof magic);
+  ::close(fd);
+  return got == 4 && std::memcmp(magic, "\x7f" "ELF", 4) == 0;
+}
+
+/// execvp, less one of its fallbacks: execvp runs any file the kernel refuses to load (ENOEXEC)
+/// with /bin/sh, as POSIX asks for a script without a `#!` line; an ELF file it refuses (built
+/// for another machine, or cut short) was then read as shell commands, and the user saw the
+/// shell's "Syntax error" about binary junk. Here such a file fails with ENOEXEC; a script without
+/// `#!` still runs with /bin/sh. The PATH search is execvp's (glibc): a name with no '/' is tried
+/// in each PATH directory (empty: the current one); EACCES is remembered and the search goes on,
+/// as it does past a missing file; any other failure ends it. Returns only on failure, with errno
+/// set. For launch_program's child between fork and exec, which allocates already (setenv).
+inline void exec_program(char* const argv[]) {
+  const auto try_path = [argv](const char* path) {
+    ::execv(path, argv);
+    if (errno != ENOEXEC || is_elf(path)) return errno;
+    std::vector<char*> with_shell{const_cast<char*>("/bin/sh"), const_cast<char*>(path)};
+    for (char* const* a = argv + 1; *a; ++a) with_shell.push_back(*a);
+    with_shell.push_back(nullptr);
+    ::execv("/bin/sh", with_shell.data());
+    return errno;
+  };
+  const char* program = argv[0];
+  if (std::strchr(program, '/')) {
+    errno = try_path(program);
+    return;
+  }
+  bool denied = false;
+  for (const std::string& candidate : path_candidates(program)) {
+    const int e = try_path(candidate.c_str());
+    if (e == EACCES) denied = true;
+    else if (e != ENOENT && e != ENOTDIR && e != ESTALE && e != ENODEV && e != ETIMEDOUT) {
+      errno = e;
+      return;
+    }
+  }
+  errno = denied ? EACCES : ENOENT;
 }
 
 inline process_exit wait_for(int rank, pid_t pid) {
@@ -356,8 +412,10 @@ inline int launch_program(int world_size, char* const argv[], std::chrono::milli
       ::setenv("COLLX_JOB_ID", job.c_str(), 1);
       ::setenv("COLLX_LAUNCH_ID", launch_id.c_str(), 1);
       detail::bind_to_core(r, world_size);
-      ::execvp(argv[0], argv);
-      std::fprintf(stderr, "%s: cannot run %s: %s\n", detail::launcher_name(), argv[0], std::strerror(errno));
+      detail::exec_program(argv);
+      const int e = errno;
+      std::fprintf(stderr, "%s: cannot run %s: %s%s\n", detail::launcher_name(), argv[0], std::strerror(e),
+                   e == ENOEXEC ? " (an ELF file this machine cannot load: built for another machine, or damaged)" : "");
       ::_exit(127);
     }
     ::setpgid(pid, pid);  // also here, so the group exists before any signal (either call may lose the race)
