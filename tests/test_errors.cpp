@@ -33,6 +33,19 @@ using opts_t = collx::communicator_options;
 
 inline size_t uz(int x) { return static_cast<size_t>(x); }
 
+/// A named bad call, for the tables of cases below.
+struct named_call {
+  const char* name;
+  std::function<void(collx::communicator&)> call;
+};
+
+/// A named bad call on a rank's buffer of E (pre-filled by the case's test).
+template <class E>
+struct buffer_case {
+  const char* name;
+  std::function<void(collx::communicator&, std::vector<E>&)> call;
+};
+
 /// Runs fn(comm) on n ranks; every rank records the collx::error it gets (run_ranks must not see
 /// it); a rank without one records no code.
 std::vector<outcome> run_expecting(int n, const std::function<void(collx::communicator&)>& fn,
@@ -211,12 +224,8 @@ TEST_CASE("overlapping buffers that are not the exact in-place alias: invalid_ar
   constexpr size_t k = 4;  // elements per block
   // Each case gets one buffer of 4 n k elements per rank (pre-filled) and calls a collective with
   // send and recv carved from it so that they overlap wrongly.
-  struct overlap_case {
-    const char* name;
-    std::function<void(collx::communicator&, std::vector<std::int32_t>&)> call;
-  };
   using I = std::int32_t;
-  const std::vector<overlap_case> cases{
+  const std::vector<buffer_case<I>> cases{
       {"allreduce recv = send + 1",
        [](collx::communicator& c, std::vector<I>& b) {
          collx::allreduce(c, std::span<const I>(b.data(), k), std::span<I>(b.data() + 1, k));
@@ -292,11 +301,7 @@ TEST_CASE("buffers sharing a single byte overlap; buffers that only touch do not
   const int n = 3;
   constexpr size_t k = 5;
   using B = std::uint8_t;
-  struct byte_case {
-    const char* name;
-    std::function<void(collx::communicator&, std::vector<B>&)> call;
-  };
-  const std::vector<byte_case> cases{
+  const std::vector<buffer_case<B>> cases{
       {"allreduce recv starts at send's last byte",
        [](collx::communicator& c, std::vector<B>& b) {
          collx::allreduce(c, std::span<const B>(b.data(), k), std::span<B>(b.data() + k - 1, k), collx::ops::bxor{});
@@ -392,11 +397,7 @@ TEST_CASE("a null buffer with elements: invalid_argument on every rank, not a cr
   const int n = 3;
   constexpr size_t k = 4;
   using I = std::int32_t;
-  struct null_case {
-    const char* name;
-    std::function<void(collx::communicator&, std::vector<I>&)> call;
-  };
-  const std::vector<null_case> cases{
+  const std::vector<buffer_case<I>> cases{
       {"allreduce send", [](collx::communicator& c, std::vector<I>& b) {
          collx::allreduce(c, std::span<const I>(static_cast<const I*>(nullptr), k), std::span<I>(b.data(), k));
        }},
@@ -447,11 +448,7 @@ TEST_CASE("a null buffer with elements: invalid_argument on every rank, not a cr
 TEST_CASE("size mismatches within a call: invalid_argument on every rank", "[errors][invalid]") {
   const int n = 3;
   using F = float;
-  struct size_case {
-    const char* name;
-    std::function<void(collx::communicator&)> call;
-  };
-  const std::vector<size_case> cases{
+  const std::vector<named_call> cases{
       {"allreduce send 8, recv 7",
        [](collx::communicator& c) {
          std::vector<F> s(8), r(7);
@@ -1641,11 +1638,7 @@ TEST_CASE("after a failure every later call fails at once", "[errors][failed]") 
       later.push_back(o);
     }
   };
-  struct first_failure {
-    const char* name;
-    std::function<void(collx::communicator&)> call;
-  };
-  const std::vector<first_failure> failures{
+  const std::vector<named_call> failures{
       {"mismatch",
        [](collx::communicator& c) {
          std::vector<float> x(c.rank() == 0 ? 8 : 16);
