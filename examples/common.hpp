@@ -34,14 +34,16 @@ inline constexpr int max_ranks = 4096;
 /// `--name value` and `--flag` options; anything else is an error (exit status 2, with the usage).
 class options {
  public:
-  /// Reads argv[1..]; -h or --help prints "usage: PROGRAM usage" and exits 0.
+  /// Reads argv[1..]. With -h or --help, the get/has calls only note each option and its default,
+  /// and reject_unknown prints "usage: PROGRAM usage" and those options, then exits 0.
   options(int argc, char** argv, std::string usage) : usage_(std::move(usage)) {
     program_ = argc > 0 ? argv[0] : "example";
     for (int i = 1; i < argc; ++i) {
       std::string a = argv[i];
       if (a == "-h" || a == "--help") {
-        std::printf("usage: %s %s\n", program_.c_str(), usage_.c_str());
-        std::exit(0);
+        help_ = true;
+        items_.clear();
+        return;
       }
       if (a.rfind("--", 0) != 0) fail("unexpected argument '" + a + "'");
       const auto eq = a.find('=');
@@ -57,6 +59,7 @@ class options {
   /// The value of --name (which must then have one), or `def` if the option is absent.
   std::string get(const std::string& name, const std::string& def) const {
     used_.push_back(name);
+    note(name, def.empty() ? "a value; none by default" : "default " + def);
     for (auto it = items_.rbegin(); it != items_.rend(); ++it)
       if (it->first == name) {
         if (it->second.empty()) fail(name + " needs a value");
@@ -69,6 +72,8 @@ class options {
   /// the range; `why`, if given, says where the range comes from.
   long long get_int(const std::string& name, long long def, long long lo, long long hi, const std::string& why = "") const {
     const std::string v = get(name, "");
+    note(name, "an integer from " + std::to_string(lo) + " to " + std::to_string(hi) + (why.empty() ? "" : " (" + why + ")") +
+                   ", default " + std::to_string(def));
     if (v.empty()) return def;
     char* end = nullptr;
     errno = 0;
@@ -84,27 +89,32 @@ class options {
   /// the N that `collx-run -n N prog` takes; an example with fewer possible ranks passes its own
   /// limit and the reason.
   int get_ranks(int max = max_ranks, const std::string& why = "collx-run's -n limit") const {
-    return static_cast<int>(get_int("--ranks", 0, 1, max, why));
+    const int ranks = static_cast<int>(get_int("--ranks", 0, 1, max, why));
+    note("--ranks", "processes to start, 1 to " + std::to_string(max) + " (" + why +
+                        "); by default the launcher's ranks (collx-run -n N), else the example's own number");
+    return ranks;
   }
   /// The number value of --name in [lo, hi] (decimal), or `def` if the option is absent; anything
   /// else (not a number, inf, nan, white space, out of range) fails with exit status 2.
   double get_double(const std::string& name, double def, double lo, double hi) const {
     const std::string v = get(name, "");
+    char range[64], fallback[32];
+    std::snprintf(range, sizeof range, "from %g to %g", lo, hi);
+    std::snprintf(fallback, sizeof fallback, "%g", def);
+    note(name, std::string("a number ") + range + ", default " + fallback);
     if (v.empty()) return def;
     char* end = nullptr;
     const double x = std::strtod(v.c_str(), &end);
     // !(x >= lo && x <= hi) is also true for nan.
-    if (std::isspace(static_cast<unsigned char>(v[0])) || *end != '\0' || !(x >= lo && x <= hi)) {
-      char range[64];
-      std::snprintf(range, sizeof range, "from %g to %g", lo, hi);
+    if (std::isspace(static_cast<unsigned char>(v[0])) || *end != '\0' || !(x >= lo && x <= hi))
       fail(name + " must be a number " + range + ", got '" + v + "'");
-    }
     return x;
   }
   /// True if the flag --name was given. A flag takes no value: `--periodic 0` is an error, not
   /// periodic boundaries turned on by a word that reads as "off".
   bool has(const std::string& name) const {
     used_.push_back(name);
+    note(name, "a flag, off by default");
     bool given = false;
     for (const auto& it : items_)
       if (it.first == name) {
@@ -113,8 +123,14 @@ class options {
       }
     return given;
   }
-  /// Fails on options that no get()/has() asked for (call after reading them all).
+  /// Fails on options that no get()/has() asked for (call after reading them all). After -h or
+  /// --help: prints the usage and every option read, with its default, and exits 0.
   void reject_unknown() const {
+    if (help_) {
+      std::printf("usage: %s %s\n", program_.c_str(), usage_.c_str());
+      for (const auto& [name, what] : help_lines_) std::printf("  %-16s %s\n", name.c_str(), what.c_str());
+      std::exit(0);
+    }
     for (const auto& it : items_) {
       bool known = false;
       for (const auto& u : used_) known = known || u == it.first;
@@ -128,9 +144,22 @@ class options {
   }
 
  private:
+  /// Under --help, what `name` takes (the last word on it wins: get_int's over get's).
+  void note(const std::string& name, std::string what) const {
+    if (!help_) return;
+    for (auto& line : help_lines_)
+      if (line.first == name) {
+        line.second = std::move(what);
+        return;
+      }
+    help_lines_.push_back({name, std::move(what)});
+  }
+
   std::string program_, usage_;
+  bool help_ = false;
   std::vector<std::pair<std::string, std::string>> items_;
   mutable std::vector<std::string> used_;
+  mutable std::vector<std::pair<std::string, std::string>> help_lines_;
 };
 
 /// True when a launcher started this process as one rank of a job (collx-run, torchrun, Open
