@@ -13,7 +13,8 @@
 //      communicator and leaves, all within seconds, not at the timeout;
 //   5. the close handshake (closing_duplicates): every healthy duplicate freed or given up, none
 //      left after MPI_Finalize, and a failed peer's unfinished data never received;
-//   6. a call on a communicator kept past MPI_Finalize throws collx::error instead of aborting.
+//   6. a call on a communicator kept past MPI_Finalize throws collx::error instead of aborting,
+//      and an *_async call still running at MPI_Finalize is failed there (wait() throws).
 // Every result is compared with the sequential rank-order reference of tests/reference.hpp
 // (every rank generates every rank's inputs). A plain program, not Catch2: each rank checks, all
 // ranks keep making the same calls, and the exit status says whether any check failed.
@@ -1019,6 +1020,51 @@ void both_connects_refuse(MPI_Comm comm, const std::string& why, const std::stri
   }
 }
 
+// An *_async call still running when its rank calls MPI_Finalize (a porting mistake: no wait()
+// first): MPI_Finalize fails it, and wait() throws collx::error saying so, where the progress
+// thread used to go on calling MPI during and after MPI_Finalize (both MPIs crashed the process).
+// Rank 1 makes no call, so that rank 0's is surely waiting at MPI_Finalize; rank 1's idle
+// communicator is failed quietly (a call after MPI_Finalize says MPI was finalized). Every rank
+// checks on its own: MPI is gone for a sum of the failures.
+int async_at_finalize() {
+  collx::communicator_options opt;
+  opt.timeout = std::chrono::seconds(30);
+  collx::communicator c = collx::mpi::connect(MPI_COMM_WORLD, opt);
+  std::vector<double> v(1 << 16, 1.0);
+  std::optional<collx::request> pending;
+  if (g_rank == 0) pending.emplace(collx::allreduce_async(c, std::span<double>(v)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const auto t0 = std::chrono::steady_clock::now();
+  MPI_Finalize();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  int status = 0;
+  const auto expect_error = [&](const std::function<void()>& call, const std::string& text, const char* what) {
+    try {
+      call();
+      std::fprintf(stderr, "rank %d: FAILED: %s returned\n", g_rank, what);
+      status = 1;
+    } catch (const collx::error& e) {
+      if (e.code() != collx::errc::transport || std::string(e.what()).find(text) == std::string::npos) {
+        std::fprintf(stderr, "rank %d: FAILED: %s: %s\n", g_rank, what, e.what());
+        status = 1;
+      }
+    }
+  };
+  if (pending) {
+    expect_error([&] { pending->wait(); }, "MPI_Finalize was called during a call on this communicator",
+                 "wait() on the async call MPI_Finalize interrupted");
+    if (s > 10.0) {
+      std::fprintf(stderr, "rank %d: FAILED: MPI_Finalize took %.1f s with the async call running\n", g_rank, s);
+      status = 1;
+    }
+  } else {
+    expect_error([&] { collx::barrier(c); }, "MPI was finalized while this communicator was alive",
+                 "a barrier after MPI_Finalize");
+  }
+  if (g_rank == 0 && status == 0) std::printf("test_mpi async-at-finalize: MPI_Finalize took %.2f s, wait() threw\n", s);
+  return status;
+}
+
 int main(int argc, char** argv) {
   const bool serialized = argc > 1 && std::string(argv[1]) == "serialized-abort";
   int provided = 0;
@@ -1026,6 +1072,7 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
   if (serialized) return serialized_abort();
   if (argc > 1 && std::string(argv[1]) == "bad-node-id") return bad_node_id();
+  if (argc > 1 && std::string(argv[1]) == "async-at-finalize") return async_at_finalize();
   const int expected_nodes = argc > 1 ? std::atoi(argv[1]) : 0;
   std::optional<collx::communicator> late;
   try {

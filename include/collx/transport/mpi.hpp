@@ -142,8 +142,9 @@ inline int require_thread_support() {
   if (level < MPI_THREAD_SERIALIZED)
     COLLX_THROW(errc::transport,
                 "collx::mpi: MPI was initialised with thread level " + thread_level_name(level) +
-                    "; collx needs at least MPI_THREAD_SERIALIZED (MPI_THREAD_MULTIPLE for *_async calls): use "
-                    "MPI_Init_thread");
+                    "; collx needs at least MPI_THREAD_SERIALIZED (MPI_THREAD_MULTIPLE for *_async calls): ask for it "
+                    "in MPI_Init_thread (MPI_Init gives MPI_THREAD_SINGLE; an MPI built without thread support may "
+                    "provide less than asked)");
   return level;
 }
 
@@ -189,7 +190,56 @@ inline std::size_t piece_for(std::size_t piece_bytes, std::size_t granularity, s
   const std::uint64_t wanted = std::max<std::uint64_t>(std::min(piece_bytes, cap), (fewest + g - 1) / g * g);
   return static_cast<std::size_t>(std::min<std::uint64_t>(std::max<std::uint64_t>(g, wanted / g * g), cap));
 }
+
+/// MPI_Finalize's first step for collx (defined after mpi_transport): live_transports::stop_all,
+/// then closing_duplicates' last frees.
+inline int at_mpi_finalize(MPI_Comm, int, void*, void*);
+
+/// Has MPI_Finalize call at_mpi_finalize, once per process: MPI deletes MPI_COMM_SELF's
+/// attributes first thing in MPI_Finalize, while every MPI call still works (MPI 3.1, 8.7.1). MPI
+/// must be running; a failed attempt is tried again at the next call.
+inline void hook_finalize() noexcept {
+  static std::mutex mu;
+  static bool hooked = false;
+  const std::lock_guard<std::mutex> lock(mu);
+  if (hooked) return;
+  int key = MPI_KEYVAL_INVALID;
+  if (MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, &at_mpi_finalize, &key, nullptr) != MPI_SUCCESS) return;
+  hooked = MPI_Comm_set_attr(MPI_COMM_SELF, key, nullptr) == MPI_SUCCESS;
+  MPI_Comm_free_keyval(&key);  // the attribute keeps it until it is deleted
+}
 }  // namespace detail
+
+class mpi_transport;
+
+/// Every live mpi_transport of the process, for MPI_Finalize to stop first (stop_all): a call still
+/// running on another thread (an *_async call not waited for) went on calling MPI during and after
+/// MPI_Finalize, and the process crashed (MPICH in MPI_Isend, Open MPI with SIGSEGV) where wait()
+/// should have thrown.
+class live_transports {
+ public:
+  /// The process's one list; never destroyed (MPI_Finalize may run from an atexit handler).
+  static live_transports& instance() {
+    static live_transports& l = *new live_transports;
+    return l;
+  }
+  /// Adds `t` (its constructor). @throws std::bad_alloc
+  void add(mpi_transport* t) {
+    const std::lock_guard<std::mutex> lock(mu_);
+    list_.push_back(t);
+  }
+  /// Removes `t` (its destructor, or its constructor's failure).
+  void remove(mpi_transport* t) noexcept {
+    const std::lock_guard<std::mutex> lock(mu_);
+    std::erase(list_, t);
+  }
+  /// At MPI_Finalize (MPI still works): mpi_transport::stop_for_finalize on each.
+  void stop_all() noexcept;
+
+ private:
+  std::mutex mu_;
+  std::vector<mpi_transport*> list_;
+};
 
 /// Duplicates of destroyed transports, freed once no message can still reach them. A rank may
 /// send a peer control messages nobody waits for (a signature query, see the file comment) right
@@ -228,7 +278,7 @@ class closing_duplicates {
   /// every peer's has come. MPI must be initialised and not finalized.
   void close(MPI_Comm comm, int rank, int size) noexcept {
     std::lock_guard<std::mutex> lock(mu_);
-    hook_finalize_locked();
+    detail::hook_finalize();
     try {
       entry e{comm, std::vector<char>(static_cast<std::size_t>(size), 0)};
       e.closed[static_cast<std::size_t>(rank)] = 1;
@@ -270,22 +320,11 @@ class closing_duplicates {
       if (MPI_Isend(&message, 1, MPI_INT, p, tag, comm, &r) == MPI_SUCCESS) MPI_Request_free(&r);
     }
   }
-  /// Has MPI_Finalize call finish_at_finalize: MPI deletes MPI_COMM_SELF's attributes first thing
-  /// in MPI_Finalize, while every MPI call still works (MPI 3.1, 8.7.1).
-  void hook_finalize_locked() noexcept {
-    if (hooked_) return;
-    int key = MPI_KEYVAL_INVALID;
-    if (MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, &at_finalize, &key, nullptr) != MPI_SUCCESS) return;
-    hooked_ = MPI_Comm_set_attr(MPI_COMM_SELF, key, nullptr) == MPI_SUCCESS;
-    MPI_Comm_free_keyval(&key);  // the attribute keeps it until it is deleted
-  }
-  static int at_finalize(MPI_Comm, int, void*, void*) {
-    instance().finish_at_finalize();
-    return MPI_SUCCESS;
-  }
-  /// Frees what it can until no duplicate waits or finalize_wait has passed: the peers are
-  /// finalizing too, and their close messages, sent when they destroyed their transports, are
-  /// on their way.
+
+ public:
+  /// At MPI_Finalize (detail::at_mpi_finalize): frees what it can until no duplicate waits or
+  /// finalize_wait has passed: the peers are finalizing too, and their close messages, sent when
+  /// they destroyed their transports, are on their way.
   void finish_at_finalize() noexcept {
     std::unique_lock<std::mutex> lock(mu_);
     const auto until = std::chrono::steady_clock::now() + finalize_wait;
@@ -297,6 +336,8 @@ class closing_duplicates {
       lock.lock();
     }
   }
+
+ private:
   struct entry {
     MPI_Comm comm;
     std::vector<char> closed;  // per peer: its close message came
@@ -353,7 +394,6 @@ class closing_duplicates {
   }
   std::mutex mu_;
   std::vector<entry> open_;
-  bool hooked_ = false;  // finish_at_finalize will run at MPI_Finalize
 };
 
 /// The MPI transport of one rank. Construct it on every rank of `comm` (collective, like
@@ -386,6 +426,9 @@ class mpi_transport final : public transport {
     require_mpi_running("collx::mpi");
     require_communicator(comm, "collx::mpi");
     level_ = require_thread_support();
+    detail::hook_finalize();
+    const mpi_section use(*this);
+    if (!use) throw_unusable();
     closing_duplicates::instance().free_finished();  // before MPI picks a context id for the new one
     check_mpi(MPI_Comm_dup(comm, &comm_), "MPI_Comm_dup");
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
@@ -418,7 +461,8 @@ class mpi_transport final : public transport {
   /// failure the duplicate and the buffers of unfinished sends are kept instead (a stale message
   /// must not match a later communicator's receive). Never throws.
   ~mpi_transport() override {
-    if (mpi_finalized()) return;
+    const mpi_section use(*this);
+    if (!use) return;
     // A receive that matched before its cancel still completes, into staging_, perhaps only
     // when the peer next drives MPI: unless it is over already, both staging buffers are left
     // allocated rather than waited for (a wait would hang on a peer that stopped calling MPI).
@@ -502,6 +546,8 @@ class mpi_transport final : public transport {
   std::shared_ptr<transport> split(const std::vector<int>& members, int group_rank, int color, int key,
                                    std::uint64_t split_id) override {
     (void)split_id;
+    const mpi_section use(*this);
+    if (!use) throw_unusable();
     MPI_Comm group = MPI_COMM_NULL;
     check_mpi(MPI_Comm_split(comm_, members.empty() ? MPI_UNDEFINED : color, key, &group), "MPI_Comm_split");
     if (group == MPI_COMM_NULL) return nullptr;
@@ -528,9 +574,8 @@ class mpi_transport final : public transport {
   ///   transport's failure, if it has failed.
   void check() override {
     enter();
-    if (mpi_finalized())  // after MPI_Finalize any other MPI call would abort the job
-      COLLX_THROW(errc::transport, "MPI was finalized while this communicator was alive (a collx::mpi "
-                                   "communicator's calls come before MPI_Finalize; destroying it after is allowed)");
+    const mpi_section use(*this);
+    if (!use) throw_unusable();  // after MPI_Finalize any other MPI call would abort the job
     poll_control();
     if (failed_.load(std::memory_order_acquire)) rethrow_failure();
   }
@@ -540,6 +585,8 @@ class mpi_transport final : public transport {
   /// @throws collx::error (errc::mismatch) when such a query differs.
   void announce(const call_signature& sig) override {
     enter();
+    const mpi_section use(*this);
+    if (!use) throw_unusable();
     history_[sig.seq % published_call_history] = sig;
     current_ = sig;
     announced_at_ = std::chrono::steady_clock::now();
@@ -559,6 +606,8 @@ class mpi_transport final : public transport {
   /// when this rank makes no further call (it may finalize at once).
   void moves_nothing(const call_signature& sig) override {
     enter();
+    const mpi_section use(*this);
+    if (!use) throw_unusable();
     (void)sig;  // the current call (announce came first)
     for (int p = 0; p < size_; ++p) query(p);
   }
@@ -574,6 +623,8 @@ class mpi_transport final : public transport {
   /// transport has failed.
   bool records_disagree() noexcept override {
     if (failed_.load(std::memory_order_acquire)) return true;
+    const mpi_section use(*this);
+    if (!use) return failed_.load(std::memory_order_acquire);
     try {
       enter();
       poll_control();
@@ -590,6 +641,8 @@ class mpi_transport final : public transport {
   /// neighbours at once, then takes in the peers' notices for up to min(wait, the timeout).
   bool compare_records_now(std::chrono::milliseconds wait) noexcept override {
     if (failed_.load(std::memory_order_acquire)) return true;
+    const mpi_section use(*this);
+    if (!use) return failed_.load(std::memory_order_acquire);
     try {
       enter();
       if (current_.algo == hierarchical_signature_algo) {
@@ -610,15 +663,22 @@ class mpi_transport final : public transport {
 
   /// See transport::fail; also sends every peer a failure notice (from this thread if MPI allows it
   /// here, else at the owning thread's next call).
-  void fail(errc code, const std::string& why) noexcept override { fail_with_notice(code, why, true); }
+  void fail(errc code, const std::string& why) noexcept override {
+    const mpi_section use(*this);
+    fail_with_notice(code, why, true, static_cast<bool>(use));
+  }
   /// See transport::adopt_failure; notices as fail().
-  void adopt_failure(errc code, const std::string& why) noexcept override { fail_with_notice(code, why, false); }
+  void adopt_failure(errc code, const std::string& why) noexcept override {
+    const mpi_section use(*this);
+    fail_with_notice(code, why, false, static_cast<bool>(use));
+  }
 
   /// See transport::failure; reads the notices peers sent first.
   bool failure(errc& code, std::string& why) noexcept override {
     enter();
     try {
-      poll_control();  // the notices peers sent
+      const mpi_section use(*this);
+      if (use) poll_control();  // the notices peers sent
     } catch (...) {
     }
     if (!failed_.load(std::memory_order_acquire)) return false;
@@ -637,6 +697,8 @@ class mpi_transport final : public transport {
   void post_send(int peer, const void* data, std::size_t bytes, std::size_t granularity,
                  const call_signature& sig) override {
     enter();
+    const mpi_section use(*this);
+    if (!use) throw_unusable();
     const std::size_t piece = detail::piece_for(opt_.piece_bytes, granularity, bytes, sends_.size());
     const std::size_t first = std::min(bytes, piece);
     auto buf = std::make_unique<std::byte[]>(sizeof(detail::wire_header) + first);
@@ -658,6 +720,8 @@ class mpi_transport final : public transport {
   void recv(int peer, std::size_t bytes, std::size_t granularity, const call_signature& sig,
             consumer_ref consume) override {
     enter();
+    const mpi_section use(*this);
+    if (!use) throw_unusable();
     // 1. The first message: probe for its size, then receive it whole.
     MPI_Message msg = MPI_MESSAGE_NULL;
     MPI_Status st;
@@ -730,6 +794,8 @@ class mpi_transport final : public transport {
   ///   or the transport's failure; each fails the transport.
   void wait_sends() override {
     enter();
+    const mpi_section use(*this);
+    if (!use) throw_unusable();
     wait("its sends to be delivered", -1, [&] {
       int done = 0;
       check_rc(MPI_Testall(static_cast<int>(sends_.size()), sends_.data(), &done, MPI_STATUSES_IGNORE), "MPI_Testall",
@@ -742,7 +808,71 @@ class mpi_transport final : public transport {
   }
 
  private:
+  friend class live_transports;
+
   void enter() noexcept { owner_ = std::this_thread::get_id(); }
+
+  /// Brackets this transport's use of MPI, opened first thing by every member that calls MPI:
+  /// MPI_Finalize (stop_for_finalize) waits until none is open, and one opened after it began, or
+  /// after MPI_Finalize, is false: its member makes no MPI call. (in_use_ then finalizing_ here,
+  /// finalizing_ then in_use_ there, both sequentially consistent: one of the two sees the other.)
+  class mpi_section {
+   public:
+    explicit mpi_section(mpi_transport& t) noexcept : t_(t) {
+      t_.in_use_.fetch_add(1);
+      usable_ = !t_.finalizing_.load() && !mpi_finalized();
+    }
+    ~mpi_section() { t_.in_use_.fetch_sub(1); }
+    mpi_section(const mpi_section&) = delete;
+    mpi_section& operator=(const mpi_section&) = delete;
+    explicit operator bool() const noexcept { return usable_; }
+
+   private:
+    mpi_transport& t_;
+    bool usable_ = false;
+  };
+
+  /// What a call after MPI_Finalize began throws, without an MPI call: the transport's failure
+  /// (stop_for_finalize set one), else that MPI was finalized.
+  [[noreturn]] void throw_unusable() {
+    if (failed_.load(std::memory_order_acquire)) {
+      errc code;
+      std::string why;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        code = code_;
+        why = why_;
+      }
+      COLLX_THROW(code, why);
+    }
+    COLLX_THROW(errc::transport, finalized_text);
+  }
+  static constexpr const char* finalized_text =
+      "MPI was finalized while this communicator was alive (a collx::mpi communicator's calls come before "
+      "MPI_Finalize; destroying it after is allowed)";
+
+  /// How long MPI_Finalize waits, at most, for a call in progress to leave MPI once failed: its
+  /// settle_sends, and an op folding the rest of a piece.
+  static constexpr std::chrono::milliseconds finalize_stop_wait{settle_time + std::chrono::seconds(3)};
+
+  /// MPI_Finalize has begun (live_transports::stop_all; MPI still works). From now on no member
+  /// calls MPI but those already in a call, which is failed ("MPI_Finalize was called during a
+  /// call ..."; the peers are told) and waited for, up to finalize_stop_wait, until it leaves MPI;
+  /// an idle transport is failed quietly, so that a later call throws that MPI was finalized.
+  void stop_for_finalize() noexcept {
+    finalizing_.store(true);
+    if (in_use_.load() == 0) {
+      fail_with_notice(errc::transport, finalized_text, false, false);
+      return;
+    }
+    fail_with_notice(errc::transport,
+                     "MPI_Finalize was called during a call on this communicator (an *_async call not waited "
+                     "for?): wait for every request, and destroy the communicator, before MPI_Finalize",
+                     true, true);
+    const auto until = std::chrono::steady_clock::now() + finalize_stop_wait;
+    while (in_use_.load() != 0 && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
 
   /// The destinations of the sends posted since the last wait_sends, each once, ascending.
   std::vector<int> send_destinations() const {
@@ -995,7 +1125,8 @@ class mpi_transport final : public transport {
 
   /// Fails this transport with `why` and tells every peer: "rank R failed: why" when the failure
   /// is this rank's own (`own`), `why` verbatim when it was adopted (adopt_failure).
-  void fail_with_notice(errc code, const std::string& why, bool own) noexcept {
+  /// Without `notify` (MPI may not be called: MPI_Finalize began), the peers are not told.
+  void fail_with_notice(errc code, const std::string& why, bool own, bool notify) noexcept {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (failed_.load(std::memory_order_relaxed)) return;
@@ -1006,10 +1137,10 @@ class mpi_transport final : public transport {
       } catch (...) {
       }
       failed_.store(true, std::memory_order_release);
-      notice_pending_ = true;
+      notice_pending_ = notify;
     }
     // MPI may be called here only from the thread that owns the transport, unless MPI allows any.
-    if (level_ == MPI_THREAD_MULTIPLE || std::this_thread::get_id() == owner_) send_notices();
+    if (notify && (level_ == MPI_THREAD_MULTIPLE || std::this_thread::get_id() == owner_)) send_notices();
   }
 
   /// Tells every peer this rank failed (once).
@@ -1031,7 +1162,7 @@ class mpi_transport final : public transport {
   }
 
   [[noreturn]] void fail_out(errc code, const std::string& why) {
-    fail(code, why);
+    fail_with_notice(code, why, true, true);  // (in a member's open mpi_section)
     rethrow_failure();
   }
   [[noreturn]] void rethrow_failure() {
@@ -1105,7 +1236,32 @@ class mpi_transport final : public transport {
   std::vector<std::pair<MPI_Request, std::unique_ptr<std::byte[]>>> query_sends_;  // until delivered
   std::chrono::steady_clock::time_point last_control_poll_{};                      // poll_control's last look
   bool settled_ = false;                                                           // settle_sends ran (owner thread)
+
+  // MPI_Finalize (stop_for_finalize, mpi_section).
+  std::atomic<int> in_use_{0};           // mpi_sections open
+  std::atomic<bool> finalizing_{false};  // MPI_Finalize began: no new MPI use
+  /// In live_transports from construction (last: every other member is ready then) to destruction.
+  struct registration {
+    mpi_transport* t;
+    explicit registration(mpi_transport* self) : t(self) { live_transports::instance().add(t); }
+    ~registration() { live_transports::instance().remove(t); }
+    registration(const registration&) = delete;
+    registration& operator=(const registration&) = delete;
+  } registration_{this};
 };
+
+inline void live_transports::stop_all() noexcept {
+  const std::lock_guard<std::mutex> lock(mu_);
+  for (mpi_transport* t : list_) t->stop_for_finalize();
+}
+
+namespace detail {
+inline int at_mpi_finalize(MPI_Comm, int, void*, void*) {
+  live_transports::instance().stop_all();
+  closing_duplicates::instance().finish_at_finalize();
+  return MPI_SUCCESS;
+}
+}  // namespace detail
 
 namespace detail {
 /// Which function a rank connects with. Exchanged first: connecting runs MPI collectives, which
