@@ -24,6 +24,17 @@
 /// its bounds are weak over 5040 rings, and the budget can run out on a speed where nothing better
 /// exists: 6 of 58 random 8-GPU boxes stayed 2-29% short of an integer program's best. Past 8
 /// GPUs the greedy set stands: on some irregular boxes it is half the best.
+/// Work: each trial packs rings until one does not fit, and giving up on that one used to take
+/// the whole per-ring budget, at every speed and in every trial: irregular 12-16-GPU NVLink meshes
+/// took up to 1.7 s on the 2-core test machine when quiet, 3-7 s under load, 82 s under ASan.
+/// Now a trial stops once the links left cannot carry the rings it would need to count (two bounds
+/// that hold for any set of rings: a flow of k rings out of and into every GPU, and 2k hop uses at
+/// each GPU, at most k per neighbour); the depth-first search drops a path that leaves a GPU off
+/// it with no usable hop in or out; a speed with no ring on idle links is tried once. None of these
+/// loses a ring a trial found before, and the pruning finds some the budget used to cut short. On a review's 124 meshes of 12-16 GPUs (random NVLink bonds
+/// of V100s, A100s, H100s; DGX-1 pairs; a hypercube; NVSwitch boxes) it took at most 0.16 s there
+/// (0.6 s under ASan), with the same or more total bandwidth on every one (more on 14, by up to
+/// 50%), and the same rings on every machine file in tests/data.
 ///
 /// Trees: NCCL's double binary tree (Sanders, Speck, Traeff, Parallel Computing 2009) over machines,
 /// with a chain inside each machine; the second tree mirrors (odd machine count) or shifts (even) the
@@ -67,6 +78,9 @@ struct ring_set {
   std::vector<std::vector<int>> rings;  ///< per channel, GPU vertex ids in ring order (each sends to the next)
   double channel_GBps = 0;              ///< bandwidth every channel reaches with all of them running, GB/s
   double total_GBps = 0;                ///< channel_GBps x channels: a ring all-reduce's bus bandwidth
+  /// Depth-first steps the greedy packing took over every speed and trial: its work, which unlike its
+  /// time does not depend on the machine (for tests and tuning; the exact packing's is not counted).
+  std::size_t steps = 0;
 };
 
 /// What a set of rings reaches on a topology with every channel running at once.
@@ -284,6 +298,27 @@ class exact_ring_packer {
   std::vector<use_list> uses_;                      // their use per GB/s
 };
 
+/// Whether a flow of `want` fits from node `source` to node `sink` of a network given as a dense
+/// matrix of capacities (left holding the residual network).
+inline bool flow_reaches(std::vector<std::vector<int>>& cap, std::size_t source, std::size_t sink, long want) {
+  const std::size_t m = cap.size();
+  std::vector<std::size_t> from(m), queue;
+  while (want > 0) {  // shortest augmenting paths (Edmonds-Karp), each carrying all it can
+    std::fill(from.begin(), from.end(), m);
+    from[source] = source;
+    queue.assign(1, source);
+    for (std::size_t q = 0; q < queue.size() && from[sink] == m; ++q)
+      for (std::size_t v = 0; v < m; ++v)
+        if (from[v] == m && cap[queue[q]][v] > 0) from[v] = queue[q], queue.push_back(v);
+    if (from[sink] == m) return false;
+    long push = want;
+    for (std::size_t v = sink; v != source; v = from[v]) push = std::min<long>(push, cap[from[v]][v]);
+    for (std::size_t v = sink; v != source; v = from[v]) cap[from[v]][v] -= static_cast<int>(push), cap[v][from[v]] += static_cast<int>(push);
+    want -= push;
+  }
+  return true;
+}
+
 }  // namespace detail
 
 /// Searches rings over `gpus` (GPU vertex ids, one machine) as the file comment describes.
@@ -367,21 +402,35 @@ inline ring_set search_rings(router& r, const std::vector<int>& gpus, ring_searc
     floor_over(single);
     floor_over(by_cpu);
   }
-  std::map<long, double> residual;  // utilisation left per resource
+  // Each hop's load over resources numbered from 0: the search looks up what is left at every step,
+  // and looking it up in a map took most of its time.
+  std::vector<std::vector<std::vector<std::pair<std::size_t, double>>>> hop_load(n, std::vector<std::vector<std::pair<std::size_t, double>>>(n));
+  std::size_t resources = 0;
+  {
+    std::map<long, std::size_t> dense;
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t j = 0; j < n; ++j)
+        if (i != j)
+          for (const auto& [res, w] : R[i][j]->load) hop_load[i][j].emplace_back(dense.try_emplace(res, dense.size()).first->second, w);
+    resources = dense.size();
+  }
+  std::vector<double> residual(resources, 1.0);  // utilisation left per resource
+  // Per resource: the one GPU all hops using it leave (enter), else n (none yet) or n + 1 (several).
+  std::vector<std::size_t> only_from(resources, n), only_to(resources, n);
+  std::vector<std::size_t> users(resources, 0);  // hops that use it
+  {
+    auto note = [&](std::size_t& only, std::size_t gpu) { only = only == n || only == gpu ? gpu : n + 1; };
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t j = 0; j < n; ++j)
+        for (const auto& [res, w] : hop_load[i][j]) note(only_from[res], i), note(only_to[res], j), ++users[res];
+  }
   auto hop_bw = [&](std::size_t i, std::size_t j) {
     double bw = std::numeric_limits<double>::infinity();
-    for (const auto& [res, w] : R[i][j]->load) {
-      const auto it = residual.find(res);
-      bw = std::min(bw, (it == residual.end() ? 1.0 : it->second) / w);
-    }
+    for (const auto& [res, w] : hop_load[i][j]) bw = std::min(bw, residual[res] / w);
     return bw;
   };
   auto use = [&](std::size_t i, std::size_t j, double s) {
-    for (const auto& [res, w] : R[i][j]->load) {
-      auto it = residual.find(res);
-      if (it == residual.end()) it = residual.emplace(res, 1.0).first;
-      it->second -= s * w;
-    }
+    for (const auto& [res, w] : hop_load[i][j]) residual[res] -= s * w;
   };
   // Candidate speeds: what each hop reaches alone, divided by 1..max_channels.
   std::vector<double> base;
@@ -406,17 +455,25 @@ inline ring_set search_rings(router& r, const std::vector<int>& gpus, ring_searc
     rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
     return rng;
   };
+  std::size_t steps_in_all = 0;  // depth-first steps over every ring attempt (ring_set::steps)
+  bool ran_out = false;          // a one_ring stopped at the budget, not having tried every path
   // One ring at speed s (its resources taken); empty if none within the budget.
   auto one_ring = [&](double s, int trial) {
     std::vector<std::size_t> path{0};
     std::vector<bool> seen(n, false);
     seen[0] = true;
     std::size_t steps = 0;
+    struct count_steps {  // into steps_in_all on every return
+      std::size_t& in_all;
+      const std::size_t& steps;
+      ~count_steps() { in_all += steps; }
+    } counted{steps_in_all, steps};
     std::vector<std::uint64_t> tie(n);
     for (auto& x : tie) x = trial == 0 ? 0 : next_rand();
-    std::vector<std::vector<std::size_t>> cands;  // per depth: hops still to try, best last
+    std::vector<std::vector<std::size_t>> cands(n + 1);  // per depth: hops still to try, best last (kept, not reallocated)
+    std::size_t depth = 0;                               // depths in use
     std::vector<std::pair<double, std::size_t>> scored;  // (bandwidth left, GPU): each hop's looked up once
-    auto make_cands = [&](std::size_t at) {
+    auto add_cands = [&](std::size_t at) {
       scored.clear();
       for (std::size_t j = 0; j < n; ++j)
         if (!seen[j])
@@ -425,10 +482,35 @@ inline ring_set search_rings(router& r, const std::vector<int>& gpus, ring_searc
         if (std::abs(x.first - y.first) > eps * std::max(x.first, y.first)) return x.first > y.first;
         return tie[x.second] != tie[y.second] ? tie[x.second] < tie[y.second] : x.second < y.second;
       });
-      std::vector<std::size_t> c;
-      c.reserve(scored.size());
+      std::vector<std::size_t>& c = cands[depth++];
+      c.clear();
       for (auto it = scored.rbegin(); it != scored.rend(); ++it) c.push_back(it->second);
-      return c;
+    };
+    // Whether a GPU off the path can no longer be entered (from the path's end or another GPU off
+    // it) or left (to another, or back to GPU 0): hops only lose bandwidth as the path grows, so no
+    // ring completes from here. The hop last seen usable into (out of) each GPU is tried first, so
+    // most checks cost a hop per GPU. (A cycle cover and reachability checked at every step cut a
+    // tenth more steps, at three times the time: hops that share PCIe links fit one by one.)
+    std::vector<std::size_t> in_seen(n, 0), out_seen(n, 0);
+    auto usable = [&](std::size_t i, std::size_t j) { return i != j && hop_bw(i, j) >= s * (1 - eps); };
+    auto found_from = [&](std::size_t& last, auto ok) {
+      for (std::size_t k = 0; k < n; ++k)
+        if (const std::size_t u = (last + k) % n; ok(u)) return last = u, true;
+      return false;
+    };
+    auto stranded = [&] {
+      const std::size_t end = path.back();
+      for (std::size_t v = 0; v < n; ++v) {
+        if (seen[v]) continue;
+        if (!found_from(in_seen[v], [&](std::size_t u) { return (u == end || !seen[u]) && usable(u, v); })) return true;
+        if (!found_from(out_seen[v], [&](std::size_t u) { return (u == 0 || !seen[u]) && usable(v, u); })) return true;
+      }
+      return false;
+    };
+    auto push_hop = [&](std::size_t j) {
+      use(path.back(), j, s);
+      path.push_back(j);
+      seen[j] = true;
     };
     auto pop_hop = [&] {
       const std::size_t last = path.back();
@@ -436,8 +518,9 @@ inline ring_set search_rings(router& r, const std::vector<int>& gpus, ring_searc
       seen[last] = false;
       use(path.back(), last, -s);
     };
-    cands.push_back(make_cands(0));
-    while (!cands.empty() && steps++ < opt.budget) {
+    ran_out = false;
+    if (!stranded()) add_cands(0);
+    while (depth > 0 && !(ran_out = steps++ >= opt.budget)) {
       if (path.size() == n) {
         if (hop_bw(path.back(), 0) >= s * (1 - eps)) {
           use(path.back(), 0, s);
@@ -445,33 +528,117 @@ inline ring_set search_rings(router& r, const std::vector<int>& gpus, ring_searc
           for (std::size_t k : path) ring.push_back(gpus[k]);
           return ring;
         }
-        cands.pop_back();
+        --depth;
         pop_hop();
         continue;
       }
-      auto& c = cands.back();
+      auto& c = cands[depth - 1];
       if (c.empty()) {
-        cands.pop_back();
+        --depth;
         if (path.size() > 1) pop_hop();
         continue;
       }
       const std::size_t j = c.back();
       c.pop_back();
       if (hop_bw(path.back(), j) < s * (1 - eps)) continue;
-      use(path.back(), j, s);
-      path.push_back(j);
-      seen[j] = true;
-      cands.push_back(path.size() == n ? std::vector<std::size_t>{} : make_cands(j));
+      push_hop(j);
+      if (stranded()) {
+        pop_hop();
+        continue;
+      }
+      if (path.size() == n) cands[depth++].clear();
+      else add_cands(j);
     }
     while (path.size() > 1) pop_hop();
     return std::vector<int>{};
+  };
+
+  // Whether a trial holding `have` rings at speed s can no longer matter: it counts only with more
+  // rings than the speed's best trial so far (`got`) and than the best total needs (the exact
+  // packing is asked for no fewer either), and the links left cannot carry that many more. Every
+  // trial ends on a ring that does not fit, which often took the whole budget to give up on: most
+  // of the search's time at 12-16 GPUs before this check. Two bounds, each holding for any k rings
+  // (detail::flow_reaches and hops_fall_short below); up to 64 GPUs, as they cost about n^3 a ring.
+  // Hop i -> j carries what its resources have left for rings at s; a resource that several hops
+  // out of one GPU share (its PCIe or NVSwitch link) is a group node they pass through, likewise
+  // into one GPU; other sharing is left out (a relaxation: no rings where it falls short).
+  const std::size_t flow_source = 2 * n, flow_sink = 2 * n + 1;
+  std::vector<std::pair<std::size_t, double>> groups;  // group node 2n + 2 + g: its resource, least use by a hop
+  std::vector<std::size_t> group_gpu;                  // the GPU a group's hops leave or enter
+  std::map<std::size_t, std::size_t> group_of;         // resource: its group node
+  auto group = [&](std::size_t res, double w, std::size_t gpu) {
+    const auto [it, added] = group_of.try_emplace(res, 2 * n + 2 + groups.size());
+    if (added) groups.emplace_back(res, w), group_gpu.push_back(gpu);
+    auto& least = groups[it->second - 2 * n - 2].second;
+    least = std::min(least, w);
+    return it->second;
+  };
+  // Where hop i -> j starts (GPU i's out node, or a group) and ends (GPU j's in node n + j, or a group).
+  std::vector<std::vector<std::size_t>> hop_from(n, std::vector<std::size_t>(n)), hop_to(n, std::vector<std::size_t>(n));
+  for (std::size_t i = 0; i < n && n <= 64; ++i)
+    for (std::size_t j = 0; j < n; ++j) {
+      hop_from[i][j] = i, hop_to[i][j] = n + j;
+      for (const auto& [res, w] : hop_load[i][j])
+        if (i == j || users[res] < 2) continue;
+        else if (only_from[res] == i && hop_from[i][j] == i) hop_from[i][j] = group(res, w, i);
+        else if (only_to[res] == j && hop_to[i][j] == n + j) hop_to[i][j] = group(res, w, j);
+    }
+  std::vector<std::vector<int>> carries(n, std::vector<int>(n, 0)), flow;
+  std::vector<int> group_carries(groups.size());
+  // The first bound: k rings leave and enter every GPU k times, so a flow of k out of and into
+  // each GPU fits. The second, for what the flow misses: a ring enters and leaves each GPU by hops
+  // to two different GPUs (from 3 GPUs up), so k rings make 2k uses of the hops at a GPU, at most
+  // k with each other GPU and no more than a group carries. (A GPU with one NVLink neighbour takes
+  // a PCIe hop in every ring, where the flow sends k rings to that neighbour and k back.)
+  std::map<std::size_t, long> group_uses;
+  auto hops_fall_short = [&](long k) {
+    for (std::size_t v = 0; v < n && n >= 3; ++v) {
+      long uses = 0;
+      group_uses.clear();
+      for (std::size_t u = 0; u < n; ++u) {
+        if (u == v) continue;
+        const bool out_grouped = hop_from[v][u] != v, in_grouped = hop_to[u][v] != n + v;
+        if (!out_grouped && !in_grouped) uses += std::min<long>(k, long{carries[v][u]} + carries[u][v]);
+        if (out_grouped) group_uses[hop_from[v][u]] += carries[v][u];
+        else if (in_grouped) uses += std::min<long>(k, carries[v][u]);
+        if (in_grouped) group_uses[hop_to[u][v]] += carries[u][v];
+        else if (out_grouped) uses += std::min<long>(k, carries[u][v]);
+      }
+      for (const auto& [node, sum] : group_uses) uses += std::min<long>(sum, group_carries[node - 2 * n - 2]);
+      if (uses < 2 * k) return true;
+    }
+    return false;
+  };
+  double best_total = 0;
+  auto cannot_matter = [&](double s, std::size_t have, std::size_t got) {
+    if (n > 64) return false;
+    const auto beaten = static_cast<std::size_t>(std::floor(best_total / s * (1 + 1e-9)));
+    const std::size_t need = std::max(got, beaten) + 1;
+    if (have >= need) return false;
+    const long k = static_cast<long>(need - have);
+    // Rings at s that `bw` GB/s hold; 1e-6: a count that divides exactly up to rounding is not lost.
+    auto rings_in = [&](double bw) { return static_cast<int>(std::min(std::floor(bw / s + 1e-6), 1e6)); };
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t j = 0; j < n; ++j) carries[i][j] = i == j ? 0 : rings_in(hop_bw(i, j));
+    for (std::size_t g = 0; g < groups.size(); ++g) group_carries[g] = rings_in(residual[groups[g].first] / groups[g].second);
+    if (hops_fall_short(k)) return true;
+    flow.assign(2 * n + 2 + groups.size(), std::vector<int>(2 * n + 2 + groups.size(), 0));
+    for (std::size_t i = 0; i < n; ++i) flow[flow_source][i] = flow[n + i][flow_sink] = static_cast<int>(k);
+    for (std::size_t g = 0; g < groups.size(); ++g) {
+      const std::size_t node = 2 * n + 2 + g, gpu = group_gpu[g];
+      if (only_from[groups[g].first] == gpu) flow[gpu][node] = group_carries[g];
+      else flow[node][n + gpu] = group_carries[g];
+    }
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t j = 0; j < n; ++j)
+        if (i != j) flow[hop_from[i][j]][hop_to[i][j]] += carries[i][j];
+    return !detail::flow_reaches(flow, flow_source, flow_sink, k * static_cast<long>(n));
   };
 
   // Up to 8 GPUs, the exact packing (made when first needed: most searches never need it).
   std::optional<detail::exact_ring_packer> exact;
   const bool exact_allowed = n <= std::min<std::size_t>(opt.exact_max_gpus, detail::exact_ring_packer::max_gpus) && opt.exact_budget > 0;
 
-  double best_total = 0;
   std::vector<std::vector<int>> best;
   for (std::size_t speed_no = 0; speed_no < speeds.size(); ++speed_no) {
     const double s = speeds[speed_no];
@@ -487,15 +654,18 @@ inline ring_set search_rings(router& r, const std::vector<int>& gpus, ring_searc
       z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
       z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
       rng = (z ^ (z >> 31)) | 1;  // xorshift needs a nonzero state
-      residual.clear();
+      std::fill(residual.begin(), residual.end(), 1.0);
+      ran_out = false;
       std::vector<std::vector<int>> rings;
-      while (static_cast<int>(rings.size()) < bound) {
+      while (static_cast<int>(rings.size()) < bound && !cannot_matter(s, rings.size(), got.size())) {
         std::vector<int> ring = one_ring(s, trial);
         if (ring.empty()) break;
         rings.push_back(std::move(ring));
       }
       if (rings.size() > got.size()) got = std::move(rings);
       if (static_cast<int>(got.size()) == bound) break;
+      // None on idle links (every path tried, or none could matter): the same for every trial.
+      if (got.empty() && !ran_out) break;
     }
     // Searched again only for more rings than the greedy's and than the best total so far needs.
     const auto beaten = std::max(got.size(), static_cast<std::size_t>(std::floor(best_total / s * (1 + 1e-9))));
@@ -522,6 +692,7 @@ inline ring_set search_rings(router& r, const std::vector<int>& gpus, ring_searc
     best = std::move(split);
   }
   out.rings = std::move(best);
+  out.steps = steps_in_all;
   const ring_evaluation e = evaluate_rings(r, out.rings);
   out.channel_GBps = e.min_channel_GBps;
   out.total_GBps = e.total_GBps;
