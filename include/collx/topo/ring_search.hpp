@@ -31,10 +31,11 @@
 /// that hold for any set of rings: a flow of k rings out of and into every GPU, and 2k hop uses at
 /// each GPU, at most k per neighbour); the depth-first search drops a path that leaves a GPU off
 /// it with no usable hop in or out; a speed with no ring on idle links is tried once. None of these
-/// loses a ring a trial found before, and the pruning finds some the budget used to cut short. On a review's 124 meshes of 12-16 GPUs (random NVLink bonds
-/// of V100s, A100s, H100s; DGX-1 pairs; a hypercube; NVSwitch boxes) it took at most 0.16 s there
-/// (0.6 s under ASan), with the same or more total bandwidth on every one (more on 14, by up to
-/// 50%), and the same rings on every machine file in tests/data.
+/// loses a ring a trial found before, and the pruning finds some the budget used to cut short. On
+/// a review's 124 meshes of 12-16 GPUs (random NVLink bonds of V100s, A100s, H100s; DGX-1 pairs; a
+/// hypercube; NVSwitch boxes) it took at most 0.16 s there (0.6 s under ASan), with the same or
+/// more total bandwidth on every one (more on 14, by up to 50%), and the same rings on every
+/// machine file in tests/data.
 ///
 /// Trees: NCCL's double binary tree (Sanders, Speck, Traeff, Parallel Computing 2009) over machines,
 /// with a chain inside each machine; the second tree mirrors (odd machine count) or shifts (even) the
@@ -404,7 +405,8 @@ inline ring_set search_rings(router& r, const std::vector<int>& gpus, ring_searc
   }
   // Each hop's load over resources numbered from 0: the search looks up what is left at every step,
   // and looking it up in a map took most of its time.
-  std::vector<std::vector<std::vector<std::pair<std::size_t, double>>>> hop_load(n, std::vector<std::vector<std::pair<std::size_t, double>>>(n));
+  using resource_loads = std::vector<std::pair<std::size_t, double>>;  // (resource, use per GB/s)
+  std::vector<std::vector<resource_loads>> hop_load(n, std::vector<resource_loads>(n));
   std::size_t resources = 0;
   {
     std::map<long, std::size_t> dense;
