@@ -212,9 +212,9 @@ int run_over_mpi(int& argc, char**& argv, const cp::options& o) {
                                                         : collx::mpi::connect(MPI_COMM_WORLD, comm_options(o));
     if (o.algo == "hierarchical") {
       const collx::node_layout& l = comm.get_hierarchy()->layout;
-      if (l.node_count < 2 || l.local_size < 2 || !l.uniform) {
+      if (l.local_size < 2 || !l.uniform) {  // (one node of several ranks runs each call on its communicator)
         if (rank == 0)
-          std::fprintf(stderr, "collx-perf: --algo hierarchical needs several nodes with the same number (>= 2) of ranks; "
+          std::fprintf(stderr, "collx-perf: --algo hierarchical needs nodes with the same number (>= 2) of ranks; "
                                "this job has %d node(s) (set COLLX_NODE_ID per rank to make nodes on one machine)\n",
                        l.node_count);
         status = 2;

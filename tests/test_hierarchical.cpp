@@ -38,6 +38,7 @@ const std::vector<std::vector<std::string>>& layouts() {
       ids_of({"n0", "n0", "n1", "n1"}),
       ids_of({"x", "x", "y", "y", "z", "z"}),
       ids_of({"a", "b", "a", "b", "a", "b"}),
+      ids_of({"one", "one", "one"}),  // a single node: the node communicator runs each call whole
   };
   return l;
 }
@@ -368,6 +369,26 @@ TEST_CASE("algo::automatic goes hierarchical when several nodes hold several ran
     g.expect(c.rank(), c.get_hierarchy()->node.calls_made() == seq_node, "not flat");
   });
   g.expect_clean();
+  // A single node (connect_hierarchical on one machine): each call runs whole on the node
+  // communicator, one call there (not the world's transport, which is MPI under
+  // connect_hierarchical), with the explicit algorithm's Intra too.
+  auto one = collx::make_hierarchical_thread_communicators(ids_of({"m", "m", "m"}), small_segments());
+  findings h(3);
+  collx::run_threads(one, [&](collx::communicator& c) {
+    const auto seq_node = c.get_hierarchy()->node.calls_made();
+    std::vector<float> v(10, static_cast<float>(c.rank() + 1));
+    collx::allreduce(c, std::span<float>(v));
+    h.expect(c.rank(), v[0] == 6.0f && v[9] == 6.0f, "sum");
+    h.expect(c.rank(), c.get_hierarchy()->node.calls_made() == seq_node + 1, "automatic: not one call on the node");
+    const auto mat_of = [](std::uint32_t r) { return ref::mat2{1, r + 1, r, 1}; };  // no two commute
+    std::vector<ref::mat2> m(3, mat_of(static_cast<std::uint32_t>(c.rank())));
+    collx::allreduce<collx::algo::hierarchical<collx::algo::tree, collx::algo::direct>, ref::mat2, ref::mat_mul>(
+        c, std::span<ref::mat2>(m));
+    const ref::mat2 want = ref::mat_mul{}(ref::mat_mul{}(mat_of(0), mat_of(1)), mat_of(2));
+    h.expect(c.rank(), m[0] == want && m[2] == want, "non-commutative fold in rank order");
+    h.expect(c.rank(), c.get_hierarchy()->node.calls_made() == seq_node + 2, "hierarchical: not one call on the node");
+  });
+  h.expect_clean();
 }
 
 TEST_CASE("hierarchical layout errors are reported, not hung", "[hierarchical][errors]") {

@@ -27,7 +27,8 @@ inline namespace v0 {
 /// @tparam Algo algo::ring (commutative ops only, checked at compile time), algo::tree,
 ///   algo::direct, or algo::automatic (default; chosen per call by the communicator's selector);
 ///   algo::hierarchical<Intra, Inter> runs two levels on a communicator with a hierarchy attached
-///   (algo/hierarchical.hpp), which algo::automatic also picks when there are several nodes.
+///   (algo/hierarchical.hpp), which algo::automatic also picks when the nodes hold several ranks
+///   each (one node too: the node communicator then runs the whole call).
 /// @param send this rank's vector (count elements; never written unless it is also `recv`)
 /// @param recv the result (count elements). In place when recv.data() == send.data() (NCCL's
 ///   convention); any other overlap is an error.

@@ -12,6 +12,9 @@
 /// - broadcast: across nodes among the root's local rank, then inside each node;
 /// - reduce: inside each node to the root's local rank, then across nodes to the root;
 /// - all_to_all(_v) and barrier run algo::direct on the whole communicator.
+/// With one node (every rank on it), each of these but all_to_all and barrier runs whole on the
+/// node communicator with Intra: shared memory under connect_hierarchical, where the whole
+/// communicator's transport is MPI.
 /// Numerics: partial results cross the levels in the accumulator type (fp32 for fp16/bf16), so the
 /// result is rounded once, and avg divides once by the world size. Combination order: node by node
 /// (inside a node in local rank order for tree and direct), so with contiguous nodes (node m holds

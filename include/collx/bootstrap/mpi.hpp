@@ -71,7 +71,8 @@ inline std::vector<std::string> gather_node_ids(MPI_Comm comm) {
 /// communicator runs over shared memory (or MPI with intra = intra_node::mpi) among the ranks with
 /// the same node id, the cross-node communicator over MPI among the ranks with the same local rank.
 /// algo::hierarchical then keeps node-local traffic off the network, and algo::automatic uses it
-/// when there are several nodes with several ranks each. Collective over comm.
+/// when the nodes hold several ranks each (with one node, the whole call runs on the node
+/// communicator). Collective over comm.
 /// Node ids: COLLX_NODE_ID, else the host name; setting COLLX_NODE_ID per rank runs several
 /// "nodes" on one machine (e.g. `mpirun -np 2 -x COLLX_NODE_ID=a prog : -np 2 -x COLLX_NODE_ID=b prog`).
 /// @throws collx::error invalid_argument (bad COLLX_NODE_ID; comm is MPI_COMM_NULL; ranks that called

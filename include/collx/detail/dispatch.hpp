@@ -241,15 +241,16 @@ void run_hierarchical(communicator& comm, collective coll, const T* in, T* out, 
                       const Op& op, const call_layout& lay, std::optional<algorithm> intra,
                       std::optional<algorithm> inter);
 
-/// Whether algo::automatic runs this call hierarchically: a hierarchy of several nodes with
-/// several ranks each is attached, the layout suits the op, and COLLX_ALGO does not force a flat
-/// algorithm for the collective.
+/// Whether algo::automatic runs this call hierarchically: a hierarchy whose nodes hold several
+/// ranks each is attached (one node too: its communicator then runs the whole call, on shared
+/// memory under connect_hierarchical rather than over the world's MPI), the layout suits the op,
+/// and COLLX_ALGO does not force a flat algorithm for the collective.
 template <class Op>
 bool automatic_goes_hierarchical(const communicator& comm, collective coll) {
   const hierarchy* h = comm.get_hierarchy();
   if (!h || comm.options().algorithm_overrides.for_collective(coll)) return false;
   const node_layout& l = h->layout;
-  if (l.node_count < 2 || l.local_size < 2 || !l.uniform) return false;
+  if (l.local_size < 2 || !l.uniform) return false;
   if (!op_traits<Op>::commutative && !std::is_same_v<Op, no_op> && !l.contiguous) return false;
   return coll == collective::allreduce || coll == collective::reduce_scatter || coll == collective::all_gather ||
          coll == collective::broadcast || coll == collective::reduce;

@@ -116,6 +116,9 @@ struct hierarchical_types {
   level_fn reduce_acc = nullptr;     ///< run_level on acc with the level op (the user's op; sum for avg)
   level_fn move_acc = nullptr;       ///< run_level on acc without an op
   level_fn move_values = nullptr;    ///< run_level on T without an op
+  /// run_level on T with the user's op (none where Op is no_op): the whole call on one level, for
+  /// a single node.
+  level_fn run_values = nullptr;
   /// dst[i] = widen(src[i]) (T -> acc) for i < n.
   void (*start)(const void* src, void* dst, std::size_t n) = nullptr;
   /// dst[i] = finalize(src[i]) (acc -> T: rounded once, avg divided once) for i < n.
@@ -137,6 +140,10 @@ hierarchical_types hierarchical_types_of(const Op& op) {
   t.move_values = [](communicator& c, collective coll, const void* in, void* out, bool in_place, int root,
                      const call_layout& lay, std::optional<algorithm> a, const void*) {
     run_level<T, no_op>(c, coll, in, out, in_place, root, no_op{}, lay, a);
+  };
+  t.run_values = [](communicator& c, collective coll, const void* in, void* out, bool in_place, int root,
+                    const call_layout& lay, std::optional<algorithm> a, const void* f) {
+    run_level<T, Op>(c, coll, in, out, in_place, root, *static_cast<const Op*>(f), lay, a);
   };
   if constexpr (!std::is_same_v<Op, no_op>) {
     t.reduces = true;
@@ -326,9 +333,9 @@ inline std::string level_ranks_legend(int world_rank, const node_layout& l) {
 }
 
 /// run_hierarchical's body on hierarchical_types (all_to_all, barrier and send/recv excepted).
-inline void run_hierarchical_untyped(communicator& comm, collective coll, const void* in, void* out, int root,
-                                  const call_layout& lay, std::optional<algorithm> intra,
-                                  std::optional<algorithm> inter, const hierarchical_types& t) {
+inline void run_hierarchical_untyped(communicator& comm, collective coll, const void* in, void* out, bool in_place,
+                                     int root, const call_layout& lay, std::optional<algorithm> intra,
+                                     std::optional<algorithm> inter, const hierarchical_types& t) {
   hierarchy* h = comm.get_hierarchy();
   if (!h)
     invalid_call(comm, coll, t.type_name, t.op_name,
@@ -374,7 +381,10 @@ inline void run_hierarchical_untyped(communicator& comm, collective coll, const 
   for (std::size_t c : lay.counts) total += c;
   try {
     // The collectives that reduce come with an op, the others without (the fronts in collx/*.hpp).
-    if (t.reduces && coll == collective::allreduce) call.allreduce(in, out, lay.count);
+    // One node holds every rank, in world order: the call runs whole on its communicator (shared
+    // memory under connect_hierarchical, where the world's transport is MPI), with `intra`.
+    if (l.node_count == 1) t.run_values(h->node, coll, in, out, in_place, root, lay, intra, t.op);
+    else if (t.reduces && coll == collective::allreduce) call.allreduce(in, out, lay.count);
     else if (t.reduces && coll == collective::reduce_scatter) { if (total) call.reduce_scatter(in, out, lay.counts); }
     else if (t.reduces && coll == collective::reduce) call.reduce(in, out, lay.count, root);
     else if (!t.reduces && coll == collective::all_gather) { if (total) call.all_gather(in, out, lay.counts); }
@@ -428,7 +438,7 @@ void run_hierarchical(communicator& comm, collective coll, const T* in, T* out, 
     run_flat<T, Op>(comm, coll, in, out, in_place, root, op, lay, algorithm::direct);
     return;
   }
-  run_hierarchical_untyped(comm, coll, in, out, root, lay, intra, inter, hierarchical_types_of<T, Op>(op));
+  run_hierarchical_untyped(comm, coll, in, out, in_place, root, lay, intra, inter, hierarchical_types_of<T, Op>(op));
 }
 
 }  // namespace detail
