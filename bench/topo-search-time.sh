@@ -16,7 +16,17 @@
 #   dgx1-nv6  the DGX-1 with its GPU0-GPU3 bond widened from NV2 to NV6 (as A100s: 10 NVLinks on
 #             GPU0 and GPU3, more than a V100 has);
 #   odd-8a, odd-8b  two random 8-GPU V100 boxes (NV1/NV2 bonds, the rest PCIe, one socket); odd-8a
-#             is tests/data/topologies/synthetic-8gpu-irregular-v100-topo-m.txt.
+#             is tests/data/topologies/synthetic-8gpu-irregular-v100-topo-m.txt;
+# and irregular 12-16-GPU NVLink meshes, past the exact packing, where the greedy packing's trials
+# used to end on a ring that no longer fit and spend the per-ring budget giving up on it, at every
+# speed (1.4-1.7 s each quiet before 63f3ed8: four of the five slowest of the 27 random meshes of its
+# review, the fifth being another 14-GPU H100 one):
+#   rand-N-GPU-sSEED  N GPUs of GPU (H100: at most 18 NVLinks a GPU, bonds NV1..NV6, 0.6*N*18 tries;
+#             A100: 12 links, NV1..NV4, 0.8*N*12 tries), made by mesh below: each try draws a pair
+#             of GPUs and a bond width from a 32-bit LCG seeded with SEED and adds the bond if both
+#             GPUs have the links left; GPUs 0..N/2-1 on NUMA node 0, the rest on node 1, NODE or SYS
+#             between unbonded GPUs. rand-14-H100-s4201, rand-14-H100-s4202, rand-12-A100-s2401 and
+#             rand-16-H100-s4802 are that review's meshes of those names, byte for byte.
 # Prints per machine the median seconds of each build, their ratio, and each build's ring line
 # ("Rings: C channel(s) ... T GB/s in all"), which agree unless one build finds better rings.
 set -euo pipefail
@@ -49,6 +59,35 @@ matrix() {
   }'
 }
 
+# mesh N LINKS MAXBOND SEED FILL: a random NVLink mesh of N GPUs, at most LINKS NVLinks a GPU and
+# MAXBOND a pair, from FILL*N*LINKS tries of the LCG s = s * 1664525 + 1013904223 (mod 2^32; the draw
+# is s >> 8): a try draws GPU i, GPU j (i == j skips the try) and a bond of 1..MAXBOND, cut to the
+# links i and j have left, and skips it when nothing is left or the pair would pass MAXBOND.
+# awk's doubles hold s * 1664525 + 1013904223 exactly (under 2^53): no 64-bit integers needed (mawk checked).
+mesh() {
+  awk -v n="$1" -v links="$2" -v maxbond="$3" -v s="$4" -v fill="$5" '
+    function draw() { s = s * 1664525 + 1013904223; s -= int(s / 4294967296) * 4294967296; return int(s / 256) }
+    BEGIN {
+      tries = int(fill * n * links)
+      for (k = 0; k < tries; ++k) {
+        i = draw() % n; j = draw() % n
+        if (i == j) continue
+        b = 1 + draw() % maxbond
+        if (links - used[i] < b) b = links - used[i]
+        if (links - used[j] < b) b = links - used[j]
+        if (b <= 0 || nv[i, j] + b > maxbond) continue
+        nv[i, j] += b; nv[j, i] += b; used[i] += b; used[j] += b
+      }
+      h = int(n / 2)
+      printf "\t"; for (j = 0; j < n; ++j) printf "GPU%d\t", j; print "CPU Affinity\tNUMA Affinity"
+      for (i = 0; i < n; ++i) {
+        printf "GPU%d", i
+        for (j = 0; j < n; ++j) printf "\t%s", (i == j ? " X " : nv[i, j] ? "NV" nv[i, j] : (i < h) != (j < h) ? "SYS" : "NODE")
+        printf "\t%d\t%d\n", (i < h ? 0 : 1), (i < h ? 0 : 1)
+      }
+    }'
+}
+
 seconds() {  # seconds one `collx-topo show FILE ARGS...` takes
   local t0 t1 tool=$1
   shift
@@ -78,11 +117,20 @@ box " X  NV2  NODE NV1  NODE NV1  NODE NODE" "NV2  X  NV1  NODE NODE NODE NV1  N
     "NV1  NODE NV2  X  NODE NODE NODE NV1" "NODE NODE NV1  NODE X  NV2  NODE NV1" "NV1  NODE NODE NODE NV2  X  NV1  NODE" \
     "NODE NV1  NODE NODE NODE NV1  X  NV2" "NODE NODE NODE NV1  NV1  NODE NV2  X " | sed 's/\t\t*/\t/g' > "$dir/odd-8b.txt"
 
-printf '%-10s %12s' machine "median s"
+printf '%-18s %12s' machine "median s"
 [ ${#tools[@]} -eq 2 ] && printf ' %12s %9s' "peer s" "peer/this"
 printf '   rings\n'
-for spec in sys:32 sys:100 sys:200 trays:64 trays:200 trays:400 dgx1-0237 dgx1-nv6 odd-8a odd-8b; do
+for spec in sys:32 sys:100 sys:200 trays:64 trays:200 trays:400 dgx1-0237 dgx1-nv6 odd-8a odd-8b \
+            rand-14-H100-s4201 rand-14-H100-s4202 rand-12-A100-s2401 rand-16-H100-s4802; do
   case $spec in
+    rand-*)  # rand-N-GPU-sSEED
+      IFS=- read -r _ n gpu seed <<< "$spec"
+      case $gpu in
+        H100) mesh "$n" 18 6 "${seed#s}" 0.6 ;;
+        A100) mesh "$n" 12 4 "${seed#s}" 0.8 ;;
+        *) echo "$0: no mesh parameters for $gpu" >&2; exit 1 ;;
+      esac > "$dir/$spec.txt"
+      name=$spec args=("$dir/$spec.txt" --gpu "$gpu") ;;
     sys:* | trays:*)
       kind=${spec%%:*} n=${spec##*:} name=$kind-$n
       matrix "$n" "$([ "$kind" = sys ] && echo 1 || echo 8)" > "$dir/$name.txt"
@@ -97,7 +145,7 @@ for spec in sys:32 sys:100 sys:200 trays:64 trays:200 trays:400 dgx1-0237 dgx1-n
     for k in "${!tools[@]}"; do seconds "${tools[$k]}" "${args[@]}" >> "$dir/t$k"; done
   done
   m0=$(median < "$dir/t0")
-  printf '%-10s %12s' "$name" "$m0"
+  printf '%-18s %12s' "$name" "$m0"
   if [ ${#tools[@]} -eq 2 ]; then
     m1=$(median < "$dir/t1")
     printf ' %12s %9s' "$m1" "$(awk -v a="$m0" -v b="$m1" 'BEGIN { if (a > 0) printf "%.1fx", b / a; else printf "-" }')"
