@@ -1023,16 +1023,21 @@ void both_connects_refuse(MPI_Comm comm, const std::string& why, const std::stri
 // An *_async call still running when its rank calls MPI_Finalize (a porting mistake: no wait()
 // first): MPI_Finalize fails it, and wait() throws collx::error saying so, where the progress
 // thread used to go on calling MPI during and after MPI_Finalize (both MPIs crashed the process).
-// Rank 1 makes no call, so that rank 0's is surely waiting at MPI_Finalize; rank 1's idle
-// communicator is failed quietly (a call after MPI_Finalize says MPI was finalized). Every rank
-// checks on its own: MPI is gone for a sum of the failures.
+// Rank 1 makes no call, so that rank 0's calls (one on each of two communicators, each on its own
+// progress thread) are surely waiting at MPI_Finalize; rank 1's idle communicators are failed
+// quietly (a call after MPI_Finalize says MPI was finalized). Every rank checks on its own: MPI is
+// gone for a sum of the failures.
 int async_at_finalize() {
   collx::communicator_options opt;
   opt.timeout = std::chrono::seconds(30);
   collx::communicator c = collx::mpi::connect(MPI_COMM_WORLD, opt);
-  std::vector<double> v(1 << 16, 1.0);
-  std::optional<collx::request> pending;
-  if (g_rank == 0) pending.emplace(collx::allreduce_async(c, std::span<double>(v)));
+  collx::communicator other = collx::mpi::connect(MPI_COMM_WORLD, opt);
+  std::vector<double> v(1 << 16, 1.0), w(1 << 10, 2.0);
+  std::optional<collx::request> pending, pending_other;
+  if (g_rank == 0) {
+    pending.emplace(collx::allreduce_async(c, std::span<double>(v)));
+    pending_other.emplace(collx::allreduce_async(other, std::span<double>(w)));
+  }
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   const auto t0 = std::chrono::steady_clock::now();
   MPI_Finalize();
@@ -1053,6 +1058,8 @@ int async_at_finalize() {
   if (pending) {
     expect_error([&] { pending->wait(); }, "MPI_Finalize was called during a call on this communicator",
                  "wait() on the async call MPI_Finalize interrupted");
+    expect_error([&] { pending_other->wait(); }, "MPI_Finalize was called during a call on this communicator",
+                 "wait() on the other communicator's async call");
     if (s > 10.0) {
       std::fprintf(stderr, "rank %d: FAILED: MPI_Finalize took %.1f s with the async call running\n", g_rank, s);
       status = 1;

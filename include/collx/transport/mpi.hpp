@@ -212,6 +212,7 @@ inline void hook_finalize() noexcept {
 
 class mpi_transport;
 
+namespace detail {
 /// Every live mpi_transport of the process, for MPI_Finalize to stop first (stop_all): a call still
 /// running on another thread (an *_async call not waited for) went on calling MPI during and after
 /// MPI_Finalize, and the process crashed (MPICH in MPI_Isend, Open MPI with SIGSEGV) where wait()
@@ -223,6 +224,8 @@ class live_transports {
     static live_transports& l = *new live_transports;
     return l;
   }
+  /// Whether MPI_Finalize has begun (stop_all): no transport starts an MPI call after it sees this.
+  static bool finalizing() noexcept { return finalizing_flag().load(); }
   /// Adds `t` (its constructor). @throws std::bad_alloc
   void add(mpi_transport* t) {
     const std::lock_guard<std::mutex> lock(mu_);
@@ -233,13 +236,22 @@ class live_transports {
     const std::lock_guard<std::mutex> lock(mu_);
     std::erase(list_, t);
   }
-  /// At MPI_Finalize (MPI still works): mpi_transport::stop_for_finalize on each.
+  /// At MPI_Finalize, which MPICH already runs unlocked (it stops serialising threads' MPI calls as
+  /// MPI_Finalize begins): sets finalizing() first, so that every call in progress stops at its
+  /// next MPI call and none starts; fails each transport (mpi_transport::stop_for_finalize); waits,
+  /// up to finalize_stop_wait in all, until no transport is inside a member that calls MPI; then,
+  /// as the only thread left in MPI, tells the peers of the calls it stopped.
   void stop_all() noexcept;
 
  private:
+  static std::atomic<bool>& finalizing_flag() noexcept {
+    static std::atomic<bool> f{false};
+    return f;
+  }
   std::mutex mu_;
   std::vector<mpi_transport*> list_;
 };
+}  // namespace detail
 
 /// Duplicates of destroyed transports, freed once no message can still reach them. A rank may
 /// send a peer control messages nobody waits for (a signature query, see the file comment) right
@@ -321,7 +333,7 @@ class closing_duplicates {
     }
   }
 
- public:
+  friend int detail::at_mpi_finalize(MPI_Comm, int, void*, void*);
   /// At MPI_Finalize (detail::at_mpi_finalize): frees what it can until no duplicate waits or
   /// finalize_wait has passed: the peers are finalizing too, and their close messages, sent when
   /// they destroyed their transports, are on their way.
@@ -336,8 +348,6 @@ class closing_duplicates {
       lock.lock();
     }
   }
-
- private:
   struct entry {
     MPI_Comm comm;
     std::vector<char> closed;  // per peer: its close message came
@@ -590,6 +600,7 @@ class mpi_transport final : public transport {
     history_[sig.seq % published_call_history] = sig;
     current_ = sig;
     announced_at_ = std::chrono::steady_clock::now();
+    if (finalizing()) stop_for_finalize_here();
     std::erase_if(query_sends_, [](auto& q) {  // queries delivered: their bytes can go
       int done = 0;
       return MPI_Test(&q.first, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done;
@@ -742,6 +753,7 @@ class mpi_transport final : public transport {
     // past the eager limit (a few KiB; it holds up to piece_bytes) is a rendezvous, which over
     // TCP needs the sender to drive MPI, and one that stopped (SIGSTOP, a debugger) would keep
     // MPI_Mrecv from returning past every timeout.
+    if (finalizing()) stop_for_finalize_here();
     check_rc(MPI_Imrecv(first_.data(), len, MPI_BYTE, &msg, &first_recv_), "MPI_Imrecv", peer);
     wait("the rest of a message from", peer, [&] {
       int done = 0;
@@ -808,19 +820,22 @@ class mpi_transport final : public transport {
   }
 
  private:
-  friend class live_transports;
+  friend class detail::live_transports;
 
   void enter() noexcept { owner_ = std::this_thread::get_id(); }
 
+  /// Whether MPI_Finalize has begun: no MPI call may start (each place that calls MPI looks).
+  static bool finalizing() noexcept { return detail::live_transports::finalizing(); }
+
   /// Brackets this transport's use of MPI, opened first thing by every member that calls MPI:
-  /// MPI_Finalize (stop_for_finalize) waits until none is open, and one opened after it began, or
-  /// after MPI_Finalize, is false: its member makes no MPI call. (in_use_ then finalizing_ here,
-  /// finalizing_ then in_use_ there, both sequentially consistent: one of the two sees the other.)
+  /// MPI_Finalize (live_transports::stop_all) waits until none is open, and one opened after it
+  /// began, or after MPI_Finalize, is false: its member makes no MPI call. (in_use_ then the flag
+  /// here, the flag then in_use_ there, both sequentially consistent: one of the two sees the other.)
   class mpi_section {
    public:
     explicit mpi_section(mpi_transport& t) noexcept : t_(t) {
       t_.in_use_.fetch_add(1);
-      usable_ = !t_.finalizing_.load() && !mpi_finalized();
+      usable_ = !finalizing() && !mpi_finalized();
     }
     ~mpi_section() { t_.in_use_.fetch_sub(1); }
     mpi_section(const mpi_section&) = delete;
@@ -848,30 +863,42 @@ class mpi_transport final : public transport {
     COLLX_THROW(errc::transport, finalized_text);
   }
   static constexpr const char* finalized_text =
-      "MPI was finalized while this communicator was alive (a collx::mpi communicator's calls come before "
-      "MPI_Finalize; destroying it after is allowed)";
+      "MPI was finalized while this communicator was alive (a collx::mpi communicator's calls, *_async ones "
+      "included, end before MPI_Finalize; destroying it after is allowed)";
+  static constexpr const char* interrupted_text =
+      "MPI_Finalize was called during a call on this communicator (an *_async call not waited for?): wait for "
+      "every request, and destroy the communicator, before MPI_Finalize";
 
-  /// How long MPI_Finalize waits, at most, for a call in progress to leave MPI once failed: its
-  /// settle_sends, and an op folding the rest of a piece.
-  static constexpr std::chrono::milliseconds finalize_stop_wait{settle_time + std::chrono::seconds(3)};
+  /// How long MPI_Finalize waits, at most, for the calls in progress to leave MPI: each stops at
+  /// its next MPI call, but an op may be folding a piece.
+  static constexpr std::chrono::milliseconds finalize_stop_wait{5000};
 
-  /// MPI_Finalize has begun (live_transports::stop_all; MPI still works). From now on no member
-  /// calls MPI but those already in a call, which is failed ("MPI_Finalize was called during a
-  /// call ..."; the peers are told) and waited for, up to finalize_stop_wait, until it leaves MPI;
-  /// an idle transport is failed quietly, so that a later call throws that MPI was finalized.
+  /// Ends a call that finds MPI_Finalize begun (before an MPI call it would make): fails the
+  /// transport as interrupted, without an MPI call (stop_all tells the peers), and throws that.
+  [[noreturn]] void stop_for_finalize_here() {
+    interrupted_.store(true);
+    fail_with_notice(errc::transport, interrupted_text, true, false);
+    throw_unusable();
+  }
+
+  /// MPI_Finalize has begun (live_transports::stop_all; no MPI call from here): a transport inside
+  /// a member that calls MPI is failed as interrupted (its call throws at its next MPI call, and
+  /// the peers are told once every call has stopped), an idle one quietly (a later call throws
+  /// that MPI was finalized).
   void stop_for_finalize() noexcept {
-    finalizing_.store(true);
     if (in_use_.load() == 0) {
       fail_with_notice(errc::transport, finalized_text, false, false);
       return;
     }
-    fail_with_notice(errc::transport,
-                     "MPI_Finalize was called during a call on this communicator (an *_async call not waited "
-                     "for?): wait for every request, and destroy the communicator, before MPI_Finalize",
-                     true, true);
-    const auto until = std::chrono::steady_clock::now() + finalize_stop_wait;
-    while (in_use_.load() != 0 && std::chrono::steady_clock::now() < until)
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    interrupted_.store(true);
+    fail_with_notice(errc::transport, interrupted_text, true, false);
+  }
+  /// At MPI_Finalize, once no transport is inside a member that calls MPI (stop_all): tells the
+  /// peers of an interrupted call that it failed, so that those waiting on this rank stop too.
+  void tell_peers_at_finalize() noexcept {
+    if (!interrupted_.load() || in_use_.load() != 0 || mpi_finalized()) return;
+    notice_pending_ = true;
+    send_notices(true);
   }
 
   /// The destinations of the sends posted since the last wait_sends, each once, ascending.
@@ -904,12 +931,14 @@ class mpi_transport final : public transport {
   }
 
   void isend(const void* p, std::size_t n, int peer, int tag) {
+    if (finalizing()) stop_for_finalize_here();
     MPI_Request r = MPI_REQUEST_NULL;
     check_rc(MPI_Isend(p, static_cast<int>(n), MPI_BYTE, peer, tag, comm_, &r), "MPI_Isend", peer);
     sends_.push_back(r);
     send_peers_.push_back(peer);
   }
   void irecv(void* p, std::size_t n, int peer, MPI_Request* r) {
+    if (finalizing()) stop_for_finalize_here();
     check_rc(MPI_Irecv(p, static_cast<int>(n), MPI_BYTE, peer, data_tag, comm_, r), "MPI_Irecv", peer);
   }
   void check_rc(int rc, const char* what, int peer) {
@@ -934,6 +963,7 @@ class mpi_transport final : public transport {
     std::chrono::steady_clock::time_point closed_seen{};
     int closed_who = -1;
     for (unsigned polls = 0;; ++polls) {
+      if (finalizing()) stop_for_finalize_here();  // each poll calls MPI
       if (failed_.load(std::memory_order_acquire)) rethrow_failure();
       if (ready()) return;
       if (polls % 64 == 0) {
@@ -978,7 +1008,7 @@ class mpi_transport final : public transport {
       int found = 0;
       return p != rank_ && MPI_Iprobe(p, close_tag, comm_, &found, MPI_STATUS_IGNORE) == MPI_SUCCESS && found != 0;
     };
-    if (mpi_finalized()) return -1;
+    if (finalizing() || mpi_finalized()) return -1;
     if (peer >= 0) return closed(peer) ? peer : -1;
     for (const int p : send_destinations())  // a probe each; only a closed one's requests are asked
       if (closed(p) && send_pending_to(p)) return p;
@@ -998,6 +1028,7 @@ class mpi_transport final : public transport {
   /// Takes in the control messages that arrived: signature queries (compared with this rank's
   /// record of the call) and a failure notice from any peer.
   void poll_control() {
+    if (finalizing()) return;
     const auto now = std::chrono::steady_clock::now();
     if (now - last_control_poll_ < control_poll_interval) {
       if (notice_pending_) send_notices();
@@ -1044,7 +1075,7 @@ class mpi_transport final : public transport {
   /// Sends `peer` this rank's records of the current call and those before it (query_message),
   /// once per call and peer; it compares them with its own (answer).
   void query(int peer) {
-    if (current_.seq == 0 || peer == rank_ || queried_[static_cast<std::size_t>(peer)] == current_.seq) return;
+    if (finalizing() || current_.seq == 0 || peer == rank_ || queried_[static_cast<std::size_t>(peer)] == current_.seq) return;
     queried_[static_cast<std::size_t>(peer)] = current_.seq;
     auto buf = std::make_unique<std::byte[]>(sizeof(int) + sizeof(query_message));
     query_message q;
@@ -1143,9 +1174,10 @@ class mpi_transport final : public transport {
     if (notify && (level_ == MPI_THREAD_MULTIPLE || std::this_thread::get_id() == owner_)) send_notices();
   }
 
-  /// Tells every peer this rank failed (once).
-  void send_notices() noexcept {
-    if (mpi_finalized()) return;  // fail() or abort() after MPI_Finalize: no peer can hear it
+  /// Tells every peer this rank failed (once). Once MPI_Finalize began, only from stop_all
+  /// (`at_finalize`), when no other thread of the process is in MPI.
+  void send_notices(bool at_finalize = false) noexcept {
+    if (mpi_finalized() || (finalizing() && !at_finalize)) return;  // no peer can hear it, or not now
     std::lock_guard<std::mutex> lock(mu_);
     if (!notice_pending_.exchange(false)) return;
     const int c = static_cast<int>(code_);
@@ -1184,7 +1216,9 @@ class mpi_transport final : public transport {
   /// eager part, which goes out here too. MPI cannot cancel a send, so past that time a send
   /// stays posted (the peer stopped taking part in MPI) and may still read its buffer.
   void settle_sends() noexcept {
-    if (settled_ || mpi_finalized()) return;  // once per failure: a later call on the failed communicator fails at once
+    // Once per failure: a later call on the failed communicator fails at once. Not once
+    // MPI_Finalize began: no MPI call then (the sends stay posted).
+    if (settled_ || finalizing() || mpi_finalized()) return;
     settled_ = true;
     const auto until = std::chrono::steady_clock::now() + std::min<std::chrono::milliseconds>(timeout_, settle_time);
     for (;;) {
@@ -1237,25 +1271,32 @@ class mpi_transport final : public transport {
   std::chrono::steady_clock::time_point last_control_poll_{};                      // poll_control's last look
   bool settled_ = false;                                                           // settle_sends ran (owner thread)
 
-  // MPI_Finalize (stop_for_finalize, mpi_section).
-  std::atomic<int> in_use_{0};           // mpi_sections open
-  std::atomic<bool> finalizing_{false};  // MPI_Finalize began: no new MPI use
-  /// In live_transports from construction (last: every other member is ready then) to destruction.
+  // MPI_Finalize (live_transports::stop_all, mpi_section).
+  std::atomic<int> in_use_{0};              // mpi_sections open
+  std::atomic<bool> interrupted_{false};    // MPI_Finalize failed a call in progress: its peers are told
+  /// In live_transports from before the constructor's body (declared last: the other members are
+  /// made by then; the body's MPI calls are in an mpi_section) to the end of the destructor.
   struct registration {
     mpi_transport* t;
-    explicit registration(mpi_transport* self) : t(self) { live_transports::instance().add(t); }
-    ~registration() { live_transports::instance().remove(t); }
+    explicit registration(mpi_transport* self) : t(self) { detail::live_transports::instance().add(t); }
+    ~registration() { detail::live_transports::instance().remove(t); }
     registration(const registration&) = delete;
     registration& operator=(const registration&) = delete;
   } registration_{this};
 };
 
+namespace detail {
 inline void live_transports::stop_all() noexcept {
   const std::lock_guard<std::mutex> lock(mu_);
+  finalizing_flag().store(true);
   for (mpi_transport* t : list_) t->stop_for_finalize();
+  const auto until = std::chrono::steady_clock::now() + mpi_transport::finalize_stop_wait;
+  for (mpi_transport* t : list_)
+    while (t->in_use_.load() != 0 && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  for (mpi_transport* t : list_) t->tell_peers_at_finalize();
 }
 
-namespace detail {
 inline int at_mpi_finalize(MPI_Comm, int, void*, void*) {
   live_transports::instance().stop_all();
   closing_duplicates::instance().finish_at_finalize();
