@@ -1530,7 +1530,7 @@ class shm_transport final : public transport {
                       " did not finish starting (the single-copy probe) within the connect timeout (COLLX_CONNECT_TIMEOUT)"
                 : "only " + std::to_string(hdr()->attached.load()) + " of " + std::to_string(n_) + " ranks attached to " +
                       name_ + id_note_ + " within the connect timeout (COLLX_CONNECT_TIMEOUT) (missing: " + ranks(missing) +
-                      " when the wait ended; a rank attaching later reads this too)" + job_id_hint();
+                      " when this rank stopped waiting)" + job_id_hint();
         // Told to the ranks still waiting (a later deadline): else they see this rank's process
         // end and blame it ("rank 0 died"), not the rank that never came.
         fail(errc::timeout, why);
