@@ -850,16 +850,7 @@ class mpi_transport final : public transport {
   /// What a call after MPI_Finalize began throws, without an MPI call: the transport's failure
   /// (stop_for_finalize set one), else that MPI was finalized.
   [[noreturn]] void throw_unusable() {
-    if (failed_.load(std::memory_order_acquire)) {
-      errc code;
-      std::string why;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        code = code_;
-        why = why_;
-      }
-      COLLX_THROW(code, why);
-    }
+    if (failed_.load(std::memory_order_acquire)) throw_failure();
     COLLX_THROW(errc::transport, finalized_text);
   }
   static constexpr const char* finalized_text =
@@ -1200,6 +1191,10 @@ class mpi_transport final : public transport {
   [[noreturn]] void rethrow_failure() {
     if (notice_pending_) send_notices();
     settle_sends();
+    throw_failure();
+  }
+  /// Throws the transport's failure (its code and text), no MPI call.
+  [[noreturn]] void throw_failure() {
     errc code;
     std::string why;
     {
