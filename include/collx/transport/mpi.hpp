@@ -196,8 +196,9 @@ inline std::size_t piece_for(std::size_t piece_bytes, std::size_t granularity, s
 inline int at_mpi_finalize(MPI_Comm, int, void*, void*);
 
 /// Has MPI_Finalize call at_mpi_finalize, once per process: MPI deletes MPI_COMM_SELF's
-/// attributes first thing in MPI_Finalize, while every MPI call still works (MPI 3.1, 8.7.1). MPI
-/// must be running; a failed attempt is tried again at the next call.
+/// attributes first thing in MPI_Finalize, while every MPI call still works (MPI 3.1, 8.7.1; but
+/// MPICH no longer serialises threads' calls then: live_transports::stop_all). MPI must be
+/// running; a failed attempt is tried again at the next call.
 inline void hook_finalize() noexcept {
   static std::mutex mu;
   static bool hooked = false;
