@@ -291,7 +291,6 @@ class closing_duplicates {
   /// every peer's has come. MPI must be initialised and not finalized.
   void close(MPI_Comm comm, int rank, int size) noexcept {
     std::lock_guard<std::mutex> lock(mu_);
-    detail::hook_finalize();
     try {
       entry e{comm, std::vector<char>(static_cast<std::size_t>(size), 0)};
       e.closed[static_cast<std::size_t>(rank)] = 1;
@@ -868,8 +867,7 @@ class mpi_transport final : public transport {
   /// Ends a call that finds MPI_Finalize begun (before an MPI call it would make): fails the
   /// transport as interrupted, without an MPI call (stop_all tells the peers), and throws that.
   [[noreturn]] void stop_for_finalize_here() {
-    interrupted_.store(true);
-    fail_with_notice(errc::transport, interrupted_text, true, false);
+    stop_for_finalize();  // (this member's mpi_section is open: failed as interrupted)
     throw_unusable();
   }
 
