@@ -877,6 +877,59 @@ int finish(const std::string& mode, collx::communicator* late = nullptr) {
   return failures == 0 ? 0 : 1;
 }
 
+// Rank 1's send of 4 MiB (1 MiB pieces, sent by rendezvous) to rank 0 fails by its timeout
+// (500 ms) while rank 0 is 3 s late. The failed call must wait 2 s for its sends (it waited only
+// its timeout), then returns with them unmatched; rank 1 makes the buffer unreadable (mprotect, as
+// freeing it would unmap it) and both wait in MPI_Barrier, where MPI drives rank 1's sends. Rank 0's
+// recv, which finds the first message (a copy collx owns) at once, must fail without posting
+// receives for the later pieces: matched, they make MPI read the buffer (Open MPI's single-copy
+// path from rank 0: "Read -1 ... errno = 14"; over TCP rank 1 sends it: SIGSEGV). Two ranks.
+int late_receiver() {
+  int n = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  collx::communicator_options o;
+  o.timeout = std::chrono::milliseconds(500);
+  const std::size_t bytes = std::size_t{4} << 20;
+  void* mem = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mem == MAP_FAILED) return std::fprintf(stderr, "rank %d: mmap failed\n", g_rank), 1;
+  const std::span<float> buf(static_cast<float*>(mem), bytes / sizeof(float));
+  for (std::size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<float>(i % 1000);
+  collx::errc code = collx::errc::internal;
+  std::string why = "it returned";
+  double s = 0;
+  {
+    collx::communicator c = collx::mpi::connect(MPI_COMM_WORLD, o);
+    MPI_Barrier(MPI_COMM_WORLD);
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      if (g_rank == 1) collx::send(c, std::span<const float>(buf), 0);
+      if (g_rank == 0) {
+        std::this_thread::sleep_for(std::chrono::seconds(3));
+        collx::recv(c, buf, 1);
+      }
+    } catch (const collx::error& e) {
+      code = e.code();
+      why = e.what();
+    }
+    s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (g_rank == 1) ::mprotect(mem, bytes, PROT_NONE);
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  check(n == 2, "late-receiver runs on 2 ranks");
+  if (g_rank == 1) {
+    check(code == collx::errc::timeout, "the send to a late rank times out: " + why);
+    check(s > 2.3, "the failed send waited " + std::to_string(s) + " s: its 500 ms timeout, then 2 s for its sends");
+  } else if (g_rank == 0) {
+    check(code == collx::errc::timeout && why.find("rank 1") != std::string::npos,
+          "the late receiver gets rank 1's timeout: " + why);
+  }
+  // The failed call's sends stay posted (unmatched) until MPI_Finalize: their memory is kept.
+  if (g_rank == 1) ::mprotect(mem, bytes, PROT_READ);
+  else ::munmap(mem, bytes);
+  return finish(" late-receiver");
+}
+
 // Under MPI_THREAD_SERIALIZED only the thread making the calls may call MPI: rank 0's abort() from
 // a helper thread, while its main thread computes, is told to the peers when the main thread next
 // calls collx or destroys the communicator (1 s later here). Rank 1, waiting in an all-reduce
@@ -1080,6 +1133,7 @@ int main(int argc, char** argv) {
   if (serialized) return serialized_abort();
   if (argc > 1 && std::string(argv[1]) == "bad-node-id") return bad_node_id();
   if (argc > 1 && std::string(argv[1]) == "async-at-finalize") return async_at_finalize();
+  if (argc > 1 && std::string(argv[1]) == "late-receiver") return late_receiver();
   const int expected_nodes = argc > 1 ? std::atoi(argv[1]) : 0;
   std::optional<collx::communicator> late;
   try {

@@ -421,7 +421,9 @@ class mpi_transport final : public transport {
   /// How long an oversubscribed rank's wait polls with only yields between, before it sleeps
   /// between polls (wait()).
   static constexpr std::chrono::milliseconds oversubscribed_spin{1};
-  /// How long a failed call waits for its sends to finish before it returns (settle_sends).
+  /// How long a failed call waits for its sends to finish before it returns (settle_sends),
+  /// whatever the communicator's timeout: a shorter wait would leave a late peer's receives to
+  /// read the user's buffer after the call returned.
   static constexpr std::chrono::milliseconds settle_time{2000};
   /// Control messages (failure notices, queries) are looked for at most this often: each look is
   /// an MPI_Improbe for any source, which scans MPI's queue of unexpected messages, long when many
@@ -784,7 +786,19 @@ class mpi_transport final : public transport {
     auto post = [&](std::size_t k) {
       irecv(staging_[k % 2].data(), detail::later_piece_bytes(h.bytes, h.piece, k), peer, &piece_recvs_[k % 2]);
     };
-    if (later > 0) post(0);
+    if (later > 0) {
+      // The later pieces are sent from the sender's own buffer. A sender whose call failed may
+      // have returned and freed it (settle_sends waits only so long): a receive matched now would
+      // make MPI read freed memory (Open MPI's single-copy path reads it from here). Its notice
+      // went out before it returned: look for it first (a probe of that peer alone: one for any
+      // source scans all of MPI's unexpected messages), then receive nothing more.
+      int told = 0;
+      if (finalizing()) stop_for_finalize_here();
+      check_rc(MPI_Iprobe(peer, control_tag, comm_, &told, MPI_STATUS_IGNORE), "MPI_Iprobe", peer);
+      if (told) poll_control(true);
+      if (failed_.load(std::memory_order_acquire)) rethrow_failure();
+      post(0);
+    }
     for (std::size_t k = 0; k < later; ++k) {
       if (k + 1 < later) post(k + 1);
       MPI_Request& r = piece_recvs_[k % 2];
@@ -1025,11 +1039,12 @@ class mpi_transport final : public transport {
   static constexpr int query_code = -1;
 
   /// Takes in the control messages that arrived: signature queries (compared with this rank's
-  /// record of the call) and a failure notice from any peer.
-  void poll_control() {
+  /// record of the call) and a failure notice from any peer. At most once per
+  /// control_poll_interval, unless `now_anyway`.
+  void poll_control(bool now_anyway = false) {
     if (finalizing()) return;
     const auto now = std::chrono::steady_clock::now();
-    if (now - last_control_poll_ < control_poll_interval) {
+    if (!now_anyway && now - last_control_poll_ < control_poll_interval) {
       if (notice_pending_) send_notices();
       return;
     }
@@ -1223,7 +1238,7 @@ class mpi_transport final : public transport {
     // MPI_Finalize began: no MPI call then (the sends stay posted).
     if (settled_ || finalizing() || mpi_finalized()) return;
     settled_ = true;
-    const auto until = std::chrono::steady_clock::now() + std::min<std::chrono::milliseconds>(timeout_, settle_time);
+    const auto until = std::chrono::steady_clock::now() + settle_time;
     for (;;) {
       int done = 0;
       if (sends_.empty()) break;
