@@ -14,7 +14,9 @@
 //   5. the close handshake (closing_duplicates): every healthy duplicate freed or given up, none
 //      left after MPI_Finalize, and a failed peer's unfinished data never received;
 //   6. a call on a communicator kept past MPI_Finalize throws collx::error instead of aborting,
-//      and an *_async call still running at MPI_Finalize is failed there (wait() throws).
+//      and an *_async call still running at MPI_Finalize is failed there (wait() throws);
+//   7. a failed send's buffer is not read after the call returned, also when its receiver comes
+//      late, also where a third rank's failure failed it (mode late-receiver).
 // Every result is compared with the sequential rank-order reference of tests/reference.hpp
 // (every rank generates every rank's inputs). A plain program, not Catch2: each rank checks, all
 // ranks keep making the same calls, and the exit status says whether any check failed.
@@ -877,23 +879,27 @@ int finish(const std::string& mode, collx::communicator* late = nullptr) {
   return failures == 0 ? 0 : 1;
 }
 
-// Rank 1's send of 4 MiB (1 MiB pieces, sent by rendezvous) to rank 0 fails by its timeout
-// (500 ms) while rank 0 is 3 s late. The failed call must wait 2 s for its sends (it waited only
-// its timeout), then returns with them unmatched; rank 1 makes the buffer unreadable (mprotect, as
-// freeing it would unmap it) and both wait in MPI_Barrier, where MPI drives rank 1's sends. Rank 0's
-// recv, which finds the first message (a copy collx owns) at once, must fail without posting
-// receives for the later pieces: matched, they make MPI read the buffer (Open MPI's single-copy
-// path from rank 0: "Read -1 ... errno = 14"; over TCP rank 1 sends it: SIGSEGV). Two ranks.
-int late_receiver() {
-  int n = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
+// Rank 1's send of 4 MiB (1 MiB pieces, sent by rendezvous) to rank 0 fails while rank 0 is 3 s
+// late: by its own timeout (500 ms), or, with `third_aborts`, by rank 2's abort() 20 ms in (rank 1
+// then sends no notice of its own: rank 2's went to every rank). The failed call must wait 2 s for
+// its sends (it waited only its timeout), then returns with them unmatched; rank 1 makes the buffer
+// unreadable (mprotect, as freeing it would unmap it) and all wait in MPI_Barrier, where MPI drives
+// rank 1's sends. Rank 0's recv, which finds the first message (a copy collx owns) at once, must
+// fail without posting receives for the later pieces: matched, they make MPI read the buffer (Open
+// MPI's single-copy path from rank 0: "Read -1 ... errno = 14", then SIGSEGV; over TCP rank 1's
+// MPI would send from it).
+void late_receiver_case(bool third_aborts) {
   collx::communicator_options o;
   o.timeout = std::chrono::milliseconds(500);
   const std::size_t bytes = std::size_t{4} << 20;
   void* mem = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (mem == MAP_FAILED) return std::fprintf(stderr, "rank %d: mmap failed\n", g_rank), 1;
+  check(mem != MAP_FAILED, "mmap");
+  if (mem == MAP_FAILED) std::abort();  // (the other ranks would wait in MPI_Barrier)
   const std::span<float> buf(static_cast<float*>(mem), bytes / sizeof(float));
   for (std::size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<float>(i % 1000);
+  const collx::errc want = third_aborts ? collx::errc::aborted : collx::errc::timeout;
+  const std::string culprit = third_aborts ? "rank 2" : "rank 1";
+  const std::string what = third_aborts ? "a send failed by rank 2's abort()" : "a send that timed out";
   collx::errc code = collx::errc::internal;
   std::string why = "it returned";
   double s = 0;
@@ -907,6 +913,10 @@ int late_receiver() {
         std::this_thread::sleep_for(std::chrono::seconds(3));
         collx::recv(c, buf, 1);
       }
+      if (g_rank == 2 && third_aborts) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));  // before rank 1 would query it (50 ms)
+        c.abort();
+      }
     } catch (const collx::error& e) {
       code = e.code();
       why = e.what();
@@ -916,17 +926,26 @@ int late_receiver() {
     MPI_Barrier(MPI_COMM_WORLD);
   }
   MPI_Barrier(MPI_COMM_WORLD);
-  check(n == 2, "late-receiver runs on 2 ranks");
   if (g_rank == 1) {
-    check(code == collx::errc::timeout, "the send to a late rank times out: " + why);
-    check(s > 2.3, "the failed send waited " + std::to_string(s) + " s: its 500 ms timeout, then 2 s for its sends");
+    check(code == want, what + ": rank 1's call fails with " + std::to_string(static_cast<int>(want)) + ": " + why);
+    check(s > 2.0, what + ": the failed call waited " + std::to_string(s) + " s: 2 s for its sends after it failed");
   } else if (g_rank == 0) {
-    check(code == collx::errc::timeout && why.find("rank 1") != std::string::npos,
-          "the late receiver gets rank 1's timeout: " + why);
+    check(code == want && why.find(culprit) != std::string::npos,
+          what + ": the late receiver fails with " + culprit + "'s failure: " + why);
   }
   // The failed call's sends stay posted (unmatched) until MPI_Finalize: their memory is kept.
   if (g_rank == 1) ::mprotect(mem, bytes, PROT_READ);
   else ::munmap(mem, bytes);
+}
+
+int late_receiver() {
+  int n = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  check(n == 3, "late-receiver runs on 3 ranks");
+  if (n == 3) {
+    late_receiver_case(false);
+    late_receiver_case(true);
+  }
   return finish(" late-receiver");
 }
 

@@ -789,13 +789,11 @@ class mpi_transport final : public transport {
     if (later > 0) {
       // The later pieces are sent from the sender's own buffer. A sender whose call failed may
       // have returned and freed it (settle_sends waits only so long): a receive matched now would
-      // make MPI read freed memory (Open MPI's single-copy path reads it from here). Its notice
-      // went out before it returned: look for it first (a probe of that peer alone: one for any
-      // source scans all of MPI's unexpected messages), then receive nothing more.
-      int told = 0;
-      if (finalizing()) stop_for_finalize_here();
-      check_rc(MPI_Iprobe(peer, control_tag, comm_, &told, MPI_STATUS_IGNORE), "MPI_Iprobe", peer);
-      if (told) poll_control(true);
+      // make MPI read freed memory (Open MPI's single-copy path reads it from here). The notice
+      // of that failure went out before the sender returned, from the sender or, where another
+      // rank's notice failed it, from that rank: look for any first (one any-source look per
+      // message of several pieces), then receive nothing more.
+      poll_control(true);
       if (failed_.load(std::memory_order_acquire)) rethrow_failure();
       post(0);
     }
