@@ -113,6 +113,13 @@ err=$("$run" -n 3 sh -c 'if [ $COLLX_RANK = 1 ]; then sleep 0.3; exit 7; fi; sle
 case $err in *"rank 1 (pid "*") exited with status 7; stopping the other ranks"*) ;; *) fail "failing rank not named: $err" ;; esac
 sleep 0.3
 if pgrep -f "sleep 31.4159" >/dev/null; then pkill -f "sleep 31.4159"; fail "the other ranks' children were left running"; fi
+# Ranks that exited 0 before the failure are named with it (a rank that returned early is often
+# why its peers failed); ranks 3 and 1 leave at once, rank 0 fails 0.3 s later, rank 2 is stopped.
+err=$("$run" -n 4 sh -c 'case $COLLX_RANK in 0) sleep 0.3; exit 5;; 2) sleep 31.4159;; esac; exit 0' 2>&1); rc=$?
+[ $rc -eq 5 ] || fail "failing rank after two early exits: exited $rc, not 5"
+case $err in *"rank 0 (pid "*") exited with status 5; stopping the other ranks (ranks 1, 3 had already exited with status 0)"*) ;;
+  *) fail "ranks that had exited 0 before the failure not named: $err" ;; esac
+case $err in *"rank 2"*) fail "rank 2, stopped after the failure, named: $err" ;; esac
 
 # A rank that ignores SIGTERM and SIGINT is killed 3 s after the first signal, however often the
 # signal comes again (each one used to start the grace period over).

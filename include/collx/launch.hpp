@@ -103,6 +103,18 @@ inline void bind_to_core(int local_rank, int local_world_size) {
 /// launches itself): glibc's program_invocation_short_name.
 inline const char* launcher_name() noexcept { return program_invocation_short_name; }
 
+/// launch_program's addition to its line on the first failure: " (rank 3 had already exited with
+/// status 0)", for the ranks in `ranks` (at most 8 named, then how many more); "" for none.
+inline std::string exited_early_text(const std::vector<std::size_t>& ranks) {
+  if (ranks.empty()) return {};
+  std::vector<std::size_t> sorted = ranks;
+  std::sort(sorted.begin(), sorted.end());
+  std::string text = sorted.size() == 1 ? " (rank " : " (ranks ";
+  for (std::size_t i = 0; i < sorted.size() && i < 8; ++i) text += (i ? ", " : "") + std::to_string(sorted[i]);
+  if (sorted.size() > 8) text += " and " + std::to_string(sorted.size() - 8) + " more";
+  return text + " had already exited with status 0)";
+}
+
 /// Why a script's `#!` interpreter cannot be found, else empty: execvp then fails with ENOENT,
 /// "No such file or directory", for a file that is there. As Linux reads the line, the name ends
 /// at a space, a tab or the newline, not at a carriage return: a script with CRLF line endings
@@ -357,7 +369,8 @@ class forward_signals {
 /// (non-zero status or a signal), a line on stderr says which, and the other ranks' process groups
 /// get SIGTERM, then SIGKILL after `grace`; so do the groups of the failed rank and of ranks that
 /// end after it (what they started and left running), until `grace` is over even when every rank
-/// has ended. Ranks that exited 0 before the failure are not followed. SIGINT, SIGTERM and SIGHUP
+/// has ended. Ranks that exited 0 before the failure are not followed; that line names them ("(rank
+/// 1 had already exited with status 0)": a rank that returned early is often why its peers failed). SIGINT, SIGTERM and SIGHUP
 /// sent to the caller while it waits are forwarded to every rank's group (as mpirun does), with
 /// the same escalation. Waits only
 /// for its own ranks (other children of the caller are left alone). Returns the first failure's
@@ -430,6 +443,9 @@ inline int launch_program(int world_size, char* const argv[], std::chrono::milli
   // others (the others' groups are signalled while their leaders live). Only those: an empty
   // group's id may be reused by a new process, which the grace period makes unlikely.
   std::vector<pid_t> reaped_groups;
+  // Ranks that exited 0 before the first failure, named with it: a rank that left early (an early
+  // return, a skipped call) is often why its peers failed, and its status alone does not show it.
+  std::vector<std::size_t> exited_ok;
   const auto stop_others = [&](int status) {
     if (!first_failure) first_failure = status;
     detail::signal_ranks(pids, SIGTERM);
@@ -478,16 +494,21 @@ inline int launch_program(int world_size, char* const argv[], std::chrono::milli
     }
     // SIGABRT aside: a program that does not catch collx::error aborts when a peer's failure reaches it.
     std::stable_partition(ended.begin(), ended.end(), [](const ended_rank& e) { return WIFSIGNALED(e.st) && WTERMSIG(e.st) != SIGABRT; });
+    if (!first_failure)
+      for (const ended_rank& e : ended)
+        if (WIFEXITED(e.st) && WEXITSTATUS(e.st) == 0) exited_ok.push_back(e.rank);
     for (const ended_rank& e : ended) {
       const int status = WIFEXITED(e.st) ? WEXITSTATUS(e.st) : 128 + WTERMSIG(e.st);
       if (status != 0 || first_failure) reaped_groups.push_back(e.pid);  // SIGKILL after the grace period
       if (status == 0 || first_failure) continue;
+      const std::string early = detail::exited_early_text(exited_ok);
       if (WIFEXITED(e.st))
-        std::fprintf(stderr, "%s: rank %zu (pid %d) exited with status %d; stopping the other ranks\n",
-                     detail::launcher_name(), e.rank, static_cast<int>(e.pid), status);
+        std::fprintf(stderr, "%s: rank %zu (pid %d) exited with status %d; stopping the other ranks%s\n",
+                     detail::launcher_name(), e.rank, static_cast<int>(e.pid), status, early.c_str());
       else
-        std::fprintf(stderr, "%s: rank %zu (pid %d) was killed by signal %d (%s); stopping the other ranks\n",
-                     detail::launcher_name(), e.rank, static_cast<int>(e.pid), WTERMSIG(e.st), ::strsignal(WTERMSIG(e.st)));
+        std::fprintf(stderr, "%s: rank %zu (pid %d) was killed by signal %d (%s); stopping the other ranks%s\n",
+                     detail::launcher_name(), e.rank, static_cast<int>(e.pid), WTERMSIG(e.st), ::strsignal(WTERMSIG(e.st)),
+                     early.c_str());
       stop_others(status);
     }
     const bool reaped = alive != alive_before;
