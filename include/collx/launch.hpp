@@ -370,10 +370,10 @@ class forward_signals {
 /// get SIGTERM, then SIGKILL after `grace`; so do the groups of the failed rank and of ranks that
 /// end after it (what they started and left running), until `grace` is over even when every rank
 /// has ended. Ranks that exited 0 before the failure are not followed; that line names them ("(rank
-/// 1 had already exited with status 0)": a rank that returned early is often why its peers failed). SIGINT, SIGTERM and SIGHUP
-/// sent to the caller while it waits are forwarded to every rank's group (as mpirun does), with
-/// the same escalation. Waits only
-/// for its own ranks (other children of the caller are left alone). Returns the first failure's
+/// 1 had already exited with status 0)": a rank that returned early is often why its peers
+/// failed). SIGINT, SIGTERM and SIGHUP sent to the caller while it waits are forwarded to every
+/// rank's group (as mpirun does), with the same escalation. Waits only for its own ranks (other
+/// children of the caller are left alone). Returns the first failure's
 /// status (128 + signal for a signal, also for a forwarded one), or 0. Ranks found ended together
 /// are told apart by how: one killed by a signal other than SIGABRT is the first failure over one
 /// that exited non-zero or aborted (a rank that sees a peer die fails with an error just after
