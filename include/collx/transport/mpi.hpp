@@ -960,9 +960,9 @@ class mpi_transport final : public transport {
   /// (more ranks on the host than CPUs), it yields from the first poll and, after
   /// oversubscribed_spin, sleeps before every poll: a rank that spins takes the CPU from the peer
   /// it waits for (test_mpi, 4 ranks on 2 cores, MPICH: 95 s and 181 CPU-s with yields only,
-  /// 38-60 s and 62-104 CPU-s with the sleeps). This rank's own failure (abort() from another thread) is looked at before
-  /// every poll: one poll of many requests may take milliseconds, and a call aborted while its
-  /// last sends drained must still fail.
+  /// 38-60 s and 62-104 CPU-s with the sleeps). This rank's own failure (abort() from another
+  /// thread) is looked at before every poll: one poll of many requests may take milliseconds, and
+  /// a call aborted while its last sends drained must still fail.
   template <class Ready>
   void wait(const char* what, int peer, Ready ready) {
     const auto start = std::chrono::steady_clock::now();
