@@ -114,6 +114,49 @@ TEST_CASE("all_to_all_v under a selector that chooses by bytes: every rank is as
   CHECK(all_asked(3 * 13 * sizeof(float)));  // all_to_all: what each rank sends, the same on every rank
 }
 
+
+TEST_CASE("all_to_all_v whose counts only the senders know: exchanged first with all_to_all, as MPI codes call "
+          "MPI_Alltoall before MPI_Alltoallv (a mixture-of-experts dispatch)",
+          "[collectives][all_to_all]") {
+  // What the README and all_to_all_v's docstring tell users to do. Counts held as std::size_t and as
+  // int (MPI's), zeros included; each value names its sender, receiver and index.
+  auto sent_count = [](int src, int dst) { return static_cast<int>(ref::hash(src, uz(dst), 77) % 6); };
+  auto value = [](int src, int dst, int i) { return std::int64_t{src} << 40 | std::int64_t{dst} << 20 | i; };
+  for (int n : {1, 2, 3, 5})
+    for (bool int_counts : {false, true}) {
+      INFO("n = " << n << (int_counts ? ", int counts" : ", size_t counts"));
+      std::vector<std::vector<std::int64_t>> got(uz(n));
+      ref::run_ranks(n, [&](collx::communicator& c) {
+        const int me = c.rank();
+        std::vector<std::int64_t> send;
+        std::vector<std::size_t> send_counts(uz(n));
+        for (int dst = 0; dst < n; ++dst) {
+          send_counts[uz(dst)] = uz(sent_count(me, dst));
+          for (int i = 0; i < sent_count(me, dst); ++i) send.push_back(value(me, dst, i));
+        }
+        auto exchange_then_send = [&](const auto& counts) {
+          std::remove_cvref_t<decltype(counts)> recv_counts(uz(n), 12345);  // poisoned
+          collx::all_to_all(c, counts, recv_counts);
+          std::size_t total = 0;
+          for (auto k : recv_counts) total += uz(static_cast<int>(k));
+          std::vector<std::int64_t> recv(total, -1);
+          collx::all_to_all_v(c, send, counts, recv, recv_counts);
+          got[uz(me)] = std::move(recv);
+        };
+        if (int_counts)
+          exchange_then_send(std::vector<int>(send_counts.begin(), send_counts.end()));
+        else
+          exchange_then_send(send_counts);
+      });
+      for (int r = 0; r < n; ++r) {  // independent reference: what each sender's counts say rank r gets
+        std::vector<std::int64_t> want;
+        for (int src = 0; src < n; ++src)
+          for (int i = 0; i < sent_count(src, r); ++i) want.push_back(value(src, r, i));
+        INFO("rank " << r);
+        CHECK(got[uz(r)] == want);
+      }
+    }
+}
 TEST_CASE("barrier: no rank leaves before every rank entered, every world size", "[collectives][barrier]") {
   for (int n : world_sizes) {
     INFO("n=" << n);

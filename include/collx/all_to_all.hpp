@@ -82,7 +82,9 @@ void all_to_all(communicator& comm, std::type_identity_t<std::span<const T>> sen
 /// rank c and receives recv_counts[c] from it. send_counts[c] on rank r must equal recv_counts[r] on
 /// rank c: a disagreement is reported as errc::mismatch on the receiving rank (zero-element pairs
 /// included) and reaches every rank; a sender whose sends completed may return from this call and
-/// see it at its next call.
+/// see it at its next call. Where only the senders know their counts (a mixture-of-experts token
+/// dispatch), exchange them first, as MPI codes call MPI_Alltoall before MPI_Alltoallv:
+/// `collx::all_to_all(comm, send_counts, recv_counts)`, one count per rank on each side.
 /// @param send_counts world-size entries; std::size_t or any integer type, or a braced list (see
 ///   block_counts)
 /// @param recv_counts as send_counts
