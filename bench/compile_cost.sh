@@ -2,7 +2,7 @@
 # What a program pays to compile collx's collectives: times the compiler on generated translation
 # units that include <collx/allreduce.hpp> and call allreduce on float with 0, 1 and N ops of
 # their own (each a distinct (element type, op) pair), and sums the code they emit (nm sizes of
-# functions). README's figures ("Compile time" paragraph) come from this script.
+# functions). README's figures (the "What a program pays to compile" paragraph after the Quick start) come from this script.
 # Usage: bench/compile_cost.sh [N (default 10)] [repeats (default 2)]
 #   Environment: CXX (default g++), CXXFLAGS (default "-std=c++20 -O2"), COLLX_INCLUDE (default
 #   include/ of this checkout; another checkout's, e.g. a `git worktree` of an older commit, to

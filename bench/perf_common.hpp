@@ -174,8 +174,9 @@ inline long long parse_integer(const std::string& flag, const std::string& v, lo
   return x;
 }
 
-/// Every option of both drivers. Defaults are nccl-tests' except -z (see README: blocking calls are
-/// the natural form of a CPU library; -z 0 starts the -n calls back to back and waits once).
+/// Every option of both drivers. Defaults are nccl-tests' except -z (bench/README.md, "Where it
+/// differs from nccl-tests": blocking calls are the natural form of a CPU library; -z 0 starts the
+/// -n calls back to back and waits once).
 struct options {
   coll collective = coll::allreduce;
   std::size_t min_bytes = 32u << 20, max_bytes = 32u << 20;

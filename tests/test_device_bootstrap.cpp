@@ -972,7 +972,7 @@ TEST_CASE("device bootstrap: objects left by a creator that no longer runs are r
   CHECK(host_workspace_objects() == 0);
 }
 
-// As test_smoke's check for the host options: the README's `{.device = 0}` leaves every other
+// As test_smoke's check for the host options: the README's `{.device = d}` leaves every other
 // field at its default without a -Wextra warning (this file builds with -Werror in CI).
 TEST_CASE("device options take designated initializers that leave fields out", "[cuda][bootstrap]") {
   const gpu::device_options o{.device = 1};

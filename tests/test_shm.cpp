@@ -402,7 +402,7 @@ TEST_CASE("shm: a communicator used, destroyed or assigned to in a forked child:
           code = e.code() == collx::errc::invalid_argument && std::string(e.what()).find("fork()") != std::string::npos ? 0 : 11;
           if (code) std::fprintf(stderr, "child: %s\n", e.what());
         }
-        if (rank1_child_assigns) {  // as the README advises: a communicator of the child's own over the copy
+        if (rank1_child_assigns) {  // as docs/semantics.md ("Processes: moves and fork") allows: a communicator of the child's own over the copy
           collx::communicator taken(std::move(c));
           taken = std::move(collx::make_thread_communicators(1)[0]);
           collx::allreduce(taken, std::span<float>(x));
