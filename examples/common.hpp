@@ -1,5 +1,5 @@
 // Helpers shared by collx's workload examples (train_digits, reductions, fsdp, tensor_parallel,
-// pipeline, heat_halo, and gpu_moments on GPUs): command-line options, starting the ranks, checksums, checks.
+// pipeline, heat_halo, moe_dispatch, and gpu_moments on GPUs): command-line options, starting the ranks, checksums, checks.
 //
 // Every example runs the same way:
 //   - under a launcher (collx-run -n N prog, mpirun, torchrun, srun): this process is one rank and
