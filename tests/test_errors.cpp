@@ -526,6 +526,15 @@ TEST_CASE("size mismatches within a call: invalid_argument on every rank", "[err
     const std::string call = std::string(sc.name).substr(0, std::string(sc.name).find(' '));
     require_all(run_expecting(n, sc.call), errc::invalid_argument, " " + call + "<");
   }
+  SECTION("all_to_all_v counts of the wrong length: which list, how long, how long it must be") {
+    const auto v = run_expecting(n, [](collx::communicator& c) {
+      std::vector<F> s(4), r(6);
+      const std::vector<size_t> sc{2, 2}, rc{2, 2, 2};
+      collx::all_to_all_v(c, std::span<const F>(s), std::span<const size_t>(sc), std::span<F>(r),
+                          std::span<const size_t>(rc));
+    });
+    require_all(v, errc::invalid_argument, "send_counts has 2 entries, recv_counts 3: both need one per rank (3)");
+  }
 }
 
 TEST_CASE("all_to_all_v: a rank whose own send and receive counts differ is told both", "[errors][invalid]") {
