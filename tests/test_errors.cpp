@@ -533,7 +533,7 @@ TEST_CASE("size mismatches within a call: invalid_argument on every rank", "[err
       collx::all_to_all_v(c, std::span<const F>(s), std::span<const size_t>(sc), std::span<F>(r),
                           std::span<const size_t>(rc));
     });
-    require_all(v, errc::invalid_argument, "send_counts has 2 entries, recv_counts 3: both need one per rank (3)");
+    require_all(v, errc::invalid_argument, "send_counts has 2 and recv_counts 3 entries for 3 ranks (both need one per rank)");
   }
 }
 

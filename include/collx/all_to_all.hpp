@@ -31,8 +31,9 @@ void all_to_all_impl(communicator& comm, std::span<const T> send, const block_co
   const std::span<const std::size_t> send_counts = send_given.values(), recv_counts = recv_given.values();
   if (send_counts.size() != n || recv_counts.size() != n)
     invalid_call<T, no_op>(comm, collective::all_to_all,
-                           "send_counts has " + std::to_string(send_counts.size()) + " entries, recv_counts " +
-                               std::to_string(recv_counts.size()) + ": both need one per rank (" + std::to_string(n) + ")",
+                           "send_counts has " + std::to_string(send_counts.size()) + " and recv_counts " +
+                               std::to_string(recv_counts.size()) + " entries for " + std::to_string(n) +
+                               " ranks (both need one per rank)",
                            varying);
   for (const auto& [name, counts] : {std::pair{"send_counts", &send_given}, std::pair{"recv_counts", &recv_given}})
     if (!counts_are_sound(*counts, sizeof(T)))
