@@ -11,6 +11,7 @@
 #include <collx/numeric.hpp>
 #include <collx/ops.hpp>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -433,4 +434,58 @@ TEST_CASE("NCCL executor data flow on the CPU: groups, segments, staged receives
   CHECK(nccl::plan_receive(same, true) == nccl::receive_plan{false, false, false});
   const sch::step rr{K::recv_reduce, 1, {B::input, 0, 4}, {}, {B::scratch, 0, 4}, B::input, false};
   CHECK(nccl::plan_receive(rr, false) == nccl::receive_plan{true, true, false});
+}
+
+TEST_CASE("NCCL all-to-all: each rank's one group moves every block to its place, zeros and self included", "[nccl]") {
+  // Every rank's exchanges (all_to_all_exchanges) carried out on host memory as NCCL would match
+  // them: rank a's send to b meets b's receive from a, which must agree on the bytes. The reference
+  // is the counts matrix itself: rank r's block from q is q's block for r.
+  for (int n = 1; n <= 6; ++n)
+    for (std::size_t elem : {std::size_t{1}, std::size_t{4}, std::size_t{12}}) {
+      INFO("n = " << n << ", element bytes " << elem);
+      const auto un = static_cast<std::size_t>(n);
+      auto mix = [](std::uint64_t x) {  // splitmix64's finaliser: distinct values per (src, dst, i)
+        x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+        x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+        return x ^ (x >> 31);
+      };
+      auto cnt = [&](std::size_t src, std::size_t dst) { return mix(src * 1000 + dst * 10 + elem + 1) % 5; };
+      auto byte = [&](std::size_t src, std::size_t dst, std::size_t i) {
+        return static_cast<unsigned char>(mix((src * 64 + dst) << 32 | i));
+      };
+      std::vector<std::vector<nccl::peer_exchange>> plan(un);
+      std::vector<std::vector<unsigned char>> send(un), recv(un);
+      for (std::size_t r = 0; r < un; ++r) {
+        std::vector<std::size_t> sc(un), rc(un);
+        for (std::size_t q = 0; q < un; ++q) sc[q] = cnt(r, q), rc[q] = cnt(q, r);
+        plan[r] = nccl::all_to_all_exchanges(static_cast<int>(r), sc, rc, elem);
+        REQUIRE(plan[r].size() == un);
+        for (std::size_t q = 0; q < un; ++q) {
+          CHECK(plan[r][q].peer == static_cast<int>((r + q) % un));  // starting with itself, then upwards
+          for (std::size_t i = 0; i < sc[q] * elem; ++i) send[r].push_back(byte(r, q, i));
+        }
+        std::size_t total = 0;
+        for (std::size_t q = 0; q < un; ++q) total += rc[q] * elem;
+        recv[r].assign(total, 0xab);  // poison
+      }
+      for (std::size_t a = 0; a < un; ++a)
+        for (const auto& x : plan[a]) {
+          const auto b = static_cast<std::size_t>(x.peer);
+          const auto match = std::find_if(plan[b].begin(), plan[b].end(), [&](const auto& y) { return y.peer == static_cast<int>(a); });
+          REQUIRE(match != plan[b].end());
+          REQUIRE(match->recv_bytes == x.send_bytes);  // the two ends of one ncclSend/ncclRecv pair
+          REQUIRE(x.send_offset + x.send_bytes <= send[a].size());
+          REQUIRE(match->recv_offset + match->recv_bytes <= recv[b].size());
+          if (x.send_bytes) std::memcpy(recv[b].data() + match->recv_offset, send[a].data() + x.send_offset, x.send_bytes);
+        }
+      for (std::size_t r = 0; r < un; ++r) {
+        std::vector<unsigned char> want;
+        for (std::size_t q = 0; q < un; ++q)
+          for (std::size_t i = 0; i < cnt(q, r) * elem; ++i) want.push_back(byte(q, r, i));
+        INFO("rank " << r);
+        CHECK(recv[r] == want);
+      }
+    }
+  CHECK_THROWS_AS(nccl::all_to_all_exchanges(0, {1, 2}, {1}, 4), collx::error);  // lists of different lengths
+  CHECK_THROWS_AS(nccl::all_to_all_exchanges(2, {1, 2}, {1, 2}, 4), collx::error);  // rank outside the lists
 }

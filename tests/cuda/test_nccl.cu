@@ -2,7 +2,8 @@
 // (tests/reference.hpp's folds), on NCCL's own path (float sum, small integers so any summation
 // order is exact) and on collx's schedule path over grouped ncclSend/ncclRecv: a custom commutative
 // struct op (ring), a non-commutative one (tree, rank order), and half sum forced onto algo::tree
-// (fp32 partials, rounded once). A small segment_bytes makes the schedules run several segments.
+// (fp32 partials, rounded once); all_to_all and all_to_all_v (one group of ncclSend/ncclRecv).
+// A small segment_bytes makes the schedules run several segments.
 // One rank per GPU, ranks as threads of this process (NCCL rejects two ranks of one communicator on
 // one GPU): the [gpu] case needs 2 devices; nccl_test_main (gpu_test_main.cpp with
 // COLLX_GPU_TEST_MIN_DEVICES=2) prints "SKIPPED: ..." and exits 77 with fewer.
@@ -139,6 +140,65 @@ void check_moves(nc::communicator& c, cudaStream_t s, std::size_t count, failure
       f.add(label + " broadcast: rank " + std::to_string(r) + " element " + std::to_string(i) + " differs");
       break;
     }
+
+  // all_to_all: element i of rank src's block for dst is gen(src, dst * stride + i); recv poisoned.
+  const auto un = static_cast<std::size_t>(n);
+  constexpr std::size_t stride = 1 << 20;
+  auto value = [&](int src, std::size_t dst, std::size_t i) { return gen<T>(src, dst * stride + i); };
+  auto poison = [](std::vector<T>& v) { std::memset(static_cast<void*>(v.data()), 0xab, v.size() * sizeof(T)); };
+  std::vector<T> a2a(count * un), junk(count * un);
+  for (std::size_t d = 0; d < un; ++d)
+    for (std::size_t i = 0; i < count; ++i) a2a[d * count + i] = value(r, d, i);
+  poison(junk);
+  device_buffer<T> ain(count * un), aout(count * un);
+  ain.put(a2a);
+  aout.put(junk);
+  nc::all_to_all(c, ain.p, aout.p, count, s);
+  collx::gpu::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+  const std::vector<T> got = aout.get(count * un);
+  for (std::size_t q = 0; q < un; ++q)
+    for (std::size_t i = 0; i < count; ++i)
+      if (!same_bytes(got[q * count + i], value(static_cast<int>(q), static_cast<std::size_t>(r), i))) {
+        f.add(label + " all_to_all: rank " + std::to_string(r) + " block " + std::to_string(q) + " differs");
+        q = un;
+        break;
+      }
+
+  // all_to_all_v: rank src sends dst ((src + 2 dst) % 3) * count elements (zeros included), the
+  // counts as int (as MPI codes keep them).
+  auto sent = [&](int src, std::size_t dst) { return static_cast<std::size_t>((src + 2 * static_cast<int>(dst)) % 3) * count; };
+  std::vector<int> sc(un), rc(un);
+  std::vector<T> vin, want;
+  for (std::size_t q = 0; q < un; ++q) {
+    sc[q] = static_cast<int>(sent(r, q));
+    rc[q] = static_cast<int>(sent(static_cast<int>(q), static_cast<std::size_t>(r)));
+    for (std::size_t i = 0; i < sent(r, q); ++i) vin.push_back(value(r, q, i));
+    for (std::size_t i = 0; i < sent(static_cast<int>(q), static_cast<std::size_t>(r)); ++i)
+      want.push_back(value(static_cast<int>(q), static_cast<std::size_t>(r), i));
+  }
+  std::vector<T> vjunk(want.size());
+  poison(vjunk);
+  device_buffer<T> vdin(vin.size()), vdout(want.size());
+  vdin.put(vin);
+  vdout.put(vjunk);
+  nc::all_to_all_v(c, vdin.p, sc, vdout.p, rc, s);
+  collx::gpu::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+  const std::vector<T> vgot = vdout.get(want.size());
+  for (std::size_t i = 0; i < want.size(); ++i)
+    if (!same_bytes(vgot[i], want[i])) {
+      f.add(label + " all_to_all_v: rank " + std::to_string(r) + " element " + std::to_string(i) + " differs");
+      break;
+    }
+  // A self count that differs between the lists is refused on that rank, before NCCL is called.
+  std::vector<int> bad = sc;
+  ++bad[static_cast<std::size_t>(r)];
+  try {
+    nc::all_to_all_v(c, vdin.p, bad, vdout.p, rc, s);
+    f.add(label + " all_to_all_v: rank " + std::to_string(r) + ": a self count that differs did not throw");
+  } catch (const collx::error& e) {
+    if (e.code() != collx::errc::invalid_argument || std::string(e.what()).find("sends itself") == std::string::npos)
+      f.add(label + " all_to_all_v self count: " + e.what());
+  }
 }
 
 }  // namespace

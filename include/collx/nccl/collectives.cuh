@@ -7,7 +7,8 @@
 ///    type and the op (nccl/native.hpp: float, double, half/__half, bfloat16/__nv_bfloat16, 8/32/64-bit
 ///    integers with sum, prod, min, max, avg) and the algorithm is algo::automatic. all_gather and
 ///    broadcast move bytes (ncclAllGather / ncclBroadcast on ncclUint8), so they take this path for
-///    every element type. Results are NCCL's: its summation order, fp16/bf16 accumulated in 16 bits
+///    every element type, and so do all_to_all and all_to_all_v (one group of ncclSend/ncclRecv on
+///    ncclUint8, as nccl-tests' alltoall). Results are NCCL's: its summation order, fp16/bf16 accumulated in 16 bits
 ///    between hops (collx's host path rounds once from fp32), avg as NCCL computes it, NCCL's NaN
 ///    handling in min/max.
 ///  - collx's schedules (algo/ring.hpp, algo/tree.hpp, built by schedule::make_schedule) for any
@@ -41,18 +42,23 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <initializer_list>
+#include <span>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <collx/algo/build.hpp>
 #include <collx/algo/ring.hpp>
 #include <collx/algo/tree.hpp>
 #include <collx/algo/automatic.hpp>
+#include <collx/block_counts.hpp>
 #include <collx/concepts.hpp>
 #include <collx/cuda/convert.cuh>
 #include <collx/cuda/reduce_kernel.cuh>
+#include <collx/detail/counts.hpp>
 #include <collx/detail/executor.hpp>  // detail::no_op
 #include <collx/detail/reduction.hpp>
 #include <collx/detail/type_name.hpp>
@@ -426,6 +432,107 @@ void broadcast(communicator& c, nullable_ptr<const std::type_identity_t<T>> send
   detail::named(name, [&] {
     check(ncclBroadcast(send, recv, count * sizeof(T), ncclUint8, root, c.get(), stream), "ncclBroadcast", c.get());
   });
+}
+
+namespace detail {
+/// Posts one rank's all-to-all exchanges (nccl/plan.hpp: all_to_all_exchanges) as one NCCL group.
+inline void post_exchanges(communicator& c, const void* send, void* recv, const std::vector<peer_exchange>& plan,
+                           cudaStream_t stream) {
+  const auto* in = static_cast<const unsigned char*>(send);
+  auto* out = static_cast<unsigned char*>(recv);
+  group_guard g{c.get()};
+  g.start();
+  for (const peer_exchange& x : plan) {
+    if (x.send_bytes)
+      check(ncclSend(in + x.send_offset, x.send_bytes, ncclUint8, x.peer, c.get(), stream), "ncclSend", c.get());
+    if (x.recv_bytes)
+      check(ncclRecv(out + x.recv_offset, x.recv_bytes, ncclUint8, x.peer, c.get(), stream), "ncclRecv", c.get());
+  }
+  g.end();
+}
+}  // namespace detail
+
+/// All-to-all: block d of this rank's send (count elements) lands in block rank() of rank d's recv,
+/// for any element type (bytes: one group of ncclSend/ncclRecv on ncclUint8, as nccl-tests'
+/// alltoall; NCCL has no all-to-all call). count is one destination's block, as gpu::all_to_all's
+/// and nccl-tests' (the host collx::all_to_all takes the whole buffer). Never in place: NCCL moves
+/// the blocks concurrently.
+/// @pre send and recv hold size() * count elements on device(); they do not overlap.
+/// @throws collx::error (errc::invalid_argument) for a null buffer, overlap, a count whose bytes
+///         overflow, or the wrong current device; (errc::transport / errc::cuda) when an NCCL or
+///         CUDA call fails. Ranks that disagree on count are not told (see nccl/communicator.hpp):
+///         NCCL then waits until its own timeout or abort().
+template <element T>
+void all_to_all(communicator& c, const T* send, T* recv, std::size_t count, cudaStream_t stream) {
+  const std::string name = detail::call_name<T, collx::detail::no_op>(c, collective::all_to_all, "nccl");
+  detail::check_args(c, name, count, {send, recv});
+  const std::size_t n = static_cast<std::size_t>(c.size());
+  if (count > PTRDIFF_MAX / sizeof(T) / n)
+    COLLX_THROW(errc::invalid_argument, name + ": count " + std::to_string(count) + " x " + std::to_string(n) +
+                                            " ranks is more than memory holds");
+  if (detail::overlap(send, n * count * sizeof(T), recv, n * count * sizeof(T)))
+    COLLX_THROW(errc::invalid_argument, name + ": send and recv overlap (all_to_all over NCCL is never in place)");
+  if (count == 0) return;
+  detail::named(name, [&] {
+    const std::vector<std::size_t> counts(n, count);
+    detail::post_exchanges(c, send, recv, all_to_all_exchanges(c.rank(), counts, counts, sizeof(T)), stream);
+  });
+}
+
+/// All-to-all with uneven blocks, the host all_to_all_v's layout: this rank sends send_counts[d]
+/// elements to rank d, its blocks packed in rank order in send, and receives recv_counts[q] from
+/// rank q, packed in rank order in recv; any element type (bytes, as all_to_all). Where only the
+/// senders know the counts, exchange them first (nccl::all_to_all of one std::size_t per rank, or
+/// over the host communicator).
+/// @param send sum of send_counts elements; @param recv sum of recv_counts elements; either may be
+///        null (a literal nullptr too) when its counts are all 0; never overlapping
+/// @param send_counts,recv_counts one per rank (any integer type: block_counts); recv_counts[q] here
+///        must equal send_counts[rank()] on rank q. Not checked across ranks (see
+///        nccl/communicator.hpp): a disagreement waits in NCCL until its timeout or abort().
+/// @throws collx::error (errc::invalid_argument) for lists of the wrong length, a negative count,
+///         sums past memory, send_counts[rank()] != recv_counts[rank()], null or overlapping
+///         buffers; otherwise as all_to_all.
+template <element T>
+void all_to_all_v(communicator& c, nullable_ptr<const std::type_identity_t<T>> send_or_null,
+                  const block_counts& send_counts, T* recv, const block_counts& recv_counts, cudaStream_t stream) {
+  const T* const send = send_or_null.p;
+  const std::string name = detail::call_name<T, collx::detail::no_op>(c, collective::all_to_all, "nccl");
+  c.check_device(name.c_str());
+  const std::size_t n = static_cast<std::size_t>(c.size()), me = static_cast<std::size_t>(c.rank());
+  if (send_counts.size() != n || recv_counts.size() != n)
+    COLLX_THROW(errc::invalid_argument, name + ": send_counts has " + std::to_string(send_counts.size()) +
+                                            " and recv_counts " + std::to_string(recv_counts.size()) + " entries for " +
+                                            std::to_string(n) + " ranks (both need one per rank)");
+  for (const auto& [list, counts] : {std::pair{"send_counts", &send_counts}, std::pair{"recv_counts", &recv_counts}})
+    if (!collx::detail::counts_are_sound(*counts, sizeof(T)))
+      COLLX_THROW(errc::invalid_argument, name + ": " + collx::detail::bad_counts(list, *counts, sizeof(T)));
+  if (send_counts[me] != recv_counts[me])
+    COLLX_THROW(errc::invalid_argument, name + ": this rank sends itself " + std::to_string(send_counts[me]) +
+                                            " elements (send_counts[" + std::to_string(me) + "]) but receives " +
+                                            std::to_string(recv_counts[me]) + " from itself (recv_counts[" +
+                                            std::to_string(me) + "]); they must be equal");
+  std::size_t send_total = 0, recv_total = 0;
+  for (std::size_t q = 0; q < n; ++q) send_total += send_counts[q], recv_total += recv_counts[q];
+  if ((send_total && !send) || (recv_total && !recv))
+    COLLX_THROW(errc::invalid_argument, name + ": null " + (send_total && !send ? "send" : "recv") + " with " +
+                                            std::to_string(send_total && !send ? send_total : recv_total) +
+                                            " elements to move");
+  if (detail::overlap(send, send_total * sizeof(T), recv, recv_total * sizeof(T)))
+    COLLX_THROW(errc::invalid_argument, name + ": send and recv overlap (all_to_all_v is never in place)");
+  if (send_total == 0 && recv_total == 0) return;
+  detail::named(name, [&] {
+    const std::span<const std::size_t> sc = send_counts.values(), rc = recv_counts.values();
+    detail::post_exchanges(c, send, recv,
+                           all_to_all_exchanges(c.rank(), std::vector<std::size_t>(sc.begin(), sc.end()),
+                                                std::vector<std::size_t>(rc.begin(), rc.end()), sizeof(T)),
+                           stream);
+  });
+}
+/// all_to_all_v with a literal nullptr for recv (a rank whose recv_counts are all 0): T from send.
+template <element T>
+void all_to_all_v(communicator& c, const T* send, const block_counts& send_counts, std::nullptr_t,
+                  const block_counts& recv_counts, cudaStream_t stream) {
+  all_to_all_v<T>(c, send, send_counts, static_cast<T*>(nullptr), recv_counts, stream);
 }
 
 }  // namespace nccl

@@ -1,7 +1,8 @@
 /// @file nccl/plan.hpp
 /// How collx runs one of its schedules over NCCL point-to-point calls, as plain data: which
 /// algorithm, how a call is cut into segments that bound the device scratch and staging memory,
-/// and how a rank's steps become NCCL groups. Plain C++ (no NCCL or CUDA headers), unit-tested
+/// and how a rank's steps become NCCL groups; and the one group of an all-to-all's sends and
+/// receives (all_to_all_exchanges). Plain C++ (no NCCL or CUDA headers), unit-tested
 /// without a GPU by test_nccl_plan; nccl/collectives.cuh carries the plan out on a stream.
 ///
 /// Why groups: collx's execution model (algo/schedule.hpp) lets a `send` stay pending until the
@@ -249,6 +250,42 @@ inline std::vector<segment> plan_segments(collective coll, algorithm alg, int wo
     p.blocks = schedule::vector_blocks(len, world_size);
     for (auto& b : p.blocks) b.in += base, b.out += base;
     out.push_back({p, len});
+  }
+  return out;
+}
+
+/// One peer's share of an all-to-all over NCCL, in bytes: what this rank sends it (from
+/// `send_offset` of the send buffer) and receives from it (at `recv_offset` of the recv buffer).
+struct peer_exchange {
+  int peer = 0;
+  std::size_t send_offset = 0, send_bytes = 0, recv_offset = 0, recv_bytes = 0;
+  /// Field-wise equality (for tests).
+  friend bool operator==(const peer_exchange&, const peer_exchange&) = default;
+};
+
+/// The exchanges of one rank's all_to_all_v over NCCL, which nccl/collectives.cuh posts as one
+/// ncclGroupStart/End group of an ncclSend and an ncclRecv per peer (the rank itself included; a
+/// side of 0 bytes is not posted), as nccl-tests' alltoall does: one group, so NCCL progresses
+/// every transfer together and no order of peers can deadlock. Blocks lie packed in rank order
+/// (the host all_to_all_v's layout). Peers in order rank, rank + 1, ... (mod n), so that the ranks
+/// do not all start on the same peer. Counts in elements of `element_bytes`, checked by the caller
+/// (one per rank, sums that fit in memory).
+inline std::vector<peer_exchange> all_to_all_exchanges(int rank, const std::vector<std::size_t>& send_counts,
+                                                       const std::vector<std::size_t>& recv_counts,
+                                                       std::size_t element_bytes) {
+  const std::size_t n = send_counts.size();
+  if (n == 0 || recv_counts.size() != n || rank < 0 || static_cast<std::size_t>(rank) >= n)
+    COLLX_THROW(errc::invalid_argument, "nccl::all_to_all_exchanges: one count per rank in each list, and a rank among them");
+  std::vector<std::size_t> send_at(n, 0), recv_at(n, 0);
+  for (std::size_t q = 1; q < n; ++q) {
+    send_at[q] = send_at[q - 1] + send_counts[q - 1] * element_bytes;
+    recv_at[q] = recv_at[q - 1] + recv_counts[q - 1] * element_bytes;
+  }
+  std::vector<peer_exchange> out;
+  out.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::size_t q = (static_cast<std::size_t>(rank) + i) % n;
+    out.push_back({static_cast<int>(q), send_at[q], send_counts[q] * element_bytes, recv_at[q], recv_counts[q] * element_bytes});
   }
   return out;
 }
