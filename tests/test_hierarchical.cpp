@@ -569,6 +569,45 @@ TEST_CASE("attach_hierarchy is one call on world: an async call started meanwhil
   }
 }
 
+TEST_CASE("attach_hierarchy again replaces the levels: later hierarchical calls run on the new ones",
+          "[hierarchical]") {
+  // Nodes {0, 1} and {2, 3}, then {0, 2} and {1, 3}: the levels of the first are released, and the
+  // whole communicator (which watches its levels) stays healthy.
+  collx::communicator_options opt;
+  opt.timeout = std::chrono::seconds(20);
+  auto world = collx::make_thread_communicators(4, opt);
+  std::vector<std::string> errors(4);
+  std::vector<std::vector<int>> node_ranks(4);
+  std::vector<std::vector<double>> sums(4);
+  collx::run_threads(world, [&](collx::communicator& c) {
+    const int r = c.rank();
+    try {
+      for (const auto& ids : {ids_of({"n0", "n0", "n1", "n1"}), ids_of({"a", "b", "a", "b"})}) {
+        collx::node_layout lay = collx::node_layout::from_ids(ids, r);
+        auto node = collx::split(c, lay.node_index, lay.local_rank);
+        auto cross = collx::split(c, lay.local_rank, lay.node_index);
+        collx::attach_hierarchy(c, std::move(lay), std::move(*node), std::move(*cross));
+        const collx::hierarchy* h = c.get_hierarchy();
+        node_ranks[static_cast<size_t>(r)] = h->layout.ranks[static_cast<size_t>(h->layout.node_index)];
+        std::vector<double> v(1001, r + 1.0);
+        collx::allreduce<collx::algo::hierarchical<>>(c, std::span<double>(v));
+        sums[static_cast<size_t>(r)].push_back(v.back());
+      }
+      std::vector<double> flat(7, 1.0);
+      collx::allreduce<collx::algo::ring>(c, std::span<double>(flat));
+      sums[static_cast<size_t>(r)].push_back(flat.back());
+    } catch (const collx::error& e) {
+      errors[static_cast<size_t>(r)] = e.what();
+    }
+  });
+  for (int r = 0; r < 4; ++r) {
+    INFO("rank " << r << ": " << errors[static_cast<size_t>(r)]);
+    CHECK(errors[static_cast<size_t>(r)].empty());
+    CHECK(node_ranks[static_cast<size_t>(r)] == std::vector<int>{r % 2, r % 2 + 2});  // the second layout's node
+    CHECK(sums[static_cast<size_t>(r)] == std::vector<double>{10.0, 10.0, 4.0});
+  }
+}
+
 namespace {
 thread_local collx::communicator* level_to_call = nullptr;  // set on one rank: its op makes a barrier there, once
 struct sum_calling_level {

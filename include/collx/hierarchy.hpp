@@ -89,7 +89,8 @@ inline const bool attach_exchange_named =
 /// rank's outcome, so that all attach or all throw (a rank that has returned can still fail world
 /// by its next call before a slower rank has returned, which then throws that failure, as from any
 /// collective). A hierarchy that passed only its sizes would
-/// combine in the wrong order, silently.
+/// combine in the wrong order, silently. Attaching again (on every rank, as the first time)
+/// replaces the hierarchy: the earlier levels are destroyed, and later calls run on the new ones.
 /// @param world the communicator the layout describes (layout.ranks covers its ranks)
 /// @param layout this rank's node_layout (node_layout::from_ids of the same ids on every rank)
 /// @param node this rank's node communicator: rank = layout.local_rank
