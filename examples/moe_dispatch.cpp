@@ -220,6 +220,15 @@ int main(int argc, char** argv) {
                    me, n * s.experts_per_rank, n * s.experts_per_rank == 1 ? "" : "s", s.experts_per_rank, top_k);
       return 2;
     }
+    // Every rank holds every expert's weights: refuse sizes that would take more than 1 GiB a rank.
+    const double weight_bytes = 8.0 * n * s.experts_per_rank * static_cast<double>(s.dim) * static_cast<double>(s.hidden);
+    const double token_bytes = 4.0 * static_cast<double>(s.tokens) * static_cast<double>(s.dim);
+    if (weight_bytes > 0x1p30 || token_bytes > 0x1p30) {
+      std::fprintf(stderr, "rank %d: %.2f GiB of expert weights and %.2f GiB of tokens per rank: more than the example's 1 GiB "
+                   "each (lower --dim, --hidden, --experts-per-rank or --tokens)\n",
+                   me, weight_bytes / 0x1p30, token_bytes / 0x1p30);
+      return 2;
+    }
     ex::checker check{me, 0};
     const layer L(s, n);
     const std::vector<float> x = make_tokens(s, me);

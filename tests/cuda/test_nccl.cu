@@ -164,9 +164,10 @@ void check_moves(nc::communicator& c, cudaStream_t s, std::size_t count, failure
         break;
       }
 
-  // all_to_all_v: rank src sends dst ((src + 2 dst) % 3) * count elements (zeros included), the
-  // counts as int (as MPI codes keep them).
-  auto sent = [&](int src, std::size_t dst) { return static_cast<std::size_t>((src + 2 * static_cast<int>(dst)) % 3) * count; };
+  // all_to_all_v: rank src sends dst ((src + 2 dst + 1) % 3) * count elements, the counts as int
+  // (as MPI codes keep them). On 2 ranks: each sends itself count, rank 0 sends rank 1 nothing
+  // while rank 1 sends rank 0 2 count (a pair with one side empty).
+  auto sent = [&](int src, std::size_t dst) { return static_cast<std::size_t>((src + 2 * static_cast<int>(dst) + 1) % 3) * count; };
   std::vector<int> sc(un), rc(un);
   std::vector<T> vin, want;
   for (std::size_t q = 0; q < un; ++q) {

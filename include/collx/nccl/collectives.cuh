@@ -481,9 +481,10 @@ void all_to_all(communicator& c, const T* send, T* recv, std::size_t count, cuda
 
 /// All-to-all with uneven blocks, the host all_to_all_v's layout: this rank sends send_counts[d]
 /// elements to rank d, its blocks packed in rank order in send, and receives recv_counts[q] from
-/// rank q, packed in rank order in recv; any element type (bytes, as all_to_all). Where only the
-/// senders know the counts, exchange them first (nccl::all_to_all of one std::size_t per rank, or
-/// over the host communicator).
+/// rank q, packed in rank order in recv; any element type (bytes, as all_to_all). The counts are
+/// host values: where only the senders know them, exchange them first over the host communicator
+/// (collx::all_to_all of one count per rank), or with nccl::all_to_all on device memory, then copy
+/// them to the host and synchronise the stream.
 /// @param send sum of send_counts elements; @param recv sum of recv_counts elements; either may be
 ///        null (a literal nullptr too) when its counts are all 0; never overlapping
 /// @param send_counts,recv_counts one per rank (any integer type: block_counts); recv_counts[q] here
