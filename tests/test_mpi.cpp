@@ -432,6 +432,42 @@ void abort_wakes(collx::communicator& c) {
   check(s < 10.0, "abort seen in " + std::to_string(s) + " s");
 }
 
+// A chain of waits: rank 0 receives from rank 2, which (as every rank above it) receives from rank
+// 1, which is busy outside collx for 2.5 s. Rank 0 (timeout 1 s) times out first,
+// naming rank 2, and every rank adopts that notice; rank 2's own message must still name rank 1,
+// the rank it had waited for (before, no rank's message named it). 3 ranks or more.
+void timeout_chain_names_the_late_rank() {
+  int n = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  if (n < 3) return;
+  collx::communicator_options o;
+  o.timeout = g_rank == 0 ? std::chrono::milliseconds(1000) : std::chrono::milliseconds(10000);
+  collx::errc code = collx::errc::internal;
+  std::string why;
+  try {
+    collx::communicator c = collx::mpi::connect(MPI_COMM_WORLD, o);
+    std::vector<int> v(3);
+    if (c.rank() == 0) {
+      collx::recv(c, std::span<int>(v), 2);
+    } else if (c.rank() == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+      collx::recv(c, std::span<int>(v), 0);  // (a send could go out eagerly before the notice is read)
+    } else {
+      collx::recv(c, std::span<int>(v), 1);
+    }
+  } catch (const collx::error& e) {
+    code = e.code();
+    why = e.what();
+  }
+  check(code == collx::errc::timeout, "every rank reads rank 0's timeout (got " + std::to_string(static_cast<int>(code)) + "): " + why);
+  if (g_rank == 0) check(why.find("waiting for a message from rank 2") != std::string::npos, "rank 0 names rank 2: " + why);
+  if (g_rank == 2)
+    check(why.find("rank 0 timed out") != std::string::npos &&
+              why.find("; rank 2 had itself waited ") != std::string::npos &&
+              why.find(" ms for a message from rank 1") != std::string::npos,
+          "rank 2 reads rank 0's timeout and names the rank it had waited for: " + why);
+}
+
 // Rank 0 rejects a hierarchical broadcast (a root outside the communicator) before any level
 // runs, which fails only the whole communicator; the others are inside the call, waiting on the
 // node or cross-node level: they must learn of it there (the levels watch each other), well
@@ -1275,6 +1311,7 @@ int main(int argc, char** argv) {
       collx::communicator c = collx::mpi::connect(MPI_COMM_WORLD);
       abort_wakes(c);
     }
+    timeout_chain_names_the_late_rank();
     {
       collx::communicator c = collx::mpi::connect_hierarchical(MPI_COMM_WORLD);
       rejection_reaches_levels(c);

@@ -972,11 +972,11 @@ class mpi_transport final : public transport {
     int closed_who = -1;
     for (unsigned polls = 0;; ++polls) {
       if (finalizing()) stop_for_finalize_here();  // each poll calls MPI
-      if (failed_.load(std::memory_order_acquire)) rethrow_failure();
+      if (failed_.load(std::memory_order_acquire)) rethrow_failure(own_wait_note(start, what, peer));
       if (ready()) return;
       if (polls % 64 == 0) {
         poll_control();
-        if (failed_.load(std::memory_order_acquire) || watched_failed()) rethrow_failure();
+        if (failed_.load(std::memory_order_acquire) || watched_failed()) rethrow_failure(own_wait_note(start, what, peer));
         const auto now = std::chrono::steady_clock::now();
         if (now > deadline)
           fail_out(errc::timeout, "rank " + std::to_string(rank_) + " timed out after " + std::to_string(timeout_.count()) +
@@ -1079,6 +1079,7 @@ class mpi_transport final : public transport {
       if (failed_.load(std::memory_order_relaxed)) return;
       code_ = code;
       why_ = text;
+      own_failure_ = false;
       failed_.store(true, std::memory_order_release);  // a peer's failure: it told everyone already
       return;
     }
@@ -1174,6 +1175,7 @@ class mpi_transport final : public transport {
       std::lock_guard<std::mutex> lock(mu_);
       if (failed_.load(std::memory_order_relaxed)) return;
       code_ = code;
+      own_failure_ = own;
       try {
         why_ = why;
         notice_text_ = own ? reported_own(rank_, why) : why;
@@ -1209,13 +1211,14 @@ class mpi_transport final : public transport {
     fail_with_notice(code, why, true, true);  // (in a member's open mpi_section)
     rethrow_failure();
   }
-  [[noreturn]] void rethrow_failure() {
+  /// Throws the failure, its text followed by `note` (this rank's own part, not sent to peers).
+  [[noreturn]] void rethrow_failure(const std::string& note = {}) {
     if (notice_pending_) send_notices();
     settle_sends();
-    throw_failure();
+    throw_failure(note);
   }
-  /// Throws the transport's failure (its code and text), no MPI call.
-  [[noreturn]] void throw_failure() {
+  /// Throws the transport's failure (its code and text, then `note`), no MPI call.
+  [[noreturn]] void throw_failure(const std::string& note = {}) {
     errc code;
     std::string why;
     {
@@ -1223,8 +1226,24 @@ class mpi_transport final : public transport {
       code = code_;
       why = why_;
     }
-    COLLX_THROW(code, why);
+    COLLX_THROW(code, why + note);
   }
+
+  /// For a wait that another rank's timeout ended, after `own_wait_note_after`: what this rank had
+  /// itself been waiting for. Every rank reads the first timeout's notice, which names the peer
+  /// that rank waited for; that peer may itself have waited for the rank that is stuck (in an MPI
+  /// call of the user's, say), which then shows here, in the waiting rank's own message.
+  std::string own_wait_note(std::chrono::steady_clock::time_point start, const char* what, int peer) {
+    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+    if (waited < own_wait_note_after) return {};
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (own_failure_ || code_ != errc::timeout) return {};
+    }
+    return "; rank " + std::to_string(rank_) + " had itself waited " + std::to_string(waited.count()) + " ms for " +
+           (peer >= 0 ? what + (" rank " + std::to_string(peer)) : send_peers_.empty() ? std::string(what) : send_wait_text());
+  }
+  static constexpr std::chrono::milliseconds own_wait_note_after{100};
 
   /// A failed call is about to hand its buffers back to the user, who may free them: the sends
   /// still reading from them get up to settle_time to finish. Those a peer matched finish once MPI
@@ -1273,6 +1292,7 @@ class mpi_transport final : public transport {
   errc code_ = errc::aborted;
   std::string why_;
   std::string notice_text_;  // what the peers read: why_, with "rank R failed: " when this rank's own
+  bool own_failure_ = false;  // the failure is this rank's own, not a peer's notice or a watched level's
   std::unique_ptr<std::string> notice_;  // the control message; stays alive while it is being sent
   std::vector<MPI_Request> control_sends_;
 
