@@ -1498,6 +1498,34 @@ TEST_CASE("error messages name rank, world size and the call", "[errors][message
     REQUIRE(v[0].what.rfind("rank 0/2 allreduce#1<float32,sum,direct>: ", 0) == 0);
     REQUIRE(v[0].what.find("timed out") != std::string::npos);
   }
+  SECTION("a rank that reads another's timeout adds what it had itself waited for") {
+    // A chain: rank 0 receives from rank 2, which (500 ms later) receives from rank 1, which is busy
+    // elsewhere. Rank 0 times out first naming rank 2; rank 2's message must name rank 1 too.
+    opts_t o = ref::test_options();
+    o.timeout = std::chrono::milliseconds(1500);
+    auto v = run_expecting(
+        3,
+        [](collx::communicator& c) {
+          std::vector<float> x(4);
+          if (c.rank() == 0) collx::recv(c, std::span<float>(x), 2);
+          if (c.rank() == 1) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+            collx::recv(c, std::span<float>(x), 0);
+          }
+          if (c.rank() == 2) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(500));
+            collx::recv(c, std::span<float>(x), 1);
+          }
+        },
+        o);
+    INFO(describe(v));
+    for (const auto& e : v) REQUIRE(e.code == errc::timeout);
+    REQUIRE(v[0].what.find("waiting for a message from rank 2") != std::string::npos);
+    REQUIRE(v[0].what.find("had itself waited") == std::string::npos);  // its own timeout says it all
+    REQUIRE(v[2].what.find("rank 0 failed: timed out") != std::string::npos);
+    REQUIRE(v[2].what.find("; rank 2 had itself waited ") != std::string::npos);
+    REQUIRE(v[2].what.find(" ms for a message from rank 1") != std::string::npos);
+  }
   SECTION("send and recv name themselves, not send_recv") {
     auto v = run_expecting(3, [](collx::communicator& c) {
       std::vector<float> x(4);

@@ -349,6 +349,7 @@ class threads_transport final : public transport {
     const detail::wait_record w{kind, peer, k, call_seq_};
     auto ready = [&] { return world_->wait_met(rank_, w); };
     if (ready()) return;
+    const auto start = std::chrono::steady_clock::now();
     detail::wait_slot& mine = world_->wait_of(rank_);
     mine.publish(w);
     struct unpublish {
@@ -373,7 +374,21 @@ class threads_transport final : public transport {
       fail_out(errc::timeout, "timed out after " + std::to_string(timeout_.count()) + " ms waiting for " +
                                   wait_words(kind) + " rank " + std::to_string(peer) +
                                   " (the peer is late, stuck, or called something else)");
-    rethrow_failure();
+    rethrow_failure(own_wait_note(kind, peer, start));
+  }
+
+  /// For a wait that another rank's timeout ended, after 100 ms: what this rank had itself been
+  /// waiting for. Every rank reads the first timeout, which names the peer its rank waited for;
+  /// that peer may itself have waited for the rank that is stuck, which then shows here.
+  std::string own_wait_note(std::uint32_t kind, int peer, std::chrono::steady_clock::time_point start) const {
+    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+    errc code{};
+    std::string why;
+    if (waited < std::chrono::milliseconds(100) || !world_->failure(code, why) || code != errc::timeout ||
+        why.rfind("rank " + std::to_string(rank_) + " ", 0) == 0)  // its own (abort() from another thread)
+      return {};
+    return "; rank " + std::to_string(rank_) + " had itself waited " + std::to_string(waited.count()) + " ms for " +
+           wait_words(kind) + " rank " + std::to_string(peer);
   }
 
   static const char* wait_words(std::uint32_t kind) noexcept {
@@ -469,9 +484,10 @@ class threads_transport final : public transport {
     quiesce();
     COLLX_THROW(code, why);
   }
-  [[noreturn]] void rethrow_failure() {
+  /// Throws the world's failure as this rank reads it, followed by `note` (this rank's own part).
+  [[noreturn]] void rethrow_failure(const std::string& note = {}) {
     quiesce();
-    world_->raise_failure([&](const std::string& why) { return as_read_by(rank_, why); });
+    world_->raise_failure([&](const std::string& why) { return as_read_by(rank_, why) + note; });
   }
   /// Waits out peers' reads of this rank's messages that started before the failure was visible
   /// to them (recv announces a read, then checks the failure; the fences order the two sides).
