@@ -1229,21 +1229,20 @@ class mpi_transport final : public transport {
     COLLX_THROW(code, why + note);
   }
 
-  /// For a wait that another rank's timeout ended, after `own_wait_note_after`: what this rank had
-  /// itself been waiting for. Every rank reads the first timeout's notice, which names the peer
-  /// that rank waited for; that peer may itself have waited for the rank that is stuck (in an MPI
-  /// call of the user's, say), which then shows here, in the waiting rank's own message.
+  /// collx::detail::own_wait_note for a wait begun at `start` (as wait() names it) that a peer's timeout
+  /// notice ended; "" for any other failure.
   std::string own_wait_note(std::chrono::steady_clock::time_point start, const char* what, int peer) {
     const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
-    if (waited < own_wait_note_after) return {};
+    if (waited < collx::detail::own_wait_note_after) return {};
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (own_failure_ || code_ != errc::timeout) return {};
     }
-    return "; rank " + std::to_string(rank_) + " had itself waited " + std::to_string(waited.count()) + " ms for " +
-           (peer >= 0 ? what + (" rank " + std::to_string(peer)) : send_peers_.empty() ? std::string(what) : send_wait_text());
+    const std::string waited_for = peer >= 0 ? what + (" rank " + std::to_string(peer))
+                                   : send_peers_.empty() ? std::string(what)
+                                                         : send_wait_text();
+    return collx::detail::own_wait_note(rank_, waited, waited_for);
   }
-  static constexpr std::chrono::milliseconds own_wait_note_after{100};
 
   /// A failed call is about to hand its buffers back to the user, who may free them: the sends
   /// still reading from them get up to settle_time to finish. Those a peer matched finish once MPI

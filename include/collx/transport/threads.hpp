@@ -377,18 +377,16 @@ class threads_transport final : public transport {
     rethrow_failure(own_wait_note(kind, peer, start));
   }
 
-  /// For a wait that another rank's timeout ended, after 100 ms: what this rank had itself been
-  /// waiting for. Every rank reads the first timeout, which names the peer its rank waited for;
-  /// that peer may itself have waited for the rank that is stuck, which then shows here.
+  /// detail::own_wait_note for a wait begun at `start` that another rank's timeout ended; "" for
+  /// any other failure.
   std::string own_wait_note(std::uint32_t kind, int peer, std::chrono::steady_clock::time_point start) const {
     const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
     errc code{};
     std::string why;
-    if (waited < std::chrono::milliseconds(100) || !world_->failure(code, why) || code != errc::timeout ||
+    if (waited < detail::own_wait_note_after || !world_->failure(code, why) || code != errc::timeout ||
         why.rfind("rank " + std::to_string(rank_) + " ", 0) == 0)  // its own (abort() from another thread)
       return {};
-    return "; rank " + std::to_string(rank_) + " had itself waited " + std::to_string(waited.count()) + " ms for " +
-           wait_words(kind) + " rank " + std::to_string(peer);
+    return detail::own_wait_note(rank_, waited, wait_words(kind) + (" rank " + std::to_string(peer)));
   }
 
   static const char* wait_words(std::uint32_t kind) noexcept {

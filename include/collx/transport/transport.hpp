@@ -353,6 +353,21 @@ inline std::string level_ranks_text(const std::vector<int>& world_ranks) {
          (several ? "s " : " ") + b;
 }
 
+namespace detail {
+/// How long a wait must have lasted before another rank's timeout that ends it is read with
+/// own_wait_note's line (shorter waits say nothing the first timeout does not).
+inline constexpr std::chrono::milliseconds own_wait_note_after{100};
+
+/// What rank `rank` adds to another rank's timeout that ended its wait of `waited` for `what`
+/// ("a message from rank 1"), or "" before own_wait_note_after: every rank reads the first
+/// timeout, which names only the peer its own rank waited for; that peer may itself have waited
+/// for the rank that is stuck (in code of the user's, say), which this line then names.
+inline std::string own_wait_note(int rank, std::chrono::milliseconds waited, const std::string& what) {
+  if (waited < own_wait_note_after) return {};
+  return "; rank " + std::to_string(rank) + " had itself waited " + std::to_string(waited.count()) + " ms for " + what;
+}
+}  // namespace detail
+
 /// reported_by undone for the rank that failed: its own failure, as it reads it back from a peer
 /// or another level of its hierarchy, reads as its own ("why", not "rank R failed: why").
 inline std::string as_seen_by(int rank, std::string why) {
