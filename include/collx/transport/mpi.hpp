@@ -1078,8 +1078,7 @@ class mpi_transport final : public transport {
       std::lock_guard<std::mutex> lock(mu_);
       if (failed_.load(std::memory_order_relaxed)) return;
       code_ = code;
-      why_ = text;
-      own_failure_ = false;
+      why_ = text;  // (own_failure_ stays false: a transport fails once)
       failed_.store(true, std::memory_order_release);  // a peer's failure: it told everyone already
       return;
     }
