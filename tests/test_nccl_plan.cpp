@@ -489,3 +489,85 @@ TEST_CASE("NCCL all-to-all: each rank's one group moves every block to its place
   CHECK_THROWS_AS(nccl::all_to_all_exchanges(0, {1, 2}, {1}, 4), collx::error);  // lists of different lengths
   CHECK_THROWS_AS(nccl::all_to_all_exchanges(2, {1, 2}, {1, 2}, 4), collx::error);  // rank outside the lists
 }
+
+TEST_CASE("NCCL v-forms: one broadcast or reduce per non-empty block, the same list on every rank", "[nccl]") {
+  // all_gather_v and reduce_scatter_v over NCCL post rooted_blocks(counts) as one group of
+  // ncclBroadcast / ncclReduce. Carried out here on host memory, each broadcast copying its root's
+  // block to every rank and each reduce summing every rank's block at its root, against
+  // references computed from the counts alone: the packed layout, zeros left out, in place.
+  auto mix = [](std::uint64_t x) {  // splitmix64's finaliser: distinct values per (rank, index)
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+  };
+  auto value = [&](std::size_t rank, std::size_t i) { return static_cast<std::uint32_t>(mix(rank << 32 | i)); };
+  for (int n = 1; n <= 6; ++n)
+    for (int pattern = 0; pattern < 3; ++pattern) {
+      const auto un = static_cast<std::size_t>(n);
+      std::vector<std::size_t> counts(un);
+      for (std::size_t q = 0; q < un; ++q)  // uneven; pattern 1 empties every other block, 2 all but the last
+        counts[q] = pattern == 2 && q + 1 < un ? 0 : pattern == 1 && q % 2 ? 0 : mix(q * 7 + un + 1) % 9 + 1;
+      INFO("n = " << n << ", pattern " << pattern);
+      std::vector<std::size_t> displ(un, 0);
+      for (std::size_t q = 1; q < un; ++q) displ[q] = displ[q - 1] + counts[q - 1];
+      const std::size_t total = displ[un - 1] + counts[un - 1];
+
+      const std::vector<nccl::rooted_block> blocks = nccl::rooted_blocks(counts, sizeof(std::uint32_t));
+      std::size_t next = 0;  // rank order, no empty block, together covering the buffer once
+      for (const auto& b : blocks) {
+        const auto q = static_cast<std::size_t>(b.root);
+        CHECK(b.bytes == counts[q] * 4);
+        CHECK(b.offset == displ[q] * 4);
+        CHECK(b.bytes > 0);
+        CHECK(b.root >= static_cast<int>(next));
+        next = q + 1;
+      }
+      CHECK(nccl::rooted_blocks(counts, 12).size() == blocks.size());
+
+      // all_gather_v, out of place and in place (send is the rank's block of its own recv).
+      for (bool in_place : {false, true}) {
+        std::vector<std::vector<std::uint32_t>> send(un), recv(un, std::vector<std::uint32_t>(total, 0xabababab));
+        for (std::size_t r = 0; r < un; ++r)
+          for (std::size_t i = 0; i < counts[r]; ++i) {
+            send[r].push_back(value(r, i));
+            if (in_place) recv[r][displ[r] + i] = value(r, i);
+          }
+        for (const auto& b : blocks)
+          for (std::size_t r = 0; r < un; ++r) {
+            const auto q = static_cast<std::size_t>(b.root);
+            const std::uint32_t* from = in_place ? recv[q].data() + b.offset / 4 : send[q].data();
+            std::memmove(recv[r].data() + b.offset / 4, from, b.bytes);
+          }
+        for (std::size_t r = 0; r < un; ++r) {
+          std::vector<std::uint32_t> want;
+          for (std::size_t q = 0; q < un; ++q)
+            for (std::size_t i = 0; i < counts[q]; ++i) want.push_back(value(q, i));
+          INFO("all_gather_v rank " << r << (in_place ? " in place" : ""));
+          CHECK(recv[r] == want);
+        }
+      }
+
+      // reduce_scatter_v: rank r gets the sum over ranks of their elements displ[r] + i.
+      std::vector<std::vector<std::uint32_t>> send(un, std::vector<std::uint32_t>(total)), recv(un);
+      for (std::size_t r = 0; r < un; ++r) {
+        for (std::size_t i = 0; i < total; ++i) send[r][i] = value(r, 1000 + i);
+        recv[r].assign(counts[r], 0xabababab);
+      }
+      for (const auto& b : blocks) {
+        const auto root = static_cast<std::size_t>(b.root);
+        for (std::size_t i = 0; i < b.bytes / 4; ++i) {
+          std::uint32_t sum = 0;
+          for (std::size_t q = 0; q < un; ++q) sum += send[q][b.offset / 4 + i];
+          recv[root][i] = sum;
+        }
+      }
+      for (std::size_t r = 0; r < un; ++r)
+        for (std::size_t i = 0; i < counts[r]; ++i) {
+          std::uint32_t want = 0;
+          for (std::size_t q = 0; q < un; ++q) want += value(q, 1000 + displ[r] + i);
+          INFO("reduce_scatter_v rank " << r << " element " << i);
+          CHECK(recv[r][i] == want);
+        }
+    }
+  CHECK(nccl::rooted_blocks({0, 0, 0}, 4).empty());
+}

@@ -2,7 +2,8 @@
 // (tests/reference.hpp's folds), on NCCL's own path (float sum, small integers so any summation
 // order is exact) and on collx's schedule path over grouped ncclSend/ncclRecv: a custom commutative
 // struct op (ring), a non-commutative one (tree, rank order), and half sum forced onto algo::tree
-// (fp32 partials, rounded once); all_to_all and all_to_all_v (one group of ncclSend/ncclRecv).
+// (fp32 partials, rounded once); the v-forms (groups of ncclBroadcast / ncclReduce, or one collx
+// reduce per block); all_to_all and all_to_all_v (one group of ncclSend/ncclRecv).
 // A small segment_bytes makes the schedules run several segments.
 // One rank per GPU, ranks as threads of this process (NCCL rejects two ranks of one communicator on
 // one GPU): the [gpu] case needs 2 devices; nccl_test_main (gpu_test_main.cpp with
@@ -104,6 +105,27 @@ void check_reductions(nc::communicator& c, cudaStream_t s, std::size_t count, Wa
   collx::gpu::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
   compare("reduce_scatter", dout.get(count), static_cast<std::size_t>(r) * count);
 
+  // reduce_scatter_v: rank q's block is ((2q + 1) % 3) * count elements (on 2 ranks rank 1's is
+  // empty, and it passes a literal nullptr), out of place and in place.
+  std::vector<std::size_t> vc(un), displ(un, 0);
+  for (std::size_t q = 0; q < un; ++q) vc[q] = (2 * q + 1) % 3 * count;
+  for (std::size_t q = 1; q < un; ++q) displ[q] = displ[q - 1] + vc[q - 1];
+  const std::size_t total = displ[un - 1] + vc[un - 1], mine = vc[static_cast<std::size_t>(r)];
+  std::vector<T> vin(total);
+  for (std::size_t i = 0; i < total; ++i) vin[i] = gen<T>(r, i);
+  device_buffer<T> vdin(total), vdout(mine);
+  vdin.put(vin);
+  if (mine) nc::reduce_scatter_v<Algo>(c, vdin.p, vdout.p, vc, Op{}, s);
+  else nc::reduce_scatter_v<Algo>(c, vdin.p, nullptr, vc, Op{}, s);
+  collx::gpu::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+  compare("reduce_scatter_v", vdout.get(mine), displ[static_cast<std::size_t>(r)]);
+  nc::reduce_scatter_v<Algo>(c, vdin.p, vdin.p + displ[static_cast<std::size_t>(r)], vc, Op{}, s);  // in place
+  collx::gpu::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+  const std::vector<T> whole = vdin.get(total);
+  compare("reduce_scatter_v in place", std::vector<T>(whole.begin() + static_cast<std::ptrdiff_t>(displ[static_cast<std::size_t>(r)]),
+                                                      whole.begin() + static_cast<std::ptrdiff_t>(displ[static_cast<std::size_t>(r)] + mine)),
+          displ[static_cast<std::size_t>(r)]);
+
   const int root = n - 1;
   // Off the root, recv may be a literal nullptr (recv's type follows send's).
   if (r == root) nc::reduce<Algo>(c, din.p, dout.p, count, root, Op{}, s);
@@ -129,6 +151,59 @@ void check_moves(nc::communicator& c, cudaStream_t s, std::size_t count, failure
         q = n;
         break;
       }
+  // all_gather_v: rank q's block is ((2q + 1) % 3) * count elements (on 2 ranks rank 1's is empty,
+  // and it passes a literal nullptr), out of place into poisoned memory, then in place.
+  {
+    const auto un = static_cast<std::size_t>(n), me = static_cast<std::size_t>(r);
+    std::vector<std::size_t> vc(un), displ(un, 0);
+    for (std::size_t q = 0; q < un; ++q) vc[q] = (2 * q + 1) % 3 * count;
+    for (std::size_t q = 1; q < un; ++q) displ[q] = displ[q - 1] + vc[q - 1];
+    const std::size_t total = displ[un - 1] + vc[un - 1];
+    std::vector<T> want, vjunk(total);
+    for (std::size_t q = 0; q < un; ++q)
+      for (std::size_t i = 0; i < vc[q]; ++i) want.push_back(gen<T>(static_cast<int>(q), i));
+    std::memset(static_cast<void*>(vjunk.data()), 0xab, vjunk.size() * sizeof(T));
+    std::vector<T> block(vc[me]);
+    for (std::size_t i = 0; i < vc[me]; ++i) block[i] = gen<T>(r, i);
+    device_buffer<T> vin(vc[me]), vout(total);
+    vin.put(block);
+    for (bool in_place : {false, true}) {
+      if (in_place) {
+        std::vector<T> mine_in_place(vjunk);
+        std::copy(block.begin(), block.end(), mine_in_place.begin() + static_cast<std::ptrdiff_t>(displ[me]));
+        vout.put(mine_in_place);
+        nc::all_gather_v(c, vout.p + displ[me], vout.p, vc, s);
+      } else {
+        vout.put(vjunk);
+        if (vc[me]) nc::all_gather_v(c, vin.p, vout.p, vc, s);
+        else nc::all_gather_v(c, nullptr, vout.p, vc, s);
+      }
+      collx::gpu::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+      const std::vector<T> got = vout.get(total);
+      for (std::size_t i = 0; i < total; ++i)
+        if (!same_bytes(got[i], want[i])) {
+          f.add(label + " all_gather_v" + (in_place ? " in place" : "") + ": rank " + std::to_string(r) + " element " +
+                std::to_string(i) + " differs");
+          break;
+        }
+    }
+    // Counts of the wrong length, or a negative one, are refused on each rank before NCCL is called.
+    std::vector<std::size_t> longer(vc);
+    longer.push_back(count);
+    std::vector<int> negative(un, 1);
+    negative[un - 1] = -1;
+    for (int bad = 0; bad < 2; ++bad)
+      try {
+        if (bad == 0) nc::all_gather_v(c, vin.p, vout.p, longer, s);
+        else nc::all_gather_v(c, vin.p, vout.p, negative, s);
+        f.add(label + " all_gather_v: rank " + std::to_string(r) + ": bad counts " + std::to_string(bad) + " did not throw");
+      } catch (const collx::error& e) {
+        const char* says = bad == 0 ? "one per rank" : "negative";
+        if (e.code() != collx::errc::invalid_argument || std::string(e.what()).find(says) == std::string::npos)
+          f.add(label + " all_gather_v bad counts: " + e.what());
+      }
+  }
+
   const int root = 1 % n;
   // Off the root, send may be a literal nullptr (send's type follows recv's).
   if (r == root) nc::broadcast(c, din.p, dout.p, count, root, s);

@@ -3,14 +3,15 @@
 /// files (nvcc, with collx::nccl's flags); CMake: target collx::nccl.
 ///
 /// Two paths, chosen at compile time:
-///  - NCCL's own collectives (ncclAllReduce, ncclReduceScatter, ncclReduce) when NCCL has the element
-///    type and the op (nccl/native.hpp: float, double, half/__half, bfloat16/__nv_bfloat16, 8/32/64-bit
-///    integers with sum, prod, min, max, avg) and the algorithm is algo::automatic. all_gather and
-///    broadcast move bytes (ncclAllGather / ncclBroadcast on ncclUint8), so they take this path for
-///    every element type, and so do all_to_all and all_to_all_v (one group of ncclSend/ncclRecv on
-///    ncclUint8, as nccl-tests' alltoall). Results are NCCL's: its summation order, fp16/bf16 accumulated in 16 bits
-///    between hops (collx's host path rounds once from fp32), avg as NCCL computes it, NCCL's NaN
-///    handling in min/max.
+///  - NCCL's own collectives (ncclAllReduce, ncclReduceScatter, ncclReduce; reduce_scatter_v as one
+///    group of an ncclReduce per rank) when NCCL has the element type and the op (nccl/native.hpp:
+///    float, double, half/__half, bfloat16/__nv_bfloat16, 8/32/64-bit integers with sum, prod, min,
+///    max, avg) and the algorithm is algo::automatic. all_gather and broadcast move bytes
+///    (ncclAllGather / ncclBroadcast on ncclUint8), so they take this path for every element type,
+///    and so do all_gather_v (one group of an ncclBroadcast per rank), all_to_all and all_to_all_v
+///    (one group of ncclSend/ncclRecv on ncclUint8, as nccl-tests' alltoall). Results are NCCL's:
+///    its summation order, fp16/bf16 accumulated in 16 bits between hops (collx's host path rounds
+///    once from fp32), avg as NCCL computes it, NCCL's NaN handling in min/max.
 ///  - collx's schedules (algo/ring.hpp, algo/tree.hpp, built by schedule::make_schedule) for any
 ///    other type or op (custom structs, bitwise ops, user ops, non-commutative ops), or when the
 ///    caller names algo::ring or algo::tree: each receive runs in one ncclGroupStart/End group with
@@ -431,6 +432,125 @@ void broadcast(communicator& c, nullable_ptr<const std::type_identity_t<T>> send
   if (count == 0) return;
   detail::named(name, [&] {
     check(ncclBroadcast(send, recv, count * sizeof(T), ncclUint8, root, c.get(), stream), "ncclBroadcast", c.get());
+  });
+}
+
+namespace detail {
+/// A v-form's counts, checked on this rank (one per rank, none negative, a sum that fits in
+/// memory), as std::size_t, with their sum in `total`.
+template <class T>
+std::vector<std::size_t> checked_counts(const communicator& c, const std::string& name, const block_counts& counts,
+                                        std::size_t& total) {
+  if (counts.size() != static_cast<std::size_t>(c.size()))
+    COLLX_THROW(errc::invalid_argument, name + ": counts has " + std::to_string(counts.size()) + " entries for " +
+                                            std::to_string(c.size()) + " ranks (one per rank)");
+  if (!collx::detail::counts_are_sound(counts, sizeof(T)))
+    COLLX_THROW(errc::invalid_argument, name + ": " + collx::detail::bad_counts("counts", counts, sizeof(T)));
+  const std::span<const std::size_t> v = counts.values();
+  total = 0;
+  for (std::size_t x : v) total += x;
+  return {v.begin(), v.end()};
+}
+}  // namespace detail
+
+/// All-gather with a count per rank: recv = rank 0's block | rank 1's | ... on every rank, rank q's
+/// counts[q] elements starting at element counts[0] + ... + counts[q-1] (the layout of the host
+/// all_gather_v and of gpu::all_gather_v), for any element type. NCCL has no all-gather-v: this is
+/// one group of an ncclBroadcast on ncclUint8 from each rank whose block is not empty
+/// (nccl/plan.hpp: rooted_blocks). In place when send == recv + this rank's offset.
+/// @param send counts[rank()] elements (may be null, a literal nullptr too, when that is 0)
+/// @param recv the sum of the counts (may be null when that is 0)
+/// @param counts one per rank (block_counts: std::size_t or any integer type, or a braced list),
+///        the same on every rank. Not checked across ranks (see nccl/communicator.hpp): ranks that
+///        disagree wait in NCCL until its timeout or abort().
+/// @throws collx::error (errc::invalid_argument) for counts of the wrong length, a negative count,
+///         a sum past memory, a null buffer with elements to move, or send overlapping recv other
+///         than in place; otherwise as all_gather.
+template <element T>
+void all_gather_v(communicator& c, nullable_ptr<const std::type_identity_t<T>> send_or_null, T* recv,
+                  const block_counts& counts, cudaStream_t stream) {
+  const T* const send = send_or_null.p;
+  const std::string name = detail::call_name<T, collx::detail::no_op>(c, collective::all_gather, "nccl");
+  c.check_device(name.c_str());
+  std::size_t total = 0;
+  const std::vector<std::size_t> v = detail::checked_counts<T>(c, name, counts, total);
+  const auto me = static_cast<std::size_t>(c.rank());
+  std::size_t at = 0;
+  for (std::size_t q = 0; q < me; ++q) at += v[q];
+  if ((total && !recv) || (v[me] && !send))
+    COLLX_THROW(errc::invalid_argument, name + ": null " + (total && !recv ? "recv" : "send") + " with " +
+                                            std::to_string(total && !recv ? total : v[me]) + " elements to move");
+  const bool in_place = send == recv + at;
+  if (!in_place && detail::overlap(send, v[me] * sizeof(T), recv, total * sizeof(T)))
+    COLLX_THROW(errc::invalid_argument, name + ": send overlaps recv but is not this rank's block of it (in place: "
+                                               "send == recv + counts[0] + ... + counts[rank - 1])");
+  if (total == 0) return;
+  detail::named(name, [&] {
+    auto* out = reinterpret_cast<unsigned char*>(recv);
+    detail::group_guard g{c.get()};
+    g.start();
+    for (const rooted_block& b : rooted_blocks(v, sizeof(T))) {
+      // Off the root, NCCL reads no send buffer; the block's place in recv stands in for it.
+      const void* from = b.root == c.rank() ? static_cast<const void*>(send) : out + b.offset;
+      check(ncclBroadcast(from, out + b.offset, b.bytes, ncclUint8, b.root, c.get(), stream), "ncclBroadcast",
+            c.get());
+    }
+    g.end();
+  });
+}
+
+/// Reduce-scatter with a count per rank: rank r's recv[i] = op over ranks of send[counts[0] + ... +
+/// counts[r-1] + i], i in [0, counts[r]) (the layout of the host reduce_scatter_v and of
+/// gpu::reduce_scatter_v). NCCL has no reduce-scatter-v. On NCCL's path (its types and ops, under
+/// algo::automatic) this is one group of an ncclReduce to each rank whose block is not empty
+/// (nccl/plan.hpp: rooted_blocks), with NCCL's numerics. On collx's schedule path (other types
+/// and ops, or algo::ring / algo::tree named) it is one collx reduce (the schedule path of
+/// nccl::reduce) to each such rank in turn, in rank order: collx's numerics, and slower than one
+/// reduce-scatter of the same bytes (each block travels its own reduce).
+/// In place when recv == send + this rank's offset; any other overlap is refused.
+/// @param send the sum of the counts (may be null when that is 0)
+/// @param recv counts[rank()] elements (may be null, a literal nullptr too, when that is 0)
+/// @param counts as all_gather_v's (the same on every rank, not checked across ranks)
+/// @throws collx::error as all_gather_v (recv overlapping send other than in place), and as
+///         allreduce.
+template <class Algo = algo::automatic, element T, class Op>
+  requires reduction_op<Op, T>
+void reduce_scatter_v(communicator& c, const T* send, nullable_ptr<std::type_identity_t<T>> recv_or_null,
+                      const block_counts& counts, const Op& op, cudaStream_t stream) {
+  T* const recv = recv_or_null.p;
+  detail::check_algorithm<Algo, Op>();
+  const std::string name = detail::call_name<T, Op>(c, collective::reduce_scatter, detail::path_name<Algo, T, Op>());
+  c.check_device(name.c_str());
+  std::size_t total = 0;
+  const std::vector<std::size_t> v = detail::checked_counts<T>(c, name, counts, total);
+  const auto me = static_cast<std::size_t>(c.rank());
+  std::size_t at = 0;
+  for (std::size_t q = 0; q < me; ++q) at += v[q];
+  if ((total && !send) || (v[me] && !recv))
+    COLLX_THROW(errc::invalid_argument, name + ": null " + (total && !send ? "send" : "recv") + " with " +
+                                            std::to_string(total && !send ? total : v[me]) + " elements to move");
+  const bool in_place = recv == send + at;
+  if (!in_place && detail::overlap(send, total * sizeof(T), recv, v[me] * sizeof(T)))
+    COLLX_THROW(errc::invalid_argument, name + ": recv overlaps send but is not this rank's block of it (in place: "
+                                               "recv == send + counts[0] + ... + counts[rank - 1])");
+  if (total == 0) return;
+  detail::named(name, [&] {
+    const std::vector<rooted_block> blocks = rooted_blocks(v, sizeof(T));
+    if constexpr (detail::uses_native<Algo, T, Op>) {
+      detail::group_guard g{c.get()};
+      g.start();
+      for (const rooted_block& b : blocks)
+        check(ncclReduce(send + b.offset / sizeof(T), b.root == c.rank() ? recv : nullptr, b.bytes / sizeof(T),
+                         to_nccl(element_type_v<T>), to_nccl(red_op_v<Op>), b.root, c.get(), stream),
+              "ncclReduce", c.get());
+      g.end();
+    } else {
+      for (const rooted_block& b : blocks) {
+        const bool root = b.root == c.rank();
+        detail::run_schedule(c, collective::reduce, detail::schedule_algo<Algo, Op>(), send + b.offset / sizeof(T),
+                             root ? recv : nullptr, root && in_place, b.root, b.bytes / sizeof(T), op, stream);
+      }
+    }
   });
 }
 

@@ -1,9 +1,10 @@
 /// @file nccl/plan.hpp
 /// How collx runs one of its schedules over NCCL point-to-point calls, as plain data: which
 /// algorithm, how a call is cut into segments that bound the device scratch and staging memory,
-/// and how a rank's steps become NCCL groups; and the one group of an all-to-all's sends and
-/// receives (all_to_all_exchanges). Plain C++ (no NCCL or CUDA headers), unit-tested
-/// without a GPU by test_nccl_plan; nccl/collectives.cuh carries the plan out on a stream.
+/// and how a rank's steps become NCCL groups; the one group of an all-to-all's sends and receives
+/// (all_to_all_exchanges); and the rooted calls of the v-forms (rooted_blocks). Plain C++ (no NCCL
+/// or CUDA headers), unit-tested without a GPU by test_nccl_plan; nccl/collectives.cuh carries
+/// the plan out on a stream.
 ///
 /// Why groups: collx's execution model (algo/schedule.hpp) lets a `send` stay pending until the
 /// next `wait_sends`, while NCCL's ncclSend may wait until the peer's matching ncclRecv runs, and
@@ -286,6 +287,33 @@ inline std::vector<peer_exchange> all_to_all_exchanges(int rank, const std::vect
   for (std::size_t i = 0; i < n; ++i) {
     const std::size_t q = (static_cast<std::size_t>(rank) + i) % n;
     out.push_back({static_cast<int>(q), send_at[q], send_counts[q] * element_bytes, recv_at[q], recv_counts[q] * element_bytes});
+  }
+  return out;
+}
+
+/// One rank's block of a v-form collective over NCCL, in bytes: the rank whose block it is (the
+/// root of its broadcast or reduce), where the block starts in the packed buffer, its length.
+struct rooted_block {
+  int root = 0;
+  std::size_t offset = 0, bytes = 0;
+  /// Field-wise equality (for tests).
+  friend bool operator==(const rooted_block&, const rooted_block&) = default;
+};
+
+/// The rooted collectives that carry out all_gather_v and reduce_scatter_v over NCCL, which has
+/// neither: one ncclBroadcast from each rank of its block (all_gather_v), or one ncclReduce to each
+/// rank of its block (reduce_scatter_v), all in one ncclGroupStart/End group (NCCL's user guide,
+/// "Group Calls: Aggregated Operations"). Blocks lie packed in rank order (the host v-forms'
+/// layout). Every rank must post a group's collectives in the same order, so this is the same list
+/// on every rank for the same counts: rank order, blocks of 0 bytes left out. Counts in elements of
+/// `element_bytes`, checked by the caller (one per rank, a sum that fits in memory).
+inline std::vector<rooted_block> rooted_blocks(const std::vector<std::size_t>& counts, std::size_t element_bytes) {
+  std::vector<rooted_block> out;
+  std::size_t at = 0;
+  for (std::size_t q = 0; q < counts.size(); ++q) {
+    const std::size_t bytes = counts[q] * element_bytes;
+    if (bytes) out.push_back({static_cast<int>(q), at, bytes});
+    at += bytes;
   }
   return out;
 }
