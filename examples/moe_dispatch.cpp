@@ -10,13 +10,18 @@
 //   4. experts: each received row through its expert's feed-forward network, relu(x W1) W2;
 //   5. combine: all_to_all_v back, the counts reversed, so every row returns to its token's rank in
 //      the order it left; each token's output is the weighted sum of its 2 experts' outputs.
-// No capacity limit: an expert takes every token routed to it (the per-expert load is printed).
+// Capacity (--capacity-factor F > 0, as GShard and the Switch Transformer): each rank sends each
+// expert at most C = ceil(F * T * 2 / experts) of its T tokens' rows, top-1 choices first in token
+// order, then top-2 choices (GShard's priority); a row past C is dropped, and its token's output
+// lacks that expert's term (a model's residual connection carries the token on). F = 0 (the
+// default): no limit. The per-expert load and the rows dropped are printed.
 //
 // Each row's expert output is computed by the same code from the same values wherever it runs, and
 // each token combines its two outputs in the same order, so every rank's outputs are bit-identical
 // to the layer computed on that rank alone with every expert's weights (which rank r checks for its
 // own tokens; the weights are generated alike on every rank).
 // Usage: moe_dispatch [--ranks N] [--tokens T] [--dim D] [--hidden H] [--experts-per-rank E]
+//        [--capacity-factor F]
 //        (or collx-run -n 4 moe_dispatch)
 #include "common.hpp"
 
@@ -39,6 +44,7 @@ constexpr std::size_t top_k_rows = top_k;  // rows per token
 struct settings {
   std::size_t tokens = 257, dim = 16, hidden = 32;
   int experts_per_rank = 2;
+  double capacity_factor = 0;  // 0: no limit
 };
 
 /// Every expert's weights and the gate's, the same on every rank (generated from fixed seeds).
@@ -102,6 +108,23 @@ route gate_token(const layer& L, const float* x) {
   return r;
 }
 
+/// Which of the tokens' rows (token t's k-th choice at t * top_k + k) fit their expert's capacity
+/// from this rank: ceil(factor * tokens * top_k / experts) rows per expert, top-1 choices first in
+/// token order, then top-2 (GShard); every row when factor is 0.
+std::vector<char> fit_capacity(const std::vector<route>& routes, int experts, double factor) {
+  std::vector<char> kept(routes.size() * top_k_rows, 1);
+  if (factor <= 0) return kept;
+  const auto cap = static_cast<std::size_t>(std::ceil(factor * static_cast<double>(routes.size() * top_k_rows) / experts));
+  std::vector<std::size_t> taken(static_cast<std::size_t>(experts), 0);
+  for (int k = 0; k < top_k; ++k)
+    for (std::size_t t = 0; t < routes.size(); ++t) {
+      std::size_t& n = taken[static_cast<std::size_t>(routes[t].expert[k])];
+      kept[t * top_k_rows + static_cast<std::size_t>(k)] = n < cap;
+      n += n < cap;
+    }
+  return kept;
+}
+
 /// This rank's tokens (tokens x dim), distinct on every rank.
 std::vector<float> make_tokens(const settings& s, int rank) {
   ex::rng g(1000 + static_cast<std::uint64_t>(rank));
@@ -110,23 +133,33 @@ std::vector<float> make_tokens(const settings& s, int rank) {
   return x;
 }
 
-/// Output row t: the weighted sum of its experts' outputs, in route order.
+/// Output row t: the weighted sum of its experts' outputs, in route order; a dropped row's
+/// (outs[k] null) term left out.
 void combine(const route& r, const float* const outs[top_k], float* y, std::size_t dim) {
   for (std::size_t i = 0; i < dim; ++i) {
     float v = 0;
-    for (int k = 0; k < top_k; ++k) v += r.weight[k] * outs[k][i];
+    for (int k = 0; k < top_k; ++k)
+      if (outs[k]) v += r.weight[k] * outs[k][i];
     y[i] = v;
   }
 }
 
-/// The layer on this rank's tokens without communication: the reference.
-std::vector<float> forward_alone(const layer& L, const std::vector<float>& x, std::size_t tokens) {
-  std::vector<float> y(tokens * L.dim), o(top_k_rows * L.dim);
-  for (std::size_t t = 0; t < tokens; ++t) {
-    const route r = gate_token(L, &x[t * L.dim]);
-    for (int k = 0; k < top_k; ++k) L.expert(r.expert[k], &x[t * L.dim], &o[static_cast<std::size_t>(k) * L.dim]);
-    const float* outs[top_k] = {&o[0], &o[L.dim]};
-    combine(r, outs, &y[t * L.dim], L.dim);
+/// The layer on this rank's tokens without communication: the reference. Its rows dropped for
+/// capacity in `dropped`.
+std::vector<float> forward_alone(const layer& L, const settings& s, const std::vector<float>& x, std::size_t& dropped) {
+  std::vector<route> routes(s.tokens);
+  for (std::size_t t = 0; t < s.tokens; ++t) routes[t] = gate_token(L, &x[t * L.dim]);
+  const std::vector<char> kept = fit_capacity(routes, L.experts, s.capacity_factor);
+  dropped = static_cast<std::size_t>(std::count(kept.begin(), kept.end(), 0));
+  std::vector<float> y(s.tokens * L.dim), o(top_k_rows * L.dim);
+  for (std::size_t t = 0; t < s.tokens; ++t) {
+    const float* outs[top_k];
+    for (int k = 0; k < top_k; ++k) {
+      const auto at = static_cast<std::size_t>(k) * L.dim;
+      outs[k] = kept[t * top_k_rows + static_cast<std::size_t>(k)] ? &o[at] : nullptr;
+      if (outs[k]) L.expert(routes[t].expert[k], &x[t * L.dim], &o[at]);
+    }
+    combine(routes[t], outs, &y[t * L.dim], L.dim);
   }
   return y;
 }
@@ -135,6 +168,7 @@ struct result {
   std::vector<float> y;                    // tokens x dim
   std::vector<std::size_t> expert_load;    // rows each of this rank's experts processed
   std::size_t rows_received = 0;
+  std::size_t rows_sent = 0;               // this rank's rows kept (not dropped for capacity)
 };
 
 /// The layer with the experts spread over the ranks of `comm` (expert e on rank e / E).
@@ -143,13 +177,14 @@ result forward_expert_parallel(collx::communicator& comm, const layer& L, const 
   const std::size_t d = L.dim, T = s.tokens;
   auto owner = [&](int e) { return e / E; };
 
-  // 1-2. Route every token, then count the rows for each rank.
+  // 1-2. Route every token, drop the rows past capacity, then count the rows for each rank.
   std::vector<route> routes(T);
+  for (std::size_t t = 0; t < T; ++t) routes[t] = gate_token(L, &x[t * d]);
+  const std::vector<char> kept = fit_capacity(routes, L.experts, s.capacity_factor);
   std::vector<std::size_t> send_rows(static_cast<std::size_t>(n), 0);
-  for (std::size_t t = 0; t < T; ++t) {
-    routes[t] = gate_token(L, &x[t * d]);
-    for (int k = 0; k < top_k; ++k) ++send_rows[static_cast<std::size_t>(owner(routes[t].expert[k]))];
-  }
+  for (std::size_t t = 0; t < T; ++t)
+    for (int k = 0; k < top_k; ++k)
+      if (kept[t * top_k_rows + static_cast<std::size_t>(k)]) ++send_rows[static_cast<std::size_t>(owner(routes[t].expert[k]))];
   std::vector<std::size_t> recv_rows(static_cast<std::size_t>(n));
   collx::all_to_all(comm, send_rows, recv_rows);  // one count per rank each way
 
@@ -162,6 +197,7 @@ result forward_expert_parallel(collx::communicator& comm, const layer& L, const 
   std::vector<std::int32_t> send_e(first.back());
   for (std::size_t t = 0; t < T; ++t)
     for (int k = 0; k < top_k; ++k) {
+      if (!kept[t * top_k_rows + static_cast<std::size_t>(k)]) continue;
       const int e = routes[t].expert[k];
       const std::size_t row = next[static_cast<std::size_t>(owner(e))]++;
       slot[t * top_k_rows + static_cast<std::size_t>(k)] = row;
@@ -181,6 +217,7 @@ result forward_expert_parallel(collx::communicator& comm, const layer& L, const 
   // 4. The experts, row by row.
   result res;
   res.rows_received = got_rows;
+  res.rows_sent = first.back();
   res.expert_load.assign(static_cast<std::size_t>(E), 0);
   std::vector<float> out_x(got_rows * d);
   for (std::size_t row = 0; row < got_rows; ++row) {
@@ -196,7 +233,10 @@ result forward_expert_parallel(collx::communicator& comm, const layer& L, const 
   res.y.resize(T * d);
   for (std::size_t t = 0; t < T; ++t) {
     const float* outs[top_k];
-    for (int k = 0; k < top_k; ++k) outs[k] = &back[slot[t * top_k_rows + static_cast<std::size_t>(k)] * d];
+    for (int k = 0; k < top_k; ++k) {
+      const std::size_t i = t * top_k_rows + static_cast<std::size_t>(k);
+      outs[k] = kept[i] ? &back[slot[i] * d] : nullptr;
+    }
     combine(routes[t], outs, &res.y[t * d], d);
   }
   return res;
@@ -205,13 +245,14 @@ result forward_expert_parallel(collx::communicator& comm, const layer& L, const 
 }  // namespace
 
 int main(int argc, char** argv) {
-  ex::options opt(argc, argv, "[--ranks N] [--tokens T] [--dim D] [--hidden H] [--experts-per-rank E]");
+  ex::options opt(argc, argv, "[--ranks N] [--tokens T] [--dim D] [--hidden H] [--experts-per-rank E] [--capacity-factor F]");
   const int ranks = opt.get_ranks();
   settings s;
   s.tokens = static_cast<std::size_t>(opt.get_int("--tokens", static_cast<long long>(s.tokens), 0, 1 << 20));
   s.dim = static_cast<std::size_t>(opt.get_int("--dim", static_cast<long long>(s.dim), 1, 4096));
   s.hidden = static_cast<std::size_t>(opt.get_int("--hidden", static_cast<long long>(s.hidden), 1, 4096));
   s.experts_per_rank = static_cast<int>(opt.get_int("--experts-per-rank", s.experts_per_rank, 1, 64));
+  s.capacity_factor = opt.get_double("--capacity-factor", s.capacity_factor, 0, 64);
   opt.reject_unknown();
   return ex::run_ranks(ranks > 0 ? ranks : (ex::started_by_launcher() ? 0 : 4), [&](collx::communicator& comm) {
     const int n = comm.size(), me = comm.rank();
@@ -236,15 +277,27 @@ int main(int argc, char** argv) {
     const result got = forward_expert_parallel(comm, L, s, x);
     const double seconds = ex::seconds_since(t0);
 
+    std::size_t dropped = 0;
+    const std::vector<float> want = forward_alone(L, s, x, dropped);
+    check(got.rows_sent + dropped == s.tokens * top_k_rows,
+          std::to_string(got.rows_sent) + " rows sent and " + std::to_string(dropped) + " dropped of " +
+              std::to_string(s.tokens * top_k_rows));
     // Every row dispatched was received once: the totals over ranks agree.
-    std::uint64_t rows[2] = {got.rows_received, s.tokens * top_k_rows};
+    std::uint64_t rows[3] = {got.rows_received, got.rows_sent, dropped};
     collx::allreduce(comm, std::span<std::uint64_t>(rows));
     check(rows[0] == rows[1], "rows received over all ranks " + std::to_string(rows[0]) + ", sent " + std::to_string(rows[1]));
-    // The experts' loads, gathered to rank 0 for the report.
+    // The experts' loads, gathered to rank 0 for the report; under a capacity, no expert takes more
+    // than C rows from each rank.
     std::vector<std::uint64_t> load(got.expert_load.begin(), got.expert_load.end()), all_load(static_cast<std::size_t>(L.experts));
     collx::all_gather(comm, load, all_load);
+    if (s.capacity_factor > 0) {
+      const double cap = std::ceil(s.capacity_factor * static_cast<double>(s.tokens * top_k_rows) / L.experts);
+      for (std::size_t e = 0; e < all_load.size(); ++e)
+        check(static_cast<double>(all_load[e]) <= cap * n,
+              "expert " + std::to_string(e) + " took " + std::to_string(all_load[e]) + " rows, past " + std::to_string(n) +
+                  " ranks x capacity " + std::to_string(static_cast<long long>(cap)));
+    }
 
-    const std::vector<float> want = forward_alone(L, x, s.tokens);
     const std::span<const float> g(got.y), w(want);
     check(ex::same_bits(g, w), "outputs differ from this rank's own layer (largest difference " +
                                    std::to_string(ex::max_abs_diff(g, w)) + ")");
@@ -252,8 +305,10 @@ int main(int argc, char** argv) {
     if (me == 0) {
       const auto [lo, hi] = std::minmax_element(all_load.begin(), all_load.end());
       std::printf("moe_dispatch: %d experts on %d rank%s, top-%d of %zu tokens per rank (dim %zu, hidden %zu): "
-                  "%llu rows dispatched, expert load %llu..%llu rows, %.3f s, rank 0's outputs fnv1a64 %016llx\n",
+                  "%llu rows dispatched, %llu dropped for capacity, expert load %llu..%llu rows, %.3f s, rank 0's outputs "
+                  "fnv1a64 %016llx\n",
                   L.experts, n, n == 1 ? "" : "s", top_k, s.tokens, s.dim, s.hidden, static_cast<unsigned long long>(rows[1]),
+                  static_cast<unsigned long long>(rows[2]),
                   static_cast<unsigned long long>(*lo), static_cast<unsigned long long>(*hi), seconds,
                   static_cast<unsigned long long>(ex::fnv1a(g)));
       std::printf("%s\n", failures ? "FAILED" : "OK: every rank's outputs bit-identical to its own layer computed alone");
