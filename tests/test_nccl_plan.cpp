@@ -522,7 +522,12 @@ TEST_CASE("NCCL v-forms: one broadcast or reduce per non-empty block, the same l
         CHECK(b.root >= static_cast<int>(next));
         next = q + 1;
       }
-      CHECK(nccl::rooted_blocks(counts, 12).size() == blocks.size());
+      const std::vector<nccl::rooted_block> wide = nccl::rooted_blocks(counts, 12);  // bytes scale with the element
+      REQUIRE(wide.size() == blocks.size());
+      for (std::size_t i = 0; i < wide.size(); ++i) {
+        const auto q = static_cast<std::size_t>(blocks[i].root);
+        CHECK(wide[i] == nccl::rooted_block{blocks[i].root, displ[q] * 12, counts[q] * 12});
+      }
 
       // all_gather_v, out of place and in place (send is the rank's block of its own recv).
       for (bool in_place : {false, true}) {
