@@ -14,6 +14,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <mutex>
@@ -105,26 +106,37 @@ void check_reductions(nc::communicator& c, cudaStream_t s, std::size_t count, Wa
   collx::gpu::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
   compare("reduce_scatter", dout.get(count), static_cast<std::size_t>(r) * count);
 
-  // reduce_scatter_v: rank q's block is ((2q + 1) % 3) * count elements (on 2 ranks rank 1's is
-  // empty, and it passes a literal nullptr), out of place and in place.
-  std::vector<std::size_t> vc(un), displ(un, 0);
-  for (std::size_t q = 0; q < un; ++q) vc[q] = (2 * q + 1) % 3 * count;
-  for (std::size_t q = 1; q < un; ++q) displ[q] = displ[q - 1] + vc[q - 1];
-  const std::size_t total = displ[un - 1] + vc[un - 1], mine = vc[static_cast<std::size_t>(r)];
-  std::vector<T> vin(total);
-  for (std::size_t i = 0; i < total; ++i) vin[i] = gen<T>(r, i);
-  device_buffer<T> vdin(total), vdout(mine);
-  vdin.put(vin);
-  if (mine) nc::reduce_scatter_v<Algo>(c, vdin.p, vdout.p, vc, Op{}, s);
-  else nc::reduce_scatter_v<Algo>(c, vdin.p, nullptr, vc, Op{}, s);
-  collx::gpu::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
-  compare("reduce_scatter_v", vdout.get(mine), displ[static_cast<std::size_t>(r)]);
-  nc::reduce_scatter_v<Algo>(c, vdin.p, vdin.p + displ[static_cast<std::size_t>(r)], vc, Op{}, s);  // in place
-  collx::gpu::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
-  const std::vector<T> whole = vdin.get(total);
-  compare("reduce_scatter_v in place", std::vector<T>(whole.begin() + static_cast<std::ptrdiff_t>(displ[static_cast<std::size_t>(r)]),
-                                                      whole.begin() + static_cast<std::ptrdiff_t>(displ[static_cast<std::size_t>(r)] + mine)),
-          displ[static_cast<std::size_t>(r)]);
+  // reduce_scatter_v, with two layouts: rank q's block ((q + 1) % 3) * count elements (on 2 ranks
+  // two unequal blocks, the second at an offset; on 3 an empty one), and count on rank 0 only (the
+  // others pass a literal nullptr). Out of place, then in place, where the rest of send must stay.
+  for (int layout = 0; layout < 2; ++layout) {
+    const std::string tag = " layout " + std::to_string(layout);
+    const auto me = static_cast<std::size_t>(r);
+    std::vector<std::size_t> vc(un), displ(un, 0);
+    for (std::size_t q = 0; q < un; ++q) vc[q] = layout == 0 ? (q + 1) % 3 * count : q == 0 ? count : 0;
+    for (std::size_t q = 1; q < un; ++q) displ[q] = displ[q - 1] + vc[q - 1];
+    const std::size_t total = displ[un - 1] + vc[un - 1], mine = vc[me];
+    std::vector<T> vin(total);
+    for (std::size_t i = 0; i < total; ++i) vin[i] = gen<T>(r, i);
+    device_buffer<T> vdin(total), vdout(mine);
+    vdin.put(vin);
+    if (mine) nc::reduce_scatter_v<Algo>(c, vdin.p, vdout.p, vc, Op{}, s);
+    else nc::reduce_scatter_v<Algo>(c, vdin.p, nullptr, vc, Op{}, s);
+    collx::gpu::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+    compare(("reduce_scatter_v" + tag).c_str(), vdout.get(mine), displ[me]);
+    nc::reduce_scatter_v<Algo>(c, vdin.p, vdin.p + displ[me], vc, Op{}, s);  // in place
+    collx::gpu::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+    const std::vector<T> whole = vdin.get(total);
+    const auto from = whole.begin() + static_cast<std::ptrdiff_t>(displ[me]);
+    compare(("reduce_scatter_v in place" + tag).c_str(), std::vector<T>(from, from + static_cast<std::ptrdiff_t>(mine)),
+            displ[me]);
+    for (std::size_t i = 0; i < total; ++i)
+      if ((i < displ[me] || i >= displ[me] + mine) && !same_bytes(whole[i], vin[i])) {
+        f.add(label + " reduce_scatter_v in place" + tag + ": rank " + std::to_string(r) + " send element " +
+              std::to_string(i) + ", outside its block, changed");
+        break;
+      }
+  }
 
   const int root = n - 1;
   // Off the root, recv may be a literal nullptr (recv's type follows send's).
@@ -151,12 +163,12 @@ void check_moves(nc::communicator& c, cudaStream_t s, std::size_t count, failure
         q = n;
         break;
       }
-  // all_gather_v: rank q's block is ((2q + 1) % 3) * count elements (on 2 ranks rank 1's is empty,
-  // and it passes a literal nullptr), out of place into poisoned memory, then in place.
-  {
+  // all_gather_v, with reduce_scatter_v's two layouts (above), out of place into poisoned memory,
+  // then in place.
+  for (int layout = 0; layout < 2; ++layout) {
     const auto un = static_cast<std::size_t>(n), me = static_cast<std::size_t>(r);
     std::vector<std::size_t> vc(un), displ(un, 0);
-    for (std::size_t q = 0; q < un; ++q) vc[q] = (2 * q + 1) % 3 * count;
+    for (std::size_t q = 0; q < un; ++q) vc[q] = layout == 0 ? (q + 1) % 3 * count : q == 0 ? count : 0;
     for (std::size_t q = 1; q < un; ++q) displ[q] = displ[q - 1] + vc[q - 1];
     const std::size_t total = displ[un - 1] + vc[un - 1];
     std::vector<T> want, vjunk(total);
@@ -182,11 +194,12 @@ void check_moves(nc::communicator& c, cudaStream_t s, std::size_t count, failure
       const std::vector<T> got = vout.get(total);
       for (std::size_t i = 0; i < total; ++i)
         if (!same_bytes(got[i], want[i])) {
-          f.add(label + " all_gather_v" + (in_place ? " in place" : "") + ": rank " + std::to_string(r) + " element " +
-                std::to_string(i) + " differs");
+          f.add(label + " all_gather_v layout " + std::to_string(layout) + (in_place ? " in place" : "") + ": rank " +
+                std::to_string(r) + " element " + std::to_string(i) + " differs");
           break;
         }
     }
+    if (layout == 1) continue;
     // Counts of the wrong length, or a negative one, are refused on each rank before NCCL is called.
     std::vector<std::size_t> longer(vc);
     longer.push_back(count);
@@ -353,6 +366,72 @@ TEST_CASE("nccl: every collective against the host reference, NCCL and schedule 
           if (e.code() != collx::errc::invalid_argument) f.add(std::string("wrong device: ") + e.what());
         }
         collx::gpu::check(cudaSetDevice(r), "cudaSetDevice");
+        collx::gpu::check(cudaStreamDestroy(s), "cudaStreamDestroy");
+      } catch (const std::exception& e) {
+        f.add("rank " + std::to_string(r) + ": " + e.what());
+      }
+    });
+  for (auto& t : ranks) t.join();
+  for (const std::string& s : f.list) FAIL_CHECK(s);
+  CHECK(f.list.empty());
+}
+
+TEST_CASE("nccl: check_calls_over turns disagreeing calls into errors on every rank", "[gpu][nccl]") {
+  // With options::check_calls_over, each call first compares the ranks' calls over a host
+  // communicator (here thread ranks): a count that differs, a rank that refuses its arguments and
+  // all_to_all_v counts whose pairs disagree each end in a collx::error on every rank, where NCCL
+  // alone would hang; calls that agree run as before, and the NCCL communicator stays usable.
+  int devices = 0;
+  collx::gpu::check(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
+  const int n = std::min(devices, 4);
+  REQUIRE(n >= 2);
+  ncclUniqueId id{};
+  nc::check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  collx::communicator_options ho;
+  ho.timeout = std::chrono::seconds(20);
+  std::vector<collx::communicator> hosts = collx::make_thread_communicators(n, ho);
+  failures f;
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < n; ++r)
+    ranks.emplace_back([&, r] {
+      try {
+        collx::gpu::check(cudaSetDevice(r), "cudaSetDevice");
+        nc::options o;
+        o.check_calls_over = &hosts[static_cast<std::size_t>((r + 1) % n)];  // another rank's: refused before NCCL
+        try {
+          nc::communicator wrong(id, r, n, o);
+          f.add("rank " + std::to_string(r) + ": check_calls_over of another rank was taken");
+        } catch (const collx::error& e) {
+          if (e.code() != collx::errc::invalid_argument) f.add(std::string("check_calls_over of another rank: ") + e.what());
+        }
+        o.check_calls_over = &hosts[static_cast<std::size_t>(r)];
+        nc::communicator c(id, r, n, o);
+        cudaStream_t s = nullptr;
+        collx::gpu::check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+        device_buffer<float> buf(64 * static_cast<std::size_t>(n)), out(64 * static_cast<std::size_t>(n));
+        const auto expect = [&](const char* what, collx::errc code, const std::string& text, auto call) {
+          try {
+            call();
+            f.add(std::string(what) + ": rank " + std::to_string(r) + " did not throw");
+          } catch (const collx::error& e) {
+            if (e.code() != code || std::string(e.what()).find(text) == std::string::npos)
+              f.add(std::string(what) + ": rank " + std::to_string(r) + ": " + e.what());
+          }
+        };
+        nc::allreduce(c, buf.p, out.p, 64, ops::sum{}, s);  // agreeing calls run
+        expect("count differs", collx::errc::mismatch, "count", [&] {
+          nc::allreduce(c, buf.p, out.p, r == 0 ? 32 : 64, ops::sum{}, s);
+        });
+        expect("a rank refuses", collx::errc::invalid_argument, r == 1 ? "null buffer" : "rank 1 refused its call", [&] {
+          nc::broadcast(c, buf.p, r == 1 ? nullptr : out.p, 16, 0, s);
+        });
+        std::vector<std::size_t> sc(static_cast<std::size_t>(n), 2), rc(static_cast<std::size_t>(n), 2);
+        if (r == 0) rc[1] = 3;  // rank 1 sends rank 0 only 2
+        expect("all_to_all_v pairs", collx::errc::mismatch, r == 0 ? "rank 1 sends this rank 2" : "rank 0's recv_counts", [&] {
+          nc::all_to_all_v(c, buf.p, sc, out.p, rc, s);
+        });
+        nc::allreduce(c, buf.p, out.p, 64, ops::sum{}, s);  // and the communicators are still usable
+        collx::gpu::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
         collx::gpu::check(cudaStreamDestroy(s), "cudaStreamDestroy");
       } catch (const std::exception& e) {
         f.add("rank " + std::to_string(r) + ": " + e.what());

@@ -4,14 +4,15 @@
 ///
 /// Two paths, chosen at compile time:
 ///  - NCCL's own collectives (ncclAllReduce, ncclReduceScatter, ncclReduce; reduce_scatter_v as one
-///    group of an ncclReduce per rank) when NCCL has the element type and the op (nccl/native.hpp:
-///    float, double, half/__half, bfloat16/__nv_bfloat16, 8/32/64-bit integers with sum, prod, min,
-///    max, avg) and the algorithm is algo::automatic. all_gather and broadcast move bytes
-///    (ncclAllGather / ncclBroadcast on ncclUint8), so they take this path for every element type,
-///    and so do all_gather_v (one group of an ncclBroadcast per rank), all_to_all and all_to_all_v
-///    (one group of ncclSend/ncclRecv on ncclUint8, as nccl-tests' alltoall). Results are NCCL's:
-///    its summation order, fp16/bf16 accumulated in 16 bits between hops (collx's host path rounds
-///    once from fp32), avg as NCCL computes it, NCCL's NaN handling in min/max.
+///    group of an ncclReduce per rank with a non-empty block) when NCCL has the element type and
+///    the op (nccl/native.hpp: float, double, half/__half, bfloat16/__nv_bfloat16, 8/32/64-bit
+///    integers with sum, prod, min, max, avg) and the algorithm is algo::automatic. all_gather and
+///    broadcast move bytes (ncclAllGather / ncclBroadcast on ncclUint8), so they take this path for
+///    every element type, and so do all_gather_v (one group of an ncclBroadcast per rank with a
+///    non-empty block), all_to_all and all_to_all_v (one group of ncclSend/ncclRecv on ncclUint8,
+///    as nccl-tests' alltoall). Results are NCCL's: its summation order, fp16/bf16 accumulated in
+///    16 bits between hops (collx's host path rounds once from fp32), avg as NCCL computes it,
+///    NCCL's NaN handling in min/max.
 ///  - collx's schedules (algo/ring.hpp, algo/tree.hpp, built by schedule::make_schedule) for any
 ///    other type or op (custom structs, bitwise ops, user ops, non-commutative ops), or when the
 ///    caller names algo::ring or algo::tree: each receive runs in one ncclGroupStart/End group with
@@ -28,10 +29,13 @@
 /// previous call, so that calls on different streams take turns with the scratch memory).
 ///
 /// Counts are elements. Buffers are device memory (or memory NCCL accepts) on the communicator's
-/// device; the current device must be the communicator's. No call-signature check across ranks:
-/// see nccl/communicator.hpp. Every function throws collx::error: errc::invalid_argument for bad
-/// arguments (before anything is enqueued), errc::transport or errc::cuda naming the NCCL or CUDA
-/// call that failed, with "rank r/n nccl <collective><type,op,path>: " in front.
+/// device; the current device must be the communicator's. No call-signature check across ranks
+/// unless options::check_calls_over names a host communicator (see nccl/communicator.hpp); then
+/// every call first checks over it that all ranks make the same call (run_call, below). Every
+/// function throws collx::error: errc::invalid_argument for bad arguments (before anything is
+/// enqueued), errc::transport or errc::cuda naming the NCCL or CUDA call that failed, and with the
+/// check, errc::mismatch or a peer's refusal (nccl/call_check.hpp), with "rank r/n nccl
+/// <collective><type,op,path>: " in front.
 #pragma once
 
 #ifndef __CUDACC__  // else the first error is a missing <cuda/atomic> or an unknown __device__
@@ -47,6 +51,7 @@
 #include <initializer_list>
 #include <span>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -64,6 +69,7 @@
 #include <collx/detail/reduction.hpp>
 #include <collx/detail/type_name.hpp>
 #include <collx/error.hpp>
+#include <collx/nccl/call_check.hpp>
 #include <collx/nccl/communicator.hpp>
 #include <collx/nccl/native.hpp>
 #include <collx/nccl/plan.hpp>
@@ -90,12 +96,17 @@ constexpr void check_algorithm() {
                 "collx::nccl: algo::ring needs a commutative op; use algo::tree or algo::automatic");
 }
 
-/// "rank 1/4 nccl allreduce<float32,sum,nccl>"
+/// "allreduce<float32,sum,nccl>": the call `coll` ("allreduce", "all_gather_v") with its type, op
+/// and path, as messages and the call check (nccl/call_check.hpp) name it.
 template <class T, class Op>
-std::string call_name(const communicator& c, collective coll, const char* path) {
-  return "rank " + std::to_string(c.rank()) + "/" + std::to_string(c.size()) + " nccl " +
-         std::string(collective_name(coll)) + "<" + std::string(collx::detail::type_name<T>()) + "," +
-         op_traits<Op>::name + "," + path + ">";
+std::string call_what(std::string_view coll, const char* path) {
+  return std::string(coll) + "<" + std::string(collx::detail::type_name<T>()) + "," + op_traits<Op>::name + "," + path +
+         ">";
+}
+
+/// "rank 1/4 nccl allreduce<float32,sum,nccl>", for call_what's `what`.
+inline std::string call_name(const communicator& c, const std::string& what) {
+  return "rank " + std::to_string(c.rank()) + "/" + std::to_string(c.size()) + " nccl " + what;
 }
 
 /// Throws errc::invalid_argument unless the current device is c's and every pointer that must
@@ -106,6 +117,13 @@ inline void check_args(const communicator& c, const std::string& name, std::size
   if (count == 0) return;
   for (const void* p : ptrs)
     if (!p) COLLX_THROW(errc::invalid_argument, name + ": null buffer with count " + std::to_string(count));
+}
+
+/// Throws errc::invalid_argument unless root is a rank of c.
+inline void check_root(const communicator& c, const std::string& name, int root) {
+  if (root < 0 || root >= c.size())
+    COLLX_THROW(errc::invalid_argument, name + ": root " + std::to_string(root) + " outside [0, " +
+                                            std::to_string(c.size()) + ")");
 }
 
 /// True when [a, a + an) and [b, b + bn) (bytes) share a byte.
@@ -303,30 +321,88 @@ void named(const std::string& name, F&& f) {
   }
 }
 
+/// A call as the ranks compare it under options::check_calls_over (nccl/call_check.hpp): its
+/// root (-1: none), count in elements, a v-form's counts (which must be the same on every rank),
+/// and all_to_all_v's lists, whose pairs are checked across ranks.
+struct call_shape {
+  int root = -1;
+  std::size_t count = 0;
+  std::span<const std::size_t> counts{};
+  std::span<const std::size_t> send_counts{}, recv_counts{};
+};
+
+/// Runs one call named `name` (call_name of `what`): `checks`, this rank's argument checks, which
+/// throw collx::error; then, with options::check_calls_over, the check that every rank makes the
+/// same call, in which a rank whose checks threw takes part with its refusal before it throws its
+/// own error (so that the others throw too instead of waiting in NCCL); then `enqueue`, with
+/// `name` put in front of its errors. Errors of the host communicator get `name` in front.
+template <class Checks, class Enqueue>
+void run_call(communicator& c, const std::string& name, const std::string& what, const call_shape& shape,
+              Checks&& checks, Enqueue&& enqueue) {
+  collx::communicator* const host = c.opts().check_calls_over;
+  if (!host) {
+    checks();
+    named(name, enqueue);
+    return;
+  }
+  const call_signature sig = make_signature(c.next_call_number(), what, shape.root, shape.count, shape.counts);
+  const auto over_host = [&](auto&& f) {
+    try {
+      f();
+    } catch (const error& e) {
+      if (std::string_view(e.what()).starts_with(name)) throw;
+      COLLX_THROW(e.code(), name + ": checking the call over the host communicator: " + e.what());
+    }
+  };
+  try {
+    checks();
+  } catch (const error& e) {
+    std::string_view why = e.what();
+    if (why.starts_with(name + ": ")) why.remove_prefix(name.size() + 2);
+    try {
+      check_same_call(*host, refused(sig, e.code(), why), name);
+    } catch (const error&) {  // this rank's own error says more than the exchange's
+    }
+    throw;
+  }
+  over_host([&] { check_same_call(*host, sig, name, shape.counts); });
+  if (!shape.send_counts.empty())
+    over_host([&] { check_all_to_all_counts(*host, shape.send_counts, shape.recv_counts, name); });
+  named(name, enqueue);
+}
+
 }  // namespace detail
 
 /// recv[i] = op over ranks of send[i], i in [0, count), on every rank. In place when send == recv.
 /// @pre send and recv hold count elements on device(); they do not overlap unless equal.
 /// @throws collx::error (errc::invalid_argument) for a null buffer, overlap, or the wrong current
-///         device; (errc::transport / errc::cuda) when an NCCL or CUDA call fails.
+///         device; (errc::transport / errc::cuda) when an NCCL or CUDA call fails; with
+///         options::check_calls_over, errc::mismatch when the ranks' calls differ, a peer's
+///         refusal (its code), and the host communicator's errors (errc::timeout for a rank that
+///         never calls), on every rank before anything is enqueued.
 template <class Algo = algo::automatic, element T, class Op>
   requires reduction_op<Op, T>
 void allreduce(communicator& c, const T* send, T* recv, std::size_t count, const Op& op, cudaStream_t stream) {
   detail::check_algorithm<Algo, Op>();
-  const std::string name = detail::call_name<T, Op>(c, collective::allreduce, detail::path_name<Algo, T, Op>());
-  detail::check_args(c, name, count, {send, recv});
+  const std::string what = detail::call_what<T, Op>("allreduce", detail::path_name<Algo, T, Op>());
+  const std::string name = detail::call_name(c, what);
   const bool in_place = static_cast<const void*>(send) == static_cast<const void*>(recv);
-  if (!in_place && detail::overlap(send, count * sizeof(T), recv, count * sizeof(T)))
-    COLLX_THROW(errc::invalid_argument, name + ": send and recv overlap (in place needs send == recv)");
-  if (count == 0) return;
-  detail::named(name, [&] {
-    if constexpr (detail::uses_native<Algo, T, Op>)
-      check(ncclAllReduce(send, recv, count, to_nccl(element_type_v<T>), to_nccl(red_op_v<Op>), c.get(), stream),
-            "ncclAllReduce", c.get());
-    else
-      detail::run_schedule(c, collective::allreduce, detail::schedule_algo<Algo, Op>(), send, recv, in_place, 0,
-                           count, op, stream);
-  });
+  detail::run_call(
+      c, name, what, {.count = count},
+      [&] {
+        detail::check_args(c, name, count, {send, recv});
+        if (!in_place && detail::overlap(send, count * sizeof(T), recv, count * sizeof(T)))
+          COLLX_THROW(errc::invalid_argument, name + ": send and recv overlap (in place needs send == recv)");
+      },
+      [&] {
+        if (count == 0) return;
+        if constexpr (detail::uses_native<Algo, T, Op>)
+          check(ncclAllReduce(send, recv, count, to_nccl(element_type_v<T>), to_nccl(red_op_v<Op>), c.get(), stream),
+                "ncclAllReduce", c.get());
+        else
+          detail::run_schedule(c, collective::allreduce, detail::schedule_algo<Algo, Op>(), send, recv, in_place, 0,
+                               count, op, stream);
+      });
 }
 
 /// Rank r's recv[i] = op over ranks of send[r * recv_count + i], i in [0, recv_count). send holds
@@ -338,26 +414,32 @@ template <class Algo = algo::automatic, element T, class Op>
 void reduce_scatter(communicator& c, const T* send, T* recv, std::size_t recv_count, const Op& op,
                     cudaStream_t stream) {
   detail::check_algorithm<Algo, Op>();
-  const std::string name = detail::call_name<T, Op>(c, collective::reduce_scatter, detail::path_name<Algo, T, Op>());
-  detail::check_args(c, name, recv_count, {send, recv});
+  const std::string what = detail::call_what<T, Op>("reduce_scatter", detail::path_name<Algo, T, Op>());
+  const std::string name = detail::call_name(c, what);
   const std::size_t n = static_cast<std::size_t>(c.size());
   const bool in_place = recv_count && send + static_cast<std::size_t>(c.rank()) * recv_count == recv;
-  if (!in_place && detail::overlap(send, n * recv_count * sizeof(T), recv, recv_count * sizeof(T)))
-    COLLX_THROW(errc::invalid_argument, name + ": send and recv overlap (in place: recv == send + rank * recv_count)");
-  if (recv_count == 0) return;
-  detail::named(name, [&] {
-    if constexpr (detail::uses_native<Algo, T, Op>) {
-      check(ncclReduceScatter(send, recv, recv_count, to_nccl(element_type_v<T>), to_nccl(red_op_v<Op>), c.get(),
-                              stream),
-            "ncclReduceScatter", c.get());
-    } else {
-      if (in_place)  // the schedules read every block of the input while writing the own block
-        COLLX_THROW(errc::invalid_argument, "in-place reduce_scatter runs on NCCL's path only (types and ops "
-                                            "NCCL has, algo::automatic); pass a separate recv buffer");
-      detail::run_schedule(c, collective::reduce_scatter, detail::schedule_algo<Algo, Op>(), send, recv, false, 0,
-                           recv_count, op, stream);
-    }
-  });
+  detail::run_call(
+      c, name, what, {.count = recv_count},
+      [&] {
+        detail::check_args(c, name, recv_count, {send, recv});
+        if (!in_place && detail::overlap(send, n * recv_count * sizeof(T), recv, recv_count * sizeof(T)))
+          COLLX_THROW(errc::invalid_argument,
+                      name + ": send and recv overlap (in place: recv == send + rank * recv_count)");
+        // The schedules read every block of the input while writing the own block.
+        if (!detail::uses_native<Algo, T, Op> && in_place)
+          COLLX_THROW(errc::invalid_argument, name + ": in-place reduce_scatter runs on NCCL's path only (types "
+                                                     "and ops NCCL has, algo::automatic); pass a separate recv buffer");
+      },
+      [&] {
+        if (recv_count == 0) return;
+        if constexpr (detail::uses_native<Algo, T, Op>)
+          check(ncclReduceScatter(send, recv, recv_count, to_nccl(element_type_v<T>), to_nccl(red_op_v<Op>), c.get(),
+                                  stream),
+                "ncclReduceScatter", c.get());
+        else
+          detail::run_schedule(c, collective::reduce_scatter, detail::schedule_algo<Algo, Op>(), send, recv, false, 0,
+                               recv_count, op, stream);
+      });
 }
 
 /// At `root`: recv[i] = op over ranks of send[i], i in [0, count); other ranks' recv is not used
@@ -372,24 +454,28 @@ void reduce(communicator& c, const T* send, nullable_ptr<std::type_identity_t<T>
             int root, const Op& op, cudaStream_t stream) {
   T* const recv = recv_or_null.p;
   detail::check_algorithm<Algo, Op>();
-  const std::string name = detail::call_name<T, Op>(c, collective::reduce, detail::path_name<Algo, T, Op>());
-  if (root < 0 || root >= c.size())
-    COLLX_THROW(errc::invalid_argument, name + ": root " + std::to_string(root) + " outside [0, " +
-                                            std::to_string(c.size()) + ")");
+  const std::string what = detail::call_what<T, Op>("reduce", detail::path_name<Algo, T, Op>());
+  const std::string name = detail::call_name(c, what);
   const bool is_root = c.rank() == root;
-  detail::check_args(c, name, count, {send, is_root ? static_cast<const void*>(recv) : send});
   const bool in_place = is_root && static_cast<const void*>(send) == static_cast<const void*>(recv);
-  if (is_root && !in_place && detail::overlap(send, count * sizeof(T), recv, count * sizeof(T)))
-    COLLX_THROW(errc::invalid_argument, name + ": send and recv overlap (in place needs send == recv)");
-  if (count == 0) return;
-  detail::named(name, [&] {
-    if constexpr (detail::uses_native<Algo, T, Op>)
-      check(ncclReduce(send, recv, count, to_nccl(element_type_v<T>), to_nccl(red_op_v<Op>), root, c.get(), stream),
-            "ncclReduce", c.get());
-    else
-      detail::run_schedule(c, collective::reduce, detail::schedule_algo<Algo, Op>(), send, recv, in_place, root,
-                           count, op, stream);
-  });
+  detail::run_call(
+      c, name, what, {.root = root, .count = count},
+      [&] {
+        detail::check_root(c, name, root);
+        detail::check_args(c, name, count, {send, is_root ? static_cast<const void*>(recv) : send});
+        if (is_root && !in_place && detail::overlap(send, count * sizeof(T), recv, count * sizeof(T)))
+          COLLX_THROW(errc::invalid_argument, name + ": send and recv overlap (in place needs send == recv)");
+      },
+      [&] {
+        if (count == 0) return;
+        if constexpr (detail::uses_native<Algo, T, Op>)
+          check(ncclReduce(send, recv, count, to_nccl(element_type_v<T>), to_nccl(red_op_v<Op>), root, c.get(),
+                           stream),
+                "ncclReduce", c.get());
+        else
+          detail::run_schedule(c, collective::reduce, detail::schedule_algo<Algo, Op>(), send, recv, in_place, root,
+                               count, op, stream);
+      });
 }
 
 /// recv[r * send_count + i] = rank r's send[i], i in [0, send_count), on every rank, for any element
@@ -398,17 +484,23 @@ void reduce(communicator& c, const T* send, nullable_ptr<std::type_identity_t<T>
 /// @throws collx::error as allreduce.
 template <element T>
 void all_gather(communicator& c, const T* send, T* recv, std::size_t send_count, cudaStream_t stream) {
-  const std::string name =
-      detail::call_name<T, collx::detail::no_op>(c, collective::all_gather, "nccl");
-  detail::check_args(c, name, send_count, {send, recv});
+  const std::string what = detail::call_what<T, collx::detail::no_op>("all_gather", "nccl");
+  const std::string name = detail::call_name(c, what);
   const std::size_t n = static_cast<std::size_t>(c.size());
-  const bool in_place = send == recv + static_cast<std::size_t>(c.rank()) * send_count;
-  if (!in_place && detail::overlap(send, send_count * sizeof(T), recv, n * send_count * sizeof(T)))
-    COLLX_THROW(errc::invalid_argument, name + ": send and recv overlap (in place: send == recv + rank * send_count)");
-  if (send_count == 0) return;
-  detail::named(name, [&] {
-    check(ncclAllGather(send, recv, send_count * sizeof(T), ncclUint8, c.get(), stream), "ncclAllGather", c.get());
-  });
+  detail::run_call(
+      c, name, what, {.count = send_count},
+      [&] {
+        detail::check_args(c, name, send_count, {send, recv});
+        const bool in_place = send == recv + static_cast<std::size_t>(c.rank()) * send_count;
+        if (!in_place && detail::overlap(send, send_count * sizeof(T), recv, n * send_count * sizeof(T)))
+          COLLX_THROW(errc::invalid_argument,
+                      name + ": send and recv overlap (in place: send == recv + rank * send_count)");
+      },
+      [&] {
+        if (send_count == 0) return;
+        check(ncclAllGather(send, recv, send_count * sizeof(T), ncclUint8, c.get(), stream), "ncclAllGather",
+              c.get());
+      });
 }
 
 /// recv[i] = root's send[i], i in [0, count), on every rank, for any element type (ncclBroadcast on
@@ -420,19 +512,23 @@ template <element T>
 void broadcast(communicator& c, nullable_ptr<const std::type_identity_t<T>> send_or_null, T* recv, std::size_t count,
                int root, cudaStream_t stream) {
   const T* const send = send_or_null.p;
-  const std::string name = detail::call_name<T, collx::detail::no_op>(c, collective::broadcast, "nccl");
-  if (root < 0 || root >= c.size())
-    COLLX_THROW(errc::invalid_argument, name + ": root " + std::to_string(root) + " outside [0, " +
-                                            std::to_string(c.size()) + ")");
+  const std::string what = detail::call_what<T, collx::detail::no_op>("broadcast", "nccl");
+  const std::string name = detail::call_name(c, what);
   const bool is_root = c.rank() == root;
-  detail::check_args(c, name, count, {recv, is_root ? static_cast<const void*>(send) : recv});
-  if (is_root && static_cast<const void*>(send) != static_cast<const void*>(recv) &&
-      detail::overlap(send, count * sizeof(T), recv, count * sizeof(T)))
-    COLLX_THROW(errc::invalid_argument, name + ": send and recv overlap (in place needs send == recv)");
-  if (count == 0) return;
-  detail::named(name, [&] {
-    check(ncclBroadcast(send, recv, count * sizeof(T), ncclUint8, root, c.get(), stream), "ncclBroadcast", c.get());
-  });
+  detail::run_call(
+      c, name, what, {.root = root, .count = count},
+      [&] {
+        detail::check_root(c, name, root);
+        detail::check_args(c, name, count, {recv, is_root ? static_cast<const void*>(send) : recv});
+        if (is_root && static_cast<const void*>(send) != static_cast<const void*>(recv) &&
+            detail::overlap(send, count * sizeof(T), recv, count * sizeof(T)))
+          COLLX_THROW(errc::invalid_argument, name + ": send and recv overlap (in place needs send == recv)");
+      },
+      [&] {
+        if (count == 0) return;
+        check(ncclBroadcast(send, recv, count * sizeof(T), ncclUint8, root, c.get(), stream), "ncclBroadcast",
+              c.get());
+      });
 }
 
 namespace detail {
@@ -461,8 +557,10 @@ std::vector<std::size_t> checked_counts(const communicator& c, const std::string
 /// @param send counts[rank()] elements (may be null, a literal nullptr too, when that is 0)
 /// @param recv the sum of the counts (may be null when that is 0)
 /// @param counts one per rank (block_counts: std::size_t or any integer type, or a braced list),
-///        the same on every rank. Not checked across ranks (see nccl/communicator.hpp): ranks that
-///        disagree wait in NCCL until its timeout or abort().
+///        the same on every rank. Checked across ranks only with options::check_calls_over (see
+///        nccl/communicator.hpp): without it, ranks that disagree wait in NCCL until its timeout or
+///        abort().
+/// @pre send and recv are device memory on device() (or memory NCCL accepts); stream on device().
 /// @throws collx::error (errc::invalid_argument) for counts of the wrong length, a negative count,
 ///         a sum past memory, a null buffer with elements to move, or send overlapping recv other
 ///         than in place; otherwise as all_gather.
@@ -470,33 +568,38 @@ template <element T>
 void all_gather_v(communicator& c, nullable_ptr<const std::type_identity_t<T>> send_or_null, T* recv,
                   const block_counts& counts, cudaStream_t stream) {
   const T* const send = send_or_null.p;
-  const std::string name = detail::call_name<T, collx::detail::no_op>(c, collective::all_gather, "nccl");
-  c.check_device(name.c_str());
+  const std::string what = detail::call_what<T, collx::detail::no_op>("all_gather_v", "nccl");
+  const std::string name = detail::call_name(c, what);
+  std::vector<std::size_t> v;
   std::size_t total = 0;
-  const std::vector<std::size_t> v = detail::checked_counts<T>(c, name, counts, total);
-  const auto me = static_cast<std::size_t>(c.rank());
-  std::size_t at = 0;
-  for (std::size_t q = 0; q < me; ++q) at += v[q];
-  if ((total && !recv) || (v[me] && !send))
-    COLLX_THROW(errc::invalid_argument, name + ": null " + (total && !recv ? "recv" : "send") + " with " +
-                                            std::to_string(total && !recv ? total : v[me]) + " elements to move");
-  const bool in_place = send == recv + at;
-  if (!in_place && detail::overlap(send, v[me] * sizeof(T), recv, total * sizeof(T)))
-    COLLX_THROW(errc::invalid_argument, name + ": send overlaps recv but is not this rank's block of it (in place: "
-                                               "send == recv + counts[0] + ... + counts[rank - 1])");
-  if (total == 0) return;
-  detail::named(name, [&] {
-    auto* out = reinterpret_cast<unsigned char*>(recv);
-    detail::group_guard g{c.get()};
-    g.start();
-    for (const rooted_block& b : rooted_blocks(v, sizeof(T))) {
-      // Off the root, NCCL reads no send buffer; the block's place in recv stands in for it.
-      const void* from = b.root == c.rank() ? static_cast<const void*>(send) : out + b.offset;
-      check(ncclBroadcast(from, out + b.offset, b.bytes, ncclUint8, b.root, c.get(), stream), "ncclBroadcast",
-            c.get());
-    }
-    g.end();
-  });
+  detail::run_call(
+      c, name, what, {.counts = counts.values()},
+      [&] {
+        c.check_device(name.c_str());
+        v = detail::checked_counts<T>(c, name, counts, total);
+        const auto me = static_cast<std::size_t>(c.rank());
+        std::size_t at = 0;
+        for (std::size_t q = 0; q < me; ++q) at += v[q];
+        if ((total && !recv) || (v[me] && !send))
+          COLLX_THROW(errc::invalid_argument, name + ": null " + (total && !recv ? "recv" : "send") + " with " +
+                                                  std::to_string(total && !recv ? total : v[me]) + " elements to move");
+        if (send != recv + at && detail::overlap(send, v[me] * sizeof(T), recv, total * sizeof(T)))
+          COLLX_THROW(errc::invalid_argument, name + ": send overlaps recv but is not this rank's block of it (in "
+                                                     "place: send == recv + counts[0] + ... + counts[rank - 1])");
+      },
+      [&] {
+        if (total == 0) return;
+        auto* out = reinterpret_cast<unsigned char*>(recv);
+        detail::group_guard g{c.get()};
+        g.start();
+        for (const rooted_block& b : rooted_blocks(v, sizeof(T))) {
+          // Off the root, NCCL reads no send buffer; the block's place in recv stands in for it.
+          const void* from = b.root == c.rank() ? static_cast<const void*>(send) : out + b.offset;
+          check(ncclBroadcast(from, out + b.offset, b.bytes, ncclUint8, b.root, c.get(), stream), "ncclBroadcast",
+                c.get());
+        }
+        g.end();
+      });
 }
 
 /// Reduce-scatter with a count per rank: rank r's recv[i] = op over ranks of send[counts[0] + ... +
@@ -510,7 +613,9 @@ void all_gather_v(communicator& c, nullable_ptr<const std::type_identity_t<T>> s
 /// In place when recv == send + this rank's offset; any other overlap is refused.
 /// @param send the sum of the counts (may be null when that is 0)
 /// @param recv counts[rank()] elements (may be null, a literal nullptr too, when that is 0)
-/// @param counts as all_gather_v's (the same on every rank, not checked across ranks)
+/// @param counts as all_gather_v's (the same on every rank)
+/// @param op the reduction (NCCL's own where native_reduction_v<T, Op>, else collx's kernels)
+/// @pre send and recv are device memory on device() (or memory NCCL accepts); stream on device().
 /// @throws collx::error as all_gather_v (recv overlapping send other than in place), and as
 ///         allreduce.
 template <class Algo = algo::automatic, element T, class Op>
@@ -519,39 +624,46 @@ void reduce_scatter_v(communicator& c, const T* send, nullable_ptr<std::type_ide
                       const block_counts& counts, const Op& op, cudaStream_t stream) {
   T* const recv = recv_or_null.p;
   detail::check_algorithm<Algo, Op>();
-  const std::string name = detail::call_name<T, Op>(c, collective::reduce_scatter, detail::path_name<Algo, T, Op>());
-  c.check_device(name.c_str());
+  const std::string what = detail::call_what<T, Op>("reduce_scatter_v", detail::path_name<Algo, T, Op>());
+  const std::string name = detail::call_name(c, what);
+  std::vector<std::size_t> v;
   std::size_t total = 0;
-  const std::vector<std::size_t> v = detail::checked_counts<T>(c, name, counts, total);
-  const auto me = static_cast<std::size_t>(c.rank());
-  std::size_t at = 0;
-  for (std::size_t q = 0; q < me; ++q) at += v[q];
-  if ((total && !send) || (v[me] && !recv))
-    COLLX_THROW(errc::invalid_argument, name + ": null " + (total && !send ? "send" : "recv") + " with " +
-                                            std::to_string(total && !send ? total : v[me]) + " elements to move");
-  const bool in_place = recv == send + at;
-  if (!in_place && detail::overlap(send, total * sizeof(T), recv, v[me] * sizeof(T)))
-    COLLX_THROW(errc::invalid_argument, name + ": recv overlaps send but is not this rank's block of it (in place: "
-                                               "recv == send + counts[0] + ... + counts[rank - 1])");
-  if (total == 0) return;
-  detail::named(name, [&] {
-    const std::vector<rooted_block> blocks = rooted_blocks(v, sizeof(T));
-    if constexpr (detail::uses_native<Algo, T, Op>) {
-      detail::group_guard g{c.get()};
-      g.start();
-      for (const rooted_block& b : blocks)
-        check(ncclReduce(send + b.offset / sizeof(T), b.root == c.rank() ? recv : nullptr, b.bytes / sizeof(T),
-                         to_nccl(element_type_v<T>), to_nccl(red_op_v<Op>), b.root, c.get(), stream),
-              "ncclReduce", c.get());
-      g.end();
-    } else {
-      for (const rooted_block& b : blocks) {
-        const bool root = b.root == c.rank();
-        detail::run_schedule(c, collective::reduce, detail::schedule_algo<Algo, Op>(), send + b.offset / sizeof(T),
-                             root ? recv : nullptr, root && in_place, b.root, b.bytes / sizeof(T), op, stream);
-      }
-    }
-  });
+  bool in_place = false;
+  detail::run_call(
+      c, name, what, {.counts = counts.values()},
+      [&] {
+        c.check_device(name.c_str());
+        v = detail::checked_counts<T>(c, name, counts, total);
+        const auto me = static_cast<std::size_t>(c.rank());
+        std::size_t at = 0;
+        for (std::size_t q = 0; q < me; ++q) at += v[q];
+        if ((total && !send) || (v[me] && !recv))
+          COLLX_THROW(errc::invalid_argument, name + ": null " + (total && !send ? "send" : "recv") + " with " +
+                                                  std::to_string(total && !send ? total : v[me]) + " elements to move");
+        in_place = recv == send + at;
+        if (!in_place && detail::overlap(send, total * sizeof(T), recv, v[me] * sizeof(T)))
+          COLLX_THROW(errc::invalid_argument, name + ": recv overlaps send but is not this rank's block of it (in "
+                                                     "place: recv == send + counts[0] + ... + counts[rank - 1])");
+      },
+      [&] {
+        if (total == 0) return;
+        const std::vector<rooted_block> blocks = rooted_blocks(v, sizeof(T));
+        if constexpr (detail::uses_native<Algo, T, Op>) {
+          detail::group_guard g{c.get()};
+          g.start();
+          for (const rooted_block& b : blocks)
+            check(ncclReduce(send + b.offset / sizeof(T), b.root == c.rank() ? recv : nullptr, b.bytes / sizeof(T),
+                             to_nccl(element_type_v<T>), to_nccl(red_op_v<Op>), b.root, c.get(), stream),
+                  "ncclReduce", c.get());
+          g.end();
+        } else {
+          for (const rooted_block& b : blocks) {
+            const bool root = b.root == c.rank();
+            detail::run_schedule(c, collective::reduce, detail::schedule_algo<Algo, Op>(), send + b.offset / sizeof(T),
+                                 root ? recv : nullptr, root && in_place, b.root, b.bytes / sizeof(T), op, stream);
+          }
+        }
+      });
 }
 
 namespace detail {
@@ -580,23 +692,30 @@ inline void post_exchanges(communicator& c, const void* send, void* recv, const 
 /// @pre send and recv hold size() * count elements on device(); they do not overlap.
 /// @throws collx::error (errc::invalid_argument) for a null buffer, overlap, a count whose bytes
 ///         overflow, or the wrong current device; (errc::transport / errc::cuda) when an NCCL or
-///         CUDA call fails. Ranks that disagree on count are not told (see nccl/communicator.hpp):
-///         NCCL then waits until its own timeout or abort().
+///         CUDA call fails. Ranks that disagree on count are told only with
+///         options::check_calls_over (errc::mismatch, see nccl/communicator.hpp); without it NCCL
+///         waits until its own timeout or abort().
 template <element T>
 void all_to_all(communicator& c, const T* send, T* recv, std::size_t count, cudaStream_t stream) {
-  const std::string name = detail::call_name<T, collx::detail::no_op>(c, collective::all_to_all, "nccl");
-  detail::check_args(c, name, count, {send, recv});
+  const std::string what = detail::call_what<T, collx::detail::no_op>("all_to_all", "nccl");
+  const std::string name = detail::call_name(c, what);
   const std::size_t n = static_cast<std::size_t>(c.size());
-  if (count > PTRDIFF_MAX / sizeof(T) / n)
-    COLLX_THROW(errc::invalid_argument, name + ": count " + std::to_string(count) + " x " + std::to_string(n) +
-                                            " ranks is more than memory holds");
-  if (detail::overlap(send, n * count * sizeof(T), recv, n * count * sizeof(T)))
-    COLLX_THROW(errc::invalid_argument, name + ": send and recv overlap (all_to_all over NCCL is never in place)");
-  if (count == 0) return;
-  detail::named(name, [&] {
-    const std::vector<std::size_t> counts(n, count);
-    detail::post_exchanges(c, send, recv, all_to_all_exchanges(c.rank(), counts, counts, sizeof(T)), stream);
-  });
+  detail::run_call(
+      c, name, what, {.count = count},
+      [&] {
+        detail::check_args(c, name, count, {send, recv});
+        if (count > PTRDIFF_MAX / sizeof(T) / n)
+          COLLX_THROW(errc::invalid_argument, name + ": count " + std::to_string(count) + " x " + std::to_string(n) +
+                                                  " ranks is more than memory holds");
+        if (detail::overlap(send, n * count * sizeof(T), recv, n * count * sizeof(T)))
+          COLLX_THROW(errc::invalid_argument,
+                      name + ": send and recv overlap (all_to_all over NCCL is never in place)");
+      },
+      [&] {
+        if (count == 0) return;
+        const std::vector<std::size_t> counts(n, count);
+        detail::post_exchanges(c, send, recv, all_to_all_exchanges(c.rank(), counts, counts, sizeof(T)), stream);
+      });
 }
 
 /// All-to-all with uneven blocks, the host all_to_all_v's layout: this rank sends send_counts[d]
@@ -608,8 +727,9 @@ void all_to_all(communicator& c, const T* send, T* recv, std::size_t count, cuda
 /// @param send sum of send_counts elements; @param recv sum of recv_counts elements; either may be
 ///        null (a literal nullptr too) when its counts are all 0; never overlapping
 /// @param send_counts,recv_counts one per rank (any integer type: block_counts); recv_counts[q] here
-///        must equal send_counts[rank()] on rank q. Not checked across ranks (see
-///        nccl/communicator.hpp): a disagreement waits in NCCL until its timeout or abort().
+///        must equal send_counts[rank()] on rank q. Checked across ranks only with
+///        options::check_calls_over (every rank throws errc::mismatch, the rank that found it
+///        naming the pair); without it a disagreement waits in NCCL until its timeout or abort().
 /// @throws collx::error (errc::invalid_argument) for lists of the wrong length, a negative count,
 ///         sums past memory, send_counts[rank()] != recv_counts[rank()], null or overlapping
 ///         buffers; otherwise as all_to_all.
@@ -617,37 +737,44 @@ template <element T>
 void all_to_all_v(communicator& c, nullable_ptr<const std::type_identity_t<T>> send_or_null,
                   const block_counts& send_counts, T* recv, const block_counts& recv_counts, cudaStream_t stream) {
   const T* const send = send_or_null.p;
-  const std::string name = detail::call_name<T, collx::detail::no_op>(c, collective::all_to_all, "nccl");
-  c.check_device(name.c_str());
+  const std::string what = detail::call_what<T, collx::detail::no_op>("all_to_all_v", "nccl");
+  const std::string name = detail::call_name(c, what);
   const std::size_t n = static_cast<std::size_t>(c.size()), me = static_cast<std::size_t>(c.rank());
-  if (send_counts.size() != n || recv_counts.size() != n)
-    COLLX_THROW(errc::invalid_argument, name + ": send_counts has " + std::to_string(send_counts.size()) +
-                                            " and recv_counts " + std::to_string(recv_counts.size()) + " entries for " +
-                                            std::to_string(n) + " ranks (both need one per rank)");
-  for (const auto& [list, counts] : {std::pair{"send_counts", &send_counts}, std::pair{"recv_counts", &recv_counts}})
-    if (!collx::detail::counts_are_sound(*counts, sizeof(T)))
-      COLLX_THROW(errc::invalid_argument, name + ": " + collx::detail::bad_counts(list, *counts, sizeof(T)));
-  if (send_counts[me] != recv_counts[me])
-    COLLX_THROW(errc::invalid_argument, name + ": this rank sends itself " + std::to_string(send_counts[me]) +
-                                            " elements (send_counts[" + std::to_string(me) + "]) but receives " +
-                                            std::to_string(recv_counts[me]) + " from itself (recv_counts[" +
-                                            std::to_string(me) + "]); they must be equal");
   std::size_t send_total = 0, recv_total = 0;
-  for (std::size_t q = 0; q < n; ++q) send_total += send_counts[q], recv_total += recv_counts[q];
-  if ((send_total && !send) || (recv_total && !recv))
-    COLLX_THROW(errc::invalid_argument, name + ": null " + (send_total && !send ? "send" : "recv") + " with " +
-                                            std::to_string(send_total && !send ? send_total : recv_total) +
-                                            " elements to move");
-  if (detail::overlap(send, send_total * sizeof(T), recv, recv_total * sizeof(T)))
-    COLLX_THROW(errc::invalid_argument, name + ": send and recv overlap (all_to_all_v is never in place)");
-  if (send_total == 0 && recv_total == 0) return;
-  detail::named(name, [&] {
-    const std::span<const std::size_t> sc = send_counts.values(), rc = recv_counts.values();
-    detail::post_exchanges(c, send, recv,
-                           all_to_all_exchanges(c.rank(), std::vector<std::size_t>(sc.begin(), sc.end()),
-                                                std::vector<std::size_t>(rc.begin(), rc.end()), sizeof(T)),
-                           stream);
-  });
+  detail::run_call(
+      c, name, what, {.send_counts = send_counts.values(), .recv_counts = recv_counts.values()},
+      [&] {
+        c.check_device(name.c_str());
+        if (send_counts.size() != n || recv_counts.size() != n)
+          COLLX_THROW(errc::invalid_argument, name + ": send_counts has " + std::to_string(send_counts.size()) +
+                                                  " and recv_counts " + std::to_string(recv_counts.size()) +
+                                                  " entries for " + std::to_string(n) +
+                                                  " ranks (both need one per rank)");
+        for (const auto& [list, counts] :
+             {std::pair{"send_counts", &send_counts}, std::pair{"recv_counts", &recv_counts}})
+          if (!collx::detail::counts_are_sound(*counts, sizeof(T)))
+            COLLX_THROW(errc::invalid_argument, name + ": " + collx::detail::bad_counts(list, *counts, sizeof(T)));
+        if (send_counts[me] != recv_counts[me])
+          COLLX_THROW(errc::invalid_argument, name + ": this rank sends itself " + std::to_string(send_counts[me]) +
+                                                  " elements (send_counts[" + std::to_string(me) + "]) but receives " +
+                                                  std::to_string(recv_counts[me]) + " from itself (recv_counts[" +
+                                                  std::to_string(me) + "]); they must be equal");
+        for (std::size_t q = 0; q < n; ++q) send_total += send_counts[q], recv_total += recv_counts[q];
+        if ((send_total && !send) || (recv_total && !recv))
+          COLLX_THROW(errc::invalid_argument, name + ": null " + (send_total && !send ? "send" : "recv") + " with " +
+                                                  std::to_string(send_total && !send ? send_total : recv_total) +
+                                                  " elements to move");
+        if (detail::overlap(send, send_total * sizeof(T), recv, recv_total * sizeof(T)))
+          COLLX_THROW(errc::invalid_argument, name + ": send and recv overlap (all_to_all_v is never in place)");
+      },
+      [&] {
+        if (send_total == 0 && recv_total == 0) return;
+        const std::span<const std::size_t> sc = send_counts.values(), rc = recv_counts.values();
+        detail::post_exchanges(c, send, recv,
+                               all_to_all_exchanges(c.rank(), std::vector<std::size_t>(sc.begin(), sc.end()),
+                                                    std::vector<std::size_t>(rc.begin(), rc.end()), sizeof(T)),
+                               stream);
+      });
 }
 /// all_to_all_v with a literal nullptr for recv (a rank whose recv_counts are all 0): T from send.
 template <element T>

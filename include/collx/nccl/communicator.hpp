@@ -3,12 +3,15 @@
 /// and the bootstrap that builds one over any collx host communicator. Host C++ with <nccl.h> and
 /// the CUDA runtime (CMake: target collx::nccl); the collectives are in nccl/collectives.cuh.
 ///
-/// What NCCL does not give, and collx does not add on this path:
-///  - no call-signature check across ranks: ranks that disagree on a collective, count, type, op or
-///    root are not detected; they hang (or read garbage) until NCCL's own watchdog or an
-///    ncclCommAbort ends the job. collx's host transports fail such calls with errc::mismatch.
+/// What NCCL does not give, and collx adds only on request:
+///  - no call-signature check across ranks by default: ranks that disagree on a collective, count,
+///    type, op or root are not detected; they hang (or read garbage) until NCCL's own watchdog or
+///    an ncclCommAbort ends the job. collx's host transports fail such calls with errc::mismatch;
+///    with options::check_calls_over (a host communicator of the same ranks) this path does too,
+///    before anything is enqueued (nccl/call_check.hpp), at the cost of a host collective per call.
 ///  - no timeout: collx calls only enqueue work on a stream; a missing peer shows as a stream that
-///    never completes. Call abort() (ncclCommAbort) from another thread to get out.
+///    never completes (with check_calls_over, a rank that never makes a call gives the others the
+///    host communicator's timeout). Call abort() (ncclCommAbort) from another thread to get out.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -26,6 +29,7 @@
 #include <collx/cuda/runtime.hpp>
 #include <collx/cuda_types.hpp>
 #include <collx/error.hpp>
+#include <collx/nccl/call_check.hpp>
 #include <collx/nccl/native.hpp>
 
 #if !defined(NCCL_VERSION_CODE) || NCCL_VERSION_CODE < NCCL_VERSION(2, 13, 0)
@@ -101,19 +105,33 @@ struct options {
   /// holds one scratch buffer and one receive staging buffer of this size (allocated at the first
   /// schedule-path call). Larger segments mean fewer, longer NCCL groups.
   std::size_t segment_bytes = std::size_t{8} << 20;
+  /// A host communicator with the same ranks (its size and this rank's number equal the NCCL
+  /// communicator's), over which every call first checks that all ranks make the same call: the
+  /// collective, type, op, path, root and counts (nccl/call_check.hpp). Ranks that disagree throw
+  /// collx::error (errc::mismatch) on every rank, and a rank that refuses its arguments makes the
+  /// others throw too, before anything is enqueued, instead of hanging in NCCL; a rank that never
+  /// makes the call gives the others the host communicator's timeout (errc::timeout). A debugging
+  /// aid: each call then blocks until every rank has made it and costs one host all-gather (two
+  /// more for all_to_all_v's pairs). Null (the default): no check, as NCCL. It must outlive the NCCL
+  /// communicator and take no other call while an NCCL call checks over it (one thread at a time,
+  /// as every collx communicator); every rank sets it or none does. nccl::connect(host, opt) with
+  /// opt.check_calls_over = &host is the usual way.
+  collx::communicator* check_calls_over = nullptr;
 };
 
 /// One rank of an NCCL communicator, with the device memory collx's schedules need on it.
 /// Movable, not copyable. Collectives: nccl/collectives.cuh. Calls are stream-ordered: they enqueue
 /// work and return; errors the host can see (bad arguments, an NCCL or CUDA call refused) throw
 /// collx::error at once, faults in the enqueued work show at the stream's next synchronisation.
-/// All ranks must make the same calls in the same order (NCCL's rule; nothing checks it, see the
-/// file comment). The calling thread's current device must be the communicator's (device()).
+/// All ranks must make the same calls in the same order (NCCL's rule; checked only with
+/// options::check_calls_over, see the file comment). The calling thread's current device must be
+/// the communicator's (device()).
 class communicator {
  public:
   /// Wraps an NCCL communicator the caller created (ncclCommInitRank, ncclCommSplit, ...). Not
   /// owned: the caller destroys it, after this handle.
-  /// @throws collx::error (errc::invalid_argument) for a null comm; (errc::transport/cuda) when NCCL
+  /// @throws collx::error (errc::invalid_argument) for a null comm or bad options (segment_bytes
+  ///         below 256, check_calls_over with other ranks); (errc::transport/cuda) when NCCL
   ///         cannot report its rank, size or device.
   explicit communicator(ncclComm_t comm, options opt = {}) : comm_(comm), owned_(false), opt_(opt) { init(); }
 
@@ -121,14 +139,20 @@ class communicator {
   /// thread's current device, from the ncclUniqueId rank 0 made with ncclGetUniqueId and gave every
   /// rank (see connect() and unique_id_over()). Blocks until all `size` ranks have joined. Owned:
   /// the destructor calls ncclCommDestroy.
-  /// @throws collx::error (errc::invalid_argument) for rank outside [0, size);
-  ///         (errc::transport/cuda) when NCCL fails.
+  /// @throws collx::error (errc::invalid_argument) for rank outside [0, size) or bad options
+  ///         (before NCCL is called); (errc::transport/cuda) when NCCL fails.
   communicator(const ncclUniqueId& id, int rank, int size, options opt = {}) : owned_(true), opt_(opt) {
     if (size < 1 || rank < 0 || rank >= size)
       COLLX_THROW(errc::invalid_argument, "nccl::communicator: rank " + std::to_string(rank) + " outside [0, " +
                                               std::to_string(size) + ")");
+    check_options(opt_, rank, size);  // before NCCL, so that every rank with bad options stops here
     check(ncclCommInitRank(&comm_, size, id, rank), "ncclCommInitRank");
-    init();
+    try {
+      init();
+    } catch (...) {  // no destructor runs for a constructor that throws
+      (void)ncclCommDestroy(comm_);
+      throw;
+    }
   }
 
   /// Not copyable: it owns its device memory (and an owned NCCL communicator).
@@ -165,6 +189,8 @@ class communicator {
   const options& opts() const noexcept { return opt_; }
   /// Launch limits of device() (for collx's kernels).
   const gpu::device_limits& limits() const noexcept { return limits_; }
+  /// The number of the next call checked over options::check_calls_over (from 1; for its messages).
+  std::uint64_t next_call_number() noexcept { return ++checked_calls_; }
 
   /// Aborts the NCCL communicator (ncclCommAbort): pending and future work on it fails. For an
   /// owned communicator the handle is released; the destructor then only frees memory. May be
@@ -207,10 +233,18 @@ class communicator {
     check(ncclCommUserRank(comm_, &rank_), "ncclCommUserRank", comm_);
     check(ncclCommCount(comm_, &size_), "ncclCommCount", comm_);
     check(ncclCommCuDevice(comm_, &device_), "ncclCommCuDevice", comm_);
-    if (opt_.segment_bytes < 256)
-      COLLX_THROW(errc::invalid_argument, "nccl::options: segment_bytes " + std::to_string(opt_.segment_bytes) +
-                                              " < 256");
+    check_options(opt_, rank_, size_);
     limits_ = gpu::device_limits_of(device_);
+  }
+  /// Throws errc::invalid_argument for options that cannot serve rank `rank` of `size`.
+  static void check_options(const options& o, int rank, int size) {
+    if (o.segment_bytes < 256)
+      COLLX_THROW(errc::invalid_argument, "nccl::options: segment_bytes " + std::to_string(o.segment_bytes) + " < 256");
+    if (const collx::communicator* h = o.check_calls_over; h && (h->size() != size || h->rank() != rank))
+      COLLX_THROW(errc::invalid_argument,
+                  "nccl::options: check_calls_over is rank " + std::to_string(h->rank()) + " of " +
+                      std::to_string(h->size()) + ", the NCCL communicator rank " + std::to_string(rank) + " of " +
+                      std::to_string(size) + " (the host communicator needs the same ranks)");
   }
   std::size_t slot_bytes() const noexcept { return (opt_.segment_bytes + 255) / 256 * 256; }
   void swap(communicator& o) noexcept {
@@ -223,6 +257,7 @@ class communicator {
     std::swap(limits_, o.limits_);
     std::swap(memory_, o.memory_);
     std::swap(event_, o.event_);
+    std::swap(checked_calls_, o.checked_calls_);
   }
 
   ncclComm_t comm_ = nullptr;
@@ -232,6 +267,7 @@ class communicator {
   gpu::device_limits limits_{1};
   void* memory_ = nullptr;
   cudaEvent_t event_ = nullptr;
+  std::uint64_t checked_calls_ = 0;
 };
 
 /// An ncclUniqueId made by `root` of the host communicator (ncclGetUniqueId) and broadcast to every
