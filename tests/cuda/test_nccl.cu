@@ -3,7 +3,8 @@
 // order is exact) and on collx's schedule path over grouped ncclSend/ncclRecv: a custom commutative
 // struct op (ring), a non-commutative one (tree, rank order), and half sum forced onto algo::tree
 // (fp32 partials, rounded once); the v-forms (groups of ncclBroadcast / ncclReduce, or one collx
-// reduce per block); all_to_all and all_to_all_v (one group of ncclSend/ncclRecv).
+// reduce per block); all_to_all and all_to_all_v (one group of ncclSend/ncclRecv); send, recv and
+// send_recv; and options::check_calls_over's errors on every rank.
 // A small segment_bytes makes the schedules run several segments.
 // One rank per GPU, ranks as threads of this process (NCCL rejects two ranks of one communicator on
 // one GPU): the [gpu] case needs 2 devices; nccl_test_main (gpu_test_main.cpp with
@@ -290,6 +291,51 @@ void check_moves(nc::communicator& c, cudaStream_t s, std::size_t count, failure
   }
 }
 
+// Point-to-point: a ring shift by send_recv (block from rank r - 1), the same shift by send and
+// recv ordered by rank parity, a halo of no_peer edges (no wrap-around), and a copy to this rank.
+template <class T>
+void check_p2p(nc::communicator& c, cudaStream_t s, std::size_t count, failures& f, const std::string& label) {
+  const int n = c.size(), r = c.rank(), next = (r + 1) % n, prev = (r + n - 1) % n;
+  std::vector<T> mine(count), junk(count);
+  for (std::size_t i = 0; i < count; ++i) mine[i] = gen<T>(r, 500000 + i);
+  std::memset(static_cast<void*>(junk.data()), 0xab, junk.size() * sizeof(T));
+  device_buffer<T> din(count), dout(count);
+  din.put(mine);
+  auto expect_from = [&](const std::string& what, int from) {
+    collx::gpu::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+    const std::vector<T> got = dout.get(count);
+    for (std::size_t i = 0; i < count; ++i)
+      if (!same_bytes(got[i], gen<T>(from, 500000 + i))) {
+        f.add(label + " " + what + ": rank " + std::to_string(r) + " element " + std::to_string(i) + " differs");
+        return;
+      }
+  };
+  dout.put(junk);
+  nc::send_recv(c, din.p, count, next, dout.p, count, prev, s);
+  expect_from("send_recv ring shift", prev);
+  dout.put(junk);
+  // Even ranks send first, odd ranks receive first; with an odd n the last rank (even) receives
+  // first too, so that no cycle of sends waits.
+  const bool send_first = r % 2 == 0 && !(n % 2 != 0 && r == n - 1);
+  if (send_first) nc::send(c, din.p, count, next, s);
+  nc::recv(c, dout.p, count, prev, s);
+  if (!send_first) nc::send(c, din.p, count, next, s);
+  expect_from("send then recv", prev);
+  dout.put(junk);  // no wrap-around: rank 0 receives nothing, rank n - 1 sends nothing
+  nc::send_recv(c, din.p, count, r == n - 1 ? collx::no_peer : next, dout.p, count, r == 0 ? collx::no_peer : prev, s);
+  collx::gpu::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+  if (r == 0) {
+    const std::vector<T> got = dout.get(count);
+    if (std::memcmp(static_cast<const void*>(got.data()), junk.data(), count * sizeof(T)) != 0)
+      f.add(label + " halo: rank 0's recv was written");
+  } else {
+    expect_from("halo", prev);
+  }
+  dout.put(junk);
+  nc::send_recv(c, din.p, count, r, dout.p, count, r, s);  // a copy to itself
+  expect_from("send_recv to itself", r);
+}
+
 }  // namespace
 
 TEST_CASE("nccl: which path each (type, op, algorithm) takes, and NCCL's names", "[nccl]") {
@@ -356,6 +402,8 @@ TEST_CASE("nccl: every collective against the host reference, NCCL and schedule 
           check_reductions<collx::algo::tree, collx::half, ops::sum>(c, s, count, tree_half, f, "half sum (tree)");
           check_moves<float>(c, s, count, f, "float");
           check_moves<triple>(c, s, count, f, "triple");
+          check_p2p<float>(c, s, count, f, "float");
+          check_p2p<triple>(c, s, count, f, "triple");
         }
         // The wrong current device is refused before anything is enqueued.
         collx::gpu::check(cudaSetDevice((r + 1) % devices), "cudaSetDevice");
@@ -430,6 +478,12 @@ TEST_CASE("nccl: check_calls_over turns disagreeing calls into errors on every r
         expect("all_to_all_v pairs", collx::errc::mismatch, r == 0 ? "rank 1 sends this rank 2" : "rank 0's recv_counts", [&] {
           nc::all_to_all_v(c, buf.p, sc, out.p, rc, s);
         });
+        // A receive whose count differs from its sender's: both ends of the pair throw, naming both
+        // (ranks 0 and 1 exchange; the others sit it out).
+        if (r < 2)
+          expect("p2p count differs", collx::errc::mismatch, r == 1 ? "this rank receives" : "this rank sends", [&] {
+            nc::send_recv(c, buf.p, 8, 1 - r, out.p, r == 1 ? 9 : 8, 1 - r, s);
+          });
         nc::allreduce(c, buf.p, out.p, 64, ops::sum{}, s);  // and the communicators are still usable
         collx::gpu::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
         collx::gpu::check(cudaStreamDestroy(s), "cudaStreamDestroy");

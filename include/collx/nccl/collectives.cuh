@@ -1,5 +1,6 @@
 /// @file nccl/collectives.cuh
-/// Collectives on device memory across the GPUs of an NCCL communicator, stream-ordered. For .cu
+/// Collectives and point-to-point calls on device memory across the GPUs of an NCCL communicator,
+/// stream-ordered. For .cu
 /// files (nvcc, with collx::nccl's flags); CMake: target collx::nccl.
 ///
 /// Two paths, chosen at compile time:
@@ -329,6 +330,11 @@ struct call_shape {
   std::size_t count = 0;
   std::span<const std::size_t> counts{};
   std::span<const std::size_t> send_counts{}, recv_counts{};
+  /// Point-to-point (checked with its peers only, check_pair): the peers (collx::no_peer: that side
+  /// absent) and the counts sent and received.
+  bool p2p = false;
+  int dst = collx::no_peer, src = collx::no_peer;
+  std::size_t sent = 0, received = 0;
 };
 
 /// Runs one call named `name` (call_name of `what`): `checks`, this rank's argument checks, which
@@ -345,7 +351,20 @@ void run_call(communicator& c, const std::string& name, const std::string& what,
     named(name, enqueue);
     return;
   }
-  const call_signature sig = make_signature(c.next_call_number(), what, shape.root, shape.count, shape.counts);
+  const std::uint64_t number = c.next_call_number();
+  const call_signature sig = make_signature(number, what, shape.root, shape.count, shape.counts);
+  // Point-to-point: what this rank sends, and what it expects to receive.
+  const call_signature sends = make_signature(number, what, -1, shape.sent),
+                       receives = make_signature(number, what, -1, shape.received);
+  // Peers the host communicator takes (a refused call may name others): ranks, or no_peer; this
+  // rank only as both.
+  const auto usable = [&](int peer) { return peer >= 0 && peer < c.size() ? peer : collx::no_peer; };
+  int dst = usable(shape.dst), src = usable(shape.src);
+  if ((dst == c.rank()) != (src == c.rank())) (dst == c.rank() ? dst : src) = collx::no_peer;
+  const auto exchange = [&](const call_signature& s, const call_signature& out, const call_signature& in) {
+    if (shape.p2p) check_pair(*host, dst, out, src, in, name);
+    else check_same_call(*host, s, name, shape.counts);
+  };
   const auto over_host = [&](auto&& f) {
     try {
       f();
@@ -360,12 +379,12 @@ void run_call(communicator& c, const std::string& name, const std::string& what,
     std::string_view why = e.what();
     if (why.starts_with(name + ": ")) why.remove_prefix(name.size() + 2);
     try {
-      check_same_call(*host, refused(sig, e.code(), why), name);
+      exchange(refused(sig, e.code(), why), refused(sends, e.code(), why), refused(receives, e.code(), why));
     } catch (const error&) {  // this rank's own error says more than the exchange's
     }
     throw;
   }
-  over_host([&] { check_same_call(*host, sig, name, shape.counts); });
+  over_host([&] { exchange(sig, sends, receives); });
   if (!shape.send_counts.empty())
     over_host([&] { check_all_to_all_counts(*host, shape.send_counts, shape.recv_counts, name); });
   named(name, enqueue);
@@ -781,6 +800,134 @@ template <element T>
 void all_to_all_v(communicator& c, const T* send, const block_counts& send_counts, std::nullptr_t,
                   const block_counts& recv_counts, cudaStream_t stream) {
   all_to_all_v<T>(c, send, send_counts, static_cast<T*>(nullptr), recv_counts, stream);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Point-to-point, as ncclSend / ncclRecv: stream-ordered, matched in order per pair of ranks (the
+// k-th send from rank a to rank b meets the k-th recv at b from a), on bytes (ncclUint8), so any
+// element type. A send may wait on its stream until the matching receive runs, so two ranks that
+// each send to the other before receiving, on one stream each, wait for each other for ever (NCCL's
+// rule): use send_recv (one group), order the calls, or put them in one ncclGroupStart/End of
+// your own (not with options::check_calls_over, whose check of a send waits for its receiver).
+// A side with count 0 posts nothing; its peer must pass 0 too. collx::no_peer as a peer moves
+// nothing (as MPI_PROC_NULL).
+
+namespace detail {
+/// Throws errc::invalid_argument unless `peer` (the `role`, "destination" or "source") is
+/// collx::no_peer or a rank of c other than this one (`self_ok`: or this one).
+inline void check_peer(const communicator& c, const std::string& name, const char* role, int peer, bool self_ok) {
+  if (peer == collx::no_peer || (peer >= 0 && peer < c.size() && (self_ok || peer != c.rank()))) return;
+  COLLX_THROW(errc::invalid_argument, name + ": " + role + " " + std::to_string(peer) +
+                                          (peer == c.rank() ? " is this rank (a rank sends itself nothing but "
+                                                              "through send_recv to and from itself)"
+                                                            : " is not a rank of 0.." + std::to_string(c.size() - 1) +
+                                                                  " nor collx::no_peer"));
+}
+/// Throws errc::invalid_argument when `count` elements of T are more bytes than memory holds, or
+/// `p` is null with count > 0 (`buffer` names it).
+template <class T>
+void check_buffer(const std::string& name, const char* buffer, const void* p, std::size_t count) {
+  if (count > PTRDIFF_MAX / sizeof(T))
+    COLLX_THROW(errc::invalid_argument, name + ": " + buffer + " count " + std::to_string(count) +
+                                            " is more than memory holds");
+  if (count && !p)
+    COLLX_THROW(errc::invalid_argument, name + ": null " + buffer + " with count " + std::to_string(count));
+}
+/// "rank 0/4 nccl send<float32,none,nccl> to 1": a point-to-point call's name in messages.
+template <class T>
+std::string p2p_name(const communicator& c, const char* call, const std::string& peers) {
+  return call_name(c, call_what<T, collx::detail::no_op>(call, "nccl")) + " " + peers;
+}
+}  // namespace detail
+
+/// Sends `count` elements of `buf` to rank `peer` (ncclSend), matched by peer's nccl::recv or
+/// send_recv from this rank with the same count and type (see above: ordering, count 0, no_peer).
+/// @pre buf holds count elements on device().
+/// @throws collx::error (errc::invalid_argument) for a peer that is this rank or not a rank (nor
+///         collx::no_peer), a null buf with count > 0, the wrong current device;
+///         (errc::transport / errc::cuda) when NCCL or CUDA fails; with options::check_calls_over,
+///         errc::mismatch when peer's receive differs in type or count, peer's refusal, the host
+///         communicator's errors (errc::timeout: peer never made its call).
+template <element T>
+void send(communicator& c, const T* buf, std::size_t count, int peer, cudaStream_t stream) {
+  const std::string name = detail::p2p_name<T>(c, "send", "to " + collx::detail::peer_text(peer));
+  const std::string what = detail::call_what<T, collx::detail::no_op>("p2p", "nccl");
+  detail::run_call(
+      c, name, what, {.p2p = true, .dst = peer, .sent = count},
+      [&] {
+        c.check_device(name.c_str());
+        detail::check_peer(c, name, "destination", peer, false);
+        if (peer != collx::no_peer) detail::check_buffer<T>(name, "buf", buf, count);
+      },
+      [&] {
+        if (count == 0 || peer == collx::no_peer) return;
+        check(ncclSend(buf, count * sizeof(T), ncclUint8, peer, c.get(), stream), "ncclSend", c.get());
+      });
+}
+
+/// Receives `count` elements from rank `peer` into `buf` (ncclRecv), from peer's matching
+/// nccl::send or send_recv. Writes exactly buf[0, count).
+/// @pre buf holds count elements on device().
+/// @throws collx::error as send.
+template <element T>
+void recv(communicator& c, T* buf, std::size_t count, int peer, cudaStream_t stream) {
+  const std::string name = detail::p2p_name<T>(c, "recv", "from " + collx::detail::peer_text(peer));
+  const std::string what = detail::call_what<T, collx::detail::no_op>("p2p", "nccl");
+  detail::run_call(
+      c, name, what, {.p2p = true, .src = peer, .received = count},
+      [&] {
+        c.check_device(name.c_str());
+        detail::check_peer(c, name, "source", peer, false);
+        if (peer != collx::no_peer) detail::check_buffer<T>(name, "buf", buf, count);
+      },
+      [&] {
+        if (count == 0 || peer == collx::no_peer) return;
+        check(ncclRecv(buf, count * sizeof(T), ncclUint8, peer, c.get(), stream), "ncclRecv", c.get());
+      });
+}
+
+/// A send of `send_count` elements of `send` to `dst` and a receive of `recv_count` elements from
+/// `src` into `recv` in one NCCL group, as MPI_Sendrecv: both progress together, so ring shifts
+/// and halo exchanges in which every rank calls send_recv cannot deadlock. Its messages are those
+/// of send and recv (each pairs with the peer's send, recv or send_recv). dst and src may both be
+/// this rank (recv gets a copy of send; the counts then equal); one alone may not. Either may be
+/// collx::no_peer (that side skipped: the edges of a halo exchange that does not wrap around).
+/// @pre send holds send_count and recv recv_count elements on device(); they do not overlap.
+/// @throws collx::error as send, and errc::invalid_argument for overlapping buffers, only one of
+///         dst and src this rank, or, both being this rank, counts that differ.
+template <element T>
+void send_recv(communicator& c, const T* send, std::size_t send_count, int dst, T* recv, std::size_t recv_count,
+               int src, cudaStream_t stream) {
+  const std::string name = detail::p2p_name<T>(c, "send_recv", "to " + collx::detail::peer_text(dst) + " from " +
+                                                                   collx::detail::peer_text(src));
+  const std::string what = detail::call_what<T, collx::detail::no_op>("p2p", "nccl");
+  const bool sends = dst != collx::no_peer, receives = src != collx::no_peer;
+  detail::run_call(
+      c, name, what, {.p2p = true, .dst = dst, .src = src, .sent = send_count, .received = recv_count},
+      [&] {
+        c.check_device(name.c_str());
+        detail::check_peer(c, name, "destination", dst, true);
+        detail::check_peer(c, name, "source", src, true);
+        if ((dst == c.rank()) != (src == c.rank()))
+          COLLX_THROW(errc::invalid_argument, name + ": only one of destination and source is this rank (a rank "
+                                                     "sends itself nothing; both: a copy)");
+        if (dst == c.rank() && send_count != recv_count)
+          COLLX_THROW(errc::invalid_argument, name + ": a copy to this rank needs equal counts (send " +
+                                                  std::to_string(send_count) + ", recv " + std::to_string(recv_count) + ")");
+        if (sends) detail::check_buffer<T>(name, "send", send, send_count);
+        if (receives) detail::check_buffer<T>(name, "recv", recv, recv_count);
+        if (sends && receives && detail::overlap(send, send_count * sizeof(T), recv, recv_count * sizeof(T)))
+          COLLX_THROW(errc::invalid_argument, name + ": send and recv overlap (send_recv has no in-place form)");
+      },
+      [&] {
+        const bool out = sends && send_count > 0, in = receives && recv_count > 0;
+        if (!out && !in) return;
+        detail::group_guard g{c.get()};
+        g.start();
+        if (out) check(ncclSend(send, send_count * sizeof(T), ncclUint8, dst, c.get(), stream), "ncclSend", c.get());
+        if (in) check(ncclRecv(recv, recv_count * sizeof(T), ncclUint8, src, c.get(), stream), "ncclRecv", c.get());
+        g.end();
+      });
 }
 
 }  // namespace nccl
