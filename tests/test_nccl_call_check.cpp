@@ -71,6 +71,13 @@ TEST_CASE("nccl call check: signatures and their descriptions", "[nccl]") {
   // A name longer than the field is cut, NUL-terminated.
   const std::string longer(100, 'x');
   CHECK(nccl::describe(nccl::make_signature(1, longer, -1, 1)) == std::string(63, 'x') + " count 1");
+  // The key holds the whole name and the identity, which the text cannot show.
+  CHECK(nccl::make_signature(1, longer + "a", -1, 1).key != nccl::make_signature(1, longer + "b", -1, 1).key);
+  CHECK(nccl::make_signature(1, "allreduce<float32,custom,tree>", -1, 1, {}, 1).key !=
+        nccl::make_signature(1, "allreduce<float32,custom,tree>", -1, 1, {}, 2).key);
+  CHECK(nccl::make_signature(1, "allreduce<float32,sum,nccl>", -1, 1, {}, 7).key ==
+        nccl::make_signature(9, "allreduce<float32,sum,nccl>", -1, 1, {}, 7).key);  // the call number is not in it
+  CHECK(sizeof(nccl::call_signature) == 240);  // docs/mpi.md quotes the bytes a rank exchanges
   const nccl::call_signature r = nccl::refused(a, errc::invalid_argument, std::string(300, 'y'));
   CHECK(r.refused == static_cast<int>(errc::invalid_argument));
   CHECK(std::string(r.reason) == std::string(sizeof r.reason - 1, 'y'));
@@ -111,6 +118,24 @@ TEST_CASE("nccl call check: agreeing calls pass, every disagreement fails every 
         CHECK(o.what.find(x.says) != std::string::npos);  // both calls are described
         CHECK(o.what.find(r == 2 ? "rank 0 calls" : "rank 2 calls") != std::string::npos);
         CHECK(o.seconds < 10);
+      }
+    }
+  }
+  SECTION("calls that read alike but differ past the text or in identity: all fail, saying so") {
+    // A user type's name past the 63 characters shown, and two unnamed user ops of one name.
+    const std::string base = "reduce_scatter_v<mylib::quant::block_scaled<__nv_bfloat16, 32>,custom,";
+    for (int variant = 0; variant < 2; ++variant) {
+      INFO("variant " << variant);
+      const auto v = run(3, [&](collx::communicator& c) {
+        const bool odd = c.rank() == 1;
+        const auto sig = variant == 0 ? nccl::make_signature(1, base + (odd ? "tree>" : "ring>"), -1, 10)
+                                      : nccl::make_signature(1, "allreduce<float32,custom,tree>", -1, 10, {}, odd ? 11 : 12);
+        nccl::check_same_call(c, sig, name_of(c));
+      });
+      INFO(describe_all(v));
+      for (const outcome& o : v) {
+        REQUIRE(o.code == errc::mismatch);
+        CHECK(o.what.find("alike in words") != std::string::npos);
       }
     }
   }

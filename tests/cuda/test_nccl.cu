@@ -453,6 +453,18 @@ TEST_CASE("nccl: check_calls_over turns disagreeing calls into errors on every r
           if (e.code() != collx::errc::invalid_argument) f.add(std::string("check_calls_over of another rank: ") + e.what());
         }
         o.check_calls_over = &hosts[static_cast<std::size_t>(r)];
+        {  // connect: options refused on rank 0 alone stop every rank before NCCL is called
+          nc::options bad = o;
+          if (r == 0) bad.segment_bytes = 100;
+          try {
+            (void)nc::connect(hosts[static_cast<std::size_t>(r)], bad);
+            f.add("rank " + std::to_string(r) + ": connect with rank 0's options refused went on");
+          } catch (const collx::error& e) {
+            if (e.code() != collx::errc::invalid_argument ||
+                std::string(e.what()).find(r == 0 ? "segment_bytes 100" : "rank 0's nccl::options") == std::string::npos)
+              f.add(std::string("connect with bad options: ") + e.what());
+          }
+        }
         nc::communicator c(id, r, n, o);
         cudaStream_t s = nullptr;
         collx::gpu::check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");

@@ -37,9 +37,12 @@ inline namespace v0 {
 namespace nccl {
 
 /// One rank's call as the ranks compare it: fixed-size and trivially copyable, so that one host
-/// all-gather of these checks a call. Text fields are NUL-terminated, cut to fit.
+/// all-gather of these checks a call. The ranks compare key, root, count and counts_hash; `what`
+/// and `call` are for messages. Text fields are NUL-terminated, cut to fit.
 struct call_signature {
-  std::uint64_t call = 0;         ///< the NCCL communicator's checked call number, from 1
+  std::uint64_t call = 0;         ///< the NCCL communicator's checked call number, from 1 (messages only:
+                                  ///< point-to-point calls count on their ranks alone)
+  std::uint64_t key = 0;          ///< hash of the whole `what` and of `identity` (make_signature)
   char what[64] = {};             ///< the collective with its type, op and path: "allreduce<float32,sum,nccl>"
   std::int64_t root = -1;         ///< the root, or -1 for a collective without one
   std::uint64_t count = 0;        ///< count in elements, as the call takes it (0 for the v-forms)
@@ -49,11 +52,17 @@ struct call_signature {
 };
 
 /// The signature of call number `call`: `what` as call_signature::what, `root` (-1: none),
-/// `count` in elements, and a v-form's `counts` (empty otherwise).
+/// `count` in elements, a v-form's `counts` (empty otherwise), and `identity`: what else must be
+/// the same on every rank but `what` may not say in full (the op's own identity, the NCCL
+/// communicator, its options), hashed into the key with the whole of `what` (which the text
+/// field may cut: a long user type name).
 inline call_signature make_signature(std::uint64_t call, std::string_view what, int root, std::size_t count,
-                                     std::span<const std::size_t> counts = {}) {
+                                     std::span<const std::size_t> counts = {}, std::uint64_t identity = 0) {
   call_signature s;
   s.call = call;
+  char bytes[sizeof identity];
+  std::memcpy(bytes, &identity, sizeof identity);
+  s.key = collx::detail::fnv1a(std::string_view(bytes, sizeof bytes), collx::detail::fnv1a(what));
   std::memcpy(s.what, what.data(), std::min(what.size(), sizeof s.what - 1));
   s.root = root;
   s.count = count;
@@ -80,10 +89,15 @@ inline std::string describe(const call_signature& s) {
 }
 
 namespace detail {
-/// Whether two ranks' calls are the same call (what, root, count and counts).
+/// What to add to a message about two calls whose descriptions read alike but whose keys differ.
+inline std::string unseen_difference(const call_signature& a, const call_signature& b) {
+  if (a.key == b.key || std::strncmp(a.what, b.what, sizeof a.what) != 0) return {};
+  return " (alike in words, but the op's own type, the NCCL communicator or its options differ, or a type "
+         "name longer than the text shown)";
+}
+/// Whether two ranks' calls are the same call (key, root, count and counts).
 inline bool same_call(const call_signature& a, const call_signature& b) noexcept {
-  return std::strncmp(a.what, b.what, sizeof a.what) == 0 && a.root == b.root && a.count == b.count &&
-         a.counts_hash == b.counts_hash;
+  return a.key == b.key && a.root == b.root && a.count == b.count && a.counts_hash == b.counts_hash;
 }
 }  // namespace detail
 
@@ -117,11 +131,12 @@ inline void check_same_call(collx::communicator& host, const call_signature& min
       std::all_of(all.begin(), all.end(), [&](const call_signature& s) { return detail::same_call(s, all[0]); });
   if (all_same) return;
   const bool only_counts = std::all_of(all.begin(), all.end(), [&](const call_signature& s) {
-    return std::strncmp(s.what, all[0].what, sizeof s.what) == 0 && s.root == all[0].root && s.count == all[0].count;
+    return s.key == all[0].key && s.root == all[0].root && s.count == all[0].count;
   });
   if (!only_counts)
     COLLX_THROW(errc::mismatch, name + " (checked call #" + std::to_string(mine.call) + "): rank " + std::to_string(q) +
-                                    " calls " + describe(all[q]) + ", this rank " + describe(mine));
+                                    " calls " + describe(all[q]) + ", this rank " + describe(mine) +
+                                    detail::unseen_difference(all[q], mine));
   std::vector<std::size_t> every(n * n);
   std::vector<std::size_t> own(n, 0);
   std::copy_n(counts.begin(), std::min(counts.size(), n), own.begin());
@@ -191,11 +206,11 @@ inline void check_pair(collx::communicator& host, int dst, const call_signature&
   if (src != collx::no_peer && !detail::same_call(from_src, receives))
     COLLX_THROW(errc::mismatch, name + " (checked call #" + std::to_string(receives.call) + "): rank " +
                                     std::to_string(src) + " sends " + describe(from_src) + ", this rank receives " +
-                                    describe(receives));
+                                    describe(receives) + detail::unseen_difference(from_src, receives));
   if (dst != collx::no_peer && !detail::same_call(wanted_by_dst, sends))
     COLLX_THROW(errc::mismatch, name + " (checked call #" + std::to_string(sends.call) + "): rank " +
                                     std::to_string(dst) + " receives " + describe(wanted_by_dst) + ", this rank sends " +
-                                    describe(sends));
+                                    describe(sends) + detail::unseen_difference(wanted_by_dst, sends));
 }
 
 }  // namespace nccl

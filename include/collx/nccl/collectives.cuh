@@ -36,7 +36,7 @@
 /// function throws collx::error: errc::invalid_argument for bad arguments (before anything is
 /// enqueued), errc::transport or errc::cuda naming the NCCL or CUDA call that failed, and with the
 /// check, errc::mismatch or a peer's refusal (nccl/call_check.hpp), with "rank r/n nccl
-/// <collective><type,op,path>: " in front.
+/// <collective><type,op,path>" in front.
 #pragma once
 
 #ifndef __CUDACC__  // else the first error is a missing <cuda/atomic> or an unknown __device__
@@ -326,6 +326,7 @@ void named(const std::string& name, F&& f) {
 /// root (-1: none), count in elements, a v-form's counts (which must be the same on every rank),
 /// and all_to_all_v's lists, whose pairs are checked across ranks.
 struct call_shape {
+  std::uint64_t op_hash = 0;  ///< collx::detail::op_signature_hash<Op>() of a reduction, else 0
   int root = -1;
   std::size_t count = 0;
   std::span<const std::size_t> counts{};
@@ -352,10 +353,14 @@ void run_call(communicator& c, const std::string& name, const std::string& what,
     return;
   }
   const std::uint64_t number = c.next_call_number();
-  const call_signature sig = make_signature(number, what, shape.root, shape.count, shape.counts);
+  // What must agree besides `what`: the op's own type (two unnamed user ops read alike), the NCCL
+  // communicator, and segment_bytes (the schedule path's segments and groups follow it).
+  std::uint64_t identity = shape.op_hash;
+  for (std::uint64_t x : {c.identity(), std::uint64_t{c.opts().segment_bytes}}) identity = identity * 0x9e3779b97f4a7c15ull ^ x;
+  const call_signature sig = make_signature(number, what, shape.root, shape.count, shape.counts, identity);
   // Point-to-point: what this rank sends, and what it expects to receive.
-  const call_signature sends = make_signature(number, what, -1, shape.sent),
-                       receives = make_signature(number, what, -1, shape.received);
+  const call_signature sends = make_signature(number, what, -1, shape.sent, {}, identity),
+                       receives = make_signature(number, what, -1, shape.received, {}, identity);
   // Peers the host communicator takes (a refused call may name others): ranks, or no_peer; this
   // rank only as both.
   const auto usable = [&](int peer) { return peer >= 0 && peer < c.size() ? peer : collx::no_peer; };
@@ -373,15 +378,21 @@ void run_call(communicator& c, const std::string& name, const std::string& what,
       COLLX_THROW(e.code(), name + ": checking the call over the host communicator: " + e.what());
     }
   };
+  const auto refuse = [&](errc code, std::string_view why) {
+    try {
+      exchange(refused(sig, code, why), refused(sends, code, why), refused(receives, code, why));
+    } catch (const error&) {  // this rank's own error says more than the exchange's
+    }
+  };
   try {
     checks();
   } catch (const error& e) {
     std::string_view why = e.what();
     if (why.starts_with(name + ": ")) why.remove_prefix(name.size() + 2);
-    try {
-      exchange(refused(sig, e.code(), why), refused(sends, e.code(), why), refused(receives, e.code(), why));
-    } catch (const error&) {  // this rank's own error says more than the exchange's
-    }
+    refuse(e.code(), why);
+    throw;
+  } catch (...) {  // not collx's (std::bad_alloc, ...): the others still learn that this rank stopped
+    refuse(errc::internal, "its argument checks threw an exception that is not a collx::error");
     throw;
   }
   over_host([&] { exchange(sig, sends, receives); });
@@ -407,7 +418,7 @@ void allreduce(communicator& c, const T* send, T* recv, std::size_t count, const
   const std::string name = detail::call_name(c, what);
   const bool in_place = static_cast<const void*>(send) == static_cast<const void*>(recv);
   detail::run_call(
-      c, name, what, {.count = count},
+      c, name, what, {.op_hash = collx::detail::op_signature_hash<Op>(), .count = count},
       [&] {
         detail::check_args(c, name, count, {send, recv});
         if (!in_place && detail::overlap(send, count * sizeof(T), recv, count * sizeof(T)))
@@ -438,7 +449,7 @@ void reduce_scatter(communicator& c, const T* send, T* recv, std::size_t recv_co
   const std::size_t n = static_cast<std::size_t>(c.size());
   const bool in_place = recv_count && send + static_cast<std::size_t>(c.rank()) * recv_count == recv;
   detail::run_call(
-      c, name, what, {.count = recv_count},
+      c, name, what, {.op_hash = collx::detail::op_signature_hash<Op>(), .count = recv_count},
       [&] {
         detail::check_args(c, name, recv_count, {send, recv});
         if (!in_place && detail::overlap(send, n * recv_count * sizeof(T), recv, recv_count * sizeof(T)))
@@ -478,7 +489,7 @@ void reduce(communicator& c, const T* send, nullable_ptr<std::type_identity_t<T>
   const bool is_root = c.rank() == root;
   const bool in_place = is_root && static_cast<const void*>(send) == static_cast<const void*>(recv);
   detail::run_call(
-      c, name, what, {.root = root, .count = count},
+      c, name, what, {.op_hash = collx::detail::op_signature_hash<Op>(), .root = root, .count = count},
       [&] {
         detail::check_root(c, name, root);
         detail::check_args(c, name, count, {send, is_root ? static_cast<const void*>(recv) : send});
@@ -649,7 +660,7 @@ void reduce_scatter_v(communicator& c, const T* send, nullable_ptr<std::type_ide
   std::size_t total = 0;
   bool in_place = false;
   detail::run_call(
-      c, name, what, {.counts = counts.values()},
+      c, name, what, {.op_hash = collx::detail::op_signature_hash<Op>(), .counts = counts.values()},
       [&] {
         c.check_device(name.c_str());
         v = detail::checked_counts<T>(c, name, counts, total);

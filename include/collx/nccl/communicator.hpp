@@ -10,8 +10,9 @@
 ///    with options::check_calls_over (a host communicator of the same ranks) this path does too,
 ///    before anything is enqueued (nccl/call_check.hpp), at the cost of a host collective per call.
 ///  - no timeout: collx calls only enqueue work on a stream; a missing peer shows as a stream that
-///    never completes (with check_calls_over, a rank that never makes a call gives the others the
-///    host communicator's timeout). Call abort() (ncclCommAbort) from another thread to get out.
+///    never completes. Call abort() (ncclCommAbort) from another thread to get out. With
+///    check_calls_over, a call waits in its check until every rank makes it, and a rank that never
+///    does gives the others the host communicator's timeout (abort() does not end that wait).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -21,16 +22,20 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 
+#include <collx/allreduce.hpp>
 #include <collx/broadcast.hpp>
 #include <collx/communicator.hpp>
 #include <collx/cuda/launch_geometry.hpp>
 #include <collx/cuda/runtime.hpp>
 #include <collx/cuda_types.hpp>
+#include <collx/detail/type_name.hpp>
 #include <collx/error.hpp>
 #include <collx/nccl/call_check.hpp>
 #include <collx/nccl/native.hpp>
+#include <collx/ops.hpp>
 
 #if !defined(NCCL_VERSION_CODE) || NCCL_VERSION_CODE < NCCL_VERSION(2, 13, 0)
 #error "collx::nccl needs NCCL 2.13 or newer (ncclAvg, ncclBfloat16, ncclGetLastError)"
@@ -147,6 +152,7 @@ class communicator {
                                               std::to_string(size) + ")");
     check_options(opt_, rank, size);  // before NCCL, so that every rank with bad options stops here
     check(ncclCommInitRank(&comm_, size, id, rank), "ncclCommInitRank");
+    identity_ = collx::detail::fnv1a(std::string_view(id.internal, sizeof id.internal));
     try {
       init();
     } catch (...) {  // no destructor runs for a constructor that throws
@@ -159,8 +165,12 @@ class communicator {
   communicator(const communicator&) = delete;
   /// Not copyable: it owns its device memory (and an owned NCCL communicator).
   communicator& operator=(const communicator&) = delete;
-  /// Takes over `o`'s NCCL communicator and device memory; `o` is left empty.
-  communicator(communicator&& o) noexcept { swap(o); }
+  /// Takes over `o`'s NCCL communicator and device memory; `o` is left empty, with its options
+  /// (so that a call on it still takes part in check_calls_over's check, and refuses there).
+  communicator(communicator&& o) noexcept {
+    swap(o);
+    o.opt_ = opt_;
+  }
   /// As the move constructor; what this held is released first.
   communicator& operator=(communicator&& o) noexcept {
     if (this != &o) {
@@ -191,6 +201,23 @@ class communicator {
   const gpu::device_limits& limits() const noexcept { return limits_; }
   /// The number of the next call checked over options::check_calls_over (from 1; for its messages).
   std::uint64_t next_call_number() noexcept { return ++checked_calls_; }
+  /// A hash of the ncclUniqueId this communicator was made from, the same on its ranks and
+  /// different for another communicator (0 for a wrapped ncclComm_t): check_calls_over's check
+  /// compares it, so that calls on two NCCL communicators that share a host communicator are not
+  /// taken for each other.
+  std::uint64_t identity() const noexcept { return identity_; }
+
+  /// Throws collx::error (errc::invalid_argument) for options that cannot serve rank `rank` of
+  /// `size`: segment_bytes below 256, a check_calls_over with another size or rank.
+  static void check_options(const options& o, int rank, int size) {
+    if (o.segment_bytes < 256)
+      COLLX_THROW(errc::invalid_argument, "nccl::options: segment_bytes " + std::to_string(o.segment_bytes) + " < 256");
+    if (const collx::communicator* h = o.check_calls_over; h && (h->size() != size || h->rank() != rank))
+      COLLX_THROW(errc::invalid_argument,
+                  "nccl::options: check_calls_over is rank " + std::to_string(h->rank()) + " of " +
+                      std::to_string(h->size()) + ", the NCCL communicator rank " + std::to_string(rank) + " of " +
+                      std::to_string(size) + " (the host communicator needs the same ranks)");
+  }
 
   /// Aborts the NCCL communicator (ncclCommAbort): pending and future work on it fails. For an
   /// owned communicator the handle is released; the destructor then only frees memory. May be
@@ -236,16 +263,6 @@ class communicator {
     check_options(opt_, rank_, size_);
     limits_ = gpu::device_limits_of(device_);
   }
-  /// Throws errc::invalid_argument for options that cannot serve rank `rank` of `size`.
-  static void check_options(const options& o, int rank, int size) {
-    if (o.segment_bytes < 256)
-      COLLX_THROW(errc::invalid_argument, "nccl::options: segment_bytes " + std::to_string(o.segment_bytes) + " < 256");
-    if (const collx::communicator* h = o.check_calls_over; h && (h->size() != size || h->rank() != rank))
-      COLLX_THROW(errc::invalid_argument,
-                  "nccl::options: check_calls_over is rank " + std::to_string(h->rank()) + " of " +
-                      std::to_string(h->size()) + ", the NCCL communicator rank " + std::to_string(rank) + " of " +
-                      std::to_string(size) + " (the host communicator needs the same ranks)");
-  }
   std::size_t slot_bytes() const noexcept { return (opt_.segment_bytes + 255) / 256 * 256; }
   void swap(communicator& o) noexcept {
     std::swap(comm_, o.comm_);
@@ -258,6 +275,7 @@ class communicator {
     std::swap(memory_, o.memory_);
     std::swap(event_, o.event_);
     std::swap(checked_calls_, o.checked_calls_);
+    std::swap(identity_, o.identity_);
   }
 
   ncclComm_t comm_ = nullptr;
@@ -268,6 +286,7 @@ class communicator {
   void* memory_ = nullptr;
   cudaEvent_t event_ = nullptr;
   std::uint64_t checked_calls_ = 0;
+  std::uint64_t identity_ = 0;
 };
 
 /// An ncclUniqueId made by `root` of the host communicator (ncclGetUniqueId) and broadcast to every
@@ -282,9 +301,25 @@ inline ncclUniqueId unique_id_over(collx::communicator& host, int root = 0) {
 }
 
 /// An owned NCCL communicator with the ranks of `host` (same rank numbers), on the calling
-/// thread's current device: unique_id_over(host), then ncclCommInitRank. Collective over `host`.
-/// @throws collx::error as unique_id_over() and communicator(id, rank, size).
+/// thread's current device: the ranks agree that their options are sound (a host allreduce), then
+/// unique_id_over(host), then ncclCommInitRank. Collective over `host`.
+/// @throws collx::error (errc::invalid_argument) on every rank when some rank's options are
+///         refused (communicator::check_options; that rank says why, the others name it), before
+///         NCCL is called; otherwise as unique_id_over() and communicator(id, rank, size).
 inline communicator connect(collx::communicator& host, options opt = {}) {
+  // A rank alone refusing its options would leave the others waiting in ncclCommInitRank.
+  std::string why;
+  try {
+    communicator::check_options(opt, host.rank(), host.size());
+  } catch (const error& e) {
+    why = e.what();
+  }
+  int first_refusing[1] = {why.empty() ? host.size() : host.rank()};
+  collx::allreduce(host, std::span<int>(first_refusing), ops::min{});
+  if (!why.empty()) COLLX_THROW(errc::invalid_argument, "nccl::connect: " + why);
+  if (first_refusing[0] < host.size())
+    COLLX_THROW(errc::invalid_argument, "nccl::connect: rank " + std::to_string(first_refusing[0]) +
+                                            "'s nccl::options were refused (its message says why)");
   const ncclUniqueId id = unique_id_over(host);
   return communicator(id, host.rank(), host.size(), opt);
 }
