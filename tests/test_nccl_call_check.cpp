@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <utility>
 #include <span>
 #include <string>
 #include <thread>
@@ -58,6 +59,14 @@ std::string describe_all(const std::vector<outcome>& v) {
 }
 
 std::string name_of(const collx::communicator& c) { return "rank " + std::to_string(c.rank()) + " call"; }
+
+/// Ranks a and b, the two ends of a pair, both failed with errc::mismatch, saying a_says and b_says.
+void check_both_ends(const std::vector<outcome>& v, int a, const std::string& a_says, int b, const std::string& b_says) {
+  for (const auto& [r, says] : {std::pair{a, a_says}, std::pair{b, b_says}}) {
+    REQUIRE(v[uz(r)].code == errc::mismatch);
+    CHECK(v[uz(r)].what.find(says) != std::string::npos);
+  }
+}
 
 }  // namespace
 
@@ -237,12 +246,8 @@ TEST_CASE("nccl call check: point-to-point pairs", "[nccl][threads]") {
     INFO(describe_all(v));
     CHECK(!v[0].code);
     CHECK(!v[3].code);
-    REQUIRE(v[1].code == errc::mismatch);
-    CHECK(v[1].what.find("rank 2 receives p2p<float32,none,nccl> count 5, this rank sends p2p<float32,none,nccl> count 4") !=
-          std::string::npos);
-    REQUIRE(v[2].code == errc::mismatch);
-    CHECK(v[2].what.find("rank 1 sends p2p<float32,none,nccl> count 4, this rank receives p2p<float32,none,nccl> count 5") !=
-          std::string::npos);
+    check_both_ends(v, 1, "rank 2 receives p2p<float32,none,nccl> count 5, this rank sends p2p<float32,none,nccl> count 4",
+                    2, "rank 1 sends p2p<float32,none,nccl> count 4, this rank receives p2p<float32,none,nccl> count 5");
   }
   SECTION("a type that differs: both ends throw") {
     const auto v = run(2, [&](collx::communicator& c) {
@@ -250,12 +255,8 @@ TEST_CASE("nccl call check: point-to-point pairs", "[nccl][threads]") {
       else nccl::check_pair(c, no_peer, p2p(0), 0, nccl::make_signature(1, "p2p<int32,none,nccl>", -1, 4), name_of(c));
     });
     INFO(describe_all(v));
-    REQUIRE(v[0].code == errc::mismatch);
-    CHECK(v[0].what.find("rank 1 receives p2p<int32,none,nccl> count 4, this rank sends p2p<float32,none,nccl> count 4") !=
-          std::string::npos);
-    REQUIRE(v[1].code == errc::mismatch);
-    CHECK(v[1].what.find("rank 0 sends p2p<float32,none,nccl> count 4, this rank receives p2p<int32,none,nccl> count 4") !=
-          std::string::npos);
+    check_both_ends(v, 0, "rank 1 receives p2p<int32,none,nccl> count 4, this rank sends p2p<float32,none,nccl> count 4",
+                    1, "rank 0 sends p2p<float32,none,nccl> count 4, this rank receives p2p<int32,none,nccl> count 4");
   }
   SECTION("a refusal reaches the receiver") {
     const auto v = run(2, [&](collx::communicator& c) {

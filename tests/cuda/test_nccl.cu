@@ -336,6 +336,38 @@ void check_p2p(nc::communicator& c, cudaStream_t s, std::size_t count, failures&
   expect_from("send_recv to itself", r);
 }
 
+/// The number of ranks the [gpu] cases run: one per GPU, at most 4 (at least 2 required).
+int gpu_ranks() {
+  int devices = 0;
+  collx::gpu::check(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
+  const int n = std::min(devices, 4);
+  REQUIRE(n >= 2);
+  return n;
+}
+
+/// Runs body(r, id, f) on n threads, thread r on GPU r, with an ncclUniqueId they share; an
+/// exception becomes its rank's failure; then reports every failure (Catch2's assertions are not
+/// thread-safe, so the ranks collect them in f).
+template <class Body>
+void run_on_gpus(int n, Body body) {
+  ncclUniqueId id{};
+  nc::check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  failures f;
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < n; ++r)
+    ranks.emplace_back([&, r] {
+      try {
+        collx::gpu::check(cudaSetDevice(r), "cudaSetDevice");
+        body(r, id, f);
+      } catch (const std::exception& e) {
+        f.add("rank " + std::to_string(r) + ": " + e.what());
+      }
+    });
+  for (auto& t : ranks) t.join();
+  for (const std::string& s : f.list) FAIL_CHECK(s);
+  CHECK(f.list.empty());
+}
+
 }  // namespace
 
 TEST_CASE("nccl: which path each (type, op, algorithm) takes, and NCCL's names", "[nccl]") {
@@ -366,62 +398,46 @@ TEST_CASE("nccl: which path each (type, op, algorithm) takes, and NCCL's names",
 }
 
 TEST_CASE("nccl: every collective against the host reference, NCCL and schedule paths", "[gpu][nccl]") {
-  int devices = 0;
-  collx::gpu::check(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
-  const int n = std::min(devices, 4);
-  REQUIRE(n >= 2);
-  ncclUniqueId id{};
-  nc::check(ncclGetUniqueId(&id), "ncclGetUniqueId");
-  failures f;
-  std::vector<std::thread> ranks;
-  for (int r = 0; r < n; ++r)
-    ranks.emplace_back([&, r] {
-      try {
-        collx::gpu::check(cudaSetDevice(r), "cudaSetDevice");
-        nc::options o;
-        o.segment_bytes = 1024;  // several segments for the larger counts
-        nc::communicator c(id, r, n, o);
-        cudaStream_t s = nullptr;
-        collx::gpu::check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
-        const auto left = [](int k, auto get) { return ref::fold_left<float, ops::sum>(k, get); };
-        const auto tree_half = [](int k, auto get) { return ref::fold_tree<collx::half, ops::sum>(k, get); };
-        const auto then = [](int k, auto get) {
-          affine a = get(0);
-          for (int q = 1; q < k; ++q) a = then_op{}(a, get(q));
-          return a;
-        };
-        const auto trip = [](int k, auto get) {
-          triple a = get(0);
-          for (int q = 1; q < k; ++q) a = triple_op{}(a, get(q));
-          return a;
-        };
-        for (std::size_t count : {std::size_t{1}, std::size_t{7}, std::size_t{3001}}) {
-          check_reductions<collx::algo::automatic, float, ops::sum>(c, s, count, left, f, "float sum (NCCL)");
-          check_reductions<collx::algo::automatic, affine, then_op>(c, s, count, then, f, "affine then (tree)");
-          check_reductions<collx::algo::automatic, triple, triple_op>(c, s, count, trip, f, "triple (ring)");
-          check_reductions<collx::algo::tree, collx::half, ops::sum>(c, s, count, tree_half, f, "half sum (tree)");
-          check_moves<float>(c, s, count, f, "float");
-          check_moves<triple>(c, s, count, f, "triple");
-          check_p2p<float>(c, s, count, f, "float");
-          check_p2p<triple>(c, s, count, f, "triple");
-        }
-        // The wrong current device is refused before anything is enqueued.
-        collx::gpu::check(cudaSetDevice((r + 1) % devices), "cudaSetDevice");
-        try {
-          nc::allreduce(c, static_cast<float*>(nullptr), static_cast<float*>(nullptr), 0, ops::sum{}, s);
-          f.add("rank " + std::to_string(r) + ": a call on the wrong device did not throw");
-        } catch (const collx::error& e) {
-          if (e.code() != collx::errc::invalid_argument) f.add(std::string("wrong device: ") + e.what());
-        }
-        collx::gpu::check(cudaSetDevice(r), "cudaSetDevice");
-        collx::gpu::check(cudaStreamDestroy(s), "cudaStreamDestroy");
-      } catch (const std::exception& e) {
-        f.add("rank " + std::to_string(r) + ": " + e.what());
-      }
-    });
-  for (auto& t : ranks) t.join();
-  for (const std::string& s : f.list) FAIL_CHECK(s);
-  CHECK(f.list.empty());
+  const int n = gpu_ranks();
+  run_on_gpus(n, [&](int r, const ncclUniqueId& id, failures& f) {
+    nc::options o;
+    o.segment_bytes = 1024;  // several segments for the larger counts
+    nc::communicator c(id, r, n, o);
+    cudaStream_t s = nullptr;
+    collx::gpu::check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+    const auto left = [](int k, auto get) { return ref::fold_left<float, ops::sum>(k, get); };
+    const auto tree_half = [](int k, auto get) { return ref::fold_tree<collx::half, ops::sum>(k, get); };
+    const auto then = [](int k, auto get) {
+      affine a = get(0);
+      for (int q = 1; q < k; ++q) a = then_op{}(a, get(q));
+      return a;
+    };
+    const auto trip = [](int k, auto get) {
+      triple a = get(0);
+      for (int q = 1; q < k; ++q) a = triple_op{}(a, get(q));
+      return a;
+    };
+    for (std::size_t count : {std::size_t{1}, std::size_t{7}, std::size_t{3001}}) {
+      check_reductions<collx::algo::automatic, float, ops::sum>(c, s, count, left, f, "float sum (NCCL)");
+      check_reductions<collx::algo::automatic, affine, then_op>(c, s, count, then, f, "affine then (tree)");
+      check_reductions<collx::algo::automatic, triple, triple_op>(c, s, count, trip, f, "triple (ring)");
+      check_reductions<collx::algo::tree, collx::half, ops::sum>(c, s, count, tree_half, f, "half sum (tree)");
+      check_moves<float>(c, s, count, f, "float");
+      check_moves<triple>(c, s, count, f, "triple");
+      check_p2p<float>(c, s, count, f, "float");
+      check_p2p<triple>(c, s, count, f, "triple");
+    }
+    // The wrong current device is refused before anything is enqueued.
+    collx::gpu::check(cudaSetDevice((r + 1) % n), "cudaSetDevice");
+    try {
+      nc::allreduce(c, static_cast<float*>(nullptr), static_cast<float*>(nullptr), 0, ops::sum{}, s);
+      f.add("rank " + std::to_string(r) + ": a call on the wrong device did not throw");
+    } catch (const collx::error& e) {
+      if (e.code() != collx::errc::invalid_argument) f.add(std::string("wrong device: ") + e.what());
+    }
+    collx::gpu::check(cudaSetDevice(r), "cudaSetDevice");
+    collx::gpu::check(cudaStreamDestroy(s), "cudaStreamDestroy");
+  });
 }
 
 TEST_CASE("nccl: check_calls_over turns disagreeing calls into errors on every rank", "[gpu][nccl]") {
@@ -429,81 +445,65 @@ TEST_CASE("nccl: check_calls_over turns disagreeing calls into errors on every r
   // communicator (here thread ranks): a count that differs, a rank that refuses its arguments and
   // all_to_all_v counts whose pairs disagree each end in a collx::error on every rank, where NCCL
   // alone would hang; calls that agree run as before, and the NCCL communicator stays usable.
-  int devices = 0;
-  collx::gpu::check(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
-  const int n = std::min(devices, 4);
-  REQUIRE(n >= 2);
-  ncclUniqueId id{};
-  nc::check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  const int n = gpu_ranks();
   collx::communicator_options ho;
   ho.timeout = std::chrono::seconds(20);
   std::vector<collx::communicator> hosts = collx::make_thread_communicators(n, ho);
-  failures f;
-  std::vector<std::thread> ranks;
-  for (int r = 0; r < n; ++r)
-    ranks.emplace_back([&, r] {
+  run_on_gpus(n, [&](int r, const ncclUniqueId& id, failures& f) {
+    nc::options o;
+    o.check_calls_over = &hosts[static_cast<std::size_t>((r + 1) % n)];  // another rank's: refused before NCCL
+    try {
+      nc::communicator wrong(id, r, n, o);
+      f.add("rank " + std::to_string(r) + ": check_calls_over of another rank was taken");
+    } catch (const collx::error& e) {
+      if (e.code() != collx::errc::invalid_argument) f.add(std::string("check_calls_over of another rank: ") + e.what());
+    }
+    o.check_calls_over = &hosts[static_cast<std::size_t>(r)];
+    {  // connect: options refused on rank 0 alone stop every rank before NCCL is called
+      nc::options bad = o;
+      if (r == 0) bad.segment_bytes = 100;
       try {
-        collx::gpu::check(cudaSetDevice(r), "cudaSetDevice");
-        nc::options o;
-        o.check_calls_over = &hosts[static_cast<std::size_t>((r + 1) % n)];  // another rank's: refused before NCCL
-        try {
-          nc::communicator wrong(id, r, n, o);
-          f.add("rank " + std::to_string(r) + ": check_calls_over of another rank was taken");
-        } catch (const collx::error& e) {
-          if (e.code() != collx::errc::invalid_argument) f.add(std::string("check_calls_over of another rank: ") + e.what());
-        }
-        o.check_calls_over = &hosts[static_cast<std::size_t>(r)];
-        {  // connect: options refused on rank 0 alone stop every rank before NCCL is called
-          nc::options bad = o;
-          if (r == 0) bad.segment_bytes = 100;
-          try {
-            (void)nc::connect(hosts[static_cast<std::size_t>(r)], bad);
-            f.add("rank " + std::to_string(r) + ": connect with rank 0's options refused went on");
-          } catch (const collx::error& e) {
-            if (e.code() != collx::errc::invalid_argument ||
-                std::string(e.what()).find(r == 0 ? "segment_bytes 100" : "rank 0's nccl::options") == std::string::npos)
-              f.add(std::string("connect with bad options: ") + e.what());
-          }
-        }
-        nc::communicator c(id, r, n, o);
-        cudaStream_t s = nullptr;
-        collx::gpu::check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
-        device_buffer<float> buf(64 * static_cast<std::size_t>(n)), out(64 * static_cast<std::size_t>(n));
-        const auto expect = [&](const char* what, collx::errc code, const std::string& text, auto call) {
-          try {
-            call();
-            f.add(std::string(what) + ": rank " + std::to_string(r) + " did not throw");
-          } catch (const collx::error& e) {
-            if (e.code() != code || std::string(e.what()).find(text) == std::string::npos)
-              f.add(std::string(what) + ": rank " + std::to_string(r) + ": " + e.what());
-          }
-        };
-        nc::allreduce(c, buf.p, out.p, 64, ops::sum{}, s);  // agreeing calls run
-        expect("count differs", collx::errc::mismatch, "count", [&] {
-          nc::allreduce(c, buf.p, out.p, r == 0 ? 32 : 64, ops::sum{}, s);
-        });
-        expect("a rank refuses", collx::errc::invalid_argument, r == 1 ? "null buffer" : "rank 1 refused its call", [&] {
-          nc::broadcast(c, buf.p, r == 1 ? nullptr : out.p, 16, 0, s);
-        });
-        std::vector<std::size_t> sc(static_cast<std::size_t>(n), 2), rc(static_cast<std::size_t>(n), 2);
-        if (r == 0) rc[1] = 3;  // rank 1 sends rank 0 only 2
-        expect("all_to_all_v pairs", collx::errc::mismatch, r == 0 ? "rank 1 sends this rank 2" : "rank 0's recv_counts", [&] {
-          nc::all_to_all_v(c, buf.p, sc, out.p, rc, s);
-        });
-        // A receive whose count differs from its sender's: both ends of the pair throw, naming both
-        // (ranks 0 and 1 exchange; the others sit it out).
-        if (r < 2)
-          expect("p2p count differs", collx::errc::mismatch, r == 1 ? "this rank receives" : "this rank sends", [&] {
-            nc::send_recv(c, buf.p, 8, 1 - r, out.p, r == 1 ? 9 : 8, 1 - r, s);
-          });
-        nc::allreduce(c, buf.p, out.p, 64, ops::sum{}, s);  // and the communicators are still usable
-        collx::gpu::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
-        collx::gpu::check(cudaStreamDestroy(s), "cudaStreamDestroy");
-      } catch (const std::exception& e) {
-        f.add("rank " + std::to_string(r) + ": " + e.what());
+        (void)nc::connect(hosts[static_cast<std::size_t>(r)], bad);
+        f.add("rank " + std::to_string(r) + ": connect with rank 0's options refused went on");
+      } catch (const collx::error& e) {
+        if (e.code() != collx::errc::invalid_argument ||
+            std::string(e.what()).find(r == 0 ? "segment_bytes 100" : "rank 0's nccl::options") == std::string::npos)
+          f.add(std::string("connect with bad options: ") + e.what());
       }
+    }
+    nc::communicator c(id, r, n, o);
+    cudaStream_t s = nullptr;
+    collx::gpu::check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+    device_buffer<float> buf(64 * static_cast<std::size_t>(n)), out(64 * static_cast<std::size_t>(n));
+    const auto expect = [&](const char* what, collx::errc code, const std::string& text, auto call) {
+      try {
+        call();
+        f.add(std::string(what) + ": rank " + std::to_string(r) + " did not throw");
+      } catch (const collx::error& e) {
+        if (e.code() != code || std::string(e.what()).find(text) == std::string::npos)
+          f.add(std::string(what) + ": rank " + std::to_string(r) + ": " + e.what());
+      }
+    };
+    nc::allreduce(c, buf.p, out.p, 64, ops::sum{}, s);  // agreeing calls run
+    expect("count differs", collx::errc::mismatch, "count", [&] {
+      nc::allreduce(c, buf.p, out.p, r == 0 ? 32 : 64, ops::sum{}, s);
     });
-  for (auto& t : ranks) t.join();
-  for (const std::string& s : f.list) FAIL_CHECK(s);
-  CHECK(f.list.empty());
+    expect("a rank refuses", collx::errc::invalid_argument, r == 1 ? "null buffer" : "rank 1 refused its call", [&] {
+      nc::broadcast(c, buf.p, r == 1 ? nullptr : out.p, 16, 0, s);
+    });
+    std::vector<std::size_t> sc(static_cast<std::size_t>(n), 2), rc(static_cast<std::size_t>(n), 2);
+    if (r == 0) rc[1] = 3;  // rank 1 sends rank 0 only 2
+    expect("all_to_all_v pairs", collx::errc::mismatch, r == 0 ? "rank 1 sends this rank 2" : "rank 0's recv_counts", [&] {
+      nc::all_to_all_v(c, buf.p, sc, out.p, rc, s);
+    });
+    // A receive whose count differs from its sender's: both ends of the pair throw, naming both
+    // (ranks 0 and 1 exchange; the others sit it out).
+    if (r < 2)
+      expect("p2p count differs", collx::errc::mismatch, r == 1 ? "this rank receives" : "this rank sends", [&] {
+        nc::send_recv(c, buf.p, 8, 1 - r, out.p, r == 1 ? 9 : 8, 1 - r, s);
+      });
+    nc::allreduce(c, buf.p, out.p, 64, ops::sum{}, s);  // and the communicators are still usable
+    collx::gpu::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+    collx::gpu::check(cudaStreamDestroy(s), "cudaStreamDestroy");
+  });
 }

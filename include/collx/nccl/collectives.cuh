@@ -562,20 +562,49 @@ void broadcast(communicator& c, nullable_ptr<const std::type_identity_t<T>> send
 }
 
 namespace detail {
-/// A v-form's counts, checked on this rank (one per rank, none negative, a sum that fits in
-/// memory), as std::size_t, with their sum in `total`.
+/// A v-form's counts on this rank, in elements: all of them, their sum, and this rank's block (its
+/// offset and length).
+struct v_layout {
+  std::vector<std::size_t> counts;
+  std::size_t total = 0, at = 0, mine = 0;
+};
+
+/// The v_layout of `counts`, checked (one per rank, none negative, a sum that fits in memory).
 template <class T>
-std::vector<std::size_t> checked_counts(const communicator& c, const std::string& name, const block_counts& counts,
-                                        std::size_t& total) {
+v_layout checked_layout(const communicator& c, const std::string& name, const block_counts& counts) {
   if (counts.size() != static_cast<std::size_t>(c.size()))
     COLLX_THROW(errc::invalid_argument, name + ": counts has " + std::to_string(counts.size()) + " entries for " +
                                             std::to_string(c.size()) + " ranks (one per rank)");
   if (!collx::detail::counts_are_sound(counts, sizeof(T)))
     COLLX_THROW(errc::invalid_argument, name + ": " + collx::detail::bad_counts("counts", counts, sizeof(T)));
   const std::span<const std::size_t> v = counts.values();
-  total = 0;
-  for (std::size_t x : v) total += x;
-  return {v.begin(), v.end()};
+  v_layout lay{{v.begin(), v.end()}};
+  const auto me = static_cast<std::size_t>(c.rank());
+  for (std::size_t q = 0; q < v.size(); ++q) {
+    lay.total += v[q];
+    if (q < me) lay.at += v[q];
+  }
+  lay.mine = v[me];
+  return lay;
+}
+
+/// A v-form's buffers: `whole` (named whole_name) holds lay.total elements of T and `block`
+/// (block_name) this rank's lay.mine. Throws errc::invalid_argument for a null one with elements,
+/// or for block overlapping whole other than as this rank's block of it; returns whether it is
+/// that (in place).
+template <class T>
+bool check_v_buffers(const std::string& name, const v_layout& lay, const T* whole, const char* whole_name,
+                     const T* block, const char* block_name) {
+  if ((lay.total && !whole) || (lay.mine && !block))
+    COLLX_THROW(errc::invalid_argument, name + ": null " + (lay.total && !whole ? whole_name : block_name) + " with " +
+                                            std::to_string(lay.total && !whole ? lay.total : lay.mine) +
+                                            " elements to move");
+  const bool in_place = block == whole + lay.at;
+  if (!in_place && overlap(block, lay.mine * sizeof(T), whole, lay.total * sizeof(T)))
+    COLLX_THROW(errc::invalid_argument, name + ": " + block_name + " overlaps " + whole_name +
+                                            " but is not this rank's block of it (in place: " + block_name + " == " +
+                                            whole_name + " + counts[0] + ... + counts[rank - 1])");
+  return in_place;
 }
 }  // namespace detail
 
@@ -600,29 +629,20 @@ void all_gather_v(communicator& c, nullable_ptr<const std::type_identity_t<T>> s
   const T* const send = send_or_null.p;
   const std::string what = detail::call_what<T, collx::detail::no_op>("all_gather_v", "nccl");
   const std::string name = detail::call_name(c, what);
-  std::vector<std::size_t> v;
-  std::size_t total = 0;
+  detail::v_layout lay;
   detail::run_call(
       c, name, what, {.counts = counts.values()},
       [&] {
         c.check_device(name.c_str());
-        v = detail::checked_counts<T>(c, name, counts, total);
-        const auto me = static_cast<std::size_t>(c.rank());
-        std::size_t at = 0;
-        for (std::size_t q = 0; q < me; ++q) at += v[q];
-        if ((total && !recv) || (v[me] && !send))
-          COLLX_THROW(errc::invalid_argument, name + ": null " + (total && !recv ? "recv" : "send") + " with " +
-                                                  std::to_string(total && !recv ? total : v[me]) + " elements to move");
-        if (send != recv + at && detail::overlap(send, v[me] * sizeof(T), recv, total * sizeof(T)))
-          COLLX_THROW(errc::invalid_argument, name + ": send overlaps recv but is not this rank's block of it (in "
-                                                     "place: send == recv + counts[0] + ... + counts[rank - 1])");
+        lay = detail::checked_layout<T>(c, name, counts);
+        detail::check_v_buffers<T>(name, lay, recv, "recv", send, "send");
       },
       [&] {
-        if (total == 0) return;
+        if (lay.total == 0) return;
         auto* out = reinterpret_cast<unsigned char*>(recv);
         detail::group_guard g{c.get()};
         g.start();
-        for (const rooted_block& b : rooted_blocks(v, sizeof(T))) {
+        for (const rooted_block& b : rooted_blocks(lay.counts, sizeof(T))) {
           // Off the root, NCCL reads no send buffer; the block's place in recv stands in for it.
           const void* from = b.root == c.rank() ? static_cast<const void*>(send) : out + b.offset;
           check(ncclBroadcast(from, out + b.offset, b.bytes, ncclUint8, b.root, c.get(), stream), "ncclBroadcast",
@@ -656,28 +676,18 @@ void reduce_scatter_v(communicator& c, const T* send, nullable_ptr<std::type_ide
   detail::check_algorithm<Algo, Op>();
   const std::string what = detail::call_what<T, Op>("reduce_scatter_v", detail::path_name<Algo, T, Op>());
   const std::string name = detail::call_name(c, what);
-  std::vector<std::size_t> v;
-  std::size_t total = 0;
+  detail::v_layout lay;
   bool in_place = false;
   detail::run_call(
       c, name, what, {.op_hash = collx::detail::op_signature_hash<Op>(), .counts = counts.values()},
       [&] {
         c.check_device(name.c_str());
-        v = detail::checked_counts<T>(c, name, counts, total);
-        const auto me = static_cast<std::size_t>(c.rank());
-        std::size_t at = 0;
-        for (std::size_t q = 0; q < me; ++q) at += v[q];
-        if ((total && !send) || (v[me] && !recv))
-          COLLX_THROW(errc::invalid_argument, name + ": null " + (total && !send ? "send" : "recv") + " with " +
-                                                  std::to_string(total && !send ? total : v[me]) + " elements to move");
-        in_place = recv == send + at;
-        if (!in_place && detail::overlap(send, total * sizeof(T), recv, v[me] * sizeof(T)))
-          COLLX_THROW(errc::invalid_argument, name + ": recv overlaps send but is not this rank's block of it (in "
-                                                     "place: recv == send + counts[0] + ... + counts[rank - 1])");
+        lay = detail::checked_layout<T>(c, name, counts);
+        in_place = detail::check_v_buffers<T>(name, lay, send, "send", recv, "recv");
       },
       [&] {
-        if (total == 0) return;
-        const std::vector<rooted_block> blocks = rooted_blocks(v, sizeof(T));
+        if (lay.total == 0) return;
+        const std::vector<rooted_block> blocks = rooted_blocks(lay.counts, sizeof(T));
         if constexpr (detail::uses_native<Algo, T, Op>) {
           detail::group_guard g{c.get()};
           g.start();
@@ -849,6 +859,30 @@ template <class T>
 std::string p2p_name(const communicator& c, const char* call, const std::string& peers) {
   return call_name(c, call_what<T, collx::detail::no_op>(call, "nccl")) + " " + peers;
 }
+
+/// nccl::send (B const: buf is sent to peer) or nccl::recv (buf is received from peer).
+template <class T, class B>
+void one_way(communicator& c, B* buf, std::size_t count, int peer, cudaStream_t stream) {
+  constexpr bool sending = std::is_const_v<B>;
+  const std::string name =
+      p2p_name<T>(c, sending ? "send" : "recv", (sending ? "to " : "from ") + collx::detail::peer_text(peer));
+  call_shape shape{.p2p = true};
+  (sending ? shape.dst : shape.src) = peer;
+  (sending ? shape.sent : shape.received) = count;
+  run_call(
+      c, name, call_what<T, collx::detail::no_op>("p2p", "nccl"), shape,
+      [&] {
+        c.check_device(name.c_str());
+        check_peer(c, name, sending ? "destination" : "source", peer, false);
+        if (peer != collx::no_peer) check_buffer<T>(name, "buf", buf, count);
+      },
+      [&] {
+        if (count == 0 || peer == collx::no_peer) return;
+        const std::size_t bytes = count * sizeof(T);
+        if constexpr (sending) check(ncclSend(buf, bytes, ncclUint8, peer, c.get(), stream), "ncclSend", c.get());
+        else check(ncclRecv(buf, bytes, ncclUint8, peer, c.get(), stream), "ncclRecv", c.get());
+      });
+}
 }  // namespace detail
 
 /// Sends `count` elements of `buf` to rank `peer` (ncclSend), matched by peer's nccl::recv or
@@ -861,19 +895,7 @@ std::string p2p_name(const communicator& c, const char* call, const std::string&
 ///         communicator's errors (errc::timeout: peer never made its call).
 template <element T>
 void send(communicator& c, const T* buf, std::size_t count, int peer, cudaStream_t stream) {
-  const std::string name = detail::p2p_name<T>(c, "send", "to " + collx::detail::peer_text(peer));
-  const std::string what = detail::call_what<T, collx::detail::no_op>("p2p", "nccl");
-  detail::run_call(
-      c, name, what, {.p2p = true, .dst = peer, .sent = count},
-      [&] {
-        c.check_device(name.c_str());
-        detail::check_peer(c, name, "destination", peer, false);
-        if (peer != collx::no_peer) detail::check_buffer<T>(name, "buf", buf, count);
-      },
-      [&] {
-        if (count == 0 || peer == collx::no_peer) return;
-        check(ncclSend(buf, count * sizeof(T), ncclUint8, peer, c.get(), stream), "ncclSend", c.get());
-      });
+  detail::one_way<T>(c, buf, count, peer, stream);
 }
 
 /// Receives `count` elements from rank `peer` into `buf` (ncclRecv), from peer's matching
@@ -882,19 +904,7 @@ void send(communicator& c, const T* buf, std::size_t count, int peer, cudaStream
 /// @throws collx::error as send.
 template <element T>
 void recv(communicator& c, T* buf, std::size_t count, int peer, cudaStream_t stream) {
-  const std::string name = detail::p2p_name<T>(c, "recv", "from " + collx::detail::peer_text(peer));
-  const std::string what = detail::call_what<T, collx::detail::no_op>("p2p", "nccl");
-  detail::run_call(
-      c, name, what, {.p2p = true, .src = peer, .received = count},
-      [&] {
-        c.check_device(name.c_str());
-        detail::check_peer(c, name, "source", peer, false);
-        if (peer != collx::no_peer) detail::check_buffer<T>(name, "buf", buf, count);
-      },
-      [&] {
-        if (count == 0 || peer == collx::no_peer) return;
-        check(ncclRecv(buf, count * sizeof(T), ncclUint8, peer, c.get(), stream), "ncclRecv", c.get());
-      });
+  detail::one_way<T>(c, buf, count, peer, stream);
 }
 
 /// A send of `send_count` elements of `send` to `dst` and a receive of `recv_count` elements from
