@@ -175,6 +175,27 @@ TEST_CASE("nccl call check: agreeing calls pass, every disagreement fails every 
       CHECK(v[uz(r)].what.find("rank 1 refused its call: null buffer with count 16") != std::string::npos);
     }
   }
+  SECTION("a rank that makes a host collective meanwhile: every rank throws, naming the check") {
+    const auto v = run(
+        2,
+        [](collx::communicator& c) {
+          if (c.rank() == 0) {
+            nccl::check_same_call(c, nccl::make_signature(1, "allreduce<float32,sum,nccl>", -1, 8), name_of(c));
+          } else {
+            int x[1] = {1};
+            collx::allreduce(c, std::span<int>(x));
+          }
+        },
+        true);
+    INFO(describe_all(v));
+    std::string all;
+    for (const outcome& o : v) {
+      REQUIRE(o.code == errc::mismatch);
+      all += o.what + "\n";
+    }
+    CHECK(all.find("called a collx::nccl call's check") != std::string::npos);
+    CHECK(v[1].what.find("call_signature") == std::string::npos);  // the other rank is told the user's call
+  }
   SECTION("a rank that never makes the call: the others get the host communicator's timeout") {
     // Rank 2 stays (a rank that returns and closes its communicator is named at once instead).
     const auto v = run(

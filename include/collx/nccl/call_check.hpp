@@ -89,6 +89,11 @@ inline std::string describe(const call_signature& s) {
 }
 
 namespace detail {
+/// Errors name the check's all-gather as the call the user made, so that a rank making another
+/// host collective meanwhile is not told its peers called all_gather<call_signature>.
+inline const bool call_check_exchange_named = collx::detail::remember_exchange_call(
+    collx::detail::type_signature_hash<call_signature>, "a collx::nccl call's check (options::check_calls_over)");
+
 /// What to add to a message about two calls whose descriptions read alike but whose keys differ.
 inline std::string unseen_difference(const call_signature& a, const call_signature& b) {
   if (a.key == b.key || std::strncmp(a.what, b.what, sizeof a.what) != 0) return {};
