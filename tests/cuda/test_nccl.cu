@@ -397,6 +397,22 @@ TEST_CASE("nccl: which path each (type, op, algorithm) takes, and NCCL's names",
   }
 }
 
+TEST_CASE("nccl: without a usable CUDA device the communicator says so, naming its rank", "[nccl]") {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0) {
+    SUCCEED("a CUDA device is present: the [gpu] cases run instead");
+    return;
+  }
+  ncclUniqueId id{};  // not reached: the device is looked for first
+  try {
+    nc::communicator c(id, 1, 2);
+    FAIL("no throw");
+  } catch (const collx::error& e) {
+    CHECK(e.code() == collx::errc::cuda);
+    CHECK_THAT(e.what(), Catch::Contains("nccl::communicator rank 1/2: no usable CUDA device (cudaGetDevice: "));
+  }
+}
+
 TEST_CASE("nccl: every collective against the host reference, NCCL and schedule paths", "[gpu][nccl]") {
   const int n = gpu_ranks();
   run_on_gpus(n, [&](int r, const ncclUniqueId& id, failures& f) {

@@ -356,7 +356,8 @@ void run_call(communicator& c, const std::string& name, const std::string& what,
   // What must agree besides `what`: the op's own type (two unnamed user ops read alike), the NCCL
   // communicator, and segment_bytes (the schedule path's segments and groups follow it).
   std::uint64_t identity = shape.op_hash;
-  for (std::uint64_t x : {c.identity(), std::uint64_t{c.opts().segment_bytes}}) identity = identity * 0x9e3779b97f4a7c15ull ^ x;
+  for (std::uint64_t x : {c.identity(), std::uint64_t{c.opts().segment_bytes}})
+    identity = identity * 0x9e3779b97f4a7c15ull ^ x;
   const call_signature sig = make_signature(number, what, shape.root, shape.count, shape.counts, identity);
   // Point-to-point: what this rank sends, and what it expects to receive.
   const call_signature sends = make_signature(number, what, -1, shape.sent, {}, identity),

@@ -117,7 +117,8 @@ struct options {
   /// others throw too, before anything is enqueued, instead of hanging in NCCL; a rank that never
   /// makes the call gives the others the host communicator's timeout (errc::timeout). A debugging
   /// aid: each call then blocks until every rank has made it and costs one host all-gather (two
-  /// more for all_to_all_v's pairs). Null (the default): no check, as NCCL. It must outlive the NCCL
+  /// more for all_to_all_v's pairs); under CUDA graph capture it checks the captured calls, not
+  /// the replays. Null (the default): no check, as NCCL. It must outlive the NCCL
   /// communicator and take no other call while an NCCL call checks over it (one thread at a time,
   /// as every collx communicator); every rank sets it or none does. nccl::connect(host, opt) with
   /// opt.check_calls_over = &host is the usual way.
@@ -145,13 +146,26 @@ class communicator {
   /// rank (see connect() and unique_id_over()). Blocks until all `size` ranks have joined. Owned:
   /// the destructor calls ncclCommDestroy.
   /// @throws collx::error (errc::invalid_argument) for rank outside [0, size) or bad options
-  ///         (before NCCL is called); (errc::transport/cuda) when NCCL fails.
+  ///         (before NCCL is called); (errc::cuda) without a usable CUDA device (cudaGetDevice
+  ///         fails: no GPU or driver); (errc::transport/cuda) when NCCL fails, naming the rank and
+  ///         device.
   communicator(const ncclUniqueId& id, int rank, int size, options opt = {}) : owned_(true), opt_(opt) {
     if (size < 1 || rank < 0 || rank >= size)
       COLLX_THROW(errc::invalid_argument, "nccl::communicator: rank " + std::to_string(rank) + " outside [0, " +
                                               std::to_string(size) + ")");
     check_options(opt_, rank, size);  // before NCCL, so that every rank with bad options stops here
-    check(ncclCommInitRank(&comm_, size, id, rank), "ncclCommInitRank");
+    const std::string who = "nccl::communicator rank " + std::to_string(rank) + "/" + std::to_string(size);
+    int device = -1;
+    if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) {  // say "no GPU" before NCCL says less
+      const char* hint = e == cudaErrorInsufficientDriver ? "; CUDA says so where no GPU driver is loaded" : "";
+      COLLX_THROW(errc::cuda, who + ": no usable CUDA device (cudaGetDevice: " + cudaGetErrorName(e) + ", " +
+                                  cudaGetErrorString(e) + hint + ")");
+    }
+    try {
+      check(ncclCommInitRank(&comm_, size, id, rank), "ncclCommInitRank");
+    } catch (const error& e) {
+      COLLX_THROW(e.code(), who + " on CUDA device " + std::to_string(device) + ": " + e.what());
+    }
     identity_ = collx::detail::fnv1a(std::string_view(id.internal, sizeof id.internal));
     try {
       init();
