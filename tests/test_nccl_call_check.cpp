@@ -12,7 +12,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <utility>
 #include <span>
 #include <string>
 #include <thread>
@@ -59,14 +58,6 @@ std::string describe_all(const std::vector<outcome>& v) {
 }
 
 std::string name_of(const collx::communicator& c) { return "rank " + std::to_string(c.rank()) + " call"; }
-
-/// Ranks a and b, the two ends of a pair, both failed with errc::mismatch, saying a_says and b_says.
-void check_both_ends(const std::vector<outcome>& v, int a, const std::string& a_says, int b, const std::string& b_says) {
-  for (const auto& [r, says] : {std::pair{a, a_says}, std::pair{b, b_says}}) {
-    REQUIRE(v[uz(r)].code == errc::mismatch);
-    CHECK(v[uz(r)].what.find(says) != std::string::npos);
-  }
-}
 
 }  // namespace
 
@@ -241,52 +232,5 @@ TEST_CASE("nccl call check: all_to_all_v pairs", "[nccl][threads]") {
           CHECK(o.what.find("rank " + std::to_string(bad_rank) + "'s recv_counts disagree") != std::string::npos);
       }
     }
-  }
-}
-
-TEST_CASE("nccl call check: point-to-point pairs", "[nccl][threads]") {
-  using collx::no_peer;
-  const auto p2p = [](std::size_t count) { return nccl::make_signature(1, "p2p<float32,none,nccl>", -1, count); };
-  SECTION("a send and its recv that agree; a send_recv ring shift; a copy to itself; no peers") {
-    const auto v = run(4, [&](collx::communicator& c) {
-      const int r = c.rank(), n = c.size();
-      if (r == 0) nccl::check_pair(c, 1, p2p(8), no_peer, p2p(0), name_of(c));
-      if (r == 1) nccl::check_pair(c, no_peer, p2p(0), 0, p2p(8), name_of(c));
-      nccl::check_pair(c, (r + 1) % n, p2p(uz(r) + 3), (r + n - 1) % n, p2p(uz((r + n - 1) % n) + 3), name_of(c));
-      nccl::check_pair(c, r, p2p(5), r, p2p(5), name_of(c));
-      nccl::check_pair(c, no_peer, p2p(5), no_peer, p2p(7), name_of(c));
-    });
-    INFO(describe_all(v));
-    for (const outcome& o : v) CHECK(!o.code);
-  }
-  SECTION("a ring shift in which rank 2 expects one element more: ranks 1 and 2 both throw, naming both counts") {
-    const auto v = run(4, [&](collx::communicator& c) {
-      const int r = c.rank(), n = c.size(), prev = (r + n - 1) % n;
-      nccl::check_pair(c, (r + 1) % n, p2p(uz(r) + 3), prev, p2p(uz(prev) + 3 + (r == 2 ? 1 : 0)), name_of(c));
-    });
-    INFO(describe_all(v));
-    CHECK(!v[0].code);
-    CHECK(!v[3].code);
-    check_both_ends(v, 1, "rank 2 receives p2p<float32,none,nccl> count 5, this rank sends p2p<float32,none,nccl> count 4",
-                    2, "rank 1 sends p2p<float32,none,nccl> count 4, this rank receives p2p<float32,none,nccl> count 5");
-  }
-  SECTION("a type that differs: both ends throw") {
-    const auto v = run(2, [&](collx::communicator& c) {
-      if (c.rank() == 0) nccl::check_pair(c, 1, p2p(4), no_peer, p2p(0), name_of(c));
-      else nccl::check_pair(c, no_peer, p2p(0), 0, nccl::make_signature(1, "p2p<int32,none,nccl>", -1, 4), name_of(c));
-    });
-    INFO(describe_all(v));
-    check_both_ends(v, 0, "rank 1 receives p2p<int32,none,nccl> count 4, this rank sends p2p<float32,none,nccl> count 4",
-                    1, "rank 0 sends p2p<float32,none,nccl> count 4, this rank receives p2p<int32,none,nccl> count 4");
-  }
-  SECTION("a refusal reaches the receiver") {
-    const auto v = run(2, [&](collx::communicator& c) {
-      if (c.rank() == 0) nccl::check_pair(c, 1, nccl::refused(p2p(4), errc::invalid_argument, "null buf with count 4"), no_peer, p2p(0), name_of(c));
-      else nccl::check_pair(c, no_peer, p2p(0), 0, p2p(4), name_of(c));
-    });
-    INFO(describe_all(v));
-    CHECK(!v[0].code);
-    REQUIRE(v[1].code == errc::invalid_argument);
-    CHECK(v[1].what.find("rank 0 refused its call: null buf with count 4") != std::string::npos);
   }
 }

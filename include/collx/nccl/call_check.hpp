@@ -3,10 +3,10 @@
 /// NCCL does not compare its ranks' calls: ranks that disagree on the collective, type, op, root
 /// or counts hang until NCCL's watchdog or an abort (or, for some mismatches, read the wrong bytes),
 /// and a rank that refuses its arguments, or never calls, leaves the others hanging in NCCL. With a
-/// host communicator of the same ranks, each call first exchanges a fixed-size description of
-/// itself over it (one host all-gather; a point-to-point call, with its peers only: check_pair):
-/// every rank then sees every rank's call and throws the same collx::error before anything is
-/// enqueued, as collx's host transports do. A debugging aid, as
+/// host communicator of the same ranks, each collective call first exchanges a fixed-size
+/// description of itself over it (one host all-gather): every rank then sees every rank's call and
+/// throws the same collx::error before anything is enqueued, as collx's host transports do.
+/// Point-to-point calls are not checked (nccl/collectives.cuh: call_shape says why). A debugging aid, as
 /// MPI's correctness tools and NCCL's own debug check mode are: it blocks the calling thread until
 /// every rank has made its call and costs a host collective per call (microseconds over shared
 /// memory, more over MPI).
@@ -30,7 +30,6 @@
 #include <collx/detail/dispatch.hpp>
 #include <collx/error.hpp>
 #include <collx/ops.hpp>
-#include <collx/send_recv.hpp>
 
 namespace collx {
 inline namespace v0 {
@@ -179,43 +178,6 @@ inline void check_all_to_all_counts(collx::communicator& host, std::span<const s
   if (first[0] < n)
     COLLX_THROW(errc::mismatch, name + ": rank " + std::to_string(first[0]) +
                                     "'s recv_counts disagree with its peers' send_counts (its message names the pair)");
-}
-
-/// A point-to-point call's pairs over `host`: this rank sends dst a message described by `sends`
-/// and receives from src one it expects as `receives` (either peer collx::no_peer: that side
-/// absent; both this rank: a copy). Two host send_recvs carry each side's description to the other
-/// end of its pair (what this rank sends goes to dst, what it expects goes back to src), so both
-/// ends of a pair compare the same two descriptions and throw alike. Collective over the pairs:
-/// dst and src must make their matching calls (a send's dst its recv or send_recv, ...).
-/// @throws collx::error: a peer's refusal (its code, naming it); errc::mismatch naming the peer and
-///         both descriptions when a pair's differ (type or count); errors of `host` pass through
-///         (a peer that never makes its call: errc::timeout; a cycle of ranks that each send
-///         before they receive, e.g. sends and recvs inside one ncclGroupStart/End of the user's:
-///         errc::mismatch naming the cycle between threads and over shared memory).
-///         A rank whose own description is refused throws nothing here (the caller throws its error).
-inline void check_pair(collx::communicator& host, int dst, const call_signature& sends, int src,
-                       const call_signature& receives, const std::string& name) {
-  call_signature from_src{}, wanted_by_dst{};  // what src sends here; what dst expects from here
-  const auto one_if = [](int peer) { return std::size_t{peer == collx::no_peer ? 0u : 1u}; };
-  collx::send_recv(host, std::span<const call_signature>(&sends, one_if(dst)), dst,
-                   std::span<call_signature>(&from_src, one_if(src)), src);
-  collx::send_recv(host, std::span<const call_signature>(&receives, one_if(src)), src,
-                   std::span<call_signature>(&wanted_by_dst, one_if(dst)), dst);
-  if (sends.refused || receives.refused) return;  // the caller throws its own error
-  const auto refusal = [&](int peer, const call_signature& s) {
-    COLLX_THROW(static_cast<errc>(s.refused), name + ": rank " + std::to_string(peer) + " refused its call: " +
-                                                  std::string(s.reason, ::strnlen(s.reason, sizeof s.reason)));
-  };
-  if (src != collx::no_peer && from_src.refused) refusal(src, from_src);
-  if (dst != collx::no_peer && wanted_by_dst.refused) refusal(dst, wanted_by_dst);
-  if (src != collx::no_peer && !detail::same_call(from_src, receives))
-    COLLX_THROW(errc::mismatch, name + " (checked call #" + std::to_string(receives.call) + "): rank " +
-                                    std::to_string(src) + " sends " + describe(from_src) + ", this rank receives " +
-                                    describe(receives) + detail::unseen_difference(from_src, receives));
-  if (dst != collx::no_peer && !detail::same_call(wanted_by_dst, sends))
-    COLLX_THROW(errc::mismatch, name + " (checked call #" + std::to_string(sends.call) + "): rank " +
-                                    std::to_string(dst) + " receives " + describe(wanted_by_dst) + ", this rank sends " +
-                                    describe(sends) + detail::unseen_difference(wanted_by_dst, sends));
 }
 
 }  // namespace nccl

@@ -76,6 +76,7 @@
 #include <collx/nccl/plan.hpp>
 #include <collx/nullable_ptr.hpp>
 #include <collx/ops.hpp>
+#include <collx/send_recv.hpp>  // collx::no_peer
 
 namespace collx {
 inline namespace v0 {
@@ -324,18 +325,19 @@ void named(const std::string& name, F&& f) {
 
 /// A call as the ranks compare it under options::check_calls_over (nccl/call_check.hpp): its
 /// root (-1: none), count in elements, a v-form's counts (which must be the same on every rank),
-/// and all_to_all_v's lists, whose pairs are checked across ranks.
+/// and all_to_all_v's lists, whose pairs are checked across ranks; or a point-to-point call,
+/// which is not checked.
 struct call_shape {
   std::uint64_t op_hash = 0;  ///< collx::detail::op_signature_hash<Op>() of a reduction, else 0
   int root = -1;
   std::size_t count = 0;
   std::span<const std::size_t> counts{};
   std::span<const std::size_t> send_counts{}, recv_counts{};
-  /// Point-to-point (checked with its peers only, check_pair): the peers (collx::no_peer: that side
-  /// absent) and the counts sent and received.
-  bool p2p = false;
-  int dst = collx::no_peer, src = collx::no_peer;
-  std::size_t sent = 0, received = 0;
+  /// Point-to-point: not checked. Pairwise checks cannot tell every rank of a chain of sends that
+  /// one pair failed (the ranks further along would still wait in NCCL), and a rank's calls may
+  /// pair with its peer's in other shapes (a send_recv with a send and a recv), which per-call
+  /// host exchanges pair up wrongly.
+  bool point_to_point = false;
 };
 
 /// Runs one call named `name` (call_name of `what`): `checks`, this rank's argument checks, which
@@ -346,7 +348,7 @@ struct call_shape {
 template <class Checks, class Enqueue>
 void run_call(communicator& c, const std::string& name, const std::string& what, const call_shape& shape,
               Checks&& checks, Enqueue&& enqueue) {
-  collx::communicator* const host = c.opts().check_calls_over;
+  collx::communicator* const host = shape.point_to_point ? nullptr : c.opts().check_calls_over;
   if (!host) {
     checks();
     named(name, enqueue);
@@ -359,18 +361,6 @@ void run_call(communicator& c, const std::string& name, const std::string& what,
   for (std::uint64_t x : {c.identity(), std::uint64_t{c.opts().segment_bytes}})
     identity = identity * 0x9e3779b97f4a7c15ull ^ x;
   const call_signature sig = make_signature(number, what, shape.root, shape.count, shape.counts, identity);
-  // Point-to-point: what this rank sends, and what it expects to receive.
-  const call_signature sends = make_signature(number, what, -1, shape.sent, {}, identity),
-                       receives = make_signature(number, what, -1, shape.received, {}, identity);
-  // Peers the host communicator takes (a refused call may name others): ranks, or no_peer; this
-  // rank only as both.
-  const auto usable = [&](int peer) { return peer >= 0 && peer < c.size() ? peer : collx::no_peer; };
-  int dst = usable(shape.dst), src = usable(shape.src);
-  if ((dst == c.rank()) != (src == c.rank())) (dst == c.rank() ? dst : src) = collx::no_peer;
-  const auto exchange = [&](const call_signature& s, const call_signature& out, const call_signature& in) {
-    if (shape.p2p) check_pair(*host, dst, out, src, in, name);
-    else check_same_call(*host, s, name, shape.counts);
-  };
   const auto over_host = [&](auto&& f) {
     try {
       f();
@@ -381,7 +371,7 @@ void run_call(communicator& c, const std::string& name, const std::string& what,
   };
   const auto refuse = [&](errc code, std::string_view why) {
     try {
-      exchange(refused(sig, code, why), refused(sends, code, why), refused(receives, code, why));
+      check_same_call(*host, refused(sig, code, why), name);
     } catch (const error&) {  // this rank's own error says more than the exchange's
     }
   };
@@ -396,7 +386,7 @@ void run_call(communicator& c, const std::string& name, const std::string& what,
     refuse(errc::internal, "its argument checks threw an exception that is not a collx::error");
     throw;
   }
-  over_host([&] { exchange(sig, sends, receives); });
+  over_host([&] { check_same_call(*host, sig, name, shape.counts); });
   if (!shape.send_counts.empty())
     over_host([&] { check_all_to_all_counts(*host, shape.send_counts, shape.recv_counts, name); });
   named(name, enqueue);
@@ -825,14 +815,7 @@ void all_to_all_v(communicator& c, const T* send, const block_counts& send_count
 }
 
 // ---------------------------------------------------------------------------------------------
-// Point-to-point, as ncclSend / ncclRecv: stream-ordered, matched in order per pair of ranks (the
-// k-th send from rank a to rank b meets the k-th recv at b from a), on bytes (ncclUint8), so any
-// element type. A send may wait on its stream until the matching receive runs, so two ranks that
-// each send to the other before receiving, on one stream each, wait for each other for ever (NCCL's
-// rule): use send_recv (one group), order the calls, or put them in one ncclGroupStart/End of
-// your own (not with options::check_calls_over, whose check of a send waits for its receiver).
-// A side with count 0 posts nothing; its peer must pass 0 too. collx::no_peer as a peer moves
-// nothing (as MPI_PROC_NULL).
+// Point-to-point, as ncclSend / ncclRecv (see nccl::send for the rules).
 
 namespace detail {
 /// Throws errc::invalid_argument unless `peer` (the `role`, "destination" or "source") is
@@ -867,11 +850,8 @@ void one_way(communicator& c, B* buf, std::size_t count, int peer, cudaStream_t 
   constexpr bool sending = std::is_const_v<B>;
   const std::string name =
       p2p_name<T>(c, sending ? "send" : "recv", (sending ? "to " : "from ") + collx::detail::peer_text(peer));
-  call_shape shape{.p2p = true};
-  (sending ? shape.dst : shape.src) = peer;
-  (sending ? shape.sent : shape.received) = count;
   run_call(
-      c, name, call_what<T, collx::detail::no_op>("p2p", "nccl"), shape,
+      c, name, call_what<T, collx::detail::no_op>("p2p", "nccl"), {.point_to_point = true},
       [&] {
         c.check_device(name.c_str());
         check_peer(c, name, sending ? "destination" : "source", peer, false);
@@ -886,21 +866,28 @@ void one_way(communicator& c, B* buf, std::size_t count, int peer, cudaStream_t 
 }
 }  // namespace detail
 
-/// Sends `count` elements of `buf` to rank `peer` (ncclSend), matched by peer's nccl::recv or
-/// send_recv from this rank with the same count and type (see above: ordering, count 0, no_peer).
+/// Sends `count` elements of `buf` to rank `peer` (ncclSend on bytes: any element type), matched
+/// by peer's nccl::recv or send_recv from this rank with the same count and type, as NCCL's
+/// point-to-point: stream-ordered, matched in order per pair of ranks (the k-th send from rank a
+/// to rank b meets the k-th recv at b from a). The send may wait on its stream until the matching
+/// receive runs, so two ranks that each send to the other before receiving, on one stream each,
+/// wait for each other for ever (NCCL's rule): use send_recv (one group), order the calls, or put
+/// them in one ncclGroupStart/End of your own. A count of 0 posts nothing; its peer must pass 0
+/// too. peer collx::no_peer: nothing is sent (as MPI_PROC_NULL). Point-to-point calls are not
+/// checked across ranks, even with options::check_calls_over (a count or type that differs from
+/// the receiver's is NCCL's undefined behaviour).
 /// @pre buf holds count elements on device().
 /// @throws collx::error (errc::invalid_argument) for a peer that is this rank or not a rank (nor
-///         collx::no_peer), a null buf with count > 0, the wrong current device;
-///         (errc::transport / errc::cuda) when NCCL or CUDA fails; with options::check_calls_over,
-///         errc::mismatch when peer's receive differs in type or count, peer's refusal, the host
-///         communicator's errors (errc::timeout: peer never made its call).
+///         collx::no_peer), a null buf with count > 0, a count past memory, the wrong current
+///         device; (errc::transport / errc::cuda) when NCCL or CUDA fails.
 template <element T>
 void send(communicator& c, const T* buf, std::size_t count, int peer, cudaStream_t stream) {
   detail::one_way<T>(c, buf, count, peer, stream);
 }
 
 /// Receives `count` elements from rank `peer` into `buf` (ncclRecv), from peer's matching
-/// nccl::send or send_recv. Writes exactly buf[0, count).
+/// nccl::send or send_recv with the same count and type (send's rules: order, count 0, no_peer,
+/// not checked). Writes exactly buf[0, count).
 /// @pre buf holds count elements on device().
 /// @throws collx::error as send.
 template <element T>
@@ -925,7 +912,7 @@ void send_recv(communicator& c, const T* send, std::size_t send_count, int dst, 
   const std::string what = detail::call_what<T, collx::detail::no_op>("p2p", "nccl");
   const bool sends = dst != collx::no_peer, receives = src != collx::no_peer;
   detail::run_call(
-      c, name, what, {.p2p = true, .dst = dst, .src = src, .sent = send_count, .received = recv_count},
+      c, name, what, {.point_to_point = true},
       [&] {
         c.check_device(name.c_str());
         detail::check_peer(c, name, "destination", dst, true);

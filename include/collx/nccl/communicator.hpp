@@ -7,8 +7,9 @@
 ///  - no call-signature check across ranks by default: ranks that disagree on a collective, count,
 ///    type, op or root are not detected; they hang (or read garbage) until NCCL's own watchdog or
 ///    an ncclCommAbort ends the job. collx's host transports fail such calls with errc::mismatch;
-///    with options::check_calls_over (a host communicator of the same ranks) this path does too,
-///    before anything is enqueued (nccl/call_check.hpp), at the cost of a host collective per call.
+///    with options::check_calls_over (a host communicator of the same ranks) this path's
+///    collectives do too, before anything is enqueued (nccl/call_check.hpp), at the cost of a host
+///    collective per call (point-to-point calls are not checked).
 ///  - no timeout: collx calls only enqueue work on a stream; a missing peer shows as a stream that
 ///    never completes. Call abort() (ncclCommAbort) from another thread to get out. With
 ///    check_calls_over, a call waits in its check until every rank makes it, and a rank that never
@@ -24,8 +25,9 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
-#include <collx/allreduce.hpp>
+#include <collx/all_gather.hpp>
 #include <collx/broadcast.hpp>
 #include <collx/communicator.hpp>
 #include <collx/cuda/launch_geometry.hpp>
@@ -35,7 +37,6 @@
 #include <collx/error.hpp>
 #include <collx/nccl/call_check.hpp>
 #include <collx/nccl/native.hpp>
-#include <collx/ops.hpp>
 
 #if !defined(NCCL_VERSION_CODE) || NCCL_VERSION_CODE < NCCL_VERSION(2, 13, 0)
 #error "collx::nccl needs NCCL 2.13 or newer (ncclAvg, ncclBfloat16, ncclGetLastError)"
@@ -111,8 +112,9 @@ struct options {
   /// schedule-path call). Larger segments mean fewer, longer NCCL groups.
   std::size_t segment_bytes = std::size_t{8} << 20;
   /// A host communicator with the same ranks (its size and this rank's number equal the NCCL
-  /// communicator's), over which every call first checks that all ranks make the same call: the
-  /// collective, type, op, path, root and counts (nccl/call_check.hpp). Ranks that disagree throw
+  /// communicator's), over which every collective call first checks that all ranks make the same
+  /// call: the collective, type, op, path, root and counts (nccl/call_check.hpp; send, recv and
+  /// send_recv are not checked: nccl/collectives.cuh, call_shape, says why). Ranks that disagree throw
   /// collx::error (errc::mismatch) on every rank, and a rank that refuses its arguments makes the
   /// others throw too, before anything is enqueued, instead of hanging in NCCL; a rank that never
   /// makes the call gives the others the host communicator's timeout (errc::timeout). A debugging
@@ -154,13 +156,8 @@ class communicator {
       COLLX_THROW(errc::invalid_argument, "nccl::communicator: rank " + std::to_string(rank) + " outside [0, " +
                                               std::to_string(size) + ")");
     check_options(opt_, rank, size);  // before NCCL, so that every rank with bad options stops here
+    const int device = usable_device(rank, size);  // "no GPU" before NCCL says less
     const std::string who = "nccl::communicator rank " + std::to_string(rank) + "/" + std::to_string(size);
-    int device = -1;
-    if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) {  // say "no GPU" before NCCL says less
-      const char* hint = e == cudaErrorInsufficientDriver ? "; CUDA says so where no GPU driver is loaded" : "";
-      COLLX_THROW(errc::cuda, who + ": no usable CUDA device (cudaGetDevice: " + cudaGetErrorName(e) + ", " +
-                                  cudaGetErrorString(e) + hint + ")");
-    }
     try {
       check(ncclCommInitRank(&comm_, size, id, rank), "ncclCommInitRank");
     } catch (const error& e) {
@@ -220,6 +217,20 @@ class communicator {
   /// compares it, so that calls on two NCCL communicators that share a host communicator are not
   /// taken for each other.
   std::uint64_t identity() const noexcept { return identity_; }
+
+  /// The calling thread's current CUDA device, for rank `rank` of `size` (in the message).
+  /// @throws collx::error (errc::cuda) "nccl::communicator rank R/N: no usable CUDA device" when
+  ///         cudaGetDevice fails (no GPU, or no driver: CUDA then says the driver is insufficient).
+  static int usable_device(int rank, int size) {
+    int device = -1;
+    if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) {
+      const char* hint = e == cudaErrorInsufficientDriver ? "; CUDA says so where no GPU driver is loaded" : "";
+      COLLX_THROW(errc::cuda, "nccl::communicator rank " + std::to_string(rank) + "/" + std::to_string(size) +
+                                  ": no usable CUDA device (cudaGetDevice: " + cudaGetErrorName(e) + ", " +
+                                  cudaGetErrorString(e) + hint + ")");
+    }
+    return device;
+  }
 
   /// Throws collx::error (errc::invalid_argument) for options that cannot serve rank `rank` of
   /// `size`: segment_bytes below 256, a check_calls_over with another size or rank.
@@ -315,25 +326,30 @@ inline ncclUniqueId unique_id_over(collx::communicator& host, int root = 0) {
 }
 
 /// An owned NCCL communicator with the ranks of `host` (same rank numbers), on the calling
-/// thread's current device: the ranks agree that their options are sound (a host allreduce), then
-/// unique_id_over(host), then ncclCommInitRank. Collective over `host`.
-/// @throws collx::error (errc::invalid_argument) on every rank when some rank's options are
-///         refused (communicator::check_options; that rank says why, the others name it), before
-///         NCCL is called; otherwise as unique_id_over() and communicator(id, rank, size).
+/// thread's current device: the ranks agree that each has sound options and a usable CUDA device
+/// (a host all-gather), then unique_id_over(host), then ncclCommInitRank. Collective over `host`.
+/// @throws collx::error on every rank, before NCCL is called, when some rank's options are refused
+///         (errc::invalid_argument, communicator::check_options) or it has no usable device
+///         (errc::cuda, communicator::usable_device): that rank says why, the others name it with
+///         its code; otherwise as unique_id_over() and communicator(id, rank, size).
 inline communicator connect(collx::communicator& host, options opt = {}) {
-  // A rank alone refusing its options would leave the others waiting in ncclCommInitRank.
+  // A rank alone refusing would leave the others waiting in ncclCommInitRank.
   std::string why;
+  int code = 0;
   try {
     communicator::check_options(opt, host.rank(), host.size());
+    (void)communicator::usable_device(host.rank(), host.size());
   } catch (const error& e) {
     why = e.what();
+    code = static_cast<int>(e.code());
   }
-  int first_refusing[1] = {why.empty() ? host.size() : host.rank()};
-  collx::allreduce(host, std::span<int>(first_refusing), ops::min{});
-  if (!why.empty()) COLLX_THROW(errc::invalid_argument, "nccl::connect: " + why);
-  if (first_refusing[0] < host.size())
-    COLLX_THROW(errc::invalid_argument, "nccl::connect: rank " + std::to_string(first_refusing[0]) +
-                                            "'s nccl::options were refused (its message says why)");
+  std::vector<int> codes(static_cast<std::size_t>(host.size()));
+  collx::all_gather(host, std::span<const int>(&code, 1), std::span<int>(codes));
+  if (code) COLLX_THROW(static_cast<errc>(code), "nccl::connect: " + why);
+  for (std::size_t q = 0; q < codes.size(); ++q)
+    if (codes[q])
+      COLLX_THROW(static_cast<errc>(codes[q]), "nccl::connect: rank " + std::to_string(q) +
+                                                   " cannot join (its options or its CUDA device; its message says why)");
   const ncclUniqueId id = unique_id_over(host);
   return communicator(id, host.rank(), host.size(), opt);
 }
