@@ -6,10 +6,10 @@
 /// host communicator of the same ranks, each collective call first exchanges a fixed-size
 /// description of itself over it (one host all-gather): every rank then sees every rank's call and
 /// throws the same collx::error before anything is enqueued, as collx's host transports do.
-/// Point-to-point calls are not checked (nccl/collectives.cuh: call_shape says why). A debugging aid, as
-/// MPI's correctness tools and NCCL's own debug check mode are: it blocks the calling thread until
-/// every rank has made its call and costs a host collective per call (microseconds over shared
-/// memory, more over MPI).
+/// Point-to-point calls are not checked (nccl/collectives.cuh: call_shape says why). A debugging
+/// aid, as MPI's correctness tools and NCCL's own debug check mode are: it blocks the calling
+/// thread until every rank has made its call and costs a host collective per call (microseconds
+/// over shared memory, more over MPI).
 /// Plain C++ on collx's host API (no NCCL or CUDA headers): test_nccl_call_check runs it on thread
 /// ranks without a GPU; nccl/collectives.cuh calls it.
 #pragma once
@@ -39,8 +39,7 @@ namespace nccl {
 /// all-gather of these checks a call. The ranks compare key, root, count and counts_hash; `what`
 /// and `call` are for messages. Text fields are NUL-terminated, cut to fit.
 struct call_signature {
-  std::uint64_t call = 0;         ///< the NCCL communicator's checked call number, from 1 (messages only:
-                                  ///< point-to-point calls count on their ranks alone)
+  std::uint64_t call = 0;         ///< the NCCL communicator's checked call number, from 1 (for messages)
   std::uint64_t key = 0;          ///< hash of the whole `what` and of `identity` (make_signature)
   char what[64] = {};             ///< the collective with its type, op and path: "allreduce<float32,sum,nccl>"
   std::int64_t root = -1;         ///< the root, or -1 for a collective without one
