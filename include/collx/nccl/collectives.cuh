@@ -325,19 +325,16 @@ void named(const std::string& name, F&& f) {
 
 /// A call as the ranks compare it under options::check_calls_over (nccl/call_check.hpp): its
 /// root (-1: none), count in elements, a v-form's counts (which must be the same on every rank),
-/// and all_to_all_v's lists, whose pairs are checked across ranks; or a point-to-point call,
-/// which is not checked.
+/// and all_to_all_v's lists, whose pairs are checked across ranks. (Point-to-point calls do not
+/// come here: a check between the two ends of each pair cannot tell the ranks further along a
+/// chain of sends that one pair failed, and a rank's send_recv may pair with its peer's separate
+/// send and recv, which per-call host exchanges would pair up wrongly.)
 struct call_shape {
   std::uint64_t op_hash = 0;  ///< collx::detail::op_signature_hash<Op>() of a reduction, else 0
   int root = -1;
   std::size_t count = 0;
   std::span<const std::size_t> counts{};
   std::span<const std::size_t> send_counts{}, recv_counts{};
-  /// Point-to-point: not checked. Pairwise checks cannot tell every rank of a chain of sends that
-  /// one pair failed (the ranks further along would still wait in NCCL), and a rank's calls may
-  /// pair with its peer's in other shapes (a send_recv with a send and a recv), which per-call
-  /// host exchanges pair up wrongly.
-  bool point_to_point = false;
 };
 
 /// Runs one call named `name` (call_name of `what`): `checks`, this rank's argument checks, which
@@ -348,7 +345,7 @@ struct call_shape {
 template <class Checks, class Enqueue>
 void run_call(communicator& c, const std::string& name, const std::string& what, const call_shape& shape,
               Checks&& checks, Enqueue&& enqueue) {
-  collx::communicator* const host = shape.point_to_point ? nullptr : c.opts().check_calls_over;
+  collx::communicator* const host = c.opts().check_calls_over;
   if (!host) {
     checks();
     named(name, enqueue);
@@ -850,19 +847,16 @@ void one_way(communicator& c, B* buf, std::size_t count, int peer, cudaStream_t 
   constexpr bool sending = std::is_const_v<B>;
   const std::string name =
       p2p_name<T>(c, sending ? "send" : "recv", (sending ? "to " : "from ") + collx::detail::peer_text(peer));
-  run_call(
-      c, name, call_what<T, collx::detail::no_op>("p2p", "nccl"), {.point_to_point = true},
-      [&] {
-        c.check_device(name.c_str());
-        check_peer(c, name, sending ? "destination" : "source", peer, false);
-        if (peer != collx::no_peer) check_buffer<T>(name, "buf", buf, count);
-      },
-      [&] {
-        if (count == 0 || peer == collx::no_peer) return;
-        const std::size_t bytes = count * sizeof(T);
-        if constexpr (sending) check(ncclSend(buf, bytes, ncclUint8, peer, c.get(), stream), "ncclSend", c.get());
-        else check(ncclRecv(buf, bytes, ncclUint8, peer, c.get(), stream), "ncclRecv", c.get());
-      });
+  c.check_device(name.c_str());
+  check_peer(c, name, sending ? "destination" : "source", peer, false);
+  if (peer == collx::no_peer) return;
+  check_buffer<T>(name, "buf", buf, count);
+  if (count == 0) return;
+  named(name, [&] {
+    const std::size_t bytes = count * sizeof(T);
+    if constexpr (sending) check(ncclSend(buf, bytes, ncclUint8, peer, c.get(), stream), "ncclSend", c.get());
+    else check(ncclRecv(buf, bytes, ncclUint8, peer, c.get(), stream), "ncclRecv", c.get());
+  });
 }
 }  // namespace detail
 
@@ -909,34 +903,29 @@ void send_recv(communicator& c, const T* send, std::size_t send_count, int dst, 
                int src, cudaStream_t stream) {
   const std::string name = detail::p2p_name<T>(c, "send_recv", "to " + collx::detail::peer_text(dst) + " from " +
                                                                    collx::detail::peer_text(src));
-  const std::string what = detail::call_what<T, collx::detail::no_op>("p2p", "nccl");
   const bool sends = dst != collx::no_peer, receives = src != collx::no_peer;
-  detail::run_call(
-      c, name, what, {.point_to_point = true},
-      [&] {
-        c.check_device(name.c_str());
-        detail::check_peer(c, name, "destination", dst, true);
-        detail::check_peer(c, name, "source", src, true);
-        if ((dst == c.rank()) != (src == c.rank()))
-          COLLX_THROW(errc::invalid_argument, name + ": only one of destination and source is this rank (a rank "
-                                                     "sends itself nothing; both: a copy)");
-        if (dst == c.rank() && send_count != recv_count)
-          COLLX_THROW(errc::invalid_argument, name + ": a copy to this rank needs equal counts (send " +
-                                                  std::to_string(send_count) + ", recv " + std::to_string(recv_count) + ")");
-        if (sends) detail::check_buffer<T>(name, "send", send, send_count);
-        if (receives) detail::check_buffer<T>(name, "recv", recv, recv_count);
-        if (sends && receives && detail::overlap(send, send_count * sizeof(T), recv, recv_count * sizeof(T)))
-          COLLX_THROW(errc::invalid_argument, name + ": send and recv overlap (send_recv has no in-place form)");
-      },
-      [&] {
-        const bool out = sends && send_count > 0, in = receives && recv_count > 0;
-        if (!out && !in) return;
-        detail::group_guard g{c.get()};
-        g.start();
-        if (out) check(ncclSend(send, send_count * sizeof(T), ncclUint8, dst, c.get(), stream), "ncclSend", c.get());
-        if (in) check(ncclRecv(recv, recv_count * sizeof(T), ncclUint8, src, c.get(), stream), "ncclRecv", c.get());
-        g.end();
-      });
+  c.check_device(name.c_str());
+  detail::check_peer(c, name, "destination", dst, true);
+  detail::check_peer(c, name, "source", src, true);
+  if ((dst == c.rank()) != (src == c.rank()))
+    COLLX_THROW(errc::invalid_argument, name + ": only one of destination and source is this rank (a rank sends "
+                                               "itself nothing; both: a copy)");
+  if (dst == c.rank() && send_count != recv_count)
+    COLLX_THROW(errc::invalid_argument, name + ": a copy to this rank needs equal counts (send " +
+                                            std::to_string(send_count) + ", recv " + std::to_string(recv_count) + ")");
+  if (sends) detail::check_buffer<T>(name, "send", send, send_count);
+  if (receives) detail::check_buffer<T>(name, "recv", recv, recv_count);
+  if (sends && receives && detail::overlap(send, send_count * sizeof(T), recv, recv_count * sizeof(T)))
+    COLLX_THROW(errc::invalid_argument, name + ": send and recv overlap (send_recv has no in-place form)");
+  const bool out = sends && send_count > 0, in = receives && recv_count > 0;
+  if (!out && !in) return;
+  detail::named(name, [&] {
+    detail::group_guard g{c.get()};
+    g.start();
+    if (out) check(ncclSend(send, send_count * sizeof(T), ncclUint8, dst, c.get(), stream), "ncclSend", c.get());
+    if (in) check(ncclRecv(recv, recv_count * sizeof(T), ncclUint8, src, c.get(), stream), "ncclRecv", c.get());
+    g.end();
+  });
 }
 
 }  // namespace nccl
