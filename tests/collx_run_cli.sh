@@ -149,7 +149,8 @@ lines=$(printf '%s\n' "$err" | grep -c "COLLX_BIND='bogus' is not valid")
 
 # So are the variables every rank would refuse when it makes its communicator (each rank said
 # them, with status 1).
-for bad in COLLX_CMA=maybe COLLX_SHM_BYTES_PER_PEER=100 COLLX_TIMEOUT=-1 COLLX_SEGMENT_BYTES=4X COLLX_ALGO=barrier:ring COLLX_CONNECT_TIMEOUT=0; do
+for bad in COLLX_CMA=maybe COLLX_SHM_BYTES_PER_PEER=100 COLLX_TIMEOUT=-1 COLLX_SEGMENT_BYTES=4X COLLX_ALGO=barrier:ring COLLX_CONNECT_TIMEOUT=0 \
+           COLLX_DEBUG=verbose COLLX_DEBUG_FILE=/tmp/collx-%r.log; do
   err=$(env "$bad" "$run" -n 3 true 2>&1); rc=$?
   [ $rc -eq 2 ] || fail "collx-run with $bad exited $rc, not 2: $err"
   lines=$(printf '%s\n' "$err" | grep -c "^collx-run: ${bad%%=*}=")  # the error, not the usage text

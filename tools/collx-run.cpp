@@ -17,8 +17,9 @@ static const char* const usage_text =
     "sets in each rank: COLLX_RANK, COLLX_WORLD_SIZE, COLLX_LOCAL_RANK, COLLX_LOCAL_WORLD_SIZE,\n"
     "  COLLX_JOB_ID (kept if set), COLLX_LAUNCH_ID\n"
     "reads: COLLX_BIND=core|none (pin each rank to a CPU when they fit; default core); checks\n"
-    "  COLLX_TIMEOUT, COLLX_SEGMENT_BYTES, COLLX_ALGO, COLLX_CMA, COLLX_SHM_BYTES_PER_PEER and\n"
-    "  COLLX_CONNECT_TIMEOUT, which every rank would refuse, before starting any\n"
+    "  COLLX_TIMEOUT, COLLX_SEGMENT_BYTES, COLLX_ALGO, COLLX_CMA, COLLX_SHM_BYTES_PER_PEER,\n"
+    "  COLLX_CONNECT_TIMEOUT, COLLX_DEBUG and COLLX_DEBUG_FILE, which every rank would refuse,\n"
+    "  before starting any\n"
     "when a rank fails, the others get SIGTERM, then SIGKILL 3 s later; SIGINT, SIGTERM and SIGHUP\n"
     "  are forwarded to every rank\n"
     "exit status: the first failure's (128 + signal for a signal), 0 if every rank exits 0,\n"
@@ -73,6 +74,9 @@ int main(int argc, char** argv) {
     (void)collx::shm_bytes_per_peer(0, n);  // also too large for n ranks' segment
     (void)collx::shm_cma_from_environment(-1);
     (void)collx::shm_connect_timeout_from_environment();
+    // COLLX_DEBUG and COLLX_DEBUG_FILE's pattern (not opened here: each rank opens its own file)
+    if (const auto v = collx::env::get("COLLX_DEBUG")) (void)collx::parse_log_level("COLLX_DEBUG", *v);
+    if (const auto v = collx::env::get("COLLX_DEBUG_FILE")) (void)collx::expand_log_path("COLLX_DEBUG_FILE", *v);
   } catch (const collx::error& e) {  // the environment, not the command line: no usage text
     std::fprintf(stderr, "collx-run: %s\n", e.what());
     return 2;

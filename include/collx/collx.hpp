@@ -10,6 +10,7 @@
 #include <collx/broadcast.hpp>
 #include <collx/communicator.hpp>
 #include <collx/concepts.hpp>
+#include <collx/debug_log.hpp>
 #include <collx/error.hpp>
 #include <collx/hierarchy.hpp>
 #include <collx/numeric.hpp>

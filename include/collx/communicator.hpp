@@ -10,6 +10,7 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -18,6 +19,7 @@
 
 #include <collx/algo/automatic.hpp>
 #include <collx/concepts.hpp>
+#include <collx/debug_log.hpp>
 #include <collx/detail/async_engine.hpp>
 #include <collx/detail/fork_generation.hpp>
 #include <collx/detail/ring_order_check.hpp>
@@ -173,6 +175,9 @@ class communicator {
                                               std::to_string(options_.max_segment_bytes) + "; it must be at least 64 bytes");
     options_.timeout = std::min(options_.timeout, detail::longest_wait);
     transport_->set_timeout(options_.timeout);
+    detail::read_log_environment();  // a bad COLLX_DEBUG or COLLX_DEBUG_FILE fails here, not silently
+    detail::log_process_once();
+    if (log_enabled(log_level::info)) log_message(log_level::info, describe());
   }
 
   /// This rank, in [0, size()).
@@ -206,6 +211,13 @@ class communicator {
   /// any thread; never throws; the first failure's reason is kept.
   void fail(errc code, const std::string& why) noexcept {
     if (!transport_ || forked()) return;  // moved from, or a fork's copy: not this process's to fail
+    if (log_enabled(log_level::warn)) {
+      try {
+        log_message(log_level::warn, "rank " + std::to_string(rank_) + "/" + std::to_string(size_) +
+                                         " fails its communicator (" + make_error_code(code).message() + "): " + why);
+      } catch (...) {  // no memory for the line: fail all the same
+      }
+    }
     fail_with_levels(*transport_, linked_, transport_->rank(), code, why);
   }
 
@@ -241,6 +253,40 @@ class communicator {
     if (a == algorithm::ring && !q.commutative) a = algorithm::direct;
     if (a == algorithm::tree && q.coll == collective::all_to_all) a = algorithm::direct;
     return a;
+  }
+
+  /// This communicator in one line, as COLLX_DEBUG=info prints it when it is made: "rank 0/4
+  /// communicator: transport shm, timeout 300 s, segments of 8 MiB; algo::automatic: allreduce
+  /// direct, ring from 64 KiB; ...": what algo::automatic picks for each collective by message size
+  /// (bytes as selection_query counts them, 1 B to 1 GiB, commutative ops: a non-commutative op
+  /// runs direct where it says ring), or that the options' selector decides. @throws as rank().
+  std::string describe() const {
+    std::string s = "rank " + std::to_string(rank()) + "/" + std::to_string(size()) + " communicator: transport " +
+                    std::string(live().name()) + ", timeout ";
+    const auto ms = options_.timeout.count();
+    s.append(std::to_string(ms % 1000 == 0 ? ms / 1000 : ms)).append(ms % 1000 == 0 ? " s" : " ms");
+    s.append(", segments of ").append(detail::bytes_text(options_.max_segment_bytes));
+    if (!options_.ring_order.empty()) {
+      s += ", ring order";
+      for (int r : options_.ring_order) s.append(" ").append(std::to_string(r));  // (not " " + string: g++ 12's -Wrestrict)
+    }
+    s += "; algo::automatic:";
+    if (options_.selector) return s + " the options' selector";
+    bool first = true;
+    for (collective c : {collective::allreduce, collective::reduce_scatter, collective::all_gather,
+                         collective::broadcast, collective::reduce, collective::all_to_all}) {
+      s.append(first ? " " : "; ").append(collective_name(c));
+      first = false;
+      std::optional<algorithm> last;
+      for (std::size_t b = 1; b <= (std::size_t{1} << 30); b *= 2) {
+        const algorithm a = select(selection_query{c, size(), b, true});
+        if (last && a == *last) continue;
+        s.append(last ? ", " : " ").append(algorithm_name(a));
+        if (last) s.append(" from ").append(detail::bytes_text(b));
+        last = a;
+      }
+    }
+    return s;
   }
 
   /// select() for the call this thread is in (communicator::call_scope held): the cost model's

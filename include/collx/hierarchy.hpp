@@ -23,13 +23,6 @@ namespace collx {
 inline namespace v0 {
 
 namespace detail {
-/// "[0, 3, 5]".
-inline std::string rank_list(std::span<const int> ranks) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
-  return s + "]";
-}
-
 /// What is wrong with `l` as world rank `rank`'s layout of `n` ranks: "" when it is what
 /// node_layout::from_ids builds from its own ranks (a hand-set `contiguous` would otherwise let a
 /// non-commutative op combine out of rank order).

@@ -19,6 +19,7 @@
 #include <collx/algo/hierarchical.hpp>
 #include <collx/communicator.hpp>
 #include <collx/concepts.hpp>
+#include <collx/debug_log.hpp>
 #include <collx/detail/counts.hpp>
 #include <collx/detail/executor.hpp>
 #include <collx/detail/reduction.hpp>
@@ -102,9 +103,11 @@ void check_not_failed(communicator& comm, What&& what) {
   try {
     t.check();
   } catch (const error& e) {
-    COLLX_THROW(e.code(), std::string(what()) +
-                              ": the communicator had already failed when this call began and cannot be used any more "
-                              "(every rank's later calls fail at once); the first failure: " + e.what());
+    const std::string why = std::string(what()) +
+                            ": the communicator had already failed when this call began and cannot be used any more "
+                            "(every rank's later calls fail at once); the first failure: " + e.what();
+    log_message(log_level::warn, why);  // COLLX_DEBUG=warn: a rank that learns of a failure only here
+    COLLX_THROW(e.code(), why);
   }
 }
 
@@ -334,6 +337,7 @@ inline void run_flat_untyped(communicator& comm, collective coll, bool in_place,
 
   auto name = [&] { return call_name(comm, coll, sig.seq, tc.type_name, tc.op_name, algorithm_name(alg), lay.varying); };
   check_not_failed(comm, name);
+  const call_trace trace(name, total, total * tc.value_size);  // COLLX_DEBUG=trace: the call and its time
   try {
     tp.announce(sig);  // may find a peer's query for this call that differs: named as the call's own failure
     if (total == 0 && coll != collective::all_to_all && coll != collective::barrier) {  // all ranks know
