@@ -25,6 +25,7 @@
 
 #include <array>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -135,6 +136,57 @@ TEST_CASE("device bootstrap: device memory where every GPU reaches every other",
   }
   CHECK(fake_cudart_live() == 0);
   CHECK(host_workspace_objects() == 0);
+}
+
+TEST_CASE("device bootstrap: COLLX_DEBUG=info describes each device communicator as its accessors read", "[cuda][bootstrap]") {
+  // DGX-1: GPUs 0 and 1 are NVLink neighbours, 5 is across the sockets (mixed memory).
+  fake_machine dgx("dgx1-v100");
+  const std::string log_path = "/tmp/collx-test-device-log-" + std::to_string(::getpid()) + ".log";
+  std::remove(log_path.c_str());
+  collx::set_log(collx::log_level::info, log_path);
+  std::vector<std::string> described(3), expected(3);
+  const auto res = create({0, 1, 5}, {}, [&](gpu::device_communicator& dc) {
+    const auto r = static_cast<std::size_t>(dc.rank());
+    described[r] = dc.describe();
+    // The same facts, from the accessors.
+    const auto bytes = [](std::size_t b) { return b == SIZE_MAX ? std::string("never") : collx::detail::bytes_text(b); };
+    std::string e = "rank " + std::to_string(r) + "/3 device communicator: GPU " + std::to_string(dc.device()) + " (";
+    e += "|workspace memory " + std::string(gpu::workspace_memory_name(dc.memory())) + ", peers [";
+    for (int p = 0; p < 3; ++p) e += (p ? ", " : "") + std::string(gpu::peer_path_name(dc.path_to_peer(p)));
+    e += "]; all-reduce two-shot from " + bytes(dc.two_shot_min_bytes()) + "; ring from: allreduce " +
+         bytes(dc.ring_min_bytes(collx::collective::allreduce)) + ", reduce_scatter " +
+         bytes(dc.ring_min_bytes(collx::collective::reduce_scatter)) + ", all_gather " +
+         bytes(dc.ring_min_bytes(collx::collective::all_gather)) + "; rings [";
+    for (int i = 0; i < dc.rings().ring[0].world; ++i) e += (i ? " " : "") + std::to_string(dc.rings().ring[0].order[i]);
+    e += "]; up to " + std::to_string(dc.block_limit()) + " blocks|" + dc.wiring_note();
+    expected[r] = e;
+  });
+  collx::set_log(collx::log_level::off);
+  std::ifstream f(log_path);
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(f, l);) lines.push_back(l);
+  std::remove(log_path.c_str());
+  for (std::size_t r = 0; r < 3; ++r) {
+    INFO("rank " << r << ": " << res[r].error << "\ndescribe(): " << described[r] << "\nexpected parts: " << expected[r]);
+    REQUIRE(res[r].error.empty());
+    CHECK(res[r].memory == gpu::workspace_memory::mixed);
+    // Each '|'-separated part of the expectation, in order.
+    std::size_t at = 0;
+    std::stringstream parts(expected[r]);
+    for (std::string part; std::getline(parts, part, '|');) {
+      const std::size_t found = described[r].find(part, at);
+      CHECK(found != std::string::npos);
+      at = found == std::string::npos ? at : found + part.size();
+    }
+    // GPUs 0 and 5 reach each other through host memory (1 has NVLink to both)
+    CHECK((described[r].find("host memory") != std::string::npos) == (r != 1));
+    std::size_t logged = 0;
+    for (const auto& l : lines) logged += l.size() > described[r].size() &&
+                                          l.compare(l.size() - described[r].size(), described[r].size(), described[r]) == 0 &&
+                                          l.find(" collx INFO rank ") != std::string::npos;
+    CHECK(logged == 1);
+  }
+  CHECK(fake_cudart_live() == 0);
 }
 
 TEST_CASE("device bootstrap: without peer access the workspaces share one host memory object", "[cuda][bootstrap]") {

@@ -128,6 +128,8 @@ class communicator {
       schedules_ = std::move(o.schedules_);
       hierarchy_ = std::move(o.hierarchy_);
       linked_ = std::move(o.linked_);
+      hierarchy_note_ = std::move(o.hierarchy_note_);
+      failure_logged_.store(o.failure_logged_.load(std::memory_order_relaxed), std::memory_order_relaxed);
       exceptions_at_creation_ = o.exceptions_at_creation_;
       created_in_ = o.created_in_;
     }
@@ -211,14 +213,32 @@ class communicator {
   /// any thread; never throws; the first failure's reason is kept.
   void fail(errc code, const std::string& why) noexcept {
     if (!transport_ || forked()) return;  // moved from, or a fork's copy: not this process's to fail
-    if (log_enabled(log_level::warn)) {
-      try {
-        log_message(log_level::warn, "rank " + std::to_string(rank_) + "/" + std::to_string(size_) +
-                                         " fails its communicator (" + make_error_code(code).message() + "): " + why);
-      } catch (...) {  // no memory for the line: fail all the same
-      }
-    }
+    log_failure(code, why);
     fail_with_levels(*transport_, linked_, transport_->rank(), code, why);
+  }
+
+  /// COLLX_DEBUG=warn's line for this communicator's failure as this rank sees it: "rank 1/4
+  /// communicator failed (<code>): <why>"; only the first on each communicator (later ones repeat
+  /// it, as the calls that then throw do). fail() and a call that finds the communicator failed
+  /// call it. Any thread; never throws.
+  void log_failure(errc code, const std::string& why) noexcept {
+    if (!log_enabled(log_level::warn) || failure_logged_.exchange(true)) return;
+    try {
+      log_message(log_level::warn, "rank " + std::to_string(rank_) + "/" + std::to_string(size_) +
+                                       " communicator failed (" + make_error_code(code).message() + "): " + why +
+                                       log_where());
+    } catch (...) {  // no memory for the line
+    }
+  }
+
+  /// For log lines of a communicator that is a group of another (collx::split, a level of a
+  /// hierarchy): " (split group (color 1) of world ranks [1, 3])"; empty for others.
+  std::string log_where() const {
+    if (!transport_ || transport_->level().empty()) return {};
+    std::string s = " (" + transport_->level() + " of world ranks [";
+    const std::vector<int>& w = transport_->level_world_ranks();
+    for (std::size_t i = 0; i < w.size(); ++i) s.append(i ? ", " : "").append(std::to_string(w[i]));
+    return s + "])";
   }
 
   /// The node-local and cross-node communicators algo::hierarchical runs on (node_layout.hpp), or
@@ -229,10 +249,13 @@ class communicator {
   /// or split a communicator of your own.
   hierarchy* get_hierarchy() const noexcept { return hierarchy_.get(); }
   /// Attaches a hierarchy; `parts` are its communicators' transports, failed with this one on
-  /// abort(). Use collx::attach_hierarchy (hierarchy.hpp) rather than this.
-  void set_hierarchy(std::shared_ptr<hierarchy> h, std::vector<std::shared_ptr<transport>> parts) noexcept {
+  /// abort(); `note` says what it changes, for describe(). Use collx::attach_hierarchy
+  /// (hierarchy.hpp) rather than this.
+  void set_hierarchy(std::shared_ptr<hierarchy> h, std::vector<std::shared_ptr<transport>> parts,
+                     std::string note = {}) noexcept {
     hierarchy_ = std::move(h);
     linked_ = std::move(parts);
+    hierarchy_note_ = std::move(note);
   }
   /// The transport, shared (for linking communicators).
   const std::shared_ptr<transport>& shared_transport() const noexcept { return transport_; }
@@ -259,7 +282,8 @@ class communicator {
   /// communicator: transport shm, timeout 300 s, segments of 8 MiB; algo::automatic: allreduce
   /// direct, ring from 64 KiB; ...": what algo::automatic picks for each collective by message size
   /// (bytes as selection_query counts them, 1 B to 1 GiB, commutative ops: a non-commutative op
-  /// runs direct where it says ring), or that the options' selector decides. @throws as rank().
+  /// runs direct where it says ring), or that the options' selector decides; with a hierarchy
+  /// attached, what runs on its levels instead; and log_where(). @throws as rank().
   std::string describe() const {
     std::string s = "rank " + std::to_string(rank()) + "/" + std::to_string(size()) + " communicator: transport " +
                     std::string(live().name()) + ", timeout ";
@@ -270,11 +294,12 @@ class communicator {
       s += ", ring order";
       for (int r : options_.ring_order) s.append(" ").append(std::to_string(r));  // (not " " + string: g++ 12's -Wrestrict)
     }
-    s += "; algo::automatic:";
-    if (options_.selector) return s + " the options' selector";
+    s += hierarchy_ ? "; algo::automatic, flat:" : "; algo::automatic:";
+    if (options_.selector) s += " the options' selector";
     bool first = true;
     for (collective c : {collective::allreduce, collective::reduce_scatter, collective::all_gather,
                          collective::broadcast, collective::reduce, collective::all_to_all}) {
+      if (options_.selector) break;
       s.append(first ? " " : "; ").append(collective_name(c));
       first = false;
       std::optional<algorithm> last;
@@ -286,7 +311,8 @@ class communicator {
         last = a;
       }
     }
-    return s;
+    if (hierarchy_) s.append("; hierarchy: ").append(hierarchy_note_);
+    return s + log_where();
   }
 
   /// select() for the call this thread is in (communicator::call_scope held): the cost model's
@@ -526,6 +552,8 @@ class communicator {
   detail::schedule_cache schedules_;
   std::shared_ptr<hierarchy> hierarchy_;
   std::vector<std::shared_ptr<transport>> linked_;
+  std::string hierarchy_note_;                // set_hierarchy's, for describe()
+  std::atomic<bool> failure_logged_{false};  // log_failure's line was written
   mutable std::atomic<std::thread::id> busy_{};  // the thread inside a call (call_scope), or none
   std::string_view running_;                     // the collective the busy thread runs (running_scope), or empty
   int exceptions_at_creation_ = std::uncaught_exceptions();  // more at destruction: destroyed by a throw

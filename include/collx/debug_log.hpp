@@ -14,6 +14,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -28,14 +29,18 @@ inline namespace v0 {
 /// How much the log says; each level adds to the one before (NCCL_DEBUG's WARN, INFO, TRACE).
 enum class log_level {
   off = 0,    ///< nothing (the default)
-  warn = 1,   ///< each failure of a communicator, on each rank that sees it: its code and reason
+  warn = 1,   ///< each communicator's failure, once on each rank (its first: the reason calls throw)
   info = 2,   ///< also each communicator made (rank, world size, transport, timeout, segment size,
-              ///< what algo::automatic picks for each collective by size) and, once per process,
-              ///< collx's version and the COLLX_* variables set
-  trace = 3,  ///< also each call that completes: its name, element count, bytes and time in us
+              ///< what algo::automatic picks for each collective by size; device communicators:
+              ///< GPU, workspace memory, path to each peer, thresholds, rings), each hierarchy
+              ///< attached and, once per process, collx's version and the COLLX_* variables set
+  trace = 3,  ///< also each host call that completes: its name, element count, bytes and time in us
+              ///< (send_recv: the elements received, the bytes both ways); not device calls,
+              ///< which complete on their stream
 };
 
-/// Parses a COLLX_DEBUG value (case-insensitive): off (also 0, none, empty), warn, info or trace.
+/// Parses a COLLX_DEBUG value (case-insensitive): off (also 0, none, empty), warn, info or trace
+/// (NCCL_DEBUG's WARN, INFO and TRACE; not its VERSION).
 /// @throws collx::error (errc::invalid_argument) naming `name` for anything else.
 inline log_level parse_log_level(std::string_view name, std::string_view v) {
   const std::string l = env::lower(v);
@@ -43,7 +48,7 @@ inline log_level parse_log_level(std::string_view name, std::string_view v) {
   if (l == "warn") return log_level::warn;
   if (l == "info") return log_level::info;
   if (l == "trace") return log_level::trace;
-  env::reject(name, v, "off, warn, info or trace (as NCCL_DEBUG's levels)");
+  env::reject(name, v, "off, warn, info or trace");
 }
 
 /// A COLLX_DEBUG_FILE pattern with `%h` replaced by the host name, `%p` by the process id and
@@ -83,7 +88,7 @@ struct log_state {
   std::string path_pattern;   // COLLX_DEBUG_FILE or set_log's; empty: stderr
   std::FILE* file = nullptr;  // opened for path_pattern by the process `file_pid`
   long long file_pid = 0;
-  bool told_version = false;  // the once-per-process info line
+  long long told_pid = 0;     // the process that wrote the once-per-process info line (a fork writes its own)
 
   static log_state& get() {
     static log_state s;  // never destroyed before a static communicator's last line
@@ -92,15 +97,17 @@ struct log_state {
 };
 
 /// Opens the sink for `pattern` in this process (stderr for an empty one); sink_mutex held.
+/// `source` names where the pattern came from in errors.
 /// @throws collx::error (errc::invalid_argument) for a bad pattern, errc::system when the file
 ///   cannot be opened for appending.
-inline void open_log_sink_locked(log_state& s, const std::string& pattern) {
+inline void open_log_sink_locked(log_state& s, const std::string& pattern, std::string_view source) {
   std::FILE* f = nullptr;
   if (!pattern.empty()) {
-    const std::string path = expand_log_path("COLLX_DEBUG_FILE", pattern);
+    const std::string path = expand_log_path(source, pattern);
     f = std::fopen(path.c_str(), "a");
     if (!f)
-      COLLX_THROW(errc::system, "COLLX_DEBUG_FILE: cannot open '" + path + "' for appending: " + std::strerror(errno));
+      COLLX_THROW(errc::system,
+                  std::string(source) + ": cannot open '" + path + "' for appending: " + std::strerror(errno));
   }
   if (s.file) std::fclose(s.file);
   s.file = f;
@@ -110,8 +117,10 @@ inline void open_log_sink_locked(log_state& s, const std::string& pattern) {
 
 /// Reads COLLX_DEBUG and COLLX_DEBUG_FILE, once per process (a later call returns at once), unless
 /// set_log came first. Every communicator's constructor calls it, so that a bad value fails there.
-/// @throws collx::error (errc::invalid_argument) naming the variable for a bad value; errc::system
-///   when COLLX_DEBUG_FILE cannot be opened (then the next call reads them again).
+/// A COLLX_DEBUG_FILE that cannot be opened is no error (the job should not fail for its debug
+/// log): the lines go to stderr, after one saying why.
+/// @throws collx::error (errc::invalid_argument) naming the variable for a bad value (then the
+///   next call reads them again).
 inline void read_log_environment() {
   log_state& s = log_state::get();
   if (s.level.load(std::memory_order_acquire) >= 0) return;
@@ -121,11 +130,21 @@ inline void read_log_environment() {
   const log_level l = v ? parse_log_level("COLLX_DEBUG", *v) : log_level::off;
   const auto path = env::get("COLLX_DEBUG_FILE");
   if (path) (void)expand_log_path("COLLX_DEBUG_FILE", *path);  // a bad pattern is an error even while off
-  if (l != log_level::off) open_log_sink_locked(s, path.value_or(std::string()));
+  std::string unopened;
+  if (l != log_level::off) {
+    try {
+      open_log_sink_locked(s, path.value_or(std::string()), "COLLX_DEBUG_FILE");
+    } catch (const error& e) {
+      unopened = e.what();
+      open_log_sink_locked(s, std::string(), "COLLX_DEBUG_FILE");  // stderr
+    }
+  }
   s.level.store(static_cast<int>(l), std::memory_order_release);
+  if (!unopened.empty())
+    std::fprintf(stderr, "collx WARN %s; COLLX_DEBUG's lines go to stderr\n", unopened.c_str());
 }
 
-/// " 13:45:01.123456" in local time, for lines from several processes to be put in order.
+/// "13:45:01.123456" in local time, for lines from several processes to be put in order.
 inline std::string log_clock() {
   const auto now = std::chrono::system_clock::now();
   const std::time_t t = std::chrono::system_clock::to_time_t(now);
@@ -154,7 +173,11 @@ inline void write_log_line(log_level l, std::string_view text) noexcept {
     // A child forked after the file was opened writes its own (%p), not its parent's.
     if (!s.path_pattern.empty() && s.file_pid != static_cast<long long>(getpid())) {
       s.file = nullptr;  // the parent's FILE: not ours to close (its buffer is the parent's)
-      open_log_sink_locked(s, s.path_pattern);
+      try {
+        open_log_sink_locked(s, s.path_pattern, "COLLX_DEBUG_FILE");
+      } catch (...) {  // this process's file cannot be opened: its lines go to stderr
+        s.path_pattern.clear();
+      }
     }
     std::FILE* f = s.file ? s.file : stderr;
     std::fwrite(line.data(), 1, line.size(), f);
@@ -192,11 +215,12 @@ inline void log_message(log_level l, std::string_view text) noexcept {
 /// not read): `path_pattern` as COLLX_DEBUG_FILE (%h, %p, %%), empty for stderr. Any thread, any
 /// time; lines already being written finish where they were going.
 /// @throws collx::error (errc::invalid_argument) for a bad pattern; errc::system when the file
-///   cannot be opened (the log is then left as it was).
+///   cannot be opened (unlike COLLX_DEBUG_FILE's, which falls back to stderr; the log is then
+///   left as it was).
 inline void set_log(log_level l, const std::string& path_pattern = {}) {
   detail::log_state& s = detail::log_state::get();
   const std::lock_guard<std::mutex> lock(s.sink_mutex);
-  detail::open_log_sink_locked(s, l == log_level::off ? std::string() : path_pattern);
+  detail::open_log_sink_locked(s, l == log_level::off ? std::string() : path_pattern, "collx::set_log's path");
   s.level.store(static_cast<int>(l), std::memory_order_release);
 }
 
@@ -223,8 +247,9 @@ inline void log_process_once() {
   log_state& s = log_state::get();
   {
     const std::lock_guard<std::mutex> lock(s.sink_mutex);
-    if (s.told_version) return;
-    s.told_version = true;
+    const auto pid = static_cast<long long>(getpid());
+    if (s.told_pid == pid) return;
+    s.told_pid = pid;
   }
   std::string vars;
   for (char** e = environ; e && *e; ++e)
@@ -233,13 +258,14 @@ inline void log_process_once() {
 }
 
 /// Logs a call that completes at trace level: construct it as the call starts, with a callable
-/// that names the call (run only if the line is printed) and its bytes; its destructor prints
-/// "<name> <bytes>: <us> us" unless an exception is leaving (the failure logs itself).
+/// that names the call (run only if the line is printed; held by value), its element count and
+/// bytes; its destructor prints "<name> count <count> (<bytes>): <us> us" unless an exception is
+/// leaving (the failure logs itself).
 template <class Name>
 class call_trace {
  public:
-  call_trace(const Name& name, std::size_t count, std::size_t bytes) noexcept
-      : name_(name), count_(count), bytes_(bytes), on_(log_enabled(log_level::trace)),
+  call_trace(Name name, std::size_t count, std::size_t bytes) noexcept
+      : name_(std::move(name)), count_(count), bytes_(bytes), on_(log_enabled(log_level::trace)),
         exceptions_(on_ ? std::uncaught_exceptions() : 0) {
     if (on_) start_ = std::chrono::steady_clock::now();
   }
@@ -257,7 +283,7 @@ class call_trace {
   }
 
  private:
-  const Name& name_;
+  Name name_;
   std::size_t count_, bytes_;
   bool on_;
   int exceptions_;

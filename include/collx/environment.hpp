@@ -62,11 +62,13 @@ inline constexpr std::array<env_var_doc, 17> environment_variables{{
      "whether a device communicator's rank 0 reads how the GPUs are wired (sysfs, NVML) when created, for the "
      "figures its device_options leave at their defaults (gpu::device_options::discover_wiring); off: collx's defaults"},
     {"COLLX_DEBUG", "off, warn, info or trace (case-insensitive; also 0 and none for off); default off",
-     "what collx logs, one line per event (collx::log_level, debug_log.hpp): warn each communicator's failure on each rank; "
-     "info also each communicator made, with what algo::automatic picks by size, and once per process the version and "
-     "COLLX_* variables set; trace also each call that completes, with its count, bytes and time"},
+     "what collx logs, one line per event (collx::log_level, debug_log.hpp, README's Debug log): warn each "
+     "communicator's failure, once on each rank; info also each communicator made, with what algo::automatic picks by size, "
+     "each hierarchy attached, and once per process the version and COLLX_* variables set; trace also each host call that "
+     "completes, with its count, bytes and time"},
     {"COLLX_DEBUG_FILE", "a path; %h is the host name, %p the process id, %% a %; default: stderr",
-     "where COLLX_DEBUG's lines go, appended (NCCL_DEBUG_FILE's pattern: give each process its own file with %p)"},
+     "where COLLX_DEBUG's lines go, appended (NCCL_DEBUG_FILE's pattern: give each process its own file with %p); "
+     "one that cannot be opened sends them to stderr, after a line saying why"},
     {"COLLX_JOB_ID", "string; an id of at most 64 characters from [A-Za-z0-9_.-] is used as it is, any other as its first 47 characters (others replaced by _) and a hash of the whole id", "keeps concurrent jobs on one machine apart (set by collx-run; a collx-run started as a rank of another appends `.rank`)"},
     {"COLLX_LAUNCH_ID", "string (set by collx-run: its pid and start time)", "one start of a job: of two starts given the same COLLX_JOB_ID at once, the later one's ranks fail at once instead of joining the other's"},
     {"COLLX_RANK", "integer in [0, COLLX_WORLD_SIZE)", "this process's rank (set by collx-run)"},

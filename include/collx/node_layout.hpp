@@ -121,23 +121,20 @@ inline std::string rank_list(std::span<const int> ranks) {
 /// nothing is checked. abort() on world aborts them too, and a wait on any of the three ends when
 /// another of them fails (transport::watch).
 inline void attach_levels(communicator& world, node_layout layout, communicator node, communicator cross) {
-  if (log_enabled(log_level::info)) {
-    // COLLX_DEBUG=info
-    std::string line = "rank " + std::to_string(world.rank()) + "/" + std::to_string(world.size()) +
-                       " hierarchy attached: node " + std::to_string(layout.node_index) + " of " +
-                       std::to_string(layout.node_count) + " (world ranks " +
-                       rank_list(layout.ranks[static_cast<std::size_t>(layout.node_index)]) + "), local rank " +
-                       std::to_string(layout.local_rank) + "; algo::automatic runs ";
-    std::string levels;  // automatic_goes_hierarchical's conditions, but for the op's
-    if (layout.local_size >= 2 && layout.uniform)
-      for (collective c : {collective::allreduce, collective::reduce_scatter, collective::all_gather,
-                           collective::broadcast, collective::reduce})
-        if (!world.options().algorithm_overrides.for_collective(c))
-          levels += (levels.empty() ? "" : ", ") + std::string(collective_name(c));
-    line += levels.empty() ? "every collective flat" : levels + " on the levels" +
-                                                          (layout.contiguous ? "" : " (with a commutative op)");
-    log_message(log_level::info, line);
-  }
+  // What the hierarchy changes, for communicator::describe() and COLLX_DEBUG=info.
+  std::string note = "node " + std::to_string(layout.node_index) + " of " + std::to_string(layout.node_count) +
+                     " (world ranks " + rank_list(layout.ranks[static_cast<std::size_t>(layout.node_index)]) +
+                     "), local rank " + std::to_string(layout.local_rank) + "; algo::automatic runs ";
+  std::string on_levels;  // automatic_goes_hierarchical's conditions, but for the op's
+  if (layout.local_size >= 2 && layout.uniform)
+    for (collective c : {collective::allreduce, collective::reduce_scatter, collective::all_gather,
+                         collective::broadcast, collective::reduce})
+      if (!world.options().algorithm_overrides.for_collective(c))
+        on_levels.append(on_levels.empty() ? "" : ", ").append(collective_name(c));
+  note += on_levels.empty() ? "every collective flat"
+                            : on_levels + " on the levels" + (layout.contiguous ? "" : " (with a commutative op)");
+  log_message(log_level::info, "rank " + std::to_string(world.rank()) + "/" + std::to_string(world.size()) +
+                                   " hierarchy attached: " + note + world.log_where());
   // Their failures, passed on to world's peers, name world ranks too.
   node.get_transport().set_level("node communicator", layout.ranks.at(static_cast<std::size_t>(layout.node_index)));
   cross.get_transport().set_level("cross-node communicator", layout.cross_ranks(layout.local_rank));
@@ -147,7 +144,7 @@ inline void attach_levels(communicator& world, node_layout layout, communicator 
     for (const auto& other : levels)
       if (t != other) t->watch(other);
   world.set_hierarchy(std::make_shared<hierarchy>(hierarchy{std::move(layout), std::move(node), std::move(cross)}),
-                      std::move(parts));
+                      std::move(parts), std::move(note));
 }
 }  // namespace detail
 

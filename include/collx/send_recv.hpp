@@ -106,7 +106,8 @@ void send(communicator& comm, std::span<U> data, int dest) {
   const call_signature sig = detail::p2p_signature<T>(data.size());
   auto name = [&] { return detail::p2p_name<T>(comm, "send") + " to " + detail::peer_text(dest); };
   detail::check_not_failed(comm, name);
-  const detail::call_trace trace(name, data.size(), data.size_bytes());  // COLLX_DEBUG=trace
+  // COLLX_DEBUG=trace
+  const detail::call_trace trace([&] { return name() + comm.log_where(); }, data.size(), data.size_bytes());
   if (dest == no_peer) return;
   try {
     t.post_send(dest, data.data(), data.size_bytes(), sizeof(T), sig);
@@ -141,7 +142,8 @@ void recv(communicator& comm, std::span<T> data, int src) {
   auto consume = [&](const std::byte* s, std::size_t off, std::size_t len) { std::memcpy(d + off, s, len); };
   auto name = [&] { return detail::p2p_name<T>(comm, "recv") + " from " + detail::peer_text(src); };
   detail::check_not_failed(comm, name);
-  const detail::call_trace trace(name, data.size(), data.size_bytes());  // COLLX_DEBUG=trace
+  // COLLX_DEBUG=trace
+  const detail::call_trace trace([&] { return name() + comm.log_where(); }, data.size(), data.size_bytes());
   if (src == no_peer) return;
   try {
     t.recv(src, data.size_bytes(), sizeof(T), sig, consumer_ref(consume, d));
@@ -203,7 +205,8 @@ void send_recv(communicator& comm, std::span<U> send, int dest, std::span<T> rec
   transport& t = comm.get_transport();
   detail::check_not_failed(comm, name);
   // COLLX_DEBUG=trace: the elements received (and the bytes both ways)
-  const detail::call_trace trace(name, recv.size(), (sends ? send.size_bytes() : 0) + (receives ? recv.size_bytes() : 0));
+  const std::size_t moved = (sends ? send.size_bytes() : 0) + (receives ? recv.size_bytes() : 0);
+  const detail::call_trace trace([&] { return name() + comm.log_where(); }, recv.size(), moved);
   if (dest == me) {
     if (!recv.empty()) std::memcpy(static_cast<void*>(recv.data()), send.data(), recv.size_bytes());
     return;

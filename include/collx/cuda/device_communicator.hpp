@@ -425,6 +425,12 @@ class device_communicator {
     view_.slot_bytes = layout_.slot_bytes;
     view_.status = status_device_;
     view_.timeout_ns = static_cast<std::uint64_t>(std::chrono::nanoseconds(timeout).count());
+    if (log_enabled(log_level::info)) {  // COLLX_DEBUG=info
+      try {
+        log_message(log_level::info, describe());
+      } catch (...) {  // no memory for the line: the communicator stands
+      }
+    }
   }
 
   /// Not copyable: it owns the workspace and the peers' mappings (nor movable).
@@ -499,6 +505,36 @@ class device_communicator {
   bool ring_for(collective c, std::size_t bytes) const noexcept {
     const std::size_t min = ring_min_bytes(c);
     return size() > 1 && bytes > 0 && min != SIZE_MAX && bytes >= min;
+  }
+  /// This communicator in one line, as COLLX_DEBUG=info prints it when it is made: "rank 0/3
+  /// device communicator: GPU 0 (0000:07:00.0, sm_90, 132 SMs), workspace memory mixed, peers
+  /// [self, same process, host memory]; all-reduce two-shot from 512 KiB; ring from: allreduce 4
+  /// MiB, reduce_scatter never, all_gather 1 MiB; rings [0 1 2]; up to 32 blocks; <wiring_note()>".
+  std::string describe() const {
+    const peer_record& me = records_[static_cast<std::size_t>(rank_)];
+    const auto bytes = [](std::size_t b) { return b == SIZE_MAX ? std::string("never") : detail::bytes_text(b); };
+    std::string s = "rank " + std::to_string(rank_) + "/" + std::to_string(size_) + " device communicator: GPU " +
+                    std::to_string(device_) + " (";
+    if (me.pci_bus_id[0] != '\0') s.append(me.pci_bus_id.data()).append(", ");
+    s.append("sm_").append(std::to_string(me.compute_capability)).append(", ");
+    s.append(std::to_string(me.sm_count)).append(" SMs), workspace memory ").append(workspace_memory_name(memory_));
+    s.append(", peers [");
+    for (int p = 0; p < size_; ++p) s.append(p ? ", " : "").append(peer_path_name(path_to_peer(p)));
+    s.append("]; all-reduce two-shot from ").append(bytes(two_shot_min_bytes_)).append("; ring from:");
+    for (const collective c : {collective::allreduce, collective::reduce_scatter, collective::all_gather}) {
+      s.append(c == collective::allreduce ? " " : ", ").append(collective_name(c)).append(" ");
+      s.append(bytes(ring_min_bytes(c)));
+    }
+    s.append("; rings");
+    for (int c = 0; c < rings_.count; ++c) {
+      s.append(" [");
+      for (int i = 0; i < rings_.ring[c].world; ++i)
+        s.append(i ? " " : "").append(std::to_string(rings_.ring[c].order[i]));
+      s.append("]");
+    }
+    s.append("; up to ").append(std::to_string(blocks_)).append(" blocks");
+    if (!wiring_note_.empty()) s.append("; ").append(wiring_note_);
+    return s;
   }
   /// How this rank reaches rank `peer`'s workspace.
   peer_path path_to_peer(int peer) const {

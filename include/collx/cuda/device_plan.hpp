@@ -427,6 +427,17 @@ enum class peer_path {
   host_memory,   ///< another rank whose workspace this rank reaches in shared host memory (memory host, or mixed without peer access)
 };
 
+/// "self", "same process", "ipc" or "host memory".
+inline const char* peer_path_name(peer_path p) noexcept {
+  switch (p) {
+    case peer_path::self: return "self";
+    case peer_path::same_process: return "same process";
+    case peer_path::ipc: return "ipc";
+    case peer_path::host_memory: return "host memory";
+  }
+  return "unknown";
+}
+
 /// The path to the workspace of `peer` for rank `me`.
 inline peer_path path_to(const std::vector<peer_record>& records, int me, int peer) {
   if (peer == me) return peer_path::self;

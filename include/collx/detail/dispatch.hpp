@@ -106,7 +106,7 @@ void check_not_failed(communicator& comm, What&& what) {
     const std::string why = std::string(what()) +
                             ": the communicator had already failed when this call began and cannot be used any more "
                             "(every rank's later calls fail at once); the first failure: " + e.what();
-    log_message(log_level::warn, why);  // COLLX_DEBUG=warn: a rank that learns of a failure only here
+    comm.log_failure(e.code(), why);  // COLLX_DEBUG=warn: a rank may learn of the failure only here
     COLLX_THROW(e.code(), why);
   }
 }
@@ -337,7 +337,7 @@ inline void run_flat_untyped(communicator& comm, collective coll, bool in_place,
 
   auto name = [&] { return call_name(comm, coll, sig.seq, tc.type_name, tc.op_name, algorithm_name(alg), lay.varying); };
   check_not_failed(comm, name);
-  const call_trace trace(name, total, total * tc.value_size);  // COLLX_DEBUG=trace: the call and its time
+  const call_trace trace([&] { return name() + comm.log_where(); }, total, total * tc.value_size);  // COLLX_DEBUG=trace
   try {
     tp.announce(sig);  // may find a peer's query for this call that differs: named as the call's own failure
     if (total == 0 && coll != collective::all_to_all && coll != collective::barrier) {  // all ranks know

@@ -379,9 +379,9 @@ inline void run_hierarchical_untyped(communicator& comm, collective coll, const 
   hierarchical_call call{comm, *h, t, intra, inter};
   std::size_t total = 0;
   for (std::size_t c : lay.counts) total += c;
-  const auto traced_name = [&] { return name; };
   const std::size_t moved = elements_moved(coll, lay);
-  const call_trace trace(traced_name, moved, moved * t.value_size);  // COLLX_DEBUG=trace; its level calls log their own
+  // COLLX_DEBUG=trace; its level calls log their own
+  const call_trace trace([&] { return name + comm.log_where(); }, moved, moved * t.value_size);
   try {
     // The collectives that reduce come with an op, the others without (the fronts in collx/*.hpp).
     // One node holds every rank, in world order: the call runs whole on its communicator (shared
