@@ -32,6 +32,12 @@ std::vector<std::string> read_lines(const fs::path& p) {
   return out;
 }
 
+std::string joined(const std::vector<std::string>& lines) {
+  std::string s;
+  for (const auto& l : lines) s += l + "\n";
+  return s;
+}
+
 std::size_t count_matching(const std::vector<std::string>& lines, const std::string& pattern) {
   const std::regex re(pattern);
   std::size_t n = 0;
@@ -141,11 +147,7 @@ TEST_CASE("COLLX_DEBUG=trace: each communicator and each call of each rank, once
   });
   collx::set_log(collx::log_level::off);
   const auto lines = read_lines(f.path);
-  INFO("the log:\n" << [&] {
-    std::string s;
-    for (const auto& l : lines) s += l + "\n";
-    return s;
-  }());
+  INFO("the log:\n" << joined(lines));
   // Every line: "HH:MM:SS.uuuuuu host:pid:tid collx LEVEL text".
   CHECK(count_matching(lines, "^[0-9]{2}:[0-9]{2}:[0-9]{2}\\.[0-9]{6} [^ ]+:" + std::to_string(::getpid()) +
                                   ":[0-9]+ collx (INFO|TRACE) ") == lines.size());
@@ -240,11 +242,7 @@ TEST_CASE("COLLX_DEBUG=trace: a group's or a level's lines say which of the worl
   });
   collx::set_log(collx::log_level::off);
   const auto lines = read_lines(f.path);
-  INFO("the log:\n" << [&] {
-    std::string s;
-    for (const auto& l : lines) s += l + "\n";
-    return s;
-  }());
+  INFO("the log:\n" << joined(lines));
   for (const std::string g : {"\\[0, 2\\]", "\\[1, 3\\]"}) {
     CHECK(count_matching(lines, "collx INFO rank [01]/2 communicator: .* \\(split group \\(color [01]\\) of world ranks " + g +
                                     "\\)$") == 2);
@@ -280,11 +278,7 @@ TEST_CASE("COLLX_DEBUG=warn: each rank logs its communicator's failure once, and
   });
   collx::set_log(collx::log_level::off);
   const auto lines = read_lines(f.path);
-  INFO("the log:\n" << [&] {
-    std::string s;
-    for (const auto& l : lines) s += l + "\n";
-    return s;
-  }());
+  INFO("the log:\n" << joined(lines));
   CHECK(count_matching(lines, " collx (INFO|TRACE) ") == 0);
   CHECK(count_matching(lines, " collx WARN ") == lines.size());
   for (int r = 0; r < n; ++r) {
