@@ -116,6 +116,18 @@ inline std::string rank_list(std::span<const int> ranks) {
   return s + "]";
 }
 
+/// Whether algo::automatic runs collective `coll` on the levels of a hierarchy with layout `l`
+/// (options `o`): several ranks on each node, the same number on every node, COLLX_ALGO (or the
+/// options' overrides) not forcing a flat algorithm for it, an op that is commutative (or none)
+/// unless the nodes are contiguous, and a collective with a two-level form.
+inline bool automatic_runs_on_levels(const node_layout& l, const communicator_options& o, collective coll,
+                                     bool commutative) {
+  if (o.algorithm_overrides.for_collective(coll) || l.local_size < 2 || !l.uniform) return false;
+  if (!commutative && !l.contiguous) return false;
+  return coll == collective::allreduce || coll == collective::reduce_scatter || coll == collective::all_gather ||
+         coll == collective::broadcast || coll == collective::reduce;
+}
+
 /// Attaches `node` and `cross` to `world` (algo::hierarchical runs on them), for callers that built
 /// them from `layout` themselves (make_hierarchical_thread_communicators, mpi::connect_hierarchical):
 /// nothing is checked. abort() on world aborts them too, and a wait on any of the three ends when
@@ -125,12 +137,11 @@ inline void attach_levels(communicator& world, node_layout layout, communicator 
   std::string note = "node " + std::to_string(layout.node_index) + " of " + std::to_string(layout.node_count) +
                      " (world ranks " + rank_list(layout.ranks[static_cast<std::size_t>(layout.node_index)]) +
                      "), local rank " + std::to_string(layout.local_rank) + "; algo::automatic runs ";
-  std::string on_levels;  // automatic_goes_hierarchical's conditions, but for the op's
-  if (layout.local_size >= 2 && layout.uniform)
-    for (collective c : {collective::allreduce, collective::reduce_scatter, collective::all_gather,
-                         collective::broadcast, collective::reduce})
-      if (!world.options().algorithm_overrides.for_collective(c))
-        on_levels.append(on_levels.empty() ? "" : ", ").append(collective_name(c));
+  std::string on_levels;
+  for (collective c : {collective::allreduce, collective::reduce_scatter, collective::all_gather,
+                       collective::broadcast, collective::reduce})
+    if (automatic_runs_on_levels(layout, world.options(), c, true))
+      on_levels.append(on_levels.empty() ? "" : ", ").append(collective_name(c));
   note += on_levels.empty() ? "every collective flat"
                             : on_levels + " on the levels" + (layout.contiguous ? "" : " (with a commutative op)");
   log_message(log_level::info, "rank " + std::to_string(world.rank()) + "/" + std::to_string(world.size()) +

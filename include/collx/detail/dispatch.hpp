@@ -251,12 +251,8 @@ void run_hierarchical(communicator& comm, collective coll, const T* in, T* out, 
 template <class Op>
 bool automatic_goes_hierarchical(const communicator& comm, collective coll) {
   const hierarchy* h = comm.get_hierarchy();
-  if (!h || comm.options().algorithm_overrides.for_collective(coll)) return false;
-  const node_layout& l = h->layout;
-  if (l.local_size < 2 || !l.uniform) return false;
-  if (!op_traits<Op>::commutative && !std::is_same_v<Op, no_op> && !l.contiguous) return false;
-  return coll == collective::allreduce || coll == collective::reduce_scatter || coll == collective::all_gather ||
-         coll == collective::broadcast || coll == collective::reduce;
+  return h && automatic_runs_on_levels(h->layout, comm.options(), coll,
+                                       op_traits<Op>::commutative || std::is_same_v<Op, no_op>);
 }
 
 template <class T, class Op>
