@@ -24,6 +24,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <iterator>
 #include <fstream>
 #include <optional>
 #include <string>
@@ -2565,4 +2566,46 @@ TEST_CASE("shm: ranks that disagree on the root get a mismatch naming it, also a
       return 3;
     }, opt));
   }
+}
+
+TEST_CASE("COLLX_DEBUG's log in forked ranks: each process its own %p file, with its own version line",
+          "[shm][debug_log]") {
+  const std::string dir = "/tmp/collx-test-fork-log-" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directory(dir);
+  collx::set_log(collx::log_level::trace, dir + "/%p.log");
+  (void)collx::make_thread_communicators(1);  // the parent writes its version line and opens its file first
+  const auto res = collx::run_processes(3, [](collx::communicator& c) {
+    std::vector<int> v(4, c.rank());
+    collx::allreduce(c, std::span<int>(v));
+    return 0;
+  });
+  collx::set_log(collx::log_level::off);
+  require_all_ok(res);
+  std::vector<std::string> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) files.push_back(e.path().string());
+  std::sort(files.begin(), files.end());
+  CHECK(files.size() == 4);  // the parent's and each rank's
+  int ranks_seen = 0;
+  for (const auto& path : files) {
+    std::ifstream f(path);
+    const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    const std::string pid = std::filesystem::path(path).stem().string();
+    INFO(path << ":\n" << text);
+    // Every line is this process's, and it says the version once.
+    std::size_t lines = 0, own = 0, pos = 0;
+    for (std::size_t nl; (nl = text.find('\n', pos)) != std::string::npos; pos = nl + 1, ++lines)
+      own += text.substr(pos, nl - pos).find(":" + pid + ":") != std::string::npos;
+    CHECK(lines == own);
+    std::size_t versions = 0;
+    for (std::size_t at = 0; (at = text.find("collx INFO collx " COLLX_VERSION_STRING ";", at)) != std::string::npos; ++at)
+      ++versions;
+    CHECK(versions == 1);
+    if (text.find("allreduce#1<int32,sum,") != std::string::npos) {
+      ++ranks_seen;
+      CHECK(text.find("communicator: transport shm") != std::string::npos);
+    }
+  }
+  CHECK(ranks_seen == 3);
+  std::filesystem::remove_all(dir);
 }
