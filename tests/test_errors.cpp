@@ -1497,6 +1497,30 @@ TEST_CASE("error messages name rank, world size and the call", "[errors][message
     REQUIRE(v[0].code == errc::timeout);
     REQUIRE(v[0].what.rfind("rank 0/2 allreduce#1<float32,sum,direct>: ", 0) == 0);
     REQUIRE(v[0].what.find("timed out") != std::string::npos);
+    // Where the peer is, as the shm transport says (before: "the peer is late, stuck, or called
+    // something else", whatever it did).
+    REQUIRE(v[0].what.find("(rank 1 has made no collective call on this communicator yet, and blocks on nothing here: it "
+                           "is late, stuck, or waiting on another communicator)") != std::string::npos);
+  }
+  SECTION("a timeout says which call the late peer made last") {
+    opts_t o = ref::test_options();
+    o.timeout = std::chrono::milliseconds(200);
+    auto v = run_expecting(
+        2,
+        [](collx::communicator& c) {
+          std::vector<std::int64_t> x(7);
+          collx::allreduce<collx::algo::ring>(c, std::span<std::int64_t>(x));
+          if (c.rank() == 1) {  // late for the second call, and stays (rather than leaves)
+            std::this_thread::sleep_for(std::chrono::milliseconds(600));
+            return;
+          }
+          collx::allreduce<collx::algo::direct>(c, std::span<std::int64_t>(x), collx::ops::max{});
+        },
+        o);
+    INFO(describe(v));
+    REQUIRE(v[0].code == errc::timeout);
+    REQUIRE(v[0].what.find("rank 1 is still in or after its allreduce #1 (7 elements of an 8-byte type, ring), before "
+                           "this call: it is late or stuck") != std::string::npos);
   }
   SECTION("a rank that reads another's timeout adds what it had itself waited for") {
     // A chain: rank 0 receives from rank 2, which (500 ms later) receives from rank 1, which is busy
@@ -1520,7 +1544,8 @@ TEST_CASE("error messages name rank, world size and the call", "[errors][message
         o);
     INFO(describe(v));
     for (const auto& e : v) REQUIRE(e.code == errc::timeout);
-    REQUIRE(v[0].what.find("waiting for a message from rank 2") != std::string::npos);
+    REQUIRE(v[0].what.find("waiting for a message from rank 2 (rank 2 has made no collective call on this "
+                           "communicator yet; it waits for a message from rank 1)") != std::string::npos);
     REQUIRE(v[0].what.find("had itself waited") == std::string::npos);  // its own timeout says it all
     REQUIRE(v[2].what.find("rank 0 failed: timed out") != std::string::npos);
     REQUIRE(v[2].what.find("; rank 2 had itself waited ") != std::string::npos);

@@ -939,24 +939,8 @@ class shm_transport final : public transport {
   /// caller has said it is stopped, so a rank blocking on nothing is not guessed about).
   std::string where_it_was(int r, bool stopped) const {
     call_signature theirs;
-    const std::string who = "rank " + std::to_string(r), waits = waits_for(r, stopped);
-    const std::string then = waits.empty() ? "" : "; " + waits;
-    // Blocking on nothing here, a rank may wait on another communicator (a split group, a level of
-    // a hierarchy): a cycle through two communicators is seen by neither.
-    const std::string idle =
-        stopped ? "blocked on nothing" : "blocks on nothing here: it is late, stuck, or waiting on another communicator";
-    if (!announced_call(r, theirs))  // point-to-point calls announce nothing
-      return who + " has made no collective call on this communicator yet" + (waits.empty() ? ", and " + idle : then);
-    if (call_seq_ == 0)  // this rank is in a point-to-point call: the last collectives say little
-      return who + "'s last collective call on this communicator is its " + describe_call(theirs) +
-             (waits.empty() ? "; it " + idle : then);
-    if (theirs.seq < announced_.seq)
-      return who + " is still in or after its " + describe_call(theirs) + ", before this call" +
-             (waits.empty() ? (stopped ? "" : ": it is late or stuck") : then);
-    if (theirs == announced_)
-      return who + " is in this call too" + (waits.empty() ? (stopped ? ", not blocked" : ", not blocked: it is busy, or stopped") : then);
-    if (theirs.seq > announced_.seq) return who + " is already in its " + describe_call(theirs) + ", a later call" + then;
-    return who + " is in its " + describe_call(theirs) + ": it called something else" + then;
+    const bool has_call = announced_call(r, theirs);
+    return detail::whereabouts(r, has_call, theirs, announced_, call_seq_, waits_for(r, stopped), stopped);
   }
 
   /// What a rank blocks on (peer_info::waiting), worded as wait()'s `what`.

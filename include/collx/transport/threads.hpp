@@ -372,8 +372,7 @@ class threads_transport final : public transport {
     if (st == detail::wait_status::ready) return;
     if (st == detail::wait_status::timed_out)
       fail_out(errc::timeout, "timed out after " + std::to_string(timeout_.count()) + " ms waiting for " +
-                                  wait_words(kind) + " rank " + std::to_string(peer) +
-                                  " (the peer is late, stuck, or called something else)");
+                                  wait_words(kind) + " rank " + std::to_string(peer) + " (" + where_is(peer) + ")");
     rethrow_failure(own_wait_note(kind, peer, start));
   }
 
@@ -387,6 +386,20 @@ class threads_transport final : public transport {
         why.rfind("rank " + std::to_string(rank_) + " ", 0) == 0)  // its own (abort() from another thread)
       return {};
     return detail::own_wait_note(rank_, waited, wait_words(kind) + (" rank " + std::to_string(peer)));
+  }
+
+  /// What rank r is doing, from the call it announced last and what it waits for, for a timeout's
+  /// message (as the shm transport's).
+  std::string where_is(int r) {
+    call_signature theirs;
+    const bool has_call = world_->announced(r, 0, theirs);
+    detail::wait_record w;
+    std::uint64_t version = 0;
+    const std::string waits = !world_->wait_of(r).read(w, version)
+                                  ? std::string()
+                                  : std::string("it waits for ") + wait_words(w.kind) + " rank " + std::to_string(w.peer) +
+                                        (w.peer == rank_ ? ", this rank: each waits for the other" : "");
+    return detail::whereabouts(r, has_call, theirs, announced_, call_seq_, waits, false);
   }
 
   static const char* wait_words(std::uint32_t kind) noexcept {

@@ -155,11 +155,44 @@ inline std::string describe_mismatch(const call_signature& mine, int me, const c
 
 /// One call in words, for error messages: "allreduce #3 (1024 elements of a 4-byte type, ring)".
 inline std::string describe_call(const call_signature& c) {
+  const std::string size = std::to_string(c.type_size);
+  const bool vowel = size[0] == '8' || size == "11" || size == "18";  // "an 8-byte type", "an 18-byte type"
   std::string s = called(c) + " #" + std::to_string(c.seq) + " (" + std::to_string(c.count) +
-                  (c.varying ? " elements in all" : c.count == 1 ? " element" : " elements") + " of a " + std::to_string(c.type_size) + "-byte type";
+                  (c.varying ? " elements in all" : c.count == 1 ? " element" : " elements") + (vowel ? " of an " : " of a ") +
+                  size + "-byte type";
   if (c.root >= 0) s += ", root " + std::to_string(c.root);
   return s + ", " + signature_algorithm_name(c.algo) + ")";
 }
+
+namespace detail {
+/// Where rank `r` stands, in words, for a timeout's message (threads and shm transports): its
+/// latest announced collective call `theirs` (`has_call`: it announced one) against this rank's
+/// current call `mine` (`call_seq`: the call of the message this rank sent or received last, 0 in
+/// a point-to-point call), then `waits` ("it waits for a message from rank 2"; "" when it blocks
+/// on nothing). `stopped`: the caller has said r is stopped, so a rank blocking on nothing is not
+/// guessed about.
+inline std::string whereabouts(int r, bool has_call, const call_signature& theirs, const call_signature& mine,
+                               std::uint64_t call_seq, const std::string& waits, bool stopped) {
+  const std::string who = "rank " + std::to_string(r);
+  const std::string then = waits.empty() ? "" : "; " + waits;
+  // Blocking on nothing here, a rank may wait on another communicator (a split group, a level of
+  // a hierarchy): a cycle through two communicators is seen by neither.
+  const std::string idle =
+      stopped ? "blocked on nothing" : "blocks on nothing here: it is late, stuck, or waiting on another communicator";
+  if (!has_call)  // point-to-point calls announce nothing
+    return who + " has made no collective call on this communicator yet" + (waits.empty() ? ", and " + idle : then);
+  if (call_seq == 0)  // this rank is in a point-to-point call: the last collectives say little
+    return who + "'s last collective call on this communicator is its " + describe_call(theirs) +
+           (waits.empty() ? "; it " + idle : then);
+  if (theirs.seq < mine.seq)
+    return who + " is still in or after its " + describe_call(theirs) + ", before this call" +
+           (waits.empty() ? (stopped ? "" : ": it is late or stuck") : then);
+  if (theirs == mine)
+    return who + " is in this call too" + (waits.empty() ? (stopped ? ", not blocked" : ", not blocked: it is busy, or stopped") : then);
+  if (theirs.seq > mine.seq) return who + " is already in its " + describe_call(theirs) + ", a later call" + then;
+  return who + " is in its " + describe_call(theirs) + ": it called something else" + then;
+}
+}  // namespace detail
 
 /// How many of its latest calls a rank keeps published for its peers (threads and shm transports):
 /// a rank whose part of a call was empty returns at once and goes on, and a peer still waiting in
