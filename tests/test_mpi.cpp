@@ -460,12 +460,47 @@ void timeout_chain_names_the_late_rank() {
     why = e.what();
   }
   check(code == collx::errc::timeout, "every rank reads rank 0's timeout (got " + std::to_string(static_cast<int>(code)) + "): " + why);
-  if (g_rank == 0) check(why.find("waiting for a message from rank 2") != std::string::npos, "rank 0 names rank 2: " + why);
+  // Rank 2 answered rank 0's whereabouts query from inside its wait (before, rank 0 said only "the
+  // peer is late, stuck, dead, or called something else").
+  if (g_rank == 0)
+    check(why.find("waiting for a message from rank 2 (rank 2 has made no collective call on this communicator yet; it "
+                   "waits for a message from rank 1)") != std::string::npos,
+          "rank 0 names rank 2 and what rank 2 waits for: " + why);
   if (g_rank == 2)
     check(why.find("rank 0 timed out") != std::string::npos &&
               why.find("; rank 2 had itself waited ") != std::string::npos &&
               why.find(" ms for a message from rank 1") != std::string::npos,
           "rank 2 reads rank 0's timeout and names the rank it had waited for: " + why);
+}
+
+// Rank 1 makes the first all-reduce, then is busy outside collx (1.5 s) while rank 0 (timeout
+// 600 ms) waits for it in the second: rank 1 cannot answer rank 0's whereabouts query, and rank 0's
+// timeout says so. Rank 2, when there is one, is in the second call too and answers: rank 0
+// waits for the ranks of the direct all-reduce in rank order, so it asked rank 1 only. The other
+// ranks then read rank 0's timeout; rank 1 may find every message of its call there already and
+// complete it.
+void timeout_names_a_peer_outside_collx() {
+  collx::communicator_options o;
+  o.timeout = g_rank == 0 ? std::chrono::milliseconds(600) : std::chrono::milliseconds(10000);
+  collx::errc code = collx::errc::internal;
+  std::string why;
+  try {
+    collx::communicator c = collx::mpi::connect(MPI_COMM_WORLD, o);
+    std::vector<std::int64_t> v(5, g_rank);
+    collx::allreduce<collx::algo::direct>(c, std::span<std::int64_t>(v));
+    if (c.rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    collx::allreduce<collx::algo::direct>(c, std::span<std::int64_t>(v));
+  } catch (const collx::error& e) {
+    code = e.code();
+    why = e.what();
+  }
+  if (g_rank != 1 || code != collx::errc::internal)
+    check(code == collx::errc::timeout, "ranks read rank 0's timeout (got " + std::to_string(static_cast<int>(code)) + "): " + why);
+  if (g_rank == 0)
+    check(why.find("timed out after 600 ms waiting for a message from rank 1 (rank 1 did not answer in ") != std::string::npos &&
+              why.find(" ms: it is in no call on this communicator (busy in its own code, or waiting on another "
+                       "communicator), stopped, or dead)") != std::string::npos,
+          "rank 0 says rank 1 did not answer: " + why);
 }
 
 // Rank 0 rejects a hierarchical broadcast (a root outside the communicator) before any level
@@ -1312,6 +1347,7 @@ int main(int argc, char** argv) {
       abort_wakes(c);
     }
     timeout_chain_names_the_late_rank();
+    timeout_names_a_peer_outside_collx();
     {
       collx::communicator c = collx::mpi::connect_hierarchical(MPI_COMM_WORLD);
       rejection_reaches_levels(c);

@@ -31,6 +31,11 @@
 /// errc::mismatch naming the field, and its failure notice reaches every rank. Queries carry a token
 /// the ranks agreed on at construction, so one left over from an earlier transport is ignored.
 ///
+/// Timeouts: a quarter of its timeout (at most 500 ms) before a wait ends, a rank asks the peers it
+/// waits for where they are (whereabouts_message, on the control tag); a peer answers from any of
+/// its waits on the communicator with its latest call and what it waits for, and the timeout's
+/// message says so, or that the peer did not answer (it is in no call on this communicator).
+///
 /// Threads: the transport calls MPI from the thread that runs the collective (the caller, or the
 /// communicator's progress thread for *_async calls). MPI must therefore be initialised with
 /// MPI_THREAD_MULTIPLE when *_async calls are used or the application calls MPI while a collective
@@ -414,7 +419,7 @@ class closing_duplicates {
 class mpi_transport final : public transport {
  public:
   static constexpr int data_tag = closing_duplicates::data_tag;  ///< schedule messages
-  static constexpr int control_tag = 7002;  ///< failure notices and signature queries
+  static constexpr int control_tag = 7002;  ///< failure notices, signature and whereabouts queries
   static constexpr int close_tag = closing_duplicates::close_tag;  ///< "this rank is done with the duplicate"
   /// How long a rank waits for a peer in one call before it sends that peer its signature.
   static constexpr std::chrono::milliseconds query_after{50};
@@ -715,6 +720,7 @@ class mpi_transport final : public transport {
     enter();
     const mpi_section use(*this);
     if (!use) throw_unusable();
+    message_seq_ = sig.seq;
     const std::size_t piece = detail::piece_for(opt_.piece_bytes, granularity, bytes, sends_.size());
     const std::size_t first = std::min(bytes, piece);
     auto buf = std::make_unique<std::byte[]>(sizeof(detail::wire_header) + first);
@@ -738,10 +744,11 @@ class mpi_transport final : public transport {
     enter();
     const mpi_section use(*this);
     if (!use) throw_unusable();
+    message_seq_ = sig.seq;
     // 1. The first message: probe for its size, then receive it whole.
     MPI_Message msg = MPI_MESSAGE_NULL;
     MPI_Status st;
-    wait("a message from", peer, [&] {
+    wait(wait_kind::message_from, peer, [&] {
       int found = 0;
       check_rc(MPI_Improbe(peer, data_tag, comm_, &found, &msg, &st), "MPI_Improbe", peer);
       return found != 0;
@@ -760,7 +767,7 @@ class mpi_transport final : public transport {
     // MPI_Mrecv from returning past every timeout.
     if (finalizing()) stop_for_finalize_here();
     check_rc(MPI_Imrecv(first_.data(), len, MPI_BYTE, &msg, &first_recv_), "MPI_Imrecv", peer);
-    wait("the rest of a message from", peer, [&] {
+    wait(wait_kind::rest_of_message_from, peer, [&] {
       int done = 0;
       check_rc(MPI_Test(&first_recv_, &done, MPI_STATUS_IGNORE), "MPI_Test", peer);
       return done != 0;
@@ -800,7 +807,7 @@ class mpi_transport final : public transport {
     for (std::size_t k = 0; k < later; ++k) {
       if (k + 1 < later) post(k + 1);
       MPI_Request& r = piece_recvs_[k % 2];
-      wait("the rest of a message from", peer, [&] {
+      wait(wait_kind::rest_of_message_from, peer, [&] {
         int done = 0;
         check_rc(MPI_Test(&r, &done, MPI_STATUS_IGNORE), "MPI_Test", peer);
         return done != 0;
@@ -823,7 +830,7 @@ class mpi_transport final : public transport {
     enter();
     const mpi_section use(*this);
     if (!use) throw_unusable();
-    wait("its sends to be delivered", -1, [&] {
+    wait(wait_kind::sends_delivered, -1, [&] {
       int done = 0;
       check_rc(MPI_Testall(static_cast<int>(sends_.size()), sends_.data(), &done, MPI_STATUSES_IGNORE), "MPI_Testall",
                -1);
@@ -925,10 +932,16 @@ class mpi_transport final : public transport {
     return false;
   }
 
-  /// "its sends to ranks 2, 3 to be delivered" (the peers of the sends still pending).
-  std::string send_wait_text() const {
+  /// The destinations of the sends still pending.
+  std::vector<int> pending_send_destinations() const {
     std::vector<int> peers = send_destinations();
     std::erase_if(peers, [&](int p) { return !send_pending_to(p); });
+    return peers;
+  }
+
+  /// "its sends to ranks 2, 3 to be delivered" (the peers of the sends still pending).
+  std::string send_wait_text() const {
+    std::vector<int> peers = pending_send_destinations();
     if (peers.empty()) peers = send_destinations();  // completed meanwhile: name them all
     std::string s = "its sends to rank" + std::string(peers.size() > 1 ? "s " : " ");
     for (std::size_t i = 0; i < peers.size(); ++i) s += (i ? ", " : "") + std::to_string(peers[i]);
@@ -955,6 +968,16 @@ class mpi_transport final : public transport {
     }
   }
 
+  /// What a wait waits for (wait()), also as whereabouts_message::wait tells a peer.
+  enum class wait_kind : std::int32_t { message_from = 1, rest_of_message_from = 2, sends_delivered = 3 };
+  static const char* wait_words(wait_kind k) noexcept {
+    switch (k) {
+      case wait_kind::message_from: return "a message from";
+      case wait_kind::rest_of_message_from: return "the rest of a message from";
+      default: return "its sends to be delivered";
+    }
+  }
+
   /// Polls `ready` until it returns true; between polls looks for failure notices and the deadline,
   /// and backs off from spinning (100 us) to yielding to short sleeps (after 5 ms). Oversubscribed
   /// (more ranks on the host than CPUs), it yields from the first poll and, after
@@ -964,9 +987,22 @@ class mpi_transport final : public transport {
   /// thread) is looked at before every poll: one poll of many requests may take milliseconds, and
   /// a call aborted while its last sends drained must still fail.
   template <class Ready>
-  void wait(const char* what, int peer, Ready ready) {
+  void wait(wait_kind kind, int peer, Ready ready) {
+    const char* what = wait_words(kind);
     const auto start = std::chrono::steady_clock::now();
     const auto deadline = start + timeout_;
+    // Published for peers' whereabouts queries (answer_whereabouts) while it lasts.
+    struct published_wait {
+      mpi_transport& t;
+      published_wait(mpi_transport& self, wait_kind k, int p) : t(self) { t.waiting_ = {k, p}; }
+      ~published_wait() { t.waiting_ = {}; }
+      published_wait(const published_wait&) = delete;
+      published_wait& operator=(const published_wait&) = delete;
+    } published{*this, kind, peer};
+    // The peers this wait needs are asked where they are whereabouts_grace before the deadline, so
+    // that the timeout can say (their answers come while this wait polls on).
+    const auto ask_at = deadline - whereabouts_grace();
+    bool asked = false;
     // When the close message of `closed_who`, a peer this wait still needs, was first seen.
     std::chrono::steady_clock::time_point closed_seen{};
     int closed_who = -1;
@@ -978,12 +1014,17 @@ class mpi_transport final : public transport {
         poll_control();
         if (failed_.load(std::memory_order_acquire) || watched_failed()) rethrow_failure(own_wait_note(start, what, peer));
         const auto now = std::chrono::steady_clock::now();
-        if (now > deadline)
+        if (!asked && now > ask_at) {
+          asked = true;
+          ask_whereabouts(peer >= 0 ? std::vector<int>{peer} : pending_send_destinations());
+        }
+        // (A rank that asked only now, after a stall past the deadline, gives the answers their time.)
+        if (now > deadline && now - whereabouts_asked_at_ >= whereabouts_grace())
           fail_out(errc::timeout, "rank " + std::to_string(rank_) + " timed out after " + std::to_string(timeout_.count()) +
                                       " ms waiting for " +
                                       (peer >= 0 ? what + (" rank " + std::to_string(peer))
                                                  : send_peers_.empty() ? std::string(what) : send_wait_text()) +
-                                      " (the peer is late, stuck, dead, or called something else)");
+                                      " (" + whereabouts_text() + ")");
         const auto waited = now - start;
         if (waited > query_after) {
           if (peer >= 0) query(peer);
@@ -1036,6 +1077,20 @@ class mpi_transport final : public transport {
   /// The leading int of a query (failure notices lead with their errc, which is never negative).
   static constexpr int query_code = -1;
 
+  /// What a rank does, as it answers a whereabouts query (answer_whereabouts): for a timeout's
+  /// message, worded by detail::whereabouts as the threads and shm transports word theirs.
+  struct whereabouts_message {
+    std::uint64_t token = 0;
+    std::uint64_t ask = 0;           ///< the query's number (the asker's whereabouts_ask_)
+    call_signature call;             ///< the collective call announced last (seq 0: none)
+    std::int32_t wait = 0;           ///< its wait_kind (0: not waiting)
+    std::int32_t wait_peer = -1;     ///< the rank it waits for (-1: its sends' destinations)
+  };
+  /// The leading ints of a whereabouts query (a whereabouts_message of which token and ask count)
+  /// and of its answer.
+  static constexpr int whereabouts_query_code = -2;
+  static constexpr int whereabouts_answer_code = -3;
+
   /// Takes in the control messages that arrived: signature queries (compared with this rank's
   /// record of the call) and a failure notice from any peer. At most once per
   /// control_poll_interval, unless `now_anyway`.
@@ -1072,6 +1127,16 @@ class mpi_transport final : public transport {
           }
           continue;
         }
+        if (c == whereabouts_query_code || c == whereabouts_answer_code) {
+          whereabouts_message w;
+          if (text.size() == sizeof c + sizeof w) {
+            std::memcpy(&w, text.data() + sizeof c, sizeof w);
+            if (w.token != token_) continue;  // left over from an earlier transport
+            if (c == whereabouts_query_code) answer_whereabouts(st.MPI_SOURCE, w.ask);
+            else if (w.ask == whereabouts_ask_) whereabouts_answers_.emplace_back(st.MPI_SOURCE, w);
+          }
+          continue;
+        }
         code = static_cast<errc>(c);
         text.erase(0, sizeof c);
       }
@@ -1089,7 +1154,6 @@ class mpi_transport final : public transport {
   void query(int peer) {
     if (finalizing() || current_.seq == 0 || peer == rank_ || queried_[static_cast<std::size_t>(peer)] == current_.seq) return;
     queried_[static_cast<std::size_t>(peer)] = current_.seq;
-    auto buf = std::make_unique<std::byte[]>(sizeof(int) + sizeof(query_message));
     query_message q;
     q.token = token_;
     q.sig = current_;
@@ -1097,12 +1161,79 @@ class mpi_transport final : public transport {
       const std::uint64_t seq = current_.seq - 1 - i;
       if (history_[seq % published_call_history].seq == seq) q.before[i] = history_[seq % published_call_history];
     }
-    std::memcpy(buf.get(), &query_code, sizeof(int));
-    std::memcpy(buf.get() + sizeof(int), &q, sizeof q);
+    send_control(peer, query_code, q);
+  }
+
+  /// How long before its deadline a wait asks the peers it needs where they are: a quarter of the
+  /// timeout, at most 500 ms (an answer comes at the peer's next look at its control messages,
+  /// within milliseconds if it waits on this communicator, never if it does not).
+  std::chrono::milliseconds whereabouts_grace() const { return std::min(timeout_ / 4, std::chrono::milliseconds(500)); }
+
+  /// Sends `peers` a whereabouts query (a new whereabouts_ask_: answers to earlier ones are
+  /// dropped) and notes when, for whereabouts_text.
+  void ask_whereabouts(std::vector<int> peers) {
+    std::erase(peers, rank_);
+    whereabouts_ask_ += 1;
+    whereabouts_asked_ = std::move(peers);
+    whereabouts_asked_at_ = std::chrono::steady_clock::now();
+    whereabouts_answers_.clear();
+    whereabouts_message w;
+    w.token = token_;
+    w.ask = whereabouts_ask_;
+    for (const int p : whereabouts_asked_) send_control(p, whereabouts_query_code, w);
+  }
+
+  /// Answers rank `peer`'s whereabouts query `ask` with what this rank does now.
+  void answer_whereabouts(int peer, std::uint64_t ask) {
+    whereabouts_message w;
+    w.token = token_;
+    w.ask = ask;
+    w.call = current_;
+    w.wait = static_cast<std::int32_t>(waiting_.kind);
+    w.wait_peer = waiting_.peer;
+    send_control(peer, whereabouts_answer_code, w);
+  }
+
+  /// Sends `peer` a control message: `code`, then `body`'s bytes (kept until delivered).
+  template <class Body>
+  void send_control(int peer, int code, const Body& body) {
+    if (finalizing()) return;
+    auto buf = std::make_unique<std::byte[]>(sizeof(int) + sizeof body);
+    std::memcpy(buf.get(), &code, sizeof(int));
+    std::memcpy(buf.get() + sizeof(int), &body, sizeof body);
     MPI_Request r = MPI_REQUEST_NULL;
-    if (MPI_Isend(buf.get(), static_cast<int>(sizeof(int) + sizeof q), MPI_BYTE, peer, control_tag, comm_, &r) ==
+    if (MPI_Isend(buf.get(), static_cast<int>(sizeof(int) + sizeof body), MPI_BYTE, peer, control_tag, comm_, &r) ==
         MPI_SUCCESS)
       query_sends_.emplace_back(r, std::move(buf));
+  }
+
+  /// Where the peers asked last (ask_whereabouts) are, from their answers: detail::whereabouts for
+  /// each that answered; for one that did not, that it does not look at this communicator.
+  std::string whereabouts_text() const {
+    if (whereabouts_asked_.empty()) return "the peer is late, stuck, dead, or called something else";
+    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                                              whereabouts_asked_at_);
+    std::string s;
+    for (const int p : whereabouts_asked_) {
+      const auto a = std::find_if(whereabouts_answers_.begin(), whereabouts_answers_.end(),
+                                  [&](const auto& e) { return e.first == p; });
+      s += s.empty() ? "" : "; ";
+      if (a == whereabouts_answers_.end()) {
+        s += "rank " + std::to_string(p) + " did not answer in " + std::to_string(waited.count()) +
+             " ms: it is in no call on this communicator (busy in its own code, or waiting on another "
+             "communicator), stopped, or dead";
+        continue;
+      }
+      const whereabouts_message& w = a->second;
+      std::string waits;
+      if (w.wait != 0)
+        waits = "it waits for " +
+                (w.wait_peer >= 0 ? std::string(wait_words(static_cast<wait_kind>(w.wait))) + " rank " + std::to_string(w.wait_peer)
+                                  : std::string("its sends to be delivered")) +
+                (w.wait_peer == rank_ ? ", this rank: each waits for the other" : "");
+      s += collx::detail::whereabouts(p, w.call.seq != 0, w.call, current_, message_seq_, waits, false);
+    }
+    return s;
   }
 
   /// A peer waiting in call theirs.seq sent its signature: a difference from this rank's record of
@@ -1301,7 +1432,16 @@ class mpi_transport final : public transport {
   call_signature history_[published_call_history];                     // call k at k % history
   std::vector<std::uint64_t> queried_;                                 // per peer: the call last queried
   std::vector<std::pair<int, query_message>> early_queries_;          // for calls not reached yet
-  std::vector<std::pair<MPI_Request, std::unique_ptr<std::byte[]>>> query_sends_;  // until delivered
+  std::vector<std::pair<MPI_Request, std::unique_ptr<std::byte[]>>> query_sends_;  // until delivered (queries, answers)
+  std::uint64_t message_seq_ = 0;  // the call of the message sent or received last (0: point-to-point)
+  struct current_wait {
+    wait_kind kind{};  // (0: not waiting)
+    int peer = -1;
+  } waiting_;                                                          // published to whereabouts queries
+  std::uint64_t whereabouts_ask_ = 0;                                  // the whereabouts query sent last
+  std::vector<int> whereabouts_asked_;                                 // ... to these peers
+  std::chrono::steady_clock::time_point whereabouts_asked_at_{};       // ... then
+  std::vector<std::pair<int, whereabouts_message>> whereabouts_answers_;  // their answers so far
   std::chrono::steady_clock::time_point last_control_poll_{};                      // poll_control's last look
   bool settled_ = false;                                                           // settle_sends ran (owner thread)
 
