@@ -1000,9 +1000,11 @@ class mpi_transport final : public transport {
       published_wait& operator=(const published_wait&) = delete;
     } published{*this, kind, peer};
     // The peers this wait needs are asked where they are whereabouts_grace before the deadline, so
-    // that the timeout can say (their answers come while this wait polls on).
-    const auto ask_at = deadline - whereabouts_grace();
-    bool asked = false;
+    // that the timeout can say (their answers come while this wait polls on); not under a timeout
+    // too short to leave them time to answer.
+    const auto grace = whereabouts_grace();
+    const auto ask_at = deadline - grace;
+    bool asked = grace < min_whereabouts_grace;
     // When the close message of `closed_who`, a peer this wait still needs, was first seen.
     std::chrono::steady_clock::time_point closed_seen{};
     int closed_who = -1;
@@ -1019,12 +1021,12 @@ class mpi_transport final : public transport {
           ask_whereabouts(peer >= 0 ? std::vector<int>{peer} : pending_send_destinations());
         }
         // (A rank that asked only now, after a stall past the deadline, gives the answers their time.)
-        if (now > deadline && now - whereabouts_asked_at_ >= whereabouts_grace())
+        if (now > deadline && (grace < min_whereabouts_grace || now - whereabouts_asked_at_ >= grace))
           fail_out(errc::timeout, "rank " + std::to_string(rank_) + " timed out after " + std::to_string(timeout_.count()) +
                                       " ms waiting for " +
                                       (peer >= 0 ? what + (" rank " + std::to_string(peer))
                                                  : send_peers_.empty() ? std::string(what) : send_wait_text()) +
-                                      " (" + whereabouts_text() + ")");
+                                      " (" + whereabouts_text(grace >= min_whereabouts_grace) + ")");
         const auto waited = now - start;
         if (waited > query_after) {
           if (peer >= 0) query(peer);
@@ -1168,6 +1170,9 @@ class mpi_transport final : public transport {
   /// timeout, at most 500 ms (an answer comes at the peer's next look at its control messages,
   /// within milliseconds if it waits on this communicator, never if it does not).
   std::chrono::milliseconds whereabouts_grace() const { return std::min(timeout_ / 4, std::chrono::milliseconds(500)); }
+  /// Below this whereabouts_grace (a timeout under 40 ms) no peer is asked: too little time for an
+  /// oversubscribed peer to answer, whose silence would then be misread.
+  static constexpr std::chrono::milliseconds min_whereabouts_grace{10};
 
   /// Sends `peers` a whereabouts query (a new whereabouts_ask_: answers to earlier ones are
   /// dropped) and notes when, for whereabouts_text.
@@ -1209,8 +1214,9 @@ class mpi_transport final : public transport {
 
   /// Where the peers asked last (ask_whereabouts) are, from their answers: detail::whereabouts for
   /// each that answered; for one that did not, that it does not look at this communicator.
-  std::string whereabouts_text() const {
-    if (whereabouts_asked_.empty()) return "the peer is late, stuck, dead, or called something else";
+  /// `asked`: this wait asked them (else, as when none was asked, a guess).
+  std::string whereabouts_text(bool asked) const {
+    if (!asked || whereabouts_asked_.empty()) return "the peer is late, stuck, dead, or called something else";
     const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
                                                                               whereabouts_asked_at_);
     std::string s;
