@@ -1520,7 +1520,7 @@ TEST_CASE("error messages name rank, world size and the call", "[errors][message
     INFO(describe(v));
     REQUIRE(v[0].code == errc::timeout);
     REQUIRE(v[0].what.find("rank 1 is still in or after its allreduce #1 (7 elements of an 8-byte type, ring), before "
-                           "this call: it is late or stuck") != std::string::npos);
+                           "this call: it is late, stuck, or waiting on another communicator") != std::string::npos);
   }
   SECTION("a rank that reads another's timeout adds what it had itself waited for") {
     // A chain: rank 0 receives from rank 2, which (500 ms later) receives from rank 1, which is busy

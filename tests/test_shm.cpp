@@ -581,6 +581,46 @@ TEST_CASE("F1 over shm: a rank that never calls gives a timeout within twice the
   }, opt));
 }
 
+TEST_CASE("over shm, a rank that reads another's timeout adds what it had itself waited for", "[shm][F1]") {
+  // A chain: rank 0 receives from rank 2, which (500 ms later) receives from rank 1, busy in its own
+  // code. Rank 0 times out naming rank 2 and what rank 2 waits for; rank 2 reads rank 0's timeout
+  // and names rank 1 too, as between threads and over MPI (before, over shm it did not).
+  collx::communicator_options opt;
+  opt.timeout = 1500ms;
+  require_all_ok(collx::run_processes(3, [](collx::communicator& comm) -> int {
+    std::vector<std::int32_t> v(3);
+    try {
+      if (comm.rank() == 0) collx::recv(comm, std::span{v}, 2);
+      if (comm.rank() == 1) {
+        std::this_thread::sleep_for(2500ms);
+        collx::recv(comm, std::span{v}, 0);
+      }
+      if (comm.rank() == 2) {
+        std::this_thread::sleep_for(500ms);
+        collx::recv(comm, std::span{v}, 1);
+      }
+    } catch (const collx::error& e) {
+      const std::string what = e.what();
+      std::fprintf(stderr, "rank %d: %s\n", comm.rank(), e.what());
+      if (e.code() != collx::errc::timeout) return 2;
+      if (comm.rank() == 0)
+        return what.find("waiting for a message from rank 2 (rank 2 has made no collective call on this communicator yet; "
+                         "it waits for a message from rank 1)") != std::string::npos &&
+                       what.find("had itself waited") == std::string::npos
+                   ? 0
+                   : 3;
+      if (comm.rank() == 2)
+        return what.find("rank 0 failed: timed out") != std::string::npos &&
+                       what.find("; rank 2 had itself waited ") != std::string::npos &&
+                       what.find(" ms for a message from rank 1") != std::string::npos
+                   ? 0
+                   : 4;
+      return 0;
+    }
+    return 5;
+  }, opt));
+}
+
 TEST_CASE("F1 over shm: abort from another thread wakes the waiter; later calls fail at once", "[shm][F1]") {
   require_all_ok(collx::run_processes(2, [](collx::communicator& comm) -> int {
     std::vector<float> x(1024, 1.0f);

@@ -1216,7 +1216,9 @@ class mpi_transport final : public transport {
   /// each that answered; for one that did not, that it does not look at this communicator.
   /// `asked`: this wait asked them (else, as when none was asked, a guess).
   std::string whereabouts_text(bool asked) const {
-    if (!asked || whereabouts_asked_.empty()) return "the peer is late, stuck, dead, or called something else";
+    if (!asked || whereabouts_asked_.empty())
+      return std::string(waiting_.peer < 0 && pending_send_destinations().size() > 1 ? "the peers are" : "the peer is") +
+             " late, stuck, dead, or called something else";
     const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
                                                                               whereabouts_asked_at_);
     std::string s;

@@ -38,6 +38,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -829,12 +830,13 @@ class shm_transport final : public transport {
     for (int i = 0; !h.failed.load(std::memory_order_acquire) && i < 1000000; ++i) std::this_thread::yield();
   }
 
-  [[noreturn]] void raise_failure() {
+  /// Throws the job's failure (`note` appended: own_wait_note).
+  [[noreturn]] void raise_failure(const std::string& note = {}) {
     shm_segment::header* h = hdr();
     // A rank whose own fail() lost the race to another rank's may get here while that rank is
     // still writing its reason: wait (microseconds) until the failure is published whole.
     for (int i = 0; !h->failed.load(std::memory_order_acquire) && i < 1000000; ++i) std::this_thread::yield();
-    COLLX_THROW(static_cast<errc>(h->fail_code), as_read_by(rank_, std::string(h->fail_reason)));  // its own: not "rank R failed"
+    COLLX_THROW(static_cast<errc>(h->fail_code), as_read_by(rank_, std::string(h->fail_reason)) + note);  // its own: not "rank R failed"
   }
 
   /// True once the job failed, or when `watched` (a rank, or -1 for all) has died or left while
@@ -947,6 +949,18 @@ class shm_transport final : public transport {
   enum class wait_kind : std::uint32_t { message_from = 1, consumed_by = 2 };
   static const char* wait_words(wait_kind k) { return k == wait_kind::message_from ? "a message from" : "its messages to be consumed by"; }
 
+  /// detail::own_wait_note for a wait for `kind` from `peer_rank` begun at `start` that another
+  /// rank's timeout ended; "" for any other failure (as the threads transport's).
+  std::string own_wait_note(wait_kind kind, int peer_rank, std::chrono::steady_clock::time_point start) const {
+    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+    const shm_segment::header* h = hdr();
+    if (waited < detail::own_wait_note_after || !h->failed.load(std::memory_order_acquire) ||
+        static_cast<errc>(h->fail_code) != errc::timeout ||
+        std::string_view(h->fail_reason).starts_with("rank " + std::to_string(rank_) + " "))  // its own
+      return {};
+    return detail::own_wait_note(rank_, waited, wait_words(kind) + (" rank " + std::to_string(peer_rank)));
+  }
+
   /// True (with the job failed, errc::mismatch) if, in a wait of this rank's current collective
   /// call, `peer_rank` has announced a later call and `ready` still does not hold: a rank returns
   /// from a call only once its messages of the call are all in the ring and it read those it
@@ -1052,6 +1066,7 @@ class shm_transport final : public transport {
       return ready();
     };
     if (ready_with_progress()) return;
+    const auto start = std::chrono::steady_clock::now();
     published.publish({static_cast<std::uint32_t>(kind), peer_rank, k, call_seq_});
     in_wait = true;
     const auto st = detail::wait_until(peer(rank_).bell, true, std::chrono::nanoseconds(timeout_), spin_, ready_with_progress,
@@ -1070,7 +1085,7 @@ class shm_transport final : public transport {
       fail(errc::timeout, why);
       COLLX_THROW(errc::timeout, why);
     }
-    raise_failure();
+    raise_failure(own_wait_note(kind, peer_rank, start));
   }
 
   /// Unlinks segment `name` if its creator died (segment_is_stale) and the name still means the

@@ -178,7 +178,7 @@ inline std::string whereabouts(int r, bool has_call, const call_signature& their
   // Blocking on nothing here, a rank may wait on another communicator (a split group, a level of
   // a hierarchy): a cycle through two communicators is seen by neither.
   const std::string idle =
-      stopped ? "blocked on nothing" : "blocks on nothing here: it is late, stuck, or waiting on another communicator";
+      stopped ? "blocks on nothing" : "blocks on nothing here: it is late, stuck, or waiting on another communicator";
   if (!has_call)  // point-to-point calls announce nothing
     return who + " has made no collective call on this communicator yet" + (waits.empty() ? ", and " + idle : then);
   if (call_seq == 0)  // this rank is in a point-to-point call: the last collectives say little
@@ -186,7 +186,7 @@ inline std::string whereabouts(int r, bool has_call, const call_signature& their
            (waits.empty() ? "; it " + idle : then);
   if (theirs.seq < mine.seq)
     return who + " is still in or after its " + describe_call(theirs) + ", before this call" +
-           (waits.empty() ? (stopped ? "" : ": it is late or stuck") : then);
+           (waits.empty() ? (stopped ? "" : ": it is late, stuck, or waiting on another communicator") : then);
   if (theirs == mine)
     return who + " is in this call too" + (waits.empty() ? (stopped ? ", not blocked" : ", not blocked: it is busy, or stopped") : then);
   if (theirs.seq > mine.seq) return who + " is already in its " + describe_call(theirs) + ", a later call" + then;
