@@ -467,7 +467,7 @@ void timeout_chain_names_the_late_rank() {
                    "waits for a message from rank 1)") != std::string::npos,
           "rank 0 names rank 2 and what rank 2 waits for: " + why);
   if (g_rank == 2)
-    check(why.find("rank 0 timed out") != std::string::npos &&
+    check(why.find("rank 0 failed: timed out") != std::string::npos &&
               why.find("; rank 2 had itself waited ") != std::string::npos &&
               why.find(" ms for a message from rank 1") != std::string::npos,
           "rank 2 reads rank 0's timeout and names the rank it had waited for: " + why);

@@ -1022,7 +1022,7 @@ class mpi_transport final : public transport {
         }
         // (A rank that asked only now, after a stall past the deadline, gives the answers their time.)
         if (now > deadline && (grace < min_whereabouts_grace || now - whereabouts_asked_at_ >= grace))
-          fail_out(errc::timeout, "rank " + std::to_string(rank_) + " timed out after " + std::to_string(timeout_.count()) +
+          fail_out(errc::timeout, "timed out after " + std::to_string(timeout_.count()) +
                                       " ms waiting for " +
                                       (peer >= 0 ? what + (" rank " + std::to_string(peer))
                                                  : send_peers_.empty() ? std::string(what) : send_wait_text()) +
