@@ -1479,48 +1479,34 @@ TEST_CASE("error messages name rank, world size and the call", "[errors][message
       REQUIRE(v[uz(r)].what.find("<int16,bxor") != std::string::npos);
     }
   }
-  SECTION("timeouts name the call too") {
-    opts_t o = ref::test_options();
-    o.timeout = std::chrono::milliseconds(200);
-    auto v = run_expecting(
-        2,
-        [](collx::communicator& c) {
-          if (c.rank() == 1) {  // never calls (and stays, so that rank 0 times out rather than sees it leave)
-            std::this_thread::sleep_for(std::chrono::milliseconds(600));
-            return;
-          }
-          std::vector<float> x(4);
-          collx::allreduce<collx::algo::direct>(c, std::span<float>(x));
-        },
-        o);
-    INFO(describe(v));
-    REQUIRE(v[0].code == errc::timeout);
-    REQUIRE(v[0].what.rfind("rank 0/2 allreduce#1<float32,sum,direct>: ", 0) == 0);
-    REQUIRE(v[0].what.find("timed out") != std::string::npos);
-    // Where the peer is, as the shm transport says (before: "the peer is late, stuck, or called
-    // something else", whatever it did).
-    REQUIRE(v[0].what.find("(rank 1 has made no collective call on this communicator yet, and blocks on nothing here: it "
-                           "is late, stuck, or waiting on another communicator)") != std::string::npos);
-  }
-  SECTION("a timeout says which call the late peer made last") {
-    opts_t o = ref::test_options();
-    o.timeout = std::chrono::milliseconds(200);
-    auto v = run_expecting(
-        2,
-        [](collx::communicator& c) {
-          std::vector<std::int64_t> x(7);
-          collx::allreduce<collx::algo::ring>(c, std::span<std::int64_t>(x));
-          if (c.rank() == 1) {  // late for the second call, and stays (rather than leaves)
-            std::this_thread::sleep_for(std::chrono::milliseconds(600));
-            return;
-          }
-          collx::allreduce<collx::algo::direct>(c, std::span<std::int64_t>(x), collx::ops::max{});
-        },
-        o);
-    INFO(describe(v));
-    REQUIRE(v[0].code == errc::timeout);
-    REQUIRE(v[0].what.find("rank 1 is still in or after its allreduce #1 (7 elements of an 8-byte type, ring), before "
-                           "this call: it is late, stuck, or waiting on another communicator") != std::string::npos);
+  SECTION("timeouts name the call, and where the late peer is") {
+    // Rank 1 never makes the second call (and stays, so that rank 0 times out rather than sees it
+    // leave); with `first`, it made the first. Before, between threads, the message read "the peer
+    // is late, stuck, or called something else", whatever the peer did.
+    for (const bool first : {false, true}) {
+      opts_t o = ref::test_options();
+      o.timeout = std::chrono::milliseconds(200);
+      auto v = run_expecting(
+          2,
+          [first](collx::communicator& c) {
+            std::vector<std::int64_t> x(7);
+            if (first) collx::allreduce<collx::algo::ring>(c, std::span<std::int64_t>(x));
+            if (c.rank() == 1) {
+              std::this_thread::sleep_for(std::chrono::milliseconds(600));
+              return;
+            }
+            collx::allreduce<collx::algo::direct>(c, std::span<std::int64_t>(x), collx::ops::max{});
+          },
+          o);
+      INFO(describe(v));
+      REQUIRE(v[0].code == errc::timeout);
+      REQUIRE(v[0].what.rfind(first ? "rank 0/2 allreduce#2<int64,max,direct>: " : "rank 0/2 allreduce#1<int64,max,direct>: ", 0) == 0);
+      REQUIRE(v[0].what.find("timed out") != std::string::npos);
+      REQUIRE(v[0].what.find(first ? "(rank 1 is still in or after its allreduce #1 (7 elements of an 8-byte type, ring), "
+                                     "before this call: it is late, stuck, or waiting on another communicator)"
+                                   : "(rank 1 has made no collective call on this communicator yet, and blocks on nothing "
+                                     "here: it is late, stuck, or waiting on another communicator)") != std::string::npos);
+    }
   }
   SECTION("a rank that reads another's timeout adds what it had itself waited for") {
     // A chain: rank 0 receives from rank 2, which (500 ms later) receives from rank 1, which is busy
