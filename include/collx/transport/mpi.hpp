@@ -1233,12 +1233,8 @@ class mpi_transport final : public transport {
         continue;
       }
       const whereabouts_message& w = a->second;
-      std::string waits;
-      if (w.wait != 0)
-        waits = "it waits for " +
-                (w.wait_peer >= 0 ? std::string(wait_words(static_cast<wait_kind>(w.wait))) + " rank " + std::to_string(w.wait_peer)
-                                  : std::string("its sends to be delivered")) +
-                (w.wait_peer == rank_ ? ", this rank: each waits for the other" : "");
+      const std::string waits =
+          w.wait != 0 ? collx::detail::wait_text(wait_words(static_cast<wait_kind>(w.wait)), w.wait_peer, rank_) : "";
       s += collx::detail::whereabouts(p, w.call.seq != 0, w.call, current_, message_seq_, waits, false);
     }
     return s;

@@ -1000,8 +1000,7 @@ class shm_transport final : public transport {
     detail::wait_record w;
     std::uint64_t version = 0;
     if (!peer(r).wait.read(w, version)) return "";
-    return std::string("it waits for ") + wait_words(static_cast<wait_kind>(w.kind)) + " rank " + std::to_string(w.peer) +
-           (w.peer != rank_ ? "" : stopped ? ", this rank" : ", this rank: each waits for the other");
+    return detail::wait_text(wait_words(static_cast<wait_kind>(w.kind)), w.peer, rank_, stopped);
   }
 
   /// Whether rank r's published wait w still cannot end (detail::find_wait_cycle), from the

@@ -395,10 +395,7 @@ class threads_transport final : public transport {
     const bool has_call = world_->announced(r, 0, theirs);
     detail::wait_record w;
     std::uint64_t version = 0;
-    const std::string waits = !world_->wait_of(r).read(w, version)
-                                  ? std::string()
-                                  : std::string("it waits for ") + wait_words(w.kind) + " rank " + std::to_string(w.peer) +
-                                        (w.peer == rank_ ? ", this rank: each waits for the other" : "");
+    const std::string waits = world_->wait_of(r).read(w, version) ? detail::wait_text(wait_words(w.kind), w.peer, rank_) : "";
     return detail::whereabouts(r, has_call, theirs, announced_, call_seq_, waits, false);
   }
 

@@ -165,7 +165,19 @@ inline std::string describe_call(const call_signature& c) {
 }
 
 namespace detail {
-/// Where rank `r` stands, in words, for a timeout's message (threads and shm transports): its
+/// What a peer's published wait says, for whereabouts: "it waits for " `words` " rank " `peer`
+/// (`peer` -1: `words` alone, e.g. its sends to be delivered), adding when `peer` is this rank
+/// `me` that each waits for the other (unless the peer is `stopped`: what it waits for may well be
+/// there, it cannot look).
+inline std::string wait_text(const char* words, int peer, int me, bool stopped = false) {
+  std::string s = std::string("it waits for ") + words;
+  if (peer < 0) return s;
+  s += " rank " + std::to_string(peer);
+  if (peer == me) s += stopped ? ", this rank" : ", this rank: each waits for the other";
+  return s;
+}
+
+/// Where rank `r` stands, in words, for a timeout's message (every host transport): its
 /// latest announced collective call `theirs` (`has_call`: it announced one) against this rank's
 /// current call `mine` (`call_seq`: the call of the message this rank sent or received last, 0 in
 /// a point-to-point call), then `waits` ("it waits for a message from rank 2"; "" when it blocks
