@@ -49,6 +49,60 @@ TEST_CASE("fp16 / bf16 results in the subnormal range and past the largest finit
   CHECK(zero > 0);
 }
 
+// Two different NaNs meeting in an fp16/bf16 sum kept the payload of whichever operand the
+// compiler's `+` put first, which differed between ranks' code paths (3 thread ranks, direct:
+// 7f4f, 7f4f, 7e81). A NaN result is now the canonical quiet NaN on every rank, as min/max give.
+// Element i of rank r: i % 3 == 0, ranks (i / 3) % n and (i / 3 + 1) % n hold quiet NaNs with
+// payloads from (r, i), signs mixed; i % 3 == 1, +inf and -inf on two ranks (sum and avg make a
+// NaN, prod gives -inf); else finite values.
+template <class T, class Op>
+void nan_results_are_canonical(int n, std::size_t count, collx::algorithm a, std::uint16_t canonical) {
+  INFO((std::is_same_v<T, collx::half> ? "half " : "bfloat16 ") << typeid(Op).name() << " n " << n << " count " << count
+                                                                 << " " << collx::algorithm_name(a));
+  const std::uint16_t quiet = canonical, inf = std::is_same_v<T, collx::half> ? 0x7c00 : 0x7f80;
+  auto input = [&](int r, std::size_t i) -> std::uint16_t {
+    const int first = static_cast<int>(i / 3 % static_cast<std::size_t>(n)), second = (first + 1) % n;
+    if (i % 3 == 0 && (r == first || r == second))
+      return static_cast<std::uint16_t>(quiet | ((r + 1 + i) % 31 + 1) | (r == second && i % 2 ? 0x8000 : 0));
+    if (i % 3 == 1 && (r == first || r == second)) return static_cast<std::uint16_t>(r == first ? inf : inf | 0x8000);
+    return T(0.25f * static_cast<float>((r + i) % 5 + 1)).bits;
+  };
+  std::vector<std::vector<T>> out(static_cast<std::size_t>(n));
+  ref::run_ranks(
+      n,
+      [&](collx::communicator& c) {
+        std::vector<T> x(count);
+        for (std::size_t i = 0; i < count; ++i) x[i] = T::from_bits(input(c.rank(), i));
+        std::vector<T> y(count, T::from_bits(0x1234));
+        collx::allreduce<collx::algo::automatic>(c, std::span<const T>(x), std::span<T>(y), Op{});
+        out[static_cast<std::size_t>(c.rank())] = y;
+      },
+      ref::forcing(a));
+  std::string first_wrong;
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    const bool nan = i % 3 == 0 || (i % 3 == 1 && !std::is_same_v<Op, collx::ops::prod>);
+    for (int r = 0; r < n; ++r) {
+      const std::uint16_t got = out[static_cast<std::size_t>(r)][i].bits;
+      if (got == (nan ? canonical : out[0][i].bits)) continue;
+      if (wrong++ == 0) first_wrong = "element " + std::to_string(i) + " rank " + std::to_string(r) + " got " + std::to_string(got);
+    }
+  }
+  INFO(first_wrong);
+  REQUIRE(wrong == 0);
+}
+
+TEST_CASE("fp16 / bf16: a NaN result is the canonical quiet NaN on every rank, whatever the payloads met", "[collectives][types]") {
+  for (int n : {2, 3, 5})
+    for (std::size_t count : {std::size_t{1}, std::size_t{2}, std::size_t{97}, std::size_t{40001}})
+      for (collx::algorithm a : {collx::algorithm::ring, collx::algorithm::tree, collx::algorithm::direct}) {
+        nan_results_are_canonical<collx::half, collx::ops::sum>(n, count, a, 0x7e00);
+        nan_results_are_canonical<collx::bfloat16, collx::ops::sum>(n, count, a, 0x7fc0);
+        nan_results_are_canonical<collx::half, collx::ops::avg>(n, count, a, 0x7e00);
+        nan_results_are_canonical<collx::bfloat16, collx::ops::prod>(n, count, a, 0x7fc0);
+      }
+}
+
 // =============================================================================================
 // Counts
 

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 
 #include <collx/concepts.hpp>
@@ -61,8 +62,15 @@ struct reduction {
       else
         v = static_cast<acc>(v / static_cast<acc>(world_size));
     }
-    if constexpr (widened) return narrow_float<T>::narrow(v);
-    else return v;
+    if constexpr (widened) {
+      // A NaN result is the canonical quiet NaN, as ops::min/max give: which operand's payload
+      // `a + b` keeps follows the operand order the compiler chose, which differs between code
+      // paths and so between ranks (fp16 NaNs 7f4f + 7e81 on 3 thread ranks gave 7f4f, 7f4f, 7e81).
+      if (v != v) v = std::numeric_limits<acc>::quiet_NaN();
+      return narrow_float<T>::narrow(v);
+    } else {
+      return v;
+    }
   }
 };
 
