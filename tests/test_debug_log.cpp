@@ -167,7 +167,19 @@ TEST_CASE("COLLX_DEBUG=trace: each communicator and each call of each rank, once
   for (const char* name : {"allreduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all"}) {
     const auto coll = collx::env::parse_collective_name(name);
     REQUIRE(coll);
-    for (std::size_t b = 1; b <= (std::size_t{1} << 30); b *= 4) {
+    // Every 4th power of two, and each side of every change the line names (located to the byte:
+    // before, the line named the next power of two, up to twice past the change).
+    std::vector<std::size_t> sizes;
+    for (std::size_t b = 1; b <= (std::size_t{1} << 30); b *= 4) sizes.push_back(b);
+    const std::regex from(" from ([0-9]+) (B|KiB|MiB|GiB)");
+    for (auto it = std::sregex_iterator(described[0].begin(), described[0].end(), from); it != std::sregex_iterator(); ++it) {
+      const std::string unit = (*it)[2];
+      const std::size_t x = std::stoull((*it)[1]) * (unit == "B" ? 1 : unit == "KiB" ? 1024 : unit == "MiB" ? 1 << 20 : 1 << 30);
+      sizes.push_back(x);
+      sizes.push_back(x - 1);
+    }
+    CHECK(sizes.size() > 16);  // the line names changes
+    for (const std::size_t b : sizes) {
       INFO(name << " at " << b << " B: " << described[0]);
       const auto said = described_choice(described[0], name, b);
       REQUIRE(said);

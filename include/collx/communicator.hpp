@@ -280,8 +280,9 @@ class communicator {
 
   /// This communicator in one line, as COLLX_DEBUG=info prints it when it is made: "rank 0/4
   /// communicator: transport shm, timeout 300 s, segments of 8 MiB; algo::automatic: allreduce
-  /// direct, ring from 64 KiB; ...": what algo::automatic picks for each collective by message size
-  /// (bytes as selection_query counts them, 1 B to 1 GiB, commutative ops: a non-commutative op
+  /// direct, ring from 39997 B, direct from 65537 B; ...": what algo::automatic picks for each
+  /// collective by message size (bytes as selection_query counts them, sampled at the powers of two
+  /// from 1 B to 1 GiB, each change located to the byte; commutative ops: a non-commutative op
   /// runs direct where it says ring), or that the options' selector decides; with a hierarchy
   /// attached, what runs on its levels instead; and log_where(). @throws as rank().
   std::string describe() const {
@@ -303,11 +304,22 @@ class communicator {
       s.append(first ? " " : "; ").append(collective_name(c));
       first = false;
       std::optional<algorithm> last;
+      auto choice = [&](std::size_t b) { return select(selection_query{c, size(), b, true}); };
       for (std::size_t b = 1; b <= (std::size_t{1} << 30); b *= 2) {
-        const algorithm a = select(selection_query{c, size(), b, true});
+        const algorithm a = choice(b);
         if (last && a == *last) continue;
         s.append(last ? ", " : " ").append(algorithm_name(a));
-        if (last) s.append(" from ").append(detail::bytes_text(b));
+        if (last) {
+          // The exact size where the choice changes, between the powers of two sampled (a one-shot
+          // limit or a cost crossing lies anywhere): choice(from - 1) != a == choice(from).
+          std::size_t below = b / 2, from = b;
+          while (from - below > 1) {
+            const std::size_t mid = below + (from - below) / 2;
+            (choice(mid) == a ? from : below) = mid;
+          }
+          const std::string text = detail::bytes_text(from);
+          s.append(" from ").append(text.find('.') == std::string::npos ? text : std::to_string(from) + " B");
+        }
         last = a;
       }
     }
