@@ -24,6 +24,10 @@ struct narrow_float<__half> : std::true_type {
   COLLX_HOST_DEVICE static float widen(__half h) noexcept { return detail::half_bits_to_float(std::bit_cast<std::uint16_t>(h)); }
   /// Rounds f to the nearest binary16, ties to even (overflow gives inf, NaN stays NaN), as collx::half(float).
   COLLX_HOST_DEVICE static __half narrow(float f) noexcept { return std::bit_cast<__half>(detail::float_to_half_bits(f)); }
+  /// narrow for a reduction's result: a NaN becomes the canonical quiet NaN, as collx::half's.
+  COLLX_HOST_DEVICE static __half narrow_result(float f) noexcept {
+    return std::bit_cast<__half>(detail::float_to_half_bits<true>(f));
+  }
 };
 
 /// CUDA's __nv_bfloat16 is a narrow float, converted bit for bit as collx::bfloat16.
@@ -36,6 +40,10 @@ struct narrow_float<__nv_bfloat16> : std::true_type {
   /// Rounds f to the nearest bfloat16, ties to even (NaN stays a quiet NaN), as collx::bfloat16(float).
   COLLX_HOST_DEVICE static __nv_bfloat16 narrow(float f) noexcept {
     return std::bit_cast<__nv_bfloat16>(detail::float_to_bfloat16_bits(f));
+  }
+  /// narrow for a reduction's result: a NaN becomes the canonical quiet NaN, as collx::bfloat16's.
+  COLLX_HOST_DEVICE static __nv_bfloat16 narrow_result(float f) noexcept {
+    return std::bit_cast<__nv_bfloat16>(detail::float_to_bfloat16_bits<true>(f));
   }
 };
 

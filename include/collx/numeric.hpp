@@ -15,13 +15,16 @@ inline namespace v0 {
 
 namespace detail {
 /// float -> IEEE binary16 bits, round to nearest, ties to even; overflow gives inf; NaN stays NaN
-/// (quiet, payload's top bits kept).
+/// (quiet, payload's top bits kept; with CanonicalNan, the canonical quiet NaN 0x7e00).
+template <bool CanonicalNan = false>
 COLLX_HOST_DEVICE constexpr std::uint16_t float_to_half_bits(float f) noexcept {
   const std::uint32_t x = std::bit_cast<std::uint32_t>(f);
   const std::uint32_t sign = (x >> 16) & 0x8000u;
   const std::uint32_t ax = x & 0x7fffffffu;
-  if (ax >= 0x7f800000u)  // inf or NaN
+  if (ax >= 0x7f800000u) {  // inf or NaN
+    if (CanonicalNan && ax > 0x7f800000u) return 0x7e00u;
     return static_cast<std::uint16_t>(sign | 0x7c00u | (ax > 0x7f800000u ? (0x200u | ((ax >> 13) & 0x3ffu)) : 0u));
+  }
   if (ax >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // >= 65520 rounds to inf
   if (ax >= 0x38800000u) {  // normal binary16 (>= 2^-14): rebias the exponent, round at bit 13
     std::uint32_t r = ax - 0x38000000u;
@@ -50,10 +53,12 @@ COLLX_HOST_DEVICE constexpr float half_bits_to_float(std::uint16_t h) noexcept {
   return std::bit_cast<float>(sign | ((exp + 112u) << 23) | (mant << 13));
 }
 
-/// float -> bfloat16 bits, round to nearest, ties to even; NaN stays a quiet NaN.
+/// float -> bfloat16 bits, round to nearest, ties to even; NaN stays a quiet NaN (with
+/// CanonicalNan, the canonical quiet NaN 0x7fc0).
+template <bool CanonicalNan = false>
 COLLX_HOST_DEVICE constexpr std::uint16_t float_to_bfloat16_bits(float f) noexcept {
   const std::uint32_t x = std::bit_cast<std::uint32_t>(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((x >> 16) | 0x40u);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return CanonicalNan ? 0x7fc0u : static_cast<std::uint16_t>((x >> 16) | 0x40u);
   return static_cast<std::uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
 }
 
@@ -97,7 +102,9 @@ struct bfloat16 {
 
 /// Trait: T is a narrow float that collx widens to fp32 for arithmetic (sum, prod, avg, min, max).
 /// Specialise it for your own 16-bit float with static `float widen(T)` and `T narrow(float)`
-/// (round to nearest even); collx/cuda_types.hpp does so for CUDA's __half and __nv_bfloat16.
+/// (round to nearest even), and optionally `T narrow_result(float)`, narrow with a NaN written as
+/// the type's canonical quiet NaN (else a reduction's result tests for NaN before narrow);
+/// collx/cuda_types.hpp does so for CUDA's __half and __nv_bfloat16.
 template <class T>
 struct narrow_float : std::false_type {};
 
@@ -108,6 +115,10 @@ struct narrow_float<half> : std::true_type {
   COLLX_HOST_DEVICE static constexpr float widen(half h) noexcept { return static_cast<float>(h); }
   /// Rounds f to the nearest binary16, ties to even (as half(float): overflow gives inf, NaN stays NaN).
   COLLX_HOST_DEVICE static constexpr half narrow(float f) noexcept { return half(f); }
+  /// narrow for a reduction's result (reduction::finalize): a NaN becomes the canonical quiet NaN.
+  COLLX_HOST_DEVICE static constexpr half narrow_result(float f) noexcept {
+    return half::from_bits(detail::float_to_half_bits<true>(f));
+  }
 };
 
 /// collx::bfloat16 is a narrow float.
@@ -117,6 +128,10 @@ struct narrow_float<bfloat16> : std::true_type {
   COLLX_HOST_DEVICE static constexpr float widen(bfloat16 h) noexcept { return static_cast<float>(h); }
   /// Rounds f to the nearest bfloat16, ties to even (as bfloat16(float): NaN stays a quiet NaN).
   COLLX_HOST_DEVICE static constexpr bfloat16 narrow(float f) noexcept { return bfloat16(f); }
+  /// narrow for a reduction's result (reduction::finalize): a NaN becomes the canonical quiet NaN.
+  COLLX_HOST_DEVICE static constexpr bfloat16 narrow_result(float f) noexcept {
+    return bfloat16::from_bits(detail::float_to_bfloat16_bits<true>(f));
+  }
 };
 
 /// True when T is a narrow float (see narrow_float).

@@ -66,8 +66,14 @@ struct reduction {
       // A NaN result is the canonical quiet NaN, as ops::min/max give: which operand's payload
       // `a + b` keeps follows the operand order the compiler chose, which differs between code
       // paths and so between ranks (fp16 NaNs 7f4f + 7e81 on 3 thread ranks gave 7f4f, 7f4f, 7e81).
-      if (v != v) v = std::numeric_limits<acc>::quiet_NaN();
-      return narrow_float<T>::narrow(v);
+      // narrow_result does it inside the conversion's own inf/NaN branch, adding no test to the
+      // finite values' path.
+      if constexpr (requires { narrow_float<T>::narrow_result(v); }) {
+        return narrow_float<T>::narrow_result(v);
+      } else {
+        if (v != v) v = std::numeric_limits<acc>::quiet_NaN();
+        return narrow_float<T>::narrow(v);
+      }
     } else {
       return v;
     }
