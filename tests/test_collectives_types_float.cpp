@@ -49,6 +49,23 @@ TEST_CASE("fp16 / bf16 results in the subnormal range and past the largest finit
   CHECK(zero > 0);
 }
 
+// A user's own 16-bit float, whose narrow_float gives widen and narrow only (no narrow_result):
+// binary16 in a struct of its own, so that the reduction's own NaN test before narrow is used.
+namespace {
+struct user_half {
+  std::uint16_t bits = 0;
+  static user_half from_bits(std::uint16_t b) { return user_half{b}; }
+  explicit user_half(float f) : bits(collx::detail::float_to_half_bits(f)) {}
+  user_half() = default;
+  explicit user_half(std::uint16_t b) : bits(b) {}
+};
+}  // namespace
+template <>
+struct collx::narrow_float<user_half> : std::true_type {
+  static float widen(user_half h) noexcept { return collx::detail::half_bits_to_float(h.bits); }
+  static user_half narrow(float f) noexcept { return user_half(f); }
+};
+
 // Two different NaNs meeting in an fp16/bf16 sum kept the payload of whichever operand the
 // compiler's `+` put first, which differed between ranks' code paths (3 thread ranks, direct:
 // 7f4f, 7f4f, 7e81). A NaN result is now the canonical quiet NaN on every rank, as min/max give.
@@ -57,9 +74,9 @@ TEST_CASE("fp16 / bf16 results in the subnormal range and past the largest finit
 // NaN, prod gives -inf); else finite values.
 template <class T, class Op>
 void nan_results_are_canonical(int n, std::size_t count, collx::algorithm a, std::uint16_t canonical) {
-  INFO((std::is_same_v<T, collx::half> ? "half " : "bfloat16 ") << typeid(Op).name() << " n " << n << " count " << count
+  INFO(typeid(T).name() << " " << typeid(Op).name() << " n " << n << " count " << count
                                                                  << " " << collx::algorithm_name(a));
-  const std::uint16_t quiet = canonical, inf = std::is_same_v<T, collx::half> ? 0x7c00 : 0x7f80;
+  const std::uint16_t quiet = canonical, inf = canonical == 0x7e00 ? 0x7c00 : 0x7f80;
   auto input = [&](int r, std::size_t i) -> std::uint16_t {
     const int first = static_cast<int>(i / 3 % static_cast<std::size_t>(n)), second = (first + 1) % n;
     if (i % 3 == 0 && (r == first || r == second))
@@ -100,6 +117,7 @@ TEST_CASE("fp16 / bf16: a NaN result is the canonical quiet NaN on every rank, w
         nan_results_are_canonical<collx::bfloat16, collx::ops::sum>(n, count, a, 0x7fc0);
         nan_results_are_canonical<collx::half, collx::ops::avg>(n, count, a, 0x7e00);
         nan_results_are_canonical<collx::bfloat16, collx::ops::prod>(n, count, a, 0x7fc0);
+        nan_results_are_canonical<user_half, collx::ops::sum>(n, count, a, 0x7e00);
       }
 }
 
