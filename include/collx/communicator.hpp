@@ -280,7 +280,7 @@ class communicator {
 
   /// This communicator in one line, as COLLX_DEBUG=info prints it when it is made: "rank 0/4
   /// communicator: transport shm, timeout 300 s, segments of 8 MiB; algo::automatic: allreduce
-  /// direct, ring from 39997 B, direct from 65537 B; ...": what algo::automatic picks for each
+  /// direct, ring from 36000 B, direct from 65537 B; ...": what algo::automatic picks for each
   /// collective by message size (bytes as selection_query counts them, sampled at the powers of two
   /// from 1 B to 1 GiB, each change located to the byte; commutative ops: a non-commutative op
   /// runs direct where it says ring), or that the options' selector decides; with a hierarchy
