@@ -101,6 +101,46 @@ static_assert(!collx::reduction_op<ops::sum, bool>, "bool is not arithmetic for 
 static_assert(!collx::reduction_op<not_trivially_copyable_op, int>, "ops must be trivially copyable");
 static_assert(!collx::reduction_op<void_op, int>);
 static_assert(!collx::reduction_op<ops::sum, const int>, "not an element");
+// The usual mistakes in a user's op each fail the requirement named after it (the one a compile
+// error names, with the advice on its line in concepts.hpp), and only that one; wrapped in
+// commutative_op too.
+namespace {
+int op_calls = 0;
+inline constexpr auto mutable_lambda = [n = 0](double a, double b) mutable { ++n; return a + b; };
+inline constexpr auto ref_lambda = [](double& a, double& b) { return a + b; };
+inline constexpr auto rvalue_lambda = [](double&& a, double&& b) { return a + b; };
+inline constexpr auto by_value_lambda = [](double a, double b) { ++op_calls; return a + b; };
+// Op as a call deduces it (a by-value parameter: not const).
+using mutable_op = std::remove_const_t<decltype(mutable_lambda)>;
+using ref_op = std::remove_const_t<decltype(ref_lambda)>;
+using rvalue_op = std::remove_const_t<decltype(rvalue_lambda)>;
+using by_value_op = std::remove_const_t<decltype(by_value_lambda)>;
+struct owning_op {
+  std::string label;
+  double operator()(double a, double b) const { return a + b; }
+};
+template <class Op>
+constexpr bool only_const_call_fails = !collx::detail::op_call_is_const<Op, double> &&
+                                       collx::detail::op_takes_const_operands<Op, double> &&
+                                       collx::detail::op_trivially_copyable<Op>;
+template <class Op>
+constexpr bool only_const_operands_fail = collx::detail::op_call_is_const<Op, double> &&
+                                          !collx::detail::op_takes_const_operands<Op, double> &&
+                                          collx::detail::op_trivially_copyable<Op>;
+}  // namespace
+static_assert(only_const_call_fails<mutable_op> && !collx::reduction_op<mutable_op, double>);
+static_assert(only_const_call_fails<collx::commutative_op<mutable_op>>);
+static_assert(only_const_operands_fail<ref_op> && !collx::reduction_op<ref_op, double>);
+static_assert(only_const_operands_fail<collx::commutative_op<ref_op>>);
+static_assert(!collx::detail::op_trivially_copyable<owning_op> && collx::detail::op_call_is_const<owning_op, double> &&
+              collx::detail::op_takes_const_operands<owning_op, double> && !collx::reduction_op<owning_op, double>);
+// An op on rvalues is none of those: it cannot take collx's const operands at all.
+static_assert(collx::detail::op_call_is_const<rvalue_op, double> &&
+              collx::detail::op_takes_const_operands<rvalue_op, double> &&
+              !collx::detail::op_returns_element<rvalue_op, double>);
+static_assert(collx::reduction_op<by_value_op, double> &&
+              collx::reduction_op<collx::commutative_op<by_value_op>, double>);
+
 // Bitwise ops on integers only.
 static_assert(collx::reduction_op<ops::band, int> && collx::reduction_op<ops::bxor, std::uint8_t> &&
               collx::reduction_op<ops::bor, std::int64_t>);

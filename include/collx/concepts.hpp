@@ -24,14 +24,32 @@ template <class T>
 concept element = std::is_trivially_copyable_v<T> && std::is_object_v<T> && !std::is_const_v<T> &&
                   !std::is_volatile_v<T> && !std::is_array_v<T> && alignof(T) <= max_element_alignment;
 
+namespace detail {
+// reduction_op's requirements one by one, so that a compiler's "constraints not satisfied" names
+// the one that failed; each ends in the comment the compiler quotes with its source line.
+template <class Op>
+concept op_trivially_copyable =
+    std::is_trivially_copyable_v<Op>;  // collx copies the op (into GPU kernels too): capture values or pointers, not a std::string or vector
+template <class Op, class T>
+concept op_call_is_const =
+    !std::invocable<Op&, T&, T&> || std::invocable<const Op&, T&, T&>;  // operator() must be const: no `mutable` lambda (keep state outside the op)
+template <class Op, class T>
+concept op_takes_const_operands =
+    !std::invocable<Op&, T&, T&> || std::invocable<Op&, const T&, const T&>;  // take `const T&`, `T` or `auto` operands, not `T&`
+template <class Op, class T>
+concept op_returns_element = requires(const Op& op, const T& a, const T& b) {
+  { op(a, b) } -> std::convertible_to<T>;  // op(a, b) on const T& operands must return T; ops::sum etc. need arithmetic T
+};
+}  // namespace detail
+
 /// A reduction op on T: `op(a, b)` with `const T&` operands returns something convertible to T, and
 /// Op is trivially copyable (so it can be passed to a GPU kernel by value). Associativity is
 /// assumed, as MPI does, and not checked. Commutativity is declared (see collx::op_traits).
+/// The requirements are separate concepts so that a compile error names the one an op misses: a
+/// `mutable` lambda, `T&` parameters, a capture that owns memory, or an op with no meaning on T.
 template <class Op, class T>
-concept reduction_op = element<T> && std::is_trivially_copyable_v<Op> &&
-                       requires(const Op& op, const T& a, const T& b) {
-                         { op(a, b) } -> std::convertible_to<T>;
-                       };
+concept reduction_op = element<T> && detail::op_trivially_copyable<Op> && detail::op_call_is_const<Op, T> &&
+                       detail::op_takes_const_operands<Op, T> && detail::op_returns_element<Op, T>;
 
 namespace detail {
 /// std::span<T> of any T, as the span overloads take it (not a fixed-extent span<T, N>).

@@ -213,8 +213,19 @@ struct commutative_op {
   F f;  ///< the wrapped op
   /// f(a, b); takes part in overload resolution only where f(a, b) is valid.
   COLLX_NV_EXEC_CHECK_DISABLE
-  template <class T>
-  COLLX_HOST_DEVICE constexpr auto operator()(const T& a, const T& b) const -> decltype(f(a, b)) { return f(a, b); }
+  template <class A, class B>
+  COLLX_HOST_DEVICE constexpr auto operator()(A&& a, B&& b) const
+      -> decltype(f(static_cast<A&&>(a), static_cast<B&&>(b))) {
+    return f(static_cast<A&&>(a), static_cast<B&&>(b));
+  }
+  /// Callable wherever f is, non-const and on non-const operands too, so that reduction_op names
+  /// the requirement a wrapped op misses (a `mutable` lambda, `T&` parameters): collx itself calls
+  /// only the const form above, on const operands.
+  COLLX_NV_EXEC_CHECK_DISABLE
+  template <class A, class B>
+  COLLX_HOST_DEVICE constexpr auto operator()(A&& a, B&& b) -> decltype(f(static_cast<A&&>(a), static_cast<B&&>(b))) {
+    return f(static_cast<A&&>(a), static_cast<B&&>(b));
+  }
 };
 /// `commutative_op{f}` deduces commutative_op<F> from f (a lambda's closure type, say).
 template <class F>
