@@ -1232,9 +1232,15 @@ TEST_CASE("F2: a start that cannot fork every rank kills the others and leaves n
   REQUIRE(signed_segment());  // the rendezvous segment exists
   // A start that forked none of the ranks of this job (another start given the same job id) must
   // leave the live job's segment alone.
-  collx::detail::abandon_start({}, job, false);
+  // It ends in the launcher's fork error, naming the rank it could not start.
+  CHECK_THROWS_WITH(collx::detail::abandon_start({}, job, false, EAGAIN, "run_processes", 3),
+                    Catch::Matchers::Contains("run_processes: cannot start rank 0 of 3: fork: ") &&
+                        Catch::Matchers::Contains("(a process limit: RLIMIT_NPROC, ulimit -u)"));
   CHECK(std::filesystem::exists(path));
-  collx::detail::abandon_start({waiting}, job, false);
+  CHECK_THROWS_WITH(collx::detail::abandon_start({waiting}, job, false, ENOMEM, "launch_program", 2),
+                    Catch::Matchers::Contains("launch_program: cannot start rank 1 of 2: fork: " +
+                                              std::string(std::strerror(ENOMEM))) &&
+                        !Catch::Matchers::Contains("RLIMIT_NPROC"));
   reaped = true;
   CHECK_FALSE(std::filesystem::exists(path));
   errno = 0;

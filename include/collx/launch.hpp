@@ -265,13 +265,18 @@ inline void signal_ranks(const std::vector<pid_t>& pids, int sig) {
 /// /dev/shm until a later start's stale-segment sweep), and its split groups' stale ones
 /// (shm_transport::remove_if_stale). A segment whose creator still runs (another job given the
 /// same COLLX_JOB_ID) is left alone; one that names no creator yet is removed (no rank of this
-/// start still runs to make it).
-inline void abandon_start(const std::vector<pid_t>& pids, const std::string& job, bool groups) {
+/// start still runs to make it). Then throws errc::system for fork's error `fork_errno` as
+/// `launcher` (the caller's name) saw it starting rank pids.size() of `world_size`.
+[[noreturn]] inline void abandon_start(const std::vector<pid_t>& pids, const std::string& job, bool groups,
+                                       int fork_errno, const char* launcher, int world_size) {
   if (groups) signal_ranks(pids, SIGKILL);
   else
     for (pid_t p : pids) ::kill(p, SIGKILL);
   for (std::size_t i = 0; i < pids.size(); ++i) wait_for(static_cast<int>(i), pids[i]);
   detail::transport_impl::shm_transport::remove_if_stale(job, pids);
+  COLLX_THROW(errc::system, std::string(launcher) + ": cannot start rank " + std::to_string(pids.size()) + " of " +
+                                std::to_string(world_size) + ": fork: " + std::strerror(fork_errno) +
+                                (fork_errno == EAGAIN ? " (a process limit: RLIMIT_NPROC, ulimit -u)" : ""));
 }
 }  // namespace detail
 
@@ -297,13 +302,7 @@ template <class F>
   std::fflush(nullptr);
   for (int r = 0; r < world_size; ++r) {
     const pid_t pid = ::fork();
-    if (pid < 0) {
-      const int e = errno;  // before abandon_start's calls
-      detail::abandon_start(pids, job, false);
-      COLLX_THROW(errc::system, "run_processes: cannot start rank " + std::to_string(r) + " of " + std::to_string(world_size) +
-                                    ": fork: " + std::strerror(e) +
-                                    (e == EAGAIN ? " (a process limit: RLIMIT_NPROC, ulimit -u)" : ""));
-    }
+    if (pid < 0) detail::abandon_start(pids, job, false, errno, "run_processes", world_size);
     if (pid == 0) {
       int code = 0;
       detail::die_with_launcher(parent, SIGKILL);  // the caller's own SIGTERM handler may be inherited
@@ -407,13 +406,7 @@ inline int launch_program(int world_size, char* const argv[], std::chrono::milli
   std::fflush(nullptr);
   for (int r = 0; r < world_size; ++r) {
     const pid_t pid = ::fork();
-    if (pid < 0) {
-      const int e = errno;  // before abandon_start's calls
-      detail::abandon_start(pids, job, true);
-      COLLX_THROW(errc::system, "launch_program: cannot start rank " + std::to_string(r) + " of " + std::to_string(world_size) +
-                                    ": fork: " + std::strerror(e) +
-                                    (e == EAGAIN ? " (a process limit: RLIMIT_NPROC, ulimit -u)" : ""));
-    }
+    if (pid < 0) detail::abandon_start(pids, job, true, errno, "launch_program", world_size);
     if (pid == 0) {
       ::setpgid(0, 0);  // its own group: a failure elsewhere stops what it started too
       for (int s : {SIGINT, SIGTERM, SIGHUP}) ::signal(s, SIG_DFL);  // forward_signals' handlers, as exec resets them
