@@ -121,6 +121,76 @@ TEST_CASE("fp16 / bf16: a NaN result is the canonical quiet NaN on every rank, w
       }
 }
 
+// A user's op on fp16/bf16 that takes floats (typed `float`, or generic where it cannot take the
+// narrow type: collx::half has no arithmetic) runs in fp32 as the built-ins do: each element widened
+// when read, partial results in fp32, the result rounded once. One typed on the narrow type gets
+// narrow operands and rounds at every step, as it asks. The inputs are integers whose sums fp32
+// holds exactly, so any bracketing gives the exact sum, and the reference is that sum rounded once;
+// rank 0's large values make the narrow type's step-by-step rounding differ from it (checked).
+template <class T, class Op>
+void user_op_runs_in_fp32(int n, std::size_t count, collx::algorithm a, Op op, bool expect_fp32) {
+  INFO(typeid(T).name() << " n " << n << " count " << count << " " << collx::algorithm_name(a) << " fp32 " << expect_fp32);
+  static_assert(collx::reduction_op<Op, T>);
+  const bool half = std::is_same_v<T, collx::half>;
+  const float big = half ? 2048.0f : 256.0f;  // from here the type's spacing is 2: odd partial sums round
+  auto input = [&](int r, std::size_t i) {
+    return r == 0 ? big + static_cast<float>(2 * ((i * 7) % 97 % (half ? 97 : 60)))
+                  : static_cast<float>((static_cast<std::size_t>(r) * 5 + i) % 4 + 1);
+  };
+  std::vector<std::vector<T>> out(static_cast<std::size_t>(n));
+  ref::run_ranks(
+      n,
+      [&](collx::communicator& c) {
+        std::vector<T> x(count), y(count, T::from_bits(0x7bff));
+        for (std::size_t i = 0; i < count; ++i) x[i] = T(input(c.rank(), i));
+        collx::allreduce<collx::algo::automatic>(c, std::span<const T>(x), std::span<T>(y), op);
+        out[static_cast<std::size_t>(c.rank())] = y;
+      },
+      ref::forcing(a));
+  std::size_t wrong = 0, steps_differ = 0;
+  std::string first_wrong;
+  for (std::size_t i = 0; i < count; ++i) {
+    double exact = 0;
+    T stepwise = T(input(0, i));  // rank order, rounded at each step: what a narrow op computes (direct)
+    for (int r = 0; r < n; ++r) {
+      exact += input(r, i);
+      if (r > 0) stepwise = T(static_cast<float>(stepwise) + input(r, i));
+    }
+    const T once = T(static_cast<float>(exact));
+    steps_differ += stepwise.bits != once.bits;
+    const std::uint16_t want = expect_fp32 ? once.bits : stepwise.bits;
+    for (int r = 0; r < n; ++r)
+      if (out[static_cast<std::size_t>(r)][i].bits != want && wrong++ == 0)
+        first_wrong = "element " + std::to_string(i) + " rank " + std::to_string(r) + " got " +
+                      std::to_string(out[static_cast<std::size_t>(r)][i].bits) + ", want " + std::to_string(want);
+  }
+  INFO(first_wrong);
+  CHECK(wrong == 0);
+  if (n > 2 && count > 50) CHECK(steps_differ * 5 > count);  // the two roundings do differ on these inputs (n 3: 24%)
+}
+
+TEST_CASE("fp16 / bf16: a user op taking floats runs in fp32 and rounds once; one taking half rounds each step", "[collectives][types]") {
+  const auto float_sum = [](float a, float b) { return a + b; };
+  // Generic, with its result in the signature: probing it on bfloat16 operands fails quietly (a
+  // deduced `auto` result would make that probe a hard error: bfloat16 has no `+`).
+  const auto generic_sum = [](auto a, auto b) -> decltype(a + b) { return a + b; };
+  const auto half_sum = [](collx::half a, collx::half b) { return collx::half(static_cast<float>(a) + static_cast<float>(b)); };
+  static_assert(collx::detail::op_runs_in_fp32<decltype(float_sum), collx::half> &&
+                collx::detail::op_runs_in_fp32<decltype(generic_sum), collx::bfloat16> &&
+                !collx::detail::op_runs_in_fp32<decltype(half_sum), collx::half> &&
+                !collx::detail::op_runs_in_fp32<decltype(float_sum), float>);
+  for (int n : {2, 3, 5})
+    for (std::size_t count : {std::size_t{1}, std::size_t{97}, std::size_t{40001}}) {
+      for (collx::algorithm a : {collx::algorithm::tree, collx::algorithm::direct}) {
+        user_op_runs_in_fp32<collx::half>(n, count, a, float_sum, true);
+        user_op_runs_in_fp32<collx::bfloat16>(n, count, a, generic_sum, true);
+      }
+      user_op_runs_in_fp32<collx::half>(n, count, collx::algorithm::ring, collx::commutative_op{float_sum}, true);
+      user_op_runs_in_fp32<collx::bfloat16>(n, count, collx::algorithm::ring, collx::commutative_op{generic_sum}, true);
+      user_op_runs_in_fp32<collx::half>(n, count, collx::algorithm::direct, half_sum, false);
+    }
+}
+
 // =============================================================================================
 // Counts
 

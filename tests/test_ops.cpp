@@ -141,6 +141,28 @@ static_assert(collx::detail::op_call_is_const<rvalue_op, double> &&
 static_assert(collx::reduction_op<by_value_op, double> &&
               collx::reduction_op<collx::commutative_op<by_value_op>, double>);
 
+// Ops that lose element values silently are refused (detail::op_narrows_elements, a static_assert
+// in every reduction): by their parameters, and by their result, a generic lambda's too.
+namespace {
+inline constexpr auto int_result_generic = [](auto a, auto b) { return int(a + b); };
+inline constexpr auto float_result_on_double = [](double a, double b) -> float { return float(a + b); };
+inline constexpr auto float_inside_generic = [](auto a, auto b) { return float(a) + float(b); };
+inline constexpr auto promoting_generic = [](auto a, auto b) { return a + b; };  // int8 + int8 is an int
+inline constexpr auto wider_parameters = [](double a, double b) { return a + b; };
+inline constexpr auto int_parameters = [](int a, int b) { return a + b; };
+inline constexpr auto float_to_int = [](float a, float b) { return static_cast<int>(a + b); };
+template <class L, class T>
+constexpr bool narrows = collx::detail::op_narrows_elements<std::remove_const_t<L>, T>;
+}  // namespace
+static_assert(narrows<decltype(int_result_generic), float> && narrows<decltype(float_result_on_double), double> &&
+              narrows<decltype(float_inside_generic), double> && narrows<decltype(int_parameters), float>);
+static_assert(!narrows<decltype(promoting_generic), std::int8_t> && !narrows<decltype(wider_parameters), float> &&
+              !narrows<decltype(float_inside_generic), float> && !narrows<decltype(int_result_generic), int>);
+// On narrow floats an op taking floats runs in fp32, and is checked against fp32 operands.
+static_assert(!narrows<decltype(wider_parameters), half> && narrows<decltype(float_to_int), half> &&
+              narrows<decltype(int_parameters), bfloat16>);
+static_assert(!narrows<ops::sum, float> && !narrows<ops::max, double> && !narrows<ops::avg, half>);
+
 // Bitwise ops on integers only.
 static_assert(collx::reduction_op<ops::band, int> && collx::reduction_op<ops::bxor, std::uint8_t> &&
               collx::reduction_op<ops::bor, std::int64_t>);

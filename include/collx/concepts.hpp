@@ -8,6 +8,8 @@
 #include <span>
 #include <type_traits>
 
+#include <collx/ops.hpp>  // op_operand_t: the operands an op gets (fp32 for some ops on narrow floats)
+
 namespace collx {
 inline namespace v0 {
 
@@ -36,15 +38,17 @@ concept op_call_is_const =
 template <class Op, class T>
 concept op_takes_const_operands =
     !std::invocable<Op&, T&, T&> || std::invocable<Op&, const T&, const T&>;  // take `const T&`, `T` or `auto` operands, not `T&`
-template <class Op, class T>
-concept op_returns_element = requires(const Op& op, const T& a, const T& b) {
-  { op(a, b) } -> std::convertible_to<T>;  // op(a, b) on const T& operands must return T; ops::sum etc. need arithmetic T
+template <class Op, class T, class U = op_operand_t<Op, T>>  // U: T, or float for an op on narrow floats that runs in fp32
+concept op_returns_element = requires(const Op& op, const U& a, const U& b) {
+  { op(a, b) } -> std::convertible_to<U>;  // op(a, b) takes two const T& and returns T; built-ins: sum/prod/avg need arithmetic or complex T, min/max ordered T, band/bor/bxor integer T
 };
 }  // namespace detail
 
 /// A reduction op on T: `op(a, b)` with `const T&` operands returns something convertible to T, and
-/// Op is trivially copyable (so it can be passed to a GPU kernel by value). Associativity is
-/// assumed, as MPI does, and not checked. Commutativity is declared (see collx::op_traits).
+/// Op is trivially copyable (so it can be passed to a GPU kernel by value). On narrow floats
+/// (collx::half, bfloat16, CUDA's __half, __nv_bfloat16) an op may instead take and return float:
+/// it then runs in fp32 (detail::op_runs_in_fp32). Associativity is assumed, as MPI does, and not
+/// checked. Commutativity is declared (see collx::op_traits).
 /// The requirements are separate concepts so that a compile error names the one an op misses: a
 /// `mutable` lambda, `T&` parameters, a capture that owns memory, or an op with no meaning on T.
 template <class Op, class T>
@@ -57,6 +61,11 @@ template <class R>
 inline constexpr bool is_dynamic_span = false;
 template <class T>
 inline constexpr bool is_dynamic_span<std::span<T>> = true;
+/// std::ranges' contiguous_range and sized_range as one value, not a concept: where a call's
+/// argument is not a buffer (an op in a buffer's place among an overload set's candidates), a
+/// compiler then notes one line, not a page of std::ranges' internals.
+template <class R>
+inline constexpr bool is_contiguous_sized_range = std::ranges::contiguous_range<R> && std::ranges::sized_range<R>;
 }  // namespace detail
 
 /// A buffer given as a contiguous, sized range of elements: std::vector<T>, std::array<T, N>,
@@ -66,7 +75,7 @@ inline constexpr bool is_dynamic_span<std::span<T>> = true;
 /// Sizes are the ranges' sizes, in elements; nothing is resized. Not of volatile elements
 /// (range_value_t drops the volatile of `volatile int[4]`; collx moves elements as bytes).
 template <class R>
-concept contiguous_buffer = std::ranges::contiguous_range<R> && std::ranges::sized_range<R> &&
+concept contiguous_buffer = detail::is_contiguous_sized_range<R> &&  // a buffer: a vector, array, span or C array
                             element<std::ranges::range_value_t<R>> &&
                             !std::is_volatile_v<std::remove_reference_t<std::ranges::range_reference_t<R>>>;
 

@@ -260,15 +260,22 @@ inline constexpr bool arithmetic_narrows = [] {
   else return !requires(const From& f) { To{f}; };
 }();
 
-/// Whether passing a T to parameter type P, or returning R where T is expected, loses values the
-/// op is likely not meant to lose: arithmetic (or enum) parameters the elements narrow into
-/// (arithmetic_narrows), or an integral result on floating elements. Class types convert as the
-/// concept already checks.
-template <class T, class R, class... P>
-inline constexpr bool signature_narrows =
+/// Whether passing a T to parameter type P loses values the op is likely not meant to lose:
+/// arithmetic (or enum) parameters the elements narrow into (arithmetic_narrows). Class types
+/// convert as the concept already checks.
+template <class T, class... P>
+inline constexpr bool parameters_narrow =
     ((std::is_arithmetic_v<T> && (std::is_arithmetic_v<std::remove_cvref_t<P>> || std::is_enum_v<std::remove_cvref_t<P>>) &&
-      arithmetic_narrows<T, std::remove_cvref_t<P>>) || ...) ||
-    (std::is_floating_point_v<T> && std::is_integral_v<std::remove_cvref_t<R>>);
+      arithmetic_narrows<T, std::remove_cvref_t<P>>) || ...);
+
+/// Whether an op's result of type R, where a T is expected, loses values the op is likely not meant
+/// to lose: an integral result on floating elements, or a floating one with a shorter significand
+/// (float on double elements). Integral results on integral elements are accepted: `a + b` on int8
+/// elements is an int (C++'s promotion), and converting it back wraps as the built-ins do.
+template <class T, class R>
+inline constexpr bool result_narrows =
+    std::is_floating_point_v<T> &&
+    (std::is_integral_v<R> || (std::is_floating_point_v<R> && std::numeric_limits<R>::digits < std::numeric_limits<T>::digits));
 
 /// The call signature of an op that has exactly one: a function pointer, or a class with one
 /// non-template operator() (a lambda with typed parameters). None (`known` false) for generic
@@ -281,9 +288,12 @@ struct call_parameters {
 template <class R, class... P>
 struct call_parameters<R (*)(P...)> {
   static constexpr bool known = true;  ///< returns R, takes P...
-  /// signature_narrows for elements of type T.
+  /// parameters_narrow for elements of type T.
   template <class T>
-  static constexpr bool narrows = signature_narrows<T, R, P...>;
+  static constexpr bool narrows = parameters_narrow<T, P...>;
+  /// Whether a parameter is of type T itself (by value or reference).
+  template <class T>
+  static constexpr bool takes = (std::is_same_v<std::remove_cvref_t<P>, T> || ...);
 };
 /// A noexcept function pointer's signature.
 template <class R, class... P>
@@ -313,15 +323,47 @@ struct op_parameters<Op> : call_parameters<decltype(&Op::operator())> {};
 template <class F>
 struct op_parameters<commutative_op<F>> : op_parameters<F> {};
 
-/// An op whose single signature loses element values silently (signature_narrows): an op taking
-/// `int` on float elements truncates every value (0.75 + 0.75 = 0), `float` on int32 elements
-/// rounds those above 2^24, `int` on unsigned ones changes their sign, one returning `int` on
-/// float elements truncates its results. The collectives refuse it at compile time. Wider
-/// parameters (double on float or int32 elements) and generic lambdas are accepted.
+/// Whether a user's op reduces narrow-float elements T (collx::half, collx::bfloat16, CUDA's __half
+/// and __nv_bfloat16) in fp32, as the built-in ops do: it takes float operands and returns what
+/// converts to float, and either its parameters are typed and not T (`float`, `double`), or it is
+/// generic and cannot take T operands and return T (collx::half has no arithmetic: `[](auto a,
+/// auto b) -> decltype(a + b)` works on floats only; CUDA's __half has, and then stays __half; a
+/// generic op whose result is a deduced `auto` is probed on T first, a hard error where its body
+/// does not compile for T). collx then widens each
+/// element to fp32 when it reads it, passes the op fp32 operands, keeps every partial result (sent
+/// ones too) in fp32, and rounds once when it writes the result. An op whose parameters are T gets
+/// T operands and rounds at each step, as it asks.
+template <class Op, class T>
+inline constexpr bool op_runs_in_fp32 = [] {
+  if constexpr (!is_narrow_float_v<T>) return false;
+  else if constexpr (op_parameters<Op>::known)
+    return !op_parameters<Op>::template takes<std::remove_cv_t<T>> &&
+           std::is_invocable_r_v<float, const Op&, const float&, const float&>;
+  // Generic: tried on T first, and on floats only if that fails (its body may be meant for T only).
+  else if constexpr (std::is_invocable_r_v<T, const Op&, const T&, const T&>) return false;
+  else return std::is_invocable_r_v<float, const Op&, const float&, const float&>;
+}();
+
+/// The operand type collx passes an op on elements of type T: float where op_runs_in_fp32, T
+/// otherwise.
+template <class Op, class T>
+using op_operand_t = std::conditional_t<op_runs_in_fp32<Op, T>, float, T>;
+
+/// An op that loses element values silently: parameters the operands narrow into
+/// (parameters_narrow: an op taking `int` on float elements truncates every value, 0.75 + 0.75 = 0;
+/// `float` on int32 elements rounds those above 2^24; `int` on unsigned ones changes their sign),
+/// or a result that narrows them (result_narrows: `int` on float elements, `float` on double ones),
+/// generic lambdas' results included. The collectives refuse it at compile time. Wider parameters
+/// (double on float or int32 elements) are accepted. Operands are op_operand_t (fp32 where the op
+/// runs in fp32 on narrow floats).
 template <class Op, class T>
 inline constexpr bool op_narrows_elements = [] {
-  if constexpr (op_parameters<Op>::known) return op_parameters<Op>::template narrows<T>;
-  else return false;
+  using operand = op_operand_t<Op, T>;
+  bool narrows = false;
+  if constexpr (op_parameters<Op>::known) narrows = op_parameters<Op>::template narrows<operand>;
+  if constexpr (std::is_invocable_v<const Op&, const operand&, const operand&>)
+    narrows = narrows || result_narrows<operand, std::remove_cvref_t<std::invoke_result_t<const Op&, const operand&, const operand&>>>;
+  return narrows;
 }();
 }  // namespace detail
 

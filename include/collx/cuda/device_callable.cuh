@@ -13,7 +13,7 @@ inline namespace v0 {
 namespace gpu {
 
 /// Names, in device-only code, the user code a reduction of T with Op calls on the device: op(T, T)
-/// and, for narrow floats, narrow_float<T>'s widen and narrow. A host-only one is then a hard error
+/// (op(float, float) where it runs in fp32) and, for narrow floats, narrow_float<T>'s widen and narrow. A host-only one is then a hard error
 /// ("calling a __host__ function from a __device__ function") where the kernel is instantiated,
 /// instead of a kernel that nvcc compiles to nothing: collx's shared host/device functions turn that
 /// check off (COLLX_NV_EXEC_CHECK_DISABLE) so that host code in .cu files may use host-only ops.
@@ -21,8 +21,12 @@ namespace gpu {
 template <class T, class Op>
 __device__ void require_device_callable(const Op& op, const T& x) {
   // Not callable at all: the collective's own static_assert has said so; no second error here.
-  if constexpr (std::is_invocable_v<const Op&, const T&, const T&>)
+  if constexpr (collx::detail::op_runs_in_fp32<Op, T>) {  // it gets fp32 operands
+    const float v = narrow_float<T>::widen(x);
+    (void)op(v, v);  // An error here: the op needs a __device__ (or __host__ __device__) call operator.
+  } else if constexpr (std::is_invocable_v<const Op&, const T&, const T&>) {
     (void)op(x, x);  // An error here: the op needs a __device__ (or __host__ __device__) call operator.
+  }
   if constexpr (is_narrow_float_v<T>)  // An error here: narrow_float<T> needs __device__ widen and narrow.
     (void)narrow_float<T>::narrow(narrow_float<T>::widen(x));
 }

@@ -22,10 +22,11 @@ inline constexpr bool is_builtin_arith_op_v =
     std::is_same_v<Op, ops::max> || std::is_same_v<Op, ops::avg>;
 
 /// Reduction of T with Op. Partial results have type `acc` (fp32 for narrow floats under built-in
-/// ops, T otherwise); `finalize` turns a complete result into the value written to the user.
+/// ops and user ops that take floats: op_runs_in_fp32; T otherwise); `finalize` turns a complete
+/// result into the value written to the user.
 template <class T, class Op>
 struct reduction {
-  static constexpr bool widened = is_narrow_float_v<T> && is_builtin_arith_op_v<Op>;
+  static constexpr bool widened = is_narrow_float_v<T> && (is_builtin_arith_op_v<Op> || op_runs_in_fp32<Op, T>);
   using acc = std::conditional_t<widened, float, T>;
   /// Whether results need more than a copy when written (rounding or the avg division).
   static constexpr bool needs_finalize = widened || op_traits<Op>::is_avg;
@@ -39,7 +40,7 @@ struct reduction {
   COLLX_HOST_DEVICE static constexpr acc combine(const Op& op, const acc& a, const acc& b) {
     if constexpr (widened) {
       if constexpr (std::is_same_v<Op, ops::avg>) return ops::sum{}(a, b);
-      else return op(a, b);
+      else return static_cast<acc>(op(a, b));
     } else if constexpr (std::is_invocable_v<const Op&, const T&, const T&>) {
       return static_cast<T>(op(a, b));
     } else {
