@@ -1610,8 +1610,7 @@ inline constexpr bool device_only_lambda =
 /// An op whose call operator is not const (a mutable lambda, an operator() not marked const): the
 /// collectives call ops through a const reference.
 template <class Op, class T>
-inline constexpr bool non_const_call_op =
-    element<T> && std::is_invocable_v<Op&, const T&, const T&> && !std::is_invocable_v<const Op&, const T&, const T&>;
+inline constexpr bool non_const_call_op = element<T> && !collx::detail::op_call_is_const<Op, T>;
 /// What check_reduction_types refuses, each with its own message: the collectives' "Op must be a
 /// reduction op" assertion then stays quiet (one error, not two).
 template <class T, class Op>
