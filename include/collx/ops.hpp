@@ -329,10 +329,10 @@ struct op_parameters<commutative_op<F>> : op_parameters<F> {};
 /// generic and cannot take T operands and return T (collx::half has no arithmetic: `[](auto a,
 /// auto b) -> decltype(a + b)` works on floats only; CUDA's __half has, and then stays __half; a
 /// generic op whose result is a deduced `auto` is probed on T first, a hard error where its body
-/// does not compile for T). collx then widens each
-/// element to fp32 when it reads it, passes the op fp32 operands, keeps every partial result (sent
-/// ones too) in fp32, and rounds once when it writes the result. An op whose parameters are T gets
-/// T operands and rounds at each step, as it asks.
+/// does not compile for T). collx then widens each element to fp32 when it reads it, passes the op
+/// fp32 operands, keeps every partial result (sent ones too) in fp32, and rounds once when it
+/// writes the result. An op whose parameters are T gets T operands and rounds at each step, as it
+/// asks.
 template <class Op, class T>
 inline constexpr bool op_runs_in_fp32 = [] {
   if constexpr (!is_narrow_float_v<T>) return false;
