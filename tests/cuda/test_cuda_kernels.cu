@@ -287,9 +287,22 @@ TEST_CASE("gpu reduce: half and bfloat16 accumulate in fp32 and round once", "[g
   check_reduce<__nv_bfloat16, E, E, E>(ops::min{}, 1);
 }
 
+namespace {
+/// A user op taking floats (non-commutative): on half and bfloat16 it runs in fp32 as the built-ins
+/// do (detail::op_runs_in_fp32), with fp32 partials between steps.
+struct halve_then_add {
+  __host__ __device__ float operator()(float a, float b) const { return a * 0.5f + b; }
+};
+static_assert(collx::detail::reduction<collx::half, halve_then_add>::widened &&
+              collx::detail::reduction<__nv_bfloat16, halve_then_add>::widened);
+}  // namespace
+
 TEST_CASE("gpu reduce: user ops and struct types, a[i] the left operand", "[gpu][cuda]") {
   check_reduce<affine, E, E, E>(then_op{}, 1);                 // non-commutative, vector path
   check_reduce<triple, E, E, E>(triple_op{}, 1);               // 12-byte struct, scalar path
+  check_reduce<collx::half, E, E, P>(halve_then_add{}, 1);     // a float op on half: fp32 partials
+  check_reduce<collx::half, P, P, E>(halve_then_add{}, 1);     //   rounded once at the end
+  check_reduce<__nv_bfloat16, E, E, E>(halve_then_add{}, 1);
 }
 
 TEST_CASE("gpu convert: widen, finalise and copy", "[gpu][cuda]") {
