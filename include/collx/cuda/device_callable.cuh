@@ -13,7 +13,8 @@ inline namespace v0 {
 namespace gpu {
 
 /// Names, in device-only code, the user code a reduction of T with Op calls on the device: op(T, T)
-/// (op(float, float) where it runs in fp32) and, for narrow floats, narrow_float<T>'s widen and narrow. A host-only one is then a hard error
+/// (op(float, float) where it runs in fp32) and, for narrow floats, narrow_float<T>'s widen and
+/// narrow. A host-only one is then a hard error
 /// ("calling a __host__ function from a __device__ function") where the kernel is instantiated,
 /// instead of a kernel that nvcc compiles to nothing: collx's shared host/device functions turn that
 /// check off (COLLX_NV_EXEC_CHECK_DISABLE) so that host code in .cu files may use host-only ops.
