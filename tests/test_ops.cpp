@@ -140,6 +140,18 @@ static_assert(collx::detail::op_call_is_const<rvalue_op, double> &&
               !collx::detail::op_returns_element<rvalue_op, double>);
 static_assert(collx::reduction_op<by_value_op, double> &&
               collx::reduction_op<collx::commutative_op<by_value_op>, double>);
+// On half, an op taking floats is checked with float operands too: a mutable one, or one taking
+// `float&`, is named as such (not as an op with no meaning on half).
+namespace {
+inline constexpr auto mutable_float_lambda = [n = 0](float a, float b) mutable { ++n; return a + b; };
+inline constexpr auto float_ref_lambda = [](float& a, float& b) { return a + b; };
+using mutable_float_op = std::remove_const_t<decltype(mutable_float_lambda)>;
+using float_ref_op = std::remove_const_t<decltype(float_ref_lambda)>;
+}  // namespace
+static_assert(!collx::detail::op_call_is_const<mutable_float_op, half> &&
+              collx::detail::op_takes_const_operands<mutable_float_op, half> && !collx::reduction_op<mutable_float_op, half>);
+static_assert(collx::detail::op_call_is_const<float_ref_op, bfloat16> &&
+              !collx::detail::op_takes_const_operands<float_ref_op, bfloat16> && !collx::reduction_op<float_ref_op, bfloat16>);
 
 // Ops that lose element values silently are refused (detail::op_narrows_elements, a static_assert
 // in every reduction): by their parameters, and by their result, a generic lambda's too.

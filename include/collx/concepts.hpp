@@ -32,12 +32,20 @@ namespace detail {
 template <class Op>
 concept op_trivially_copyable =
     std::is_trivially_copyable_v<Op>;  // collx copies the op (into GPU kernels too): capture values or pointers, not a std::string or vector
+template <class Op, class U>
+concept call_is_const_on =
+    !std::invocable<Op&, U&, U&> || std::invocable<const Op&, U&, U&>;  // operator() must be const: no `mutable` lambda (keep state outside the op)
+template <class Op, class U>
+concept takes_const_operands_of =
+    !std::invocable<Op&, U&, U&> || std::invocable<Op&, const U&, const U&>;  // take `const T&`, `T` or `auto` operands, not `T&`
+/// The operand types an op on T is tried with for the two checks above: T, and float too on
+/// narrow floats (an op may take floats there: op_runs_in_fp32).
+template <class T>
+using probe_operand_t = std::conditional_t<is_narrow_float_v<T>, float, T>;
 template <class Op, class T>
-concept op_call_is_const =
-    !std::invocable<Op&, T&, T&> || std::invocable<const Op&, T&, T&>;  // operator() must be const: no `mutable` lambda (keep state outside the op)
+concept op_call_is_const = call_is_const_on<Op, T> && call_is_const_on<Op, probe_operand_t<T>>;
 template <class Op, class T>
-concept op_takes_const_operands =
-    !std::invocable<Op&, T&, T&> || std::invocable<Op&, const T&, const T&>;  // take `const T&`, `T` or `auto` operands, not `T&`
+concept op_takes_const_operands = takes_const_operands_of<Op, T> && takes_const_operands_of<Op, probe_operand_t<T>>;
 template <class Op, class T, class U = op_operand_t<Op, T>>  // U: T, or float for an op on narrow floats that runs in fp32
 concept op_returns_element = requires(const Op& op, const U& a, const U& b) {
   { op(a, b) } -> std::convertible_to<U>;  // op(a, b) takes two const T& and returns T; built-ins: sum/prod/avg need arithmetic or complex T, min/max ordered T, band/bor/bxor integer T
