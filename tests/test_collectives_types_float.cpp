@@ -124,7 +124,8 @@ TEST_CASE("fp16 / bf16: a NaN result is the canonical quiet NaN on every rank, w
 // A user's op on fp16/bf16 that takes floats (typed `float`, or generic where it cannot take the
 // narrow type: collx::half has no arithmetic) runs in fp32 as the built-ins do: each element widened
 // when read, partial results in fp32, the result rounded once. One typed on the narrow type gets
-// narrow operands and rounds at every step, as it asks. The inputs are integers whose sums fp32
+// narrow operands and rounds at every step, as it asks, and so does one that takes floats and returns
+// the narrow type (its results are rounded). The inputs are integers whose sums fp32
 // holds exactly, so any bracketing gives the exact sum, and the reference is that sum rounded once;
 // rank 0's large values make the narrow type's step-by-step rounding differ from it (checked).
 template <class T, class Op>
@@ -169,12 +170,18 @@ void user_op_runs_in_fp32(int n, std::size_t count, collx::algorithm a, Op op, b
   if (n > 2 && count > 50) CHECK(steps_differ * 5 > count);  // the two roundings do differ on these inputs (n 3: 24%)
 }
 
-TEST_CASE("fp16 / bf16: a user op taking floats runs in fp32 and rounds once; one taking half rounds each step", "[collectives][types]") {
+TEST_CASE("fp16 / bf16: a user op taking floats runs in fp32 and rounds once; one taking or returning half rounds each step", "[collectives][types]") {
   const auto float_sum = [](float a, float b) { return a + b; };
   // Generic, with its result in the signature: probing it on bfloat16 operands fails quietly (a
   // deduced `auto` result would make that probe a hard error: bfloat16 has no `+`).
   const auto generic_sum = [](auto a, auto b) -> decltype(a + b) { return a + b; };
   const auto half_sum = [](collx::half a, collx::half b) { return collx::half(static_cast<float>(a) + static_cast<float>(b)); };
+  // Takes floats, returns the narrow type: fp32 operands, each step's result rounded, as written.
+  const auto float_to_half_sum = [](float a, float b) { return collx::half(a + b); };
+  const auto float_to_bf16_sum = [](float a, float b) -> collx::bfloat16 { return collx::bfloat16(a + b); };
+  static_assert(collx::detail::op_runs_in_fp32<decltype(float_to_half_sum), collx::half> &&
+                collx::detail::op_runs_in_fp32<decltype(float_to_bf16_sum), collx::bfloat16> &&
+                !collx::reduction_op<decltype(float_to_half_sum), collx::bfloat16>);  // a half is no bfloat16
   static_assert(collx::detail::op_runs_in_fp32<decltype(float_sum), collx::half> &&
                 collx::detail::op_runs_in_fp32<decltype(generic_sum), collx::bfloat16> &&
                 !collx::detail::op_runs_in_fp32<decltype(half_sum), collx::half> &&
@@ -188,6 +195,8 @@ TEST_CASE("fp16 / bf16: a user op taking floats runs in fp32 and rounds once; on
       user_op_runs_in_fp32<collx::half>(n, count, collx::algorithm::ring, collx::commutative_op{float_sum}, true);
       user_op_runs_in_fp32<collx::bfloat16>(n, count, collx::algorithm::ring, collx::commutative_op{generic_sum}, true);
       user_op_runs_in_fp32<collx::half>(n, count, collx::algorithm::direct, half_sum, false);
+      user_op_runs_in_fp32<collx::half>(n, count, collx::algorithm::direct, float_to_half_sum, false);
+      user_op_runs_in_fp32<collx::bfloat16>(n, count, collx::algorithm::direct, float_to_bf16_sum, false);
     }
 }
 

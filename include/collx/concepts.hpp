@@ -46,16 +46,20 @@ template <class Op, class T>
 concept op_call_is_const = call_is_const_on<Op, T> && call_is_const_on<Op, probe_operand_t<T>>;
 template <class Op, class T>
 concept op_takes_const_operands = takes_const_operands_of<Op, T> && takes_const_operands_of<Op, probe_operand_t<T>>;
+/// An op's result R can stand for a partial result of operand type U on elements T: it converts to
+/// U, or, on narrow floats where the op takes floats, it is a T (rounded each step: fp32_op_result).
+template <class R, class U, class T>
+concept partial_result_of = std::convertible_to<R, U> || (is_narrow_float_v<T> && std::same_as<U, float> && std::same_as<std::remove_cvref_t<R>, T>);
 template <class Op, class T, class U = op_operand_t<Op, T>>  // U: T, or float for an op on narrow floats that runs in fp32
 concept op_returns_element = requires(const Op& op, const U& a, const U& b) {
-  { op(a, b) } -> std::convertible_to<U>;  // op(a, b) takes two const T& and returns T; built-ins: sum/prod/avg need arithmetic or complex T, min/max ordered T, band/bor/bxor integer T
+  { op(a, b) } -> partial_result_of<U, T>;  // op(a, b) takes two const T& and returns T; built-ins: sum/prod/avg need arithmetic or complex T, min/max ordered T, band/bor/bxor integer T
 };
 }  // namespace detail
 
 /// A reduction op on T: `op(a, b)` with `const T&` operands returns something convertible to T, and
 /// Op is trivially copyable (so it can be passed to a GPU kernel by value). On narrow floats
-/// (collx::half, bfloat16, CUDA's __half, __nv_bfloat16) an op may instead take and return float:
-/// it then runs in fp32 (detail::op_runs_in_fp32). Associativity is assumed, as MPI does, and not
+/// (collx::half, bfloat16, CUDA's __half, __nv_bfloat16) an op may instead take float and return
+/// float or T: it then gets fp32 operands (detail::op_runs_in_fp32). Associativity is assumed, as MPI does, and not
 /// checked. Commutativity is declared (see collx::op_traits).
 /// The requirements are separate concepts so that a compile error names the one an op misses: a
 /// `mutable` lambda, `T&` parameters, a capture that owns memory, or an op with no meaning on T.

@@ -323,25 +323,36 @@ struct op_parameters<Op> : call_parameters<decltype(&Op::operator())> {};
 template <class F>
 struct op_parameters<commutative_op<F>> : op_parameters<F> {};
 
+/// Whether op(float, float) returns what an fp32 partial result can be made of: a value that
+/// converts to float, or a T itself (`(float a, float b) -> collx::half` rounds each step's result
+/// to T, as it asks; collx::half converts to float explicitly only).
+template <class Op, class T>
+inline constexpr bool fp32_op_result = [] {
+  if constexpr (!std::is_invocable_v<const Op&, const float&, const float&>) return false;
+  else {
+    using R = std::remove_cvref_t<std::invoke_result_t<const Op&, const float&, const float&>>;
+    return std::is_convertible_v<R, float> || std::is_same_v<R, std::remove_cv_t<T>>;
+  }
+}();
+
 /// Whether a user's op reduces narrow-float elements T (collx::half, collx::bfloat16, CUDA's __half
 /// and __nv_bfloat16) in fp32, as the built-in ops do: it takes float operands and returns what
-/// converts to float, and either its parameters are typed and not T (`float`, `double`), or it is
+/// converts to float or a T (fp32_op_result), and either its parameters are typed and not T (`float`, `double`), or it is
 /// generic and cannot take T operands and return T (collx::half has no arithmetic: `[](auto a,
 /// auto b) -> decltype(a + b)` works on floats only; CUDA's __half has, and then stays __half; a
 /// generic op whose result is a deduced `auto` is probed on T first, a hard error where its body
 /// does not compile for T). collx then widens each element to fp32 when it reads it, passes the op
 /// fp32 operands, keeps every partial result (sent ones too) in fp32, and rounds once when it
 /// writes the result. An op whose parameters are T gets T operands and rounds at each step, as it
-/// asks.
+/// asks; so does one that takes floats and returns T (its results are T, widened exactly).
 template <class Op, class T>
 inline constexpr bool op_runs_in_fp32 = [] {
   if constexpr (!is_narrow_float_v<T>) return false;
   else if constexpr (op_parameters<Op>::known)
-    return !op_parameters<Op>::template takes<std::remove_cv_t<T>> &&
-           std::is_invocable_r_v<float, const Op&, const float&, const float&>;
+    return !op_parameters<Op>::template takes<std::remove_cv_t<T>> && fp32_op_result<Op, T>;
   // Generic: tried on T first, and on floats only if that fails (its body may be meant for T only).
   else if constexpr (std::is_invocable_r_v<T, const Op&, const T&, const T&>) return false;
-  else return std::is_invocable_r_v<float, const Op&, const float&, const float&>;
+  else return fp32_op_result<Op, T>;
 }();
 
 /// The operand type collx passes an op on elements of type T: float where op_runs_in_fp32, T
