@@ -1,5 +1,7 @@
 // Every floating element type x every built-in op, rounding of fp16/bf16 at the edges, and data
 // movement for every type (tests/collectives_checks.hpp; split from test_collectives.cpp).
+#include <functional>
+
 #include "collectives_checks.hpp"
 
 TEMPLATE_TEST_CASE("allreduce, reduce_scatter, reduce: every floating type x every built-in op at n = 3, 5",
@@ -66,6 +68,28 @@ struct collx::narrow_float<user_half> : std::true_type {
   static user_half narrow(float f) noexcept { return user_half(f); }
 };
 
+// A user's 16-bit float with arithmetic and implicit conversions to and from float, as CUDA's
+// __half has: a generic op on it runs in fp32 all the same, and one typed on it rounds each step.
+namespace {
+struct arith_half {
+  std::uint16_t bits = 0;
+  static arith_half from_bits(std::uint16_t b) {
+    arith_half h;
+    h.bits = b;
+    return h;
+  }
+  arith_half() = default;
+  arith_half(float f) : bits(collx::detail::float_to_half_bits(f)) {}  // NOLINT: implicit, as __half's
+  operator float() const { return collx::detail::half_bits_to_float(bits); }  // NOLINT: implicit, as __half's
+  friend arith_half operator+(arith_half a, arith_half b) { return arith_half(float(a) + float(b)); }
+};
+}  // namespace
+template <>
+struct collx::narrow_float<arith_half> : std::true_type {
+  static float widen(arith_half h) noexcept { return h; }
+  static arith_half narrow(float f) noexcept { return f; }
+};
+
 // Two different NaNs meeting in an fp16/bf16 sum kept the payload of whichever operand the
 // compiler's `+` put first, which differed between ranks' code paths (3 thread ranks, direct:
 // 7f4f, 7f4f, 7e81). A NaN result is now the canonical quiet NaN on every rank, as min/max give.
@@ -121,8 +145,8 @@ TEST_CASE("fp16 / bf16: a NaN result is the canonical quiet NaN on every rank, w
       }
 }
 
-// A user's op on fp16/bf16 that takes floats (typed `float`, or generic where it cannot take the
-// narrow type: collx::half has no arithmetic) runs in fp32 as the built-ins do: each element widened
+// A user's op on fp16/bf16 that takes floats (typed `float`, or generic: collx::half has no
+// arithmetic) runs in fp32 as the built-ins do: each element widened
 // when read, partial results in fp32, the result rounded once. One typed on the narrow type gets
 // narrow operands and rounds at every step, as it asks, and so does one that takes floats and returns
 // the narrow type (its results are rounded). The inputs are integers whose sums fp32
@@ -132,7 +156,7 @@ template <class T, class Op>
 void user_op_runs_in_fp32(int n, std::size_t count, collx::algorithm a, Op op, bool expect_fp32) {
   INFO(typeid(T).name() << " n " << n << " count " << count << " " << collx::algorithm_name(a) << " fp32 " << expect_fp32);
   static_assert(collx::reduction_op<Op, T>);
-  const bool half = std::is_same_v<T, collx::half>;
+  const bool half = !std::is_same_v<T, collx::bfloat16>;  // binary16
   const float big = half ? 2048.0f : 256.0f;  // from here the type's spacing is 2: odd partial sums round
   auto input = [&](int r, std::size_t i) {
     return r == 0 ? big + static_cast<float>(2 * ((i * 7) % 97 % (half ? 97 : 60)))
@@ -172,10 +196,14 @@ void user_op_runs_in_fp32(int n, std::size_t count, collx::algorithm a, Op op, b
 
 TEST_CASE("fp16 / bf16: a user op taking floats runs in fp32 and rounds once; one taking or returning half rounds each step", "[collectives][types]") {
   const auto float_sum = [](float a, float b) { return a + b; };
-  // Generic, with its result in the signature: probing it on bfloat16 operands fails quietly (a
-  // deduced `auto` result would make that probe a hard error: bfloat16 has no `+`).
-  const auto generic_sum = [](auto a, auto b) -> decltype(a + b) { return a + b; };
+  // Generic ops are tried on floats first: a deduced result would be a hard error on bfloat16
+  // operands (no `+`).
+  const auto generic_sum = [](auto a, auto b) { return a + b; };
   const auto half_sum = [](collx::half a, collx::half b) { return collx::half(static_cast<float>(a) + static_cast<float>(b)); };
+  // On a type with arithmetic too, a generic op is tried on floats first; a typed one is not.
+  const auto arith_half_sum = [](arith_half a, arith_half b) { return a + b; };
+  static_assert(std::is_same_v<collx::detail::reduction<arith_half, decltype(generic_sum)>::acc, float> &&
+                std::is_same_v<collx::detail::reduction<arith_half, decltype(arith_half_sum)>::acc, arith_half>);
   // Takes floats, returns the narrow type: fp32 operands, each step's result rounded, as written.
   const auto float_to_half_sum = [](float a, float b) { return collx::half(a + b); };
   const auto float_to_bf16_sum = [](float a, float b) -> collx::bfloat16 { return collx::bfloat16(a + b); };
@@ -194,6 +222,9 @@ TEST_CASE("fp16 / bf16: a user op taking floats runs in fp32 and rounds once; on
       }
       user_op_runs_in_fp32<collx::half>(n, count, collx::algorithm::ring, collx::commutative_op{float_sum}, true);
       user_op_runs_in_fp32<collx::bfloat16>(n, count, collx::algorithm::ring, collx::commutative_op{generic_sum}, true);
+      user_op_runs_in_fp32<collx::half>(n, count, collx::algorithm::tree, std::plus<>{}, true);
+      user_op_runs_in_fp32<arith_half>(n, count, collx::algorithm::tree, generic_sum, true);
+      user_op_runs_in_fp32<arith_half>(n, count, collx::algorithm::direct, arith_half_sum, false);
       user_op_runs_in_fp32<collx::half>(n, count, collx::algorithm::direct, half_sum, false);
       user_op_runs_in_fp32<collx::half>(n, count, collx::algorithm::direct, float_to_half_sum, false);
       user_op_runs_in_fp32<collx::bfloat16>(n, count, collx::algorithm::direct, float_to_bf16_sum, false);

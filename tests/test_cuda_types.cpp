@@ -26,11 +26,16 @@ static_assert(collx::reduction_op<collx::ops::sum, __half> && collx::reduction_o
 static_assert(std::is_same_v<collx::detail::reduction<__half, collx::ops::sum>::acc, float>);
 static_assert(std::is_same_v<collx::detail::reduction<__nv_bfloat16, collx::ops::avg>::acc, float>);
 // A user op taking floats runs in fp32 on CUDA's narrow types too, although they convert to and
-// from float implicitly (so it would also take them); one typed on the narrow type does not.
+// from float implicitly (so it would also take them), and so does a generic one, although __half
+// has arithmetic; one typed on the narrow type does not.
 namespace {
 inline constexpr auto float_sum = [](float a, float b) { return a + b; };
 inline constexpr auto half_max = [](__half a, __half b) { return __hlt(a, b) ? b : a; };
+inline constexpr auto generic_sum = [](auto a, auto b) { return a + b; };
 }  // namespace
+static_assert(collx::reduction_op<std::remove_const_t<decltype(generic_sum)>, __half> &&
+              std::is_same_v<collx::detail::reduction<__half, std::remove_const_t<decltype(generic_sum)>>::acc, float> &&
+              std::is_same_v<collx::detail::reduction<__nv_bfloat16, std::remove_const_t<decltype(generic_sum)>>::acc, float>);
 static_assert(collx::reduction_op<std::remove_const_t<decltype(float_sum)>, __half> &&
               std::is_same_v<collx::detail::reduction<__half, std::remove_const_t<decltype(float_sum)>>::acc, float> &&
               std::is_same_v<collx::detail::reduction<__nv_bfloat16, std::remove_const_t<decltype(float_sum)>>::acc, float>);

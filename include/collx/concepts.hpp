@@ -42,10 +42,13 @@ concept takes_const_operands_of =
 /// narrow floats (an op may take floats there: op_runs_in_fp32).
 template <class T>
 using probe_operand_t = std::conditional_t<is_narrow_float_v<T>, float, T>;
+// T is tried only where the op does not run in fp32: a generic op with a deduced result would be a
+// hard error on collx::half operands (no arithmetic).
 template <class Op, class T>
-concept op_call_is_const = call_is_const_on<Op, T> && call_is_const_on<Op, probe_operand_t<T>>;
+concept op_call_is_const = call_is_const_on<Op, probe_operand_t<T>> && (op_runs_in_fp32<Op, T> || call_is_const_on<Op, T>);
 template <class Op, class T>
-concept op_takes_const_operands = takes_const_operands_of<Op, T> && takes_const_operands_of<Op, probe_operand_t<T>>;
+concept op_takes_const_operands =
+    takes_const_operands_of<Op, probe_operand_t<T>> && (op_runs_in_fp32<Op, T> || takes_const_operands_of<Op, T>);
 /// An op's result R can stand for a partial result of operand type U on elements T: it converts to
 /// U, or, on narrow floats where the op takes floats, it is a T (rounded each step: fp32_op_result).
 template <class R, class U, class T>

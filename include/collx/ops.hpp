@@ -337,21 +337,22 @@ inline constexpr bool fp32_op_result = [] {
 
 /// Whether a user's op reduces narrow-float elements T (collx::half, collx::bfloat16, CUDA's __half
 /// and __nv_bfloat16) in fp32, as the built-in ops do: it takes float operands and returns what
-/// converts to float or a T (fp32_op_result), and either its parameters are typed and not T (`float`, `double`), or it is
-/// generic and cannot take T operands and return T (collx::half has no arithmetic: `[](auto a,
-/// auto b) -> decltype(a + b)` works on floats only; CUDA's __half has, and then stays __half; a
-/// generic op whose result is a deduced `auto` is probed on T first, a hard error where its body
-/// does not compile for T). collx then widens each element to fp32 when it reads it, passes the op
-/// fp32 operands, keeps every partial result (sent ones too) in fp32, and rounds once when it
-/// writes the result. An op whose parameters are T gets T operands and rounds at each step, as it
-/// asks; so does one that takes floats and returns T (its results are T, widened exactly).
+/// converts to float or a T (fp32_op_result), and its parameters are typed and not T (`float`,
+/// `double`), or it is generic (`[](auto a, auto b) { return a + b; }`: collx::half has no
+/// arithmetic, so such a body can only mean floats; on CUDA's __half, which has, the op runs in
+/// fp32 too, as the built-ins do). A generic op or overload set is tried on floats first, and on T
+/// only where it cannot take floats: one whose body needs T itself (`a.bits`) must type its
+/// parameters T. collx then widens each element to fp32 when it reads it, passes the op fp32
+/// operands, keeps every partial result (sent ones too) in fp32, and rounds once when it writes
+/// the result. An op whose parameters are T gets T operands and rounds at each step, as it asks;
+/// so does one that takes floats and returns T (its results are T, widened exactly).
 template <class Op, class T>
 inline constexpr bool op_runs_in_fp32 = [] {
   if constexpr (!is_narrow_float_v<T>) return false;
   else if constexpr (op_parameters<Op>::known)
     return !op_parameters<Op>::template takes<std::remove_cv_t<T>> && fp32_op_result<Op, T>;
-  // Generic: tried on T first, and on floats only if that fails (its body may be meant for T only).
-  else if constexpr (std::is_invocable_r_v<T, const Op&, const T&, const T&>) return false;
+  // Generic: not tried on T first (with a deduced result that probe would be a hard error wherever
+  // the body needs arithmetic, which collx::half lacks).
   else return fp32_op_result<Op, T>;
 }();
 
