@@ -85,6 +85,13 @@ TEST_CASE("F3: sizes are parsed or rejected with the variable's name", "[env][F3
     const std::string msg = error_of([&] { parse_size("COLLX_SEGMENT_BYTES", bad); });
     CHECK(msg.find("COLLX_SEGMENT_BYTES") != std::string::npos);
   }
+  // A number that fits but overflows once its suffix multiplies it is refused, not wrapped
+  // (2^34 G is 2^64 bytes: it wrapped to 0); one just below 2^64 bytes is read whole.
+  for (const char* wraps : {"17179869184G", "17592186044416M", "18014398509481984K", "17179869185GiB"}) {
+    INFO(wraps);
+    CHECK(error_of([&] { parse_size("COLLX_SEGMENT_BYTES", wraps); }).find("a size that fits in 64 bits") != std::string::npos);
+  }
+  CHECK(parse_size("COLLX_SEGMENT_BYTES", "17179869183G") == (std::size_t{17179869183} << 30));
   CHECK(error_of([] { collx::env::parse_seconds("COLLX_TIMEOUT", "-1"); }).find("COLLX_TIMEOUT") != std::string::npos);
   CHECK(error_of([] { collx::env::parse_seconds("COLLX_TIMEOUT", "abc"); }).find("COLLX_TIMEOUT") != std::string::npos);
   CHECK(collx::env::parse_seconds("COLLX_TIMEOUT", "0.5") == 0.5);
@@ -220,6 +227,12 @@ TEST_CASE("F3: per-collective algorithm overrides apply to that collective only"
   CHECK(error_of([] { collx::env::parse_algorithms("COLLX_ALGO", "bcast:ring"); }).find("COLLX_ALGO") != std::string::npos);
   CHECK(error_of([] { collx::env::parse_algorithms("COLLX_ALGO", "allreduce:fast"); }).find("COLLX_ALGO") !=
         std::string::npos);
+  // An empty item (a trailing, leading or doubled comma) is refused like any other bad one.
+  for (const char* v : {"ring,", "allreduce:tree,", ",", ",ring", "allreduce:tree,,broadcast:ring"}) {
+    INFO(v);
+    CHECK(error_of([v] { collx::env::parse_algorithms("COLLX_ALGO", v); }).find("COLLX_ALGO='" + std::string(v) + "' is not valid") !=
+          std::string::npos);
+  }
   // Every collective the parser accepts is in the message of an unknown one; barrier and send_recv,
   // which run one fixed schedule, are refused (accepting them would do nothing).
   const std::string unknown = error_of([] { collx::env::parse_algorithms("COLLX_ALGO", "bcast:ring"); });

@@ -333,23 +333,35 @@ TEST_CASE("buffers sharing a single byte overlap; buffers that only touch do not
     require_all(v, errc::invalid_argument, "overlap");
     for (size_t r = 0; r < v.size(); ++r) REQUIRE(buf[r] == before[r]);
   }
-  // Touching, not overlapping: send [0, k), recv [k, 2k) of one buffer is legal.
-  std::vector<std::vector<B>> buf(uz(n));
-  for (int r = 0; r < n; ++r) buf[uz(r)] = ref::gen_vec<B>(r, 2 * k, ref::flavor::general);
-  const auto before = buf;
-  ref::run_ranks(n, [&](collx::communicator& c) {
-    std::vector<B>& b = buf[uz(c.rank())];
-    collx::allreduce(c, std::span<const B>(b.data(), k), std::span<B>(b.data() + k, k), collx::ops::bxor{});
-  });
-  for (size_t i = 0; i < k; ++i) {
-    B expect = 0;
-    for (int r = 0; r < n; ++r) expect = static_cast<B>(expect ^ before[uz(r)][i]);
-    for (int r = 0; r < n; ++r) {
-      INFO("rank " << r << " element " << i);
-      REQUIRE(buf[uz(r)][k + i] == expect);
-      REQUIRE(buf[uz(r)][i] == before[uz(r)][i]);
+  // Touching, not overlapping, in either order: send [0, k) and recv [k, 2k) of one buffer is
+  // legal, and so is send [k, 2k) with recv [0, k).
+  for (const bool send_first : {true, false}) {
+    INFO("send " << (send_first ? "before" : "after") << " recv");
+    const std::size_t send_at = send_first ? 0 : k, recv_at = send_first ? k : 0;
+    std::vector<std::vector<B>> buf(uz(n));
+    for (int r = 0; r < n; ++r) buf[uz(r)] = ref::gen_vec<B>(r, 2 * k, ref::flavor::general);
+    const auto before = buf;
+    ref::run_ranks(n, [&](collx::communicator& c) {
+      std::vector<B>& b = buf[uz(c.rank())];
+      collx::allreduce(c, std::span<const B>(b.data() + send_at, k), std::span<B>(b.data() + recv_at, k), collx::ops::bxor{});
+    });
+    for (size_t i = 0; i < k; ++i) {
+      B expect = 0;
+      for (int r = 0; r < n; ++r) expect = static_cast<B>(expect ^ before[uz(r)][send_at + i]);
+      for (int r = 0; r < n; ++r) {
+        INFO("rank " << r << " element " << i);
+        REQUIRE(buf[uz(r)][recv_at + i] == expect);
+        REQUIRE(buf[uz(r)][send_at + i] == before[uz(r)][send_at + i]);
+      }
     }
   }
+  // The test itself, at its edges: one byte shared either way overlaps, touching does not.
+  const char bytes[16] = {};
+  CHECK_FALSE(collx::detail::overlap(bytes, 8, bytes + 8, 8));
+  CHECK_FALSE(collx::detail::overlap(bytes + 8, 8, bytes, 8));
+  CHECK(collx::detail::overlap(bytes, 8, bytes + 7, 8));
+  CHECK(collx::detail::overlap(bytes + 7, 8, bytes, 8));
+  CHECK_FALSE(collx::detail::overlap(bytes, 0, bytes, 8));
 }
 
 TEST_CASE("the history digest changes with every field of a call's signature", "[errors][mismatch]") {

@@ -170,6 +170,17 @@ static_assert(narrows<decltype(int_result_generic), float> && narrows<decltype(f
               narrows<decltype(float_inside_generic), double> && narrows<decltype(int_parameters), float>);
 static_assert(!narrows<decltype(promoting_generic), std::int8_t> && !narrows<decltype(wider_parameters), float> &&
               !narrows<decltype(float_inside_generic), float> && !narrows<decltype(int_result_generic), int>);
+// At the boundary: a floating parameter whose significand holds every value of the integer
+// elements loses nothing (double for int32: 53 digits for 31; long double for uint64 where it has
+// 64 digits, as on x86), one digit fewer does (float for int32, 24 for 31; double for uint64).
+namespace {
+inline constexpr auto long_double_parameters = [](long double a, long double b) { return a + b; };
+inline constexpr auto float_parameters = [](float a, float b) { return a + b; };
+}  // namespace
+static_assert(!narrows<decltype(wider_parameters), std::int32_t> && narrows<decltype(float_parameters), std::int32_t> &&
+              narrows<decltype(wider_parameters), std::uint64_t>);
+static_assert(std::numeric_limits<long double>::digits < 64 || !narrows<decltype(long_double_parameters), std::uint64_t>);
+static_assert(!collx::detail::arithmetic_narrows<std::uint16_t, float> && collx::detail::arithmetic_narrows<std::uint32_t, float>);
 // On narrow floats an op taking floats runs in fp32, and is checked against fp32 operands.
 static_assert(!narrows<decltype(wider_parameters), half> && narrows<decltype(float_to_int), half> &&
               narrows<decltype(int_parameters), bfloat16>);
@@ -326,6 +337,13 @@ TEST_CASE("ops: float min/max: NaN wins as the canonical quiet NaN, -0 < +0, ord
     // Through detail::reduction: the accumulator is fp32 and the NaN stays canonical when rounded.
     using rh = red<half, ops::min>;
     CHECK(rh::finalize(rh::combine({}, rh::widen(half(1.0f)), rh::widen(hsnan)), 4).bits == hcanon);
+    // sum's `+` keeps an operand's payload in fp32; the rounding makes it canonical (the reduction's
+    // narrow_result), so every rank writes the same bits whichever operand came first.
+    using rs = red<half, ops::sum>;
+    CHECK(rs::finalize(rs::widen(half::from_bits(0x7e81)), 1).bits == hcanon);
+    CHECK(rs::finalize(rs::combine({}, rs::widen(hneg), rs::widen(half(1.0f))), 2).bits == hcanon);
+    using rb = red<bfloat16, ops::sum>;
+    CHECK(rb::finalize(rb::widen(bnan), 1).bits == bfloat16(std::numeric_limits<float>::quiet_NaN()).bits);
   }
 }
 
