@@ -717,10 +717,14 @@ TEST_CASE("a level's own failure names the level, the rank on it and its world r
   // (for rank 0 or rank 1): each names its level, its rank there and its world rank.
   const std::regex level_named("(node communicator rank 0/2 \\(world rank 0\\)|cross-node communicator rank 1/2 "
                                "\\(world rank [23]\\)) [a-z_]+#[0-9]+<");
+  // The rank waited for is named with its world rank too: world rank 1 on the node (its rank 1
+  // there), world rank 0 or 1 across nodes (rank 0 there).
+  const std::regex waited_named("waiting for [a-z ]+ (rank 1 \\(world rank 1\\)|rank 0 \\(world rank [01]\\)) \\(");
   for (int r : {0, 2, 3}) {
     const std::string& why = whys[static_cast<std::size_t>(r)];
     INFO("rank " << r << ": " << why);
     CHECK(std::regex_search(why, level_named));
+    CHECK(std::regex_search(why, waited_named));
   }
 }
 

@@ -358,6 +358,32 @@ TEST_CASE("threads: a rank whose split failed after its peers' ended well fails 
                                       Catch::Contains("this rank's exchange fails after its data came"));
 }
 
+TEST_CASE("a timeout in a split group names the rank waited for with its world rank", "[split][errors]") {
+  // Colors r % 2: world ranks 1 and 3 are ranks 0 and 1 of their group. World rank 3 makes no call
+  // on it: world rank 1's timeout names it as the group numbers it and as the user does.
+  collx::communicator_options opt;
+  opt.timeout = 300ms;
+  auto comms = collx::make_thread_communicators(4, opt);
+  std::string why;
+  std::vector<std::thread> threads;
+  for (auto& c : comms)
+    threads.emplace_back([&, comm = &c] {
+      const int r = comm->rank();
+      std::optional<collx::communicator> group = collx::split(*comm, r % 2, r);
+      if (r == 3) std::this_thread::sleep_for(1s);  // its group lives on, silent
+      if (r != 1) return;
+      std::vector<int> v(10, r);
+      try {
+        collx::allreduce(*group, std::span<int>(v));
+      } catch (const collx::error& e) {
+        why = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  INFO(why);
+  CHECK_THAT(why, Catch::Contains("timed out after 300 ms waiting for a message from rank 1 (world rank 3) (rank 1 "));
+}
+
 TEST_CASE("a group of a split is used by its own async calls", "[split]") {
   // The group has its own progress thread: async calls on the group and the parent interleave.
   std::atomic<int> wrong{0};

@@ -1024,7 +1024,7 @@ class mpi_transport final : public transport {
         if (now > deadline && (grace < min_whereabouts_grace || now - whereabouts_asked_at_ >= grace))
           fail_out(errc::timeout, "timed out after " + std::to_string(timeout_.count()) +
                                       " ms waiting for " +
-                                      (peer >= 0 ? what + (" rank " + std::to_string(peer))
+                                      (peer >= 0 ? what + (" " + peer_name(peer))
                                                  : send_peers_.empty() ? std::string(what) : send_wait_text()) +
                                       " (" + whereabouts_text(grace >= min_whereabouts_grace) + ")");
         const auto waited = now - start;
@@ -1040,7 +1040,7 @@ class mpi_transport final : public transport {
           if (gone >= 0 && now - closed_seen > closed_peer_grace)
             fail_out(errc::transport, "rank " + std::to_string(gone) + " closed its communicator while rank " +
                                           std::to_string(rank_) + " waits for " +
-                                          (peer >= 0 ? what + (" rank " + std::to_string(peer)) : send_wait_text()) +
+                                          (peer >= 0 ? what + (" " + peer_name(peer)) : send_wait_text()) +
                                           "; the job cannot continue");
         }
         if (waited > std::chrono::milliseconds(5)) std::this_thread::sleep_for(std::chrono::microseconds(50));

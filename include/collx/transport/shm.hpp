@@ -1080,7 +1080,7 @@ class shm_transport final : public transport {
     if (st == detail::wait_status::ready) return;
     if (st == detail::wait_status::timed_out) {
       const std::string why = "timed out after " + std::to_string(timeout_.count()) + " ms waiting for " + wait_words(kind) +
-                              " rank " + std::to_string(peer_rank) + " (" + where_is(peer_rank) + ")";
+                              " " + peer_name(peer_rank) + " (" + where_is(peer_rank) + ")";
       fail(errc::timeout, why);
       COLLX_THROW(errc::timeout, why);
     }

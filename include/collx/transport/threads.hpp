@@ -372,7 +372,7 @@ class threads_transport final : public transport {
     if (st == detail::wait_status::ready) return;
     if (st == detail::wait_status::timed_out)
       fail_out(errc::timeout, "timed out after " + std::to_string(timeout_.count()) + " ms waiting for " +
-                                  wait_words(kind) + " rank " + std::to_string(peer) + " (" + where_is(peer) + ")");
+                                  wait_words(kind) + " " + peer_name(peer) + " (" + where_is(peer) + ")");
     rethrow_failure(own_wait_note(kind, peer, start));
   }
 

@@ -558,6 +558,15 @@ class transport {
   /// set_level's world ranks (level_world_ranks()[i]: the world rank of this transport's rank i),
   /// or empty when this transport is no level.
   const std::vector<int>& level_world_ranks() const noexcept { return level_world_ranks_; }
+  /// Peer `rank` as this transport's messages name it: "rank 1", or on a level or split group
+  /// (set_level) "rank 1 (world rank 3)", so that a timeout read on the whole communicator names
+  /// the rank a user knows without the legend.
+  std::string peer_name(int rank) const {
+    std::string s = "rank " + std::to_string(rank);
+    if (rank >= 0 && static_cast<std::size_t>(rank) < level_world_ranks_.size())
+      s += " (world rank " + std::to_string(level_world_ranks_[static_cast<std::size_t>(rank)]) + ")";
+    return s;
+  }
 
   // Memory every rank maps (shm: collx::shm_buffer), for collectives that read and write peers'
   // buffers in place. The default transport has none.
