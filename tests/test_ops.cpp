@@ -152,6 +152,19 @@ static_assert(!collx::detail::op_call_is_const<mutable_float_op, half> &&
               collx::detail::op_takes_const_operands<mutable_float_op, half> && !collx::reduction_op<mutable_float_op, half>);
 static_assert(collx::detail::op_call_is_const<float_ref_op, bfloat16> &&
               !collx::detail::op_takes_const_operands<float_ref_op, bfloat16> && !collx::reduction_op<float_ref_op, bfloat16>);
+// Typed on half itself: `half&` operands are named, and so is a capturing mutable lambda, and a
+// generic op is never tried on half operands (its `+` would be a hard error: no arithmetic).
+namespace {
+inline constexpr auto half_ref_lambda = [](half& a, half& b) { return half(float(a) + float(b)); };
+inline constexpr auto mutable_half_lambda = [n = 0](half a, half b) mutable { ++n; return half(float(a) + float(b)); };
+inline constexpr auto generic_plus = [](auto a, auto b) { return a + b; };
+using half_ref_op = std::remove_const_t<decltype(half_ref_lambda)>;
+using mutable_half_op = std::remove_const_t<decltype(mutable_half_lambda)>;
+}  // namespace
+static_assert(collx::detail::op_call_is_const<half_ref_op, half> && !collx::detail::op_takes_const_operands<half_ref_op, half>);
+static_assert(!collx::detail::op_call_is_const<mutable_half_op, half> && collx::detail::op_takes_const_operands<mutable_half_op, half>);
+static_assert(collx::reduction_op<std::remove_const_t<decltype(generic_plus)>, half> &&
+              collx::reduction_op<std::remove_const_t<decltype(generic_plus)>, bfloat16>);
 
 // Ops that lose element values silently are refused (detail::op_narrows_elements, a static_assert
 // in every reduction): by their parameters, and by their result, a generic lambda's too.
@@ -163,6 +176,8 @@ inline constexpr auto promoting_generic = [](auto a, auto b) { return a + b; }; 
 inline constexpr auto wider_parameters = [](double a, double b) { return a + b; };
 inline constexpr auto int_parameters = [](int a, int b) { return a + b; };
 inline constexpr auto float_to_int = [](float a, float b) { return static_cast<int>(a + b); };
+// A mutable lambda without captures (collx calls it through its function pointer) is read too.
+inline constexpr auto mutable_int_parameters = [](int a, int b) mutable -> float { return float(a + b); };
 template <class L, class T>
 constexpr bool narrows = collx::detail::op_narrows_elements<std::remove_const_t<L>, T>;
 }  // namespace
@@ -185,6 +200,8 @@ static_assert(!collx::detail::arithmetic_narrows<std::uint16_t, float> && collx:
 static_assert(!narrows<decltype(wider_parameters), half> && narrows<decltype(float_to_int), half> &&
               narrows<decltype(int_parameters), bfloat16>);
 static_assert(!narrows<ops::sum, float> && !narrows<ops::max, double> && !narrows<ops::avg, half>);
+static_assert(narrows<decltype(mutable_int_parameters), float> && narrows<decltype(mutable_int_parameters), half> &&
+              !narrows<decltype(mutable_int_parameters), int>);
 
 // Bitwise ops on integers only.
 static_assert(collx::reduction_op<ops::band, int> && collx::reduction_op<ops::bxor, std::uint8_t> &&

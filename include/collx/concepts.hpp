@@ -32,12 +32,14 @@ namespace detail {
 template <class Op>
 concept op_trivially_copyable =
     std::is_trivially_copyable_v<Op>;  // collx copies the op (into GPU kernels too): capture values or pointers, not a std::string or vector
-template <class Op, class U>
+// `skip`: not tried on U at all (see op_call_is_const); one disjunction, so that the line a
+// compiler quotes for a failure is the one with the advice.
+template <class Op, class U, bool skip = false>
 concept call_is_const_on =
-    !std::invocable<Op&, U&, U&> || std::invocable<const Op&, U&, U&>;  // operator() must be const: no `mutable` lambda (keep state outside the op)
-template <class Op, class U>
+    skip || !std::invocable<Op&, U&, U&> || std::invocable<const Op&, U&, U&>;  // operator() must be const: no `mutable` lambda (keep state outside the op)
+template <class Op, class U, bool skip = false>
 concept takes_const_operands_of =
-    !std::invocable<Op&, U&, U&> || std::invocable<Op&, const U&, const U&>;  // take `const T&`, `T` or `auto` operands, not `T&`
+    skip || !std::invocable<Op&, U&, U&> || std::invocable<Op&, const U&, const U&>;  // take `const T&`, `T` or `auto` operands, not `T&`
 /// The operand types an op on T is tried with for the two checks above: T, and float too on
 /// narrow floats (an op may take floats there: op_runs_in_fp32).
 template <class T>
@@ -45,10 +47,10 @@ using probe_operand_t = std::conditional_t<is_narrow_float_v<T>, float, T>;
 // T is tried only where the op does not run in fp32: a generic op with a deduced result would be a
 // hard error on collx::half operands (no arithmetic).
 template <class Op, class T>
-concept op_call_is_const = call_is_const_on<Op, probe_operand_t<T>> && (op_runs_in_fp32<Op, T> || call_is_const_on<Op, T>);
+concept op_call_is_const = call_is_const_on<Op, probe_operand_t<T>> && call_is_const_on<Op, T, op_runs_in_fp32<Op, T>>;
 template <class Op, class T>
 concept op_takes_const_operands =
-    takes_const_operands_of<Op, probe_operand_t<T>> && (op_runs_in_fp32<Op, T> || takes_const_operands_of<Op, T>);
+    takes_const_operands_of<Op, probe_operand_t<T>> && takes_const_operands_of<Op, T, op_runs_in_fp32<Op, T>>;
 /// An op's result R can stand for a partial result of operand type U on elements T: it converts to
 /// U, or, on narrow floats where the op takes floats, it is a T (rounded each step: fp32_op_result).
 template <class R, class U, class T>

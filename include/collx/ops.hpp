@@ -298,10 +298,16 @@ struct call_parameters<R (*)(P...)> {
 /// A noexcept function pointer's signature.
 template <class R, class... P>
 struct call_parameters<R (*)(P...) noexcept> : call_parameters<R (*)(P...)> {};
-/// A const call operator's signature (collx calls ops through a const reference, so a non-const
-/// one is refused by the concept).
+/// A const call operator's signature.
 template <class R, class C, class... P>
 struct call_parameters<R (C::*)(P...) const> : call_parameters<R (*)(P...)> {};
+/// A non-const call operator's signature: a `mutable` lambda without captures, which collx calls
+/// through its conversion to a function pointer (any other non-const one is refused by the concept).
+template <class R, class C, class... P>
+struct call_parameters<R (C::*)(P...)> : call_parameters<R (*)(P...)> {};
+/// A non-const noexcept call operator's signature.
+template <class R, class C, class... P>
+struct call_parameters<R (C::*)(P...) noexcept> : call_parameters<R (*)(P...)> {};
 /// A const noexcept call operator's signature.
 template <class R, class C, class... P>
 struct call_parameters<R (C::*)(P...) const noexcept> : call_parameters<R (*)(P...)> {};

@@ -1639,8 +1639,9 @@ constexpr void check_reduction_types() {
                 "a mutable lambda, or an operator() not marked const, cannot be a reduction op");
   static_assert(!collx::detail::op_narrows_elements<Op, T>,
                 "collx::gpu: the op's parameter or return type narrows the elements (an op taking int on float "
-                "elements truncates each value: 0.75 + 0.75 = 0): take `const T&` (or `auto`) parameters and return "
-                "T, and convert inside the op where that is meant");
+                "elements truncates each value: 0.75 + 0.75 = 0): give it parameters and a result that hold every "
+                "element value (T or a wider type; float on half and bfloat16), and convert inside the op where "
+                "that is meant");
 }
 /// Whether T and Op pass check_reduction_types and reduction_op. The forms without an algorithm
 /// consider the ring only then, so that a bad op is one error (the direct form's), not one per

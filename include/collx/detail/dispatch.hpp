@@ -225,7 +225,7 @@ constexpr void static_check_algorithm() {
       static_assert(!std::is_same_v<Algo, algo::ring> || op_traits<Op>::commutative,
                     "collx: algo::ring combines each block in a rotated rank order, so it needs a commutative op. "
                     "Use algo::tree or algo::direct (both combine in rank order), or declare the op commutative "
-                    "with collx::commutative_op{...} or `static constexpr bool commutative = true;`.");
+                    "with collx::commutative_op{...} or 'static constexpr bool commutative = true;'.");
   }
 }
 
@@ -266,8 +266,8 @@ void run_collective(communicator& comm, collective coll, const T* in, T* out, bo
                     const Op& op, const call_layout& lay) {
   static_assert(!op_narrows_elements<Op, T>,
                 "collx: the op's parameter or return type narrows the elements (an op taking int on float elements "
-                "truncates each value: 0.75 + 0.75 = 0): take `const T&` (or `auto`) parameters and return T, and "
-                "convert inside the op where that is meant");
+                "truncates each value: 0.75 + 0.75 = 0): give it parameters and a result that hold every element "
+                "value (T or a wider type; float on half and bfloat16), and convert inside the op where that is meant");
   comm.drain_async();  // calls run in the order made: earlier *_async ones first
   const communicator::call_scope one_thread(comm);
   const communicator::running_scope running(comm, coll);  // the op's code may not call on comm meanwhile
