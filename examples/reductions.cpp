@@ -18,11 +18,17 @@
 //      rank-order product M_0 M_1 ... M_{n-1}; the reversed product differs. algo::ring is rejected
 //      at compile time for such an op (build with -DCOLLX_EXAMPLE_RING_WITH_NONCOMMUTATIVE_OP to see
 //      the static_assert; ctest checks that it fires).
+//   5. bf16 gradients with user ops: a generic lambda (`[](auto a, auto b) { return a + b; }`) on
+//      collx::bfloat16 gets fp32 operands, as ops::sum does: fp32 partial sums, rounded once, equal
+//      to the exact sum rounded once. An op typed on bfloat16 rounds at every step, as it asks, and
+//      loses the small gradients next to a large one. A global max |g| (as loss scaling or gradient
+//      clipping needs) with a generic op is exact (with one rank no op runs: the output is the input).
 //
 // Every rank builds every rank's data from a fixed seed, so each rank can compute the sequential
 // references itself. Usage: reductions [--ranks N] [--count K]   (or collx-run -n N reductions)
 #include "common.hpp"
 
+#include <algorithm>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
@@ -351,6 +357,63 @@ int matrix_part(collx::communicator& comm, ex::checker& check, std::size_t count
   return 0;
 }
 
+// ---------------------------------------------------------------------------------------------
+// 5. bf16 gradients: user ops in fp32 or in bf16
+
+// Rank r's gradient i: a large value on rank 0 (256, 512 or 768: bf16's spacing there is 2 or 4),
+// small integers elsewhere, signs mixed; every partial sum is an integer fp32 holds exactly.
+float gradient(int r, std::size_t i) {
+  if (r == 0) return static_cast<float>(256 * (1 + i % 3)) * (i % 5 == 0 ? -1.0f : 1.0f);
+  return static_cast<float>(1 + (static_cast<std::size_t>(r) + i) % 3) * ((static_cast<std::size_t>(r) + i) % 7 == 0 ? -1.0f : 1.0f);
+}
+
+int bf16_part(collx::communicator& comm, ex::checker& check, std::size_t count) {
+  using bf16 = collx::bfloat16;
+  const int n = comm.size(), r = comm.rank();
+  std::vector<bf16> mine(count), generic_sum(count), builtin_sum(count), stepwise_sum(count), max_abs(count);
+  for (std::size_t i = 0; i < count; ++i) mine[i] = bf16(gradient(r, i));
+  const std::span<const bf16> in(mine);
+  // collx::bfloat16 has no arithmetic: `auto` is float here, and the op runs in fp32.
+  collx::allreduce(comm, in, std::span<bf16>(generic_sum), [](auto a, auto b) { return a + b; });
+  collx::allreduce(comm, in, std::span<bf16>(builtin_sum), collx::ops::sum{});
+  collx::allreduce<collx::algo::direct>(comm, in, std::span<bf16>(stepwise_sum),
+                                        [](bf16 a, bf16 b) { return bf16(static_cast<float>(a) + static_cast<float>(b)); });
+  collx::allreduce(comm, in, std::span<bf16>(max_abs), [](auto a, auto b) { return std::max(std::fabs(a), std::fabs(b)); });
+  std::size_t generic_ok = 0, builtin_same = 0, stepwise_ok = 0, stepwise_lost = 0, max_ok = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    double exact = 0, largest = 0;
+    bf16 step = bf16(gradient(0, i));  // direct's order: rank 0, 1, ..., rounded each step
+    for (int q = 0; q < n; ++q) {
+      const float g = static_cast<float>(bf16(gradient(q, i)));
+      exact += static_cast<double>(g);
+      largest = std::max(largest, std::fabs(static_cast<double>(g)));
+      if (q > 0) step = bf16(static_cast<float>(step) + g);
+    }
+    const bf16 once(static_cast<float>(exact));
+    generic_ok += generic_sum[i] == once;
+    builtin_same += builtin_sum[i] == generic_sum[i];
+    stepwise_ok += stepwise_sum[i] == step;
+    stepwise_lost += !(step == once);
+    // One rank applies no op: its output is its input, sign and all.
+    max_ok += max_abs[i] == (n == 1 ? mine[i] : bf16(static_cast<float>(largest)));
+  }
+  if (r == 0) {
+    std::printf("\n5. bf16 gradients with user ops, %zu per rank\n", count);
+    std::printf("   [](auto a, auto b) { return a + b; }: exact sum rounded once on %zu/%zu, same bits as ops::sum on %zu/%zu\n",
+                generic_ok, count, builtin_same, count);
+    std::printf("   op typed on bfloat16 (direct): the rank-order fold rounded each step on %zu/%zu; it differs from the\n"
+                "   exact sum on %zu/%zu (small gradients lost next to a large one)\n",
+                stepwise_ok, count, stepwise_lost, count);
+    std::printf("   max |g| with a generic op: exact on %zu/%zu\n", max_ok, count);
+  }
+  check(generic_ok == count, "the generic op's bf16 sum is not the exact sum rounded once");
+  check(builtin_same == count, "the generic op and ops::sum differ on bf16");
+  check(stepwise_ok == count, "the bf16-typed op's sum is not the rank-order fold rounded each step");
+  check(max_ok == count, "max |g| differs from the sequential maximum");
+  if (n > 2) check(stepwise_lost > 0, "rounding each step was expected to lose some small gradients");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -367,6 +430,7 @@ int main(int argc, char** argv) {
     minmaxloc_part(comm, check, count);
     compensated_part(comm, check);
     matrix_part(comm, check, count);
+    bf16_part(comm, check, count);
     const int failures = check.total(comm);
     if (comm.rank() == 0) std::printf("\n%s (%.3f s)\n", failures ? "FAILED" : "OK: every result equals its sequential reference", ex::seconds_since(t0));
     return failures ? 1 : 0;
