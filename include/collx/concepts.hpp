@@ -64,8 +64,8 @@ concept op_returns_element = requires(const Op& op, const U& a, const U& b) {
 /// A reduction op on T: `op(a, b)` with `const T&` operands returns something convertible to T, and
 /// Op is trivially copyable (so it can be passed to a GPU kernel by value). On narrow floats
 /// (collx::half, bfloat16, CUDA's __half, __nv_bfloat16) an op may instead take float and return
-/// float or T: it then gets fp32 operands (detail::op_runs_in_fp32). Associativity is assumed, as MPI does, and not
-/// checked. Commutativity is declared (see collx::op_traits).
+/// float or T: it then gets fp32 operands (detail::op_runs_in_fp32). Associativity is assumed, as
+/// MPI does, and not checked. Commutativity is declared (see collx::op_traits).
 /// The requirements are separate concepts so that a compile error names the one an op misses: a
 /// `mutable` lambda, `T&` parameters, a capture that owns memory, or an op with no meaning on T.
 template <class Op, class T>
