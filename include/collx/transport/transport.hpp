@@ -637,11 +637,7 @@ class transport {
   /// a hierarchy (set_level) with the level and world ranks named.
   std::string reported_own(int rank, const std::string& why) const {
     if (level_.empty()) return reported_by(rank, why);
-    const int world = rank >= 0 && static_cast<std::size_t>(rank) < level_world_ranks_.size()
-                          ? level_world_ranks_[static_cast<std::size_t>(rank)]
-                          : -1;
-    return level_ + " rank " + std::to_string(rank) + " (world rank " + std::to_string(world) + ") failed: " + why + " (" +
-           level_ + ": " + level_ranks_text(level_world_ranks_) + ")";
+    return level_ + " " + peer_name(rank) + " failed: " + why + " (" + level_ + ": " + level_ranks_text(level_world_ranks_) + ")";
   }
   /// A failure `why` stored for every rank to read, as rank `rank` reads it: its own without
   /// reported_by's "rank R failed: " (as_seen_by). Not on a level of a hierarchy: failures taken
