@@ -384,6 +384,35 @@ TEST_CASE("a timeout in a split group names the rank waited for with its world r
   CHECK_THAT(why, Catch::Contains("timed out after 300 ms waiting for a message from rank 1 (world rank 3) (rank 1 "));
 }
 
+TEST_CASE("a split group's member that closes it is named with its world rank", "[split][errors]") {
+  // As the previous test: world ranks 1 and 3 are ranks 0 and 1 of group 1. World rank 3 closes
+  // its group at once; world rank 1, waiting on it, fails well before its timeout, and names both.
+  collx::communicator_options opt;
+  opt.timeout = 20s;
+  auto comms = collx::make_thread_communicators(4, opt);
+  std::string why;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::thread> threads;
+  for (auto& c : comms)
+    threads.emplace_back([&, comm = &c] {
+      const int r = comm->rank();
+      std::optional<collx::communicator> group = collx::split(*comm, r % 2, r);
+      if (r == 3) group.reset();
+      if (r != 1) return;
+      std::vector<int> v(10, r);
+      try {
+        collx::allreduce(*group, std::span<int>(v));
+      } catch (const collx::error& e) {
+        why = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  INFO(why);
+  CHECK_THAT(why, Catch::Contains("rank 1 (world rank 3) closed its communicator while rank 0 (world rank 1) waits for "
+                                  "it; the job cannot continue"));
+  CHECK(std::chrono::steady_clock::now() - t0 < 10s);
+}
+
 TEST_CASE("a group of a split is used by its own async calls", "[split]") {
   // The group has its own progress thread: async calls on the group and the parent interleave.
   std::atomic<int> wrong{0};

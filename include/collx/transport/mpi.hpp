@@ -781,7 +781,7 @@ class mpi_transport final : public transport {
     else if (h.bytes != bytes)
       mismatch = message_size_mismatch(sig, peer, h.bytes, rank_, bytes);
     else if (h.piece % std::max<std::size_t>(1, granularity) != 0)
-      mismatch = "rank " + std::to_string(peer) + " cuts messages into " + std::to_string(h.piece) +
+      mismatch = peer_name(peer) + " cuts messages into " + std::to_string(h.piece) +
                  "-byte pieces, not whole " + std::to_string(granularity) + "-byte elements";
     const bool ok = mismatch.empty();
     if (ok && len > static_cast<int>(sizeof h)) consume(first_.data() + sizeof h, 0, static_cast<std::size_t>(len) - sizeof h);
@@ -939,12 +939,19 @@ class mpi_transport final : public transport {
     return peers;
   }
 
-  /// "its sends to ranks 2, 3 to be delivered" (the peers of the sends still pending).
+  /// "its sends to ranks 2, 3 to be delivered" (the peers of the sends still pending; on a level
+  /// or split group "ranks 2, 3 (world ranks 5, 7)", as peer_name).
   std::string send_wait_text() const {
     std::vector<int> peers = pending_send_destinations();
     if (peers.empty()) peers = send_destinations();  // completed meanwhile: name them all
-    std::string s = "its sends to rank" + std::string(peers.size() > 1 ? "s " : " ");
-    for (std::size_t i = 0; i < peers.size(); ++i) s += (i ? ", " : "") + std::to_string(peers[i]);
+    const std::vector<int>& world = level_world_ranks();
+    std::string s = "its sends to rank" + std::string(peers.size() > 1 ? "s " : " "), in_world;
+    for (std::size_t i = 0; i < peers.size(); ++i) {
+      s += (i ? ", " : "") + std::to_string(peers[i]);
+      if (static_cast<std::size_t>(peers[i]) < world.size())
+        in_world += (i ? ", " : "") + std::to_string(world[static_cast<std::size_t>(peers[i])]);
+    }
+    if (!in_world.empty()) s += " (world rank" + std::string(peers.size() > 1 ? "s " : " ") + in_world + ")";
     return s + " to be delivered";
   }
 
@@ -1038,8 +1045,8 @@ class mpi_transport final : public transport {
           if (gone != closed_who) closed_who = gone, closed_seen = now;  // (none, or another peer: its own grace)
           // (ready() was false just now: asking again could match a message a recv then drops.)
           if (gone >= 0 && now - closed_seen > closed_peer_grace)
-            fail_out(errc::transport, "rank " + std::to_string(gone) + " closed its communicator while rank " +
-                                          std::to_string(rank_) + " waits for " +
+            fail_out(errc::transport, peer_name(gone) + " closed its communicator while " + peer_name(rank_) +
+                                          " waits for " +
                                           (peer >= 0 ? what + (" " + peer_name(peer)) : send_wait_text()) +
                                           "; the job cannot continue");
         }
@@ -1227,14 +1234,14 @@ class mpi_transport final : public transport {
                                   [&](const auto& e) { return e.first == p; });
       s += s.empty() ? "" : "; ";
       if (a == whereabouts_answers_.end()) {
-        s += "rank " + std::to_string(p) + " did not answer in " + std::to_string(waited.count()) +
+        s += peer_name(p) + " did not answer in " + std::to_string(waited.count()) +
              " ms: it is in no call on this communicator (busy in its own code, or waiting on another "
              "communicator), stopped, or dead";
         continue;
       }
       const whereabouts_message& w = a->second;
       const std::string waits =
-          w.wait != 0 ? collx::detail::wait_text(wait_words(static_cast<wait_kind>(w.wait)), w.wait_peer, rank_) : "";
+          w.wait != 0 ? collx::detail::wait_text(wait_words(static_cast<wait_kind>(w.wait)), w.wait_peer, rank_, level_world_ranks()) : "";
       s += collx::detail::whereabouts(p, w.call.seq != 0, w.call, current_, message_seq_, waits, false);
     }
     return s;
@@ -1372,10 +1379,10 @@ class mpi_transport final : public transport {
       std::lock_guard<std::mutex> lock(mu_);
       if (own_failure_ || code_ != errc::timeout) return {};
     }
-    const std::string waited_for = peer >= 0 ? what + (" rank " + std::to_string(peer))
+    const std::string waited_for = peer >= 0 ? what + (" " + peer_name(peer))
                                    : send_peers_.empty() ? std::string(what)
                                                          : send_wait_text();
-    return collx::detail::own_wait_note(rank_, waited, waited_for);
+    return collx::detail::own_wait_note(peer_name(rank_), waited, waited_for);
   }
 
   /// A failed call is about to hand its buffers back to the user, who may free them: the sends

@@ -325,8 +325,8 @@ class shm_transport final : public transport {
         const int r = members.at(static_cast<std::size_t>(g));
         const shm_segment::peer_info& pi = peer(r);
         if (pi.departed.load(std::memory_order_acquire) || detail::process_dead(pi.pid.load(std::memory_order_acquire), pi.start_time))
-          return "rank " + std::to_string(r) + " (pid " + std::to_string(pi.pid.load()) +
-                 ") of the communicator being split died or left before it joined its group";
+          return peer_name(r, "pid " + std::to_string(pi.pid.load())) +
+                 " of the communicator being split died or left before it joined its group";
       }
       errc code{};
       std::string why;
@@ -768,9 +768,9 @@ class shm_transport final : public transport {
         if (interrupted(from, [] { return false; })) raise_failure();  // nothing to wait for any more
         // ESRCH: the sender is gone, or exiting (its memory is released before /proc shows it dead).
         const std::string why =
-            err == ESRCH ? "rank " + std::to_string(from) + " (pid " + std::to_string(s.pid) + ") died while rank " +
-                               std::to_string(rank_) + " read its message; the job cannot continue"
-                         : "process_vm_readv from rank " + std::to_string(from) + " failed (" + std::string(std::strerror(err)) +
+            err == ESRCH ? peer_name(from, "pid " + std::to_string(s.pid)) + " died while " + peer_name(rank_) +
+                               " read its message; the job cannot continue"
+                         : "process_vm_readv from " + peer_name(from) + " failed (" + std::string(std::strerror(err)) +
                                "); set COLLX_CMA=0 to stage through shared memory";
         fail(errc::transport, why);
         COLLX_THROW(errc::transport, why);
@@ -858,8 +858,8 @@ class shm_transport final : public transport {
       const bool left = pi.departed.load(std::memory_order_acquire) != 0;
       if (left || detail::process_dead(pi.pid.load(std::memory_order_acquire), pi.start_time)) {
         if (ready()) return false;
-        const std::string who = "rank " + std::to_string(r) + " (pid " + std::to_string(pi.pid.load()) + ")",
-                          waits = " while rank " + std::to_string(rank_) + " waits for it";
+        const std::string who = peer_name(r, "pid " + std::to_string(pi.pid.load())),
+                          waits = " while " + peer_name(rank_) + " waits for it";
         // A peer that closed its communicator often did so because a rank died (its split group's
         // call failed, say): the death is the cause to look at, so it comes first.
         const std::string dead = left ? dead_peers(r) : std::string();
@@ -883,7 +883,7 @@ class shm_transport final : public transport {
       const std::int32_t pid = pi.pid.load(std::memory_order_acquire);
       if (r == rank_ || r == left || pi.departed.load(std::memory_order_acquire) || !detail::process_dead(pid, pi.start_time))
         continue;
-      dead += (dead.empty() ? "" : ", ") + ("rank " + std::to_string(r) + " (pid " + std::to_string(pid) + ")");
+      dead += (dead.empty() ? "" : ", ") + peer_name(r, "pid " + std::to_string(pid));
     }
     return dead;
   }
@@ -932,8 +932,8 @@ class shm_transport final : public transport {
     // A stopped rank's published state is what it was doing when it stopped: say it is stopped.
     const shm_segment::peer_info& pi = peer(r);
     if (const pid_t pid = pi.pid.load(std::memory_order_acquire); detail::process_stopped(pid, pi.start_time))
-      return "rank " + std::to_string(r) + " (pid " + std::to_string(pid) +
-             ") is stopped (SIGSTOP or SIGTSTP, or held by a debugger) and cannot go on until continued; when it stopped, " +
+      return peer_name(r, "pid " + std::to_string(pid)) +
+             " is stopped (SIGSTOP or SIGTSTP, or held by a debugger) and cannot go on until continued; when it stopped, " +
              where_it_was(r, true);
     return where_it_was(r, false);
   }
@@ -958,7 +958,7 @@ class shm_transport final : public transport {
         static_cast<errc>(h->fail_code) != errc::timeout ||
         std::string_view(h->fail_reason).starts_with("rank " + std::to_string(rank_) + " "))  // its own
       return {};
-    return detail::own_wait_note(rank_, waited, wait_words(kind) + (" rank " + std::to_string(peer_rank)));
+    return detail::own_wait_note(peer_name(rank_), waited, wait_words(kind) + (" " + peer_name(peer_rank)));
   }
 
   /// True (with the job failed, errc::mismatch) if, in a wait of this rank's current collective
@@ -1000,7 +1000,7 @@ class shm_transport final : public transport {
     detail::wait_record w;
     std::uint64_t version = 0;
     if (!peer(r).wait.read(w, version)) return "";
-    return detail::wait_text(wait_words(static_cast<wait_kind>(w.kind)), w.peer, rank_, stopped);
+    return detail::wait_text(wait_words(static_cast<wait_kind>(w.kind)), w.peer, rank_, level_world_ranks(), stopped);
   }
 
   /// Whether rank r's published wait w still cannot end (detail::find_wait_cycle), from the

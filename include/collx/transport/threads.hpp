@@ -385,7 +385,7 @@ class threads_transport final : public transport {
     if (waited < detail::own_wait_note_after || !world_->failure(code, why) || code != errc::timeout ||
         why.rfind("rank " + std::to_string(rank_) + " ", 0) == 0)  // its own (abort() from another thread)
       return {};
-    return detail::own_wait_note(rank_, waited, wait_words(kind) + (" rank " + std::to_string(peer)));
+    return detail::own_wait_note(peer_name(rank_), waited, wait_words(kind) + (" " + peer_name(peer)));
   }
 
   /// What rank r is doing, from the call it announced last and what it waits for, for a timeout's
@@ -395,7 +395,7 @@ class threads_transport final : public transport {
     const bool has_call = world_->announced(r, 0, theirs);
     detail::wait_record w;
     std::uint64_t version = 0;
-    const std::string waits = world_->wait_of(r).read(w, version) ? detail::wait_text(wait_words(w.kind), w.peer, rank_) : "";
+    const std::string waits = world_->wait_of(r).read(w, version) ? detail::wait_text(wait_words(w.kind), w.peer, rank_, level_world_ranks()) : "";
     return detail::whereabouts(r, has_call, theirs, announced_, call_seq_, waits, false);
   }
 
@@ -462,8 +462,8 @@ class threads_transport final : public transport {
   bool left(int peer, Ready& ready) noexcept {
     if (!world_->departed(peer) || ready()) return false;
     try {
-      world_->fail(errc::transport, reported("rank " + std::to_string(peer) + " closed its communicator while rank " +
-                                             std::to_string(rank_) + " waits for it; the job cannot continue"));
+      world_->fail(errc::transport, reported(peer_name(peer) + " closed its communicator while " + peer_name(rank_) +
+                                             " waits for it; the job cannot continue"));
     } catch (...) {
       world_->fail(errc::transport, {});
     }

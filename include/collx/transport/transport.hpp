@@ -165,14 +165,27 @@ inline std::string describe_call(const call_signature& c) {
 }
 
 namespace detail {
+/// Rank `rank` as messages name it: "rank 1"; on a level of a hierarchy or a split group, whose
+/// rank i is world rank `world_ranks[i]` (empty elsewhere), "rank 1 (world rank 3)", so that the
+/// rank reads right on the whole communicator. `also` joins the parentheses: "rank 1 (world rank
+/// 3, pid 4242)", "rank 1 (pid 4242)".
+inline std::string rank_name(int rank, const std::vector<int>& world_ranks, const std::string& also = {}) {
+  std::string in;
+  if (rank >= 0 && static_cast<std::size_t>(rank) < world_ranks.size())
+    in = "world rank " + std::to_string(world_ranks[static_cast<std::size_t>(rank)]);
+  if (!also.empty()) in += (in.empty() ? "" : ", ") + also;
+  return "rank " + std::to_string(rank) + (in.empty() ? "" : " (" + in + ")");
+}
+
 /// What a peer's published wait says, for whereabouts: "it waits for " `words` " rank " `peer`
-/// (`peer` -1: `words` alone, e.g. its sends to be delivered), adding when `peer` is this rank
-/// `me` that each waits for the other (unless the peer is `stopped`: what it waits for may well be
-/// there, it cannot look).
-inline std::string wait_text(const char* words, int peer, int me, bool stopped = false) {
+/// (named by rank_name with `world_ranks`; `peer` -1: `words` alone, e.g. its sends to be
+/// delivered), adding when `peer` is this rank `me` that each waits for the other (unless the peer
+/// is `stopped`: what it waits for may well be there, it cannot look).
+inline std::string wait_text(const char* words, int peer, int me, const std::vector<int>& world_ranks,
+                             bool stopped = false) {
   std::string s = std::string("it waits for ") + words;
   if (peer < 0) return s;
-  s += " rank " + std::to_string(peer);
+  s += " " + rank_name(peer, world_ranks);
   if (peer == me) s += stopped ? ", this rank" : ", this rank: each waits for the other";
   return s;
 }
@@ -403,13 +416,14 @@ namespace detail {
 /// own_wait_note's line (shorter waits say nothing the first timeout does not).
 inline constexpr std::chrono::milliseconds own_wait_note_after{100};
 
-/// What rank `rank` adds to another rank's timeout that ended its wait of `waited` for `what`
-/// ("a message from rank 1"), or "" before own_wait_note_after: every rank reads the first
-/// timeout, which names only the peer its own rank waited for; that peer may itself have waited
-/// for the rank that is stuck (in code of the user's, say), which this line then names.
-inline std::string own_wait_note(int rank, std::chrono::milliseconds waited, const std::string& what) {
+/// What rank `me` ("rank 2", or with its world rank: transport::peer_name) adds to another rank's
+/// timeout that ended its wait of `waited` for `what` ("a message from rank 1"), or "" before
+/// own_wait_note_after: every rank reads the first timeout, which names only the peer its own rank
+/// waited for; that peer may itself have waited for the rank that is stuck (in code of the user's,
+/// say), which this line then names.
+inline std::string own_wait_note(const std::string& me, std::chrono::milliseconds waited, const std::string& what) {
   if (waited < own_wait_note_after) return {};
-  return "; rank " + std::to_string(rank) + " had itself waited " + std::to_string(waited.count()) + " ms for " + what;
+  return "; " + me + " had itself waited " + std::to_string(waited.count()) + " ms for " + what;
 }
 }  // namespace detail
 
@@ -558,14 +572,12 @@ class transport {
   /// set_level's world ranks (level_world_ranks()[i]: the world rank of this transport's rank i),
   /// or empty when this transport is no level.
   const std::vector<int>& level_world_ranks() const noexcept { return level_world_ranks_; }
-  /// Peer `rank` as this transport's messages name it: "rank 1", or on a level or split group
-  /// (set_level) "rank 1 (world rank 3)", so that a timeout read on the whole communicator names
-  /// the rank a user knows without the legend.
-  std::string peer_name(int rank) const {
-    std::string s = "rank " + std::to_string(rank);
-    if (rank >= 0 && static_cast<std::size_t>(rank) < level_world_ranks_.size())
-      s += " (world rank " + std::to_string(level_world_ranks_[static_cast<std::size_t>(rank)]) + ")";
-    return s;
+  /// Rank `rank` of this transport as its messages name it (this rank's own too): "rank 1", or on
+  /// a level or split group (set_level) "rank 1 (world rank 3)", so that a failure read on the
+  /// whole communicator names the rank a user knows without the legend. `also`, e.g. "pid 4242",
+  /// joins the parentheses (detail::rank_name).
+  std::string peer_name(int rank, const std::string& also = {}) const {
+    return detail::rank_name(rank, level_world_ranks_, also);
   }
 
   // Memory every rank maps (shm: collx::shm_buffer), for collectives that read and write peers'
