@@ -358,11 +358,13 @@ TEST_CASE("threads: a rank whose split failed after its peers' ended well fails 
                                       Catch::Contains("this rank's exchange fails after its data came"));
 }
 
-TEST_CASE("a timeout in a split group names the rank waited for with its world rank", "[split][errors]") {
-  // Colors r % 2: world ranks 1 and 3 are ranks 0 and 1 of their group. World rank 3 makes no call
-  // on it: world rank 1's timeout names it as the group numbers it and as the user does.
+// Colors r % 2: world ranks 1 and 3 are ranks 0 and 1 of their group. World rank 3 does
+// `world_rank_3` with its group (its group lives on while it runs); world rank 1 makes an
+// all-reduce on the group. What world rank 1 got ("" if the call succeeded).
+template <class Rank3>
+std::string world_rank_1s_error_on_group(std::chrono::milliseconds timeout, Rank3 world_rank_3) {
   collx::communicator_options opt;
-  opt.timeout = 300ms;
+  opt.timeout = timeout;
   auto comms = collx::make_thread_communicators(4, opt);
   std::string why;
   std::vector<std::thread> threads;
@@ -370,7 +372,7 @@ TEST_CASE("a timeout in a split group names the rank waited for with its world r
     threads.emplace_back([&, comm = &c] {
       const int r = comm->rank();
       std::optional<collx::communicator> group = collx::split(*comm, r % 2, r);
-      if (r == 3) std::this_thread::sleep_for(1s);  // its group lives on, silent
+      if (r == 3) world_rank_3(group);
       if (r != 1) return;
       std::vector<int> v(10, r);
       try {
@@ -380,33 +382,22 @@ TEST_CASE("a timeout in a split group names the rank waited for with its world r
       }
     });
   for (auto& t : threads) t.join();
+  return why;
+}
+
+TEST_CASE("a timeout in a split group names the rank waited for with its world rank", "[split][errors]") {
+  // World rank 3 makes no call on its group: world rank 1's timeout names it as the group numbers
+  // it and as the user does.
+  const std::string why = world_rank_1s_error_on_group(300ms, [](auto&) { std::this_thread::sleep_for(1s); });
   INFO(why);
   CHECK_THAT(why, Catch::Contains("timed out after 300 ms waiting for a message from rank 1 (world rank 3) (rank 1 "));
 }
 
 TEST_CASE("a split group's member that closes it is named with its world rank", "[split][errors]") {
-  // As the previous test: world ranks 1 and 3 are ranks 0 and 1 of group 1. World rank 3 closes
-  // its group at once; world rank 1, waiting on it, fails well before its timeout, and names both.
-  collx::communicator_options opt;
-  opt.timeout = 20s;
-  auto comms = collx::make_thread_communicators(4, opt);
-  std::string why;
+  // World rank 3 closes its group at once; world rank 1, waiting on it, fails well before its
+  // timeout, and names both ranks with their world ranks.
   const auto t0 = std::chrono::steady_clock::now();
-  std::vector<std::thread> threads;
-  for (auto& c : comms)
-    threads.emplace_back([&, comm = &c] {
-      const int r = comm->rank();
-      std::optional<collx::communicator> group = collx::split(*comm, r % 2, r);
-      if (r == 3) group.reset();
-      if (r != 1) return;
-      std::vector<int> v(10, r);
-      try {
-        collx::allreduce(*group, std::span<int>(v));
-      } catch (const collx::error& e) {
-        why = e.what();
-      }
-    });
-  for (auto& t : threads) t.join();
+  const std::string why = world_rank_1s_error_on_group(20s, [](auto& group) { group.reset(); });
   INFO(why);
   CHECK_THAT(why, Catch::Contains("rank 1 (world rank 3) closed its communicator while rank 0 (world rank 1) waits for "
                                   "it; the job cannot continue"));
