@@ -741,28 +741,38 @@ void left_by_exception() {
 
 // Rank 1 destroys its communicator (no exception: it simply leaves) after the first all-reduce;
 // the others' second all-reduce must fail naming rank 1, in seconds: before, nothing but the
-// timeout ended it, though rank 1's close message had come.
-void left_quietly() {
+// timeout ended it, though rank 1's close message had come. `on_group`: the same on the group of
+// world ranks 0 and 2 of a split by parity (ranks 0 and 1 there), where world rank 2 leaves and
+// both ranks are named with their world ranks.
+void left_quietly(bool on_group) {
   const auto t0 = std::chrono::steady_clock::now();
+  const int leaver = on_group ? 2 : 1;
   collx::errc code = collx::errc::internal;
   std::string why;
   try {
-    collx::communicator c = collx::mpi::connect(MPI_COMM_WORLD);
-    std::vector<int> v(64, c.rank());
-    collx::allreduce(c, std::span<int>(v));
-    if (c.rank() != 1) collx::allreduce(c, std::span<int>(v));
+    collx::communicator world = collx::mpi::connect(MPI_COMM_WORLD);
+    std::optional<collx::communicator> group;
+    if (on_group) group = collx::split(world, g_rank % 2, g_rank);
+    if (!on_group || g_rank % 2 == 0) {
+      collx::communicator& c = on_group ? *group : world;
+      std::vector<int> v(64, c.rank());
+      collx::allreduce(c, std::span<int>(v));
+      if (g_rank != leaver) collx::allreduce(c, std::span<int>(v));
+    }
   } catch (const collx::error& e) {
     code = e.code();
     why = e.what();
   }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (g_rank == 1) {
-    check(why.empty(), "rank 1 left without an error: " + why);
+  if (g_rank == leaver || (on_group && g_rank % 2 == 1)) {
+    check(why.empty(), "rank " + std::to_string(g_rank) + " left (or had no part) without an error: " + why);
     return;
   }
   check(code == collx::errc::transport, "a peer that closed its communicator is errc::transport (got " +
                                             std::to_string(static_cast<int>(code)) + "): " + why);
-  check(why.find("rank 1 closed its communicator while rank") != std::string::npos, "the rank that left is named: " + why);
+  const std::string named = on_group ? "rank 1 (world rank 2) closed its communicator while rank 0 (world rank 0) waits"
+                                     : "rank 1 closed its communicator while rank";
+  check(why.find(named) != std::string::npos, "the rank that left is named: " + why);
   check(s < 10.0, "the departure seen in " + std::to_string(s) + " s");
 }
 
@@ -1374,7 +1384,8 @@ int main(int argc, char** argv) {
     duplicates_freed("the failed calls above (a communicator that failed on some ranks only, too)");
     stale_data_not_drained();
     left_by_exception();
-    left_quietly();
+    left_quietly(false);
+    left_quietly(true);
     closed_after_receiving();
     late_split();
     stopped_sender();
