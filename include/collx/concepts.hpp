@@ -58,7 +58,7 @@ concept partial_result_of =
     std::convertible_to<R, U> || (is_narrow_float_v<T> && std::same_as<U, float> && std::same_as<std::remove_cvref_t<R>, T>);
 template <class Op, class T, class U = op_operand_t<Op, T>>  // U: T, or float for an op on narrow floats that runs in fp32
 concept op_returns_element = requires(const Op& op, const U& a, const U& b) {
-  { op(a, b) } -> partial_result_of<U, T>;  // op(a, b) takes two const T& and returns T; built-ins: sum/prod/avg need arithmetic or complex T, min/max ordered T, band/bor/bxor integer T
+  { op(a, b) } -> partial_result_of<U, T>;  // op(a, b) takes two const T& and returns T (on half and bfloat16 also float operands, result float or T); built-ins: sum/prod/avg need arithmetic or complex T, min/max ordered T, band/bor/bxor integer T
 };
 }  // namespace detail
 
