@@ -796,6 +796,57 @@ void closed_after_receiving() {
   check(why.empty(), "a peer that closed after receiving everything fails nobody: " + why);
 }
 
+// Rank 1 calls connect (or connect_hierarchical) 2.5 s after the others, past their connect
+// timeout (1 s): MPI collectives have no timeout, and the others waited in MPI for ever for a rank
+// that never came (or that waited in another MPI call on the communicator). They must fail with
+// errc::timeout at about 1 s; rank 1, whose first exchange then completes at once (the others'
+// contributions are there), must time out in its next step (the duplicate; the node ids), which
+// the others never reach. On a duplicate of MPI_COMM_WORLD, which the test then drains: the
+// others' matching step, after rank 1 has failed, completes rank 1's, still pending in MPI.
+void connect_without_every_rank(bool hierarchical) {
+  MPI_Comm c = MPI_COMM_NULL;
+  MPI_Comm_dup(MPI_COMM_WORLD, &c);
+  collx::mpi::mpi_options opt;
+  opt.connect_timeout = std::chrono::milliseconds(1000);
+  const bool late = g_rank == 1;
+  if (late) std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  const auto t0 = std::chrono::steady_clock::now();
+  collx::errc code = collx::errc::internal;
+  std::string why;
+  try {
+    if (hierarchical) (void)collx::mpi::connect_hierarchical(c, {}, collx::mpi::intra_node::shm, opt);
+    else (void)collx::mpi::connect(c, {}, opt);
+  } catch (const collx::error& e) {
+    code = e.code();
+    why = e.what();
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::string tag = hierarchical ? "connect_hierarchical: " : "connect: ";
+  check(code == collx::errc::timeout, tag + "a connect that not every rank joins in time is errc::timeout (got " +
+                                          std::to_string(static_cast<int>(code)) + "): " + why);
+  const std::string step = !late          ? "MPI_Iallgather(how each rank connects)"
+                           : hierarchical ? "MPI_Iallgather(node ids)"
+                                          : "MPI_Comm_idup (its duplicate)";
+  check(why.find("timed out after 1000 ms waiting for every rank of the MPI communicator (") != std::string::npos &&
+            why.find(" ranks) in " + step) != std::string::npos,
+        tag + "the timeout names the step it waited in: " + why);
+  check(s > 0.9 && s < 5.0, tag + "the connect failed after " + std::to_string(s) + " s (connect timeout 1 s)");
+  MPI_Barrier(MPI_COMM_WORLD);  // rank 1 has failed: the others' step cannot complete its connect
+  if (!late) {
+    MPI_Request r = MPI_REQUEST_NULL;
+    MPI_Comm x = MPI_COMM_NULL;
+    int n = 0;
+    MPI_Comm_size(c, &n);
+    std::vector<char> ids(256 * static_cast<std::size_t>(n)), mine(256);
+    if (hierarchical) MPI_Iallgather(mine.data(), 256, MPI_CHAR, ids.data(), 256, MPI_CHAR, c, &r);
+    else MPI_Comm_idup(c, &x, &r);
+    MPI_Wait(&r, MPI_STATUS_IGNORE);
+    if (x != MPI_COMM_NULL) MPI_Comm_free(&x);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);  // rank 1's MPI drives its pending step here
+}
+
+
 // The last rank reaches split 3 s after the others timed out in its exchange (timeout 1 s; their
 // data came to it before their failure notices, so its exchange could end well): it must fail,
 // not go on into MPI_Comm_split and wait there for ever (a watchdog ends the job after 30 s).
@@ -1388,6 +1439,8 @@ int main(int argc, char** argv) {
     left_quietly(true);
     closed_after_receiving();
     late_split();
+    connect_without_every_rank(false);
+    connect_without_every_rank(true);
     stopped_sender();
     {  // a healthy communicator destroyed just before MPI_Finalize: its duplicate is freed there (finish)
       collx::communicator c = collx::mpi::connect(MPI_COMM_WORLD);

@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
     (void)collx::communicator_options{};  // COLLX_TIMEOUT, COLLX_SEGMENT_BYTES, COLLX_ALGO
     (void)collx::shm_bytes_per_peer(0, n);  // also too large for n ranks' segment
     (void)collx::shm_cma_from_environment(-1);
-    (void)collx::shm_connect_timeout_from_environment();
+    (void)collx::env::connect_timeout();
     // COLLX_DEBUG and COLLX_DEBUG_FILE's pattern (not opened here: each rank opens its own file)
     if (const auto v = collx::env::get("COLLX_DEBUG")) (void)collx::parse_log_level("COLLX_DEBUG", *v);
     if (const auto v = collx::env::get("COLLX_DEBUG_FILE")) (void)collx::expand_log_path("COLLX_DEBUG_FILE", *v);

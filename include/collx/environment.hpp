@@ -35,7 +35,9 @@ struct env_var_doc {
 inline constexpr std::array<env_var_doc, 17> environment_variables{{
     {"COLLX_TIMEOUT", "seconds (decimal), rounded to whole ms, at least 1 ms; default 300", "deadline of every wait inside a call"},
     {"COLLX_CONNECT_TIMEOUT", "seconds (decimal), rounded to whole ms, at least 1 ms; default 60",
-     "how long processes starting a shared-memory communicator wait for every rank to attach (shm_options::connect_timeout)"},
+     "how long processes starting a shared-memory communicator wait for every rank to attach (shm_options::connect_timeout), "
+     "and collx::mpi::connect and connect_hierarchical for every rank of the MPI communicator to call them "
+     "(mpi_options::connect_timeout)"},
     {"COLLX_ALGO",
      "ring, tree or direct; or per collective: allreduce:ring,broadcast:tree; or both: tree,allreduce:direct "
      "(the bare name for the collectives not named; each given once)",
@@ -156,6 +158,13 @@ inline std::chrono::milliseconds milliseconds_or(const char* name, std::chrono::
   const auto ms = static_cast<long long>(parse_seconds(name, *v) * 1000.0 + 0.5);
   if (ms < 1) reject(name, *v, "at least 1 ms once rounded to whole ms (0.0005 seconds or more)");
   return std::chrono::milliseconds(ms);
+}
+
+/// COLLX_CONNECT_TIMEOUT seconds rounded to the nearest millisecond, or 60 s when unset: how long
+/// a communicator's start waits for every rank (shm_options::connect_timeout,
+/// mpi_options::connect_timeout). @throws collx::error as milliseconds_or.
+inline std::chrono::milliseconds connect_timeout() {
+  return milliseconds_or("COLLX_CONNECT_TIMEOUT", std::chrono::seconds(60));
 }
 
 /// Lower-cases ASCII.

@@ -31,13 +31,14 @@ enum class intra_node {
 };
 
 /// Every rank's node id (node_id_from_environment: COLLX_NODE_ID or the host name), gathered over
-/// `comm`. Collective over comm.
+/// `comm` (waited for up to `timeout`). Collective over comm.
 /// @throws collx::error invalid_argument (a bad COLLX_NODE_ID on any rank: every rank throws it,
-///   naming that rank), transport (an MPI error)
-inline std::vector<std::string> gather_node_ids(MPI_Comm comm) {
+///   naming that rank), timeout (not every rank took part within `timeout`: comm is unusable
+///   after it), transport (an MPI error)
+inline std::vector<std::string> gather_node_ids(MPI_Comm comm, std::chrono::milliseconds timeout) {
   constexpr std::size_t width = 256;  // node_id_from_environment allows at most 255 bytes
   // A rank whose id is bad still takes part, sending a 0 byte and its reason, so that every rank
-  // fails with it instead of the others waiting in MPI_Allgather, which has no timeout.
+  // fails with it instead of the others waiting for it until their timeout.
   std::string mine;
   errc code = errc::invalid_argument;
   try {
@@ -50,11 +51,11 @@ inline std::vector<std::string> gather_node_ids(MPI_Comm comm) {
     mine = std::string(1, '\0') + static_cast<char>(static_cast<int>(code)) + e.what();
   }
   mine.resize(width, '\0');
-  int n = 0;
-  check_mpi(MPI_Comm_size(comm, &n), "MPI_Comm_size");
-  std::vector<char> all(static_cast<std::size_t>(n) * width);
-  check_mpi(MPI_Allgather(mine.data(), static_cast<int>(width), MPI_CHAR, all.data(), static_cast<int>(width), MPI_CHAR, comm),
-            "MPI_Allgather(node ids)");
+  // Waited for up to `timeout`: a rank whose connect's first exchange ended at once, because it
+  // came after its peers had given up on it, would otherwise wait here for ever.
+  const std::vector<char> all = detail::allgather_within(comm, std::vector<char>(mine.begin(), mine.end()), MPI_CHAR, timeout,
+                                                 "collx::mpi::connect_hierarchical", "MPI_Iallgather(node ids)");
+  const int n = static_cast<int>(all.size() / width);
   std::vector<std::string> ids;
   for (int r = 0; r < n; ++r) {
     const char* id = all.data() + static_cast<std::size_t>(r) * width;
@@ -76,8 +77,9 @@ inline std::vector<std::string> gather_node_ids(MPI_Comm comm) {
 /// Node ids: COLLX_NODE_ID, else the host name; setting COLLX_NODE_ID per rank runs several
 /// "nodes" on one machine (e.g. `mpirun -np 2 -x COLLX_NODE_ID=a prog : -np 2 -x COLLX_NODE_ID=b prog`).
 /// @throws collx::error invalid_argument (bad COLLX_NODE_ID; comm is MPI_COMM_NULL; ranks that called
-///   connect or another intra_node instead: every rank throws it), transport (an MPI error), and
-///   what connect_shm throws (shared memory full, ranks not arriving in time).
+///   connect or another intra_node instead: every rank throws it), timeout (a rank did not call it
+///   within mopt.connect_timeout, as connect), transport (an MPI error), and what connect_shm throws
+///   (shared memory full, ranks not arriving in time).
 inline communicator connect_hierarchical(MPI_Comm comm, const communicator_options& opt = {},
                                          intra_node intra = intra_node::shm, const mpi_options& mopt = {},
                                          const shm_options& sopt = {}) {
@@ -86,10 +88,10 @@ inline communicator connect_hierarchical(MPI_Comm comm, const communicator_optio
   require_thread_support();
   detail::agree_on_connect(comm,
                            intra == intra_node::mpi ? detail::connect_entry::hierarchical_mpi : detail::connect_entry::hierarchical_shm,
-                           "collx::mpi::connect_hierarchical");
+                           "collx::mpi::connect_hierarchical", mopt.connect_timeout);
   int rank = 0;
   check_mpi(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
-  node_layout layout = node_layout::from_ids(gather_node_ids(comm), rank);
+  node_layout layout = node_layout::from_ids(gather_node_ids(comm, mopt.connect_timeout), rank);
 
   MPI_Comm node_comm = MPI_COMM_NULL, cross_comm = MPI_COMM_NULL;
   check_mpi(MPI_Comm_split(comm, layout.node_index, layout.local_rank, &node_comm), "MPI_Comm_split(node)");

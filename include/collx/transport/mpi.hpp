@@ -80,6 +80,12 @@ struct mpi_options {
   /// would take the sends posted since the call's last wait past detail::max_sends_in_flight (at
   /// least detail::min_pieces each).
   std::size_t piece_bytes = std::size_t{1} << 20;
+  /// How long connect and connect_hierarchical wait for every rank of the MPI communicator to call
+  /// them (their first exchange, and the duplicate each makes): COLLX_CONNECT_TIMEOUT seconds, else
+  /// 60 s, as a shared-memory start (shm_options::connect_timeout). MPI's blocking collectives have
+  /// no timeout: a rank that never came, or waited in another MPI call on the communicator, held
+  /// the others in MPI for ever. Past it they fail with errc::timeout.
+  std::chrono::milliseconds connect_timeout = env::connect_timeout();
 };
 
 /// Throws errc::transport naming `what` if an MPI call returned an error code.
@@ -194,6 +200,61 @@ inline std::size_t piece_for(std::size_t piece_bytes, std::size_t granularity, s
   const std::uint64_t fewest = (bytes + most - 1) / most;  // bytes per piece at `most` pieces
   const std::uint64_t wanted = std::max<std::uint64_t>(std::min(piece_bytes, cap), (fewest + g - 1) / g * g);
   return static_cast<std::size_t>(std::min<std::uint64_t>(std::max<std::uint64_t>(g, wanted / g * g), cap));
+}
+
+/// Waits, polling, for `r`, a non-blocking MPI collective of connecting (a blocking one has no
+/// timeout: a rank that never joins it, or waits in another MPI call on the communicator, would
+/// hold its peers in MPI for ever). True once it completed; false when `timeout` (clamped to
+/// collx::detail::longest_wait) has passed, with `r` still pending: MPI cannot cancel a collective,
+/// so the caller leaves `r` and its buffers allocated for MPI to finish with.
+/// @throws collx::error transport if MPI_Test fails (check_mpi, naming `what`).
+inline bool wait_connect_step(MPI_Request& r, std::chrono::milliseconds timeout, const char* what) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + std::min(timeout, collx::detail::longest_wait);
+  for (;;) {
+    int done = 0;
+    check_mpi(MPI_Test(&r, &done, MPI_STATUS_IGNORE), what);
+    if (done) return true;
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) return false;
+    // The peers usually come within microseconds; a late one may take seconds: stop taking the core.
+    if (now - start < std::chrono::milliseconds(2)) std::this_thread::yield();
+    else std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+/// The message of the errc::timeout of a step of connecting (`what`, in `who`) that not every rank
+/// of the MPI communicator of `size` ranks joined within `timeout`.
+inline std::string connect_step_timeout_text(const char* who, const char* what, std::chrono::milliseconds timeout, int size) {
+  return std::string(who) + ": timed out after " + std::to_string(timeout.count()) +
+                                  " ms waiting for every rank of the MPI communicator (" + std::to_string(size) +
+                                  " ranks) in " + what + " (mpi_options::connect_timeout, COLLX_CONNECT_TIMEOUT): a rank "
+                                  "that has not called collx::mpi::connect or connect_hierarchical, waits in another MPI "
+                                  "call on this communicator (MPI_Barrier, say), or gave up before this rank came (its "
+                                  "connect timeout), never will. The MPI communicator cannot be used after this (MPI "
+                                  "cannot cancel the step)";
+}
+
+/// MPI_Iallgather of each rank's `mine` (`count` elements of MPI type `type` on every rank) over
+/// comm, waited for up to `timeout` (wait_connect_step): every rank's, in rank order.
+/// @throws collx::error timeout (connect_step_timeout_text; comm is unusable after it: the exchange
+///   stays pending in MPI, which keeps its buffers), transport (an MPI call failed, naming `what`).
+template <class T>
+std::vector<T> allgather_within(MPI_Comm comm, std::vector<T> mine, MPI_Datatype type, std::chrono::milliseconds timeout,
+                                const char* who, const char* what) {
+  int size = 0;
+  check_mpi(MPI_Comm_size(comm, &size), "MPI_Comm_size");
+  // Heap-held: an exchange the peers never join stays pending in MPI, which reads and writes them.
+  auto sent = std::make_unique<std::vector<T>>(std::move(mine));
+  auto gathered = std::make_unique<std::vector<T>>(sent->size() * static_cast<std::size_t>(size));
+  auto request = std::make_unique<MPI_Request>(MPI_REQUEST_NULL);
+  const int count = static_cast<int>(sent->size());
+  check_mpi(MPI_Iallgather(sent->data(), count, type, gathered->data(), count, type, comm, request.get()), what);
+  if (!wait_connect_step(*request, timeout, what)) {
+    (void)sent.release(), (void)gathered.release(), (void)request.release();
+    COLLX_THROW(errc::timeout, connect_step_timeout_text(who, what, timeout, size));
+  }
+  return std::move(*gathered);
 }
 
 /// MPI_Finalize's first step for collx (defined after mpi_transport): live_transports::stop_all,
@@ -438,10 +499,13 @@ class mpi_transport final : public transport {
   /// communicator) before it fails: what the peer sent before it closed has arrived by then.
   static constexpr std::chrono::milliseconds closed_peer_grace{2000};
 
-  /// Collective over `comm`: duplicates it (MPI_Comm_dup), agrees on a token with rank 0
-  /// (MPI_Bcast) and gathers the CPUs of the ranks on this machine (MPI_Comm_split_type).
+  /// Collective over `comm`: duplicates it (MPI_Comm_idup, waited for up to
+  /// opt.connect_timeout), agrees on a token with rank 0 (MPI_Bcast) and gathers the CPUs of the
+  /// ranks on this machine (MPI_Comm_split_type). Only the duplicate has a timeout: once it is made
+  /// every rank is here.
   /// @throws collx::error transport (MPI not initialised, too little thread support, or an MPI
-  ///   call failed: check_mpi), invalid_argument (comm is MPI_COMM_NULL or an intercommunicator).
+  ///   call failed: check_mpi), invalid_argument (comm is MPI_COMM_NULL or an intercommunicator),
+  ///   timeout (the peers did not all duplicate comm in time: comm is unusable after it).
   explicit mpi_transport(MPI_Comm comm, const mpi_options& opt = {}) : opt_(opt) {
     require_mpi_running("collx::mpi");
     require_communicator(comm, "collx::mpi");
@@ -450,7 +514,20 @@ class mpi_transport final : public transport {
     const mpi_section use(*this);
     if (!use) throw_unusable();
     closing_duplicates::instance().free_finished();  // before MPI picks a context id for the new one
-    check_mpi(MPI_Comm_dup(comm, &comm_), "MPI_Comm_dup");
+    {
+      // Heap-held: a duplicate the peers never join stays pending in MPI, which writes into both.
+      auto dup = std::make_unique<MPI_Request>(MPI_REQUEST_NULL);
+      auto made = std::make_unique<MPI_Comm>(MPI_COMM_NULL);
+      check_mpi(MPI_Comm_idup(comm, made.get(), dup.get()), "MPI_Comm_idup");
+      if (!detail::wait_connect_step(*dup, opt.connect_timeout, "MPI_Comm_idup")) {
+        (void)dup.release(), (void)made.release();
+        int size = 0;
+        MPI_Comm_size(comm, &size);
+        COLLX_THROW(errc::timeout,
+                    detail::connect_step_timeout_text("collx::mpi", "MPI_Comm_idup (its duplicate)", opt.connect_timeout, size));
+      }
+      comm_ = *made;
+    }
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
@@ -945,14 +1022,16 @@ class mpi_transport final : public transport {
     std::vector<int> peers = pending_send_destinations();
     if (peers.empty()) peers = send_destinations();  // completed meanwhile: name them all
     const std::vector<int>& world = level_world_ranks();
-    std::string s = "its sends to rank" + std::string(peers.size() > 1 ? "s " : " "), in_world;
+    const char* plural = peers.size() > 1 ? "s " : " ";
+    // append, not `"..." + std::string`: g++ 12 warns falsely (-Wrestrict) on the latter at -O2.
+    std::string s = std::string("its sends to rank").append(plural), in_world;
     for (std::size_t i = 0; i < peers.size(); ++i) {
-      s += (i ? ", " : "") + std::to_string(peers[i]);
+      s.append(i ? ", " : "").append(std::to_string(peers[i]));
       if (static_cast<std::size_t>(peers[i]) < world.size())
-        in_world += (i ? ", " : "") + std::to_string(world[static_cast<std::size_t>(peers[i])]);
+        in_world.append(i ? ", " : "").append(std::to_string(world[static_cast<std::size_t>(peers[i])]));
     }
-    if (!in_world.empty()) s += " (world rank" + std::string(peers.size() > 1 ? "s " : " ") + in_world + ")";
-    return s + " to be delivered";
+    if (!in_world.empty()) s.append(" (world rank").append(plural).append(in_world).append(")");
+    return s.append(" to be delivered");
   }
 
   void isend(const void* p, std::size_t n, int peer, int tag) {
@@ -1504,15 +1583,16 @@ inline const char* connect_entry_name(int e) {
   }
 }
 
-/// One MPI_Allgather of each rank's connect_entry over comm. Collective over comm.
+/// One MPI_Iallgather of each rank's connect_entry over comm, waited for up to `timeout`
+/// (allgather_within: a rank that never calls connect, or waits in another MPI call on comm, would
+/// hold the others in a blocking one for ever). Collective over comm.
 /// @throws collx::error invalid_argument on every rank when the ranks' entries differ, naming which
-///   ranks called which function.
-inline void agree_on_connect(MPI_Comm comm, connect_entry mine, const char* who) {
-  int size = 0;
-  check_mpi(MPI_Comm_size(comm, &size), "MPI_Comm_size");
-  std::vector<int> all(static_cast<std::size_t>(size));
-  int me = static_cast<int>(mine);
-  check_mpi(MPI_Allgather(&me, 1, MPI_INT, all.data(), 1, MPI_INT, comm), "MPI_Allgather(how each rank connects)");
+///   ranks called which function; timeout when not every rank joined within `timeout` (comm is
+///   unusable after it); transport (an MPI call failed).
+inline void agree_on_connect(MPI_Comm comm, connect_entry mine, const char* who, std::chrono::milliseconds timeout) {
+  const std::vector<int> all = allgather_within(comm, std::vector<int>{static_cast<int>(mine)}, MPI_INT, timeout, who,
+                                                "MPI_Iallgather(how each rank connects)");
+  const int size = static_cast<int>(all.size());
   if (std::all_of(all.begin(), all.end(), [&](int e) { return e == all[0]; })) return;
   std::string called;  // "ranks 0, 2 called connect; ranks 1, 3 called connect_hierarchical (...)"
   std::vector<int> seen;
@@ -1533,14 +1613,16 @@ inline void agree_on_connect(MPI_Comm comm, connect_entry mine, const char* who)
 
 /// A communicator over every rank of `comm` whose messages go over MPI (a private duplicate of
 /// `comm`; rank and world size are comm's). Collective over comm: every rank calls connect (ranks
-/// that call connect_hierarchical instead get invalid_argument, every one of them).
+/// that call connect_hierarchical instead get invalid_argument, every one of them), within
+/// mopt.connect_timeout of the others.
 /// @throws collx::error transport, invalid_argument (see mpi_transport; ranks that disagree on the
-///   function, detail::agree_on_connect)
+///   function, detail::agree_on_connect), timeout (a rank did not call connect within
+///   mopt.connect_timeout, or waits in another MPI call on comm: comm is unusable after it)
 inline communicator connect(MPI_Comm comm, const communicator_options& opt = {}, const mpi_options& mopt = {}) {
   require_mpi_running("collx::mpi::connect");
   require_communicator(comm, "collx::mpi::connect");
   require_thread_support();
-  detail::agree_on_connect(comm, detail::connect_entry::connect, "collx::mpi::connect");
+  detail::agree_on_connect(comm, detail::connect_entry::connect, "collx::mpi::connect", mopt.connect_timeout);
   return communicator(std::make_shared<mpi_transport>(comm, mopt), opt);
 }
 

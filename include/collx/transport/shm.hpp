@@ -60,14 +60,6 @@
 namespace collx {
 inline namespace v0 {
 
-/// COLLX_CONNECT_TIMEOUT seconds rounded to the nearest millisecond, or 60 s when unset: the
-/// default of shm_options::connect_timeout.
-/// @throws collx::error(invalid_argument) naming the variable for values that are not positive
-///   seconds, or that round to less than 1 ms.
-inline std::chrono::milliseconds shm_connect_timeout_from_environment() {
-  return env::milliseconds_or("COLLX_CONNECT_TIMEOUT", std::chrono::seconds(60));
-}
-
 /// Settings of the shared-memory transport (defaults from the environment).
 struct shm_options {
   /// Staging bytes per ordered pair of ranks (COLLX_SHM_BYTES_PER_PEER; default 1 MiB, shrunk for
@@ -84,7 +76,7 @@ struct shm_options {
   /// Messages of at least this many bytes go single-copy when CMA is on.
   std::size_t cma_min_bytes = 64 * 1024;
   /// How long start-up waits for all ranks to attach: COLLX_CONNECT_TIMEOUT seconds, else 60 s.
-  std::chrono::milliseconds connect_timeout = shm_connect_timeout_from_environment();
+  std::chrono::milliseconds connect_timeout = env::connect_timeout();
   /// NUMA placement of each rank's outgoing staging slots on the node of its CPUs: -1 auto (where
   /// the machine has several nodes and the rank's CPUs are all on one, as collx-run's binding
   /// leaves them), 0 off, 1 also on a one-node machine (tests). Rank 0 allocates the segment, so
