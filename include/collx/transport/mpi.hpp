@@ -81,10 +81,11 @@ struct mpi_options {
   /// least detail::min_pieces each).
   std::size_t piece_bytes = std::size_t{1} << 20;
   /// How long connect and connect_hierarchical wait for every rank of the MPI communicator to call
-  /// them (their first exchange, and the duplicate each makes): COLLX_CONNECT_TIMEOUT seconds, else
-  /// 60 s, as a shared-memory start (shm_options::connect_timeout). MPI's blocking collectives have
-  /// no timeout: a rank that never came, or waited in another MPI call on the communicator, held
-  /// the others in MPI for ever. Past it they fail with errc::timeout.
+  /// them (their first exchange, the duplicate each makes, connect_hierarchical's node ids):
+  /// COLLX_CONNECT_TIMEOUT seconds, else 60 s, as a shared-memory start
+  /// (shm_options::connect_timeout). MPI's blocking collectives have no timeout: a rank that never
+  /// came, or waited in another MPI call on the communicator, held the others in MPI for ever.
+  /// Past it they fail with errc::timeout.
   std::chrono::milliseconds connect_timeout = env::connect_timeout();
 };
 
@@ -227,12 +228,11 @@ inline bool wait_connect_step(MPI_Request& r, std::chrono::milliseconds timeout,
 /// of the MPI communicator of `size` ranks joined within `timeout`.
 inline std::string connect_step_timeout_text(const char* who, const char* what, std::chrono::milliseconds timeout, int size) {
   return std::string(who) + ": timed out after " + std::to_string(timeout.count()) +
-                                  " ms waiting for every rank of the MPI communicator (" + std::to_string(size) +
-                                  " ranks) in " + what + " (mpi_options::connect_timeout, COLLX_CONNECT_TIMEOUT): a rank "
-                                  "that has not called collx::mpi::connect or connect_hierarchical, waits in another MPI "
-                                  "call on this communicator (MPI_Barrier, say), or gave up before this rank came (its "
-                                  "connect timeout), never will. The MPI communicator cannot be used after this (MPI "
-                                  "cannot cancel the step)";
+         " ms waiting for every rank of the MPI communicator (" + std::to_string(size) + " ranks) in " + what +
+         " (mpi_options::connect_timeout, COLLX_CONNECT_TIMEOUT): a rank that has not called collx::mpi::connect or "
+         "connect_hierarchical, waits in another MPI call on this communicator (MPI_Barrier, say), or gave up before "
+         "this rank came (its connect timeout), never will. The MPI communicator cannot be used after this (MPI cannot "
+         "cancel the step)";
 }
 
 /// MPI_Iallgather of each rank's `mine` (`count` elements of MPI type `type` on every rank) over
