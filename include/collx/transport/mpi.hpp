@@ -203,27 +203,6 @@ inline std::size_t piece_for(std::size_t piece_bytes, std::size_t granularity, s
   return static_cast<std::size_t>(std::min<std::uint64_t>(std::max<std::uint64_t>(g, wanted / g * g), cap));
 }
 
-/// Waits, polling, for `r`, a non-blocking MPI collective of connecting (a blocking one has no
-/// timeout: a rank that never joins it, or waits in another MPI call on the communicator, would
-/// hold its peers in MPI for ever). True once it completed; false when `timeout` (clamped to
-/// collx::detail::longest_wait) has passed, with `r` still pending: MPI cannot cancel a collective,
-/// so the caller leaves `r` and its buffers allocated for MPI to finish with.
-/// @throws collx::error transport if MPI_Test fails (check_mpi, naming `what`).
-inline bool wait_connect_step(MPI_Request& r, std::chrono::milliseconds timeout, const char* what) {
-  const auto start = std::chrono::steady_clock::now();
-  const auto deadline = start + std::min(timeout, collx::detail::longest_wait);
-  for (;;) {
-    int done = 0;
-    check_mpi(MPI_Test(&r, &done, MPI_STATUS_IGNORE), what);
-    if (done) return true;
-    const auto now = std::chrono::steady_clock::now();
-    if (now >= deadline) return false;
-    // The peers usually come within microseconds; a late one may take seconds: stop taking the core.
-    if (now - start < std::chrono::milliseconds(2)) std::this_thread::yield();
-    else std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
-}
-
 /// The message of the errc::timeout of a step of connecting (`what`, in `who`) that not every rank
 /// of the MPI communicator of `size` ranks joined within `timeout`.
 inline std::string connect_step_timeout_text(const char* who, const char* what, std::chrono::milliseconds timeout, int size) {
@@ -231,14 +210,44 @@ inline std::string connect_step_timeout_text(const char* who, const char* what, 
          " ms waiting for every rank of the MPI communicator (" + std::to_string(size) + " ranks) in " + what +
          " (mpi_options::connect_timeout, COLLX_CONNECT_TIMEOUT): a rank that has not called collx::mpi::connect or "
          "connect_hierarchical, waits in another MPI call on this communicator (MPI_Barrier, say), or gave up before "
-         "this rank came (its connect timeout), never will. The MPI communicator cannot be used after this (MPI cannot "
-         "cancel the step)";
+         "this rank came (its connect timeout), never will. End the job (MPI_Abort): MPI cannot cancel the step, which "
+         "leaves the MPI communicator unusable, and under Open MPI no communicator can be made in this process after it";
 }
 
-/// MPI_Iallgather of each rank's `mine` (`count` elements of MPI type `type` on every rank) over
-/// comm, waited for up to `timeout` (wait_connect_step): every rank's, in rank order.
-/// @throws collx::error timeout (connect_step_timeout_text; comm is unusable after it: the exchange
-///   stays pending in MPI, which keeps its buffers), transport (an MPI call failed, naming `what`).
+/// Waits, polling, for `r`, a non-blocking MPI collective of connecting (a blocking one has no
+/// timeout: a rank that never joins it, or waits in another MPI call on the communicator, would
+/// hold its peers in MPI for ever), for up to `timeout` (clamped to collx::detail::longest_wait).
+/// Past it, or if MPI_Test fails, it calls `abandon()`, which leaves `r` and the step's buffers
+/// allocated for MPI (a collective cannot be cancelled), and throws.
+/// @throws collx::error timeout (connect_step_timeout_text, for a communicator of `size` ranks),
+///   transport (MPI_Test failed: check_mpi, naming `what`).
+template <class Abandon>
+void finish_connect_step(MPI_Request& r, std::chrono::milliseconds timeout, const char* who, const char* what, int size,
+                         Abandon&& abandon) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + std::min(timeout, collx::detail::longest_wait);
+  for (;;) {
+    int done = 0;
+    if (const int rc = MPI_Test(&r, &done, MPI_STATUS_IGNORE); rc != MPI_SUCCESS) {
+      abandon();
+      check_mpi(rc, what);
+    }
+    if (done) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) {
+      abandon();
+      COLLX_THROW(errc::timeout, connect_step_timeout_text(who, what, timeout, size));
+    }
+    // The peers usually come within microseconds; a late one may take seconds: stop taking the core.
+    if (now - start < std::chrono::milliseconds(2)) std::this_thread::yield();
+    else std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+/// MPI_Iallgather of each rank's `mine` (the same number of elements of MPI type `type` on every
+/// rank) over comm, waited for up to `timeout` (finish_connect_step): every rank's, in rank order.
+/// @throws collx::error timeout (comm is unusable after it: the exchange stays pending in MPI,
+///   which keeps its buffers), transport (an MPI call failed, naming `what`).
 template <class T>
 std::vector<T> allgather_within(MPI_Comm comm, std::vector<T> mine, MPI_Datatype type, std::chrono::milliseconds timeout,
                                 const char* who, const char* what) {
@@ -250,10 +259,8 @@ std::vector<T> allgather_within(MPI_Comm comm, std::vector<T> mine, MPI_Datatype
   auto request = std::make_unique<MPI_Request>(MPI_REQUEST_NULL);
   const int count = static_cast<int>(sent->size());
   check_mpi(MPI_Iallgather(sent->data(), count, type, gathered->data(), count, type, comm, request.get()), what);
-  if (!wait_connect_step(*request, timeout, what)) {
-    (void)sent.release(), (void)gathered.release(), (void)request.release();
-    COLLX_THROW(errc::timeout, connect_step_timeout_text(who, what, timeout, size));
-  }
+  finish_connect_step(*request, timeout, who, what, size,
+                      [&] { (void)sent.release(), (void)gathered.release(), (void)request.release(); });
   return std::move(*gathered);
 }
 
@@ -499,13 +506,14 @@ class mpi_transport final : public transport {
   /// communicator) before it fails: what the peer sent before it closed has arrived by then.
   static constexpr std::chrono::milliseconds closed_peer_grace{2000};
 
-  /// Collective over `comm`: duplicates it (MPI_Comm_idup, waited for up to
-  /// opt.connect_timeout), agrees on a token with rank 0 (MPI_Bcast) and gathers the CPUs of the
-  /// ranks on this machine (MPI_Comm_split_type). Only the duplicate has a timeout: once it is made
-  /// every rank is here.
+  /// Collective over `comm`: duplicates it (MPI_Comm_idup, waited for up to opt.connect_timeout:
+  /// a rank that came after its peers gave up on connecting finds connect's first exchange
+  /// complete at once, their parts being there, and stops here), agrees on a token with rank 0
+  /// (MPI_Bcast) and gathers the CPUs of the ranks on this machine (MPI_Comm_split_type): every
+  /// rank is here once the duplicate is made.
   /// @throws collx::error transport (MPI not initialised, too little thread support, or an MPI
   ///   call failed: check_mpi), invalid_argument (comm is MPI_COMM_NULL or an intercommunicator),
-  ///   timeout (the peers did not all duplicate comm in time: comm is unusable after it).
+  ///   timeout (not every rank duplicated comm in time: end the job, see connect).
   explicit mpi_transport(MPI_Comm comm, const mpi_options& opt = {}) : opt_(opt) {
     require_mpi_running("collx::mpi");
     require_communicator(comm, "collx::mpi");
@@ -515,17 +523,14 @@ class mpi_transport final : public transport {
     if (!use) throw_unusable();
     closing_duplicates::instance().free_finished();  // before MPI picks a context id for the new one
     {
+      int size = 0;
+      check_mpi(MPI_Comm_size(comm, &size), "MPI_Comm_size");
       // Heap-held: a duplicate the peers never join stays pending in MPI, which writes into both.
       auto dup = std::make_unique<MPI_Request>(MPI_REQUEST_NULL);
       auto made = std::make_unique<MPI_Comm>(MPI_COMM_NULL);
       check_mpi(MPI_Comm_idup(comm, made.get(), dup.get()), "MPI_Comm_idup");
-      if (!detail::wait_connect_step(*dup, opt.connect_timeout, "MPI_Comm_idup")) {
-        (void)dup.release(), (void)made.release();
-        int size = 0;
-        MPI_Comm_size(comm, &size);
-        COLLX_THROW(errc::timeout,
-                    detail::connect_step_timeout_text("collx::mpi", "MPI_Comm_idup (its duplicate)", opt.connect_timeout, size));
-      }
+      detail::finish_connect_step(*dup, opt.connect_timeout, "collx::mpi", "MPI_Comm_idup (its duplicate)", size,
+                                  [&] { (void)dup.release(), (void)made.release(); });
       comm_ = *made;
     }
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
@@ -1614,7 +1619,9 @@ inline void agree_on_connect(MPI_Comm comm, connect_entry mine, const char* who,
 /// A communicator over every rank of `comm` whose messages go over MPI (a private duplicate of
 /// `comm`; rank and world size are comm's). Collective over comm: every rank calls connect (ranks
 /// that call connect_hierarchical instead get invalid_argument, every one of them), within
-/// mopt.connect_timeout of the others.
+/// mopt.connect_timeout of the others. After a timeout here end the job (MPI_Abort): the step that
+/// timed out stays pending in MPI (a collective cannot be cancelled), which leaves comm unusable,
+/// and under Open MPI a pending MPI_Comm_idup keeps this process from making any communicator.
 /// @throws collx::error transport, invalid_argument (see mpi_transport; ranks that disagree on the
 ///   function, detail::agree_on_connect), timeout (a rank did not call connect within
 ///   mopt.connect_timeout, or waits in another MPI call on comm: comm is unusable after it)
