@@ -880,9 +880,14 @@ class mpi_transport final : public transport {
       // have returned and freed it (settle_sends waits only so long): a receive matched now would
       // make MPI read freed memory (Open MPI's single-copy path reads it from here). The notice
       // of that failure went out before the sender returned, from the sender or, where another
-      // rank's notice failed it, from that rank: look for any first (one any-source look per
-      // message of several pieces), then receive nothing more.
-      poll_control(true);
+      // rank's notice failed it, from that rank: look for any first (any-source looks per
+      // message of several pieces), then receive nothing more. Several looks, not one: a probe
+      // may only move a notice that arrived long ago into MPI's queue (Open MPI's ob1 searches
+      // its queue, then progresses once, which takes in a bounded number of fragments, and the
+      // sender's notice comes after its pieces'); after a non-blocking collective one look missed
+      // it, and test_mpi's late receiver crashed. More for a message of many pieces, up to 64.
+      const std::size_t looks = 3 + std::min<std::size_t>(later / 16, 61);
+      for (std::size_t look = 0; look < looks && !failed_.load(std::memory_order_acquire); ++look) poll_control(true);
       if (failed_.load(std::memory_order_acquire)) rethrow_failure();
       post(0);
     }
