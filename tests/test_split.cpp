@@ -358,11 +358,18 @@ TEST_CASE("threads: a rank whose split failed after its peers' ended well fails 
                                       Catch::Contains("this rank's exchange fails after its data came"));
 }
 
+// World rank 1's call on its group in world_rank_1s_error_on_group: an all-reduce.
+inline void allreduce_on_group(collx::communicator& group) {
+  std::vector<int> v(10, group.rank());
+  collx::allreduce(group, std::span<int>(v));
+}
+
 // Colors r % 2: world ranks 1 and 3 are ranks 0 and 1 of their group. World rank 3 does
-// `world_rank_3` with its group (its group lives on while it runs); world rank 1 makes an
-// all-reduce on the group. What world rank 1 got ("" if the call succeeded).
-template <class Rank3>
-std::string world_rank_1s_error_on_group(std::chrono::milliseconds timeout, Rank3 world_rank_3) {
+// `world_rank_3` with its group (its group lives on while it runs); world rank 1 does
+// `world_rank_1` on the group. What world rank 1 got ("" if the call succeeded).
+template <class Rank3, class Rank1 = decltype(&allreduce_on_group)>
+std::string world_rank_1s_error_on_group(std::chrono::milliseconds timeout, Rank3 world_rank_3,
+                                         Rank1 world_rank_1 = &allreduce_on_group) {
   collx::communicator_options opt;
   opt.timeout = timeout;
   auto comms = collx::make_thread_communicators(4, opt);
@@ -374,9 +381,8 @@ std::string world_rank_1s_error_on_group(std::chrono::milliseconds timeout, Rank
       std::optional<collx::communicator> group = collx::split(*comm, r % 2, r);
       if (r == 3) world_rank_3(group);
       if (r != 1) return;
-      std::vector<int> v(10, r);
       try {
-        collx::allreduce(*group, std::span<int>(v));
+        world_rank_1(*group);
       } catch (const collx::error& e) {
         why = e.what();
       }
@@ -390,7 +396,27 @@ TEST_CASE("a timeout in a split group names the rank waited for with its world r
   // it and as the user does.
   const std::string why = world_rank_1s_error_on_group(300ms, [](auto&) { std::this_thread::sleep_for(1s); });
   INFO(why);
-  CHECK_THAT(why, Catch::Contains("timed out after 300 ms waiting for a message from rank 1 (world rank 3) (rank 1 "));
+  CHECK_THAT(why, Catch::Contains("timed out after 300 ms waiting for a message from rank 1 (world rank 3) (rank 1 "
+                                  "(world rank 3) has made no collective call on this communicator yet"));
+}
+
+TEST_CASE("a deadlock in a split group names its ranks with their world ranks", "[split][errors]") {
+  // Both members of the group receive from each other: the threads transport sees the cycle at
+  // once (not at the 20 s timeout), and names each rank as the group and as the user numbers it.
+  const auto t0 = std::chrono::steady_clock::now();
+  auto receive_from_other = [](collx::communicator& group) {
+    std::vector<int> v(3);
+    collx::recv(group, std::span<int>(v), 1 - group.rank());
+  };
+  const std::string why = world_rank_1s_error_on_group(
+      20s, [&](auto& group) { CHECK_THROWS_AS(receive_from_other(*group), collx::error); }, receive_from_other);
+  INFO(why);
+  CHECK_THAT(why, Catch::Contains("deadlock: rank ") &&
+                      Catch::Contains("rank 0 (world rank 1) in a point-to-point call waits for a message from rank 1 "
+                                      "(world rank 3)") &&
+                      Catch::Contains("rank 1 (world rank 3) in a point-to-point call waits for a message from rank 0 "
+                                      "(world rank 1)"));
+  CHECK(std::chrono::steady_clock::now() - t0 < 10s);
 }
 
 TEST_CASE("a split group's member that closes it is named with its world rank", "[split][errors]") {

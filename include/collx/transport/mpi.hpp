@@ -1332,7 +1332,7 @@ class mpi_transport final : public transport {
       const whereabouts_message& w = a->second;
       const std::string waits =
           w.wait != 0 ? collx::detail::wait_text(wait_words(static_cast<wait_kind>(w.wait)), w.wait_peer, rank_, level_world_ranks()) : "";
-      s += collx::detail::whereabouts(p, w.call.seq != 0, w.call, current_, message_seq_, waits, false);
+      s += collx::detail::whereabouts(peer_name(p), w.call.seq != 0, w.call, current_, message_seq_, waits, false);
     }
     return s;
   }

@@ -934,7 +934,7 @@ class shm_transport final : public transport {
   std::string where_it_was(int r, bool stopped) const {
     call_signature theirs;
     const bool has_call = announced_call(r, theirs);
-    return detail::whereabouts(r, has_call, theirs, announced_, call_seq_, waits_for(r, stopped), stopped);
+    return detail::whereabouts(peer_name(r), has_call, theirs, announced_, call_seq_, waits_for(r, stopped), stopped);
   }
 
   /// What a rank blocks on (peer_info::waiting), worded as wait()'s `what`.
@@ -1030,7 +1030,8 @@ class shm_transport final : public transport {
           cycle, [](const detail::wait_record& w) { return static_cast<wait_kind>(w.kind) == wait_kind::message_from; },
           [&](int r, std::uint64_t seq, call_signature& sig) { return announced_call(r, seq, sig); },
           "a send larger than the staging ring, or read in place, returns only once received: use send_recv, or "
-          "order the calls: even ranks send first, odd ranks receive first");
+          "order the calls: even ranks send first, odd ranks receive first",
+          level_world_ranks());
       fail(errc::mismatch, why);
       return true;
     } catch (...) {  // no memory for the message: the timeout still ends the wait

@@ -396,7 +396,7 @@ class threads_transport final : public transport {
     detail::wait_record w;
     std::uint64_t version = 0;
     const std::string waits = world_->wait_of(r).read(w, version) ? detail::wait_text(wait_words(w.kind), w.peer, rank_, level_world_ranks()) : "";
-    return detail::whereabouts(r, has_call, theirs, announced_, call_seq_, waits, false);
+    return detail::whereabouts(peer_name(r), has_call, theirs, announced_, call_seq_, waits, false);
   }
 
   static const char* wait_words(std::uint32_t kind) noexcept {
@@ -421,7 +421,8 @@ class threads_transport final : public transport {
           cycle, [](const detail::wait_record& w) { return w.kind == thread_world::message_from; },
           [&](int r, std::uint64_t seq, call_signature& sig) { return world_->announced(r, seq, sig); },
           "between threads a send returns only once received: use send_recv, or order the calls: even ranks send "
-          "first, odd ranks receive first");
+          "first, odd ranks receive first",
+          level_world_ranks());
       world_->fail(errc::mismatch, reported(why));
       return true;
     } catch (...) {  // no memory for the message: the timeout still ends the wait

@@ -190,15 +190,15 @@ inline std::string wait_text(const char* words, int peer, int me, const std::vec
   return s;
 }
 
-/// Where rank `r` stands, in words, for a timeout's message (every host transport): its
-/// latest announced collective call `theirs` (`has_call`: it announced one) against this rank's
-/// current call `mine` (`call_seq`: the call of the message this rank sent or received last, 0 in
-/// a point-to-point call), then `waits` ("it waits for a message from rank 2"; "" when it blocks
-/// on nothing). `stopped`: the caller has said r is stopped, so a rank blocking on nothing is not
-/// guessed about.
-inline std::string whereabouts(int r, bool has_call, const call_signature& theirs, const call_signature& mine,
-                               std::uint64_t call_seq, const std::string& waits, bool stopped) {
-  const std::string who = "rank " + std::to_string(r);
+/// Where a rank stands, in words, for a timeout's message (every host transport): `who`, the rank
+/// as rank_name names it ("rank 1", "rank 1 (world rank 3)"); its latest announced collective call
+/// `theirs` (`has_call`: it announced one) against this rank's current call `mine` (`call_seq`:
+/// the call of the message this rank sent or received last, 0 in a point-to-point call), then
+/// `waits` ("it waits for a message from rank 2"; "" when it blocks on nothing). `stopped`: the
+/// caller has said the rank is stopped, so a rank blocking on nothing is not guessed about.
+inline std::string whereabouts(const std::string& who, bool has_call, const call_signature& theirs,
+                               const call_signature& mine, std::uint64_t call_seq, const std::string& waits,
+                               bool stopped) {
   const std::string then = waits.empty() ? "" : "; " + waits;
   // Blocking on nothing here, a rank may wait on another communicator (a split group, a level of
   // a hierarchy): a cycle through two communicators is seen by neither.
@@ -294,10 +294,11 @@ std::string first_disagreement(const call_signature& mine, int me, int n, Record
 /// message from rank 0; each waits for the next, so none can go on", then " (" + send_advice + ")"
 /// if a point-to-point send waits in the cycle (how to order sends). `receiving(w)`: wait w is for
 /// a message (else for the peer to read this rank's); `announced(r, seq, sig)` looks up rank r's
-/// call seq, to name it.
+/// call seq, to name it; `world_ranks`: as detail::rank_name's (on a level or split group, each
+/// rank is named with its world rank too).
 template <class Receiving, class Announced>
 std::string deadlock_message(const std::vector<std::pair<int, detail::wait_record>>& cycle, Receiving&& receiving,
-                             Announced&& announced, std::string_view send_advice) {
+                             Announced&& announced, std::string_view send_advice, const std::vector<int>& world_ranks) {
   std::string why = "deadlock: ";
   bool sends = false;
   for (const auto& [r, w] : cycle) {
@@ -305,8 +306,8 @@ std::string deadlock_message(const std::vector<std::pair<int, detail::wait_recor
     const std::string call = w.seq && announced(r, w.seq, sig) ? called(sig) + " #" + std::to_string(w.seq)
                                                                : "a point-to-point call";
     sends = sends || (w.seq == 0 && !receiving(w));
-    const std::string peer = "rank " + std::to_string(w.peer);
-    why += "rank " + std::to_string(r) + " in " + call +
+    const std::string peer = detail::rank_name(w.peer, world_ranks);
+    why += detail::rank_name(r, world_ranks) + " in " + call +
            (receiving(w) ? " waits for a message from " + peer : " waits for " + peer + " to receive its messages") + "; ";
   }
   why += "each waits for the next, so none can go on";
